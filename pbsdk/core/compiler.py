@@ -1,0 +1,121 @@
+"""The compile driver: MLIR text + target + spec + options -> `Artifact` (or the IR after any stage).
+
+The core's stages are target-independent; the target's follow. Every compilation goes through here:
+``pbsdk.jit`` (after tracing), ``pbsdk.compile_mlir`` and ``pbsdk compile``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from mlir import ir
+
+from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
+from pbsdk.core.pipeline import Pipeline, Stage, StageContext
+from pbsdk.core.spec import ChipSpec, load_spec
+from pbsdk.core.target import Target, get_target
+
+_SUPPORTED_ELEMENT_TYPES = {"f64", "f32", "f16", "bf16"}
+
+
+def _read_signature(module: ir.Module, ctx: StageContext) -> None:
+    """Find the entry function and record its signature; reject what the runtime cannot call."""
+    wanted = ctx.options.get("entry")
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    public = [f for f in funcs if "sym_visibility" not in f.attributes
+              or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"]
+    public = [f for f in public if len(f.regions[0].blocks) > 0]  # declarations are not entries
+    if wanted is not None:
+        chosen = [f for f in funcs if ir.StringAttr(f.attributes["sym_name"]).value == wanted]
+        if not chosen:
+            raise CompileError(f"no function named '{wanted}' in the module", op="func.func")
+    else:
+        chosen = public
+        if len(chosen) != 1:
+            names = [ir.StringAttr(f.attributes["sym_name"]).value for f in public]
+            raise CompileError(f"expected exactly one public function with a body, found {names or 'none'}; "
+                               "pass options={'entry': NAME}", op="func.func")
+    func = chosen[0]
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+
+    def describe(types: Any, what: str) -> tuple[tuple[tuple[int, ...], str], ...]:
+        out = []
+        for i, t in enumerate(types):
+            if not isinstance(t, ir.RankedTensorType):
+                raise UnsupportedError(f"{what} {i} has type {t}; entry functions take and return ranked tensors",
+                                       op="func.func")
+            rt = ir.RankedTensorType(t)
+            if not rt.has_static_shape:
+                raise UnsupportedError(f"{what} {i} has dynamic shape {t}; pbsdk compiles static shapes "
+                                       "(one kernel per shape)", op="func.func")
+            if any(d == 0 for d in rt.shape):
+                raise UnsupportedError(f"{what} {i} has an empty dimension: {t}", op="func.func")
+            dtype = str(rt.element_type)
+            if dtype not in _SUPPORTED_ELEMENT_TYPES:
+                raise UnsupportedError(f"{what} {i} has element type {dtype}; supported: "
+                                       f"{', '.join(sorted(_SUPPORTED_ELEMENT_TYPES))}", op="func.func")
+            out.append((tuple(rt.shape), dtype))
+        return tuple(out)
+
+    ctx.notes["entry"] = ir.StringAttr(func.attributes["sym_name"]).value
+    ctx.notes["inputs"] = describe(ftype.inputs, "argument")
+    ctx.notes["outputs"] = describe(ftype.results, "result")
+    if not ctx.notes["outputs"]:
+        raise UnsupportedError("the entry function returns nothing", op="func.func")
+    for dtype in {d for _, d in ctx.notes["inputs"] + ctx.notes["outputs"]}:
+        if hasattr(ctx.spec, "supports") and not ctx.spec.supports(dtype):
+            raise UnsupportedError(f"dtype {dtype} is not supported by chip spec '{ctx.spec.name}'")
+
+
+#: The target-independent stages, in order. Targets append theirs.
+CORE_STAGES: tuple[Stage, ...] = (
+    Stage("input", fn=_read_signature, description="the input module (linalg on tensors), verified"),
+    Stage("fuse", passes="func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
+          description="producer-consumer fusion of elementwise ops"),
+    Stage("bufferize",
+          passes="one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
+                 "identity-layout-map}, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
+                 "canonicalize, buffer-deallocation-pipeline, canonicalize",
+          description="tensors to buffers; results become caller-allocated output buffers"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileRequest:
+    """Everything that determines a compilation's output (and so its cache key)."""
+
+    target: Target
+    spec: ChipSpec
+    options: Mapping[str, Any]
+
+
+def resolve(target: str | Target, spec: str | ChipSpec | None,
+            options: Mapping[str, Any] | None) -> CompileRequest:
+    """Find the target, load its spec (its default when none is given) and check they fit together."""
+    tgt = get_target(target)
+    if not tgt.implemented:
+        from pbsdk.core.errors import TargetError
+        raise TargetError(f"target '{tgt.name}' is registered but its code generation has not landed yet")
+    chip = load_spec(spec if spec is not None else tgt.default_spec)
+    tgt.check_spec(chip)
+    return CompileRequest(tgt, chip, dict(options or {}))
+
+
+def pipeline_for(request: CompileRequest) -> Pipeline:
+    return Pipeline(CORE_STAGES + tuple(request.target.stages(request.spec, request.options)))
+
+
+def compile_text(text: str, request: CompileRequest, *, stop_after: str | None = None) -> Any:
+    """Parse and compile MLIR text. Returns the final `Artifact`, or the IR after ``stop_after``."""
+    context = ir.Context()
+    try:
+        module = ir.Module.parse(text, context)
+    except Exception as exc:
+        raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from exc
+    ctx = StageContext(request.spec, request.options)
+    result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
+    if stop_after is None and not hasattr(result, "payload"):
+        raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
+    return result

@@ -1,0 +1,110 @@
+"""pbsdk's graph: the small, target-independent op set every frontend translates to.
+
+A `Graph` is a list of `Node`s in topological order over SSA `Value`s with static shapes. Frontends
+(``pbsdk.ops`` tracing, the torch and JAX bridges) build graphs; `pbsdk.core.ir.emit` turns a graph into
+MLIR at the linalg-on-tensors level. The op set is deliberately primitive (elementwise, reduce,
+contraction, conv, layout); composite ops such as softmax are built from primitives and tagged with a
+``group`` so that later passes can recognise them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pbsdk.core.errors import UnsupportedError
+
+#: dtype names pbsdk uses everywhere (same spelling as ChipSpec's DType).
+FLOAT_DTYPES = ("f64", "f32", "f16", "bf16")
+NUMPY_TO_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16"}
+DTYPE_TO_NUMPY = {v: k for k, v in NUMPY_TO_DTYPE.items()}
+
+UNARY_OPS = frozenset({"neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "erf", "sqrt",
+                       "rsqrt", "abs"})
+BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow"})
+REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})
+ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def __str__(self) -> str:
+        return f"{'x'.join(map(str, self.shape))}{'x' if self.shape else ''}{self.dtype}"
+
+
+_ids = itertools.count()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Value:
+    """An SSA value: the result of one node. Identity is object identity."""
+
+    type: TensorType
+    id: int = dataclasses.field(default_factory=lambda: next(_ids))
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.type.shape
+
+    @property
+    def dtype(self) -> str:
+        return self.type.dtype
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Node:
+    """``out = op(inputs; attrs)``. ``group`` tags nodes that came from one composite op (softmax, ...)."""
+
+    op: str
+    inputs: tuple[Value, ...]
+    out: Value
+    attrs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op not in ALL_OPS:
+            raise UnsupportedError(f"unknown graph op '{self.op}'", op=self.op)
+
+
+@dataclasses.dataclass
+class Graph:
+    """A traced program. ``inputs`` are the values of the "input" nodes in argument order."""
+
+    nodes: list[Node] = dataclasses.field(default_factory=list)
+    inputs: list[Value] = dataclasses.field(default_factory=list)
+    outputs: list[Value] = dataclasses.field(default_factory=list)
+
+    def add(self, op: str, inputs: Sequence[Value], out_type: TensorType, group: str | None = None,
+            **attrs: Any) -> Value:
+        out = Value(out_type)
+        self.nodes.append(Node(op, tuple(inputs), out, dict(attrs), group))
+        if op == "input":
+            self.inputs.append(out)
+        return out
+
+    def live_nodes(self) -> list[Node]:
+        """Nodes that contribute to an output (inputs always kept, to preserve the signature)."""
+        needed = {v.id for v in self.outputs}
+        keep: list[Node] = []
+        for node in reversed(self.nodes):
+            if node.out.id in needed or node.op == "input":
+                keep.append(node)
+                needed.update(v.id for v in node.inputs)
+        return list(reversed(keep))

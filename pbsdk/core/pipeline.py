@@ -1,0 +1,138 @@
+"""Named, ordered compilation stages.
+
+A pipeline is a flat list of `Stage`s: the core's target-independent stages first, then the target's.
+A stage either runs an upstream MLIR pass pipeline given as text (``passes``) or calls a Python function
+(``fn``) that rewrites the module in place, or turns it into something that is no longer MLIR (LLVM IR
+text, PTX, an `Artifact`). The module is verified after every MLIR stage; ``PBSDK_DUMP_DIR`` writes what
+every stage produced; ``stop_after`` ends the run after any stage (``pbsdk compile --emit STAGE``). A
+failure raises `CompileError` naming the stage, the op MLIR blamed and the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from mlir import ir, passmanager
+
+from pbsdk.core.errors import CompileError, PbsdkError
+
+# What a stage function receives besides the IR: the spec, the options and anything earlier stages
+# recorded for later ones (e.g. the kernel signature).
+StageFn = Callable[[Any, "StageContext"], Any]
+
+
+@dataclasses.dataclass
+class StageContext:
+    """Mutable notes shared by the stages of one compilation."""
+
+    spec: Any
+    options: Mapping[str, Any]
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One named step. Exactly one of ``passes`` (upstream textual pipeline, anchored on the module)
+    and ``fn`` (Python; returns the new IR, or None when it rewrote the module in place)."""
+
+    name: str
+    passes: str | None = None
+    fn: StageFn | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.passes is None) == (self.fn is None):
+            raise ValueError(f"stage '{self.name}' needs exactly one of passes= or fn=")
+
+
+_OP_IN_DIAG = re.compile(r"'([a-z_][\w]*\.[\w.]+)' op")
+_OP_AT_LOC = re.compile(r"see current operation: (?:%[\w#:, ]+= )?\"?([a-z_][\w]*\.[\w.]+)")
+
+
+def _blamed_op(message: str) -> str | None:
+    """The op MLIR's diagnostics blame, e.g. "'linalg.generic' op ..." -> "linalg.generic"."""
+    for pattern in (_OP_IN_DIAG, _OP_AT_LOC):
+        match = pattern.search(message)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _dump(directory: str, index: int, name: str, ir_obj: Any) -> None:
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    if hasattr(ir_obj, "payload"):  # an Artifact: dump what it carries
+        ir_obj = ir_obj.payload
+    if isinstance(ir_obj, ir.Module):
+        text, suffix = str(ir_obj), ".mlir"
+    elif isinstance(ir_obj, (str, bytes)):
+        text, suffix = ir_obj, ".txt"
+    else:
+        text, suffix = repr(ir_obj), ".txt"
+    mode = "wb" if isinstance(text, bytes) else "w"
+    with open(path / f"{index:02d}-{name}{suffix}", mode) as f:
+        f.write(text)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """An ordered list of stages with unique names."""
+
+    stages: tuple[Stage, ...]
+
+    def __post_init__(self) -> None:
+        names = [s.name for s in self.stages]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"duplicate stage names: {sorted(dupes)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.stages)
+
+    def run(self, module: ir.Module, ctx: StageContext, *, stop_after: str | None = None,
+            dump_dir: str | None = None) -> Any:
+        """Run the stages in order on ``module``; returns what the last stage run produced."""
+        if stop_after is not None and stop_after not in self.names:
+            raise PbsdkError(f"unknown stage '{stop_after}'; stages are: {', '.join(self.names)}")
+        dump_dir = dump_dir if dump_dir is not None else os.environ.get("PBSDK_DUMP_DIR") or None
+        current: Any = module
+        for index, stage in enumerate(self.stages):
+            current = self._run_stage(stage, current, ctx)
+            if dump_dir:
+                _dump(dump_dir, index, stage.name, current)
+            if stage.name == stop_after:
+                break
+        return current
+
+    @staticmethod
+    def _run_stage(stage: Stage, current: Any, ctx: StageContext) -> Any:
+        try:
+            if stage.passes is not None:
+                if not isinstance(current, ir.Module):
+                    raise CompileError("expects an MLIR module", stage=stage.name)
+                with current.context:
+                    pm = passmanager.PassManager.parse(f"builtin.module({stage.passes})")
+                    pm.run(current.operation)
+                result = current
+            else:
+                assert stage.fn is not None
+                out = stage.fn(current, ctx)
+                result = current if out is None else out
+            if isinstance(result, ir.Module):
+                result.operation.verify()
+            return result
+        except CompileError as err:
+            if err.stage is None:
+                raise CompileError(err.reason, stage=stage.name, op=err.op) from err
+            raise
+        except PbsdkError:
+            raise
+        except Exception as exc:  # MLIR raises plain exceptions carrying its diagnostics
+            message = str(exc)
+            raise CompileError(message.strip(), stage=stage.name, op=_blamed_op(message)) from exc

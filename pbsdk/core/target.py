@@ -1,0 +1,169 @@
+"""The target contract and entry-point discovery.
+
+A target is a plugin: a `Target` subclass registered in the ``pbsdk.targets`` entry-point group. The
+built-in targets (cpu, nvgpu, template) register there exactly as a third party's would. Discovery is lazy
+(nothing is imported until asked), a plugin that fails to import is reported and skipped, two plugins with
+one name are an error, and the contract's API version is checked.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib.metadata
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pbsdk.core.errors import TargetError
+
+if TYPE_CHECKING:
+    from pbsdk.core.pipeline import Stage
+    from pbsdk.core.spec import ChipSpec
+
+#: Version of the contract below. A plugin declares the version it was written against; a plugin whose
+#: major version differs is refused with a clear message instead of failing somewhere deep inside.
+API_VERSION = 1
+ENTRY_POINT_GROUP = "pbsdk.targets"
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    """What a pipeline hands to a target's loader: the final payload plus the kernel's signature.
+
+    ``kind`` names the payload format (``"llvm-ir"``, ``"object"``, ``"ptx"``, ``"cubin"``, ...);
+    ``payload`` is its text or bytes. ``entry`` is the symbol to call. ``inputs``/``outputs`` are the
+    (shape, dtype-name) of each argument in call order: inputs first, then outputs (destination-passing
+    style, static shapes, bare pointers).
+    """
+
+    kind: str
+    payload: str | bytes
+    entry: str
+    inputs: tuple[tuple[tuple[int, ...], str], ...]
+    outputs: tuple[tuple[tuple[int, ...], str], ...]
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Executable(abc.ABC):
+    """A loaded artifact. ``run`` takes contiguous numpy arrays, inputs then preallocated outputs."""
+
+    @abc.abstractmethod
+    def run(self, buffers: Sequence[Any]) -> None: ...
+
+
+class Target(abc.ABC):
+    """Contract every target plugin fulfils.
+
+    Class attributes:
+      name          -- the name users pass as ``target=`` (must equal the entry-point name).
+      api_version   -- the contract version the plugin was written against (``API_VERSION``).
+      default_spec  -- preset name (or path) of the chip spec used when the user gives none.
+      description   -- one line for ``pbsdk targets``.
+      implemented   -- False for a registered target whose code generation has not landed yet; it is
+                       listed but compiling for it raises a clear `TargetError`.
+    """
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = API_VERSION
+    default_spec: ClassVar[str]
+    description: ClassVar[str] = ""
+    implemented: ClassVar[bool] = True
+
+    def check_spec(self, spec: ChipSpec) -> None:
+        """Raise `TargetError` if this target cannot generate code for ``spec``. Default: accept."""
+
+    @abc.abstractmethod
+    def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
+        """The target's stages, run after the core's. The last one must produce an `Artifact`."""
+
+    @abc.abstractmethod
+    def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
+        """Load a compiled artifact for execution. Raise `DeviceUnavailableError` without the device."""
+
+    def supported_ops(self) -> frozenset[str] | None:
+        """Names of pbsdk ops this target handles, or None for "everything the core lowers"."""
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetInfo:
+    """One discovered entry point: its target class, or why it could not be loaded."""
+
+    name: str
+    value: str  # "module:attr" as written in the entry point
+    distribution: str | None
+    cls: type[Target] | None
+    error: str | None
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    return list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load_entry_point(ep: importlib.metadata.EntryPoint) -> TargetInfo:
+    dist = getattr(getattr(ep, "dist", None), "name", None)
+    try:
+        obj = ep.load()
+    except Exception as exc:  # a broken plugin must not take the others down
+        return TargetInfo(ep.name, ep.value, dist, None, f"import failed: {type(exc).__name__}: {exc}")
+    if not (isinstance(obj, type) and issubclass(obj, Target)):
+        return TargetInfo(ep.name, ep.value, dist, None, f"{ep.value} is not a pbsdk Target subclass")
+    if getattr(obj, "name", None) != ep.name:
+        return TargetInfo(
+            ep.name, ep.value, dist, None,
+            f"entry point '{ep.name}' names class {obj.__name__} whose name is {getattr(obj, 'name', None)!r}",
+        )
+    if obj.api_version != API_VERSION:
+        return TargetInfo(
+            ep.name, ep.value, dist, None,
+            f"written for target API {obj.api_version}, this pbsdk provides API {API_VERSION}",
+        )
+    return TargetInfo(ep.name, ep.value, dist, obj, None)
+
+
+def discover(*, entry_points: Callable[[], list[importlib.metadata.EntryPoint]] | None = None) -> list[TargetInfo]:
+    """Load every entry point of the ``pbsdk.targets`` group; never raises for a broken plugin.
+
+    Two entry points with one name (from different distributions or values) are reported on both
+    entries as a clash; `get_target` refuses such a name.
+    """
+    eps = (entry_points or _entry_points)()
+    # importlib.metadata can list the same distribution twice (e.g. an editable install seen through
+    # two sys.path entries); identical (name, value) pairs are one plugin, not a clash.
+    unique: dict[tuple[str, str], importlib.metadata.EntryPoint] = {}
+    for ep in eps:
+        unique.setdefault((ep.name, ep.value), ep)
+    by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
+    for ep in unique.values():
+        by_name.setdefault(ep.name, []).append(ep)
+    infos: list[TargetInfo] = []
+    for name in sorted(by_name):
+        group = by_name[name]
+        if len(group) > 1:
+            where = ", ".join(f"{e.value} ({getattr(getattr(e, 'dist', None), 'name', '?')})" for e in group)
+            infos.append(TargetInfo(name, group[0].value, None, None, f"name clash: '{name}' is registered by {where}"))
+            continue
+        infos.append(_load_entry_point(group[0]))
+    return infos
+
+
+_cache: dict[str, Target] = {}
+
+
+def get_target(name: str | Target) -> Target:
+    """The target instance for ``name``, found through entry points. Raises `TargetError` with the known
+    names, or with the reason a plugin could not be loaded."""
+    if isinstance(name, Target):
+        return name
+    if name in _cache:
+        return _cache[name]
+    infos = {i.name: i for i in discover()}
+    info = infos.get(name)
+    if info is None:
+        known = ", ".join(sorted(i for i in infos)) or "none"
+        raise TargetError(f"unknown target '{name}' (installed targets: {known})")
+    if info.cls is None:
+        raise TargetError(f"target '{name}' cannot be used: {info.error}")
+    target = info.cls()
+    _cache[name] = target
+    return target

@@ -1,0 +1,115 @@
+"""``@pbsdk.jit`` and ``pbsdk.compile_mlir``: the Python entry points."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pbsdk.core.compiler import CompileRequest, compile_text, resolve
+from pbsdk.core.errors import ArgumentError, PbsdkError
+from pbsdk.core.ir.emit import emit_graph
+from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.core.runtime.kernel import Kernel
+from pbsdk.core.spec import ChipSpec
+from pbsdk.core.target import Target
+from pbsdk.frontends.tracing import Tensor, input_type, tracing
+
+Signature = tuple[TensorType, ...]
+
+
+def trace(fn: Callable[..., Any], types: Signature) -> tuple[Graph, bool]:
+    """Run ``fn`` on traced tensors of ``types``; returns the graph and whether fn returned a tuple."""
+    graph = Graph()
+    with tracing(graph):
+        args = [Tensor(graph.add("input", [], t), graph) for t in types]
+        result = fn(*args)
+    multiple = isinstance(result, (tuple, list))
+    results = list(result) if multiple else [result]
+    for i, r in enumerate(results):
+        if not isinstance(r, Tensor):
+            raise PbsdkError(f"{getattr(fn, '__name__', 'function')}: result {i} is a {type(r).__name__}, "
+                             "not a traced tensor (return values computed with pbsdk.ops)")
+        if r.graph is not graph:
+            raise PbsdkError("a result belongs to another trace (a tensor leaked from an earlier call?)")
+    graph.outputs = [r.value for r in results]
+    return graph, multiple
+
+
+class JitFunction:
+    """A traced-and-compiled function, one kernel per input signature (shapes and dtypes).
+
+    Thread-safe: concurrent first calls with one signature compile it once; others wait for it.
+    """
+
+    def __init__(self, fn: Callable[..., Any], request: CompileRequest) -> None:
+        self.fn = fn
+        self.request = request
+        self._kernels: dict[Signature, tuple[Kernel, bool]] = {}
+        self._locks: dict[Signature, threading.Lock] = {}
+        self._lock = threading.Lock()
+        functools.update_wrapper(self, fn)
+
+    @property
+    def signatures(self) -> list[Signature]:
+        return list(self._kernels)
+
+    def _signature(self, args: tuple[Any, ...]) -> Signature:
+        import inspect
+        try:
+            inspect.signature(self.fn).bind(*args)
+        except TypeError as exc:
+            raise ArgumentError(f"{self.fn.__name__}: {exc}") from None
+        except ValueError:  # builtins without a signature
+            pass
+        return tuple(input_type(a, i) for i, a in enumerate(args))
+
+    def lower(self, *args: Any) -> str:
+        """The MLIR (linalg on tensors) this function traces to for these arguments."""
+        graph, _ = trace(self.fn, self._signature(args))
+        return emit_graph(graph)
+
+    def kernel(self, sig: Signature) -> tuple[Kernel, bool]:
+        found = self._kernels.get(sig)
+        if found is not None:
+            return found
+        with self._lock:
+            lock = self._locks.setdefault(sig, threading.Lock())
+        with lock:
+            found = self._kernels.get(sig)
+            if found is None:
+                graph, multiple = trace(self.fn, sig)
+                artifact = compile_text(emit_graph(graph), self.request)
+                executable = self.request.target.load(artifact, self.request.spec)
+                found = (Kernel(artifact, executable, name=self.fn.__name__), multiple)
+                self._kernels[sig] = found
+        return found
+
+    def __call__(self, *args: Any) -> Any:
+        kernel, multiple = self.kernel(self._signature(args))
+        out = kernel(*args)
+        if multiple:
+            return out if isinstance(out, tuple) else (out,)
+        return out
+
+
+def jit(fn: Callable[..., Any] | None = None, *, target: str | Target = "cpu", spec: str | ChipSpec | None = None,
+        options: Mapping[str, Any] | None = None) -> Any:
+    """Decorator: trace ``fn`` (written with `pbsdk.ops`) on numpy inputs and compile it for ``target``.
+
+    Compiles once per input signature and caches. ``spec`` is a preset name, a YAML path or a ChipSpec
+    (default: the target's). Usable bare (``@pbsdk.jit``) or with arguments.
+    """
+    def wrap(f: Callable[..., Any]) -> JitFunction:
+        return JitFunction(f, resolve(target, spec, options))
+    return wrap(fn) if fn is not None else wrap
+
+
+def compile_mlir(text: str, *, target: str | Target = "cpu", spec: str | ChipSpec | None = None,
+                 options: Mapping[str, Any] | None = None) -> Kernel:
+    """Compile MLIR at the linalg-on-tensors level (one public ``func.func`` with static tensor
+    arguments and results) and return a callable `Kernel`."""
+    request = resolve(target, spec, options)
+    artifact = compile_text(text, request)
+    return Kernel(artifact, request.target.load(artifact, request.spec), name=artifact.entry)
