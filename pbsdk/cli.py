@@ -1,0 +1,153 @@
+"""The ``pbsdk`` command line.
+
+Every deliberate failure is a `PbsdkError`: printed as ``pbsdk: error: ...`` on stderr with exit code 2,
+never a traceback. Anything else is a bug in pbsdk: exit 3 with a one-line summary (``PBSDK_DEBUG=1``
+shows the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+
+from pbsdk.core.errors import PbsdkError
+
+
+def _cmd_targets(args: argparse.Namespace) -> int:
+    from pbsdk.core.target import discover
+
+    infos = discover()
+    width = max([len(i.name) for i in infos] + [4])
+    for info in infos:
+        if info.cls is None:
+            print(f"{info.name:<{width}}  BROKEN   {info.error}  [{info.value}]")
+            continue
+        status = "ready" if info.cls.implemented else "planned"
+        print(f"{info.name:<{width}}  {status:<8} spec={info.cls.default_spec:<14} {info.cls.description}")
+    broken = [i for i in infos if i.cls is None]
+    if broken and args.strict:
+        return 1
+    return 0
+
+
+def _cmd_spec(args: argparse.Namespace) -> int:
+    from pbsdk.core import spec as specs
+
+    if args.spec_cmd == "validate":
+        for path in args.files:
+            chip = specs.load_spec(Path(path))
+            print(f"{path}: ok ({chip.name}: {chip.kind}, {len(chip.compute)} compute levels, "
+                  f"{len(chip.memory)} memory levels, {len(chip.matrix_units)} matrix units)")
+        return 0
+    if args.spec_cmd == "show":
+        chip = specs.load_spec(args.name)
+        data = chip.model_dump(mode="json")
+        if args.format == "json":
+            print(json.dumps(data, indent=2))
+        else:
+            import yaml
+            print(yaml.safe_dump(data, sort_keys=False), end="")
+        return 0
+    if args.spec_cmd == "schema":
+        print(json.dumps(specs.spec_json_schema(), indent=2))
+        return 0
+    if args.spec_cmd == "list":
+        for name, path in sorted(specs.list_presets().items()):
+            print(f"{name:<22} {path}")
+        print(f"{'host':<22} (detected from this machine)")
+        return 0
+    raise AssertionError(args.spec_cmd)
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from pbsdk.core.compiler import compile_text, pipeline_for, resolve
+
+    request = resolve(args.target, args.spec, {"entry": args.entry} if args.entry else None)
+    if args.list_stages:
+        for stage in pipeline_for(request).stages:
+            print(f"{stage.name:<14} {stage.description}")
+        return 0
+    try:
+        text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    except OSError as exc:
+        raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
+    result = compile_text(text, request, stop_after=args.emit)
+    payload = getattr(result, "payload", result)
+    out = payload if isinstance(payload, (str, bytes)) else str(payload)
+    if args.output:
+        Path(args.output).write_bytes(out if isinstance(out, bytes) else out.encode())
+    elif isinstance(out, bytes):
+        sys.stdout.buffer.write(out)
+    else:
+        print(out, end="" if out.endswith("\n") else "\n")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from pbsdk.demo import main as demo_main
+
+    return demo_main(target=args.target, spec=args.spec, repeats=args.repeats)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pbsdk", description="pbsdk: a retargetable MLIR compiler SDK for AI chips")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("targets", help="list installed target plugins (and broken ones)")
+    p.add_argument("--strict", action="store_true", help="exit 1 if any plugin failed to load")
+    p.set_defaults(func=_cmd_targets)
+
+    p = sub.add_parser("spec", help="chip specs: validate, show, schema, list")
+    ssub = p.add_subparsers(dest="spec_cmd", required=True)
+    v = ssub.add_parser("validate", help="validate YAML chip spec files")
+    v.add_argument("files", nargs="+")
+    s = ssub.add_parser("show", help="print a preset (or file) after validation")
+    s.add_argument("name", help="preset name or alias (e.g. h100), 'host', or a YAML path")
+    s.add_argument("--format", choices=["yaml", "json"], default="yaml")
+    ssub.add_parser("schema", help="print the JSON Schema of chip specs (for editors)")
+    ssub.add_parser("list", help="list presets")
+    p.set_defaults(func=_cmd_spec)
+
+    p = sub.add_parser("compile", help="compile an MLIR file (linalg on tensors) and print the IR after a stage")
+    p.add_argument("file", help="input .mlir file ('-' for stdin)")
+    p.add_argument("--target", default="cpu")
+    p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
+    p.add_argument("--emit", default=None, metavar="STAGE", help="stop after STAGE and print its IR (see --list-stages)")
+    p.add_argument("--entry", default=None, help="function to compile when the module has several")
+    p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
+    p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
+    p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("demo", help="compile and run an MLP layer (bias+GELU) and a softmax; compare with numpy")
+    p.add_argument("--target", default="cpu")
+    p.add_argument("--spec", default=None)
+    p.add_argument("--repeats", type=int, default=20)
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except PbsdkError as err:
+        print(f"pbsdk: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a bug in pbsdk: say so, briefly
+        if os.environ.get("PBSDK_DEBUG"):
+            traceback.print_exc()
+        print(f"pbsdk: internal error: {type(exc).__name__}: {exc} (set PBSDK_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+"""Test groups by what they need: unit (no MLIR), ir (lit + FileCheck), numerics (host JIT), gpu (marker)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False, help="run long sweeps marked slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_slow = pytest.mark.skip(reason="long sweep: run with --runslow")
+    has_gpu = shutil.which("nvidia-smi") is not None
+    skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    for item in items:
+        if "slow" in item.keywords and not config.getoption("--runslow"):
+            item.add_marker(skip_slow)
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(skip_gpu)

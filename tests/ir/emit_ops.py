@@ -1,0 +1,65 @@
+# How pbsdk.ops programs are emitted as linalg on tensors.
+# RUN: %python %s | filecheck %s
+import numpy as np
+
+import pbsdk
+from pbsdk import ops
+
+f32 = np.float32
+
+
+def show(title, fn, *shapes, dtype=f32):
+    print(f"// ----- {title}")
+    print(pbsdk.jit(fn).lower(*[np.zeros(s, dtype) for s in shapes]))
+
+
+# Broadcasting reads size-1 and missing dims with constant or dropped indices; scalars are splats.
+show("broadcast", lambda a, b: a * b + 2.0, (3, 1, 5), (4, 1))
+# CHECK-LABEL: ----- broadcast
+# CHECK: func.func @main(%arg0: tensor<3x1x5xf32>, %arg1: tensor<4x1xf32>) -> (tensor<3x4x5xf32>)
+# CHECK: affine_map<(d0, d1, d2) -> (d0, 0, d2)>, affine_map<(d0, d1, d2) -> (d1, 0)>
+# CHECK: arith.mulf
+# CHECK: arith.constant dense<2.0> : tensor<f32>
+# CHECK: affine_map<(d0, d1, d2) -> ()>
+# CHECK: arith.addf
+
+# Plain 2-D and equal-batch matmuls stay named ops; transposed or broadcast operands become a generic
+# contraction that reads the operand in place (no transpose copy).
+show("matmul", lambda a, b: a @ b, (5, 7), (7, 3))
+# CHECK-LABEL: ----- matmul
+# CHECK: linalg.fill
+# CHECK: linalg.matmul ins(%arg0, %arg1 : tensor<5x7xf32>, tensor<7x3xf32>)
+show("matmul-bt", lambda a, b: ops.matmul(a, b, transpose_b=True), (2, 5, 7), (3, 7))
+# CHECK-LABEL: ----- matmul-bt
+# CHECK: affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+# CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
+
+# f16 contractions accumulate in f32 and round once at the end.
+show("matmul-f16", lambda a, b: a @ b, (4, 8), (8, 4), dtype=np.float16)
+# CHECK-LABEL: ----- matmul-f16
+# CHECK: linalg.matmul ins(%arg0, %arg1 : tensor<4x8xf16>, tensor<8x4xf16>) outs(%{{.*}} : tensor<4x4xf32>)
+# CHECK: arith.truncf %{{.*}} : f32 to f16
+
+# Reductions: a fill with the identity, then a generic with reduction iterators.
+show("reduce", lambda a: ops.max(a, axis=(0, 2)), (3, 4, 5))
+# CHECK-LABEL: ----- reduce
+# CHECK: arith.constant 0xff800000 : f32
+# CHECK: affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1)>
+# CHECK-SAME: iterator_types = ["reduction", "parallel", "reduction"]
+# CHECK: arith.maximumf
+
+# Grouped, strided, dilated, padded conv2d: tensor.pad, channels split into groups, one generic.
+show("conv", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9), (6, 2, 3, 3))
+# CHECK-LABEL: ----- conv
+# CHECK: tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1]
+# CHECK: tensor.expand_shape {{.*}} output_shape [1, 2, 2, 11, 11]
+# CHECK: tensor.expand_shape %arg1 {{.*}} output_shape [2, 3, 2, 3, 3]
+# CHECK: affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6 * 2, d4 * 2 + d7 * 2)>
+# CHECK: tensor.collapse_shape {{.*}} into tensor<1x6x4x4xf32>
+
+# Layout ops: transpose is linalg.transpose; reshape is a collapse and an expand (views after bufferization).
+show("layout", lambda a: ops.reshape(ops.transpose(a, (1, 0, 2)), (4, -1)), (3, 4, 5))
+# CHECK-LABEL: ----- layout
+# CHECK: linalg.transpose ins(%arg0 : tensor<3x4x5xf32>) outs(%{{.*}} : tensor<4x3x5xf32>) permutation = [1, 0, 2]
+# CHECK: tensor.collapse_shape {{.*}} {{\[\[}}0, 1, 2]] : tensor<4x3x5xf32> into tensor<60xf32>
+# CHECK: tensor.expand_shape {{.*}} {{\[\[}}0, 1]] output_shape [4, 15] : tensor<60xf32> into tensor<4x15xf32>
