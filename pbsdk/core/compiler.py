@@ -78,7 +78,8 @@ CORE_STAGES: tuple[Stage, ...] = (
           passes="one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
                  "identity-layout-map}, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
-          description="tensors to buffers; results become caller-allocated output buffers"),
+          description="tensors to buffers; "
+                      "results become caller-allocated output buffers"),
 )
 
 

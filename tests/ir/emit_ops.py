@@ -19,7 +19,7 @@ show("broadcast", lambda a, b: a * b + 2.0, (3, 1, 5), (4, 1))
 # CHECK: func.func @main(%arg0: tensor<3x1x5xf32>, %arg1: tensor<4x1xf32>) -> (tensor<3x4x5xf32>)
 # CHECK: affine_map<(d0, d1, d2) -> (d0, 0, d2)>, affine_map<(d0, d1, d2) -> (d1, 0)>
 # CHECK: arith.mulf
-# CHECK: arith.constant dense<2.0> : tensor<f32>
+# CHECK: arith.constant dense<2.0{{0*}}e+00> : tensor<f32>
 # CHECK: affine_map<(d0, d1, d2) -> ()>
 # CHECK: arith.addf
 

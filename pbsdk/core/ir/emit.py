@@ -80,7 +80,7 @@ class _Emitter:
     @staticmethod
     def scalar_literal(value: float, dtype: str) -> str:
         if math.isfinite(value):
-            return repr(float(value))
+            return f"{float(value):.17e}"  # always has a '.', which MLIR's float literals need
         bits = np.array([value], dtype=DTYPE_TO_NUMPY[dtype]).view(f"u{np.dtype(DTYPE_TO_NUMPY[dtype]).itemsize}")
         return hex(int(bits[0]))
 
@@ -355,12 +355,12 @@ def _scalar_body(node: Node, x: list[str], t: str) -> list[str]:
                 f"%d = arith.addf %one, %e : {t}", f"%y = arith.divf %one, %d : {t}"]
     if op == "gelu":  # 0.5 * x * (1 + erf(x / sqrt(2)))
         return [f"%half = arith.constant 0.5 : {t}", f"%one = arith.constant 1.0 : {t}",
-                f"%is2 = arith.constant {1 / math.sqrt(2)!r} : {t}", f"%s = arith.mulf {x[0]}, %is2 : {t}",
+                f"%is2 = arith.constant {1 / math.sqrt(2):.17e} : {t}", f"%s = arith.mulf {x[0]}, %is2 : {t}",
                 f"%e = math.erf %s : {t}", f"%p = arith.addf %one, %e : {t}", f"%h = arith.mulf {x[0]}, %half : {t}",
                 f"%y = arith.mulf %h, %p : {t}"]
     if op == "gelu_tanh":  # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
         return [f"%half = arith.constant 0.5 : {t}", f"%one = arith.constant 1.0 : {t}",
-                f"%c = arith.constant {math.sqrt(2 / math.pi)!r} : {t}", f"%k = arith.constant 0.044715 : {t}",
+                f"%c = arith.constant {math.sqrt(2 / math.pi):.17e} : {t}", f"%k = arith.constant 0.044715 : {t}",
                 f"%x2 = arith.mulf {x[0]}, {x[0]} : {t}", f"%x3 = arith.mulf %x2, {x[0]} : {t}",
                 f"%kx3 = arith.mulf %k, %x3 : {t}", f"%in = arith.addf {x[0]}, %kx3 : {t}",
                 f"%s = arith.mulf %c, %in : {t}", f"%th = math.tanh %s : {t}", f"%p = arith.addf %one, %th : {t}",

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
+from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
@@ -71,6 +72,13 @@ class CpuExecutable(Executable):
             mod.verify()
         except RuntimeError as exc:
             raise CompileError(f"LLVM rejected the module: {exc}", stage="jit") from exc
+        # Every external the code calls must resolve in this process (libm, libc); otherwise MCJIT would
+        # jump to address 0 at run time.
+        missing = [f.name for f in mod.functions
+                   if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name)]
+        if missing:
+            raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
+                               stage="jit")
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -103,6 +111,8 @@ class CpuTarget(Target):
 
     def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
         return (
+            Stage("lower-copies", fn=CopiesToLinalg().apply,
+                  description="strided memref.copy to linalg.copy (no runtime library needed)"),
             Stage("lower-loops", passes="convert-linalg-to-loops, lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
             Stage("lower-llvm",

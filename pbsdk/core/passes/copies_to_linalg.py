@@ -1,0 +1,52 @@
+"""Pass ``copies-to-linalg``: rewrite ``memref.copy`` into ``linalg.copy``.
+
+Upstream lowers a ``memref.copy`` between identity-layout buffers to an ``llvm.memcpy`` intrinsic, but
+one touching a strided view (e.g. the interior of a padded buffer) to a call into MLIR's runner-utils
+library. pbsdk ships no runtime library, so such copies become ``linalg.copy`` ops, which the loop
+lowering turns into plain loops (and which later tiling/vectorisation can treat like any other linalg op).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mlir import ir
+from mlir.dialects import linalg
+
+
+def _identity_layout(t: ir.Type) -> bool:
+    """A contiguous row-major buffer with offset 0 (what lowers to a plain memcpy)."""
+    if not isinstance(t, ir.MemRefType) or not t.has_static_shape:
+        return False
+    strides, offset = t.get_strides_and_offset()
+    expected, running = [], 1
+    for size in reversed(t.shape):
+        expected.append(running)
+        running *= size
+    return offset == 0 and list(strides) == list(reversed(expected))
+
+
+@dataclasses.dataclass(frozen=True)
+class CopiesToLinalg:
+    """Options: ``only_strided`` keeps identity-to-identity copies as ``memref.copy`` (a memcpy)."""
+
+    name = "copies-to-linalg"
+    only_strided: bool = True
+
+    def apply(self, module: ir.Module, _ctx: Any = None) -> None:
+        copies: list[ir.Operation] = []
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name == "memref.copy":
+                copies.append(op)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+        for op in copies:
+            src, dst = op.operands[0], op.operands[1]
+            if self.only_strided and _identity_layout(src.type) and _identity_layout(dst.type):
+                continue
+            with ir.InsertionPoint(op), op.location:
+                linalg.copy(src, outs=[dst])
+            op.erase()
