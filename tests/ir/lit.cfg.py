@@ -5,7 +5,7 @@ import sys
 import lit.formats
 
 config.name = "pbsdk-ir"
-config.test_format = lit.formats.ShTest(execute_external=True)
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".py"]
 config.excludes = ["lit.cfg.py"]
 config.test_source_root = os.path.dirname(__file__)

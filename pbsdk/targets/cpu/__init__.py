@@ -61,6 +61,13 @@ def target_machine(spec: ChipSpec) -> Any:
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
 
 
+_process = ctypes.CDLL(None)  # what MCJIT's symbol lookup searches: the process and its libraries
+
+
+def _resolvable(symbol: str) -> bool:
+    return hasattr(_process, symbol)
+
+
 class CpuExecutable(Executable):
     """A JIT-compiled kernel in this process. Owns its engine; the code is freed with the object."""
 
@@ -75,7 +82,7 @@ class CpuExecutable(Executable):
         # Every external the code calls must resolve in this process (libm, libc); otherwise MCJIT would
         # jump to address 0 at run time.
         missing = [f.name for f in mod.functions
-                   if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name)]
+                   if f.is_declaration and not f.name.startswith("llvm.") and not _resolvable(f.name)]
         if missing:
             raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
                                stage="jit")

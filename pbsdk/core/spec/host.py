@@ -1,0 +1,249 @@
+"""``detect_host()``: a `ChipSpec` of the machine pbsdk runs on.
+
+CPU name and features come from llvmlite (the same LLVM that generates the code), the core count from the
+process's CPU affinity, the caches from ``/sys/devices/system/cpu/cpu0/cache``, the clock from
+``/proc/cpuinfo``. Anything that cannot be read falls back to a conservative default. Bandwidths and
+peaks are estimates (nothing is measured), good enough for tile-size heuristics.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import re
+from pathlib import Path
+
+from pbsdk.core.spec.loader import validate_data
+from pbsdk.core.spec.models import ChipSpec
+
+_SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
+_PROC_CPUINFO = Path("/proc/cpuinfo")
+_DEFAULT_CLOCK_GHZ = 2.0
+_KiB, _MiB, _GiB = 1 << 10, 1 << 20, 1 << 30
+#: Used when /sys has no cache description: level -> (type, size per instance, shared chip-wide).
+_DEFAULT_CACHES = [(3, 8 * _MiB, True), (2, 1 * _MiB, False), (1, 32 * _KiB, False)]
+
+
+def _llvm_host() -> tuple[str, str, dict[str, bool], str]:
+    """(cpu name, flattened feature string, feature map, process triple); generic values without llvmlite."""
+    try:
+        import llvmlite.binding as llvm
+
+        # llvmlite >= 0.45 initialises LLVM itself (llvm.initialize() now raises); the host queries below
+        # need no target initialisation, but initialising the native target is harmless and idempotent.
+        try:
+            llvm.initialize_native_target()
+        except Exception:  # pragma: no cover - older/odd builds
+            pass
+        name = llvm.get_host_cpu_name() or "generic"
+        triple = llvm.get_process_triple()
+        try:
+            fmap = llvm.get_host_cpu_features()
+            features = fmap.flatten()
+            enabled = {k: bool(v) for k, v in fmap.items()}
+        except RuntimeError:  # LLVM cannot list features on some hosts
+            features, enabled = "", {}
+        return name, features, enabled, triple
+    except Exception:  # pragma: no cover - llvmlite missing or broken
+        machine = platform.machine() or "unknown"
+        return "generic", "", {}, f"{machine}-unknown-linux-gnu"
+
+
+def _core_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _affinity() -> set[int]:
+    try:
+        return set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return set(range(os.cpu_count() or 1))
+
+
+def _parse_cpu_list(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            cpus.update(range(int(lo), int(hi) + 1))
+        else:
+            cpus.add(int(part))
+    return cpus
+
+
+def _parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)i?B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise ValueError(text)
+    return int(m.group(1)) * {"": 1, "K": _KiB, "M": _MiB, "G": _GiB}[m.group(2).upper()]
+
+
+def _read_caches(cache_dir: Path | None = None) -> list[tuple[int, int, bool, int]]:
+    """[(level, bytes per instance, chip-wide?, line bytes)] of the data/unified caches of cpu0."""
+    cache_dir = _SYS_CACHE if cache_dir is None else cache_dir
+    found: list[tuple[int, int, bool, int]] = []
+    mine = _affinity()
+    try:
+        entries = sorted(cache_dir.glob("index*"))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            ctype = (entry / "type").read_text().strip()
+            if ctype not in ("Data", "Unified"):
+                continue
+            level = int((entry / "level").read_text())
+            size = _parse_size((entry / "size").read_text())
+            try:
+                sharers = _parse_cpu_list((entry / "shared_cpu_list").read_text())
+            except (OSError, ValueError):
+                sharers = {0}
+            try:
+                line = int((entry / "coherency_line_size").read_text())
+            except (OSError, ValueError):
+                line = 64
+        except (OSError, ValueError):
+            continue
+        chip_wide = len(mine) > 1 and mine <= sharers
+        if not chip_wide and len(sharers & mine) > 1:
+            # shared by a cluster of cores: count it per core (our hierarchy has no cluster level)
+            size //= len(sharers & mine)
+        if size > 0:
+            found.append((level, size, chip_wide, line if line > 0 and line & (line - 1) == 0 else 64))
+    if not found:
+        found = [(lvl, size, wide, 64) for lvl, size, wide in _DEFAULT_CACHES]
+    return found
+
+
+def _clock_ghz() -> float:
+    try:
+        for line in _PROC_CPUINFO.read_text(errors="replace").splitlines():
+            if line.lower().startswith("cpu mhz"):
+                mhz = float(line.split(":", 1)[1])
+                if 100 <= mhz <= 20000:
+                    return round(mhz / 1000.0, 3)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        khz = int(Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").read_text())
+        if 100_000 <= khz <= 20_000_000:
+            return round(khz / 1e6, 3)
+    except (OSError, ValueError):
+        pass
+    return _DEFAULT_CLOCK_GHZ
+
+
+def _cpuinfo_field(key: str) -> str | None:
+    try:
+        for line in _PROC_CPUINFO.read_text(errors="replace").splitlines():
+            if line.split(":", 1)[0].strip().lower() == key:
+                return line.split(":", 1)[1].strip()
+    except (OSError, IndexError):
+        pass
+    return None
+
+
+def _ram_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 8 * _GiB
+
+
+def host_spec_data() -> dict:
+    """The raw mapping `detect_host` validates (exposed for debugging: ``pbsdk spec show host``)."""
+    cpu, features, enabled, triple = _llvm_host()
+    cores = _core_count()
+    clock = _clock_ghz()
+    x86 = triple.startswith(("x86_64", "i386", "i686"))
+    if enabled.get("avx512f"):
+        width, regs = 512, 32
+    elif enabled.get("avx2") or enabled.get("avx"):
+        width, regs = 256, 16
+    elif x86:
+        width, regs = 128, 16
+    else:  # aarch64 NEON and others: 128-bit, 32 registers
+        width, regs = 128, 32
+    fma = bool(enabled.get("fma") or enabled.get("neon") or triple.startswith(("aarch64", "arm64")))
+    f32_lanes = width // 32
+
+    vendor_id = (_cpuinfo_field("vendor_id") or "").lower()
+    vendor = (
+        {"genuineintel": "intel", "authenticamd": "amd"}.get(vendor_id)
+        or platform.machine().lower()
+        or "unknown"
+    )
+    model = _cpuinfo_field("model name") or cpu
+
+    # Memory: main memory, then caches outermost (chip-wide, high level) first; keep sizes non-increasing
+    # so the spec validates even on odd topologies.
+    caches = sorted(_read_caches(), key=lambda c: (0 if c[2] else 1, -c[0]))
+    ram = max(_ram_bytes(), 64 * _MiB)
+    # Rough bandwidths (GB/s): ~10 GB/s of DRAM per core; L1 two vector loads per cycle, L2 64 B/cycle,
+    # shared last-level cache 16 B/cycle per core.
+    memory = [
+        dict(
+            name="dram",
+            scope="device",
+            size_bytes=ram,
+            bandwidth_gbps=round(min(10.0 * cores, 400.0), 1),
+            alignment_bytes=64,
+            line_bytes=64,
+            managed="software",
+        )
+    ]
+    prev_size, seen = ram, set()
+    for level, size, wide, line in caches:
+        name = f"l{level}d" if level == 1 else f"l{level}"
+        if name in seen:
+            continue
+        seen.add(name)
+        size = min(size, prev_size)
+        prev_size = size
+        per_cycle = {1: 2 * width // 8, 2: 64}.get(level, 16)
+        bw = per_cycle * clock * (cores if wide else 1)
+        memory.append(
+            dict(
+                name=name,
+                scope="device" if wide else "core",
+                size_bytes=size,
+                bandwidth_gbps=round(bw, 1),
+                alignment_bytes=line,
+                line_bytes=line,
+                managed="cache",
+            )
+        )
+    # device-scoped caches must precede core-scoped ones (done by the sort) - nothing else to fix.
+
+    fma_units = 2  # two FMA pipes per core on current x86/arm server cores
+    flops_per_lane = 2 if fma else 1
+    f32_peak = cores * clock * f32_lanes * fma_units * flops_per_lane / 1000.0
+    vec_dtypes = ["f64", "f32", "i64", "i32", "i16", "i8"]
+    return dict(
+        name="host",
+        aliases=[],
+        vendor=vendor,
+        kind="cpu",
+        description=f"Detected host: {model} ({cores} cores usable, {width}-bit vectors).",
+        dtypes=["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1"],
+        compute=[dict(name="core", count=cores), dict(name="lane", count=f32_lanes)],
+        memory=memory,
+        matrix_units=[],
+        vector=dict(width_bits=width, dtypes=vec_dtypes, registers=regs, fma=fma),
+        peak_tflops={"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4)},
+        clock_ghz=clock,
+        codegen={"triple": triple, "cpu": cpu, "features": features},
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def detect_host() -> ChipSpec:
+    """A validated `ChipSpec` of this machine (name ``host``, kind ``cpu``); cached for the process."""
+    return validate_data(host_spec_data(), source="host")
