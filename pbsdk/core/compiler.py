@@ -13,6 +13,7 @@ from typing import Any
 from mlir import ir
 
 from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
+from pbsdk.core.passes.distinct_results import DistinctResults
 from pbsdk.core.pipeline import Pipeline, Stage, StageContext
 from pbsdk.core.spec import ChipSpec, load_spec
 from pbsdk.core.target import Target, get_target
@@ -76,10 +77,14 @@ CORE_STAGES: tuple[Stage, ...] = (
           description="producer-consumer fusion of elementwise ops"),
     Stage("bufferize",
           passes="one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
-                 "identity-layout-map}, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
+                 "identity-layout-map}",
+          description="tensors to buffers"),
+    Stage("distinct-results", fn=DistinctResults().apply,
+          description="a buffer returned twice gets a copy, so each output is written once"),
+    Stage("out-params",
+          passes="buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
-          description="tensors to buffers; "
-                      "results become caller-allocated output buffers"),
+          description="results become caller-allocated output buffers; deallocation"),
 )
 
 

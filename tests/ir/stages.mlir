@@ -1,7 +1,7 @@
 // The core's and the cpu target's stages on one small program: matmul + bias + relu.
 // RUN: %pbsdk compile %s --emit input | filecheck %s --check-prefix=INPUT
 // RUN: %pbsdk compile %s --emit fuse | filecheck %s --check-prefix=FUSE
-// RUN: %pbsdk compile %s --emit bufferize | filecheck %s --check-prefix=BUF
+// RUN: %pbsdk compile %s --emit out-params | filecheck %s --check-prefix=BUF
 // RUN: %pbsdk compile %s --emit lower-loops | filecheck %s --check-prefix=LOOPS
 // RUN: %pbsdk compile %s --emit lower-llvm | filecheck %s --check-prefix=LLVMD
 // RUN: %pbsdk compile %s --emit llvm-ir | filecheck %s --check-prefix=LLVMIR
