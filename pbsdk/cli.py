@@ -88,6 +88,59 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _contractions_in_mlir(text: str) -> list[tuple[str, object]]:
+    """(title, Contraction) for each named matmul-like op of an MLIR module."""
+    from mlir import ir
+
+    from pbsdk.core.errors import CompileError
+    from pbsdk.core.plan import Contraction
+
+    found: list[tuple[str, object]] = []
+    with ir.Context():
+        try:
+            module = ir.Module.parse(text)
+        except Exception as exc:
+            raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from None
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name in ("linalg.matmul", "linalg.batch_matmul"):
+                a, b = (ir.ShapedType(v.type) for v in list(op.operands)[:2])
+                out = ir.ShapedType(list(op.operands)[2].type)
+                batch = a.shape[0] if op.name == "linalg.batch_matmul" else 1
+                found.append((f"{op.name} {out}", Contraction(out.shape[-2], out.shape[-1], a.shape[-1], batch,
+                                                               str(a.element_type), str(out.element_type))))
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(visit)
+    return found
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from pbsdk.core.plan import Contraction, format_plan, plan_contraction
+    from pbsdk.core.spec import load_spec
+
+    spec = load_spec(args.spec or "host")
+    options = {"matmul_precision": args.precision}
+    if args.matmul:
+        m, n, k = args.matmul
+        ops = [(f"matmul {m}x{n}x{k}", Contraction(m, n, k, args.batch, args.dtype))]
+    elif args.file:
+        try:
+            text = Path(args.file).read_text()
+        except OSError as exc:
+            raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
+        ops = _contractions_in_mlir(text)
+        if not ops:
+            print(f"{args.file}: no contractions to plan (elementwise and reduction ops are memory-bound "
+                  "and run as fused loops)")
+    else:
+        raise PbsdkError("explain needs an MLIR file or --matmul M N K")
+    print(f"spec {spec.name}")
+    for title, op in ops:
+        print(format_plan(title, plan_contraction(spec, op, options)))  # type: ignore[arg-type]
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pbsdk.demo import main as demo_main
 
@@ -122,6 +175,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
     p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
     p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("explain", help="the plan (tiles per memory level, compute unit, parallel mapping, "
+                                       "estimate and bound) chosen for each contraction")
+    p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned)")
+    p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "N", "K"), help="plan one matmul of this shape")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--dtype", default="f32")
+    p.add_argument("--precision", choices=["exact", "tf32", "mixed"], default="exact",
+                   help="matmul precision policy: which operand dtypes f32 contractions may use")
+    p.add_argument("--spec", default=None, help="preset name or YAML path (default: host)")
+    p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("demo", help="compile and run an MLP layer (bias+GELU) and a softmax; compare with numpy")
     p.add_argument("--target", default="cpu")

@@ -70,6 +70,14 @@ class JitFunction:
         graph, _ = trace(self.fn, self._signature(args))
         return emit_graph(graph)
 
+    def explain(self, *args: Any) -> str:
+        """The planner's decisions for each contraction this function traces to, as text."""
+        from pbsdk.core.plan import explain_graph, format_plan
+
+        graph, _ = trace(self.fn, self._signature(args))
+        plans = explain_graph(graph, self.request.spec, self.request.options)
+        return "\n".join(format_plan(title, plan) for title, plan in plans) or "no contractions"
+
     def kernel(self, sig: Signature) -> tuple[Kernel, bool]:
         found = self._kernels.get(sig)
         if found is not None:

@@ -1,0 +1,318 @@
+"""Planning a contraction ``C[b, m, n] += A[b, m, k] * B[b, k, n]`` from a chip's description.
+
+The model, in three steps, each reading only the `ChipSpec`:
+
+1. **Compute tile** (innermost): the first matrix unit the spec lists for the operand dtype, shaped
+   m x n x k; else a register tile for the vector unit — ``mr`` rows by ``nr_vecs`` vectors of
+   accumulators, chosen to maximise the tile's arithmetic intensity ``mr*nr / (mr + nr)`` while the
+   accumulators, one B vector per column of vectors and one broadcast A value fit the vector register
+   file; else a scalar tile.
+2. **Memory-level tiles**, innermost level first (the level closest to the compute units, e.g. L1 or a
+   core's scratchpad), each a multiple of the tile inside it. Starting from the inner tile, the model
+   repeatedly doubles the dimension (m, n or k) that most reduces the traffic the tile implies from the
+   next level out — A is re-read once per column of tiles, B once per row, partial sums of C once per k
+   step — as long as the tile's working set fits the level's budget: a cache keeps half its capacity as
+   headroom; a software-managed scratchpad holds two copies of the operand tiles (double buffering),
+   plus the accumulator tile unless the owning compute level's registers hold it.
+3. **Parallel mapping**: tiles of the outermost per-unit level are spread over the outermost compute
+   level (cores, SMs); when there are fewer tiles than units, that tile shrinks until every unit has
+   work or it reaches the tile inside it.
+
+The estimate is a roofline per level: compute at the unit's peak, and the bytes each level serves at
+its bandwidth; the largest term names the bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pbsdk.core.errors import UnsupportedError
+from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
+
+# Fraction of a cache's capacity a tile may use (the rest is headroom for conflict misses, other data).
+CACHE_BUDGET = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class Contraction:
+    """The op being planned: shapes and dtypes only."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+    dtype: str = "f32"
+    acc_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        if min(self.m, self.n, self.k, self.batch) < 1:
+            raise UnsupportedError(f"contraction with an empty dimension: {self}", op="matmul")
+
+    @property
+    def accumulator(self) -> str:
+        return self.acc_dtype or ("f32" if self.dtype in ("f16", "bf16") else self.dtype)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclasses.dataclass(frozen=True)
+class ComputeTile:
+    """What one instruction (matrix unit) or one register tile (vector FMA) computes."""
+
+    kind: Literal["matrix-unit", "vector-fma", "scalar"]
+    name: str
+    m: int
+    n: int
+    k: int
+    operand_dtype: str
+    accumulator_dtype: str
+    scope: str
+    registers: int = 0  # vector registers the tile uses (vector-fma)
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelTile:
+    """The tile held at one memory level, and why it is that size."""
+
+    level: str
+    managed: str
+    m: int
+    n: int
+    k: int
+    footprint_bytes: int
+    budget_bytes: int
+    double_buffered: bool
+    holds_accumulator: bool
+    traffic_bytes: int  # bytes the next level out serves for the whole op with this tile
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    bound: str  # "compute" or a memory level's name
+    terms: tuple[tuple[str, float], ...]  # (what, seconds)
+
+
+@dataclasses.dataclass(frozen=True)
+class ContractionPlan:
+    op: Contraction
+    compute: ComputeTile
+    levels: tuple[LevelTile, ...]  # innermost first
+    loop_order: tuple[str, ...]  # outermost first, one name per tiled loop, e.g. ("n@l3", "k@l2", ...)
+    parallel_level: str | None
+    parallel_dims: tuple[str, ...]
+    parallel_ways: int
+    estimate: Estimate
+    reasons: tuple[str, ...]
+
+    def tile(self, level: str) -> LevelTile:
+        return next(t for t in self.levels if t.level == level)
+
+
+def _bytes(dtype: str) -> float:
+    return dtype_bits(dtype) / 8
+
+
+def _round_up(v: int, multiple: int) -> int:
+    return -(-v // multiple) * multiple
+
+
+def compute_tile(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | None = None) -> tuple[ComputeTile, str]:
+    """Step 1: the matrix unit, or a vector register tile, or scalar; with the reason."""
+    opts = options or {}
+    # The precision policy decides which operand dtypes an op may be computed in: "exact" keeps the op's
+    # dtype; "tf32" lets f32 use tf32 units; "mixed" also lets f32 use f16/bf16 units (f32 accumulate).
+    precision = opts.get("matmul_precision", "exact")
+    allowed = [op.dtype]
+    if op.dtype == "f32" and precision in ("tf32", "mixed"):
+        allowed.append("tf32")
+    if op.dtype == "f32" and precision == "mixed":
+        allowed += ["bf16", "f16"]
+    if opts.get("matrix_units", True):
+        units = [u for dt in allowed for u in spec.matrix_units_for(dt, op.accumulator)]
+        if units:
+            u = units[0]
+            return (ComputeTile("matrix-unit", u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype, u.scope),
+                    f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) is the "
+                    f"spec's first choice for {op.dtype}")
+    vec = spec.vector
+    if vec is not None and op.accumulator in vec.dtypes and vec.fma:
+        lanes = vec.lanes(op.accumulator)
+        best: tuple[float, int, int] | None = None
+        for nr_vecs in range(1, vec.registers):
+            for mr in range(1, vec.registers):
+                used = mr * nr_vecs + nr_vecs + 1  # accumulators + B vectors + one broadcast A
+                if used > vec.registers:
+                    break
+                nr = nr_vecs * lanes
+                intensity = mr * nr / (mr + nr)
+                if best is None or intensity > best[0] + 1e-9:
+                    best = (intensity, mr, nr_vecs)
+        assert best is not None
+        _, mr, nr_vecs = best
+        scope = spec.compute[0].name
+        return (ComputeTile("vector-fma", f"fma{vec.width_bits}", mr, nr_vecs * lanes, 1, op.dtype, op.accumulator,
+                            scope, registers=mr * nr_vecs + nr_vecs + 1),
+                f"no matrix unit for {op.dtype}: {mr}x{nr_vecs * lanes} register tile of {vec.width_bits}-bit FMAs "
+                f"({mr * nr_vecs} accumulators of {vec.registers} registers)")
+    return (ComputeTile("scalar", "scalar", 1, 1, 1, op.dtype, op.accumulator, spec.compute[-1].name),
+            f"no matrix or vector unit for {op.dtype}: scalar code")
+
+
+def _traffic(op: Contraction, tm: int, tn: int, tk: int) -> int:
+    """Bytes the next level out serves for the whole op when tiles of tm x tn x tk are held here."""
+    a, c = _bytes(op.dtype), _bytes(op.accumulator)
+    row_tiles, col_tiles, k_steps = -(-op.m // tm), -(-op.n // tn), -(-op.k // tk)
+    per_batch = (op.m * op.k * a * col_tiles + op.k * op.n * a * row_tiles
+                 + op.m * op.n * c * (2 * k_steps - 1))
+    return int(op.batch * per_batch)
+
+
+def _holds_accumulator_in_registers(spec: ChipSpec, level: MemoryLevel, tm: int, tn: int, acc: str) -> bool:
+    """Whether the compute level owning ``level`` has registers enough for the C tile (GPU blocks do)."""
+    if level.scope == "device":
+        return False
+    regs = spec.compute_level(level.scope).limits.get("registers_32bit", 0)
+    return regs > 0 and tm * tn * _bytes(acc) <= regs * 4 // 2
+
+
+def _level_budget(level: MemoryLevel, options: Mapping[str, Any]) -> tuple[int, bool]:
+    if level.managed == "cache":
+        return int(level.size_bytes * CACHE_BUDGET), False
+    capacity = level.max_size_bytes if (level.max_size_bytes and options.get("optin_scratchpad", True)) \
+        else level.size_bytes
+    return capacity, options.get("double_buffer", True)
+
+
+def _footprint(op: Contraction, tm: int, tn: int, tk: int, double: bool, acc_here: bool) -> int:
+    operands = (tm * tk + tk * tn) * _bytes(op.dtype) * (2 if double else 1)
+    return int(operands + (tm * tn * _bytes(op.accumulator) if acc_here else 0))
+
+
+def _grow(spec: ChipSpec, op: Contraction, level: MemoryLevel, inner: tuple[int, int, int], budget: int,
+          double: bool, acc_in_regs_possible: bool) -> tuple[tuple[int, int, int], bool]:
+    """Step 2 for one level: greedy doubling that most reduces outer-level traffic while it fits."""
+    base = inner
+    limit = (_round_up(op.m, base[0]), _round_up(op.n, base[1]), _round_up(op.k, base[2]))
+    tile = list(inner)
+
+    def acc_here(t: list[int]) -> bool:
+        return level.managed == "cache" or not (
+            acc_in_regs_possible and _holds_accumulator_in_registers(spec, level, t[0], t[1], op.accumulator))
+
+    def fits(t: list[int]) -> bool:
+        return _footprint(op, t[0], t[1], t[2], double, acc_here(t)) <= budget
+
+    if not fits(tile):
+        return tuple(tile), acc_here(tile)  # type: ignore[return-value]
+    while True:
+        best: tuple[float, int] | None = None
+        current = _traffic(op, *tile)
+        for dim in (2, 0, 1):  # k first on ties: long k amortises the accumulator (BLIS)
+            if tile[dim] >= limit[dim]:
+                continue
+            cand = list(tile)
+            cand[dim] = min(cand[dim] * 2, limit[dim])
+            if not fits(cand):
+                continue
+            saved = current - _traffic(op, *cand)
+            if saved > 0 and (best is None or saved > best[0]):
+                best = (saved, dim)
+        if best is None:
+            return tuple(tile), acc_here(tile)  # type: ignore[return-value]
+        tile[best[1]] = min(tile[best[1]] * 2, limit[best[1]])
+
+
+def plan_contraction(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | None = None) -> ContractionPlan:
+    """The full plan for ``op`` on ``spec`` (see the module docstring for the model)."""
+    opts = dict(options or {})
+    unit, why_unit = compute_tile(spec, op, opts)
+    reasons = [why_unit]
+    inner = (unit.m, unit.n, unit.k)
+    tiles: list[LevelTile] = []
+    for level in reversed(spec.memory[1:]):  # innermost first
+        budget, double = _level_budget(level, opts)
+        (tm, tn, tk), acc_here = _grow(spec, op, level, inner, budget, double, unit.kind != "scalar")
+        fp = _footprint(op, tm, tn, tk, double, acc_here)
+        if fp > budget:
+            reasons.append(f"{level.name}: even the inner tile {tm}x{tn}x{tk} ({fp} B) exceeds the budget "
+                           f"({budget} B); streaming through it")
+        tiles.append(LevelTile(level.name, level.managed, tm, tn, tk, fp, budget, double, acc_here,
+                               _traffic(op, tm, tn, tk)))
+        reasons.append(f"{level.name} ({level.managed}, budget {budget} B{', double-buffered' if double else ''}): "
+                       f"tile {tm}x{tn}x{tk} uses {fp} B")
+        inner = (tm, tn, tk)
+
+    # Step 3: parallel work for the outermost compute level.
+    top = spec.compute[0]
+    units = top.count
+    per_unit = [i for i, t in enumerate(tiles) if spec.memory_level(t.level).scope == top.name]
+    par_idx = per_unit[-1] if per_unit else (len(tiles) - 1 if tiles else None)
+    ways = 1
+    if par_idx is not None and units > 1:
+        t = tiles[par_idx]
+        floor = tiles[par_idx - 1] if par_idx > 0 else None
+        fm, fn = (floor.m, floor.n) if floor else (unit.m, unit.n)
+        tm, tn = t.m, t.n
+
+        def count(a: int, b: int) -> int:
+            return op.batch * -(-op.m // a) * -(-op.n // b)
+
+        while count(tm, tn) < units and (tm > fm or tn > fn):
+            if tm >= tn and tm > fm:
+                tm = max(fm, _round_up(tm // 2, fm))
+            elif tn > fn:
+                tn = max(fn, _round_up(tn // 2, fn))
+            else:
+                tm = max(fm, _round_up(tm // 2, fm))
+        if (tm, tn) != (t.m, t.n):
+            reasons.append(f"{t.level}: tile shrunk from {t.m}x{t.n} to {tm}x{tn} so that {units} {top.name}s get work")
+            tiles[par_idx] = dataclasses.replace(t, m=tm, n=tn, traffic_bytes=_traffic(op, tm, tn, t.k),
+                                                 footprint_bytes=_footprint(op, tm, tn, t.k, t.double_buffered,
+                                                                            t.holds_accumulator))
+        ways = min(units, count(tm, tn))
+    par_level = top.name if ways > 1 else None
+    dims = tuple(d for d, extent in (("batch", op.batch), ("m", op.m), ("n", op.n)) if extent > 1) if ways > 1 else ()
+
+    # Loop order: outermost level's loops first; inside each level n, k, m (B panel reused across m rows).
+    order: list[str] = []
+    for t in reversed(tiles):
+        order += [f"n@{t.level}", f"k@{t.level}", f"m@{t.level}"]
+    order += ["m@reg", "n@reg", "k@reg"] if unit.kind != "matrix-unit" else [f"{unit.name}"]
+
+    estimate = _estimate(spec, op, unit, tiles, ways)
+    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
+    return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons))
+
+
+def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[LevelTile], ways: int) -> Estimate:
+    peak = spec.peak_tflops.get(unit.operand_dtype if unit.kind == "matrix-unit" else op.dtype)
+    if peak is None:
+        peak = max(spec.peak_tflops.values(), default=1.0) / 16
+    if unit.kind == "scalar" and spec.vector is not None:
+        peak /= max(1, spec.vector.lanes(op.accumulator) if op.accumulator in spec.vector.dtypes else 1)
+    units = spec.compute[0].count
+    active = max(1, min(ways, units)) / units
+    terms = [("compute", op.flops / (peak * 1e12 * active))]
+    # Bytes served by each level: the tile held inside it determines the traffic it serves.
+    levels = list(spec.memory)
+    inner_traffic = {t.level: t.traffic_bytes for t in tiles}
+    for i, level in enumerate(levels):
+        inner_name = levels[i + 1].name if i + 1 < len(levels) else None
+        if inner_name is None:
+            # The innermost level feeds the compute tile; its accumulators stay in registers (or in the
+            # unit) across the k range of the innermost memory tile.
+            traffic = _traffic(op, unit.m, unit.n, tiles[0].k if tiles else unit.k)
+        else:
+            traffic = inner_traffic[inner_name]
+        inst = spec.instances(level.name)
+        if level.scope != "device":
+            inst = max(1, min(inst, ways))
+        terms.append((level.name, traffic / (level.bandwidth_gbps * 1e9 * inst)))
+    bound, seconds = max(terms, key=lambda t: t[1])
+    return Estimate(seconds, bound, tuple(terms))

@@ -1,0 +1,62 @@
+"""``pbsdk explain``: the plan chosen for each contraction of a program, its estimate, bound and why."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pbsdk.core.ir.graph import Graph, Node
+from pbsdk.core.plan.contraction import Contraction, ContractionPlan, plan_contraction
+from pbsdk.core.spec import ChipSpec
+
+
+def contraction_of(node: Node) -> Contraction | None:
+    """The contraction a graph node performs (matmul directly; conv2d as an implicit GEMM per group)."""
+    if node.op == "matmul":
+        a, b = node.inputs
+        out = node.out.shape
+        m, n = out[-2], out[-1]
+        k = a.shape[-2] if node.attrs["transpose_a"] else a.shape[-1]
+        batch = 1
+        for d in out[:-2]:
+            batch *= d
+        return Contraction(m, n, k, batch, a.dtype, node.out.dtype)
+    if node.op == "conv2d":
+        x, w = node.inputs
+        groups = node.attrs["groups"]
+        nhwc = node.attrs["layout"] == "NHWC"
+        o_shape = node.out.shape
+        n_, oh, ow = (o_shape[0], o_shape[1], o_shape[2]) if nhwc else (o_shape[0], o_shape[2], o_shape[3])
+        kh, kw, cg, o = w.shape if nhwc else (w.shape[2], w.shape[3], w.shape[1], w.shape[0])
+        return Contraction(n_ * oh * ow, o // groups, cg * kh * kw, groups, x.dtype, node.out.dtype)
+    return None
+
+
+def explain_graph(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> list[tuple[str, ContractionPlan]]:
+    plans = []
+    for i, node in enumerate(graph.live_nodes()):
+        op = contraction_of(node)
+        if op is not None:
+            plans.append((f"#{i} {node.op} {node.out.type}", plan_contraction(spec, op, options)))
+    return plans
+
+
+def format_plan(title: str, plan: ContractionPlan) -> str:
+    op, u = plan.op, plan.compute
+    lines = [f"{title}: {op.batch}x {op.m}x{op.n}x{op.k} {op.dtype}->{op.accumulator} ({op.flops / 1e9:.3f} GFLOP)",
+             f"  compute tile   {u.kind} {u.name}: {u.m}x{u.n}x{u.k} on '{u.scope}'"]
+    for t in plan.levels:
+        extra = ", double-buffered" if t.double_buffered else ""
+        extra += ", holds C" if t.holds_accumulator else ""
+        lines.append(f"  tile @{t.level:<8} {t.m}x{t.n}x{t.k}  {t.footprint_bytes} B of {t.budget_bytes} B "
+                     f"({t.managed}{extra}); {t.traffic_bytes / 1e6:.2f} MB from outside")
+    if plan.parallel_level:
+        lines.append(f"  parallel       {plan.parallel_ways}-way over '{plan.parallel_level}' on dims {', '.join(plan.parallel_dims)}")
+    else:
+        lines.append("  parallel       none (one unit)")
+    lines.append(f"  loop order     {' > '.join(plan.loop_order)}")
+    terms = ", ".join(f"{name} {s * 1e3:.3f} ms" for name, s in plan.estimate.terms)
+    lines.append(f"  estimate       {plan.estimate.seconds * 1e3:.3f} ms, bound by {plan.estimate.bound} ({terms})")
+    lines.append("  why:")
+    lines += [f"    - {r}" for r in plan.reasons]
+    return "\n".join(lines)

@@ -1,0 +1,152 @@
+"""The analytical planner on plans alone: no IR."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pbsdk.core.plan import Contraction, plan_contraction
+from pbsdk.core.spec import ChipSpec, load_spec
+
+
+def _with(spec: ChipSpec, **changes) -> ChipSpec:
+    """A validated copy of ``spec`` with some fields replaced (dict form, re-validated)."""
+    data = spec.model_dump()
+    data.update(changes)
+    return ChipSpec.model_validate(data)
+
+
+def _resize(spec: ChipSpec, level: str, factor: float) -> ChipSpec:
+    memory = [dict(m) for m in spec.model_dump()["memory"]]
+    for m in memory:
+        if m["name"] == level:
+            m["size_bytes"] = int(m["size_bytes"] * factor)
+            if m.get("max_size_bytes"):
+                m["max_size_bytes"] = int(m["max_size_bytes"] * factor)
+    return _with(spec, memory=memory)
+
+
+BIG = Contraction(2048, 2048, 2048)
+
+
+def test_plans_are_frozen_and_deterministic() -> None:
+    spec = load_spec("avx512")
+    a, b = plan_contraction(spec, BIG), plan_contraction(spec, BIG)
+    assert a == b
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        a.parallel_ways = 3  # type: ignore[misc]
+
+
+def test_cpu_without_matrix_unit_uses_a_vector_register_tile() -> None:
+    spec = load_spec("avx512")
+    plan = plan_contraction(spec, BIG)
+    u = plan.compute
+    assert u.kind == "vector-fma"
+    assert u.n % spec.vector.lanes("f32") == 0
+    assert u.registers <= spec.vector.registers
+    # With 32 registers of 16 lanes the best tile by intensity uses most of the register file.
+    assert u.registers >= spec.vector.registers - 2
+
+
+def test_fewer_vector_registers_shrink_the_register_tile() -> None:
+    spec = load_spec("avx512")
+    vec = spec.model_dump()["vector"]
+    small = _with(spec, vector={**vec, "registers": 16})
+    assert plan_contraction(small, BIG).compute.registers <= 16
+    assert plan_contraction(small, BIG).compute.m * plan_contraction(small, BIG).compute.n < \
+        plan_contraction(spec, BIG).compute.m * plan_contraction(spec, BIG).compute.n
+
+
+def test_halving_l1_shrinks_the_l1_tile() -> None:
+    spec = load_spec("avx512")
+    full = plan_contraction(spec, BIG).tile("l1d")
+    half = plan_contraction(_resize(spec, "l1d", 0.5), BIG).tile("l1d")
+    assert half.m * half.n * half.k < full.m * full.n * full.k
+    assert half.footprint_bytes <= half.budget_bytes < full.budget_bytes
+
+
+def test_halving_a_scratchpad_shrinks_its_tile() -> None:
+    spec = load_spec("npu")
+    op = Contraction(1024, 1024, 1024, dtype="bf16")
+    full = plan_contraction(spec, op).tile("spm")
+    half = plan_contraction(_resize(spec, "spm", 0.5), op).tile("spm")
+    assert half.m * half.n * half.k < full.m * full.n * full.k
+    assert half.double_buffered and half.footprint_bytes <= half.budget_bytes
+
+
+def test_matrix_unit_chosen_in_the_spec_order_and_tiles_are_multiples() -> None:
+    spec = load_spec("npu")
+    plan = plan_contraction(spec, Contraction(1000, 777, 513, dtype="bf16"))
+    assert plan.compute.kind == "matrix-unit" and (plan.compute.m, plan.compute.n, plan.compute.k) == (32, 32, 32)
+    inner = (32, 32, 32)
+    for t in plan.levels:
+        assert t.m % inner[0] == 0 and t.n % inner[1] == 0 and t.k % inner[2] == 0, t
+        inner = (t.m, t.n, t.k)
+
+
+def test_removing_matrix_units_falls_back_to_the_vector_unit() -> None:
+    spec = _with(load_spec("npu"), matrix_units=[])
+    plan = plan_contraction(spec, Contraction(512, 512, 512, dtype="bf16"))
+    assert plan.compute.kind == "vector-fma"
+    assert plan_contraction(load_spec("npu"), Contraction(512, 512, 512, dtype="bf16"),
+                            {"matrix_units": False}).compute.kind == "vector-fma"
+
+
+def test_gpu_prefers_wgmma_on_hopper_and_mma_sync_on_ampere() -> None:
+    op = Contraction(4096, 4096, 4096, dtype="f16")
+    assert plan_contraction(load_spec("h100"), op).compute.name.startswith("wgmma")
+    assert plan_contraction(load_spec("a100"), op).compute.name.startswith("mma.sync")
+
+
+def test_precision_policy_lets_f32_use_tf32_units() -> None:
+    op = Contraction(2048, 2048, 2048, dtype="f32")
+    spec = load_spec("a100")
+    assert plan_contraction(spec, op).compute.kind != "matrix-unit"
+    tf32 = plan_contraction(spec, op, {"matmul_precision": "tf32"}).compute
+    assert tf32.kind == "matrix-unit" and tf32.operand_dtype == "tf32"
+
+
+def test_gpu_shared_memory_uses_the_opt_in_maximum_only_when_allowed() -> None:
+    spec = load_spec("h100")
+    op = Contraction(8192, 8192, 8192, dtype="f16")
+    optin = plan_contraction(spec, op).tile("smem")
+    default = plan_contraction(spec, op, {"optin_scratchpad": False}).tile("smem")
+    assert optin.budget_bytes == spec.memory_level("smem").max_size_bytes
+    assert default.budget_bytes == spec.memory_level("smem").size_bytes
+    assert default.footprint_bytes <= default.budget_bytes < optin.budget_bytes
+
+
+def test_every_core_gets_work_and_small_problems_do_not_overclaim() -> None:
+    spec = load_spec("h100")
+    big = plan_contraction(spec, Contraction(8192, 8192, 8192, dtype="f16"))
+    assert big.parallel_ways == spec.compute[0].count
+    tiny = plan_contraction(load_spec("avx512"), Contraction(8, 8, 8))
+    assert tiny.parallel_ways <= 2
+
+
+def test_estimate_names_the_bound_and_follows_bandwidth() -> None:
+    spec = load_spec("avx512")
+    plan = plan_contraction(spec, BIG)
+    assert plan.estimate.bound == "compute"
+    memory = [dict(m) for m in spec.model_dump()["memory"]]
+    memory[0]["bandwidth_gbps"] = 0.01  # a starved main memory
+    starved = plan_contraction(_with(spec, memory=memory), BIG)
+    assert starved.estimate.bound == memory[0]["name"]
+    assert starved.estimate.seconds > plan.estimate.seconds
+
+
+def test_memory_bound_matrix_vector_product() -> None:
+    plan = plan_contraction(load_spec("avx512"), Contraction(4096, 1, 4096))
+    assert plan.estimate.bound != "compute"
+
+
+def test_cli_explain_shows_decisions_change_with_the_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    from pbsdk.cli import main
+
+    assert main(["explain", "--matmul", "1024", "1024", "1024", "--dtype", "bf16", "--spec", "npu"]) == 0
+    npu = capsys.readouterr().out
+    assert "matrix-unit mxu: 32x32x32" in npu and "tile @spm" in npu and "4-way over 'core'" in npu
+    assert main(["explain", "--matmul", "1024", "1024", "1024", "--spec", "avx512"]) == 0
+    cpu = capsys.readouterr().out
+    assert "vector-fma" in cpu and "tile @l1d" in cpu and "bound by" in cpu
