@@ -192,6 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", default=None)
     p.add_argument("--repeats", type=int, default=20)
     p.set_defaults(func=_cmd_demo)
+    from pbsdk import cli_cache, cli_fuzz
+    cli_cache.register(sub); cli_fuzz.register(sub)
     return parser
 
 

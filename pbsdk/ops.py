@@ -112,7 +112,7 @@ def mul(a: Any, b: Any) -> Tensor: return _binary("mul", a, b)
 def div(a: Any, b: Any) -> Tensor: return _binary("div", a, b)
 def maximum(a: Any, b: Any) -> Tensor: return _binary("maximum", a, b)
 def minimum(a: Any, b: Any) -> Tensor: return _binary("minimum", a, b)
-def pow(a: Any, b: Any) -> Tensor: return _binary("pow", a, b)  # noqa: A001 - numpy's name
+def pow(a: Any, b: Any) -> Tensor: return _binary("pow", a, b)
 def neg(x: Any) -> Tensor: return _unary("neg", x)
 def exp(x: Any) -> Tensor: return _unary("exp", x)
 def log(x: Any) -> Tensor: return _unary("log", x)
@@ -122,7 +122,7 @@ def relu(x: Any) -> Tensor: return _unary("relu", x)
 def erf(x: Any) -> Tensor: return _unary("erf", x)
 def sqrt(x: Any) -> Tensor: return _unary("sqrt", x)
 def rsqrt(x: Any) -> Tensor: return _unary("rsqrt", x)
-def abs(x: Any) -> Tensor: return _unary("abs", x)  # noqa: A001 - numpy's name
+def abs(x: Any) -> Tensor: return _unary("abs", x)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -221,15 +221,15 @@ def _reduce(op: str, name: str, x: Any, axis: Any, keepdims: bool) -> Tensor:
     return out
 
 
-def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def sum(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce("reduce_sum", "sum", x, axis, keepdims)
 
 
-def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce("reduce_max", "max", x, axis, keepdims)
 
 
-def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:  # noqa: A001
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce("reduce_min", "min", x, axis, keepdims)
 
 

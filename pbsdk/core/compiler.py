@@ -114,7 +114,20 @@ def pipeline_for(request: CompileRequest) -> Pipeline:
 
 
 def compile_text(text: str, request: CompileRequest, *, stop_after: str | None = None) -> Any:
-    """Parse and compile MLIR text. Returns the final `Artifact`, or the IR after ``stop_after``."""
+    """Parse and compile MLIR text. Returns the final `Artifact`, or the IR after ``stop_after``.
+
+    A full compilation goes through the on-disk cache (`pbsdk.core.runtime.cache`): a hit skips every
+    stage."""
+    cache = key = None
+    if stop_after is None:
+        from pbsdk.core.runtime.cache import cache_for, cache_key
+
+        cache = cache_for(request)
+        if cache is not None:
+            key = cache_key(text, request)
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
     context = ir.Context()
     try:
         module = ir.Module.parse(text, context)
@@ -124,4 +137,6 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
+    if cache is not None and key is not None:
+        cache.put(key, result)
     return result

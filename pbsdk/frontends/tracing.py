@@ -79,7 +79,7 @@ class Tensor:
     def __neg__(self) -> Tensor: return self._ops().neg(self)
 
     @property
-    def T(self) -> Tensor:  # noqa: N802 - numpy's name
+    def T(self) -> Tensor:
         return self._ops().transpose(self)
 
     def reshape(self, *shape: Any) -> Tensor:

@@ -1,3 +1,4 @@
+# ruff: noqa: F821 -- lit injects `config`
 # lit configuration for pbsdk's IR tests (PyPI `lit` + `filecheck`; no LLVM build needed).
 import os
 import sys

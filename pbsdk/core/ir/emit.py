@@ -235,7 +235,7 @@ class _Emitter:
             xname = self.expand(xname, xt, xg, [[0], [1], [2], [3, 4]])
             wname = self.expand(self.name(w), w.type, wg, [[0], [1], [2], [3, 4]])
             # loops: n oh ow g og kh kw c
-            ins = [(xname, xg, [f"d0", f"d1 * {sh} + d5 * {dh}", f"d2 * {sw} + d6 * {dw}", "d3", "d7"]),
+            ins = [(xname, xg, ["d0", f"d1 * {sh} + d5 * {dh}", f"d2 * {sw} + d6 * {dw}", "d3", "d7"]),
                    (wname, wg, ["d5", "d6", "d7", "d3", "d4"])]
             out_results = ["d0", "d1", "d2", "d3", "d4"]
             reassoc = [[0], [1], [2], [3, 4]]

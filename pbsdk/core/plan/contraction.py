@@ -25,7 +25,6 @@ its bandwidth; the largest term names the bound.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
