@@ -1,0 +1,340 @@
+"""The on-disk compilation cache: final `Artifact`s keyed by everything that determines them.
+
+A key is the sha256 of: the input MLIR text, the ChipSpec's canonical JSON, the target's name and class
+(qualified name plus a hash of its module's source), the sorted options (without ``cache``), pbsdk's
+version and a hash of its own sources (an editable install changes code without changing the version),
+the MLIR bindings' version and llvmlite's version. A hit skips the whole MLIR pipeline; only loading the
+artifact (the LLVM JIT on cpu) remains.
+
+One entry is one file ``<key>.pbsdk-artifact``::
+
+    PBSDKCACHE 1 <sha256 of body> <body length>\\n
+    <body> = <JSON: kind, entry, inputs, outputs, metadata, payload type>\\n<payload bytes>
+
+Writes go to a temporary file in the cache directory, are flushed and ``os.replace``-d into place, so a
+reader sees a whole entry or none, and processes compiling the same kernel at once are safe (last writer
+wins; the entries are identical). An entry whose header, checksum or body does not parse is reported with
+a warning naming the file, deleted and rebuilt.
+
+Configuration: ``PBSDK_CACHE_DIR`` (default ``~/.cache/pbsdk``); ``PBSDK_CACHE=0`` or
+``PBSDK_DISABLE_CACHE=1`` turn the cache off, as does ``options={"cache": False}`` for one compilation.
+``PBSDK_DUMP_DIR`` also bypasses it (a dump needs the stages to run).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import inspect
+import json
+import os
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pbsdk.core.target import Artifact
+
+if TYPE_CHECKING:
+    from pbsdk.core.compiler import CompileRequest
+
+FORMAT_VERSION = 1
+_MAGIC = b"PBSDKCACHE"
+_SUFFIX = ".pbsdk-artifact"
+_MAX_HEADER = 256
+
+#: Options that change how a compilation is looked up, not what it produces: never part of the key.
+NON_KEY_OPTIONS = frozenset({"cache"})
+
+
+class CacheWarning(UserWarning):
+    """A cache entry was unreadable (and has been removed), or the cache directory is unusable."""
+
+
+# ------------------------------------------------------------------------------------------------ the key
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+_fingerprints: dict[str, str] = {}
+_fp_lock = threading.Lock()
+
+
+def _tree_hash(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        h.update(str(path.relative_to(root)).encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def _source_fingerprint(what: str, compute: Any) -> str:
+    """A hash of source code, computed once per process."""
+    with _fp_lock:
+        if what not in _fingerprints:
+            try:
+                _fingerprints[what] = compute()
+            except Exception:  # no source available (zipapp, frozen): the versions must do
+                _fingerprints[what] = "unknown"
+        return _fingerprints[what]
+
+
+def _pbsdk_fingerprint() -> str:
+    import pbsdk
+
+    return _source_fingerprint("pbsdk", lambda: _tree_hash(Path(pbsdk.__file__).resolve().parent))
+
+
+def _target_fingerprint(cls: type) -> str:
+    def compute() -> str:
+        file = inspect.getsourcefile(cls)
+        return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else "unknown"
+    return _source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", compute)
+
+
+def key_options(options: Any) -> list[tuple[str, str]]:
+    return sorted((str(k), repr(v)) for k, v in dict(options or {}).items() if k not in NON_KEY_OPTIONS)
+
+
+def cache_key(text: str, request: CompileRequest) -> str:
+    """The hex sha256 naming the artifact that compiling ``text`` under ``request`` produces."""
+    import pbsdk
+
+    cls = type(request.target)
+    parts = {
+        "format": FORMAT_VERSION,
+        "text": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        "spec": request.spec.model_dump_json(),
+        "target": request.target.name,
+        "target_class": f"{cls.__module__}.{cls.__qualname__}",
+        "target_source": _target_fingerprint(cls),
+        "options": repr(key_options(request.options)),
+        "pbsdk": getattr(pbsdk, "__version__", "?"),
+        "pbsdk_source": _pbsdk_fingerprint(),
+        "mlir": _version("xtc-mlir-python-bindings"),
+        "llvmlite": _version("llvmlite"),
+        "python": f"{sys.version_info[0]}.{sys.version_info[1]}",
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------- the format
+
+class _Corrupt(Exception):
+    pass
+
+
+def _tupled(sig: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
+    return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in sig)
+
+
+def encode(artifact: Artifact) -> bytes | None:
+    """The entry's bytes, or None if the artifact cannot be stored (metadata that JSON cannot hold)."""
+    payload = artifact.payload
+    is_bytes = isinstance(payload, (bytes, bytearray))
+    try:
+        meta = json.dumps({
+            "kind": artifact.kind, "entry": artifact.entry,
+            "inputs": [[list(s), d] for s, d in artifact.inputs],
+            "outputs": [[list(s), d] for s, d in artifact.outputs],
+            "metadata": dict(artifact.metadata), "payload": "bytes" if is_bytes else "str",
+        }, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    data = bytes(payload) if is_bytes else payload.encode("utf-8", "surrogatepass")
+    body = meta.encode() + b"\n" + data
+    header = b"%s %d %s %d\n" % (_MAGIC, FORMAT_VERSION, hashlib.sha256(body).hexdigest().encode(), len(body))
+    return header + body
+
+
+def decode(blob: bytes) -> Artifact:
+    end = blob.find(b"\n", 0, _MAX_HEADER)
+    if end < 0:
+        raise _Corrupt("no header")
+    fields = blob[:end].split(b" ")
+    if len(fields) != 4 or fields[0] != _MAGIC:
+        raise _Corrupt("bad header")
+    try:
+        version, digest, length = int(fields[1]), fields[2].decode("ascii"), int(fields[3])
+    except (ValueError, UnicodeDecodeError):
+        raise _Corrupt("bad header") from None
+    if version != FORMAT_VERSION:
+        raise _Corrupt(f"format version {version}, expected {FORMAT_VERSION}")
+    body = blob[end + 1:]
+    if len(body) != length:
+        raise _Corrupt(f"truncated: body is {len(body)} bytes, header says {length}")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise _Corrupt("checksum mismatch")
+    split = body.find(b"\n")
+    try:
+        meta = json.loads(body[:split])
+        data = body[split + 1:]
+        payload: str | bytes = data if meta["payload"] == "bytes" else data.decode("utf-8", "surrogatepass")
+        return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
+                        inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
+                        metadata=dict(meta["metadata"]))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise _Corrupt(f"unparseable body: {exc}") from None
+
+
+# -------------------------------------------------------------------------------------------- the cache
+
+@dataclasses.dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    stores: int = 0
+    corrupt: int = 0
+
+
+class CompileCache:
+    """A directory of artifacts. Every method is safe to call from several threads and processes."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.dir = Path(directory).expanduser()
+        self.stats = CacheStats()
+
+    def __repr__(self) -> str:
+        return f"CompileCache({str(self.dir)!r})"
+
+    def path(self, key: str) -> Path:
+        if not key or any(c not in "0123456789abcdef" for c in key):
+            raise ValueError(f"not a cache key: {key!r}")
+        return self.dir / f"{key}{_SUFFIX}"
+
+    def get(self, key: str) -> Artifact | None:
+        path = self.path(key)
+        try:
+            blob = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            self.stats.misses += 1
+            return None
+        except OSError as exc:
+            warnings.warn(f"pbsdk cache: cannot read {path}: {exc}", CacheWarning, stacklevel=2)
+            self.stats.misses += 1
+            return None
+        try:
+            artifact = decode(blob)
+        except _Corrupt as exc:
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            warnings.warn(f"pbsdk cache: corrupt entry {path} ({exc}); removed, it will be rebuilt",
+                          CacheWarning, stacklevel=2)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            return None
+        self.stats.hits += 1
+        return artifact
+
+    def put(self, key: str, artifact: Artifact) -> bool:
+        """Store ``artifact`` atomically. Returns False (and stores nothing) when it cannot be stored."""
+        path = self.path(key)
+        blob = encode(artifact)
+        if blob is None:
+            return False
+        tmp = None
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.dir)
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            tmp = None
+        except OSError as exc:
+            warnings.warn(f"pbsdk cache: cannot write {path}: {exc}", CacheWarning, stacklevel=2)
+            return False
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+        self.stats.stores += 1
+        return True
+
+    def _entries(self) -> list[Path]:
+        try:
+            return [p for p in self.dir.iterdir() if p.name.endswith(_SUFFIX)]
+        except OSError:
+            return []
+
+    def info(self) -> dict[str, Any]:
+        entries = self._entries()
+        size = 0
+        for p in entries:
+            try:
+                size += p.stat().st_size
+            except OSError:
+                pass
+        return {"dir": str(self.dir), "entries": len(entries), "bytes": size}
+
+    def clear(self) -> int:
+        """Remove every entry (and stale temporary files); returns the number of entries removed."""
+        removed = 0
+        for p in self._entries():
+            try:
+                p.unlink()
+                removed += 1
+            except OSError:
+                pass
+        try:
+            for p in self.dir.glob(".*.tmp"):
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+        except OSError:
+            pass
+        return removed
+
+
+def _off(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("0", "false", "no", "off")
+
+
+def _on(value: str | None) -> bool:
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("PBSDK_CACHE_DIR") or Path("~/.cache/pbsdk")).expanduser()
+
+
+_caches: dict[Path, CompileCache] = {}
+_caches_lock = threading.Lock()
+
+
+def get_cache() -> CompileCache | None:
+    """The cache configured by the environment, or None when it is disabled."""
+    if _off(os.environ.get("PBSDK_CACHE")) or _on(os.environ.get("PBSDK_DISABLE_CACHE")):
+        return None
+    directory = cache_dir()
+    with _caches_lock:
+        cache = _caches.get(directory)
+        if cache is None:
+            cache = _caches[directory] = CompileCache(directory)
+        return cache
+
+
+def cache_for(request: CompileRequest) -> CompileCache | None:
+    """The cache to use for ``request``: None if disabled by the environment, by ``options["cache"]``
+    being false, or because ``PBSDK_DUMP_DIR`` asks for every stage's output."""
+    if not request.options.get("cache", True) or os.environ.get("PBSDK_DUMP_DIR"):
+        return None
+    return get_cache()
