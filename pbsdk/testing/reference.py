@@ -1,0 +1,260 @@
+"""numpy references of every `pbsdk.ops` op, computed in float64 and cast to the result dtype.
+
+The result dtype is the floating dtype of the array inputs (the widest of them; Python and numpy scalars
+take the arrays' dtype, as in `pbsdk.ops`), so ``reference.gelu(x_f16)`` is float16, rounded once from
+the float64 value. Pass ``dtype=`` to choose another. Written for clarity and exactness on small shapes,
+not for speed.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "neg", "exp", "log", "tanh", "sigmoid", "relu",
+    "gelu", "gelu_tanh", "erf", "sqrt", "rsqrt", "abs", "sum", "max", "min", "mean", "softmax", "log_softmax",
+    "layernorm", "matmul", "conv2d", "transpose", "reshape", "conv2d_output_shape",
+]
+
+_ORDER = ("float16", "float32", "float64")
+
+
+def _result_dtype(*xs: Any, dtype: Any = None) -> np.dtype:
+    if dtype is not None:
+        return np.dtype(dtype)
+    arrays = [x for x in xs if isinstance(x, np.ndarray) and x.dtype.kind == "f"]
+    if not arrays:
+        return np.dtype(np.float32)
+    names = {a.dtype.name for a in arrays}
+    known = [n for n in _ORDER if n in names]
+    return np.dtype(known[-1]) if known else arrays[0].dtype
+
+
+def _f64(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+def _done(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return np.asarray(y).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------- elementwise
+
+def _binary(f: Any, a: Any, b: Any, dtype: Any) -> np.ndarray:
+    out = _result_dtype(a, b, dtype=dtype)
+    with np.errstate(all="ignore"):
+        return _done(f(_f64(a), _f64(b)), out)
+
+
+def _unary(f: Any, x: Any, dtype: Any) -> np.ndarray:
+    out = _result_dtype(x, dtype=dtype)
+    with np.errstate(all="ignore"):
+        return _done(f(_f64(x)), out)
+
+
+def add(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.add, a, b, dtype)
+def sub(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.subtract, a, b, dtype)
+def mul(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.multiply, a, b, dtype)
+def div(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.divide, a, b, dtype)
+def maximum(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.maximum, a, b, dtype)
+def minimum(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.minimum, a, b, dtype)
+def pow(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.power, a, b, dtype)  # noqa: A001
+def neg(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.negative, x, dtype)
+def exp(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.exp, x, dtype)
+def log(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.log, x, dtype)
+def tanh(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.tanh, x, dtype)
+def sqrt(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.sqrt, x, dtype)
+def abs(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.abs, x, dtype)  # noqa: A001
+def relu(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(lambda v: np.maximum(v, 0.0), x, dtype)
+def rsqrt(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(lambda v: 1.0 / np.sqrt(v), x, dtype)
+
+
+_erf64 = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _erf(v: np.ndarray) -> np.ndarray:
+    return _erf64(v) if v.size else np.zeros_like(v)
+
+
+def _sigmoid(v: np.ndarray) -> np.ndarray:
+    # 1 / (1 + exp(-v)) without overflow: exp of a non-positive number only.
+    e = np.exp(-np.abs(v))
+    return np.where(v >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def erf(x: Any, *, dtype: Any = None) -> np.ndarray:
+    """The error function, exact to float64 (``math.erf`` elementwise)."""
+    return _unary(_erf, x, dtype)
+
+
+def sigmoid(x: Any, *, dtype: Any = None) -> np.ndarray:
+    return _unary(_sigmoid, x, dtype)
+
+
+def gelu(x: Any, approximate: str = "none", *, dtype: Any = None) -> np.ndarray:
+    """``x * Phi(x) = x/2 * (1 + erf(x / sqrt 2))``, or with ``approximate="tanh"``
+    ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))``."""
+    if approximate == "tanh":
+        return gelu_tanh(x, dtype=dtype)
+    if approximate != "none":
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _unary(lambda v: 0.5 * v * (1.0 + _erf(v / math.sqrt(2.0))), x, dtype)
+
+
+def gelu_tanh(x: Any, *, dtype: Any = None) -> np.ndarray:
+    c = math.sqrt(2.0 / math.pi)
+    return _unary(lambda v: 0.5 * v * (1.0 + np.tanh(c * (v + 0.044715 * v ** 3))), x, dtype)
+
+
+# ---------------------------------------------------------------------------------------------- reductions
+
+def _axes(axis: Any) -> Any:
+    return tuple(axis) if isinstance(axis, (list, tuple)) else axis
+
+
+def sum(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+    return _unary(lambda v: np.sum(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+    return _unary(lambda v: np.max(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+    return _unary(lambda v: np.min(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
+
+
+def mean(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:
+    return _unary(lambda v: np.mean(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
+
+
+def _softmax64(v: np.ndarray, axis: int) -> np.ndarray:
+    shifted = v - np.max(v, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def softmax(x: Any, axis: int = -1, *, dtype: Any = None) -> np.ndarray:
+    """Numerically stable softmax along ``axis`` (max subtracted before exp)."""
+    return _unary(lambda v: _softmax64(v, axis), x, dtype)
+
+
+def log_softmax(x: Any, axis: int = -1, *, dtype: Any = None) -> np.ndarray:
+    def f(v: np.ndarray) -> np.ndarray:
+        shifted = v - np.max(v, axis=axis, keepdims=True)
+        return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return _unary(f, x, dtype)
+
+
+def layernorm(x: Any, weight: Any = None, bias: Any = None, *, axis: Any = -1, eps: float = 1e-5,
+              dtype: Any = None) -> np.ndarray:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the trailing ``axis`` (int or tuple); the
+    variance is the biased one (divided by the count), as in torch.nn.LayerNorm."""
+    out = _result_dtype(x, dtype=dtype)
+    v = _f64(x)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(sorted(int(a) % v.ndim for a in axes))
+    if axes != tuple(range(v.ndim - len(axes), v.ndim)):
+        raise ValueError(f"layernorm: axis {axis} must name trailing dimensions of a rank-{v.ndim} array")
+    mu = np.mean(v, axis=axes, keepdims=True)
+    var = np.mean((v - mu) ** 2, axis=axes, keepdims=True)
+    y = (v - mu) / np.sqrt(var + eps)
+    if weight is not None:
+        y = y * _f64(weight)
+    if bias is not None:
+        y = y + _f64(bias)
+    return _done(y, out)
+
+
+# -------------------------------------------------------------------------------------------- contractions
+
+def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = False,
+           dtype: Any = None) -> np.ndarray:
+    """``numpy.matmul`` in float64; ``transpose_a/b`` swap the last two dims of a >= 2-D operand first."""
+    out = _result_dtype(a, b, dtype=dtype)
+    x, y = _f64(a), _f64(b)
+    if transpose_a and x.ndim >= 2:
+        x = np.swapaxes(x, -1, -2)
+    if transpose_b and y.ndim >= 2:
+        y = np.swapaxes(y, -1, -2)
+    return _done(np.matmul(x, y), out)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    p = tuple(int(i) for i in v)
+    if len(p) != 2:
+        raise ValueError(f"expected an int or a pair, got {v!r}")
+    return p  # type: ignore[return-value]
+
+
+def _pads(v: Any) -> tuple[tuple[int, int], tuple[int, int]]:
+    if isinstance(v, (int, np.integer)):
+        return (int(v), int(v)), (int(v), int(v))
+    items = tuple(v)
+    if len(items) == 2 and builtins.all(isinstance(p, (int, np.integer)) for p in items):
+        return (int(items[0]), int(items[0])), (int(items[1]), int(items[1]))
+    (t, b), (lft, r) = items
+    return (int(t), int(b)), (int(lft), int(r))
+
+
+def conv2d_output_shape(h: int, w: int, kh: int, kw: int, *, stride: Any = 1, padding: Any = 0,
+                        dilation: Any = 1) -> tuple[int, int]:
+    """Spatial output size ``floor((H + pads - dilation*(K-1) - 1) / stride) + 1`` of each dim."""
+    (sh, sw), (dh, dw), ((pt, pb), (pl, pr)) = _pair(stride), _pair(dilation), _pads(padding)
+    return (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+
+
+def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+           layout: str = "NCHW", dtype: Any = None) -> np.ndarray:
+    """2-D cross-correlation (torch's conv2d). NCHW: x (N, C, H, W), w (O, C/groups, KH, KW); NHWC:
+    x (N, H, W, C), w (KH, KW, C/groups, O). Zero padding: an int, (ph, pw) or ((top, bottom), (left, right)).
+
+    Computed as a sum over kernel positions (i, j) of a strided window of the padded input contracted with
+    ``w[:, :, i, j]`` per group (einsum in float64).
+    """
+    out_dtype = _result_dtype(x, w, dtype=dtype)
+    xv, wv = _f64(x), _f64(w)
+    if layout == "NHWC":
+        xv = xv.transpose(0, 3, 1, 2)          # -> N, C, H, W
+        wv = wv.transpose(3, 2, 0, 1)          # KH, KW, Cg, O -> O, Cg, KH, KW
+    elif layout != "NCHW":
+        raise ValueError(f"conv2d: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    n, c, h, wd = xv.shape
+    o, cg, kh, kw = wv.shape
+    if c % groups or o % groups or cg * groups != c:
+        raise ValueError(f"conv2d: groups={groups} does not fit input channels {c}, weight {wv.shape}")
+    (sh, sw), (dh, dw), pads = _pair(stride), _pair(dilation), _pads(padding)
+    oh, ow = conv2d_output_shape(h, wd, kh, kw, stride=stride, padding=padding, dilation=dilation)
+    if oh < 1 or ow < 1:
+        raise ValueError("conv2d: the kernel does not fit the padded input")
+    xp = np.pad(xv, ((0, 0), (0, 0), pads[0], pads[1]))
+    xg = xp.reshape(n, groups, cg, xp.shape[2], xp.shape[3])
+    wg = wv.reshape(groups, o // groups, cg, kh, kw)
+    acc = np.zeros((n, groups, o // groups, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            window = xg[:, :, :, r0:r0 + sh * (oh - 1) + 1:sh, c0:c0 + sw * (ow - 1) + 1:sw]
+            acc += np.einsum("ngchw,goc->ngohw", window, wg[:, :, :, i, j])
+    y = acc.reshape(n, o, oh, ow)
+    if layout == "NHWC":
+        y = y.transpose(0, 2, 3, 1)
+    return _done(np.ascontiguousarray(y), out_dtype)
+
+
+# ------------------------------------------------------------------------------------------------- layout
+
+def transpose(x: Any, axes: Sequence[int] | None = None) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(np.asarray(x), axes))
+
+
+def reshape(x: Any, shape: Sequence[int] | int) -> np.ndarray:
+    return np.reshape(np.asarray(x), shape).copy()
