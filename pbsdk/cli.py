@@ -76,6 +76,8 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
     except OSError as exc:
         raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PbsdkError(f"{args.file} is not UTF-8 text (byte {exc.start}): MLIR files are text") from None
     result = compile_text(text, request, stop_after=args.emit)
     payload = getattr(result, "payload", result)
     out = payload if isinstance(payload, (str, bytes)) else str(payload)
@@ -127,8 +129,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     elif args.file:
         try:
             text = Path(args.file).read_text()
-        except OSError as exc:
-            raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PbsdkError(f"cannot read {args.file}: {exc}") from None
         ops = _contractions_in_mlir(text)
         if not ops:
             print(f"{args.file}: no contractions to plan (elementwise and reduction ops are memory-bound "

@@ -224,7 +224,7 @@ def generate(seed: int) -> Program:
 
 def _function(source: str, ops_module: Any) -> Callable[..., Any]:
     namespace: dict[str, Any] = {"ops": ops_module}
-    exec(compile(source, "<pbsdk-fuzz>", "exec"), namespace)  # source generated above, never user input
+    exec(compile(source, "<pbsdk-fuzz>", "exec"), namespace)  # noqa: S102 - generated above, never user input
     return namespace["prog"]
 
 
@@ -302,7 +302,7 @@ def fuzz(count: int, seed: int = 0, **kwargs: Any) -> Iterator[tuple[Program, Fa
             check(program, **kwargs)
         except AssertionError as exc:
             yield program, Failure(program, f"WRONG RESULT: {exc}")
-        except Exception as exc:  # a PbsdkError or a crash: either is a finding for a generated program
+        except Exception as exc:  # noqa: BLE001 - a PbsdkError or a crash: both are findings
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             yield program, Failure(program, f"ERROR: {tb}")
         else:

@@ -7,6 +7,15 @@ import shutil
 import pytest
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep the suite's compiled kernels out of the user's ~/.cache/pbsdk (one cache per session)."""
+    import os
+
+    if "PBSDK_CACHE_DIR" not in os.environ:
+        os.environ["PBSDK_CACHE_DIR"] = str(tmp_path_factory.mktemp("pbsdk-cache"))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run long sweeps marked slow")
 

@@ -128,8 +128,8 @@ class Pipeline:
                 result.operation.verify()
             return result
         except CompileError as err:
-            if err.stage is None:
-                raise CompileError(err.reason, stage=stage.name, op=err.op) from err
+            if err.stage is None:  # keep the subclass (UnsupportedError stays UnsupportedError)
+                raise type(err)(err.reason, stage=stage.name, op=err.op) from err
             raise
         except PbsdkError:
             raise

@@ -16,9 +16,37 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "neg", "exp", "log", "tanh", "sigmoid", "relu",
-    "gelu", "gelu_tanh", "erf", "sqrt", "rsqrt", "abs", "sum", "max", "min", "mean", "softmax", "log_softmax",
-    "layernorm", "matmul", "conv2d", "transpose", "reshape", "conv2d_output_shape",
+    "abs",
+    "add",
+    "conv2d",
+    "conv2d_output_shape",
+    "div",
+    "erf",
+    "exp",
+    "gelu",
+    "gelu_tanh",
+    "layernorm",
+    "log",
+    "log_softmax",
+    "matmul",
+    "max",
+    "maximum",
+    "mean",
+    "min",
+    "minimum",
+    "mul",
+    "neg",
+    "pow",
+    "relu",
+    "reshape",
+    "rsqrt",
+    "sigmoid",
+    "softmax",
+    "sqrt",
+    "sub",
+    "sum",
+    "tanh",
+    "transpose",
 ]
 
 _ORDER = ("float16", "float32", "float64")
@@ -64,13 +92,13 @@ def mul(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.m
 def div(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.divide, a, b, dtype)
 def maximum(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.maximum, a, b, dtype)
 def minimum(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.minimum, a, b, dtype)
-def pow(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.power, a, b, dtype)  # noqa: A001
+def pow(a: Any, b: Any, *, dtype: Any = None) -> np.ndarray: return _binary(np.power, a, b, dtype)
 def neg(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.negative, x, dtype)
 def exp(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.exp, x, dtype)
 def log(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.log, x, dtype)
 def tanh(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.tanh, x, dtype)
 def sqrt(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.sqrt, x, dtype)
-def abs(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.abs, x, dtype)  # noqa: A001
+def abs(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(np.abs, x, dtype)
 def relu(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(lambda v: np.maximum(v, 0.0), x, dtype)
 def rsqrt(x: Any, *, dtype: Any = None) -> np.ndarray: return _unary(lambda v: 1.0 / np.sqrt(v), x, dtype)
 
@@ -118,15 +146,15 @@ def _axes(axis: Any) -> Any:
     return tuple(axis) if isinstance(axis, (list, tuple)) else axis
 
 
-def sum(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+def sum(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:
     return _unary(lambda v: np.sum(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
 
 
-def max(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+def max(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:
     return _unary(lambda v: np.max(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
 
 
-def min(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:  # noqa: A001
+def min(x: Any, axis: Any = None, keepdims: bool = False, *, dtype: Any = None) -> np.ndarray:
     return _unary(lambda v: np.min(v, axis=_axes(axis), keepdims=keepdims), x, dtype)
 
 

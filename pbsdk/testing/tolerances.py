@@ -265,10 +265,10 @@ def assert_close(actual: Any, expected: Any, *, op: str, dtype: Any = None, redu
     e64 = e.astype(np.float64)
     nan_a, nan_e = np.isnan(a64), np.isnan(e64)
     if not np.array_equal(nan_a, nan_e):
-        bad = np.argwhere(nan_a != nan_e)
-        first = tuple(int(i) for i in bad[0])
+        where_nan = np.argwhere(nan_a != nan_e)
+        first = tuple(int(i) for i in where_nan[0])
         raise AssertionError(
-            f"{where}NaN positions differ at {len(bad)} of {a.size} elements; first at index {first}: "
+            f"{where}NaN positions differ at {len(where_nan)} of {a.size} elements; first at index {first}: "
             f"actual {a64[first]!r}, expected {e64[first]!r}")
 
     abs_err, rel_err = _errors(a, e)

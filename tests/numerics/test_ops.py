@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -44,7 +45,8 @@ def run(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _seed(*key: Any) -> int:
-    return abs(hash(repr(key))) % 2**32 if False else sum((i + 1) * ord(c) for i, c in enumerate(repr(key)))
+    """A seed derived from ``key`` that is the same in every process (unlike ``hash`` of a str)."""
+    return zlib.crc32(repr(key).encode())
 
 
 def data(shape: tuple[int, ...], dtype: Any = F32, *, low: float | None = None, high: float | None = None,
@@ -584,7 +586,7 @@ def conv_inputs(case: tuple, layout: str) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CONV, ids=lambda c: c[0])
 def test_conv2d(case: tuple, layout: str) -> None:
-    name, (n, c, h, w), (o, kh, kw), stride, padding, dilation, groups = case
+    _, (_, c, _, _), (_, kh, kw), stride, padding, dilation, groups = case
     x, wt = conv_inputs(case, layout)
 
     def conv(a, b):
@@ -837,11 +839,8 @@ def test_second_call_with_same_signature_does_not_retrace() -> None:
     n = traced["n"]
     f(a.astype(F16), b.astype(F16))
     assert traced["n"] > n
-    f(a, b)
-    f(c, b)
-    assert traced["n"] == n + (traced["n"] - n)  # no further traces for seen signatures
     n = traced["n"]
-    f(a, b), f(c, b)
+    f(a, b), f(c, b), f(a.astype(F16), b.astype(F16))   # all seen before: no further traces
     assert traced["n"] == n
 
 

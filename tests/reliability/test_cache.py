@@ -201,7 +201,7 @@ def test_concurrent_readers_never_see_partial_entries(private_cache: Path) -> No
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pbsdk.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "pbsdk.cli", *args], capture_output=True, text=True, check=False,
                           env={**os.environ, **env}, timeout=120)
 
 

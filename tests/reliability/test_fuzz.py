@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from pbsdk import fuzz
 from pbsdk.cli import main
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=False)
+SETTINGS = {"deadline": None, "suppress_health_check": [HealthCheck.function_scoped_fixture], "derandomize": False}
 
 
 @settings(max_examples=15, **SETTINGS)  # type: ignore[arg-type]
@@ -56,7 +56,7 @@ def test_reference_is_float64_even_for_scalars() -> None:
 def test_a_wrong_result_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     real = fuzz.run
     monkeypatch.setattr(fuzz, "run", lambda p, **kw: [o + 1 for o in real(p, **kw)])
-    [(program, failure)] = list(fuzz.fuzz(1, seed=3))
+    [(_program, failure)] = list(fuzz.fuzz(1, seed=3))
     assert failure is not None and "WRONG RESULT" in failure.error and "def prog" in str(failure)
 
 

@@ -310,7 +310,7 @@ def test_matmul_reference() -> None:
 def conv2d_loops(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], pads: tuple[tuple[int, int], ...],
                  dilation: tuple[int, int], groups: int) -> np.ndarray:
     """The definition, one output element at a time (NCHW, float64)."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
     (pt, pb), (pl, pr) = pads
     oh = (h + pt + pb - dilation[0] * (kh - 1) - 1) // stride[0] + 1

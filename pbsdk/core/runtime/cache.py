@@ -86,7 +86,7 @@ def _source_fingerprint(what: str, compute: Any) -> str:
         if what not in _fingerprints:
             try:
                 _fingerprints[what] = compute()
-            except Exception:  # no source available (zipapp, frozen): the versions must do
+            except Exception:  # noqa: BLE001 - no source available (zipapp, frozen): the versions must do
                 _fingerprints[what] = "unknown"
         return _fingerprints[what]
 

@@ -73,6 +73,8 @@ def _parse_yaml(text: str, source: str) -> dict[str, Any]:
         data = yaml.load(text, Loader=_SpecLoader)  # _SpecLoader is a SafeLoader
     except RecursionError:
         raise SpecError(f"{source}: document is nested too deeply", source=source) from None
+    except ValueError as exc:  # e.g. an integer literal longer than Python's int-conversion limit
+        raise SpecError(f"{source}: unreadable value: {exc}", source=source) from None
     except yaml.YAMLError as exc:
         where, problem = "", " ".join(str(exc).split())
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
