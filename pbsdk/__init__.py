@@ -20,9 +20,19 @@ from pbsdk.core.errors import (
     TargetError,
     UnsupportedError,
 )
-from pbsdk.frontends.jit import JitFunction, compile_mlir, jit
-
 __version__ = "0.1.0"
+
+_LAZY = {"jit", "compile_mlir", "JitFunction"}
+
+
+def __getattr__(name: str) -> object:
+    # The compiler entry points load the MLIR bindings; import them on first use so that the spec,
+    # planner and testing helpers (and their unit tests) stay MLIR-free.
+    if name in _LAZY:
+        from pbsdk.frontends import jit as _jit
+
+        return getattr(_jit, name)
+    raise AttributeError(f"module 'pbsdk' has no attribute {name!r}")
 
 __all__ = [
     "ArgumentError", "CompileError", "DeviceUnavailableError", "JitFunction", "PbsdkError", "SpecError",

@@ -177,15 +177,17 @@ def test_concurrent_readers_never_see_partial_entries(private_cache: Path) -> No
     c = CompileCache(private_cache)
     art = Artifact("llvm-ir", "x" * 200_000, "e", (), (((1,), "f32"),), {})
     key = "ef" * 32
-    stop = threading.Event()
+    stop, ready = threading.Event(), threading.Event()
     seen: list[object] = []
 
     def writer() -> None:
         while not stop.is_set():
             c.put(key, art)
+            ready.set()
 
     t = threading.Thread(target=writer)
     t.start()
+    assert ready.wait(60), "writer never stored the entry"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")
