@@ -20,12 +20,14 @@ from pbsdk.core.errors import (
     TargetError,
     UnsupportedError,
 )
+from typing import Any
+
 __version__ = "0.1.0"
 
 _LAZY = {"jit", "compile_mlir", "JitFunction"}
 
 
-def __getattr__(name: str) -> object:
+def __getattr__(name: str) -> Any:
     # The compiler entry points load the MLIR bindings; import them on first use so that the spec,
     # planner and testing helpers (and their unit tests) stay MLIR-free.
     if name in _LAZY:

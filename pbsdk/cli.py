@@ -14,6 +14,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pbsdk.core.errors import PbsdkError
 
@@ -90,14 +91,14 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _contractions_in_mlir(text: str) -> list[tuple[str, object]]:
+def _contractions_in_mlir(text: str) -> list[tuple[str, Any]]:
     """(title, Contraction) for each named matmul-like op of an MLIR module."""
     from mlir import ir
 
     from pbsdk.core.errors import CompileError
     from pbsdk.core.plan import Contraction
 
-    found: list[tuple[str, object]] = []
+    found: list[tuple[str, Any]] = []
     with ir.Context():
         try:
             module = ir.Module.parse(text)

@@ -137,8 +137,7 @@ class _Gen:
         else:
             axes = self.r.randrange(rank) - (rank if self.r.random() < 0.5 else 0)
             red_axes = (axes % rank,)
-        shape = tuple((1 if keep else None) if i in red_axes else d for i, d in enumerate(v.shape))
-        shape = tuple(d for d in shape if d is not None)
+        shape = tuple(1 if i in red_axes else d for i, d in enumerate(v.shape) if keep or i not in red_axes)
         terms = math.prod(v.shape[i] for i in red_axes)
         return self.emit(f"ops.{op}({v.name}, axis={axes!r}, keepdims={keep})", shape,
                          v.red * (terms if op in ("sum", "mean") else 1))

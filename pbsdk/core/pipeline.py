@@ -68,6 +68,7 @@ def _dump(directory: str, index: int, name: str, ir_obj: Any) -> None:
     path.mkdir(parents=True, exist_ok=True)
     if hasattr(ir_obj, "payload"):  # an Artifact: dump what it carries
         ir_obj = ir_obj.payload
+    text: str | bytes
     if isinstance(ir_obj, ir.Module):
         text, suffix = str(ir_obj), ".mlir"
     elif isinstance(ir_obj, (str, bytes)):

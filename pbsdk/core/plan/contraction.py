@@ -290,7 +290,8 @@ def plan_contraction(spec: ChipSpec, op: Contraction, options: Mapping[str, Any]
 
 
 def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[LevelTile], ways: int) -> Estimate:
-    peak = spec.peak_tflops.get(unit.operand_dtype if unit.kind == "matrix-unit" else op.dtype)
+    peaks: dict[str, float] = {str(k): v for k, v in spec.peak_tflops.items()}
+    peak = peaks.get(unit.operand_dtype if unit.kind == "matrix-unit" else op.dtype)
     if peak is None:
         peak = max(spec.peak_tflops.values(), default=1.0) / 16
     if unit.kind == "scalar" and spec.vector is not None:

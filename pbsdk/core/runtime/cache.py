@@ -153,7 +153,7 @@ def encode(artifact: Artifact) -> bytes | None:
         }, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):
         return None
-    data = bytes(payload) if is_bytes else payload.encode("utf-8", "surrogatepass")
+    data = payload if isinstance(payload, bytes) else payload.encode("utf-8", "surrogatepass")
     body = meta.encode() + b"\n" + data
     header = b"%s %d %s %d\n" % (_MAGIC, FORMAT_VERSION, hashlib.sha256(body).hexdigest().encode(), len(body))
     return header + body
