@@ -14,6 +14,8 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import linalg
 
+from pbsdk.core.passes import ops_named
+
 
 def _identity_layout(t: ir.Type) -> bool:
     """A contiguous row-major buffer with offset 0 (what lowers to a plain memcpy)."""
@@ -35,15 +37,7 @@ class CopiesToLinalg:
     only_strided: bool = True
 
     def apply(self, module: ir.Module, _ctx: Any = None) -> None:
-        copies: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "memref.copy":
-                copies.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-        for op in copies:
+        for op in ops_named(module, "memref.copy"):
             src, dst = op.operands[0], op.operands[1]
             if self.only_strided and _identity_layout(src.type) and _identity_layout(dst.type):
                 continue

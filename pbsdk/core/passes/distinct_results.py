@@ -13,21 +13,15 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import memref
 
+from pbsdk.core.passes import ops_named
+
 
 @dataclasses.dataclass(frozen=True)
 class DistinctResults:
     name = "distinct-results"
 
     def apply(self, module: ir.Module, _ctx: Any = None) -> None:
-        returns: list[ir.Operation] = []
-
-        def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "func.return":
-                returns.append(op)
-            return ir.WalkResult.ADVANCE
-
-        module.operation.walk(visit)
-        for ret in returns:
+        for ret in ops_named(module, "func.return"):
             seen: set[Any] = set()
             for i, value in enumerate(list(ret.operands)):
                 key = value  # Values hash and compare by the SSA value they name
