@@ -144,6 +144,32 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_conform(args: argparse.Namespace) -> int:
+    from pbsdk.conformance import generate_cases, junit_xml, run_cases, summary
+    from pbsdk.conformance.runner import report
+    from pbsdk.core.compiler import resolve
+
+    request = resolve(args.target, args.spec, None)
+    families = [f for f in (args.ops or "").split(",") if f]
+    cases = generate_cases(request.spec, ops_filter=families or None, full=args.full)
+    print(f"conformance: target {request.target.name}, spec {request.spec.name}, {len(cases)} cases")
+    results = []
+    for case in cases:
+        (result,) = run_cases([case], target=request.target.name, spec=request.spec)
+        results.append(result)
+        err = f" max abs {result.max_abs_error:.2e}" if result.max_abs_error is not None else ""
+        detail = f"  ({result.message.splitlines()[0]})" if result.status != "pass" and result.message else ""
+        print(f"  {result.status.upper():<5} {result.name}{err}{detail}")
+    counts = summary(results)
+    print(" ".join(f"{k}={v}" for k, v in counts.items()))
+    if args.report:
+        Path(args.report).write_text(json.dumps(report(results, target=request.target.name, spec=request.spec),
+                                                indent=2))
+    if args.junit:
+        Path(args.junit).write_text(junit_xml(results, target=request.target.name, spec=request.spec))
+    return 0 if counts["fail"] == 0 and counts["error"] == 0 else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from pbsdk.demo import main as demo_main
 
@@ -189,6 +215,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="matmul precision policy: which operand dtypes f32 contractions may use")
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: host)")
     p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("conform", help="run the spec-driven conformance suite on a target")
+    p.add_argument("--target", default="cpu")
+    p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
+    p.add_argument("--ops", default=None, help="comma-separated families: " + ", ".join(
+        ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")))
+    p.add_argument("--full", action="store_true", help="include large capacity-straddling cases")
+    p.add_argument("--report", default=None, help="write a JSON report here")
+    p.add_argument("--junit", default=None, help="write JUnit XML here")
+    p.set_defaults(func=_cmd_conform)
 
     p = sub.add_parser("demo", help="compile and run an MLP layer (bias+GELU) and a softmax; compare with numpy")
     p.add_argument("--target", default="cpu")

@@ -1,0 +1,173 @@
+"""Conformance cases generated from a chip spec (no MLIR here)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from pbsdk import ops
+from pbsdk.core.plan import Contraction, plan_contraction
+from pbsdk.core.spec import ChipSpec
+from pbsdk.testing import reference as ref
+
+#: dtypes the host can feed in and read back (bf16 has no numpy dtype yet).
+HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16}
+#: Largest dimension a generated case may use by default; bigger capacity-straddling cases need --full.
+DEFAULT_MAX_DIM = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One generated check: ``fn`` (written with pbsdk.ops) vs ``reference`` on inputs of ``shapes``."""
+
+    name: str
+    op: str  # tolerance key (pbsdk.testing.tolerances)
+    dtype: str
+    shapes: tuple[tuple[int, ...], ...]
+    fn: Callable[..., Any]
+    reference: Callable[..., Any]
+    reduction_size: int = 1
+    why: str = ""
+    positive: bool = False  # inputs drawn away from zero and positive (log, sqrt, ...)
+    skip: str | None = None
+
+    def inputs(self, seed: int = 0) -> list[np.ndarray]:
+        rng = np.random.default_rng(seed + (hash(self.name) & 0xFFFF))
+        out = []
+        for s in self.shapes:
+            x = rng.standard_normal(s)
+            if self.positive:
+                x = np.abs(x) + 0.5
+            out.append(x.astype(HOST_DTYPES.get(self.dtype, np.float32)))
+        return out
+
+
+def _matmul_cases(spec: ChipSpec, dtype: str, max_dim: int) -> list[Case]:
+    plan = plan_contraction(spec, Contraction(1024, 1024, 1024, dtype=dtype))
+    u = plan.compute
+    base = (u.m, u.n, u.k)
+    shapes: list[tuple[str, tuple[int, int, int], str]] = [
+        ("unit", base, f"exactly the compute tile {u.kind} {u.name}"),
+        ("unit-x2x3", (2 * u.m, 3 * u.n, 4 * u.k), "multiples of the compute tile"),
+        ("unit+1", (u.m + 1, u.n + 1, u.k + 1), "one past the compute tile: partial tiles in every dim"),
+        ("unit-1", (max(1, u.m - 1), max(1, u.n - 1), max(1, u.k - 1)), "one short of the compute tile"),
+    ]
+    inner = plan.levels[0] if plan.levels else None
+    if inner is not None:
+        t = (min(inner.m, max_dim), min(inner.n, max_dim), min(inner.k, max_dim))
+        shapes.append((f"tile@{inner.level}", t, f"the planner's {inner.level} tile"))
+        shapes.append((f"tile@{inner.level}+1", tuple(d + 1 for d in t), f"one past the {inner.level} tile"))  # type: ignore[arg-type]
+    cases = []
+    for label, (m, n, k), why in shapes:
+        cases.append(Case(f"matmul/{dtype}/{label}/{m}x{n}x{k}", "matmul", dtype, ((m, k), (k, n)),
+                          lambda a, b: a @ b, ref.matmul, k, why))
+    m, n, k = base
+    cases.append(Case(f"matmul/{dtype}/batched/2x{m + 1}x{n}x{k + 1}", "matmul", dtype,
+                      ((2, m + 1, k + 1), (2, k + 1, n)), lambda a, b: a @ b, ref.matmul, k + 1, "batched"))
+    cases.append(Case(f"matmul/{dtype}/transposed-b/{m}x{n + 1}x{k}", "matmul", dtype, ((m, k), (n + 1, k)),
+                      lambda a, b: ops.matmul(a, b, transpose_b=True),
+                      lambda a, b: ref.matmul(a, b, transpose_b=True), k, "B read transposed"))
+    # Working sets that straddle each cache/scratchpad capacity: square matmuls just under and over.
+    nbytes = np.dtype(HOST_DTYPES[dtype]).itemsize
+    for level in spec.memory[1:]:
+        side = int(math.sqrt(level.size_bytes / (3 * nbytes)))
+        for tag, s in (("under", max(1, side - 1)), ("over", side + 2)):
+            name = f"matmul/{dtype}/straddle-{level.name}-{tag}/{s}x{s}x{s}"
+            skip = None if s <= max_dim else f"side {s} > {max_dim} (run with --full)"
+            cases.append(Case(name, "matmul", dtype, ((s, s), (s, s)), lambda a, b: a @ b, ref.matmul, s,
+                              f"3 operands of {s}x{s} {'just fit' if tag == 'under' else 'just exceed'} "
+                              f"{level.name} ({level.size_bytes} B)", skip=skip))
+    return cases
+
+
+def _vector_width(spec: ChipSpec, dtype: str) -> int:
+    vec = spec.vector
+    if vec is not None and dtype in vec.dtypes:
+        return vec.lanes(dtype)
+    return 16
+
+
+def _conv_cases(dtype: str) -> list[Case]:
+    variants: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
+        ("3x3-pad1", (1, 8, 9, 9), (16, 8, 3, 3), {"padding": 1}),
+        ("3x3-stride2", (2, 5, 11, 10), (7, 5, 3, 3), {"stride": 2}),
+        ("1x1", (1, 13, 7, 7), (11, 13, 1, 1), {}),
+        ("dilation2-asym-pad", (1, 4, 12, 12), (6, 4, 3, 3), {"dilation": 2, "padding": ((1, 0), (0, 2))}),
+        ("groups2", (1, 8, 8, 8), (6, 4, 3, 3), {"groups": 2, "padding": 1}),
+        ("depthwise", (1, 6, 9, 9), (6, 1, 3, 3), {"groups": 6, "padding": 1}),
+    ]
+    cases = []
+    for label, xs, ws, kw in variants:
+        red = ws[1] * ws[2] * ws[3]
+        cases.append(Case(f"conv2d/{dtype}/nchw-{label}", "conv2d", dtype, (xs, ws),
+                          lambda x, w, kw=kw: ops.conv2d(x, w, **kw),
+                          lambda x, w, kw=kw: ref.conv2d(x, w, **kw), red, f"NCHW {label}"))
+    nhwc_x, nhwc_w = (1, 9, 9, 8), (3, 3, 8, 16)
+    cases.append(Case(f"conv2d/{dtype}/nhwc-3x3-pad1", "conv2d", dtype, (nhwc_x, nhwc_w),
+                      lambda x, w: ops.conv2d(x, w, padding=1, layout="NHWC"),
+                      lambda x, w: ref.conv2d(x, w, padding=1, layout="NHWC"), 72, "NHWC"))
+    return cases
+
+
+def _vector_cases(spec: ChipSpec, dtype: str) -> list[Case]:
+    v = _vector_width(spec, dtype)
+    shape = (7, 3 * v + 1)  # rows not a multiple of anything, a partial vector at the end of each row
+    cols = shape[1]
+    cases = [
+        Case(f"elementwise/{dtype}/gelu-chain/{shape}", "gelu", dtype, (shape, (cols,)),
+             lambda x, b: ops.gelu(x * 2.0 + b), lambda x, b: ref.gelu(ref.add(ref.mul(x, 2.0), b)),
+             why="bias broadcast, scale, GELU fused"),
+        Case(f"elementwise/{dtype}/sigmoid-tanh-exp/{shape}", "exp", dtype, (shape,),
+             lambda x: ops.sigmoid(x) * ops.tanh(x) + ops.exp(-x),
+             lambda x: ref.add(ref.mul(ref.sigmoid(x), ref.tanh(x)), ref.exp(ref.neg(x))), why="transcendentals"),
+        Case(f"elementwise/{dtype}/log-sqrt-rsqrt/{shape}", "log", dtype, (shape,),
+             lambda x: ops.log(x) + ops.sqrt(x) * ops.rsqrt(x + 1.0),
+             lambda x: ref.add(ref.log(x), ref.mul(ref.sqrt(x), ref.rsqrt(ref.add(x, 1.0)))),
+             why="positive-domain ops", positive=True),
+        Case(f"elementwise/{dtype}/broadcast-3d/(3,1,{v + 3})+(4,1)", "add", dtype, ((3, 1, v + 3), (4, 1)),
+             lambda a, b: ops.maximum(a, b) - ops.minimum(a, b), lambda a, b: ref.sub(ref.maximum(a, b), ref.minimum(a, b)),
+             why="rank-expanding broadcast"),
+        Case(f"reduction/{dtype}/sum-rows/{shape}", "sum", dtype, (shape,), lambda x: ops.sum(x, axis=-1),
+             lambda x: ref.sum(x, axis=-1), cols),
+        Case(f"reduction/{dtype}/max-cols/{shape}", "max", dtype, (shape,), lambda x: ops.max(x, axis=0),
+             lambda x: ref.max(x, axis=0)),
+        Case(f"reduction/{dtype}/mean-all-keepdims/{shape}", "mean", dtype, (shape,),
+             lambda x: ops.mean(x, keepdims=True), lambda x: ref.mean(x, keepdims=True), shape[0] * cols),
+        Case(f"softmax/{dtype}/{shape}", "softmax", dtype, (shape,), lambda x: ops.softmax(x, axis=-1),
+             lambda x: ref.softmax(x, axis=-1), cols),
+        Case(f"layernorm/{dtype}/{shape}", "layernorm", dtype, (shape, (cols,), (cols,)),
+             lambda x, w, b: ops.layernorm(x, w, b), lambda x, w, b: ref.layernorm(x, w, b), cols),
+    ]
+    seq, d = 2 * v + 3, v
+    scale = 1.0 / math.sqrt(d)
+    cases.append(Case(f"attention/{dtype}/2x{seq}x{d}", "softmax", dtype, ((2, seq, d),) * 3,
+                      lambda q, k, w: ops.softmax(ops.matmul(q, k, transpose_b=True) * scale, axis=-1) @ w,
+                      lambda q, k, w: ref.matmul(ref.softmax(ref.mul(ref.matmul(q, k, transpose_b=True), scale),
+                                                             axis=-1), w),
+                      max(seq, d), "unfused attention: QK^T, scale, softmax, .V"))
+    return cases
+
+
+FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")
+
+
+def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, full: bool = False) -> list[Case]:
+    """Every case for ``spec`` (optionally only the families in ``ops_filter``)."""
+    max_dim = 4096 if full else DEFAULT_MAX_DIM
+    cases: list[Case] = []
+    for dtype in spec.dtypes:
+        if dtype not in ("f64", "f32", "f16", "bf16"):
+            continue
+        if dtype not in HOST_DTYPES:
+            cases.append(Case(f"all/{dtype}", "add", dtype, (), lambda: None, lambda: None,
+                              skip=f"{dtype} has no numpy dtype at the host boundary yet"))
+            continue
+        cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(dtype) + _vector_cases(spec, dtype)
+    if ops_filter:
+        wanted = set(ops_filter)
+        cases = [c for c in cases if c.name.split("/")[0] in wanted or c.op in wanted]
+    return cases
