@@ -1,146 +1,418 @@
-"""Target discovery through real importlib.metadata entry points: built-ins, a third-party plugin, a
-broken plugin, clashes, contract violations."""
+"""Target discovery through real ``importlib.metadata``.
+
+Every test installs plugins the way pip would leave them for discovery: a ``*.dist-info`` directory
+(METADATA + entry_points.txt) on ``sys.path``, next to the plugin's importable sources. Nothing is
+injected into `discover` — what is tested is what a user's environment does.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import shutil
+import subprocess
 import sys
-import textwrap
+import time
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import pbsdk
 from pbsdk.core import target as target_mod
 from pbsdk.core.errors import TargetError
+from pbsdk.core.target import API_VERSION, ENTRY_POINT_GROUP, Target, TargetInfo, discover, get_target
 
-PLUGINS = Path(__file__).parent.parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
+SAMPLE_SRC = PLUGINS / "sample_target"
+BROKEN_SRC = PLUGINS / "broken_target"
 
+# The cpu target (and so the sample plugin, which subclasses it) needs the MLIR bindings to import.
+_HAVE_CPU = importlib.util.find_spec("pbsdk.targets.cpu") is not None
+_HAVE_MLIR = importlib.util.find_spec("mlir") is not None
+needs_cpu = pytest.mark.skipif(
+    not (_HAVE_CPU and _HAVE_MLIR),
+    reason="pbsdk.targets.cpu has not landed yet" if not _HAVE_CPU else "the MLIR Python bindings are missing",
+)
 
-def _dist(root: Path, name: str, entry_points: dict[str, str]) -> None:
-    """Write an installed-distribution record (what pip leaves in site-packages) into ``root``."""
-    info = root / f"{name.replace('-', '_')}-0.1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n")
-    lines = ["[pbsdk.targets]"] + [f"{k} = {v}" for k, v in entry_points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+# Helper objects for the malformed-plugin cases, written next to the dist-infos.
+ODDITIES = '''
+from pbsdk.core.target import Target
+
+class NotATarget:
+    """Has the attributes, but is not a Target subclass."""
+    name = "notatarget"
+
+not_a_class = 42
+
+class OldApiTarget(Target):
+    name = "oldapi"
+    api_version = 0
+    default_spec = "host"
+    def stages(self, spec, options):
+        return ()
+    def load(self, artifact, spec):
+        raise NotImplementedError
+
+class FutureApiTarget(OldApiTarget):
+    name = "futureapi"
+    api_version = 99
+'''
+ODDITIES_MODULE = "pbsdk_test_oddities"
+PLUGIN_MODULES = ("pbsdk_sample_target", "pbsdk_broken_target", ODDITIES_MODULE)
+
+Install = Callable[[str, Mapping[str, str]], Path]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _clear_target_cache() -> Iterator[None]:
     target_mod._cache.clear()
     yield
     target_mod._cache.clear()
 
 
 @pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
+    """A fake site directory: ``install(dist, {name: "module:attr"})`` writes a dist-info there."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    (site_dir / f"{ODDITIES_MODULE}.py").write_text(ODDITIES)
+    # The plugins' sources go on sys.path as their packages only: an in-place build of a plugin leaves
+    # a *.egg-info next to its sources, which importlib.metadata would discover as an installation.
+    for src in (SAMPLE_SRC, BROKEN_SRC):
+        copy = tmp_path / "src" / src.name
+        for package in src.glob("pbsdk_*"):
+            if package.is_dir() and not package.name.endswith(("-info", ".egg-info")):
+                shutil.copytree(package, copy / package.name, ignore=shutil.ignore_patterns("__pycache__"))
+        monkeypatch.syspath_prepend(str(copy))
+    monkeypatch.syspath_prepend(str(site_dir))
+    for module in PLUGIN_MODULES:  # import from this test's paths, not an earlier test's
+        if module in sys.modules:
+            monkeypatch.delitem(sys.modules, module)
+
+    def install(dist: str, entry_points: Mapping[str, str]) -> Path:
+        info = site_dir / f"{dist.replace('-', '_')}-0.1.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n")
+        lines = [f"[{ENTRY_POINT_GROUP}]"] + [f"{name} = {value}" for name, value in entry_points.items()]
+        (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
+        importlib.invalidate_caches()  # importlib.metadata caches directory listings by mtime
+        return info
+
+    yield install
+    for module in PLUGIN_MODULES:
+        sys.modules.pop(module, None)
 
 
-def _by_name() -> dict[str, target_mod.TargetInfo]:
-    return {i.name: i for i in target_mod.discover()}
+@pytest.fixture
+def sample(site: Install) -> Install:
+    site("pbsdk-sample-target", {"sample": "pbsdk_sample_target:SampleTarget"})
+    return site
 
 
-def test_builtins_are_discovered_through_entry_points() -> None:
-    infos = _by_name()
-    for name in ("cpu", "nvgpu", "template"):
-        assert name in infos and infos[name].cls is not None, infos.get(name)
-    assert infos["cpu"].cls.implemented
-    assert infos["cpu"].value == "pbsdk.targets.cpu:CpuTarget"
+@pytest.fixture
+def broken(site: Install) -> Install:
+    site("pbsdk-broken-target", {"broken": "pbsdk_broken_target:BrokenTarget"})
+    return site
 
 
-def test_third_party_plugin_is_discovered_and_runs(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(PLUGINS / "sample_target"))
-    _dist(site, "pbsdk-sample-target", {"sample": "pbsdk_sample_target:SampleTarget"})
-    info = _by_name()["sample"]
-    assert info.cls is not None and info.distribution == "pbsdk-sample-target"
-    assert pbsdk.core.target.get_target("sample").name == "sample"
-    f = pbsdk.jit(lambda a, b: a @ b + 1.0, target="sample")
-    a, b = np.ones((3, 4), np.float32), np.ones((4, 2), np.float32)
-    np.testing.assert_array_equal(f(a, b), np.full((3, 2), 5.0, np.float32))
+def _by_name(infos: list[TargetInfo]) -> dict[str, TargetInfo]:
+    names = [i.name for i in infos]
+    assert len(names) == len(set(names)), f"discover() listed a name twice: {names}"
+    return {i.name: i for i in infos}
 
 
-def test_broken_plugin_is_reported_and_skipped(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(PLUGINS / "broken_target"))
-    _dist(site, "pbsdk-broken-target", {"broken": "pbsdk_broken_target:BrokenTarget"})
-    infos = _by_name()
-    assert infos["broken"].cls is None
-    assert "ImportError" in infos["broken"].error and "vendor SDK" in infos["broken"].error
-    assert infos["cpu"].cls is not None  # the others still load
-    with pytest.raises(TargetError, match="cannot be used: import failed"):
-        target_mod.get_target("broken")
+# --- built-in targets ---------------------------------------------------------------------------------
+
+BUILTINS = {
+    "cpu": "pbsdk.targets.cpu:CpuTarget",
+    "nvgpu": "pbsdk.targets.nvgpu:NvgpuTarget",
+    "template": "pbsdk.targets.template:TemplateTarget",
+}
 
 
-def test_name_clash_is_an_error(site: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(PLUGINS / "sample_target"))
-    _dist(site, "pbsdk-sample-target", {"sample": "pbsdk_sample_target:SampleTarget"})
-    _dist(site, "other-vendor", {"sample": "pbsdk.targets.cpu:CpuTarget"})
-    info = _by_name()["sample"]
-    assert info.cls is None and "name clash" in info.error
-    with pytest.raises(TargetError) as err:
-        target_mod.get_target("sample")
-    assert "pbsdk_sample_target:SampleTarget" in str(err.value) and "pbsdk.targets.cpu:CpuTarget" in str(err.value)
+@pytest.mark.parametrize("name", sorted(BUILTINS))
+def test_builtin_targets_are_discovered_through_entry_points(name: str) -> None:
+    infos = _by_name(discover())
+    assert name in infos, f"built-in target '{name}' not registered (is pbsdk installed, e.g. pip install -e .?)"
+    info = infos[name]
+    assert info.value == BUILTINS[name]
+    assert info.distribution == "pbsdk"
+    if name == "cpu" and not _HAVE_CPU:
+        pytest.skip("pbsdk.targets.cpu has not landed yet: registered, class not importable")
+    if name == "cpu" and not _HAVE_MLIR:
+        pytest.skip("the MLIR Python bindings are missing: the cpu target cannot import")
+    assert info.error is None, info.error
+    assert info.cls is not None and issubclass(info.cls, Target)
+    assert info.cls.name == name
+    assert info.cls.api_version == API_VERSION
+    assert isinstance(info.cls.default_spec, str) and info.cls.default_spec
+    assert info.cls.description
 
 
-def test_contract_violations_are_reported(site: Path) -> None:
-    (site / "pbsdk_bad_plugins.py").write_text(textwrap.dedent("""
-        from pbsdk.targets.cpu import CpuTarget
-
-        class Renamed(CpuTarget):
-            name = "something-else"
-
-        class OldApi(CpuTarget):
-            name = "oldapi"
-            api_version = 0
-
-        NOT_A_TARGET = object()
-    """))
-    _dist(site, "pbsdk-bad-plugins", {"renamed": "pbsdk_bad_plugins:Renamed", "oldapi": "pbsdk_bad_plugins:OldApi",
-                                      "notatarget": "pbsdk_bad_plugins:NOT_A_TARGET"})
-    infos = _by_name()
-    assert "whose name is 'something-else'" in infos["renamed"].error
-    assert "written for target API 0" in infos["oldapi"].error
-    assert "not a pbsdk Target subclass" in infos["notatarget"].error
-    sys.modules.pop("pbsdk_bad_plugins", None)
+def test_placeholder_targets_are_listed_as_not_implemented() -> None:
+    infos = _by_name(discover())
+    nvgpu, template = infos["nvgpu"].cls, infos["template"].cls
+    assert nvgpu is not None and template is not None
+    assert nvgpu.implemented is False and template.implemented is False
+    assert nvgpu.default_spec == "nvidia/h100"
+    assert template.default_spec == "example/npu"
 
 
-def test_unknown_target_lists_known_ones() -> None:
-    with pytest.raises(TargetError, match=r"unknown target 'nope' \(installed targets: .*cpu.*nvgpu.*template"):
-        target_mod.get_target("nope")
+@pytest.mark.parametrize("name, issue", [("nvgpu", "the NVIDIA GPU target issue"),
+                                         ("template", "the bring-up kit issue")])
+def test_placeholder_targets_refuse_to_compile(name: str, issue: str) -> None:
+    target = get_target(name)
+    with pytest.raises(TargetError, match="has not landed yet") as err:
+        target.stages(None, {})  # type: ignore[arg-type]
+    assert issue in str(err.value) and f"'{name}'" in str(err.value)
+    with pytest.raises(TargetError, match=issue):
+        target.load(None, None)  # type: ignore[arg-type]
 
 
+@needs_cpu
 @pytest.mark.parametrize("name", ["nvgpu", "template"])
-def test_planned_targets_refuse_to_compile_clearly(name: str) -> None:
+def test_compiling_for_a_placeholder_target_raises_target_error(name: str) -> None:
+    import pbsdk
+
     with pytest.raises(TargetError, match=f"target '{name}' is registered but"):
-        pbsdk.jit(lambda a: a + 1.0, target=name)
+        pbsdk.compile_mlir(ADD, target=name, options={"cache": False})
 
 
-def test_cli_targets_lists_broken_plugins(site: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_get_target_caches_one_instance() -> None:
+    assert get_target("nvgpu") is get_target("nvgpu")
+    target = get_target("template")
+    assert get_target(target) is target  # an instance passes through
+
+
+# --- third-party plugins ------------------------------------------------------------------------------
+
+ADD = """
+func.func @add(%a: tensor<3x5xf32>, %b: tensor<3x5xf32>) -> tensor<3x5xf32> {
+  %e = tensor.empty() : tensor<3x5xf32>
+  %r = linalg.add ins(%a, %b : tensor<3x5xf32>, tensor<3x5xf32>) outs(%e : tensor<3x5xf32>) -> tensor<3x5xf32>
+  return %r : tensor<3x5xf32>
+}
+"""
+
+
+@needs_cpu
+def test_sample_plugin_is_discovered(sample: Install) -> None:
+    infos = _by_name(discover())
+    info = infos["sample"]
+    assert info.error is None, info.error
+    assert info.distribution == "pbsdk-sample-target"
+    assert info.value == "pbsdk_sample_target:SampleTarget"
+    assert info.cls is not None and info.cls.__name__ == "SampleTarget"
+    for name in BUILTINS:  # a plugin adds to the built-ins, it does not replace them
+        assert name in infos
+
+    from pbsdk.targets.cpu import CpuTarget
+
+    target = get_target("sample")
+    assert isinstance(target, info.cls) and isinstance(target, CpuTarget)
+    assert target.name == "sample" and target.default_spec == CpuTarget.default_spec
+    assert get_target("sample") is target
+
+
+@needs_cpu
+def test_sample_plugin_compiles_and_runs_through_the_host_pipeline(sample: Install) -> None:
+    import numpy as np
+
+    import pbsdk
+
+    kernel = pbsdk.compile_mlir(ADD, target="sample", options={"cache": False})
+    a = np.arange(15, dtype=np.float32).reshape(3, 5)
+    b = np.full((3, 5), 0.5, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(a, b), a + b)
+
+
+def test_sample_plugin_is_unknown_until_installed(site: Install) -> None:
+    assert "sample" not in _by_name(discover())
+    with pytest.raises(TargetError, match="unknown target 'sample'"):
+        get_target("sample")
+
+
+def test_broken_plugin_is_reported_and_the_others_still_load(broken: Install) -> None:
+    infos = _by_name(discover())  # must not raise
+    info = infos["broken"]
+    assert info.cls is None
+    assert info.distribution == "pbsdk-broken-target"
+    assert info.value == "pbsdk_broken_target:BrokenTarget"
+    assert info.error is not None
+    assert "import failed: ImportError" in info.error and "not-a-real-sdk" in info.error
+    for name in ("nvgpu", "template"):
+        assert infos[name].cls is not None
+    assert get_target("nvgpu").name == "nvgpu"
+    with pytest.raises(TargetError, match="target 'broken' cannot be used: import failed: ImportError"):
+        get_target("broken")
+
+
+@needs_cpu
+def test_broken_plugin_does_not_hide_a_working_plugin(sample: Install, broken: Install) -> None:
+    infos = _by_name(discover())
+    assert infos["broken"].cls is None
+    assert infos["sample"].cls is not None
+    assert get_target("sample").name == "sample"
+
+
+def test_clash_is_reported_and_get_target_names_both(site: Install) -> None:
+    site("pbsdk-dup-one", {"dup": "pbsdk_test_oddities:OldApiTarget"})
+    site("pbsdk-dup-two", {"dup": "pbsdk_test_oddities:FutureApiTarget"})
+    infos = _by_name(discover())
+    info = infos["dup"]
+    assert info.cls is None and info.error is not None
+    assert "name clash" in info.error
+    for part in ("pbsdk_test_oddities:OldApiTarget", "pbsdk_test_oddities:FutureApiTarget",
+                 "pbsdk-dup-one", "pbsdk-dup-two"):
+        assert part in info.error
+    with pytest.raises(TargetError) as err:
+        get_target("dup")
+    message = str(err.value)
+    assert "name clash" in message
+    assert "pbsdk_test_oddities:OldApiTarget (pbsdk-dup-one)" in message
+    assert "pbsdk_test_oddities:FutureApiTarget (pbsdk-dup-two)" in message
+
+
+def test_clash_with_a_builtin_name_is_refused(site: Install) -> None:
+    site("pbsdk-impostor", {"nvgpu": "pbsdk_test_oddities:OldApiTarget"})
+    with pytest.raises(TargetError, match="name clash") as err:
+        get_target("nvgpu")
+    assert "pbsdk.targets.nvgpu:NvgpuTarget (pbsdk)" in str(err.value)
+    assert "pbsdk_test_oddities:OldApiTarget (pbsdk-impostor)" in str(err.value)
+
+
+def test_the_same_entry_point_seen_twice_is_not_a_clash(site: Install) -> None:
+    # e.g. one distribution reachable through two sys.path entries
+    site("pbsdk-twice-a", {"twice": "pbsdk_test_oddities:NotATarget"})
+    site("pbsdk-twice-b", {"twice": "pbsdk_test_oddities:NotATarget"})
+    info = _by_name(discover())["twice"]
+    assert info.error is not None and "clash" not in info.error
+
+
+@needs_cpu
+def test_entry_point_name_differing_from_the_class_name_is_reported(site: Install) -> None:
+    site("pbsdk-misnamed", {"misnamed": "pbsdk_sample_target:SampleTarget"})
+    info = _by_name(discover())["misnamed"]
+    assert info.cls is None and info.error is not None
+    assert "'misnamed'" in info.error and "SampleTarget" in info.error and "'sample'" in info.error
+    with pytest.raises(TargetError, match="target 'misnamed' cannot be used"):
+        get_target("misnamed")
+
+
+@pytest.mark.parametrize("attr", ["NotATarget", "not_a_class"])
+def test_non_target_object_is_reported(site: Install, attr: str) -> None:
+    site("pbsdk-odd", {"odd": f"pbsdk_test_oddities:{attr}"})
+    info = _by_name(discover())["odd"]
+    assert info.cls is None
+    assert info.error == f"pbsdk_test_oddities:{attr} is not a pbsdk Target subclass"
+    with pytest.raises(TargetError, match="is not a pbsdk Target subclass"):
+        get_target("odd")
+
+
+def test_missing_attribute_is_reported_as_an_import_failure(site: Install) -> None:
+    site("pbsdk-typo", {"typo": "pbsdk_test_oddities:NoSuchClass"})
+    info = _by_name(discover())["typo"]
+    assert info.cls is None and info.error is not None
+    assert info.error.startswith("import failed: AttributeError")
+
+
+@pytest.mark.parametrize("name, version", [("oldapi", 0), ("futureapi", 99)])
+def test_wrong_api_version_is_reported(site: Install, name: str, version: int) -> None:
+    cls = "OldApiTarget" if name == "oldapi" else "FutureApiTarget"
+    site(f"pbsdk-{name}", {name: f"pbsdk_test_oddities:{cls}"})
+    info = _by_name(discover())[name]
+    assert info.cls is None
+    assert info.error == f"written for target API {version}, this pbsdk provides API {API_VERSION}"
+    with pytest.raises(TargetError, match=f"target '{name}' cannot be used: written for target API {version}"):
+        get_target(name)
+
+
+def test_nvgpu_accepts_only_gpu_specs() -> None:
+    from pbsdk.core.spec import load_spec
+
+    target = get_target("nvgpu")
+    target.check_spec(load_spec("nvidia/h100"))
+    with pytest.raises(TargetError, match="kind 'gpu'"):
+        target.check_spec(load_spec("example/npu"))
+
+
+def test_cli_targets_shows_ready_planned_and_broken(broken: Install, capsys: pytest.CaptureFixture[str]) -> None:
     from pbsdk.cli import main
 
-    monkeypatch.syspath_prepend(str(PLUGINS / "broken_target"))
-    _dist(site, "pbsdk-broken-target", {"broken": "pbsdk_broken_target:BrokenTarget"})
     assert main(["targets"]) == 0
-    out = capsys.readouterr().out
-    assert "cpu" in out and "ready" in out and "nvgpu" in out and "planned" in out
-    assert "broken" in out and "BROKEN" in out and "vendor SDK" in out
-    assert main(["targets", "--strict"]) == 1
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert "planned" in lines["nvgpu"] and "spec=nvidia/h100" in lines["nvgpu"]
+    assert "planned" in lines["template"] and "spec=example/npu" in lines["template"]
+    assert "BROKEN" in lines["broken"] and "not-a-real-sdk" in lines["broken"]
+    assert "[pbsdk_broken_target:BrokenTarget]" in lines["broken"]
+    if _HAVE_CPU and _HAVE_MLIR:
+        assert "ready" in lines["cpu"]
+    assert main(["targets", "--strict"]) == 1  # a broken plugin fails --strict
 
 
-def test_sample_plugin_builds_as_a_wheel(tmp_path: Path) -> None:
-    """The sample plugin is a real installable package: its wheel carries the entry point."""
-    import subprocess
-    import zipfile
+def test_unknown_target_lists_the_known_ones(broken: Install) -> None:
+    with pytest.raises(TargetError) as err:
+        get_target("no-such-chip")
+    message = str(err.value)
+    assert "unknown target 'no-such-chip'" in message
+    known = message.split("installed targets:", 1)[1]
+    for name in ("broken", "cpu", "nvgpu", "template"):  # every registered name, broken ones included
+        assert name in known
 
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path),
-                             str(PLUGINS / "sample_target")], capture_output=True, text=True, timeout=300)
-    if result.returncode != 0 and "No matching distribution" in result.stderr:
-        pytest.skip("setuptools not available to the build backend offline")
-    assert result.returncode == 0, result.stderr[-2000:]
-    (wheel,) = tmp_path.glob("pbsdk_sample_target-*.whl")
-    with zipfile.ZipFile(wheel) as z:
-        ep = next(n for n in z.namelist() if n.endswith("entry_points.txt"))
-        assert "[pbsdk.targets]" in z.read(ep).decode() and "sample = pbsdk_sample_target:SampleTarget" in z.read(ep).decode()
+
+# --- packaging ----------------------------------------------------------------------------------------
+
+
+def _can_build_without_isolation() -> str | None:
+    """None if this environment can build the sample wheel with --no-build-isolation, else why not."""
+    if importlib.util.find_spec("setuptools") is None:
+        return "setuptools is not installed"
+    import setuptools
+
+    major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
+    if (major, minor) < (70, 1) and importlib.util.find_spec("wheel") is None:  # bdist_wheel moved in 70.1
+        return f"setuptools {setuptools.__version__} needs the 'wheel' package to build wheels"
+    return None
+
+
+def test_sample_plugin_builds_a_wheel_with_its_entry_point(tmp_path: Path) -> None:
+    """The sample plugin is a real package: pip builds it into a wheel that declares the entry point.
+
+    With --no-build-isolation where this environment can build wheels itself (offline); otherwise pip's
+    isolated build, skipped if the build backend cannot be fetched. The build runs on a copy so that no
+    build/ or *.egg-info is left next to the plugin's sources."""
+    src = tmp_path / "src"
+    shutil.copytree(SAMPLE_SRC, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    out = tmp_path / "wheels"
+    why_not = _can_build_without_isolation()
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", str(src), "-w", str(out)]
+    if why_not is None:
+        cmd[4:4] = ["--no-build-isolation", "--no-index"]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and why_not is not None:
+        pytest.skip(f"{why_not}, and pip's isolated build failed (offline?): {proc.stderr.strip()[-300:]}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wheels = list(out.glob("pbsdk_sample_target-*.whl"))
+    assert len(wheels) == 1, list(out.iterdir())
+    with zipfile.ZipFile(wheels[0]) as whl:
+        names = whl.namelist()
+        assert "pbsdk_sample_target/__init__.py" in names
+        entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        text = whl.read(entry_points).decode()
+    assert f"[{ENTRY_POINT_GROUP}]" in text
+    assert "sample = pbsdk_sample_target:SampleTarget" in text
+    assert time.monotonic() - started < 120, "building the sample wheel got slow"
+    assert not list(SAMPLE_SRC.glob("*.egg-info")), "a build left metadata next to the plugin's sources"
+
+
+def test_plugin_sources_declare_the_entry_points_used_above() -> None:
+    """The dist-infos written by the fixtures mirror the plugins' pyproject.toml files."""
+    sample = (SAMPLE_SRC / "pyproject.toml").read_text()
+    broken = (BROKEN_SRC / "pyproject.toml").read_text()
+    group = f'[project.entry-points."{ENTRY_POINT_GROUP}"]'
+    assert group in sample and 'sample = "pbsdk_sample_target:SampleTarget"' in sample
+    assert 'name = "pbsdk-sample-target"' in sample
+    assert group in broken and 'broken = "pbsdk_broken_target:BrokenTarget"' in broken
+

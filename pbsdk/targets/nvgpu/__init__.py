@@ -1,26 +1,38 @@
-"""The NVIDIA GPU reference target (registered; code generation lands with the NVIDIA GPU target issue).
+"""The NVIDIA GPU reference target (registered placeholder).
 
-What it will provide: outer tiles mapped to thread blocks, inner tiles to warps/warp groups and threads;
-operand tiles promoted to shared memory within the spec's per-block limit (opt-in maximum where the plan
-needs it); ``mma.sync``/``wgmma`` for the matrix-unit op; PTX through LLVM's NVPTX backend, a cubin
-through ``ptxas``; launch through the CUDA driver API. The A100/H100/H200 presets drive every choice.
+What it will provide: the core's bufferized linalg mapped onto the GPU's thread/block hierarchy from the
+chip spec (e.g. ``nvidia/h100``), lowered through MLIR's GPU and NVVM dialects to PTX via LLVM's NVPTX
+backend, assembled to a cubin with ``ptxas``, and loaded and launched through the CUDA driver API; without a
+GPU, loading raises `DeviceUnavailableError`.
+
+What it provides today: only its registration. It is listed by ``pbsdk targets`` as planned
+(``implemented = False``), and any attempt to compile for it raises `TargetError` until the NVIDIA GPU
+target issue lands its code generation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pbsdk.core.errors import TargetError
-from pbsdk.core.pipeline import Stage
-from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
 
+if TYPE_CHECKING:
+    from pbsdk.core.pipeline import Stage
+    from pbsdk.core.spec import ChipSpec
+
 _NOT_YET = ("target 'nvgpu' is registered but its code generation has not landed yet "
-            "(the NVIDIA GPU target issue)")
+            "(tracked by the NVIDIA GPU target issue)")
+
+
+def _not_landed() -> NoReturn:
+    raise TargetError(_NOT_YET)
 
 
 class NvgpuTarget(Target):
+    """Placeholder: listed, never compiles."""
+
     name = "nvgpu"
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
@@ -31,7 +43,7 @@ class NvgpuTarget(Target):
             raise TargetError(f"target 'nvgpu' needs a chip spec of kind 'gpu'; '{spec.name}' is a {spec.kind}")
 
     def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
-        raise TargetError(_NOT_YET)
+        _not_landed()
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
-        raise TargetError(_NOT_YET)
+        _not_landed()

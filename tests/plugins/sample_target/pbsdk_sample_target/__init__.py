@@ -1,12 +1,15 @@
-"""A third-party target that reuses the host CPU lowering under its own name.
+"""A sample third-party pbsdk target: the host CPU's pipeline under another name.
 
-It shows the smallest useful plugin: subclass an existing target, change what differs (here only the
-name), register it in the ``pbsdk.targets`` entry-point group.
+It shows the smallest real plugin: a `Target` subclass registered in the ``pbsdk.targets`` entry-point
+group of its own distribution. It inherits every stage, the spec check and the loader from the built-in
+cpu target, so it compiles and runs for real on the host.
 """
+
+from __future__ import annotations
 
 from pbsdk.targets.cpu import CpuTarget
 
 
 class SampleTarget(CpuTarget):
     name = "sample"
-    description = "sample third-party plugin (host CPU lowering under another name)"
+    description = "sample third-party plugin reusing the host CPU lowering"
