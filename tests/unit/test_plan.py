@@ -150,3 +150,47 @@ def test_cli_explain_shows_decisions_change_with_the_spec(capsys: pytest.Capture
     assert main(["explain", "--matmul", "1024", "1024", "1024", "--spec", "avx512"]) == 0
     cpu = capsys.readouterr().out
     assert "vector-fma" in cpu and "tile @l1d" in cpu and "bound by" in cpu
+
+
+# ------------------------------------------------------------------ register tile and packed blocking
+def test_register_tile_balances_fma_and_load_issue() -> None:
+    from pbsdk.core.plan.contraction import register_tile
+    # Two FMA and two load ports, 32 registers of 16 lanes: a 14x2-vector tile issues 28 FMAs per 16
+    # loads (FMA-bound), where a 30x1 tile would be load-bound (31 loads per 30 FMAs).
+    mr, nv, _ = register_tile(32, 16, 2, 2, 2048, 2048)
+    assert (mr, nv) == (14, 2)
+    # With one load port per cycle, tiles need more FMAs per load: never a single column of vectors.
+    mr1, nv1, _ = register_tile(32, 16, 2, 1, 2048, 2048)
+    assert mr1 * nv1 / (mr1 + nv1) >= 2 - 1e-9
+    # Narrow problems are not padded out to a wide tile.
+    _mr2, nv2, _ = register_tile(32, 16, 2, 2, 2048, 16)
+    assert nv2 == 1
+
+
+def test_blocking_follows_the_cache_sizes() -> None:
+    spec = load_spec("avx512")
+    full = plan_contraction(spec, BIG).blocking
+    assert full is not None
+    assert full.kc * full.nr * 4 <= spec.memory_level("l1d").size_bytes
+    assert full.mc * full.kc * 4 <= spec.memory_level("l2").size_bytes // 2
+    half_l1 = plan_contraction(_resize(spec, "l1d", 0.5), BIG).blocking
+    half_l2 = plan_contraction(_resize(spec, "l2", 0.5), BIG).blocking
+    assert half_l1 is not None and half_l2 is not None
+    assert half_l1.kc < full.kc
+    assert half_l2.mc < full.mc and half_l2.kc == full.kc
+
+
+def test_blocking_threads_only_when_there_is_work() -> None:
+    spec = load_spec("avx512")
+    assert plan_contraction(spec, BIG).blocking.threads == spec.compute[0].count
+    assert plan_contraction(spec, Contraction(16, 16, 16)).blocking.threads == 1
+    assert plan_contraction(spec, BIG, {"threads": 1}).blocking.threads == 1
+    batched = plan_contraction(spec, Contraction(256, 256, 256, batch=8)).blocking
+    assert batched.split == "batch"
+    wide = plan_contraction(spec, Contraction(14, 4096, 4096)).blocking
+    assert wide.split == "n" and wide.threads == 2
+
+
+def test_no_blocking_for_matrix_units_or_scratchpads() -> None:
+    assert plan_contraction(load_spec("example/npu"), Contraction(512, 512, 512, dtype="bf16")).blocking is None
+    assert plan_contraction(load_spec("nvidia/h100"), BIG).blocking is None

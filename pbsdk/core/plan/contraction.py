@@ -98,6 +98,100 @@ class Estimate:
 
 
 @dataclasses.dataclass(frozen=True)
+class Blocking:
+    """How a vector-FMA contraction is packed and blocked on a cache hierarchy (Goto/BLIS loop nest).
+
+    ``kc`` is the reduction block (its B micro-panel, ``kc x nr``, is reused from ``kc_level`` across
+    the whole A block); ``mc x kc`` is the packed A block, kept in ``mc_level``; ``kc x nc`` the packed
+    B panel, kept in ``nc_level``. ``threads`` parts of the output (split along ``split``) run on as
+    many units of the outermost compute level, each with its own packed buffers."""
+
+    mr: int
+    nv: int
+    lanes: int
+    mc: int
+    nc: int
+    kc: int
+    threads: int = 1
+    split: str = "m"  # "batch", "m" or "n"
+    kc_level: str = ""
+    mc_level: str = ""
+    nc_level: str = ""
+
+    def __post_init__(self) -> None:
+        if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
+            raise ValueError(f"blocking {self}: every size must be positive")
+        if self.mc % self.mr or self.nc % self.nr:
+            raise ValueError(f"blocking {self}: mc must be a multiple of mr and nc of nr")
+
+    @property
+    def nr(self) -> int:
+        return self.nv * self.lanes
+
+
+#: Least work (seconds at the unit's peak) worth a fork onto another core.
+MIN_PARALLEL_SECONDS = 20e-6
+
+
+def _round_down(v: int, multiple: int) -> int:
+    return max(multiple, v // multiple * multiple)
+
+
+def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
+             options: Mapping[str, Any] | None = None) -> tuple[Blocking | None, list[str]]:
+    """Block sizes for packing on a cache hierarchy, from capacities alone (None without caches or
+    without a vector register tile)."""
+    opts = options or {}
+    caches = [lv for lv in reversed(spec.memory) if lv.managed == "cache"]  # innermost first
+    if unit.kind != "vector-fma" or not caches or spec.vector is None:
+        return None, []
+    lanes = spec.vector.lanes(op.accumulator)
+    mr, nv = unit.m, unit.n // lanes
+    nr = unit.n
+    eb = _bytes(op.dtype)
+    why = []
+    units = spec.compute[0].count
+    per_core = max({str(k): v for k, v in spec.peak_tflops.items()}.get(op.dtype, 0.0), 1e-6) * 1e12 / units
+    threads = int(opts.get("threads", 0)) or units
+    if op.flops / per_core / max(threads, 1) < MIN_PARALLEL_SECONDS:
+        threads = max(1, min(threads, int(op.flops / per_core / MIN_PARALLEL_SECONDS)))
+    if threads == 1:
+        split = "m"
+    elif op.batch >= threads:
+        split = "batch"
+    elif -(-op.m // mr) >= 2 * threads or -(-op.n // nr) < threads:
+        split = "m"
+    else:
+        split = "n"
+    if split == "batch":
+        threads = min(threads, op.batch)
+    elif split == "m":
+        threads = min(threads, -(-op.m // mr))
+    else:
+        threads = min(threads, -(-op.n // nr))
+    m_part = -(-op.m // threads) if split == "m" else op.m
+    n_part = -(-op.n // threads) if split == "n" else op.n
+    why.append(f"{threads} thread{'s' if threads > 1 else ''} over '{spec.compute[0].name}' split along {split}"
+               + ("" if threads == units else f" (of {units}: less work than {MIN_PARALLEL_SECONDS * 1e6:.0f} us "
+                                                  "per extra unit, or too few tiles)"))
+    l1 = caches[0]
+    kc = int(l1.size_bytes // (nr * eb)) // lanes * lanes
+    kc = max(lanes, kc)
+    kc = min(op.k, kc)
+    why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
+    l2 = caches[1] if len(caches) > 1 else l1
+    mc = _round_down(int(l2.size_bytes * CACHE_BUDGET // (kc * eb)), mr)
+    mc = min(mc, _round_up(m_part, mr))
+    why.append(f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}")
+    l3 = caches[2] if len(caches) > 2 else l2
+    sharing = threads if l3.scope == "device" else 1
+    nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
+    nc = min(nc, _round_up(n_part, nr))
+    why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
+    return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name), why
+
+
+@dataclasses.dataclass(frozen=True)
 class ContractionPlan:
     op: Contraction
     compute: ComputeTile
@@ -108,6 +202,7 @@ class ContractionPlan:
     parallel_ways: int
     estimate: Estimate
     reasons: tuple[str, ...]
+    blocking: Blocking | None = None
 
     def tile(self, level: str) -> LevelTile:
         return next(t for t in self.levels if t.level == level)
@@ -137,30 +232,44 @@ def compute_tile(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | N
         if units:
             u = units[0]
             return (ComputeTile("matrix-unit", u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype, u.scope),
-                    f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) is the "
-                    f"spec's first choice for {op.dtype}")
+                    (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) is the "
+                    f"spec's first choice for {op.dtype}"))
     vec = spec.vector
     if vec is not None and op.accumulator in vec.dtypes and vec.fma:
         lanes = vec.lanes(op.accumulator)
-        best: tuple[float, int, int] | None = None
-        for nr_vecs in range(1, vec.registers):
-            for mr in range(1, vec.registers):
-                used = mr * nr_vecs + nr_vecs + 1  # accumulators + B vectors + one broadcast A
-                if used > vec.registers:
-                    break
-                nr = nr_vecs * lanes
-                intensity = mr * nr / (mr + nr)
-                if best is None or intensity > best[0] + 1e-9:
-                    best = (intensity, mr, nr_vecs)
-        assert best is not None
-        _, mr, nr_vecs = best
+        mr, nr_vecs, why = register_tile(vec.registers, lanes, vec.fma_per_cycle, vec.loads_per_cycle, op.m, op.n)
         scope = spec.compute[0].name
         return (ComputeTile("vector-fma", f"fma{vec.width_bits}", mr, nr_vecs * lanes, 1, op.dtype, op.accumulator,
                             scope, registers=mr * nr_vecs + nr_vecs + 1),
-                f"no matrix unit for {op.dtype}: {mr}x{nr_vecs * lanes} register tile of {vec.width_bits}-bit FMAs "
-                f"({mr * nr_vecs} accumulators of {vec.registers} registers)")
+                (f"no matrix unit for {op.dtype}: {mr}x{nr_vecs * lanes} register tile of {vec.width_bits}-bit FMAs "
+                f"({mr * nr_vecs} accumulators of {vec.registers} registers; {why})"))
     return (ComputeTile("scalar", "scalar", 1, 1, 1, op.dtype, op.accumulator, spec.compute[-1].name),
             f"no matrix or vector unit for {op.dtype}: scalar code")
+
+
+def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, m: int,
+                  n: int) -> tuple[int, int, str]:
+    """The vector register tile (rows ``mr``, columns in vectors ``nv``) with the fewest issue cycles.
+
+    One k step of an ``mr x nv`` tile issues ``mr * nv`` FMAs and ``mr + nv`` loads (one broadcast of A
+    per row, one vector of B per column), so it takes ``max(mr*nv / fma_per_cycle, (mr+nv) /
+    loads_per_cycle)`` cycles; the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
+    tiles, so tiles that overhang the edges cost their full time. ``mr * nv`` accumulators, ``nv`` B
+    vectors and one broadcast must fit the register file. Among tiles within 3 % of the fewest cycles, the
+    narrowest wins (its B micro-panel, reused from the innermost cache across the A block, is smallest,
+    so the reduction block can be longest), then the one issuing fewer loads per FMA."""
+    options: list[tuple[float, float, int, int]] = []
+    for nv in range(1, registers):
+        for mr in range(1, registers):
+            if mr * nv + nv + 1 > registers:
+                break
+            per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle)
+            cycles = -(-m // mr) * -(-n // (nv * lanes)) * per_step
+            options.append((cycles, (mr + nv) / (mr * nv), nv, mr))
+    fastest = min(o[0] for o in options)
+    cycles, _, nv, mr = min((o for o in options if o[0] <= fastest * 1.03), key=lambda o: (o[2], round(o[1], 9)))
+    ideal = m * n / (lanes * fma_per_cycle)
+    return mr, nv, f"{ideal / cycles:.0%} of FMA issue at this shape"
 
 
 def _traffic(op: Contraction, tm: int, tn: int, tk: int) -> int:
@@ -284,9 +393,12 @@ def plan_contraction(spec: ChipSpec, op: Contraction, options: Mapping[str, Any]
         order += [f"n@{t.level}", f"k@{t.level}", f"m@{t.level}"]
     order += ["m@reg", "n@reg", "k@reg"] if unit.kind != "matrix-unit" else [f"{unit.name}"]
 
+    blk, why_blk = blocking(spec, op, unit, opts)
+    reasons += why_blk
     estimate = _estimate(spec, op, unit, tiles, ways)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
-    return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons))
+    return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons),
+                           blk)
 
 
 def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[LevelTile], ways: int) -> Estimate:

@@ -13,7 +13,7 @@ from pbsdk.core.spec import ChipSpec
 def contraction_of(node: Node) -> Contraction | None:
     """The contraction a graph node performs (matmul directly; conv2d as an implicit GEMM per group)."""
     if node.op == "matmul":
-        a, b = node.inputs
+        a, _b = node.inputs
         out = node.out.shape
         m, n = out[-2], out[-1]
         k = a.shape[-2] if node.attrs["transpose_a"] else a.shape[-1]
@@ -55,6 +55,10 @@ def format_plan(title: str, plan: ContractionPlan) -> str:
     else:
         lines.append("  parallel       none (one unit)")
     lines.append(f"  loop order     {' > '.join(plan.loop_order)}")
+    b = plan.blocking
+    if b is not None:
+        lines.append(f"  packing        A {b.mc}x{b.kc} in {b.mc_level}, B {b.kc}x{b.nc} in {b.nc_level} "
+                     f"(micro-panels {b.kc}x{b.nr} from {b.kc_level}); {b.threads} thread(s) split along {b.split}")
     terms = ", ".join(f"{name} {s * 1e3:.3f} ms" for name, s in plan.estimate.terms)
     lines.append(f"  estimate       {plan.estimate.seconds * 1e3:.3f} ms, bound by {plan.estimate.bound} ({terms})")
     lines.append("  why:")

@@ -203,6 +203,15 @@ class VectorUnit(_Model):
         ge=1, le=4096, description="Number of architectural vector registers (e.g. 32 for AVX-512)."
     )
     fma: bool = Field(description="Whether fused multiply-add is available.")
+    fma_per_cycle: int = Field(
+        default=1, ge=1, le=64,
+        description="Vector FMA (or multiply-add) instructions one core can issue per cycle (e.g. 2 on Xeons "
+                    "with two 512-bit FMA ports). The register-tile model balances these against loads.",
+    )
+    loads_per_cycle: int = Field(
+        default=1, ge=1, le=64,
+        description="Vector or broadcast loads from the innermost cache one core can issue per cycle.",
+    )
 
     @field_validator("width_bits")
     @classmethod

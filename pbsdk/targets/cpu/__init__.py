@@ -18,9 +18,11 @@ import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
+from pbsdk.core.passes.pack_contractions import PackContractions
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
 
 
 def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
@@ -29,7 +31,7 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
     with module.context:
         text = str(llvm_dialect.translate_module_to_llvmir(module.operation))
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
-                    outputs=ctx.notes["outputs"])
+                    outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", [])})
 
 
 _llvm_lock = threading.Lock()
@@ -62,6 +64,21 @@ def target_machine(spec: ChipSpec) -> Any:
 
 
 _process = ctypes.CDLL(None)  # what MCJIT's symbol lookup searches: the process and its libraries
+_openmp: bool | None = None
+
+
+def _openmp_available() -> bool:
+    """Load GNU libgomp globally (so MCJIT resolves ``GOMP_parallel``); False where it is missing, and
+    the parallel parts then run one after another on the calling thread."""
+    global _openmp
+    with _llvm_lock:
+        if _openmp is None:
+            try:
+                ctypes.CDLL("libgomp.so.1", mode=ctypes.RTLD_GLOBAL)
+                _openmp = True
+            except OSError:
+                _openmp = False
+    return _openmp
 
 
 def _resolvable(symbol: str) -> bool:
@@ -79,6 +96,12 @@ class CpuExecutable(Executable):
             mod.verify()
         except RuntimeError as exc:
             raise CompileError(f"LLVM rejected the module: {exc}", stage="jit") from exc
+        forks = artifact.metadata.get("forks", [])
+        if forks:
+            try:
+                mod.link_in(llvm.parse_assembly(fork_glue(forks, threaded=_openmp_available())))
+            except RuntimeError as exc:
+                raise CompileError(f"LLVM rejected the parallel glue: {exc}", stage="jit") from exc
         # Every external the code calls must resolve in this process (libm, libc); otherwise MCJIT would
         # jump to address 0 at run time.
         missing = [f.name for f in mod.functions
@@ -118,12 +141,18 @@ class CpuTarget(Target):
 
     def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
         return (
+            Stage("pack-contractions", fn=PackContractions().apply,
+                  description="planned matmuls to packed, register-tiled vector kernels (core pass)"),
+            Stage("lower-parallel", fn=ForallToFork().apply,
+                  description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("lower-copies", fn=CopiesToLinalg().apply,
                   description="strided memref.copy to linalg.copy (no runtime library needed)"),
-            Stage("lower-loops", passes="convert-linalg-to-loops, lower-affine, convert-scf-to-cf, canonicalize",
+            Stage("lower-loops", passes="scf-forall-to-for, convert-vector-to-scf, convert-linalg-to-loops, "
+                                        "lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
             Stage("lower-llvm",
-                  passes="func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, "
+                  passes="convert-vector-to-llvm, func.func(math-expand-ops), convert-math-to-llvm, "
+                         "convert-math-to-libm, "
                          "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-arith-to-llvm, "
                          "convert-cf-to-llvm, convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, "
                          "reconcile-unrealized-casts",

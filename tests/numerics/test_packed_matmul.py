@@ -1,0 +1,116 @@
+"""The packed, register-tiled matmul kernels (`pack-contractions`) against numpy.
+
+Shapes are chosen against the blocking: equal to, one less and one more than the register tile, the
+packed blocks and the thread split; primes; degenerate rows and columns; batches; 1 and 2 threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.core.compiler import compile_text, resolve
+from pbsdk.core.plan.contraction import Blocking
+from pbsdk.testing import assert_close
+from pbsdk.testing import reference as ref
+
+RNG = np.random.default_rng(7)
+
+
+def _operands(*shapes: tuple[int, ...], dtype: str = "float32") -> list[np.ndarray]:
+    return [RNG.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _mm(options: dict | None = None) -> pbsdk.frontends.jit.JitFunction:  # type: ignore[name-defined]
+    return pbsdk.jit(lambda a, b: ops.matmul(a, b), options=options)
+
+
+# A small forced blocking so the block edges are crossed at test sizes: the options reach the planner.
+SMALL = {"threads": 2}
+
+
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (1, 64, 64), (64, 1, 64), (64, 64, 1), (14, 32, 16), (13, 31, 17),
+                                 (15, 33, 15), (97, 89, 101), (256, 256, 256), (300, 520, 390), (29, 1000, 7)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_packed_matmul_matches_numpy(mkn: tuple[int, int, int], threads: int) -> None:
+    m, k, n = mkn
+    a, b = _operands((m, k), (k, n))
+    got = _mm({"threads": threads})(a, b)
+    assert_close(got, ref.matmul(a, b), op="matmul", reduction_size=k)
+
+
+def test_packed_matmul_f64() -> None:
+    a, b = _operands((70, 45), (45, 37), dtype="float64")
+    assert_close(_mm()(a, b), ref.matmul(a, b), op="matmul", reduction_size=45)
+
+
+@pytest.mark.parametrize("bmkn", [(3, 17, 9, 33), (16, 64, 64, 32), (1, 40, 40, 40)])
+def test_packed_batch_matmul(bmkn: tuple[int, int, int, int]) -> None:
+    bs, m, k, n = bmkn
+    a, b = _operands((bs, m, k), (bs, k, n))
+    got = _mm()(a, b)
+    assert_close(got, ref.matmul(a, b), op="matmul", reduction_size=k)
+
+
+def test_packed_matmul_with_epilogue_and_prologue() -> None:
+    a, b, bias = _operands((65, 48), (48, 70), (70,))
+
+    def f(x, y, z):
+        return ops.relu(ops.add(ops.matmul(ops.mul(x, 2.0), y), z))
+
+    expected = np.maximum(ref.matmul(a * 2, b) + bias, 0)
+    assert_close(pbsdk.jit(f)(a, b, bias), expected, op="matmul", reduction_size=48)
+
+
+def test_blocks_smaller_than_the_problem_are_crossed() -> None:
+    """With a spec whose caches are tiny, kc/mc/nc are smaller than the problem, so every loop of the
+    nest runs more than once and the k blocks accumulate."""
+    from pbsdk.core.spec import load_spec
+    spec = load_spec("intel/xeon-avx512").model_copy(deep=True)
+    data = spec.model_dump()
+    for level in data["memory"]:
+        if level["managed"] == "cache":
+            level["size_bytes"] = 8192
+    tiny = type(spec).model_validate(data)
+    f = pbsdk.jit(lambda a, b: ops.matmul(a, b), spec=tiny)
+    a, b = _operands((200, 300), (300, 150))
+    from pbsdk.core.plan.contraction import Contraction, plan_contraction
+    blk = plan_contraction(tiny, Contraction(200, 150, 300)).blocking
+    assert blk is not None and blk.kc < 300 and blk.mc < 200 and blk.nc < 150
+    assert_close(f(a, b), ref.matmul(a, b), op="matmul", reduction_size=300)
+
+
+def test_the_pass_replaces_the_matmul_and_says_so() -> None:
+    text = """
+    func.func @main(%a: tensor<64x48xf32>, %b: tensor<48x80xf32>) -> tensor<64x80xf32> {
+      %z = arith.constant 0.0 : f32
+      %e = tensor.empty() : tensor<64x80xf32>
+      %f = linalg.fill ins(%z : f32) outs(%e : tensor<64x80xf32>) -> tensor<64x80xf32>
+      %r = linalg.matmul ins(%a, %b : tensor<64x48xf32>, tensor<48x80xf32>) outs(%f : tensor<64x80xf32>) -> tensor<64x80xf32>
+      return %r : tensor<64x80xf32>
+    }"""
+    request = resolve("cpu", None, {"threads": 1})
+    ir_text = str(compile_text(text, request, stop_after="pack-contractions"))
+    assert "linalg.matmul" not in ir_text
+    assert "vector.fma" in ir_text and "call @__pbsdk_mm0(" in ir_text
+    off = resolve("cpu", None, {"pack": False})
+    assert "linalg.matmul" in str(compile_text(text, off, stop_after="pack-contractions"))
+
+
+def test_two_threads_fork_and_every_part_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fewer OpenMP threads than parts (OMP_THREAD_LIMIT-like): the glue loops, so no part is lost."""
+    from pbsdk.targets.cpu.parallel import fork_glue
+    glue = fork_glue([{"fork": "f", "part": "p", "args": 3, "threads": 4}], threaded=True)
+    assert "GOMP_parallel" in glue and "%next = add i64 %p, %nt" in glue
+    serial = fork_glue([{"fork": "f", "part": "p", "args": 3, "threads": 4}], threaded=False)
+    assert "GOMP_parallel" not in serial and "icmp eq i64 %next, 4" in serial
+    a, b = _operands((260, 64), (64, 64))
+    monkeypatch.setattr("pbsdk.targets.cpu._openmp", False)  # the serial fallback, numerically
+    f = _mm({"threads": 2, "cache": False})
+    assert_close(f(a, b), ref.matmul(a, b), op="matmul", reduction_size=64)
+
+
+def test_blocking_rejects_inconsistent_sizes() -> None:
+    with pytest.raises(ValueError, match="multiple"):
+        Blocking(mr=14, nv=2, lanes=16, mc=20, nc=64, kc=8)
