@@ -14,6 +14,7 @@ from mlir import ir
 
 from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
 from pbsdk.core.passes.distinct_results import DistinctResults
+from pbsdk.core.passes.isolate_contractions import IsolateContractions
 from pbsdk.core.pipeline import Pipeline, Stage, StageContext
 from pbsdk.core.spec import ChipSpec, load_spec
 from pbsdk.core.target import Target, get_target
@@ -73,6 +74,8 @@ def _read_signature(module: ir.Module, ctx: StageContext) -> None:
 #: The target-independent stages, in order. Targets append theirs.
 CORE_STAGES: tuple[Stage, ...] = (
     Stage("input", fn=_read_signature, description="the input module (linalg on tensors), verified"),
+    Stage("isolate-contractions", fn=IsolateContractions().apply,
+          description="each named matmul into its own function, so fusion cannot generalise it"),
     Stage("fuse", passes="func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
           description="producer-consumer fusion of elementwise ops"),
     Stage("bufferize",
@@ -82,7 +85,7 @@ CORE_STAGES: tuple[Stage, ...] = (
     Stage("distinct-results", fn=DistinctResults().apply,
           description="a buffer returned twice gets a copy, so each output is written once"),
     Stage("out-params",
-          passes="buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
+          passes="drop-equivalent-buffer-results, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
           description="results become caller-allocated output buffers; deallocation"),
 )

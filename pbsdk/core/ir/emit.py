@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -224,6 +225,9 @@ class _Emitter:
             self.emit(f"  tensor.yield {zero} : {xt.dtype}")
             self.emit(f"}} : {mlir_type(xt)} to {mlir_type(padded)}")
             xname, xt = name, padded
+        if groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64"):
+            self._conv2d_as_matmul(node, xname, xt)
+            return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
         if nhwc:
             n_, h_, w_, c_ = xt.shape
@@ -260,6 +264,106 @@ class _Emitter:
         self.emit(f"{name} = tensor.collapse_shape {self.name(grouped)} {_reassoc(reassoc)} : "
                   f"{mlir_type(og_t)} into {mlir_type(out.type)}")
         self.names[out.id] = name
+
+    def _conv2d_as_matmul(self, node: Node, xname: str, xt: TensorType) -> None:
+        """An ungrouped conv2d as one contraction: the (padded) input's patches gathered into a column
+        matrix (im2col; skipped for 1x1 stride-1 kernels, where the input already is that matrix), times
+        the weights viewed as a matrix. The contraction then gets the planner's packed kernel."""
+        _, w = node.inputs
+        out = node.out
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        nhwc = node.attrs["layout"] == "NHWC"
+        dt = out.dtype
+        pointwise = sh == sw == 1
+        if nhwc:
+            n_, _hp, _wp, c_ = xt.shape
+            kh, kw, _, o = w.shape
+            _, oh, ow, _ = out.shape
+            pointwise = pointwise and kh == kw == 1
+            rows, depth = n_ * oh * ow, kh * kw * c_
+            cols_t = TensorType((rows, depth), dt)
+            if pointwise:
+                cols = self.collapse(xname, xt, cols_t, [[0, 1, 2], [3]])
+            else:
+                patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
+                patches = self.patches(xname, xt, patches_t, kh, kw, lambda i, j: (
+                    [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
+                    [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
+                cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
+            wmat_t = TensorType((depth, o), dt)
+            wmat = self.collapse(self.name(w), w.type, wmat_t, [[0, 1, 2], [3]])
+            mm_t = TensorType((rows, o), dt)
+            init = self.filled(mm_t, 0.0)
+            mm = self.fresh("mm")
+            self.emit(f"{mm} = linalg.matmul ins({cols}, {wmat} : {mlir_type(cols_t)}, {mlir_type(wmat_t)}) "
+                      f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
+            self.names[out.id] = self.expand(mm, mm_t, out.type, [[0, 1, 2], [3]])
+            return
+        n_, c_, _hp, _wp = xt.shape
+        o, _, kh, kw = w.shape
+        _, _, oh, ow = out.shape
+        pointwise = pointwise and kh == kw == 1
+        depth, pixels = c_ * kh * kw, oh * ow
+        cols_t = TensorType((n_, depth, pixels), dt)
+        if pointwise:
+            cols = self.collapse(xname, xt, cols_t, [[0], [1], [2, 3]])
+        else:
+            patches_t = TensorType((n_, c_, kh, kw, oh, ow), dt)
+            patches = self.patches(xname, xt, patches_t, kh, kw, lambda i, j: (
+                [0, 0, i * dh, j * dw], [n_, c_, oh, ow], [1, 1, sh, sw],
+                [0, 0, i, j, 0, 0], [n_, c_, 1, 1, oh, ow]))
+            cols = self.collapse(patches, patches_t, cols_t, [[0], [1, 2, 3], [4, 5]])
+        wmat_t = TensorType((o, depth), dt)
+        wmat = self.collapse(self.name(w), w.type, wmat_t, [[0], [1, 2, 3]])
+        if n_ == 1:
+            c2_t = TensorType((depth, pixels), dt)
+            cols2 = self.collapse(cols, cols_t, c2_t, [[0, 1], [2]])
+            mm_t = TensorType((o, pixels), dt)
+            init = self.filled(mm_t, 0.0)
+            mm = self.fresh("mm")
+            self.emit(f"{mm} = linalg.matmul ins({wmat}, {cols2} : {mlir_type(wmat_t)}, {mlir_type(c2_t)}) "
+                      f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
+            self.names[out.id] = self.expand(mm, mm_t, out.type, [[0, 1], [2, 3]])
+            return
+        wb_t = TensorType((n_, o, depth), dt)
+        wb = self.fresh("wb")
+        self.emit(f"{wb} = linalg.broadcast ins({wmat} : {mlir_type(wmat_t)}) outs({self.empty(wb_t)} : "
+                  f"{mlir_type(wb_t)}) dimensions = [0]")
+        mm_t = TensorType((n_, o, pixels), dt)
+        init = self.filled(mm_t, 0.0)
+        mm = self.fresh("mm")
+        self.emit(f"{mm} = linalg.batch_matmul ins({wb}, {cols} : {mlir_type(wb_t)}, {mlir_type(cols_t)}) "
+                  f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
+        self.names[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
+
+    def patches(self, xname: str, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> str:
+        """im2col as one strided slice of the input per kernel tap, inserted into the patch tensor.
+
+        Slices rather than a gather-like ``linalg.generic``: elementwise fusion would fold such a
+        generic into the contraction that consumes it, turning the matmul back into a conv loop nest."""
+        acc = self.empty(patches_t)
+        for i in range(kh):
+            for j in range(kw):
+                off, size, stride, ins_off, ins_size = where(i, j)
+                tap_t = TensorType(tuple(size), xt.dtype)
+                tap = self.fresh("tap")
+                self.emit(f"{tap} = tensor.extract_slice {xname}[{', '.join(map(str, off))}] "
+                          f"[{', '.join(map(str, size))}] [{', '.join(map(str, stride))}] : "
+                          f"{mlir_type(xt)} to {mlir_type(tap_t)}")
+                nxt = self.fresh("im2col")
+                self.emit(f"{nxt} = tensor.insert_slice {tap} into {acc}[{', '.join(map(str, ins_off))}] "
+                          f"[{', '.join(map(str, ins_size))}] [{', '.join('1' * len(ins_size))}] : "
+                          f"{mlir_type(tap_t)} into {mlir_type(patches_t)}")
+                acc = nxt
+        return acc
+
+    def collapse(self, src: str, src_t: TensorType, dst_t: TensorType, reassoc: list[list[int]]) -> str:
+        if src_t.shape == dst_t.shape:
+            return src
+        name = self.fresh("cl")
+        self.emit(f"{name} = tensor.collapse_shape {src} {_reassoc(reassoc)} : {mlir_type(src_t)} into "
+                  f"{mlir_type(dst_t)}")
+        return name
 
     def expand(self, src: str, src_t: TensorType, dst_t: TensorType, reassoc: list[list[int]]) -> str:
         if src_t.shape == dst_t.shape:
