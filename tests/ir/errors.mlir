@@ -13,5 +13,5 @@ func.func @dynamic(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
 // DYN-NOT: Traceback
 // PARSE: pbsdk: error: in stage 'parse': cannot parse the input MLIR
 // PARSE-NEXT: error: "-":1:{{[0-9]+}}: operation being parsed with an unregistered dialect
-// STAGE: pbsdk: error: unknown stage 'nosuchstage'; stages are: input, fuse, bufferize
+// STAGE: pbsdk: error: unknown stage 'nosuchstage'; stages are: input, isolate-contractions, fuse, bufferize
 // TARGET: pbsdk: error: unknown target 'nosuchtarget' (installed targets: cpu

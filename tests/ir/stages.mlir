@@ -58,4 +58,4 @@ func.func @layer(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) 
 // LLVMD-NOT: memref.
 
 // LLVMIR: define void @layer(ptr %0, ptr %1, ptr %2, ptr %3)
-// LLVMIR: fmul float
+// LLVMIR: {{fmul float|@llvm.fmuladd.v[0-9]+f32}}

@@ -114,3 +114,54 @@ def test_two_threads_fork_and_every_part_runs(monkeypatch: pytest.MonkeyPatch) -
 def test_blocking_rejects_inconsistent_sizes() -> None:
     with pytest.raises(ValueError, match="multiple"):
         Blocking(mr=14, nv=2, lanes=16, mc=20, nc=64, kc=8)
+
+
+def _fused_ir(fn, *args) -> str:
+    f = pbsdk.jit(fn)
+    return str(compile_text(f.lower(*args), f.request, stop_after="pack-contractions"))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_epilogues_are_fused_into_the_kernel(threads: int) -> None:
+    """bias + GELU, residual add, scaling: each ends in the kernel's final store, not a separate loop."""
+    a, b, bias, res = _operands((67, 45), (45, 90), (90,), (67, 90))
+    opts = {"threads": threads}
+
+    def gelu_bias(x, y, z):
+        return ops.gelu(ops.add(ops.matmul(x, y), z))
+
+    def residual(x, y, r):
+        return ops.add(ops.mul(ops.matmul(x, y), 0.5), r)
+
+    y = ref.matmul(a, b)
+    got = pbsdk.jit(gelu_bias, options=opts)(a, b, bias)
+    assert_close(got, ref.gelu(y + bias), op="matmul", reduction_size=45)
+    got = pbsdk.jit(residual, options=opts)(a, b, res)
+    assert_close(got, y * 0.5 + res, op="matmul", reduction_size=45)
+    for fn, args in ((gelu_bias, (a, b, bias)), (residual, (a, b, res))):
+        text = _fused_ir(fn, *args)
+        kernel_free = text.split("func.func private @__pbsdk_mm0_part")[0] if "private @__pbsdk_mm0_part" in text \
+            else text
+        assert "linalg.generic" not in kernel_free, "the epilogue should be inside the packed kernel"
+
+
+def test_batched_epilogue_and_k_blocks() -> None:
+    """A batched contraction whose k is split in blocks: only the last block applies the epilogue."""
+    from pbsdk.core.spec import load_spec
+    spec = load_spec("intel/xeon-avx512")
+    data = spec.model_dump()
+    for level in data["memory"]:
+        if level["managed"] == "cache":
+            level["size_bytes"] = 8192
+    tiny = type(spec).model_validate(data)
+    a, b, bias = _operands((3, 40, 300), (3, 300, 70), (70,))
+    f = pbsdk.jit(lambda x, y, z: ops.relu(ops.add(ops.matmul(x, y), z)), spec=tiny)
+    assert_close(f(a, b, bias), np.maximum(ref.matmul(a, b) + bias, 0), op="matmul", reduction_size=300)
+
+
+def test_epilogue_fusion_can_be_switched_off() -> None:
+    a, b, bias = _operands((20, 30), (30, 40), (40,))
+    f = pbsdk.jit(lambda x, y, z: ops.add(ops.matmul(x, y), z), options={"fuse_epilogues": False})
+    assert_close(f(a, b, bias), ref.matmul(a, b) + bias, op="matmul", reduction_size=30)
+    text = str(compile_text(f.lower(a, b, bias), f.request, stop_after="pack-contractions"))
+    assert "linalg.generic" in text

@@ -52,6 +52,88 @@ def _kcp(kc: int, lanes: int, elem_bytes: int) -> int:
     return kc + lanes if (kc * elem_bytes) % 512 == 0 else kc
 
 
+_CMPF = ("false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une",
+         "uno", "true")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueOp:
+    """One scalar op of the epilogue body: ``result = op(operands)``. Operands name earlier results,
+    ``"acc"`` (the contraction's value), ``"in<i>"`` (extra input i) — or, for ``arith.constant``,
+    ``value`` holds the literal. ``predicate`` is cmpf's."""
+
+    result: str
+    op: str
+    operands: tuple[str, ...] = ()
+    value: float = 0.0
+    predicate: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Epilogue:
+    """An elementwise op applied to the contraction's result before it is stored.
+
+    ``inputs``: (kind, memref type) of each extra operand, kind ``full`` (same indices as C), ``col``
+    (indexed by the column), ``row`` (by the row) or ``scalar``."""
+
+    inputs: tuple[tuple[str, str], ...]
+    body: tuple[EpilogueOp, ...]
+    result: str
+    out_type: str
+
+
+#: Epilogue ops with a vector form of the same name (operands and result all of the vector type).
+VECTOR_SAME = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf",
+               "arith.maxnumf", "arith.minnumf", "arith.negf", "math.exp", "math.tanh", "math.erf", "math.log",
+               "math.sqrt", "math.rsqrt", "math.absf", "math.exp2", "math.log1p", "math.expm1"}
+EPILOGUE_OPS = VECTOR_SAME | {"arith.constant", "arith.cmpf", "arith.select"}
+
+
+def _literal(v: float) -> str:
+    import math as _m
+    import struct
+    if _m.isfinite(v):
+        return f"{v:.17e}"
+    return "0x" + struct.pack(">f", v).hex().upper()
+
+
+def _epilogue_values(e: _Text, ep: Epilogue, acc: str, lead: str, r: str, col: str, mask: str | None,
+                     vt: str, mt: str) -> str:
+    """Emit the epilogue on one vector of results; returns the value to store."""
+    env = {"acc": acc}
+    for i, (kind, t) in enumerate(ep.inputs):
+        x = e.fresh("ep")
+        if kind == "full":
+            if mask is None:
+                e(f"{x} = vector.load %E{i}[{lead}{r}, {col}] : {t}, {vt}")
+            else:
+                e(f"{x} = vector.maskedload %E{i}[{lead}{r}, {col}], {mask}, %vzero : {t}, {mt}, {vt} into {vt}")
+        elif kind == "col":
+            if mask is None:
+                e(f"{x} = vector.load %E{i}[{col}] : {t}, {vt}")
+            else:
+                e(f"{x} = vector.maskedload %E{i}[{col}], {mask}, %vzero : {t}, {mt}, {vt} into {vt}")
+        else:
+            s = e.fresh("es")
+            idx = f"[{r}]" if kind == "row" else "[]"
+            e(f"{s} = memref.load %E{i}{idx} : {t}")
+            e(f"{x} = vector.broadcast {s} : {vt.split('x')[1][:-1]} to {vt}")
+        env[f"in{i}"] = x
+    for op in ep.body:
+        x = e.fresh("ev")
+        args = [env[o] for o in op.operands]
+        if op.op == "arith.constant":
+            e(f"{x} = arith.constant dense<{_literal(op.value)}> : {vt}")
+        elif op.op == "arith.cmpf":
+            e(f"{x} = arith.cmpf {_CMPF[op.predicate]}, {args[0]}, {args[1]} : {vt}")
+        elif op.op == "arith.select":
+            e(f"{x} = arith.select {args[0]}, {args[1]}, {args[2]} : {mt}, {vt}")
+        else:
+            e(f"{x} = {op.op} {', '.join(args)} : {vt}")
+        env[op.result] = x
+    return env[ep.result]
+
+
 class _Text:
     def __init__(self) -> None:
         self.lines: list[str] = []
@@ -74,9 +156,11 @@ class _Text:
         self(line)
 
 
-def kernel_text(name: str, shape: MatmulShape, blk: Blocking) -> str:
+def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None = None) -> str:
     """Two functions: ``@{name}`` (the op: one call per thread part inside an ``scf.forall``) and
-    ``@{name}_part`` (one thread's part, given its index)."""
+    ``@{name}_part`` (one thread's part, given its index). With an ``epilogue`` both take its inputs
+    and its output buffer ``D`` after ``A, B, C``, and the last k block stores ``epilogue(C + acc)`` to
+    ``D``; ``C`` then holds partial sums only."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
     eb = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}[t]
@@ -97,7 +181,11 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking) -> str:
 
     # Thread partition: [b0, b1) x [m0, m1) x [n0, n1).
     T = blk.threads
-    sig = f"%A: {shape.a_type}, %B: {shape.b_type}, %C: {shape.c_type}"
+    extra = [] if epilogue is None else [f"%E{i}: {t}" for i, (_, t) in enumerate(epilogue.inputs)] + \
+        [f"%D: {epilogue.out_type}"]
+    sig = ", ".join([f"%A: {shape.a_type}", f"%B: {shape.b_type}", f"%C: {shape.c_type}"] + extra)
+    arg_names = ", ".join(["%A", "%B", "%C"] + [x.split(":")[0] for x in extra])
+    arg_types = ", ".join([shape.a_type, shape.b_type, shape.c_type] + [x.split(": ", 1)[1] for x in extra])
     body = _Text()
     body.depth = 1
     e = body
@@ -254,40 +342,66 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking) -> str:
     e(f"{full_c} = arith.cmpi eq, {cvalid}, {const(nr)} : index")
     full = e.fresh("full")
     e(f"{full} = arith.andi {full_r}, {full_c} : i1")
-    e.open(f"scf.if {full} {{")
-    for i in range(mr):
-        r = add(crow0, const(i)) if i else crow0
-        for v in range(nv):
-            col = add(ccol0, const(v * L)) if v else ccol0
-            old = e.fresh("o")
-            e(f"{old} = vector.load %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
-            new = e.fresh("n")
-            e(f"{new} = arith.addf {old}, {res}#{i * nv + v} : {vt}")
-            e(f"vector.store {new}, %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
-    e.close("} else {")
-    e.depth += 1
-    vmasks = []
-    for v in range(nv):
-        cnt = minsi(maxsi(sub(cvalid, const(v * L)), const(0)), const(L))
-        msk = e.fresh("msk")
-        e(f"{msk} = vector.create_mask {cnt} : {mt}")
-        vmasks.append(msk)
-    for i in range(mr):
-        ok = e.fresh("ok")
-        e(f"{ok} = arith.cmpi slt, {const(i)}, {rvalid} : index")
-        e.open(f"scf.if {ok} {{")
-        r = add(crow0, const(i)) if i else crow0
-        for v in range(nv):
-            col = add(ccol0, const(v * L)) if v else ccol0
-            old = e.fresh("o")
-            e(f"{old} = vector.maskedload %C[{lead}{r}, {col}], {vmasks[v]}, %vzero : "
-              f"{shape.c_type}, {mt}, {vt} into {vt}")
-            new = e.fresh("n")
-            e(f"{new} = arith.addf {old}, {res}#{i * nv + v} : {vt}")
-            e(f"vector.maskedstore %C[{lead}{r}, {col}], {vmasks[v]}, {new} : {shape.c_type}, {mt}, {vt}")
-        e.close()
-    e.depth -= 1
-    e("}")
+
+    def update(masked: bool, fused: bool) -> None:
+        """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's value
+        goes to D instead."""
+        vmasks = []
+        if masked:
+            for v in range(nv):
+                cnt = minsi(maxsi(sub(cvalid, const(v * L)), const(0)), const(L))
+                msk = e.fresh("msk")
+                e(f"{msk} = vector.create_mask {cnt} : {mt}")
+                vmasks.append(msk)
+        for i in range(mr):
+            if masked:
+                ok = e.fresh("ok")
+                e(f"{ok} = arith.cmpi slt, {const(i)}, {rvalid} : index")
+                e.open(f"scf.if {ok} {{")
+            r = add(crow0, const(i)) if i else crow0
+            for v in range(nv):
+                col = add(ccol0, const(v * L)) if v else ccol0
+                old = e.fresh("o")
+                if masked:
+                    e(f"{old} = vector.maskedload %C[{lead}{r}, {col}], {vmasks[v]}, %vzero : "
+                      f"{shape.c_type}, {mt}, {vt} into {vt}")
+                else:
+                    e(f"{old} = vector.load %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
+                new = e.fresh("n")
+                e(f"{new} = arith.addf {old}, {res}#{i * nv + v} : {vt}")
+                dst, dst_t = "%C", shape.c_type
+                if fused:
+                    assert epilogue is not None
+                    new = _epilogue_values(e, epilogue, new, lead, r, col, vmasks[v] if masked else None, vt, mt)
+                    dst, dst_t = "%D", epilogue.out_type
+                if masked:
+                    e(f"vector.maskedstore {dst}[{lead}{r}, {col}], {vmasks[v]}, {new} : {dst_t}, {mt}, {vt}")
+                else:
+                    e(f"vector.store {new}, {dst}[{lead}{r}, {col}] : {dst_t}, {vt}")
+            if masked:
+                e.close()
+
+    def both(fused: bool) -> None:
+        e.open(f"scf.if {full} {{")
+        update(False, fused)
+        e.close("} else {")
+        e.depth += 1
+        update(True, fused)
+        e.depth -= 1
+        e("}")
+
+    if epilogue is None:
+        both(False)
+    else:
+        last = e.fresh("last")
+        e(f"{last} = arith.cmpi sge, {add('%pc', kc)}, {const(K)} : index")
+        e.open(f"scf.if {last} {{")
+        both(True)
+        e.close("} else {")
+        e.depth += 1
+        both(False)
+        e.depth -= 1
+        e("}")
     e.close()  # ir
     e.close()  # jr
     e.close()  # ic
@@ -306,13 +420,11 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking) -> str:
     out.append(f"func.func private @{name}({sig}) {{")
     if T > 1:
         out.append(f"  scf.forall (%t) in ({T}) {{")
-        out.append(f"    func.call @{name}_part(%A, %B, %C, %t) : ({shape.a_type}, {shape.b_type}, {shape.c_type}, "
-                   "index) -> ()")
+        out.append(f"    func.call @{name}_part({arg_names}, %t) : ({arg_types}, index) -> ()")
         out.append("  }")
     else:
         out.append("  %t0 = arith.constant 0 : index")
-        out.append(f"  func.call @{name}_part(%A, %B, %C, %t0) : ({shape.a_type}, {shape.b_type}, {shape.c_type}, "
-                   "index) -> ()")
+        out.append(f"  func.call @{name}_part({arg_names}, %t0) : ({arg_types}, index) -> ()")
     out.append("  return")
     out.append("}")
     return "\n".join(out) + "\n"

@@ -23,7 +23,7 @@ from mlir.dialects import func
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.matmul_kernel import MatmulShape, kernel_text
+from pbsdk.core.passes.matmul_kernel import EPILOGUE_OPS, Epilogue, EpilogueOp, MatmulShape, kernel_text
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 
 _FLOATS = {"f32", "f64"}
@@ -32,6 +32,115 @@ _FLOATS = {"f32", "f64"}
 def _unit_inner_stride(t: ir.MemRefType) -> bool:
     strides, _ = t.get_strides_and_offset()
     return strides[-1] == 1
+
+
+def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, list[ir.Value]] | None:
+    """The elementwise ``linalg.generic`` right after ``mm`` that reads its output once at the identity
+    map (as `isolate-contractions` leaves it), described as an `Epilogue`; None if there is none or its
+    body has an op the kernel cannot vectorise."""
+    ops_after = [o.operation for o in mm.block.operations]
+    at = next(i for i, o in enumerate(ops_after) if o == mm)
+    if at + 1 >= len(ops_after):
+        return None
+    gen = ops_after[at + 1]
+    if gen.name != "linalg.generic" or gen.results:
+        return None
+    c = mm.operands[2]
+    its = [str(a) for a in ir.ArrayAttr(gen.attributes["iterator_types"])]
+    if any("parallel" not in i for i in its):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    operands = list(gen.operands)
+    n_in = len(operands) - 1
+    out = operands[n_in]
+    rank = len(its)
+    ident = ir.AffineMap.get_identity(rank, context=c.type.context)
+    if maps[n_in] != ident or out.type != c.type or str(ir.MemRefType(out.type).element_type) != dtype:
+        return None
+    c_reads = [i for i in range(n_in) if operands[i] == c]
+    if len(c_reads) != 1 or maps[c_reads[0]] != ident:
+        return None
+    inputs: list[tuple[str, str]] = []
+    extra: list[ir.Value] = []
+    names: dict[int, str] = {}
+    for i in range(n_in):
+        if i == c_reads[0]:
+            continue
+        t = operands[i].type
+        if not isinstance(t, ir.MemRefType) or str(ir.MemRefType(t).element_type) != dtype:
+            return None
+        mt = ir.MemRefType(t)
+        strides, _ = mt.get_strides_and_offset()
+        results = [str(r) for r in maps[i].results]
+        last, row = f"d{rank - 1}", f"d{rank - 2}"
+        if maps[i] == ident and strides[-1] == 1:
+            kind = "full"
+        elif results == [last] and strides[-1] == 1:
+            kind = "col"
+        elif results == [row]:
+            kind = "row"
+        elif results == []:
+            kind = "scalar"
+        else:
+            return None
+        names[i] = f"in{len(inputs)}"
+        inputs.append((kind, str(t)))
+        extra.append(operands[i])
+    body = gen.regions[0].blocks[0]
+    env: list[tuple[ir.Value, str]] = []
+    args = list(body.arguments)
+    if list(args[n_in].uses):
+        return None
+    arg_name = {i: ("acc" if i == c_reads[0] else names[i]) for i in range(n_in)}
+    ops: list[EpilogueOp] = []
+    result = None
+
+    def ref(v: ir.Value) -> str | None:
+        for i, a in enumerate(args[:n_in]):
+            if v == a:
+                return arg_name[i]
+        found = next((name for value, name in env if value == v), None)
+        if found is not None:
+            return found
+        owner = v.owner
+        owner = owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None)
+        if owner is not None and owner.name == "arith.constant":  # hoisted out of the body by canonicalize
+            attr = owner.attributes["value"]
+            if isinstance(attr, ir.FloatAttr) and str(attr.type) == dtype:
+                name = f"k{len(ops)}"
+                ops.append(EpilogueOp(name, "arith.constant", (), value=ir.FloatAttr(attr).value))
+                env.append((v, name))
+                return name
+        return None
+
+    for k, bop in enumerate(body.operations):
+        op = bop.operation
+        if op.name == "linalg.yield":
+            result = ref(op.operands[0])
+            break
+        if op.name not in EPILOGUE_OPS or len(op.results) != 1:
+            return None
+        rname = f"t{k}"
+        if op.name == "arith.constant":
+            attr = op.attributes["value"]
+            if not isinstance(attr, ir.FloatAttr) or str(attr.type) != dtype:
+                return None
+            ops.append(EpilogueOp(rname, op.name, (), value=ir.FloatAttr(attr).value))
+        else:
+            refs = [ref(v) for v in op.operands]
+            if any(r is None for r in refs):
+                return None  # a value from outside the body: not vectorisable here
+            if op.name == "arith.cmpf":
+                pred = ir.IntegerAttr(op.attributes["predicate"]).value
+                ops.append(EpilogueOp(rname, op.name, tuple(refs), predicate=pred))  # type: ignore[arg-type]
+            else:
+                if op.name != "arith.select" and str(op.results[0].type) != dtype:
+                    return None
+                ops.append(EpilogueOp(rname, op.name, tuple(refs)))  # type: ignore[arg-type]
+        env.append((op.results[0], rname))
+    if result is None:
+        return None
+    return gen, Epilogue(tuple(inputs), tuple(ops), result, str(out.type)), extra + [out]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +180,8 @@ class PackContractions:
             name = f"__pbsdk_mm{count}"
             count += 1
             shape = MatmulShape(m, n, k, bsz, dtype, str(a), str(b), str(c))
-            text = kernel_text(name, shape, blk)
+            fused = _epilogue(op, dtype) if ctx.options.get("fuse_epilogues", True) else None
+            text = kernel_text(name, shape, blk, fused[1] if fused else None)
             try:
                 kernel = ir.Module.parse("module {\n" + text + "}", module.context)
             except Exception as exc:  # our own generator produced invalid IR: a bug, said plainly
@@ -80,9 +190,12 @@ class PackContractions:
             for fn in list(kernel.body.operations):
                 module.body.append(fn.detach_from_parent())
             with ir.InsertionPoint(op), op.location:
-                func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands))
+                func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands) + (fused[2] if fused else []))
+            if fused:
+                fused[0].erase()
             op.erase()
             prefix = f"{bsz}x" if batched else ""
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
-                         f"{blk.threads} part(s) along {blk.split}")
+                         f"{blk.threads} part(s) along {blk.split}"
+                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
