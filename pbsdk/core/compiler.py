@@ -14,6 +14,7 @@ from mlir import ir
 
 from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
 from pbsdk.core.passes.distinct_results import DistinctResults
+from pbsdk.core.passes.forward_outputs import ForwardOutputs
 from pbsdk.core.passes.isolate_contractions import IsolateContractions
 from pbsdk.core.pipeline import Pipeline, Stage, StageContext
 from pbsdk.core.spec import ChipSpec, load_spec
@@ -88,6 +89,8 @@ CORE_STAGES: tuple[Stage, ...] = (
           passes="drop-equivalent-buffer-results, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
           description="results become caller-allocated output buffers; deallocation"),
+    Stage("forward-outputs", fn=ForwardOutputs().apply,
+          description="a result computed into a local buffer and copied out is computed in place"),
 )
 
 

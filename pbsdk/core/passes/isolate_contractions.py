@@ -140,7 +140,10 @@ class IsolateContractions:
                 name = f"__pbsdk_contraction{count}"
                 count += 1
                 chain = [op]
-                while len(chain) <= MAX_EPILOGUE and ctx.options.get("fuse_epilogues", True):
+                init = _op_of(op.operands[len(op.operands) - 1])
+                if init is not None and init.name == "linalg.fill" and len(list(init.results[0].uses)) == 1:
+                    chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
+                while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.get("fuse_epilogues", True):
                     user = _epilogue_user(chain[-1].results[0])
                     if user is None:
                         break
@@ -166,3 +169,4 @@ class IsolateContractions:
                 last.results[0].replace_all_uses_with(call.results[0])
                 for o in reversed(chain):
                     o.erase()
+

@@ -156,11 +156,13 @@ class _Text:
         self(line)
 
 
-def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None = None) -> str:
+def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None = None, *,
+                zero_init: bool = False) -> str:
     """Two functions: ``@{name}`` (the op: one call per thread part inside an ``scf.forall``) and
     ``@{name}_part`` (one thread's part, given its index). With an ``epilogue`` both take its inputs
     and its output buffer ``D`` after ``A, B, C``, and the last k block stores ``epilogue(C + acc)`` to
-    ``D``; ``C`` then holds partial sums only."""
+    ``D``; ``C`` then holds partial sums only. With ``zero_init`` C's initial contents are taken to be
+    zero (the fill before it is dropped): the first k block stores instead of adding."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
     eb = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}[t]
@@ -343,6 +345,9 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     full = e.fresh("full")
     e(f"{full} = arith.andi {full_r}, {full_c} : i1")
 
+    first = e.fresh("first")
+    e(f"{first} = arith.cmpi eq, %pc, {const(0)} : index")
+
     def update(masked: bool, fused: bool) -> None:
         """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's value
         goes to D instead."""
@@ -362,11 +367,23 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             for v in range(nv):
                 col = add(ccol0, const(v * L)) if v else ccol0
                 old = e.fresh("o")
+                if zero_init:
+                    e.open(f"{old} = scf.if {first} -> ({vt}) {{")
+                    e(f"scf.yield %vzero : {vt}")
+                    e.close("} else {")
+                    e.depth += 1
+                    loaded = e.fresh("o")
+                else:
+                    loaded = old
                 if masked:
-                    e(f"{old} = vector.maskedload %C[{lead}{r}, {col}], {vmasks[v]}, %vzero : "
+                    e(f"{loaded} = vector.maskedload %C[{lead}{r}, {col}], {vmasks[v]}, %vzero : "
                       f"{shape.c_type}, {mt}, {vt} into {vt}")
                 else:
-                    e(f"{old} = vector.load %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
+                    e(f"{loaded} = vector.load %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
+                if zero_init:
+                    e(f"scf.yield {loaded} : {vt}")
+                    e.depth -= 1
+                    e("}")
                 new = e.fresh("n")
                 e(f"{new} = arith.addf {old}, {res}#{i * nv + v} : {vt}")
                 dst, dst_t = "%C", shape.c_type

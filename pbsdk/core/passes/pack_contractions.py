@@ -143,6 +143,26 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
     return gen, Epilogue(tuple(inputs), tuple(ops), result, str(out.type)), extra + [out]
 
 
+def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
+    """The ``linalg.fill`` of 0.0 into the contraction's output right before it (which the kernel can
+    replace by storing its first k block instead of adding it), or None."""
+    ops = [o.operation for o in mm.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == mm)
+    if at == 0:
+        return None
+    fill = ops[at - 1]
+    if fill.name != "linalg.fill" or fill.operands[1] != mm.operands[2]:
+        return None
+    value = fill.operands[0].owner
+    value = value if isinstance(value, ir.Operation) else getattr(value, "operation", None)
+    if value is None or value.name != "arith.constant":
+        return None
+    attr = value.attributes["value"]
+    if not isinstance(attr, ir.FloatAttr) or ir.FloatAttr(attr).value != 0.0:
+        return None
+    return fill
+
+
 @dataclasses.dataclass(frozen=True)
 class PackContractions:
     name = "pack-contractions"
@@ -181,7 +201,8 @@ class PackContractions:
             count += 1
             shape = MatmulShape(m, n, k, bsz, dtype, str(a), str(b), str(c))
             fused = _epilogue(op, dtype) if ctx.options.get("fuse_epilogues", True) else None
-            text = kernel_text(name, shape, blk, fused[1] if fused else None)
+            fill = _zero_fill_before(op)
+            text = kernel_text(name, shape, blk, fused[1] if fused else None, zero_init=fill is not None)
             try:
                 kernel = ir.Module.parse("module {\n" + text + "}", module.context)
             except Exception as exc:  # our own generator produced invalid IR: a bug, said plainly
@@ -194,6 +215,8 @@ class PackContractions:
             if fused:
                 fused[0].erase()
             op.erase()
+            if fill is not None:
+                fill.erase()
             prefix = f"{bsz}x" if batched else ""
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "

@@ -1,0 +1,83 @@
+"""Pass ``forward-outputs``: write results straight into the caller's output buffers.
+
+After ``buffer-results-to-out-params`` a result computed into a local buffer often ends in
+
+    %tmp = memref.alloc() : T            ... ops writing %tmp ...
+    memref.copy %tmp, %out : T to T      (%out: an output argument)
+    memref.dealloc %tmp : T
+
+(for instance when the result comes back from a call, which the upstream pass cannot hoist). When
+``%tmp`` and ``%out`` have the same identity-layout type, ``%out`` is not touched before the copy, and
+``%tmp`` is not used after it (but for its dealloc), ``%tmp`` is replaced by ``%out`` and the copy, the
+alloc and the dealloc go: one pass over the output less. Output buffers are distinct from each other and
+from the inputs (the runtime allocates them; ``distinct-results`` keeps them apart), so no aliasing arises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mlir import ir
+
+from pbsdk.core.passes import ops_named
+from pbsdk.core.passes.copies_to_linalg import _identity_layout
+
+
+def _op(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    if isinstance(owner, ir.Operation):
+        return owner
+    return getattr(owner, "operation", None) if not isinstance(owner, ir.Block) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ForwardOutputs:
+    name = "forward-outputs"
+
+    def apply(self, module: ir.Module, ctx: Any) -> None:
+        for fn in ops_named(module, "func.func"):
+            if len(fn.regions[0].blocks):
+                while self._forward_one(fn):
+                    pass
+
+    @staticmethod
+    def _forward_one(fn: ir.Operation) -> bool:
+        """Forward the first eligible copy in ``fn``'s entry block; whether one was found."""
+        entry = fn.regions[0].blocks[0]
+        args = list(entry.arguments)
+        ops = [o.operation for o in entry.operations]
+        for pos, copy in enumerate(ops):
+            if copy.name != "memref.copy":
+                continue
+            src, dst = copy.operands[0], copy.operands[1]
+            if not any(dst == a for a in args) or src.type != dst.type or not _identity_layout(src.type):
+                continue
+            alloc = _op(src)
+            if alloc is None or alloc.name != "memref.alloc" or alloc.parent != fn:
+                continue
+            if len(list(dst.uses)) != 1:  # the output is read or written elsewhere
+                continue
+            later = ops[pos + 1:]
+            dealloc, bad = None, False
+            for use in src.uses:
+                user = use.owner if isinstance(use.owner, ir.Operation) else use.owner.operation
+                if user == copy:
+                    continue
+                top = user
+                while top.parent is not None and top.parent != fn:
+                    top = top.parent
+                if any(top == o for o in later):
+                    if user.name == "memref.dealloc" and dealloc is None:
+                        dealloc = user
+                    else:
+                        bad = True
+            if bad:
+                continue
+            src.replace_all_uses_with(dst)
+            copy.erase()
+            if dealloc is not None:
+                dealloc.erase()
+            alloc.erase()
+            return True
+        return False
