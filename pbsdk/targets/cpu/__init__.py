@@ -18,6 +18,7 @@ import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
+from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.pack_contractions import PackContractions
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
@@ -143,6 +144,8 @@ class CpuTarget(Target):
         return (
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector kernels (core pass)"),
+            Stage("fuse-rows", fn=FuseRows().apply,
+                  description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("lower-copies", fn=CopiesToLinalg().apply,

@@ -1,0 +1,276 @@
+"""Pass ``fuse-rows``: run chains of row-local ops row by row, and spread the rows over the cores.
+
+Softmax, layernorm, logsumexp and their elementwise neighbours arrive as a sequence of whole-array ops
+(max, subtract-and-exp, sum, divide): four passes over the data, each too large to stay in cache. When
+every op of a consecutive run of ``linalg`` ops on buffers
+
+- has the same leading extent R and a parallel first loop, and
+- indexes every operand that has that leading dimension with ``d0`` first (so row r only ever reads and
+  writes row r of those buffers), other operands being read-only and not written in the run,
+
+the run moves into ``@__pbsdk_rows<N>(buffers..., %t)``, which loops over this thread's rows and applies
+every op to a one-row view of each buffer; one row's intermediate results stay in L1 from one op to the
+next. The rows are split across the outermost compute level (``scf.forall`` over calls, which the target
+lowers like the contraction kernels' parts) when there is enough work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from mlir import ir
+from mlir.dialects import func
+
+from pbsdk.core.passes import ops_named
+from pbsdk.core.passes.isolate_contractions import _captures, _op_of
+
+_FUSIBLE = ("linalg.generic", "linalg.fill", "linalg.map", "linalg.copy")
+#: Side-effect-free ops that may sit between fused ops; they move in front of the run.
+_MOVABLE = ("memref.expand_shape", "memref.collapse_shape", "memref.cast", "arith.constant")
+_D0 = re.compile(r"\bd0\b")
+#: Least elements touched per extra thread.
+MIN_ELEMENTS_PER_THREAD = 1 << 15
+
+
+def _memrefs(op: ir.Operation) -> list[ir.Value]:
+    return [v for v in op.operands if isinstance(v.type, ir.MemRefType)]
+
+
+def _first_dim_maps(op: ir.Operation) -> list[ir.AffineMap] | None:
+    if op.name == "linalg.generic":
+        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        if not its or "parallel" not in its[0]:
+            return None
+        return [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    return []  # fill / map / copy: every memref operand is indexed by the identity
+
+
+def _row_operands(op: ir.Operation, rows: int) -> tuple[list[int], list[int]] | None:
+    """(operand indices indexed by the row, the others), or None if ``op`` is not row-local."""
+    maps = _first_dim_maps(op)
+    if maps is None:
+        return None
+    operands = list(op.operands)
+    n_out = 1 if op.name != "linalg.generic" else len(operands) - _num_inputs(op)
+    row_idx, other = [], []
+    memref_pos = [i for i, v in enumerate(operands) if isinstance(v.type, ir.MemRefType)]
+    for i in memref_pos:
+        t = ir.MemRefType(operands[i].type)
+        is_output = i >= len(operands) - n_out
+        if op.name == "linalg.generic":
+            results = [str(r) for r in maps[i].results]
+            uses_d0 = [bool(_D0.search(r)) for r in results]
+            if results and results[0] == "d0" and not any(uses_d0[1:]) and t.rank and t.shape[0] == rows:
+                row_idx.append(i)
+            elif is_output or any(uses_d0):
+                return None
+            else:
+                other.append(i)
+        else:
+            if not t.rank or t.shape[0] != rows:
+                return None
+            row_idx.append(i)
+    if not any(i >= len(operands) - n_out for i in row_idx):
+        return None
+    return row_idx, other
+
+
+def _num_inputs(op: ir.Operation) -> int:
+    seg = op.attributes["operandSegmentSizes"]
+    return int(ir.DenseI32ArrayAttr(seg)[0])
+
+
+def _row_view_type(t: ir.MemRefType) -> tuple[str, list[int]]:
+    """The type of a one-row subview ``[r, 0, ...][1, d1, ...][1, ...]`` of ``t`` (dynamic offset)."""
+    strides, _ = t.get_strides_and_offset()
+    shape = [1] + list(t.shape[1:])
+    layout = f"strided<[{', '.join(map(str, strides))}], offset: ?>"
+    return f"memref<{'x'.join(map(str, shape))}x{t.element_type}, {layout}>", shape
+
+
+@dataclasses.dataclass(frozen=True)
+class FuseRows:
+    name = "fuse-rows"
+
+    def apply(self, module: ir.Module, ctx: Any) -> None:
+        if not ctx.options.get("fuse_rows", True):
+            return
+        count = 0
+        cores = ctx.spec.compute[0].count
+        threads_opt = int(ctx.options.get("threads", 0))
+        for fn in ops_named(module, "func.func"):
+            if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):
+                continue
+            block = fn.regions[0].blocks[0]
+            for run in self._runs(block):
+                if len(run) < 2 and _threads_for(run, cores, threads_opt) < 2:
+                    continue  # one op on one core: nothing to gain
+                self._outline(module, fn, run, f"__pbsdk_rows{count}", cores, threads_opt)
+                count += 1
+
+    def _runs(self, block: ir.Block) -> list[list[ir.Operation]]:
+        runs: list[list[ir.Operation]] = []
+        cur: list[ir.Operation] = []
+        rows = None
+        written: list[ir.Value] = []
+        others: list[ir.Value] = []
+
+        def flush() -> None:
+            nonlocal cur, rows, written, others
+            if cur:
+                runs.append(cur)
+            cur, rows, written, others = [], None, [], []
+
+        for o in list(block.operations):
+            op = o.operation
+            if op.name in _MOVABLE and cur and all(not isinstance(r.type, ir.MemRefType) or True for r in op.results):
+                op.move_before(cur[0])  # a view or constant: define it before the run and keep going
+                continue
+            if op.name not in _FUSIBLE or not _only_constant_captures(op):
+                flush()
+                continue
+            mems = _memrefs(op)
+            if not mems:
+                flush()
+                continue
+            r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None
+            split = _row_operands(op, r) if r else None
+            if split is None or r is None or r < 2:
+                flush()
+                continue
+            if rows is not None and r != rows:
+                flush()
+                split = _row_operands(op, r)
+                if split is None:
+                    continue
+            row_idx, other = split
+            ops_vals = list(op.operands)
+            outs = [ops_vals[i] for i in row_idx if i >= len(ops_vals) - (1 if op.name != "linalg.generic" else
+                                                                          len(ops_vals) - _num_inputs(op))]
+            # A whole-buffer operand must not be written in the run, and a row operand must not be read whole.
+            if any(any(ops_vals[i] == w for w in written) for i in other) or \
+               any(any(v == x for x in others) for v in outs):
+                flush()
+                split = _row_operands(op, r)
+                if split is None:
+                    continue
+                row_idx, other = split
+            rows = r
+            cur.append(op)
+            written += outs
+            others += [ops_vals[i] for i in other]
+        flush()
+        return runs
+
+    def _outline(self, module: ir.Module, fn: ir.Operation, run: list[ir.Operation], name: str, cores: int,
+                 threads_opt: int) -> None:
+        buffers: list[ir.Value] = []
+        for op in run:
+            for v in op.operands:
+                if isinstance(v.type, ir.MemRefType) and not any(v == b for b in buffers):
+                    buffers.append(v)
+        rows = ir.MemRefType(_memrefs(run[0])[-1].type).shape[0]
+        threads = _threads_for(run, cores, threads_opt)
+        row_bufs = set()
+        for op in run:
+            split = _row_operands(op, rows)
+            assert split is not None
+            for i in split[0]:
+                row_bufs.add(next(j for j, b in enumerate(buffers) if b == op.operands[i]))
+        ctxt = module.context
+        with ctxt, run[0].location:
+            types = [b.type for b in buffers] + [ir.IndexType.get()]
+            with ir.InsertionPoint(module.body):
+                part = func.FuncOp(f"{name}_part", ir.FunctionType.get(types, []))
+                entry = part.add_entry_block()
+            per = -(-rows // threads)
+            from mlir.dialects import arith, memref, scf
+
+            with ir.InsertionPoint(entry):
+                idx = ir.IndexType.get()
+                t = entry.arguments[len(buffers)]
+                c_per = arith.ConstantOp(idx, per).result
+                c_rows = arith.ConstantOp(idx, rows).result
+                c1 = arith.ConstantOp(idx, 1).result
+                lo = arith.MulIOp(t, c_per).result
+                hi = arith.MinSIOp(arith.AddIOp(lo, c_per).result, c_rows).result
+                loop = scf.ForOp(lo, hi, c1)
+                with ir.InsertionPoint(loop.body):
+                    r = loop.induction_variable
+                    views = {}
+                    for j, b in enumerate(buffers):
+                        arg = entry.arguments[j]
+                        if j in row_bufs:
+                            mt = ir.MemRefType(b.type)
+                            vt, shape = _row_view_type(mt)
+                            views[j] = memref.SubViewOp(
+                                ir.Type.parse(vt), arg, [r], [], [],
+                                ir.DenseI64ArrayAttr.get([ir.ShapedType.get_dynamic_stride_or_offset()] +
+                                                         [0] * (mt.rank - 1)),
+                                ir.DenseI64ArrayAttr.get(shape),
+                                ir.DenseI64ArrayAttr.get([1] * mt.rank)).result
+                        else:
+                            views[j] = arg
+                    for op in run:
+                        clone = op.clone()
+                        for i, v in enumerate(list(op.operands)):
+                            found = next((k for k, b in enumerate(buffers) if b == v), None)
+                            if found is not None:
+                                clone.operands[i] = views[found]
+                            else:
+                                clone.operands[i] = _rematerialise(v, clone)
+                        if clone.regions and len(clone.regions[0].blocks):
+                            for user, i, v in _captures(clone):
+                                user.operands[i] = _rematerialise(v, clone)
+                    scf.YieldOp([])
+                func.ReturnOp([])
+            with ir.InsertionPoint(run[0]):
+                if threads > 1:
+                    forall = scf.ForallOp([0], [threads], [1])
+                    with ir.InsertionPoint(forall.body):
+                        func.CallOp([], ir.FlatSymbolRefAttr.get(f"{name}_part"),
+                                    list(buffers) + [forall.body.arguments[0]])
+                        scf.InParallelOp()
+                else:
+                    zero = arith.ConstantOp(ir.IndexType.get(), 0)
+                    func.CallOp([], ir.FlatSymbolRefAttr.get(f"{name}_part"), list(buffers) + [zero.result])
+        for op in reversed(run):
+            op.erase()
+
+
+def _threads_for(run: list[ir.Operation], cores: int, threads_opt: int) -> int:
+    """Threads worth using: every one gets at least MIN_ELEMENTS_PER_THREAD elements, and a row."""
+    rows = ir.MemRefType(_memrefs(run[0])[-1].type).shape[0]
+    elements = sum(_numel(ir.MemRefType(v.type)) for op in run for v in _memrefs(op))
+    return max(1, min(threads_opt or cores, rows, elements // MIN_ELEMENTS_PER_THREAD))
+
+
+def _only_constant_captures(op: ir.Operation) -> bool:
+    """Whether every value ``op``'s body uses from outside is a constant (which can be re-created)."""
+    if not op.regions or not len(op.regions[0].blocks):
+        return True
+    for _, _, v in _captures(op):
+        owner = _op_of(v)
+        if owner is None or owner.name != "arith.constant":
+            return False
+    return True
+
+
+def _numel(t: ir.MemRefType) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+def _rematerialise(v: ir.Value, before: ir.Operation) -> ir.Value:
+    """A scalar operand (a constant) of a fused op, re-created inside the outlined function."""
+    owner = v.owner
+    owner = owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None)
+    if owner is None or owner.name != "arith.constant":
+        raise ValueError(f"operand {v} is neither a buffer nor a constant")
+    fresh = owner.clone()
+    fresh.move_before(before)
+    return fresh.results[0]
