@@ -26,9 +26,29 @@ from pbsdk.core.target import Artifact, Executable, Target
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
 
 
+def _check_llvm_only(module: Any) -> None:
+    """Translation of a module with an op left outside the LLVM dialect crashes the bindings (null module);
+    name the op instead."""
+    from mlir import ir
+
+    left: list[str] = []
+
+    def visit(op: Any) -> Any:
+        name = op.name
+        if not (name.startswith("llvm.") or name == "builtin.module"):
+            left.append(name)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if left:
+        raise CompileError(f"op {left[0]!r} was not lowered to the LLVM dialect", stage="llvm-ir", op=left[0])
+
+
 def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
     from mlir.dialects import llvm as llvm_dialect
 
+    _check_llvm_only(module)
     with module.context:
         text = str(llvm_dialect.translate_module_to_llvmir(module.operation))
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
@@ -154,8 +174,8 @@ class CpuTarget(Target):
                                         "lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
             Stage("lower-llvm",
-                  passes="convert-vector-to-llvm, func.func(math-expand-ops), convert-math-to-llvm, "
-                         "convert-math-to-libm, "
+                  passes="func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, "
+                         "convert-vector-to-llvm, "
                          "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-arith-to-llvm, "
                          "convert-cf-to-llvm, convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, "
                          "reconcile-unrealized-casts",
