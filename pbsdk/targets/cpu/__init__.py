@@ -19,6 +19,7 @@ import numpy as np
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.fuse_rows import FuseRows
+from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.pack_contractions import PackContractions
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
@@ -168,6 +169,8 @@ class CpuTarget(Target):
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
+            Stage("math-approx", fn=MathApprox().apply,
+                  description="f32 exp/log/tanh/erf/powf to vectorisable arith polynomials (no libm calls)"),
             Stage("lower-copies", fn=CopiesToLinalg().apply,
                   description="strided memref.copy to linalg.copy (no runtime library needed)"),
             Stage("lower-loops", passes="scf-forall-to-for, convert-vector-to-scf, convert-linalg-to-loops, "
