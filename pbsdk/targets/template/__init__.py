@@ -1,19 +1,27 @@
-"""The template target: an emulated accelerator on the host (registered placeholder).
+"""The template target: an emulated accelerator on the host, and what ``pbsdk new-target`` renders from.
 
-What it will provide: the reference a new chip's bring-up starts from. Its stages will tile and stage the
-core's bufferized linalg by the chip spec's memory hierarchy and matrix units (``example/npu`` by default)
-and emulate the accelerator on the host CPU, so every step of a port can be tested without hardware; and
-``pbsdk new-target`` will render a new plugin package from its files (the ``scaffold/`` templates).
+Its pipeline, after the core's stages (bufferized linalg on memrefs):
 
-What it provides today: only its registration. It is listed by ``pbsdk targets`` as planned
-(``implemented = False``), and any attempt to compile for it raises `TargetError` until the bring-up kit
-issue lands its code generation.
+- ``promote`` (core, `pbsdk.core.passes.promote`): each contraction planned by the core planner, tiled by
+  the plan's memory-level tiles, its tiles staged in one buffer per scratchpad level (memory space ``i``
+  = ``spec.memory[i]``) with explicit copies, the innermost compute at exactly the matrix unit's
+  m x n x k; a level whose live buffers exceed its capacity is a `CompileError` naming buffer and level.
+- ``matrix-unit``, ``dma``, ``scratchpad``: the lowering hooks (`pbsdk.targets.template.hooks`) turn
+  unit ops, copies and scratchpad buffers into code — in the emulator: rounding to the unit's operand
+  dtype and accumulating in its accumulator dtype, counting unit ops and bytes per level pair, host
+  allocations — then everything is inlined and the memory spaces become host memory.
+- ``parallel``, ``lower-loops``, ``lower-llvm``, ``emit``: the hooks' pipelines to loops, LLVM dialect,
+  then LLVM IR run by the host JIT.
+
+The loaded `TemplateExecutable` exposes ``last_counters`` (per run) and ``resources`` (compile time);
+`pbsdk.Kernel.executable` reaches it. A subclass changes the chip by its ``default_spec`` and the code by
+its ``hooks`` (a module or object with the functions of `pbsdk.targets.template.hooks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import TargetError
 from pbsdk.core.target import Artifact, Executable, Target
@@ -22,24 +30,60 @@ if TYPE_CHECKING:
     from pbsdk.core.pipeline import Stage
     from pbsdk.core.spec import ChipSpec
 
-_NOT_YET = ("target 'template' is registered but its code generation has not landed yet "
-            "(tracked by the bring-up kit issue)")
-
-
-def _not_landed() -> NoReturn:
-    raise TargetError(_NOT_YET)
-
 
 class TemplateTarget(Target):
-    """Placeholder: listed, never compiles."""
+    """An accelerator emulated on the host from its chip spec (see the module docstring)."""
 
     name = "template"
     default_spec = "example/npu"
-    description = "emulated accelerator on the host; what `pbsdk new-target` renders from"
-    implemented = False
+    description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
+    #: Where the lowering hooks come from: any object with the functions of `pbsdk.targets.template.hooks`
+    #: (missing ones fall back to those defaults). None means the defaults.
+    hooks: ClassVar[Any] = None
+
+    def check_spec(self, spec: ChipSpec) -> None:
+        if spec.kind == "gpu":
+            raise TargetError(f"target '{self.name}' emulates accelerators and CPUs with scratchpads; "
+                              f"'{spec.name}' is a gpu spec")
+        if not spec.scratchpads():
+            raise TargetError(f"target '{self.name}' needs a spec with at least one software-managed memory "
+                              f"level besides main memory; '{spec.name}' has none")
+
+    def _hooks(self) -> Any:
+        if self.hooks is not None:
+            return self.hooks
+        from pbsdk.targets.template import hooks
+
+        return hooks
 
     def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
-        _not_landed()
+        from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
+        from pbsdk.core.passes.promote import PromoteToScratchpad
+        from pbsdk.core.pipeline import Stage
+        from pbsdk.targets.template import emulation as emu
+
+        hooks = self._hooks()
+        tiles = tuple(sorted((str(k), tuple(v)) for k, v in dict(options.get("tiles") or {}).items()))
+        parallel = getattr(hooks, "parallel_loop", None) or emu.default_hooks.parallel_loop
+        vector = getattr(hooks, "vector_ops", None) or emu.default_hooks.vector_ops
+        return (
+            Stage("promote", fn=PromoteToScratchpad(tiles=tiles).apply,  # type: ignore[arg-type]
+                  description="contractions tiled by the plan, tiles staged in scratchpads, capacity checked"),
+            Stage("matrix-unit", fn=lambda m, c: emu.lower_matrix_units(m, c, hooks),
+                  description="hook matrix_unit_op: each unit-sized op becomes the unit's instruction"),
+            Stage("dma", fn=lambda m, c: emu.lower_dma(m, c, hooks),
+                  description="hook dma_copy: copies between levels, bytes counted per level pair"),
+            Stage("scratchpad", fn=lambda m, c: emu.lower_scratchpads(m, c, hooks),
+                  description="hook scratchpad_alloc; hooks' functions inlined; levels become host memory"),
+            Stage("lower-copies", fn=CopiesToLinalg().apply,
+                  description="strided memref.copy to linalg.copy (no runtime library needed)"),
+            Stage("parallel", passes=parallel(spec), description="hook parallel_loop"),
+            Stage("lower-loops", passes=vector(spec), description="hook vector_ops: the rest to loops"),
+            Stage("lower-llvm", passes=emu.LOWER_LLVM, description="to the LLVM dialect, bare-pointer memrefs"),
+            Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks), description="hook final_emission (the artifact)"),
+        )
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
-        _not_landed()
+        from pbsdk.targets.template.emulation import TemplateExecutable
+
+        return TemplateExecutable(artifact, spec)
