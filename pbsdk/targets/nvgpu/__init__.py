@@ -1,49 +1,137 @@
-"""The NVIDIA GPU reference target (registered placeholder).
+"""The NVIDIA GPU reference target: bufferized linalg -> blocks/warps/threads -> NVVM -> PTX -> cubin.
 
-What it will provide: the core's bufferized linalg mapped onto the GPU's thread/block hierarchy from the
-chip spec (e.g. ``nvidia/h100``), lowered through MLIR's GPU and NVVM dialects to PTX via LLVM's NVPTX
-backend, assembled to a cubin with ``ptxas``, and loaded and launched through the CUDA driver API; without a
-GPU, loading raises `DeviceUnavailableError`.
+Stages after the core's (see ``docs/nvgpu.md`` for the walk-through):
 
-What it provides today: only its registration. It is listed by ``pbsdk targets`` as planned
-(``implemented = False``), and any attempt to compile for it raises `TargetError` until the NVIDIA GPU
-target issue lands its code generation.
+=============  =================================================================================
+``schedule``   every linalg op tiled onto the hierarchy as ``scf.forall`` nests (`schedule.py`):
+               matmuls blocked through shared memory with ``mma.sync`` steps, the rest one point
+               per thread; target-neutral in form, so `emulate.py` runs it on the host
+``map-gpu``    ``gpu.launch`` per kernel, loops mapped to block/thread/warp ids (`lower.py`)
+``outline``    kernels outlined into one ``gpu.module``; shared buffers become ``.shared`` globals
+``nvvm``       NVVM/LLVM dialect for the spec's ``codegen.arch`` (libdevice linked when needed)
+``ptx``        PTX text from LLVM's NVPTX back end; the host function read as a launch plan
+``cubin``      ``ptxas -v``: a cubin, and registers/spills/shared memory checked against the spec
+``artifact``   the ``.pbsdk`` file (`bundle.py`): PTX + cubin + launch metadata
+=============  =================================================================================
+
+Loading goes through `runtime.py` (ctypes on the CUDA driver, no MLIR): without a GPU, `load` raises
+`DeviceUnavailableError`. Options: ``ptxas`` (default True; False makes a PTX-only artifact without
+resource checks), ``allow_spills`` (default False), ``matrix_units`` (default True).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from pbsdk.core.errors import TargetError
+from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.target import Artifact, Executable, Target
 
 if TYPE_CHECKING:
-    from pbsdk.core.pipeline import Stage
+    from pbsdk.core.pipeline import Stage, StageContext
     from pbsdk.core.spec import ChipSpec
 
-_NOT_YET = ("target 'nvgpu' is registered but its code generation has not landed yet "
-            "(tracked by the NVIDIA GPU target issue)")
+ARTIFACT_KIND = "nvgpu-artifact"
 
 
-def _not_landed() -> NoReturn:
-    raise TargetError(_NOT_YET)
+def _cubin(ptx: Any, ctx: StageContext) -> Any:
+    from pbsdk.targets.nvgpu import ptxas
+    from pbsdk.targets.nvgpu.lower import arch_of
+
+    if not isinstance(ptx, str):
+        raise CompileError("expects PTX text")
+    ctx.notes["nvgpu.ptx"] = ptx
+    if not ctx.options.get("ptxas", True):
+        return ptx
+    arch, _ = arch_of(ctx.spec)
+    cubin, resources, _log = ptxas.assemble(ptx, arch)
+    plan = ctx.notes["nvgpu.plan"]
+    threads: dict[str, int] = {}
+    for launch in plan["launches"]:
+        threads[launch["kernel"]] = max(threads.get(launch["kernel"], 0), math.prod(launch["block"]))
+    sm = ctx.spec.compute[0].limits
+    thread_level = ctx.spec.compute[-1].limits
+    pads = ctx.spec.scratchpads()
+    ptxas.check_resources(resources, threads=threads,
+                          max_registers=int(thread_level.get("max_registers", 255)),
+                          max_registers_per_block=int(sm.get("max_registers_per_block", 0)),
+                          max_shared=pads[0].size_bytes if pads else 0,
+                          allow_spills=bool(ctx.options.get("allow_spills", False)))
+    ctx.notes["nvgpu.resources"] = {k: vars(v) | {} for k, v in resources.items()}
+    ctx.notes["nvgpu.cubin"] = cubin
+    return cubin
+
+
+def _artifact(_binary: Any, ctx: StageContext) -> Artifact:
+    import pbsdk
+    from pbsdk.targets.nvgpu import bundle
+    from pbsdk.targets.nvgpu.lower import arch_of
+
+    arch, features = arch_of(ctx.spec)
+    plan = ctx.notes["nvgpu.plan"]
+    header = {
+        "target": "nvgpu", "spec": ctx.spec.name, "arch": arch, "ptx_features": features,
+        "pbsdk": getattr(pbsdk, "__version__", "?"), "entry": ctx.notes["entry"],
+        "inputs": [[list(s), d] for s, d in ctx.notes["inputs"]],
+        "outputs": [[list(s), d] for s, d in ctx.notes["outputs"]],
+        "buffers": plan["buffers"], "launches": plan["launches"],
+        "kernels": ctx.notes.get("nvgpu.resources", {}),
+    }
+    blobs = {"ptx": ctx.notes["nvgpu.ptx"].encode()}
+    if "nvgpu.cubin" in ctx.notes:
+        blobs["cubin"] = ctx.notes["nvgpu.cubin"]
+    data = bundle.pack(header, blobs)
+    meta = {k: v for k, v in header.items() if k not in ("inputs", "outputs", "entry")}
+    return Artifact(kind=ARTIFACT_KIND, payload=data, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
+                    outputs=ctx.notes["outputs"], metadata=meta)
+
+
+class NvgpuExecutable(Executable):
+    """An artifact loaded on a GPU (through `runtime.LoadedArtifact`)."""
+
+    def __init__(self, artifact: Artifact) -> None:
+        from pbsdk.targets.nvgpu.runtime import load
+
+        payload = artifact.payload if isinstance(artifact.payload, bytes) else artifact.payload.encode()
+        self.loaded = load(payload)
+
+    def run(self, buffers: Sequence[Any]) -> None:
+        self.loaded.run(buffers)
 
 
 class NvgpuTarget(Target):
-    """Placeholder: listed, never compiles."""
+    """NVIDIA GPUs: code generation from the chip spec (``codegen.arch``, limits, shared memory)."""
 
     name = "nvgpu"
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
-    implemented = False
 
     def check_spec(self, spec: ChipSpec) -> None:
         if spec.kind != "gpu":
             raise TargetError(f"target 'nvgpu' needs a chip spec of kind 'gpu'; '{spec.name}' is a {spec.kind}")
+        if not spec.codegen.get("arch"):
+            raise TargetError(f"target 'nvgpu' needs codegen.arch (e.g. sm_90) in chip spec '{spec.name}'")
+        if not spec.scratchpads():
+            raise TargetError(f"target 'nvgpu' needs a software-managed shared-memory level in '{spec.name}'")
 
     def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
-        _not_landed()
+        from pbsdk.core.pipeline import Stage
+        from pbsdk.targets.nvgpu import lower
+        from pbsdk.targets.nvgpu.schedule import Schedule
+
+        return (
+            Stage("schedule", fn=Schedule().apply,
+                  description="linalg ops tiled onto blocks/warps/threads (scf.forall), shared-memory tiles"),
+            Stage("map-gpu", fn=lower.map_gpu, description="gpu.launch per kernel; loops to block/thread ids"),
+            Stage("outline", fn=lower.outline, description="kernels in one gpu.module; shared buffers as globals"),
+            Stage("nvvm", fn=lower.to_nvvm, description="NVVM/LLVM dialect for the spec's arch"),
+            Stage("ptx", fn=lower.to_ptx, description="PTX (LLVM NVPTX back end) and the launch plan"),
+            Stage("cubin", fn=_cubin, description="ptxas: cubin; registers/spills/shared memory checked"),
+            Stage("artifact", fn=_artifact, description="the .pbsdk artifact: PTX, cubin, launch metadata"),
+        )
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
-        _not_landed()
+        if artifact.kind != ARTIFACT_KIND:
+            raise TargetError(f"nvgpu loads '{ARTIFACT_KIND}' artifacts, not '{artifact.kind}'")
+        return NvgpuExecutable(artifact)  # DeviceUnavailableError without a GPU

@@ -1,0 +1,113 @@
+"""Running the nvgpu schedule on the host: the tiling, the shared-memory staging and the matrix-unit steps
+proven numerically without a GPU.
+
+`emulate` compiles MLIR with the nvgpu target up to its ``schedule`` stage — exactly the IR the GPU
+lowering starts from — then makes that IR host code with as little change as possible:
+
+1. buffers in the workgroup address space become ordinary buffers (one per block iteration, as on the GPU);
+2. every ``scf.forall`` (blocks, warps, threads) becomes a sequential ``scf.for`` — legal because the
+   schedule only relies on the barrier after each thread-level loop, which sequential execution implies;
+3. the matrix-unit functions keep their host body (one 16x8x16 ``linalg.matmul``) and are inlined;
+4. the cpu target's own stages (``pbsdk.targets.cpu``) lower and JIT it.
+
+The result is called like a kernel: numpy arrays in, numpy arrays out. bf16 arguments and results are
+numpy float32 arrays, rounded to bf16 (nearest even) on the way in and widened on the way out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pbsdk.core.errors import ArgumentError
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
+
+#: cpu-target stages that make scheduling decisions of their own; the emulation skips them.
+CPU_SCHEDULING_STAGES = frozenset({"pack-contractions", "lower-parallel", "tile", "pack", "promote", "parallel"})
+
+_WORKGROUP = re.compile(r",\s*#gpu\.address_space<workgroup>")
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).astype(np.uint16)
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+def round_bf16(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to bf16 precision, as float32 (for references)."""
+    return from_bf16_bits(to_bf16_bits(np.asarray(x, np.float32)))
+
+
+def host_module_text(scheduled: str) -> str:
+    """The scheduled module's text with the workgroup address space dropped."""
+    return _WORKGROUP.sub("", scheduled)
+
+
+class EmulatedKernel:
+    """The nvgpu schedule JIT-compiled for the host."""
+
+    def __init__(self, artifact: Any, executable: Any, scheduled: str, kernels: list[dict[str, Any]]) -> None:
+        self.artifact = artifact
+        self.executable = executable
+        self.scheduled = scheduled  # the schedule-stage IR this kernel runs (for inspection and tests)
+        self.kernels = kernels
+
+    def __call__(self, *args: Any) -> Any:
+        ins = self.artifact.inputs
+        if len(args) != len(ins):
+            raise ArgumentError(f"expected {len(ins)} arguments, got {len(args)}")
+        buffers = []
+        for i, (a, (shape, dtype)) in enumerate(zip(args, ins)):
+            a = np.asarray(a)
+            if tuple(a.shape) != tuple(shape):
+                raise ArgumentError(f"argument {i} has shape {a.shape}, expected {shape}")
+            buffers.append(to_bf16_bits(a) if dtype == "bf16" else np.ascontiguousarray(a, DTYPE_TO_NUMPY[dtype]))
+        outs = [np.empty(shape, np.uint16 if dt == "bf16" else DTYPE_TO_NUMPY[dt]) for shape, dt in self.artifact.outputs]
+        self.executable.run(buffers + outs)
+        res = [from_bf16_bits(o) if dt == "bf16" else o for o, (_, dt) in zip(outs, self.artifact.outputs)]
+        return res[0] if len(res) == 1 else tuple(res)
+
+
+def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] | None = None) -> EmulatedKernel:
+    """Compile ``text`` (linalg on tensors) with nvgpu's schedule and JIT it for the host."""
+    from mlir import ir, passmanager
+
+    from pbsdk.core.compiler import resolve
+    from pbsdk.core.pipeline import Pipeline, StageContext
+    from pbsdk.core.spec import load_spec
+    from pbsdk.targets.cpu import CpuExecutable, CpuTarget
+
+    request = resolve("nvgpu", spec, options)
+    ctx_notes: dict[str, Any] = {}
+
+    # Run the pipeline through `schedule`, keeping the signature the core recorded.
+    from pbsdk.core.compiler import pipeline_for
+
+    context = ir.Context()
+    module = ir.Module.parse(text, context)
+    sctx = StageContext(request.spec, request.options)
+    scheduled_module = pipeline_for(request).run(module, sctx, stop_after="schedule")
+    scheduled = str(scheduled_module)
+    ctx_notes.update(entry=sctx.notes["entry"], inputs=sctx.notes["inputs"], outputs=sctx.notes["outputs"])
+
+    host = ir.Module.parse(host_module_text(scheduled), ir.Context())
+    with host.context:
+        passmanager.PassManager.parse(
+            "builtin.module(inline, symbol-dce, scf-forall-to-for, canonicalize, "
+            "func.func(arith-expand{include-bf16=true}))").run(host.operation)
+    host_spec = load_spec("host")
+    hctx = StageContext(host_spec, {}, dict(ctx_notes))
+    # Only the cpu target's lowering stages: its own tiling/packing/threading would re-schedule the IR
+    # whose schedule is what this run is meant to check.
+    stages = tuple(s for s in CpuTarget().stages(host_spec, {}) if s.name not in CPU_SCHEDULING_STAGES)
+    artifact = Pipeline(stages).run(host, hctx)
+    return EmulatedKernel(artifact, CpuExecutable(artifact, host_spec), scheduled, sctx.notes.get("nvgpu.kernels", []))

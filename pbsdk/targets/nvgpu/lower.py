@@ -1,0 +1,352 @@
+"""The GPU half of the nvgpu pipeline: scheduled IR -> gpu.launch -> one gpu.module -> NVVM -> PTX.
+
+Stages (each a function of the module and the `StageContext`):
+
+- ``map-gpu``: the matrix-unit functions get their GPU bodies (`mma.py`), everything is inlined, each
+  top-level ``scf.forall`` (and each op left for a single thread) is wrapped in a ``gpu.launch``, and the
+  upstream ``transform.gpu.map_forall_to_blocks`` / ``map_nested_forall_to_threads`` turn the mapped loops
+  into block and thread ids (inserting a barrier after each thread-level loop).
+- ``outline``: ``gpu-kernel-outlining``; all kernels are merged into one ``gpu.module @pbsdk_kernels``;
+  shared-memory buffers (``memref.alloc`` in the workgroup address space) become module-level
+  ``memref.global``s, i.e. static ``.shared`` arrays.
+- ``nvvm``: ``nvvm-attach-target`` with the spec's ``codegen.arch``/``ptx_features`` (and libdevice when
+  a kernel calls a math function), loops and memrefs lowered, ``convert-gpu-to-nvvm`` with bare-pointer
+  kernel arguments.
+- ``ptx``: ``gpu-module-to-binary{format=isa}`` (LLVM's NVPTX back end); the PTX text is returned and the
+  host function is read into the launch plan (`LaunchPlan`): buffers (arguments and temporaries) and, per
+  launch, kernel name, grid, block and which buffer each kernel argument is.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlir import ir, passmanager
+from mlir.dialects import arith, gpu
+from mlir.dialects.transform import interpreter
+
+from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.passes import ops_named
+from pbsdk.core.pipeline import StageContext
+from pbsdk.targets.nvgpu.mma import mma_gpu_function
+
+KERNEL_MODULE = "pbsdk_kernels"
+WORKGROUP = "#gpu.address_space<workgroup>"
+
+
+def _run(module: ir.Module, pipeline: str) -> None:
+    with module.context:
+        passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
+
+
+def _entry(module: ir.Module, name: str) -> ir.Operation:
+    for op in module.body.operations:
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op.operation
+    raise CompileError(f"entry function '{name}' not found")
+
+
+def _ub(op: ir.Operation) -> list[int]:
+    ubs = list(ir.DenseI64ArrayAttr(op.attributes["staticUpperBound"]))
+    if any(u < 0 for u in ubs):
+        raise UnsupportedError("a parallel loop with a dynamic trip count cannot be mapped", op="scf.forall")
+    return ubs
+
+
+def _mapping(op: ir.Operation) -> list[tuple[str, str]]:
+    """[(kind, axis)] of a forall's mapping, e.g. [("block", "y"), ("block", "x")]."""
+    if "mapping" not in op.attributes:
+        return []
+    return [(k, a) for k, a in re.findall(r"#gpu\.(\w+)<(\w+)>", str(op.attributes["mapping"]))]
+
+
+def launch_dims(forall: ir.Operation) -> tuple[list[int], list[int]]:
+    """(grid xyz, block xyz) of a block-mapped forall nest, from its static trip counts and mappings."""
+    grid = [1, 1, 1]
+    for (kind, axis), n in zip(_mapping(forall), _ub(forall)):
+        if kind != "block" or axis not in "xyz":
+            raise UnsupportedError(f"top-level loop mapped to #gpu.{kind}<{axis}>", op="scf.forall")
+        grid["xyz".index(axis)] = n
+    block = [1, 1, 1]
+    linear = 1
+    for inner in ops_named(forall, "scf.forall"):
+        if inner == forall:
+            continue
+        maps, ubs = _mapping(inner), _ub(inner)
+        if not maps:
+            continue
+        if all(a in "xyz" for _, a in maps) and maps[0][0] == "thread":
+            for (_, axis), n in zip(maps, ubs):
+                i = "xyz".index(axis)
+                block[i] = max(block[i], n)
+        elif maps[0][0] == "thread":
+            linear = max(linear, math.prod(ubs))
+        elif maps[0][0] == "warp":
+            linear = max(linear, 32 * math.prod(ubs))
+    if linear > 1:
+        if block[1] > 1 or block[2] > 1:
+            raise UnsupportedError("mixing linear and 3-d thread mappings in one kernel", op="scf.forall")
+        block[0] = max(block[0], linear)
+    return grid, block
+
+
+def map_gpu(module: ir.Module, ctx: StageContext) -> None:
+    """Stage ``map-gpu`` (see the module docstring)."""
+    with module.context:
+        # matrix-unit steps: the GPU body replaces the emulation body
+        for fn in [op for op in module.body.operations if op.operation.name == "func.func"
+                   and "pbsdk.matrix_unit" in op.attributes]:
+            types = [str(t) for t in ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs]
+            name = ir.StringAttr(fn.attributes["sym_name"]).value
+            text = mma_gpu_function(name, types, ir.StringAttr(fn.attributes["pbsdk.matrix_unit"]).value)
+            fn.operation.erase()
+            parsed = ir.Module.parse(text)
+            module.body.append(parsed.body.operations[0].operation)
+    _run(module, "inline, symbol-dce, canonicalize")
+    entry = _entry(module, ctx.notes["entry"])
+    launches: list[tuple[ir.Operation, list[int], list[int]]] = []
+    with module.context, ir.Location.unknown():
+        for op in list(entry.regions[0].blocks[0].operations):
+            op = op.operation
+            if op.name == "scf.forall":
+                grid, block = launch_dims(op)
+            elif op.name.startswith("linalg."):
+                grid, block = [1, 1, 1], [1, 1, 1]
+            else:
+                continue
+            with ir.InsertionPoint(op):
+                c1 = arith.ConstantOp(ir.IndexType.get(), 1)
+                launch = gpu.LaunchOp((c1, c1, c1), (c1, c1, c1))
+                body = launch.body.blocks[0]
+                with ir.InsertionPoint(body):
+                    term = gpu.TerminatorOp()
+                op.move_before(term)
+            tag = len(launches)
+            launch.operation.attributes["pbsdk.launch"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), tag)
+            launches.append((launch.operation, grid, block))
+            threads = math.prod(block)
+            limit = int(ctx.spec.compute[0].limits.get("max_threads_per_block", 1024))
+            if threads > limit:
+                raise CompileError(f"kernel {tag} needs {threads} threads per block; the spec allows {limit}",
+                                   op="gpu.launch")
+        lines = []
+        for tag, (launch_op, grid, block) in enumerate(launches):
+            if not ops_named(launch_op, "scf.forall"):
+                continue  # a single-thread kernel: nothing to map
+            lines.append(f"%l{tag} = transform.structured.match attributes {{pbsdk.launch = {tag} : i64}} in %root "
+                         ": (!transform.any_op) -> !transform.any_op")
+            lines.append(f"%b{tag} = transform.gpu.map_forall_to_blocks %l{tag} grid_dims = {grid} "
+                         ": (!transform.any_op) -> !transform.any_op")
+            lines.append(f"%t{tag} = transform.gpu.map_nested_forall_to_threads %b{tag} block_dims = {block} "
+                         ": (!transform.any_op) -> !transform.any_op")
+        if lines:
+            script = ("module attributes {transform.with_named_sequence} {\n"
+                      "transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
+                      + "\n".join(lines) + "\ntransform.yield\n}\n}")
+            seq = ir.Module.parse(script)
+            try:
+                interpreter.apply_named_sequence(module.operation, seq.body.operations[0], seq)
+            except Exception as exc:
+                raise CompileError(f"mapping loops to blocks/threads failed: {str(exc).strip()[:2000]}",
+                                   op="scf.forall") from exc
+    _run(module, "canonicalize, cse")
+
+
+def _globalise_shared(module: ir.Module, kmod: ir.Operation) -> None:
+    """Workgroup-space ``memref.alloc`` in kernels -> ``memref.global`` + ``memref.get_global``."""
+    from mlir.dialects import memref
+
+    body = kmod.regions[0].blocks[0]
+    for count, alloc in enumerate(ops_named(kmod, "memref.alloc")):
+        t = ir.MemRefType(alloc.results[0].type)
+        if WORKGROUP not in str(t):
+            raise UnsupportedError(f"a kernel allocates {t} in global memory (only shared-memory buffers "
+                                   "may be allocated inside kernels)", op="memref.alloc")
+        name = f"__pbsdk_smem_{count}"
+        align = alloc.attributes["alignment"] if "alignment" in alloc.attributes else \
+            ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 16)
+        with ir.InsertionPoint.at_block_begin(body), alloc.location:
+            memref.GlobalOp(name, ir.TypeAttr.get(t), sym_visibility="private", alignment=align)
+        with ir.InsertionPoint(alloc), alloc.location:
+            get = memref.GetGlobalOp(t, name)
+        alloc.results[0].replace_all_uses_with(get.result)
+        alloc.erase()
+    for dealloc in ops_named(kmod, "memref.dealloc"):
+        dealloc.erase()
+
+
+def outline(module: ir.Module, ctx: StageContext) -> None:
+    """Stage ``outline`` (see the module docstring)."""
+    _run(module, "gpu-launch-sink-index-computations, gpu-kernel-outlining, canonicalize")
+    with module.context:
+        kmods = [op.operation for op in module.body.operations if op.operation.name == "gpu.module"]
+        if not kmods:
+            raise CompileError("no kernels were produced", op="func.func")
+        # Each outlined module holds one kernel; the kernel takes its module's (unique) name.
+        for kmod in kmods:
+            mod_name = ir.StringAttr(kmod.attributes["sym_name"]).value
+            for op in kmod.regions[0].blocks[0].operations:
+                if op.operation.name == "gpu.func":
+                    op.attributes["sym_name"] = ir.StringAttr.get(mod_name)
+        for launch in ops_named(module, "gpu.launch_func"):
+            mod_name = str(launch.attributes["kernel"]).split("::")[0].lstrip("@")
+            launch.attributes["kernel"] = ir.SymbolRefAttr.get([KERNEL_MODULE, mod_name])
+        first = kmods[0]
+        first.attributes["sym_name"] = ir.StringAttr.get(KERNEL_MODULE)
+        dest = first.regions[0].blocks[0]
+        for other in kmods[1:]:
+            for op in list(other.regions[0].blocks[0].operations):
+                dest.append(op.operation)
+            other.erase()
+        _globalise_shared(module, first)
+
+
+def libdevice() -> str | None:
+    """libdevice.10.bc: ``PBSDK_LIBDEVICE``, else next to ``ptxas`` or under ``CUDA_HOME``/``CUDA_PATH``."""
+    env = os.environ.get("PBSDK_LIBDEVICE")
+    if env:
+        return env if Path(env).is_file() else None
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    ptxas = shutil.which("ptxas")
+    if ptxas:
+        roots.append(str(Path(ptxas).resolve().parent.parent))
+    roots.append("/usr/local/cuda")
+    for root in roots:
+        if root:
+            p = Path(root) / "nvvm" / "libdevice" / "libdevice.10.bc"
+            if p.is_file():
+                return str(p)
+    return None
+
+
+def arch_of(spec: Any) -> tuple[str, str]:
+    """(sm, ptx features) from the spec's codegen; the spec must name them."""
+    arch = spec.codegen.get("arch")
+    if not arch:
+        raise CompileError(f"chip spec '{spec.name}' has no codegen.arch (e.g. sm_90)")
+    return arch, spec.codegen.get("ptx_features", "")
+
+
+def to_nvvm(module: ir.Module, ctx: StageContext) -> None:
+    """Stage ``nvvm`` (see the module docstring)."""
+    arch, features = arch_of(ctx.spec)
+    _run(module, "gpu.module(convert-linalg-to-loops, math-expand-ops, expand-strided-metadata, lower-affine, "
+                 "convert-scf-to-cf, canonicalize)")
+    needs_libdevice = bool(re.search(r"\bmath\.", str(module)))
+    link = ""
+    if needs_libdevice:
+        lib = libdevice()
+        if lib is None:
+            raise CompileError("a kernel calls math functions that need CUDA's libdevice.10.bc, which was not "
+                               "found (set PBSDK_LIBDEVICE or CUDA_HOME)", op="math")
+        link = f" l={lib}"
+        ctx.notes["nvgpu.libdevice"] = lib
+    feats = f" features={features}" if features else ""
+    _run(module, f"nvvm-attach-target{{chip={arch}{feats}{link} O=3}}, "
+                 "gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}), reconcile-unrealized-casts")
+
+
+#: Host-side view ops a kernel argument may come through. A view's static offset is part of its type, which
+#: the kernel's bare-pointer convention applies itself, so the runtime passes the root buffer's base.
+VIEW_OPS = ("memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.reinterpret_cast",
+            "memref.subview")
+
+
+def _root(value: ir.Value, args: dict[Any, int], temps: dict[Any, int]) -> tuple[int, int]:
+    """(buffer index, byte offset) of a launch argument, through host-side view ops."""
+    v = value
+    while True:
+        if isinstance(v, ir.BlockArgument):
+            if v in args:
+                return args[v], 0
+            raise UnsupportedError("a kernel argument is not a function argument or a buffer", op="gpu.launch_func")
+        owner = v.owner
+        name = owner.name
+        if name == "memref.alloc":
+            return temps[owner], 0
+        if name in VIEW_OPS:
+            _, offset = ir.MemRefType(v.type).get_strides_and_offset()
+            if offset < 0 or offset > 2**62:
+                raise UnsupportedError(f"a kernel argument is a view with a dynamic offset ({v.type})", op=name)
+            v = owner.operands[0]
+            continue
+        raise UnsupportedError(f"a kernel argument comes from {name} on the host, which the runtime cannot "
+                               "replay", op=name)
+
+
+def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
+    """The host function read as data: buffers (args first, then temporaries) and launches in order."""
+    entry = _entry(module, entry_name)
+    block = entry.regions[0].blocks[0]
+    args = {a: i for i, a in enumerate(block.arguments)}
+    buffers: list[dict[str, Any]] = []
+    for a in block.arguments:
+        t = ir.MemRefType(a.type)
+        buffers.append({"shape": list(t.shape), "dtype": str(t.element_type), "role": "arg"})
+    temps: dict[Any, int] = {}
+    launches: list[dict[str, Any]] = []
+
+    def const(v: ir.Value) -> int:
+        op = v.owner
+        if getattr(op, "name", None) != "arith.constant":
+            raise UnsupportedError("a launch size is not a constant", op="gpu.launch_func")
+        return int(ir.IntegerAttr(op.attributes["value"]).value)
+
+    for op in block.operations:
+        op = op.operation
+        name = op.name
+        if name == "memref.alloc":
+            t = ir.MemRefType(op.results[0].type)
+            if not t.has_static_shape:
+                raise UnsupportedError(f"dynamic temporary {t}", op=name)
+            temps[op] = len(buffers)
+            buffers.append({"shape": list(t.shape), "dtype": str(t.element_type), "role": "temp"})
+        elif name == "gpu.launch_func":
+            operands = list(op.operands)
+            # operands: grid x y z, block x y z, [dynamic smem], kernel args (no async tokens, no clusters)
+            grid = [const(v) for v in operands[0:3]]
+            blk = [const(v) for v in operands[3:6]]
+            kargs = operands[6:]
+            if "operandSegmentSizes" in op.attributes:
+                seg = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))
+                # [asyncDeps, gx, gy, gz, bx, by, bz, cx, cy, cz, dynSmem, kernelOperands, asyncObject]
+                base = seg[0]
+                grid = [const(v) for v in operands[base:base + 3]]
+                blk = [const(v) for v in operands[base + 3:base + 6]]
+                start = base + 6 + seg[7] + seg[8] + seg[9] + seg[10]
+                kargs = operands[start:start + seg[11]]
+            arglist = []
+            for v in kargs:
+                if isinstance(v.type, ir.MemRefType):
+                    index, offset = _root(v, args, temps)
+                    arglist.append({"buffer": index, "offset": offset})
+                else:
+                    raise UnsupportedError(f"scalar kernel argument of type {v.type}", op=name)
+            kernel = str(op.attributes["kernel"]).split("::")[-1].lstrip("@")
+            launches.append({"kernel": kernel, "grid": grid, "block": blk, "shared_bytes": 0, "args": arglist})
+        elif name in ("memref.dealloc", "func.return", "arith.constant") or name in VIEW_OPS:
+            continue
+        else:
+            raise UnsupportedError(f"host-side op {name} left outside every kernel", op=name)
+    return {"buffers": buffers, "launches": launches}
+
+
+def to_ptx(module: ir.Module, ctx: StageContext) -> str:
+    """Stage ``ptx``: PTX text; the launch plan goes to ``ctx.notes["nvgpu.plan"]``."""
+    _run(module, "gpu-module-to-binary{format=isa}")
+    ptx: str | None = None
+    with module.context:
+        for op in module.body.operations:
+            if op.operation.name == "gpu.binary":
+                objects = ir.ArrayAttr(op.attributes["objects"])
+                obj = gpu.ObjectAttr(objects[0])
+                ptx = obj.object.decode() if isinstance(obj.object, bytes) else str(obj.object)
+        if ptx is None:
+            raise CompileError("gpu-module-to-binary produced no PTX", op="gpu.module")
+        ctx.notes["nvgpu.plan"] = launch_plan(module, ctx.notes["entry"])
+    return ptx

@@ -1,0 +1,311 @@
+"""Loading and launching nvgpu artifacts through the CUDA driver API — no MLIR needed.
+
+Imports only the standard library, numpy and (lazily) torch; the driver is reached with ctypes on
+``libcuda.so.1``, so the machine that runs kernels needs the NVIDIA driver and nothing from pbsdk's
+compiler side. Usage::
+
+    from pbsdk.targets.nvgpu.runtime import load
+    k = load(open("k.pbsdk", "rb").read())      # or load_file("k.pbsdk")
+    c = k(a, b)                                 # numpy in, numpy out (copies to and from the device)
+    c = k(ta, tb)                               # torch CUDA tensors in, torch CUDA tensors out, no copies
+
+Without a driver or a device, `load` raises `DeviceUnavailableError` saying which is missing; reading an
+artifact (`read`) works anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pbsdk.core.errors import ArgumentError, DeviceUnavailableError, PbsdkError
+from pbsdk.targets.nvgpu import bundle
+
+_ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1}
+_NUMPY_OK = {"f64": ("float64",), "f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
+             "i64": ("int64",), "i32": ("int32",), "i16": ("int16",), "i8": ("int8",)}
+_NUMPY_OUT = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "uint16", "i64": "int64",
+              "i32": "int32", "i16": "int16", "i8": "int8"}
+_TORCH = {"torch.float64": "f64", "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+          "torch.int64": "i64", "torch.int32": "i32", "torch.int16": "i16", "torch.int8": "i8"}
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+
+class CudaError(PbsdkError):
+    """A CUDA driver call failed on a machine that has a device (the message names the call)."""
+
+
+def read(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Parse an artifact's bytes: (header, blobs). Works without a GPU; raises `ArgumentError` if malformed."""
+    try:
+        return bundle.unpack(data)
+    except bundle.BundleError as exc:
+        raise ArgumentError(str(exc)) from None
+
+
+class _Driver:
+    """The few driver entry points the runtime uses, from ``libcuda.so.1``."""
+
+    def __init__(self) -> None:
+        try:
+            # PBSDK_LIBCUDA: another driver library (the tests use a fake one that records launches)
+            self.lib = ctypes.CDLL(os.environ.get("PBSDK_LIBCUDA", "libcuda.so.1"))
+        except OSError as exc:
+            raise DeviceUnavailableError(f"no NVIDIA driver on this machine (libcuda.so.1: {exc}); nvgpu artifacts "
+                                         "compile here but run only where a GPU and its driver are") from None
+        rc = self.lib.cuInit(0)
+        if rc != 0:
+            raise DeviceUnavailableError(f"the CUDA driver found no usable GPU (cuInit returned {rc}: "
+                                         f"{self.error_name(rc)})")
+        count = ctypes.c_int(0)
+        self.check(self.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
+        if count.value == 0:
+            raise DeviceUnavailableError("the CUDA driver reports no GPU")
+        self.count = count.value
+        self.contexts: dict[int, ctypes.c_void_p] = {}
+        self.lock = threading.Lock()
+        for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"):
+            getattr(self.lib, name).argtypes = {
+                "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
+                "cuMemFree_v2": [ctypes.c_uint64],
+                "cuMemcpyHtoD_v2": [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t],
+                "cuMemcpyDtoH_v2": [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t],
+            }[name]
+
+    def error_name(self, rc: int) -> str:
+        s = ctypes.c_char_p()
+        if self.lib.cuGetErrorString(rc, ctypes.byref(s)) != 0:
+            return "?"
+        return s.value.decode() if s.value else "?"
+
+    def check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            raise CudaError(f"{what} failed: CUDA error {rc} ({self.error_name(rc)})")
+
+    def context(self, device: int) -> ctypes.c_void_p:
+        with self.lock:
+            if device not in self.contexts:
+                if device >= self.count:
+                    raise DeviceUnavailableError(f"GPU {device} requested; this machine has {self.count}")
+                dev = ctypes.c_int()
+                self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+                ctx = ctypes.c_void_p()
+                self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+                self.contexts[device] = ctx
+            ctx = self.contexts[device]
+        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return ctx
+
+    def capability(self, device: int) -> tuple[int, int]:
+        dev = ctypes.c_int()
+        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                                 dev), "cuDeviceGetAttribute")
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                                 dev), "cuDeviceGetAttribute")
+        return major.value, minor.value
+
+
+_driver: _Driver | None = None
+_driver_lock = threading.Lock()
+
+
+def driver() -> _Driver:
+    """The process's driver handle; `DeviceUnavailableError` without a driver or a GPU."""
+    global _driver
+    with _driver_lock:
+        if _driver is None:
+            _driver = _Driver()
+        return _driver
+
+
+def available() -> bool:
+    """Whether a CUDA device can be used here."""
+    try:
+        driver()
+        return True
+    except PbsdkError:
+        return False
+
+
+def _sm(arch: str) -> tuple[int, int]:
+    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
+    return int(digits[:-1] or 0), int(digits[-1:] or 0)
+
+
+class LoadedArtifact:
+    """An artifact's module loaded on one GPU; call it with numpy arrays or torch CUDA tensors."""
+
+    def __init__(self, data: bytes, *, device: int = 0) -> None:
+        self.header, self.blobs = read(data)
+        self.device = device
+        drv = driver()
+        drv.context(device)
+        cc = drv.capability(device)
+        want = _sm(str(self.header.get("arch", "sm_0")))
+        # The cubin when it was built for exactly this device; otherwise (or when this driver cannot load a
+        # cubin from a newer ptxas) the PTX, which the driver JIT-compiles for the device.
+        images = []
+        if "cubin" in self.blobs and cc == want:
+            images.append(("cubin", self.blobs["cubin"]))
+        if "ptx" in self.blobs and cc >= want:
+            images.append(("ptx", self.blobs["ptx"] + b"\0"))
+        if not images:
+            raise DeviceUnavailableError(f"artifact compiled for {self.header.get('arch')} cannot run on this GPU "
+                                         f"(compute capability {cc[0]}.{cc[1]})")
+        self.module = ctypes.c_void_p()
+        errors = []
+        for kind, image in images:
+            self._image = ctypes.create_string_buffer(image, len(image))
+            rc = drv.lib.cuModuleLoadData(ctypes.byref(self.module), self._image)
+            if rc == 0:
+                self.image_kind = kind
+                break
+            errors.append(f"{kind}: CUDA error {rc} ({drv.error_name(rc)})")
+        else:
+            raise CudaError(f"cuModuleLoadData failed for every image in the artifact: {'; '.join(errors)}")
+        self.load_errors = errors
+        self.functions: dict[str, ctypes.c_void_p] = {}
+        for launch in self.header["launches"]:
+            name = launch["kernel"]
+            if name not in self.functions:
+                fn = ctypes.c_void_p()
+                drv.check(drv.lib.cuModuleGetFunction(ctypes.byref(fn), self.module, name.encode()),
+                          f"cuModuleGetFunction({name})")
+                self.functions[name] = fn
+        self.buffers = self.header["buffers"]
+        self.inputs = [(tuple(s), d) for s, d in self.header["inputs"]]
+        self.outputs = [(tuple(s), d) for s, d in self.header["outputs"]]
+        self._temps: dict[int, int] = {}
+
+    # ----------------------------------------------------------------------------------------- memory
+    @staticmethod
+    def _bytes(buf: dict[str, Any]) -> int:
+        return math.prod(buf["shape"]) * _ITEMSIZE[buf["dtype"]]
+
+    def _alloc(self, nbytes: int) -> int:
+        drv = driver()
+        ptr = ctypes.c_uint64()
+        drv.check(drv.lib.cuMemAlloc_v2(ctypes.byref(ptr), max(1, nbytes)), "cuMemAlloc")
+        return ptr.value
+
+    def _temp(self, index: int) -> int:
+        if index not in self._temps:
+            self._temps[index] = self._alloc(self._bytes(self.buffers[index]))
+        return self._temps[index]
+
+    def close(self) -> None:
+        """Free device temporaries and unload the module (also done when the object is collected)."""
+        if _driver is None:
+            return
+        for ptr in self._temps.values():
+            _driver.lib.cuMemFree_v2(ptr)
+        self._temps.clear()
+        if getattr(self, "module", None) is not None and self.module.value:
+            _driver.lib.cuModuleUnload(self.module)
+            self.module = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: the driver may be gone already
+            self.close()
+
+    # ----------------------------------------------------------------------------------------- launching
+    def launch(self, pointers: Sequence[int], *, stream: int = 0) -> None:
+        """Launch every kernel in order on device pointers (inputs then outputs), asynchronously."""
+        drv = driver()
+        drv.context(self.device)
+        n_args = len(self.inputs) + len(self.outputs)
+        if len(pointers) != n_args:
+            raise ArgumentError(f"{self.header['entry']}: expected {n_args} device pointers, got {len(pointers)}")
+        base = [int(p) for p in pointers] + [0] * (len(self.buffers) - n_args)
+        for launch in self.header["launches"]:
+            values = []
+            for a in launch["args"]:
+                i = int(a["buffer"])
+                ptr = base[i] if i < n_args else self._temp(i)
+                values.append(ctypes.c_uint64(ptr + int(a["offset"])))
+            params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+            gx, gy, gz = launch["grid"]
+            bx, by, bz = launch["block"]
+            drv.check(drv.lib.cuLaunchKernel(self.functions[launch["kernel"]], gx, gy, gz, bx, by, bz,
+                                             int(launch.get("shared_bytes", 0)), ctypes.c_void_p(stream), params,
+                                             None), f"cuLaunchKernel({launch['kernel']})")
+
+    def synchronize(self) -> None:
+        drv = driver()
+        drv.check(drv.lib.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def _check(self, i: int, shape: tuple[int, ...], dtype: str, got_shape: Any, got_dtype: str) -> None:
+        if tuple(got_shape) != tuple(shape):
+            raise ArgumentError(f"{self.header['entry']}: argument {i} has shape {tuple(got_shape)}, expected {shape}")
+        if got_dtype != dtype:
+            raise ArgumentError(f"{self.header['entry']}: argument {i} has dtype {got_dtype}, expected {dtype}")
+
+    def run(self, arrays: Sequence[np.ndarray]) -> None:
+        """numpy buffers, inputs then preallocated outputs (contiguous): copy in, launch, copy out."""
+        drv = driver()
+        drv.context(self.device)
+        ptrs = []
+        try:
+            for arr in arrays:
+                ptr = self._alloc(arr.nbytes)
+                ptrs.append(ptr)
+            for arr, ptr in zip(arrays[:len(self.inputs)], ptrs):
+                drv.check(drv.lib.cuMemcpyHtoD_v2(ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+            self.launch(ptrs)
+            self.synchronize()
+            for arr, ptr in zip(arrays[len(self.inputs):], ptrs[len(self.inputs):]):
+                drv.check(drv.lib.cuMemcpyDtoH_v2(arr.ctypes.data, ptr, arr.nbytes), "cuMemcpyDtoH")
+        finally:
+            for ptr in ptrs:
+                drv.lib.cuMemFree_v2(ptr)
+
+    def __call__(self, *args: Any) -> Any:
+        if len(args) != len(self.inputs):
+            raise ArgumentError(f"{self.header['entry']}: expected {len(self.inputs)} arguments, got {len(args)}")
+        if args and all(getattr(a, "is_cuda", False) for a in args):
+            return self._call_torch(args)
+        arrays = []
+        for i, (a, (shape, dtype)) in enumerate(zip(args, self.inputs)):
+            a = np.ascontiguousarray(a)
+            if a.dtype.name not in _NUMPY_OK[dtype]:
+                raise ArgumentError(f"{self.header['entry']}: argument {i} has dtype {a.dtype}, expected {dtype}")
+            self._check(i, shape, dtype, a.shape, dtype)
+            arrays.append(a)
+        outs = [np.empty(shape, _NUMPY_OUT[dtype]) for shape, dtype in self.outputs]
+        self.run(arrays + outs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _call_torch(self, args: Sequence[Any]) -> Any:
+        import torch  # only when torch tensors are passed
+
+        for i, (t, (shape, dtype)) in enumerate(zip(args, self.inputs)):
+            self._check(i, shape, dtype, t.shape, _TORCH.get(str(t.dtype), str(t.dtype)))
+        args = [t if t.is_contiguous() else t.contiguous() for t in args]
+        device = args[0].device
+        rev = {v: k for k, v in _TORCH.items()}
+        outs = [torch.empty(shape, dtype=getattr(torch, rev[dtype].split(".")[1]), device=device)
+                for shape, dtype in self.outputs]
+        stream = torch.cuda.current_stream(device).cuda_stream
+        self.launch([t.data_ptr() for t in list(args) + outs], stream=stream)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def load(data: bytes, *, device: int = 0) -> LoadedArtifact:
+    """Load an artifact's bytes onto GPU ``device``; `DeviceUnavailableError` without one."""
+    read(data)  # a malformed file is an ArgumentError even where there is no GPU
+    return LoadedArtifact(data, device=device)
+
+
+def load_file(path: str | Path, *, device: int = 0) -> LoadedArtifact:
+    return load(Path(path).read_bytes(), device=device)
