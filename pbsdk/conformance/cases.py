@@ -34,6 +34,9 @@ class Case:
     why: str = ""
     positive: bool = False  # inputs drawn away from zero and positive (log, sqrt, ...)
     skip: str | None = None
+    #: The matrix unit the planner picks for this case's contraction(s), if any: the resource check
+    #: then requires that the target issued matrix-unit ops (where the target reports them).
+    matrix_unit: str | None = None
 
     def inputs(self, seed: int = 0) -> list[np.ndarray]:
         rng = np.random.default_rng(seed + (hash(self.name) & 0xFFFF))
@@ -61,16 +64,18 @@ def _matmul_cases(spec: ChipSpec, dtype: str, max_dim: int) -> list[Case]:
         t = (min(inner.m, max_dim), min(inner.n, max_dim), min(inner.k, max_dim))
         shapes.append((f"tile@{inner.level}", t, f"the planner's {inner.level} tile"))
         shapes.append((f"tile@{inner.level}+1", tuple(d + 1 for d in t), f"one past the {inner.level} tile"))  # type: ignore[arg-type]
+    unit = u.name if u.kind == "matrix-unit" else None
     cases = []
     for label, (m, n, k), why in shapes:
         cases.append(Case(f"matmul/{dtype}/{label}/{m}x{n}x{k}", "matmul", dtype, ((m, k), (k, n)),
-                          lambda a, b: a @ b, ref.matmul, k, why))
+                          lambda a, b: a @ b, ref.matmul, k, why, matrix_unit=unit))
     m, n, k = base
     cases.append(Case(f"matmul/{dtype}/batched/2x{m + 1}x{n}x{k + 1}", "matmul", dtype,
-                      ((2, m + 1, k + 1), (2, k + 1, n)), lambda a, b: a @ b, ref.matmul, k + 1, "batched"))
+                      ((2, m + 1, k + 1), (2, k + 1, n)), lambda a, b: a @ b, ref.matmul, k + 1, "batched",
+                      matrix_unit=unit))
     cases.append(Case(f"matmul/{dtype}/transposed-b/{m}x{n + 1}x{k}", "matmul", dtype, ((m, k), (n + 1, k)),
                       lambda a, b: ops.matmul(a, b, transpose_b=True),
-                      lambda a, b: ref.matmul(a, b, transpose_b=True), k, "B read transposed"))
+                      lambda a, b: ref.matmul(a, b, transpose_b=True), k, "B read transposed", matrix_unit=unit))
     # Working sets that straddle each cache/scratchpad capacity: square matmuls just under and over.
     nbytes = np.dtype(HOST_DTYPES[dtype]).itemsize
     for level in spec.memory[1:]:
@@ -80,7 +85,7 @@ def _matmul_cases(spec: ChipSpec, dtype: str, max_dim: int) -> list[Case]:
             skip = None if s <= max_dim else f"side {s} > {max_dim} (run with --full)"
             cases.append(Case(name, "matmul", dtype, ((s, s), (s, s)), lambda a, b: a @ b, ref.matmul, s,
                               f"3 operands of {s}x{s} {'just fit' if tag == 'under' else 'just exceed'} "
-                              f"{level.name} ({level.size_bytes} B)", skip=skip))
+                              f"{level.name} ({level.size_bytes} B)", skip=skip, matrix_unit=unit))
     return cases
 
 
@@ -148,8 +153,43 @@ def _vector_cases(spec: ChipSpec, dtype: str) -> list[Case]:
                       lambda q, k, w: ops.softmax(ops.matmul(q, k, transpose_b=True) * scale, axis=-1) @ w,
                       lambda q, k, w: ref.matmul(ref.softmax(ref.mul(ref.matmul(q, k, transpose_b=True), scale),
                                                              axis=-1), w),
-                      max(seq, d), "unfused attention: QK^T, scale, softmax, .V"))
+                      max(seq, d), "unfused attention: QK^T, scale, softmax, .V",
+                      matrix_unit=_unit_for(spec, Contraction(seq, seq, d, 2, dtype))))
     return cases
+
+
+def _attention_cases(spec: ChipSpec, dtype: str) -> list[Case]:
+    """Attention at the fused schedule's edges (query block, key block and one past them), causal,
+    grouped-query and masked; on specs whose planner does not fuse, the same cases check the unfused path."""
+    from pbsdk.core.plan.attention import Attention, plan_attention
+
+    d = 4 * _vector_width(spec, dtype)
+    plan = plan_attention(spec, Attention(2, 256, 256, d, d, dtype))
+    bq, bk = (plan.block_q, plan.block_k) if plan.fused else (16, 32)
+    why = f"fused blocks {bq}x{bk}" if plan.fused else f"not fused: {plan.reasons[0]}"
+    cases = []
+    for label, sq, sk, causal, hkv, masked in (
+            ("one-query", 1, bk + 1, False, 2, False),
+            ("blocks", bq, bk, False, 2, False),
+            ("blocks+1-causal", bq + 1, bk + 1, True, 2, False),
+            ("gqa-causal", 2 * bq + 3, 2 * bq + 3, True, 1, False),
+            ("mask", bq - 1, 2 * bk + 5, False, 2, True)):
+        shapes = ((1, 2, sq, d), (1, hkv, sk, d), (1, hkv, sk, d)) + (((1, 1, sq, sk),) if masked else ())
+
+        def fn(q: Any, k: Any, v: Any, *m: Any, causal: bool = causal) -> Any:
+            return ops.attention(q, k, v, causal=causal, mask=m[0] if m else None)
+
+        def reference(q: Any, k: Any, v: Any, *m: Any, causal: bool = causal) -> Any:
+            return ref.attention(q, k, v, causal=causal, mask=m[0] if m else None)
+
+        cases.append(Case(f"attention/{dtype}/{label}/{sq}x{sk}x{d}", "attention", dtype, shapes, fn, reference,
+                          sk + d, why))
+    return cases
+
+
+def _unit_for(spec: ChipSpec, op: Contraction) -> str | None:
+    compute = plan_contraction(spec, op).compute
+    return compute.name if compute.kind == "matrix-unit" else None
 
 
 FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")
@@ -167,6 +207,7 @@ def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, f
                               skip=f"{dtype} has no numpy dtype at the host boundary yet"))
             continue
         cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(dtype) + _vector_cases(spec, dtype)
+        cases += _attention_cases(spec, dtype)
     if ops_filter:
         wanted = set(ops_filter)
         cases = [c for c in cases if c.name.split("/")[0] in wanted or c.op in wanted]

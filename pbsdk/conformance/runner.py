@@ -11,6 +11,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pbsdk.conformance.cases import Case
+from pbsdk.core.errors import DeviceUnavailableError
 from pbsdk.core.spec import ChipSpec
 from pbsdk.testing import assert_close, max_error, tolerance
 
@@ -28,6 +29,54 @@ class CaseResult:
     atol: float | None = None
     rtol: float | None = None
     message: str = ""
+    #: Resource use as the target reported it: {"scratchpad_bytes": {level: bytes}, "matrix_unit_ops":
+    #: {unit: count}, "counters": {...}}; None when the target does not report resources.
+    resources: dict[str, Any] | None = None
+    #: "ok", "not reported" (the target cannot say), or the reason the resource check failed.
+    resource_check: str = "not reported"
+
+
+def _reported(kernel: Any) -> dict[str, Any] | None:
+    """The resources a loaded kernel reports: the executable's compile-time ``resources`` (scratchpad
+    bytes per level, contractions) and its ``last_counters`` from the run just made. None if neither."""
+    executable = getattr(kernel, "executable", None)
+    static = getattr(executable, "resources", None)
+    counters = getattr(executable, "last_counters", None)
+    if static is None and counters is None:
+        return None
+    out: dict[str, Any] = {"scratchpad_bytes": dict((static or {}).get("scratchpad_bytes", {}))}
+    if counters is not None:
+        out["counters"] = dict(counters)
+        out["matrix_unit_ops"] = {k.split(":", 1)[1]: v for k, v in counters.items() if k.startswith("matrix_unit:")}
+    if static is not None:
+        out["contractions"] = [{"compute": c.get("compute"), "unit": c.get("unit")}
+                               for c in static.get("contractions", [])]
+    return out
+
+
+def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None) -> str:
+    """'ok', 'not reported', or why the case's resource use is wrong: a scratchpad level over capacity,
+    or a contraction in a matrix-unit dtype that issued no matrix-unit op."""
+    if resources is None:
+        return "not reported"
+    for level, used in resources.get("scratchpad_bytes", {}).items():
+        lvl = next((m for m in spec.memory if m.name == level), None)
+        cap = (lvl.max_size_bytes or lvl.size_bytes) if lvl is not None else None
+        if cap is not None and used > cap:
+            return f"scratchpad '{level}' holds {used} B, more than its capacity {cap} B"
+    if case.matrix_unit:
+        ops = resources.get("matrix_unit_ops")
+        if ops is None:  # no run-time counters: the compile-time record must say the unit was used
+            contractions = resources.get("contractions")
+            if contractions is None:
+                return "not reported"
+            used = any(c.get("unit") == case.matrix_unit for c in contractions)
+        else:
+            used = ops.get(case.matrix_unit, 0) > 0
+        if not used:
+            return (f"contraction in {case.dtype} should have used matrix unit {case.matrix_unit} but the target "
+                    f"issued no {case.matrix_unit} ops ({resources.get('matrix_unit_ops') or resources.get('contractions')})")
+    return "ok"
 
 
 def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseResult:
@@ -39,10 +88,18 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseR
     inputs = case.inputs(seed)
     tol = tolerance(case.op, case.dtype, reduction_size=case.reduction_size)
     try:
-        got = pbsdk.jit(case.fn, target=target, spec=spec)(*inputs)
-    except Exception as exc:  # a target's failure is a result, not a crash of the suite
+        fn = pbsdk.jit(case.fn, target=target, spec=spec)
+        got = fn(*inputs)
+        kernel = fn.kernel(fn.signatures[0])[0] if len(fn.signatures) == 1 else None
+    except DeviceUnavailableError as exc:
+        # Compilation succeeded (loading is what needs the device): a compile-only check, said as such.
+        return CaseResult(case.name, "skip", case.why, time.perf_counter() - t0,
+                          message=f"compiled, not run: {exc}"[:2000])
+    except Exception as exc:  # noqa: BLE001 -- a target's failure is a result, not a crash of the suite
         return CaseResult(case.name, "error", case.why, time.perf_counter() - t0,
                           message=f"{type(exc).__name__}: {exc}"[:2000])
+    resources = _reported(kernel)
+    check = check_resources(case, spec, resources)
     expected = case.reference(*inputs)
     elapsed = time.perf_counter() - t0
     got_a, exp_a = np.asarray(got), np.asarray(expected)
@@ -52,8 +109,12 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseR
     try:
         assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size)
     except AssertionError as exc:
-        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, str(exc)[:2000])
-    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol)
+        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, str(exc)[:2000],
+                          resources, check)
+    if check not in ("ok", "not reported"):
+        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
+                          f"resource check: {check}", resources, check)
+    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, "", resources, check)
 
 
 def run_cases(cases: Sequence[Case], *, target: str, spec: ChipSpec, seed: int = 0) -> list[CaseResult]:
@@ -68,7 +129,10 @@ def summary(results: Sequence[CaseResult]) -> dict[str, int]:
 
 
 def report(results: Sequence[CaseResult], *, target: str, spec: ChipSpec) -> dict[str, Any]:
-    return {"target": target, "spec": spec.name, "summary": summary(results),
+    counts = summary(results)
+    return {"target": target, "spec": spec.name, "summary": counts,
+            "passed": counts["pass"], "failed": counts["fail"], "skipped": counts["skip"], "errors": counts["error"],
+            "resources_reported": sum(r.resource_check != "not reported" for r in results if r.status != "skip"),
             "cases": [dataclasses.asdict(r) for r in results]}
 
 
@@ -88,3 +152,12 @@ def junit_xml(results: Sequence[CaseResult], *, target: str, spec: ChipSpec) -> 
         elif r.status == "skip":
             ET.SubElement(tc, "skipped", message=r.message)
     return ET.tostring(suite, encoding="unicode")
+
+
+def resource_summary(result: CaseResult) -> str:
+    """One short line of a case's reported resource use, e.g. ``spm 20480 B, sram 57344 B, mxu 16 ops``."""
+    if result.resources is None:
+        return "resources not reported" if result.status != "skip" else ""
+    parts = [f"{lv} {b} B" for lv, b in result.resources.get("scratchpad_bytes", {}).items()]
+    parts += [f"{u} {n} ops" for u, n in (result.resources.get("matrix_unit_ops") or {}).items()]
+    return ", ".join(parts) or "no scratchpad, no matrix unit"

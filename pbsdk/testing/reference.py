@@ -18,6 +18,7 @@ import numpy as np
 __all__ = [
     "abs",
     "add",
+    "attention",
     "conv2d",
     "conv2d_output_shape",
     "div",
@@ -212,6 +213,27 @@ def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = Fal
     if transpose_b and y.ndim >= 2:
         y = np.swapaxes(y, -1, -2)
     return _done(np.matmul(x, y), out)
+
+
+def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False, mask: Any = None,
+              dtype: Any = None) -> np.ndarray:
+    """``softmax(scale * q @ kᵀ + mask) @ v`` in float64 (``pbsdk.ops.attention``): K/V heads repeat to
+    Q's head count (grouped-query), ``causal`` masks keys ``j > i`` (top-left aligned)."""
+    out = _result_dtype(q, k, v, dtype=dtype)
+    x, kk, vv = _f64(q), _f64(k), _f64(v)
+    if x.ndim >= 3 and kk.ndim >= 3 and kk.shape[-3] != x.shape[-3]:
+        g = x.shape[-3] // kk.shape[-3]
+        kk, vv = np.repeat(kk, g, axis=-3), np.repeat(vv, g, axis=-3)
+    s = np.matmul(x, np.swapaxes(kk, -1, -2)) * (1.0 / np.sqrt(x.shape[-1]) if scale is None else scale)
+    if causal:
+        sq, sk = s.shape[-2:]
+        s = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None], -np.inf, s)
+    if mask is not None:
+        s = s + _f64(mask)
+    with np.errstate(invalid="ignore"):
+        s = s - s.max(axis=-1, keepdims=True)
+        e = np.exp(s)
+        return _done(np.matmul(e / e.sum(axis=-1, keepdims=True), vv), out)
 
 
 def _pair(v: Any) -> tuple[int, int]:

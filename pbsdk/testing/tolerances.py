@@ -87,7 +87,7 @@ _ROUNDED = ("add", "sub", "mul", "div", "sqrt", "astype")      # correctly round
 _TRANSCENDENTAL = ("exp", "log", "tanh", "sigmoid", "erf", "rsqrt", "pow", "gelu", "gelu_tanh")
 _SUMS = ("sum", "mean")
 _CONTRACTIONS = ("matmul", "conv2d")
-_COMPOSITES = ("softmax", "log_softmax", "layernorm", "mlp")
+_COMPOSITES = ("softmax", "log_softmax", "layernorm", "mlp", "attention")
 
 #: Every op with a table entry.
 OPS = _EXACT + _ROUNDED + _TRANSCENDENTAL + _SUMS + _CONTRACTIONS + _COMPOSITES

@@ -10,7 +10,7 @@ Half-precision elementwise math is computed in f32 inside the op body and rounde
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -47,12 +47,17 @@ def _float_hex(array: np.ndarray, dtype: str) -> str:
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, func_name: str) -> None:
+    def __init__(self, graph: Graph, func_name: str, fused: Sequence[Any] = ()) -> None:
         self.graph = graph
         self.func_name = func_name
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
         self.counter = 0
+        # Fused attention (pbsdk.core.ir.attention): (match, plan) pairs; their nodes are not emitted
+        # one by one, the kernel functions go before the entry function.
+        self.fused = {m.out.id: (m, p) for m, p in fused}
+        self.skipped = {i for m, _ in fused for i in m.covered}
+        self.kernels: list[str] = []
 
     # -- helpers --------------------------------------------------------------------------------------
     def fresh(self, hint: str = "v") -> str:
@@ -115,12 +120,39 @@ class _Emitter:
             self.names[v.id] = f"%arg{i}"
         results = ", ".join(mlir_type(v.type) for v in g.outputs)
         for node in g.live_nodes():
-            if node.op != "input":
+            if node.out.id in self.fused:
+                self.op_attention(*self.fused[node.out.id])
+            elif node.op != "input" and node.out.id not in self.skipped:
                 getattr(self, "op_" + _method(node.op))(node)
         rets = ", ".join(self.name(v) for v in g.outputs)
         types = ", ".join(mlir_type(v.type) for v in g.outputs)
         header = f"  func.func @{self.func_name}({args}) -> ({results}) attributes {{llvm.emit_c_interface}} {{"
-        return "\n".join(["module {", header, *self.lines, f"    return {rets} : {types}", "  }", "}", ""])
+        return "\n".join(["module {", *self.kernels, header, *self.lines, f"    return {rets} : {types}", "  }",
+                          "}", ""])
+
+    def op_attention(self, match: Any, plan: Any) -> None:
+        """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` on the operands' buffers."""
+        from pbsdk.core.ir.attention_kernel import KernelOperands, kernel_text, memref_type
+
+        name = f"__pbsdk_attn{len(self.kernels)}"
+        bases = [match.q.base, match.k.base, match.v.base] + ([match.mask.base] if match.mask else [])
+        ops = KernelOperands(q=match.q, k=match.k, v=match.v, mask=match.mask, q_shape=bases[0].shape,
+                             k_shape=bases[1].shape, v_shape=bases[2].shape,
+                             mask_shape=bases[3].shape if match.mask else None, out_shape=match.out.shape,
+                             scale=match.scale, mask_scale=match.mask_scale, dtype=match.out.dtype)
+        self.kernels.append(kernel_text(name, plan, ops))
+        buffers, types = [], []
+        for b in bases:
+            buf, ty = self.fresh("buf"), memref_type(b.shape, b.dtype)
+            self.emit(f"{buf} = bufferization.to_buffer {self.name(b)} read_only : {mlir_type(b.type)} to {ty}")
+            buffers.append(buf)
+            types.append(ty)
+        out_ty = memref_type(match.out.shape, match.out.dtype)
+        ob, res = self.fresh("attnbuf"), self.fresh("attn")
+        self.emit(f"{ob} = memref.alloc() {{alignment = 64 : i64}} : {out_ty}")
+        self.emit(f"func.call @{name}({', '.join(buffers + [ob])}) : ({', '.join(types + [out_ty])}) -> ()")
+        self.emit(f"{res} = bufferization.to_tensor {ob} restrict writable : {out_ty} to {mlir_type(match.out.type)}")
+        self.names[match.out.id] = res
 
     def op_const(self, node: Node) -> None:
         value = np.asarray(node.attrs["value"])
@@ -171,7 +203,9 @@ class _Emitter:
             body.append(f"%x0 = arith.extf %in0 : {x.dtype} to {out.dtype}")
             operand = "%x0"
         op = {"sum": "arith.addf", "max": "arith.maximumf", "min": "arith.minimumf"}[kind]
-        body.append(f"%r = {op} {operand}, %acc : {out.dtype}")
+        # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length), and
+        # without it LLVM cannot vectorise the loop.
+        body.append(f"%r = {op} {operand}, %acc fastmath<reassoc> : {out.dtype}")
         self.generic(out=out, ins=[(self.name(x), x.type, loops)], init=init,
                      out_results=[d for i, d in enumerate(loops) if i not in axes], n_loops=rank,
                      iterators=["reduction" if i in axes else "parallel" for i in range(rank)], body=body)
@@ -403,6 +437,51 @@ class _Emitter:
             src = self.expand(src, flat, o, [list(range(o.rank))])
         self.names[node.out.id] = src
 
+    def op_slice(self, node: Node) -> None:
+        # A strided tensor.extract_slice: a view after bufferization, copied only where a result needs it.
+        (x,) = node.inputs
+        out = node.out
+        name = self.fresh("sl")
+        self.emit(f"{name} = tensor.extract_slice {self.name(x)}[{', '.join(map(str, node.attrs['starts']))}] "
+                  f"[{', '.join(map(str, out.shape))}] [{', '.join(map(str, node.attrs['steps']))}] : "
+                  f"{mlir_type(x.type)} to {mlir_type(out.type)}")
+        self.names[out.id] = name
+
+    def op_concat(self, node: Node) -> None:
+        # Each operand inserted at its offset along the axis into one destination tensor.
+        axis = node.attrs["axis"]
+        out_t = node.out.type
+        dest = self.empty(out_t)
+        offset = 0
+        for v in node.inputs:
+            offsets = ", ".join(str(offset) if i == axis else "0" for i in range(out_t.rank))
+            sizes = ", ".join(map(str, v.shape))
+            name = self.fresh("cat")
+            self.emit(f"{name} = tensor.insert_slice {self.name(v)} into {dest}[{offsets}] [{sizes}] "
+                      f"[{', '.join(['1'] * out_t.rank)}] : {mlir_type(v.type)} into {mlir_type(out_t)}")
+            dest = name
+            offset += v.shape[axis]
+        self.names[node.out.id] = dest
+
+    def op_take(self, node: Node) -> None:
+        # Loops over the output; the index operand is read elementwise, clipped to [0, n-1] in floating
+        # point (maxnumf turns NaN into 0), converted, and used to extract from the table.
+        table, idx = node.inputs
+        axis = node.attrs["axis"]
+        out = node.out
+        rank, k = len(out.shape), len(idx.shape)
+        loops = _dims(rank)
+        it = idx.dtype
+        body = [f"%i{d} = linalg.index {d} : index" for d in range(rank) if not axis <= d < axis + k]
+        body += [f"%lo = arith.constant 0.0 : {it}",
+                 f"%hi = arith.constant {self.scalar_literal(float(table.shape[axis] - 1), it)} : {it}",
+                 f"%c0 = arith.maxnumf %in0, %lo : {it}", f"%c1 = arith.minnumf %c0, %hi : {it}",
+                 f"%n = arith.fptosi %c1 : {it} to i64", "%ix = arith.index_cast %n : i64 to index"]
+        coords = [f"%i{d}" for d in range(axis)] + ["%ix"] + [f"%i{d + k - 1}" for d in range(axis + 1, table.type.rank)]
+        body.append(f"%r = tensor.extract {self.name(table)}[{', '.join(coords)}] : {mlir_type(table.type)}")
+        self.generic(out=out, ins=[(self.name(idx), idx.type, loops[axis:axis + k])], init=self.empty(out.type),
+                     out_results=loops, n_loops=rank, iterators=["parallel"] * rank, body=body)
+
 
 def _reassoc(groups: list[list[int]]) -> str:
     return "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
@@ -411,7 +490,7 @@ def _reassoc(groups: list[list[int]]) -> str:
 def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
-    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape"):
+    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take"):
         return op
     return "elementwise"
 
@@ -469,11 +548,28 @@ def _scalar_body(node: Node, x: list[str], t: str) -> list[str]:
                 f"%kx3 = arith.mulf %k, %x3 : {t}", f"%in = arith.addf {x[0]}, %kx3 : {t}",
                 f"%s = arith.mulf %c, %in : {t}", f"%th = math.tanh %s : {t}", f"%p = arith.addf %one, %th : {t}",
                 f"%h = arith.mulf {x[0]}, %half : {t}", f"%y = arith.mulf %h, %p : {t}"]
+    compare = {"equal": "oeq", "not_equal": "une", "less": "olt", "less_equal": "ole", "greater": "ogt",
+               "greater_equal": "oge"}
+    if op in compare:  # a 0/1 mask; "not_equal" is true for NaN, the others false (IEEE, as numpy)
+        return [f"%c = arith.cmpf {compare[op]}, {x[0]}, {x[1]} : {t}", f"%one = arith.constant 1.0 : {t}",
+                f"%zero = arith.constant 0.0 : {t}", f"%y = arith.select %c, %one, %zero : {t}"]
+    if op == "select":  # where(x0 != 0, x1, x2)
+        return [f"%zero = arith.constant 0.0 : {t}", f"%c = arith.cmpf une, {x[0]}, %zero : {t}",
+                f"%y = arith.select %c, {x[1]}, {x[2]} : {t}"]
     raise UnsupportedError(f"no scalar lowering for '{op}'", op=op)
 
 
-def emit_graph(graph: Graph, *, func_name: str = "main") -> str:
-    """The graph as MLIR text: one public ``func.func`` taking and returning static-shaped tensors."""
+def emit_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
+               options: Mapping[str, Any] | None = None) -> str:
+    """The graph as MLIR text: one public ``func.func`` taking and returning static-shaped tensors.
+
+    With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
+    ``options["fuse_attention"]``, default True) become one fused kernel each."""
     if not graph.outputs:
         raise UnsupportedError("the traced function returns no tensors")
-    return _Emitter(graph, func_name).run()
+    fused: list[Any] = []
+    if spec is not None and (options or {}).get("fuse_attention", True):
+        from pbsdk.core.ir.attention import planned_attention
+
+        fused = [(m, p) for m, p in planned_attention(graph, spec, options) if p.fused]
+    return _Emitter(graph, func_name, fused).run()

@@ -1,0 +1,491 @@
+"""Recognising attention in a `Graph`: ``matmul(Q, Kᵀ) → scale → mask → softmax(keys) → matmul(·, V)``.
+
+Pure graph analysis (no MLIR): `find_attention` returns one frozen `AttentionMatch` per occurrence,
+which `pbsdk.core.ir.emit` replaces by the fused kernel of `pbsdk.core.ir.attention_kernel`.
+
+What is recognised, starting from each ``matmul(P, V)``:
+
+- ``P`` is a softmax over the last axis in pbsdk's composite form (``e = exp(x - max(x))``,
+  ``e / sum(e)``, keepdims reshapes) or without the max shift (``exp(x) / sum(exp(x))``);
+- ``x`` is reached from ``matmul(Q, Kᵀ)`` through any sequence of: multiplication or division by a
+  positive scalar constant (the scale), addition of a tensor broadcastable to the scores (an additive
+  mask; any dtype-matching value, input or computed), and ``where(c, -inf, s)`` / ``where(c, s, -inf)``
+  whose condition folds to a constant causal pattern (keys ``j > i + offset`` masked) — an additive
+  constant mask equal to such a pattern is recognised as causal too;
+- Q, K, V and the mask are *views* of base tensors through reshape, broadcast and transpose nodes and
+  the matmuls' own transposes and batch broadcasting: each becomes (base value, strides). Grouped-query
+  heads (K/V reshaped and broadcast over the group) are zero strides, so nothing is copied.
+
+A candidate is rejected (left to the unfused pipeline) when an intermediate value is used outside the
+pattern (e.g. the probabilities are also returned), a view cannot be written as strides, or the dtypes
+differ; the reason is kept in ``rejections`` for ``explain``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from pbsdk.core.ir.graph import Graph, Node, Value
+from pbsdk.core.plan.attention import Attention, AttentionPlan, plan_attention
+from pbsdk.core.spec import ChipSpec
+
+#: A dimension of a view: (size, stride) factors, outermost first; their sizes multiply to the dim.
+Factors = tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class View:
+    """A logical tensor read from ``base`` at ``offset + Σ index * stride`` (row-major factors)."""
+
+    base: Value
+    dims: tuple[Factors, ...]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(math.prod(s for s, _ in f) for f in self.dims)
+
+
+@dataclasses.dataclass(frozen=True)
+class Operand:
+    """One attention operand: for the flat batch index β (row-major over the output's batch dims),
+    element (r, c) is ``base[Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride + c * col_stride]``."""
+
+    base: Value
+    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
+    row_stride: int
+    col_stride: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMatch:
+    """One recognised attention. ``covered`` are the nodes the fused kernel replaces (ids of their
+    outputs); ``out`` is the value it produces, shaped (batch..., sq, dv), written row-major."""
+
+    op: Attention
+    out: Value
+    q: Operand  # rows: queries, cols: d
+    k: Operand  # rows: keys, cols: d
+    v: Operand  # rows: keys, cols: dv
+    mask: Operand | None  # rows: queries, cols: keys
+    scale: float  # applied to Q·Kᵀ
+    mask_scale: float  # applied to the mask (scales that came after it)
+    covered: frozenset[int]
+
+
+# --------------------------------------------------------------------------------------------- views
+
+def _contiguous(v: Value) -> View:
+    dims, stride = [], 1
+    for s in reversed(v.shape):
+        dims.append(((s, stride),) if s != 1 else ())
+        stride *= s
+    return View(v, tuple(reversed(dims)))
+
+
+def _reshape(view: View, shape: tuple[int, ...]) -> View | None:
+    factors = [f for dim in view.dims for f in dim if f[0] != 1]
+    out: list[Factors] = []
+    for n in shape:
+        need, taken = n, []
+        while need > 1:
+            if not factors:
+                return None
+            s, st = factors[0]
+            if need % s == 0:
+                taken.append((s, st))
+                factors.pop(0)
+                need //= s
+            elif s % need == 0:  # split the factor: the outer part goes here, the rest stays
+                taken.append((need, st * (s // need)))
+                factors[0] = (s // need, st)
+                need = 1
+            else:
+                return None
+        out.append(tuple(taken))
+    return View(view.base, tuple(out)) if not factors else None
+
+
+def _broadcast(view: View, shape: tuple[int, ...]) -> View | None:
+    pad = len(shape) - len(view.dims)
+    if pad < 0:
+        return None
+    dims: list[Factors] = [((n, 0),) if n != 1 else () for n in shape[:pad]]
+    for d, n in zip(view.dims, shape[pad:]):
+        size = math.prod(s for s, _ in d)
+        if size == n:
+            dims.append(d)
+        elif size == 1:
+            dims.append(((n, 0),))
+        else:
+            return None
+    return View(view.base, tuple(dims))
+
+
+def _view_of(v: Value, producers: Mapping[int, Node]) -> tuple[View, list[Node]] | None:
+    """Walk back through reshape / broadcast / transpose nodes to a base value."""
+    chain: list[Node] = []
+    node = producers.get(v.id)
+    while node is not None and node.op in ("reshape", "broadcast", "transpose"):
+        chain.append(node)
+        node = producers.get(node.inputs[0].id)
+    base = chain[-1].inputs[0] if chain else v
+    view: View | None = _contiguous(base)
+    for n in reversed(chain):
+        assert view is not None
+        if n.op == "reshape":
+            view = _reshape(view, n.out.shape)
+        elif n.op == "broadcast":
+            view = _broadcast(view, n.out.shape)
+        else:
+            view = View(view.base, tuple(view.dims[p] for p in n.attrs["perm"]))
+        if view is None:
+            return None
+    return (view, chain) if view is not None else None
+
+
+def _operand(view: View, batch_shape: tuple[int, ...], transposed: bool) -> Operand | None:
+    """The (batch..., rows, cols) operand of a matmul over ``batch_shape`` (numpy broadcasting)."""
+    if len(view.dims) < 2:
+        return None
+    rows, cols = (view.dims[-1], view.dims[-2]) if transposed else (view.dims[-2], view.dims[-1])
+    lead = View(view.base, view.dims[:-2])
+    b = _broadcast(lead, batch_shape)
+    if b is None or len(rows) > 1 or len(cols) > 1:
+        return None
+    factors = [f for dim in b.dims for f in dim if f[0] != 1]
+    batch, inner = [], 1
+    for s, st in reversed(factors):
+        batch.append((s, st, inner))
+        inner *= s
+    return Operand(view.base, tuple(reversed(batch)), rows[0][1] if rows else 0, cols[0][1] if cols else 0)
+
+
+# ------------------------------------------------------------------------------------- const folding
+
+_FOLD_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
+                "minimum": np.minimum}
+_FOLD_COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+                 "greater": np.greater, "greater_equal": np.greater_equal}
+#: Largest constant expression folded while looking for a causal pattern.
+MAX_FOLD_ELEMENTS = 1 << 25
+
+
+def _fold(v: Value, producers: Mapping[int, Node], depth: int = 0) -> np.ndarray | None:
+    """The value of ``v`` when it is computed from constants only (else None)."""
+    node = producers.get(v.id)
+    if node is None or depth > 32 or v.type.size > MAX_FOLD_ELEMENTS:
+        return None
+    if node.op == "const":
+        return np.broadcast_to(np.asarray(node.attrs["value"], dtype=np.float64), v.shape)
+    args = []
+    for x in node.inputs:
+        a = _fold(x, producers, depth + 1)
+        if a is None:
+            return None
+        args.append(a)
+    with np.errstate(all="ignore"):
+        if node.op in ("reshape",):
+            return np.reshape(args[0], v.shape)
+        if node.op == "broadcast":
+            return np.broadcast_to(args[0], v.shape)
+        if node.op == "transpose":
+            return np.transpose(args[0], node.attrs["perm"])
+        if node.op == "cast":
+            return args[0]
+        if node.op == "neg":
+            return -args[0]
+        if node.op in _FOLD_BINARY:
+            return np.broadcast_to(_FOLD_BINARY[node.op](args[0], args[1]), v.shape)
+        if node.op in _FOLD_COMPARE:
+            return np.broadcast_to(_FOLD_COMPARE[node.op](args[0], args[1]).astype(np.float64), v.shape)
+        if node.op == "select":
+            return np.broadcast_to(np.where(args[0] != 0, args[1], args[2]), v.shape)
+    return None
+
+
+def _scalar(v: Value, producers: Mapping[int, Node]) -> float | None:
+    if v.type.size != 1:
+        return None
+    node = producers.get(v.id)
+    if node is None or node.op != "const":
+        return None
+    return float(np.asarray(node.attrs["value"]).reshape(()))
+
+
+def causal_offset(masked: np.ndarray) -> int | None:
+    """``off`` such that ``masked[..., i, j] == (j > i + off)`` for every leading index, else None.
+    (An all-False pattern is offset ``sk - 1``: nothing masked.)"""
+    sq, sk = masked.shape[-2:]
+    plane = masked.reshape(-1, sq, sk) if masked.ndim > 2 else masked[None]
+    if not (plane == plane[:1]).all():
+        return None
+    m = plane[0]
+    keep = (~m).sum(axis=1)
+    off = None
+    for i in (sq - 1, 0):
+        if 0 < keep[i] < sk:
+            off = int(keep[i]) - 1 - i
+            break
+    if off is None:
+        if keep.min() == sk:
+            off = sk - 1
+        else:
+            return None
+    i = np.arange(sq)[:, None]
+    j = np.arange(sk)[None, :]
+    return off if bool(((j > i + off) == m).all()) else None
+
+
+# ---------------------------------------------------------------------------------------- recognition
+
+@dataclasses.dataclass
+class _Uses:
+    counts: dict[int, int]
+    outputs: set[int]
+
+    def only_inside(self, v: Value, users: int = 1) -> bool:
+        return v.id not in self.outputs and self.counts.get(v.id, 0) == users
+
+
+def _softmax_input(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tuple[Value, list[Node], int] | None:
+    """x such that p = softmax(x, axis=-1), with the nodes of the softmax and how many of them read x."""
+    div = producers.get(p.id)
+    if div is None or div.op != "div":
+        return None
+    e, denom = div.inputs
+    last = len(p.shape) - 1
+    keep = p.shape[:-1] + (1,)
+    nodes = [div]
+    rs = producers.get(denom.id)
+    if rs is not None and rs.op == "reshape" and rs.out.shape == keep:
+        nodes.append(rs)
+        red = producers.get(rs.inputs[0].id)
+    else:
+        red = rs
+    if red is None or red.op != "reduce_sum" or tuple(red.attrs["axes"]) != (last,) or red.inputs[0] is not e:
+        return None
+    nodes.append(red)
+    ex = producers.get(e.id)
+    if ex is None or ex.op != "exp" or ex.out.shape != p.shape or not uses.only_inside(e, 2):
+        return None
+    nodes.append(ex)
+    shifted = ex.inputs[0]
+    sub = producers.get(shifted.id)
+    if sub is not None and sub.op == "sub" and uses.only_inside(shifted):
+        x, mx = sub.inputs
+        rm = producers.get(mx.id)
+        chain = [sub]
+        if rm is not None and rm.op == "reshape" and rm.out.shape == keep:
+            chain.append(rm)
+            rm = producers.get(rm.inputs[0].id)
+        if rm is not None and rm.op == "reduce_max" and tuple(rm.attrs["axes"]) == (last,) and rm.inputs[0] is x \
+                and x.shape == p.shape:
+            return x, nodes + chain + [rm], 2
+    return shifted, nodes, 1  # exp(x) / sum(exp(x)): the fused kernel computes the stable form
+
+
+def _users(graph_nodes: Iterable[Node]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for n in graph_nodes:
+        for x in n.inputs:
+            counts[x.id] = counts.get(x.id, 0) + 1
+    return counts
+
+
+def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[AttentionMatch]:
+    """Every attention in ``graph`` that the fused kernel can replace (see the module docstring)."""
+    nodes = graph.live_nodes()
+    producers = {n.out.id: n for n in nodes}
+    uses = _Uses(_users(nodes), {v.id for v in graph.outputs})
+    found: list[AttentionMatch] = []
+    claimed: set[int] = set()
+    why = rejections if rejections is not None else []
+
+    for pv in nodes:
+        if pv.op != "matmul" or pv.attrs["transpose_a"] or pv.out.id in claimed:
+            continue
+        p = pv.inputs[0]
+        if not uses.only_inside(p):
+            continue
+        soft = _softmax_input(p, producers, uses)
+        if soft is None:
+            continue
+        x, covered_nodes, x_users = soft
+        # Walk from the logits back to Q·Kᵀ.
+        scale, mask_scale = 1.0, 1.0
+        mask_value: Value | None = None
+        causal: int | None = None
+        node = producers.get(x.id)
+        cur = x
+        ok = True
+        while node is not None and node.op != "matmul":
+            if not uses.only_inside(cur, x_users if cur is x else 1):
+                ok = False
+                break
+            a = node.inputs
+            if node.op in ("mul", "div") and len(a) == 2:
+                side = 0 if a[0].shape == cur.shape and _scalar(a[1], producers) is not None else \
+                    1 if node.op == "mul" and a[1].shape == cur.shape and _scalar(a[0], producers) is not None else None
+                if side is None:
+                    ok = False
+                    break
+                c = _scalar(a[1 - side], producers)
+                assert c is not None
+                c = 1.0 / c if node.op == "div" else c
+                if not (math.isfinite(c) and c > 0):
+                    ok = False
+                    break
+                scale *= c  # walking backwards: a scale seen before the mask also scales the mask
+                cur = a[side]
+            elif node.op == "add":
+                side = 0 if a[0].shape == cur.shape else 1
+                other = a[1 - side]
+                folded = _fold(other, producers)
+                off = None
+                if folded is not None:
+                    finite = np.isfinite(folded)
+                    if ((folded == 0) | (folded == -np.inf)).all() and (~finite).any():
+                        off = causal_offset(np.broadcast_to(folded == -np.inf, cur.shape))
+                if off is not None and causal is None:
+                    causal = off
+                elif mask_value is None:
+                    mask_value, mask_scale = other, scale
+                else:
+                    ok = False
+                    break
+                cur = a[side]
+            elif node.op == "select":
+                cond, t, f = a
+                tf, ff = _scalar(t, producers), _scalar(f, producers)
+                folded = _fold(cond, producers)
+                if folded is None or causal is not None:
+                    ok = False
+                    break
+                if tf == -math.inf and f.shape == cur.shape:
+                    masked, cur = folded != 0, f
+                elif ff == -math.inf and t.shape == cur.shape:
+                    masked, cur = folded == 0, t
+                else:
+                    ok = False
+                    break
+                off = causal_offset(np.broadcast_to(masked, cur.shape))
+                if off is None:
+                    ok = False
+                    break
+                causal = off
+            else:
+                ok = False
+                break
+            covered_nodes.append(node)
+            node = producers.get(cur.id)
+        if not ok or node is None or not uses.only_inside(cur, x_users if cur is x else 1):
+            if ok:
+                why.append(f"matmul -> softmax -> matmul at {pv.out.type}: scores not computed by a matmul")
+            else:
+                why.append(f"matmul -> softmax -> matmul at {pv.out.type}: an op between Q·Kᵀ and the softmax "
+                           "is not a positive scalar scale, an additive mask or a causal select, or a value is "
+                           "used elsewhere")
+            continue
+        qk = node
+        covered_nodes.append(qk)
+        if qk.attrs["transpose_a"]:
+            why.append("Q·Kᵀ with Q transposed is not recognised")
+            continue
+        match = _build(graph, pv, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why)
+        if match is not None:
+            found.append(match)
+            claimed |= match.covered
+    return found
+
+
+def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask_value: Value | None,
+           causal: int | None, scale: float, mask_scale: float, covered_nodes: list[Node], uses: _Uses,
+           why: list[str]) -> AttentionMatch | None:
+    out = pv.out
+    batch_shape = out.shape[:-2]
+    if qk.out.shape[:-2] != batch_shape:
+        why.append(f"attention at {out.type}: the two matmuls have different batch shapes")
+        return None
+    sq, sk = qk.out.shape[-2:]
+    dv = out.shape[-1]
+    q_in, k_in = qk.inputs
+    v_in = pv.inputs[1]
+    dtypes = {q_in.dtype, k_in.dtype, v_in.dtype, qk.out.dtype, out.dtype} | ({mask_value.dtype} if mask_value else set())
+    if len(dtypes) != 1:
+        why.append(f"attention at {out.type}: mixed dtypes {sorted(dtypes)}")
+        return None
+    views = []
+    chains: list[Node] = []
+    for val, transposed in ((q_in, False), (k_in, not qk.attrs["transpose_b"]), (v_in, pv.attrs["transpose_b"])):
+        found = _view_of(val, producers)
+        if found is None:
+            why.append(f"attention at {out.type}: an operand's reshape cannot be read with strides")
+            return None
+        view, chain = found
+        opnd = _operand(view, batch_shape, transposed)
+        if opnd is None:
+            why.append(f"attention at {out.type}: an operand's layout cannot be read with strides")
+            return None
+        views.append(opnd)
+        chains += chain
+    q, k, v = views
+    d = q_in.shape[-1]
+    mask = None
+    if mask_value is not None:
+        found = _view_of(mask_value, producers)
+        mview = _broadcast(found[0], qk.out.shape) if found is not None else None
+        mask = _operand(mview, batch_shape, False) if mview is not None else None
+        if mask is None or found is None:
+            why.append(f"attention at {out.type}: the mask cannot be read with strides")
+            return None
+        chains += found[1]
+    # Nodes the kernel replaces: the pattern, plus view nodes used only by it.
+    covered_nodes = covered_nodes + [pv]
+    covered = {n.out.id for n in covered_nodes} | {n.out.id for n in chains}
+    # A view node stays when something outside the fused region reads it.
+    inside = set(covered)
+    outside_users: set[int] = set()
+    for n in graph.live_nodes():
+        if n.out.id not in inside:
+            outside_users.update(x.id for x in n.inputs)
+    keep = {c for c in covered if c in outside_users or c in uses.outputs}
+    pattern = {n.out.id for n in covered_nodes}
+    if keep & (pattern - {out.id}):
+        why.append(f"attention at {out.type}: an intermediate value is used outside the pattern")
+        return None
+    covered -= keep - {out.id}
+    # Query heads per K/V head: batch positions where K does not move but Q does.
+    groups = math.prod(s for s, st, _ in k.batch if st == 0) // max(
+        1, math.prod(s for s, st, _ in q.batch if st == 0))
+    nb = math.prod(batch_shape) if batch_shape else 1
+    op = Attention(nb, sq, sk, d, dv, out.dtype, causal if causal is not None and causal < sk - 1 else None,
+                   mask is not None, max(1, groups))
+    return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
+
+
+def planned_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+                      rejections: list[str] | None = None) -> list[tuple[AttentionMatch, AttentionPlan]]:
+    """Every recognised attention with the planner's decision for it on ``spec``."""
+    return [(m, plan_attention(spec, m.op, options)) for m in find_attention(graph, rejections)]
+
+
+def explain_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> list[str]:
+    """``explain`` text for each attention in ``graph`` (fused or not, and why)."""
+    from pbsdk.core.plan.attention import format_attention_plan
+
+    rejections: list[str] = []
+    out = [format_attention_plan(f"attention #{i} -> {m.out.type}", p)
+           for i, (m, p) in enumerate(planned_attention(graph, spec, options, rejections))]
+    out += [f"attention pattern not fused: {r}" for r in rejections]
+    return out
+
+
+def fused_nodes(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> set[int]:
+    """Positions in ``graph.live_nodes()`` of the nodes that fused attention kernels replace."""
+    covered = {i for m, p in planned_attention(graph, spec, options) if p.fused for i in m.covered}
+    return {i for i, n in enumerate(graph.live_nodes()) if n.out.id in covered}

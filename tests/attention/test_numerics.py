@@ -1,0 +1,112 @@
+"""Fused attention against numpy (float64 reference) at f32, through the one comparison helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.testing import assert_close
+from pbsdk.testing import reference as ref
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _check(out, expected, sk, d):
+    assert_close(out, expected, op="attention", dtype="float32", reduction_size=sk + d)
+
+
+def _fused(fn, *args, **opts):
+    """Compile ``fn`` and check the attention really was fused (the kernel is in the emitted MLIR)."""
+    jf = pbsdk.jit(fn, options=opts or None)
+    text = jf.lower(*args)
+    assert "__pbsdk_attn0" in text, "attention was not fused"
+    return jf
+
+
+# seq, head dim, causal: sequences that leave partial query vectors, partial key tiles and partial
+# key blocks (1, 7, 1000), exact multiples (128) and both head dims.
+CASES = [(1, 64, False), (7, 64, True), (7, 128, False), (128, 64, False), (128, 128, True), (1000, 64, True),
+         (1000, 128, False)]
+
+
+@pytest.mark.parametrize("seq,d,causal", CASES, ids=[f"s{s}-d{d}{'-causal' if c else ''}" for s, d, c in CASES])
+def test_attention_matches_numpy(seq, d, causal):
+    rng = np.random.default_rng(seq + d)
+    q, k, v = (_rand(rng, 1, 2, seq, d) for _ in range(3))
+    fn = _fused(lambda q, k, v: ops.attention(q, k, v, causal=causal), q, k, v)
+    _check(fn(q, k, v), ref.attention(q, k, v, causal=causal, dtype=np.float32), seq, d)
+
+
+def test_grouped_query_attention():
+    rng = np.random.default_rng(1)
+    q = _rand(rng, 2, 8, 33, 64)
+    k, v = _rand(rng, 2, 2, 40, 64), _rand(rng, 2, 2, 40, 64)
+    fn = _fused(lambda q, k, v: ops.attention(q, k, v), q, k, v)
+    _check(fn(q, k, v), ref.attention(q, k, v, dtype=np.float32), 40, 64)
+
+
+def test_additive_masks_full_and_padding():
+    rng = np.random.default_rng(2)
+    q, k, v = _rand(rng, 2, 3, 21, 64), _rand(rng, 2, 3, 45, 64), _rand(rng, 2, 3, 45, 64)
+    full = _rand(rng, 2, 3, 21, 45)  # read with a gather across query lanes
+    pad = np.zeros((2, 1, 1, 45), np.float32)
+    pad[0, ..., 40:] = -np.inf  # padding keys of sequence 0
+    pad[1, ..., :20] = -1e9  # left padding: a whole first key block masked for every query
+    fn = _fused(lambda q, k, v, m, p: ops.attention(q, k, v, mask=m + p), q, k, v, full, pad)
+    _check(fn(q, k, v, full, pad), ref.attention(q, k, v, mask=full + pad, dtype=np.float32), 45, 64)
+    fp = _fused(lambda q, k, v, p: ops.attention(q, k, v, mask=p), q, k, v, pad)
+    _check(fp(q, k, v, pad), ref.attention(q, k, v, mask=pad, dtype=np.float32), 45, 64)
+
+
+def test_mask_contiguous_along_queries_and_causal_together():
+    rng = np.random.default_rng(3)
+    q, k, v = _rand(rng, 37, 64), _rand(rng, 37, 64), _rand(rng, 37, 64)
+    mt = _rand(rng, 37, 37)  # given as (keys, queries): the mask operand is its transpose
+
+    def f(q, k, v, mt):
+        return ops.attention(q, k, v, causal=True, mask=ops.transpose(mt))
+    fn = _fused(f, q, k, v, mt)
+    _check(fn(q, k, v, mt), ref.attention(q, k, v, causal=True, mask=mt.T, dtype=np.float32), 37, 64)
+
+
+def test_hand_written_attention_with_strided_operands():
+    # (B, S, H, D) activations transposed to heads, K given as (B, H, D, S), V of another head dim.
+    rng = np.random.default_rng(4)
+    x, kt, v = _rand(rng, 2, 19, 4, 32), _rand(rng, 2, 4, 32, 23), _rand(rng, 2, 4, 23, 48)
+
+    def f(x, kt, v):
+        q = ops.transpose(x, (0, 2, 1, 3))
+        s = ops.matmul(q, kt) / np.float32(np.sqrt(32.0))
+        return ops.softmax(s, axis=-1) @ v
+    fn = _fused(f, x, kt, v)
+    expected = ref.attention(np.transpose(x, (0, 2, 1, 3)), np.swapaxes(kt, -1, -2), v, dtype=np.float32)
+    _check(fn(x, kt, v), expected, 23, 32)
+
+
+def test_unfused_option_gives_the_same_result():
+    rng = np.random.default_rng(5)
+    q, k, v = (_rand(rng, 1, 2, 50, 64) for _ in range(3))
+    fused = _fused(lambda q, k, v: ops.attention(q, k, v, causal=True), q, k, v)
+    plain = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=True), options={"fuse_attention": False})
+    assert "__pbsdk_attn" not in plain.lower(q, k, v)
+    assert_close(fused(q, k, v), plain(q, k, v), op="attention", dtype="float32", reduction_size=50 + 64)
+
+
+def test_large_scores_do_not_overflow():
+    rng = np.random.default_rng(6)
+    q, k, v = (_rand(rng, 1, 30, 64) * 6 for _ in range(3))
+    fn = _fused(lambda q, k, v: ops.attention(q, k, v, scale=1.0), q, k, v)
+    _check(fn(q, k, v), ref.attention(q, k, v, scale=1.0, dtype=np.float32), 30, 64)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_4096(causal):
+    rng = np.random.default_rng(7)
+    q, k, v = (_rand(rng, 1, 2, 4096, 64) for _ in range(3))
+    fn = _fused(lambda q, k, v: ops.attention(q, k, v, causal=causal), q, k, v)
+    _check(fn(q, k, v), ref.attention(q, k, v, causal=causal, dtype=np.float32), 4096, 64)

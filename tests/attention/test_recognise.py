@@ -1,0 +1,160 @@
+"""Recognising attention in traced graphs (no MLIR): what matches, its strides, and what is refused."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pbsdk import ops
+from pbsdk.core.ir.attention import causal_offset, find_attention
+from pbsdk.core.ir.graph import TensorType
+from pbsdk.frontends.jit import trace
+
+
+def _graph(fn, *shapes):
+    graph, _ = trace(fn, tuple(TensorType(tuple(s), "f32") for s in shapes))
+    return graph
+
+
+def _one(fn, *shapes):
+    why: list[str] = []
+    found = find_attention(_graph(fn, *shapes), why)
+    assert len(found) == 1, why
+    return found[0]
+
+
+def test_ops_attention_is_recognised_with_its_scale():
+    m = _one(lambda q, k, v: ops.attention(q, k, v), (2, 4, 10, 16), (2, 4, 12, 16), (2, 4, 12, 8))
+    assert (m.op.batch, m.op.sq, m.op.sk, m.op.d, m.op.dv) == (8, 10, 12, 16, 8)
+    assert m.scale == pytest.approx(0.25) and not m.op.causal and m.mask is None
+    # Contiguous (B, H, S, D) operands: row stride D, column stride 1, batch factors over B and H.
+    assert (m.q.row_stride, m.q.col_stride) == (16, 1)
+    assert (m.k.row_stride, m.k.col_stride) == (16, 1)
+    assert m.v.row_stride == 8
+    assert [(s, st) for s, st, _ in m.q.batch] == [(2, 640), (4, 160)]
+
+
+def test_hand_written_pattern_with_division_and_transposed_k():
+    def f(q, k, v):
+        s = ops.matmul(q, ops.transpose(k, (0, 2, 1))) / 8.0
+        return ops.softmax(s, axis=-1) @ v
+    m = _one(f, (3, 5, 64), (3, 7, 64), (3, 7, 64))
+    assert m.scale == pytest.approx(1 / 8) and m.k.row_stride == 64 and m.k.col_stride == 1
+
+
+def test_k_given_transposed_is_read_with_swapped_strides():
+    def f(q, kt, v):  # kt: (B, D, Sk)
+        return ops.softmax(ops.matmul(q, kt) * 0.5, -1) @ v
+    m = _one(f, (2, 6, 32), (2, 32, 9), (2, 9, 32))
+    assert (m.k.row_stride, m.k.col_stride) == (1, 9)
+
+
+def test_unshifted_softmax_is_recognised():
+    def f(q, k, v):
+        e = ops.exp(ops.matmul(q, k, transpose_b=True))
+        return (e / ops.sum(e, -1, keepdims=True)) @ v
+    m = _one(f, (4, 16), (5, 16), (5, 16))
+    assert m.op.batch == 1 and m.scale == 1.0
+
+
+def test_grouped_query_heads_are_zero_strides():
+    m = _one(lambda q, k, v: ops.attention(q, k, v), (1, 8, 10, 16), (1, 2, 10, 16), (1, 2, 10, 16))
+    assert m.op.kv_groups == 4
+    # Heads h = 4 * g + j read K/V head g: the group's factor has stride 0.
+    assert [(s, st) for s, st, _ in m.k.batch] == [(2, 160), (4, 0)]
+    assert [(s, st) for s, st, _ in m.q.batch] == [(8, 160)]
+
+
+def test_gqa_by_matmul_broadcasting():
+    def f(q, k, v):  # q (B, Hkv, G, S, D), k (B, Hkv, 1, S, D)
+        return ops.softmax(ops.matmul(q, k, transpose_b=True), -1) @ v
+    m = _one(f, (1, 2, 3, 4, 8), (1, 2, 1, 6, 8), (1, 2, 1, 6, 8))
+    assert m.op.batch == 6 and m.op.kv_groups == 3
+
+
+def test_causal_mask_is_recognised_not_read():
+    m = _one(lambda q, k, v: ops.attention(q, k, v, causal=True), (1, 2, 9, 8), (1, 2, 9, 8), (1, 2, 9, 8))
+    assert m.op.causal_offset == 0 and m.mask is None
+
+
+def test_constant_additive_causal_mask_with_offset():
+    sq, sk = 4, 7
+    bias = np.where(np.arange(sk)[None, :] > np.arange(sq)[:, None] + 3, -np.inf, 0.0).astype(np.float32)
+    m = _one(lambda q, k, v: ops.softmax(ops.matmul(q, k, transpose_b=True) + bias, -1) @ v,
+             (sq, 8), (sk, 8), (sk, 8))
+    assert m.op.causal_offset == 3 and m.mask is None
+
+
+def test_additive_mask_input_and_its_strides():
+    def f(q, k, v, mask):
+        return ops.attention(q, k, v, mask=mask)
+    m = _one(f, (2, 3, 5, 8), (2, 3, 6, 8), (2, 3, 6, 8), (2, 1, 1, 6))  # a padding mask over keys
+    assert m.mask is not None and m.op.mask
+    assert (m.mask.row_stride, m.mask.col_stride) == (0, 1)
+    assert [(s, st) for s, st, _ in m.mask.batch] == [(2, 6), (3, 0)]
+
+
+def test_mask_before_scale_is_scaled_too():
+    def f(q, k, v, mask):
+        return ops.softmax((ops.matmul(q, k, transpose_b=True) + mask) * 0.5, -1) @ v
+    m = _one(f, (4, 8), (4, 8), (4, 8), (4, 4))
+    assert m.scale == 0.5 and m.mask_scale == 0.5
+
+    def g(q, k, v, mask):  # scale first, then the mask: the mask is not scaled
+        return ops.softmax(ops.matmul(q, k, transpose_b=True) * 0.5 + mask, -1) @ v
+    m = _one(g, (4, 8), (4, 8), (4, 8), (4, 4))
+    assert m.scale == 0.5 and m.mask_scale == 1.0
+
+
+def test_probabilities_used_elsewhere_are_not_fused():
+    def f(q, k, v):
+        p = ops.softmax(ops.matmul(q, k, transpose_b=True), -1)
+        return p @ v, p
+    assert find_attention(_graph(f, (4, 8), (4, 8), (4, 8))) == []
+
+
+def test_scores_used_elsewhere_are_not_fused():
+    def f(q, k, v):
+        s = ops.matmul(q, k, transpose_b=True)
+        return ops.softmax(s, -1) @ v, s
+    why: list[str] = []
+    assert find_attention(_graph(f, (4, 8), (4, 8), (4, 8)), why) == [] and why
+
+
+def test_softmax_over_the_wrong_axis_is_not_attention():
+    f = lambda q, k, v: ops.softmax(ops.matmul(q, k, transpose_b=True), 0) @ v
+    assert find_attention(_graph(f, (4, 8), (4, 8), (4, 8))) == []
+
+
+def test_negative_scale_is_not_fused():
+    f = lambda q, k, v: ops.softmax(ops.matmul(q, k, transpose_b=True) * -1.0, -1) @ v
+    assert find_attention(_graph(f, (4, 8), (4, 8), (4, 8))) == []
+
+
+def test_covered_nodes_exclude_views_used_outside():
+    def f(q, k, v):
+        kt = ops.transpose(k, (1, 0))
+        return ops.softmax(ops.matmul(q, kt), -1) @ v, kt
+    g = _graph(f, (4, 8), (5, 8), (5, 8))
+    (m,) = find_attention(g)
+    assert g.outputs[1].id not in m.covered and g.outputs[0].id in m.covered
+
+
+@pytest.mark.parametrize("off", [-2, 0, 3, 10])
+def test_causal_offset_detection(off):
+    sq, sk = 6, 8
+    masked = np.arange(sk)[None, :] > np.arange(sq)[:, None] + off
+    got = causal_offset(masked)
+    if masked.any():
+        assert got == off
+    else:
+        assert got == sk - 1
+
+
+def test_non_causal_pattern_is_refused():
+    masked = np.zeros((4, 4), bool)
+    masked[0, 2] = True
+    assert causal_offset(masked) is None
+    assert not math.isnan(0.0)
