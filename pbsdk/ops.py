@@ -23,6 +23,8 @@ __all__ = [
     "Tensor", "add", "sub", "mul", "div", "maximum", "minimum", "pow", "neg", "exp", "log", "tanh", "sigmoid",
     "relu", "gelu", "erf", "sqrt", "rsqrt", "abs", "matmul", "conv2d", "sum", "max", "min", "mean", "softmax",
     "log_softmax", "layernorm", "transpose", "reshape", "astype", "broadcast_to",
+    "equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "where", "slice", "concatenate",
+    "take", "attention",
 ]
 
 _group_stack: list[str] = []
@@ -366,3 +368,125 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
     out = _add("conv2d", [t.value, k.value], shape, acc, stride=(sh, sw), dilation=(dh, dw), padding=pads,
                groups=int(groups), layout=layout)
     return astype(out, t.dtype) if acc != t.dtype else out
+
+
+# ------------------------------------------------------------------------- selection, slicing, gathering
+# Masks are float tensors of 0s and 1s (pbsdk's graph is float-only): comparisons produce them and
+# `where` reads any nonzero value as true.
+
+def _compare(op: str, a: Any, b: Any) -> Tensor:
+    x, y = _operands(a, b)
+    return _add(op, [x.value, y.value], _broadcast_shape(op, x.shape, y.shape), x.dtype)
+
+
+def equal(a: Any, b: Any) -> Tensor: return _compare("equal", a, b)
+def not_equal(a: Any, b: Any) -> Tensor: return _compare("not_equal", a, b)
+def less(a: Any, b: Any) -> Tensor: return _compare("less", a, b)
+def less_equal(a: Any, b: Any) -> Tensor: return _compare("less_equal", a, b)
+def greater(a: Any, b: Any) -> Tensor: return _compare("greater", a, b)
+def greater_equal(a: Any, b: Any) -> Tensor: return _compare("greater_equal", a, b)
+
+
+def where(cond: Any, a: Any, b: Any) -> Tensor:
+    """``a`` where ``cond`` is nonzero, else ``b`` (numpy.where); the result takes ``a``/``b``'s dtype."""
+    x, y = _operands(a, b)
+    if isinstance(cond, Tensor):
+        c = cond
+    else:
+        c = _const(np.asarray(cond, dtype=np.float64), x.dtype)
+    shape = _broadcast_shape("where", c.shape, x.shape, y.shape)
+    return _add("select", [c.value, x.value, y.value], shape, x.dtype)
+
+
+def slice(x: Any, axis: int, start: int | None = None, stop: int | None = None, step: int = 1) -> Tensor:
+    """``x`` restricted to ``start:stop:step`` along ``axis`` (Python slice rules; ``step`` > 0)."""
+    (t,) = _operands(x)
+    (ax,) = _norm_axes("slice", axis, t.ndim)
+    if not isinstance(step, (int, np.integer)) or step < 1:
+        raise PbsdkError(f"slice: step must be a positive integer, got {step!r}")
+    indices = range(*builtins.slice(start, stop, int(step)).indices(t.shape[ax]))
+    if len(indices) == 0:
+        raise PbsdkError(f"slice: {start}:{stop}:{step} of dimension {ax} (size {t.shape[ax]}) is empty")
+    if len(indices) == t.shape[ax]:
+        return t
+    shape = t.shape[:ax] + (len(indices),) + t.shape[ax + 1:]
+    starts = tuple(indices.start if i == ax else 0 for i in range(t.ndim))
+    steps = tuple(indices.step if i == ax else 1 for i in range(t.ndim))
+    return _add("slice", [t.value], shape, t.dtype, starts=starts, steps=steps)
+
+
+def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors along an existing ``axis`` (numpy.concatenate); other dimensions must agree."""
+    ts = _operands(*xs)
+    if not ts:
+        raise PbsdkError("concatenate: needs at least one tensor")
+    rank = ts[0].ndim
+    (ax,) = _norm_axes("concatenate", axis, rank)
+    for t in ts[1:]:
+        if t.ndim != rank or builtins.any(d != e for i, (d, e) in enumerate(zip(t.shape, ts[0].shape)) if i != ax):
+            raise PbsdkError(f"concatenate: shapes {' and '.join(str(u.shape) for u in ts)} differ outside "
+                             f"axis {ax}")
+    if len(ts) == 1:
+        return ts[0]
+    shape = ts[0].shape[:ax] + (builtins.sum(t.shape[ax] for t in ts),) + ts[0].shape[ax + 1:]
+    return _add("concat", [t.value for t in ts], shape, ts[0].dtype, axis=ax)
+
+
+def take(a: Any, indices: Any, axis: int = 0) -> Tensor:
+    """``numpy.take(a, indices, axis, mode="clip")``: gather along ``axis``. ``indices`` is a float tensor
+    (or an integer array) of whole numbers; out-of-range indices are clipped to the valid range, so the
+    kernel never reads outside ``a``."""
+    (t,) = _operands(a)
+    (ax,) = _norm_axes("take", axis, t.ndim)
+    if isinstance(indices, Tensor):
+        idx = indices
+    else:
+        array = np.asarray(indices)
+        if array.dtype.kind not in "iu":
+            raise PbsdkError(f"take: constant indices must be integers, got dtype {array.dtype}")
+        idx = _const(array, "f64")
+    shape = t.shape[:ax] + idx.shape + t.shape[ax + 1:]
+    return _add("take", [t.value, idx.value], shape, t.dtype, axis=ax)
+
+
+# ------------------------------------------------------------------------------------------- attention
+
+def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: bool = False,
+              mask: Any = None) -> Tensor:
+    """Scaled dot-product attention ``softmax(scale * q @ kᵀ + mask) @ v`` over the last two dims.
+
+    q: (..., Hq, Sq, D); k: (..., Hkv, Sk, D); v: (..., Hkv, Sk, Dv). ``Hq`` may be a multiple of
+    ``Hkv`` (grouped-query attention: each K/V head serves ``Hq / Hkv`` query heads). ``scale``
+    defaults to ``1/sqrt(D)``; ``causal`` masks keys after each query (top-left aligned, as
+    ``torch.nn.functional.scaled_dot_product_attention``); ``mask`` is added to the scores and
+    broadcasts against (..., Hq, Sq, Sk). Built from primitives (tagged ``attention``); on specs whose
+    planner fuses it, it runs as one kernel that never stores the Sq x Sk scores."""
+    qt, kt, vt = _operands(q, k, v)
+    if qt.ndim < 2 or kt.ndim < 2 or vt.ndim < 2:
+        raise PbsdkError(f"attention: q, k, v need rank >= 2, got {qt.shape}, {kt.shape}, {vt.shape}")
+    if qt.shape[-1] != kt.shape[-1] or kt.shape[-2] != vt.shape[-2] or kt.shape[:-1] != vt.shape[:-1]:
+        raise PbsdkError(f"attention: shapes q {qt.shape}, k {kt.shape}, v {vt.shape} do not fit "
+                         "(q[..., D], k[..., Sk, D], v[..., Sk, Dv])")
+    d = qt.shape[-1]
+    sq, sk = qt.shape[-2], kt.shape[-2]
+    with _group("attention"):
+        if qt.ndim >= 3 and kt.ndim >= 3 and kt.shape[-3] != qt.shape[-3]:
+            hq, hkv = qt.shape[-3], kt.shape[-3]
+            if hq % hkv:
+                raise PbsdkError(f"attention: {hq} query heads are not a multiple of {hkv} key/value heads")
+            g = hq // hkv
+
+            def expand(x: Tensor) -> Tensor:  # (..., Hkv, S, E) -> (..., Hkv * g, S, E) without a copy
+                lead = x.shape[:-3]
+                y = reshape(x, lead + (hkv, 1) + x.shape[-2:])
+                y = broadcast_to(y, lead + (hkv, g) + x.shape[-2:])
+                return reshape(y, lead + (hq,) + x.shape[-2:])
+            kt, vt = expand(kt), expand(vt)
+        s = mul(matmul(qt, kt, transpose_b=True), 1.0 / math.sqrt(d) if scale is None else float(scale))
+        if causal:
+            rows = _const(np.arange(sq, dtype=np.float64).reshape(sq, 1), s.dtype)
+            cols = _const(np.arange(sk, dtype=np.float64).reshape(1, sk), s.dtype)
+            s = where(greater(cols, rows), -math.inf, s)
+        if mask is not None:
+            s = add(s, mask)
+        return matmul(softmax(s, -1), vt)

@@ -1,0 +1,113 @@
+"""Whole models through torch.compile: pbsdk vs torch eager vs Inductor, in one run.
+
+    .venv/bin/python benchmarks/models.py [--batches 1 16] [--repeats 30] [--json out.json] [--markdown]
+
+For each model of `pbsdk.frontends.torch.examples.MODELS` and each batch size: median latency of
+``repeats`` calls (after one warm-up) for eager torch, ``torch.compile`` with Inductor (its default) and
+``torch.compile(backend="pbsdk")``; the compile time (first call, including Dynamo and AOTAutograd);
+how many ATen ops fell back to torch in pbsdk's graphs; and the largest error against eager. Inference
+(``torch.no_grad``), f32, ``torch.get_num_threads()`` threads for torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+import pbsdk.frontends.torch as pbsdk_torch
+from pbsdk.frontends.torch.examples import MODELS
+
+
+def _median_ms(fn: Any, x: torch.Tensor, repeats: int) -> float:
+    fn(x)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(x)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def _first_call(make: Any, x: torch.Tensor) -> tuple[Any, float, torch.Tensor]:
+    torch._dynamo.reset()
+    start = time.perf_counter()
+    fn = make()
+    y = fn(x)
+    return fn, time.perf_counter() - start, y
+
+
+def run(models: list[str], batches: list[int], repeats: int) -> list[dict[str, Any]]:
+    rows = []
+    for name in models:
+        build, shape = MODELS[name]
+        for batch in batches:
+            torch.manual_seed(0)
+            model = build().eval()
+            x = torch.randn(*shape(batch))
+            row: dict[str, Any] = {"model": name, "batch": batch, "input": list(x.shape)}
+            with torch.no_grad():
+                ref = model(x)
+                row["eager_ms"] = _median_ms(model, x, repeats)
+                try:
+                    fn, secs, _ = _first_call(lambda: torch.compile(model), x)
+                    row["inductor_ms"], row["inductor_compile_s"] = _median_ms(fn, x, repeats), secs
+                except Exception as exc:  # no C++ compiler, ...: report, keep going
+                    row["inductor_ms"] = row["inductor_compile_s"] = None
+                    row["inductor_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                pbsdk_torch.clear_reports()
+                fn, secs, y = _first_call(lambda: torch.compile(model, backend="pbsdk"), x)
+                reports = pbsdk_torch.reports()
+                row["pbsdk_ms"], row["pbsdk_compile_s"] = _median_ms(fn, x, repeats), secs
+                row["pbsdk_fallback_ops"] = sum(len(r.fallback_ops) for r in reports)
+                row["pbsdk_partitions"] = sum(r.partitions for r in reports)
+                row["pbsdk_max_abs_err"] = float((y - ref).abs().max())
+            if row["inductor_ms"]:
+                row["pbsdk_vs_inductor"] = row["inductor_ms"] / row["pbsdk_ms"]
+            row["pbsdk_vs_eager"] = row["eager_ms"] / row["pbsdk_ms"]
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    def f(v: Any, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    lines = ["| model | batch | eager ms | Inductor ms | pbsdk ms | pbsdk / Inductor speed | Inductor compile s "
+             "| pbsdk compile s | fallbacks | max abs err |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['batch']} | {f(r['eager_ms'], '.3f')} | {f(r['inductor_ms'], '.3f')} | "
+                     f"{f(r['pbsdk_ms'], '.3f')} | {f(r.get('pbsdk_vs_inductor'), '.2f')}x | "
+                     f"{f(r['inductor_compile_s'], '.1f')} | {f(r['pbsdk_compile_s'], '.1f')} | "
+                     f"{r['pbsdk_fallback_ops']} | {r['pbsdk_max_abs_err']:.1e} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=sorted(MODELS), choices=sorted(MODELS))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--json", help="write the rows as JSON here")
+    parser.add_argument("--markdown", action="store_true", help="print a markdown table")
+    args = parser.parse_args(argv)
+    rows = run(args.models, args.batches, args.repeats)
+    meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.processor()
+            or platform.machine(), "python": platform.python_version()}
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "rows": rows}, fh, indent=1)
+    print(markdown(rows) if args.markdown else json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

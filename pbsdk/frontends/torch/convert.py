@@ -1,0 +1,686 @@
+"""Core-ATen FX nodes to `pbsdk.ops`: one converter per ATen overload.
+
+A converter receives the node's arguments with every FX node replaced by what it converted to (a traced
+`Tensor`, a tuple of them, or a Python value) and returns the same kind of thing. `lower_graph` runs the
+converters over a (sub)graph under one trace; `node_supported` decides, for the partitioner, whether a
+single node converts — by converting it on fresh inputs of its recorded shapes and checking the result
+against the shape FX recorded (nothing is compiled).
+
+pbsdk's graph is float-only, so torch's other dtypes are carried as floats inside a compiled partition:
+``bool`` as an f32 mask of 0s and 1s, integers as f64 (exact below 2**53). Only ops that are exact on
+such values accept integer results (`_INT_EXACT`); the partition boundary converts in and out.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from pbsdk import ops
+from pbsdk.core.errors import PbsdkError, UnsupportedError
+from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.frontends.tracing import Tensor, tracing
+
+aten = torch.ops.aten
+
+_FLOATS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16"}
+_INTS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
+
+
+def graph_dtype(dtype: torch.dtype) -> str | None:
+    """The pbsdk dtype that carries a torch dtype inside a partition, or None when none can."""
+    if dtype in _FLOATS:
+        return _FLOATS[dtype]
+    if dtype == torch.bool:
+        return "f32"
+    if dtype in _INTS:
+        return "f64"
+    return None
+
+
+def op_name(target: Any) -> str:
+    """``aten.add.Tensor`` style name of an FX call target (for logs and the converter table)."""
+    if isinstance(target, torch._ops.OpOverload):
+        return f"aten.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target))
+
+
+class Context:
+    """State of one lowering: constants by value id (so layout ops on frozen weights fold), transposes
+    by value id (so a matmul reads a transposed operand through its indexing map), and the current
+    node's recorded output (a FakeTensor, or a sequence of them)."""
+
+    def __init__(self) -> None:
+        self.consts: dict[int, np.ndarray] = {}
+        self.transposes: dict[int, Tensor] = {}
+        self.meta: Any = None
+
+    @property
+    def out_dtype(self) -> str:
+        val = self.meta[0] if isinstance(self.meta, (tuple, list)) else self.meta
+        dt = graph_dtype(val.dtype)
+        if dt is None:
+            raise UnsupportedError(f"result dtype {val.dtype} is not supported")
+        return dt
+
+    def const(self, array: np.ndarray, dtype: str) -> Tensor:
+        t = ops._const(array, dtype)
+        self.consts[t.value.id] = np.asarray(array)
+        return t
+
+    def const_of(self, x: Any) -> np.ndarray | None:
+        return self.consts.get(x.value.id) if isinstance(x, Tensor) else None
+
+
+Converter = Callable[..., Any]
+CONVERTERS: dict[str, Converter] = {}
+
+#: Ops whose results are exact on integer values carried as f64 (others refuse integer results).
+_INT_EXACT = {
+    "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.mul.Tensor",
+    "aten.mul.Scalar", "aten.neg.default", "aten.abs.default", "aten.maximum.default", "aten.minimum.default",
+    "aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default", "aten.where.self",
+    "aten.full.default", "aten.full_like.default", "aten.scalar_tensor.default", "aten.arange.default",
+    "aten.arange.start", "aten.arange.start_step", "aten.cat.default", "aten.slice.Tensor",
+    "aten.select.int", "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default",
+    "aten.permute.default", "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim",
+    "aten.squeeze.dims", "aten.squeeze.default", "aten.clone.default", "aten.alias.default",
+    "aten.lift_fresh_copy.default", "aten._to_copy.default", "aten.split_with_sizes.default",
+    "aten.split.Tensor", "aten.embedding.default", "aten.index_select.default", "aten.t.default",
+    "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem",
+}
+
+#: Ops that only move or relabel data; a partition made of nothing else is left to torch.
+LAYOUT_OPS = {
+    "aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
+    "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+    "aten.squeeze.default", "aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default",
+    "aten.t.default", "aten.transpose.int", "aten.slice.Tensor", "aten.select.int", "getitem",
+    "aten.split_with_sizes.default", "aten.split.Tensor",
+}
+
+
+def converts(*names: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for name in names:
+            CONVERTERS[name] = fn
+        return fn
+    return register
+
+
+def _tensor(x: Any, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise UnsupportedError(f"{what} must be a tensor, got {type(x).__name__}")
+    return x
+
+
+def _in(cx: Context, *xs: Any) -> list[Any]:
+    """Operands of an arithmetic op in its result dtype (torch computes in the promoted dtype)."""
+    dt = cx.out_dtype
+    return [ops.astype(x, dt) if isinstance(x, Tensor) and x.dtype != dt else x for x in xs]
+
+
+def _scalar(v: Any) -> Any:
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)):
+        return v
+    raise UnsupportedError(f"scalar argument of type {type(v).__name__} is not supported")
+
+
+def _dims(x: Tensor, dim: Any) -> tuple[int, ...]:
+    """torch's dim argument: None or [] mean every dimension."""
+    if x.ndim == 0:
+        return ()
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return tuple(range(x.ndim))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(d % max(x.ndim, 1) for d in dims)
+
+
+# ------------------------------------------------------------------------------------------- elementwise
+
+def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
+    def convert(cx: Context, a: Any, b: Any, *, alpha: Any = 1) -> Tensor:
+        a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+        if alpha != 1:
+            b = ops.mul(b, _scalar(alpha)) if isinstance(b, Tensor) else b * alpha
+        return fn(a, b)
+    return convert
+
+
+for _n, _f in (("add", ops.add), ("sub", ops.sub), ("mul", ops.mul)):
+    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_binary(_f))
+converts("aten.maximum.default")(_binary(ops.maximum))
+converts("aten.minimum.default")(_binary(ops.minimum))
+
+
+@converts("aten.rsub.Scalar", "aten.rsub.Tensor")
+def _rsub(cx: Context, a: Any, b: Any, *, alpha: Any = 1) -> Tensor:
+    a, b = _in(cx, a, b)
+    return ops.sub(b, ops.mul(a, _scalar(alpha)) if alpha != 1 else a)
+
+
+@converts("aten.div.Tensor", "aten.div.Scalar")
+def _div(cx: Context, a: Any, b: Any) -> Tensor:
+    a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+    return ops.div(a, b)
+
+
+@converts("aten.div.Tensor_mode")
+def _div_mode(cx: Context, a: Any, b: Any, *, rounding_mode: str | None = None) -> Tensor:
+    if rounding_mode is not None:
+        raise UnsupportedError(f"div with rounding_mode={rounding_mode!r}")
+    return _div(cx, a, b)
+
+
+_UNARY = {"neg": ops.neg, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sigmoid": ops.sigmoid,
+          "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs}
+for _n, _f in _UNARY.items():
+    converts(f"aten.{_n}.default")(lambda cx, x, _f=_f: _f(*_in(cx, x)))
+
+
+@converts("aten.reciprocal.default")
+def _reciprocal(cx: Context, x: Any) -> Tensor:
+    return ops.div(1.0, *_in(cx, x))
+
+
+@converts("aten.silu.default")
+def _silu(cx: Context, x: Any) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.mul(x, ops.sigmoid(x))
+
+
+@converts("aten.gelu.default")
+def _gelu(cx: Context, x: Any, *, approximate: str = "none") -> Tensor:
+    return ops.gelu(*_in(cx, x), approximate=approximate)
+
+
+@converts("aten.pow.Tensor_Scalar")
+def _pow_scalar(cx: Context, x: Any, e: Any) -> Tensor:
+    (x,) = _in(cx, x)
+    # Small integral exponents as products: exact for negative bases, and what torch computes.
+    special = {1: lambda: x, 2: lambda: ops.mul(x, x), 3: lambda: ops.mul(ops.mul(x, x), x),
+               0.5: lambda: ops.sqrt(x), -0.5: lambda: ops.rsqrt(x), -1: lambda: ops.div(1.0, x)}
+    if e in special:
+        return special[e]()
+    if isinstance(e, (int, float)) and float(e).is_integer():
+        raise UnsupportedError(f"pow with integer exponent {e} (a negative base would need care)")
+    return ops.pow(x, float(e))
+
+
+@converts("aten.pow.Tensor_Tensor")
+def _pow(cx: Context, x: Any, e: Any) -> Tensor:
+    return ops.pow(*_in(cx, x, e))
+
+
+@converts("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default")
+def _clamp(cx: Context, x: Any, lo: Any = None, hi: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    if lo is not None:
+        x = ops.maximum(x, _scalar(lo))
+    if hi is not None:
+        x = ops.minimum(x, _scalar(hi))
+    return x
+
+
+# Comparisons compute in the operands' promoted dtype and give a 0/1 mask (torch bool).
+def _compare(fn: Callable[[Any, Any], Tensor]) -> Converter:
+    def convert(cx: Context, a: Any, b: Any) -> Tensor:
+        if not isinstance(b, Tensor):
+            b = _scalar(b)
+        elif a.dtype != b.dtype:
+            wide = "f64" if "f64" in (a.dtype, b.dtype) else "f32"
+            a, b = ops.astype(a, wide), ops.astype(b, wide)
+        return fn(a, b)
+    return convert
+
+
+for _n, _f in (("eq", ops.equal), ("ne", ops.not_equal), ("lt", ops.less), ("le", ops.less_equal),
+               ("gt", ops.greater), ("ge", ops.greater_equal)):
+    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_compare(_f))
+
+
+@converts("aten.logical_not.default")
+def _logical_not(cx: Context, x: Any) -> Tensor:
+    return ops.equal(x, 0.0)
+
+
+@converts("aten.logical_and.default")
+def _logical_and(cx: Context, a: Any, b: Any) -> Tensor:
+    return ops.mul(ops.astype(ops.not_equal(a, 0.0), "f32"), ops.astype(ops.not_equal(b, 0.0), "f32"))
+
+
+@converts("aten.logical_or.default")
+def _logical_or(cx: Context, a: Any, b: Any) -> Tensor:
+    return ops.maximum(ops.astype(ops.not_equal(a, 0.0), "f32"), ops.astype(ops.not_equal(b, 0.0), "f32"))
+
+
+@converts("aten.where.self", "aten.where.ScalarSelf", "aten.where.ScalarOther", "aten.where.Scalar")
+def _where(cx: Context, cond: Any, a: Any, b: Any) -> Tensor:
+    a, b = _in(cx, a, b)
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        a = ops.broadcast_to(ops.astype(ops.mul(_tensor(cond, "where's condition"), 0.0), cx.out_dtype),
+                             cond.shape) + _scalar(a)
+    return ops.where(_tensor(cond, "where's condition"), a, b)
+
+
+# -------------------------------------------------------------------------------------------- creation
+
+def _full(cx: Context, shape: Sequence[int], value: Any) -> Tensor:
+    scalar = cx.const(np.asarray(float(_scalar(value))), cx.out_dtype)
+    return ops.broadcast_to(scalar, tuple(shape)) if tuple(shape) else scalar
+
+
+@converts("aten.full.default")
+def _full_default(cx: Context, size: Sequence[int], value: Any, **_: Any) -> Tensor:
+    return _full(cx, size, value)
+
+
+@converts("aten.full_like.default")
+def _full_like(cx: Context, x: Any, value: Any, **_: Any) -> Tensor:
+    return _full(cx, _tensor(x, "full_like's input").shape, value)
+
+
+@converts("aten.scalar_tensor.default")
+def _scalar_tensor(cx: Context, value: Any, **_: Any) -> Tensor:
+    return _full(cx, (), value)
+
+
+@converts("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
+def _arange(cx: Context, *args: Any, **_: Any) -> Tensor:
+    values = np.arange(*[_scalar(a) for a in args], dtype=np.float64)
+    if cx.out_dtype == "f64" and np.abs(values).max(initial=0) >= 2 ** 53:
+        raise UnsupportedError("arange beyond 2**53")
+    return cx.const(values, cx.out_dtype)
+
+
+# ---------------------------------------------------------------------------------------- contractions
+
+#: Read a transposed 2-D operand through the matmul's indexing map instead of materialising the
+#: transpose. Off: the cpu target's packed matmul kernel takes plain ``linalg.matmul`` only, and packing
+#: copies the operand anyway, so an explicit transpose is cheaper than a generic contraction.
+TRANSPOSED_READS = False
+
+
+def _matmul(cx: Context, a: Tensor, b: Tensor) -> Tensor:
+    """a @ b, reading a 2-D operand that is a transposed value through the transposed map (no copy)."""
+    a, b = _in(cx, a, b)
+    ta = TRANSPOSED_READS and a.ndim == 2 and a.value.id in cx.transposes and cx.const_of(a) is None
+    tb = TRANSPOSED_READS and b.ndim == 2 and b.value.id in cx.transposes and cx.const_of(b) is None
+    return ops.matmul(cx.transposes[a.value.id] if ta else a, cx.transposes[b.value.id] if tb else b,
+                      transpose_a=ta, transpose_b=tb)
+
+
+@converts("aten.mm.default", "aten.bmm.default", "aten.matmul.default")
+def _mm(cx: Context, a: Any, b: Any) -> Tensor:
+    return _matmul(cx, _tensor(a, "mm's lhs"), _tensor(b, "mm's rhs"))
+
+
+@converts("aten.addmm.default", "aten.baddbmm.default")
+def _addmm(cx: Context, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+    prod = _matmul(cx, _tensor(a, "addmm's lhs"), _tensor(b, "addmm's rhs"))
+    if alpha != 1:
+        prod = ops.mul(prod, _scalar(alpha))
+    if beta == 0:
+        return prod
+    (bias,) = _in(cx, bias)
+    return ops.add(prod, ops.mul(bias, _scalar(beta)) if beta != 1 else bias)
+
+
+@converts("aten.convolution.default")
+def _convolution(cx: Context, x: Any, w: Any, bias: Any, stride: Sequence[int], padding: Sequence[int],
+                 dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+    x, w = _in(cx, _tensor(x, "convolution's input"), _tensor(w, "convolution's weight"))
+    if transposed or x.ndim != 4:
+        raise UnsupportedError("only 2-D, non-transposed convolutions are supported")
+    def pair(v: Sequence[int]) -> tuple[int, int]:
+        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+
+    out = ops.conv2d(x, w, stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups)
+    if bias is not None:
+        (bias,) = _in(cx, bias)
+        out = ops.add(out, ops.reshape(bias, (1, -1, 1, 1)))
+    return out
+
+
+# ------------------------------------------------------------------------------ normalisations, softmax
+
+@converts("aten._softmax.default")
+def _softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
+    return ops.softmax(*_in(cx, x), axis=dim)
+
+
+@converts("aten._log_softmax.default")
+def _log_softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
+    return ops.log_softmax(*_in(cx, x), axis=dim)
+
+
+@converts("aten.native_layer_norm.default")
+def _layer_norm(cx: Context, x: Any, shape: Sequence[int], w: Any, b: Any, eps: float) -> tuple[Tensor, ...]:
+    x = _tensor(x, "layer_norm's input")
+    axes = tuple(range(x.ndim - len(shape), x.ndim))
+    (xf,) = _in(cx, x)
+    out = ops.layernorm(xf, w, b, axis=axes, eps=eps)
+    mean = ops.mean(xf, axes, keepdims=True)
+    centred = ops.sub(xf, mean)
+    rstd = ops.rsqrt(ops.add(ops.mean(ops.mul(centred, centred), axes, keepdims=True), eps))
+    return out, mean, rstd
+
+
+@converts("aten._native_batch_norm_legit_no_training.default")
+def _batch_norm(cx: Context, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float,
+                eps: float) -> tuple[Any, ...]:
+    (x,) = _in(cx, _tensor(x, "batch_norm's input"))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+
+    def channel(v: Any) -> Any:
+        return ops.reshape(_in(cx, v)[0], shape)
+
+    out = ops.mul(ops.sub(x, channel(mean)), ops.rsqrt(ops.add(channel(var), eps)))
+    if w is not None:
+        out = ops.mul(out, channel(w))
+    if b is not None:
+        out = ops.add(out, channel(b))
+    return out, None, None  # the saved statistics of training are empty tensors pbsdk cannot return
+
+
+# ------------------------------------------------------------------------------------------ reductions
+
+@converts("aten.sum.dim_IntList", "aten.sum.default")
+def _sum(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.sum(x, _dims(x, dim), keepdims=keepdim)
+
+
+@converts("aten.mean.dim", "aten.mean.default")
+def _mean(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.mean(x, _dims(x, dim), keepdims=keepdim)
+
+
+@converts("aten.amax.default")
+def _amax(cx: Context, x: Any, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return ops.max(x, _dims(x, dim), keepdims=keepdim)
+
+
+@converts("aten.amin.default")
+def _amin(cx: Context, x: Any, dim: Any = (), keepdim: bool = False) -> Tensor:
+    return ops.min(x, _dims(x, dim), keepdims=keepdim)
+
+
+@converts("aten.any.dim", "aten.any.dims", "aten.any.default")
+def _any(cx: Context, x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
+    mask = ops.astype(ops.not_equal(x, 0.0), "f32")
+    return ops.max(mask, _dims(mask, dim), keepdims=keepdim)
+
+
+@converts("aten.var.correction")
+def _var(cx: Context, x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Tensor:
+    (x,) = _in(cx, x)
+    axes = _dims(x, dim)
+    n = math.prod(x.shape[a] for a in axes)
+    c = 1 if correction is None else correction
+    if n - c <= 0:
+        raise UnsupportedError("var with no degrees of freedom")
+    centred = ops.sub(x, ops.mean(x, axes, keepdims=True))
+    return ops.mul(ops.sum(ops.mul(centred, centred), axes, keepdims=keepdim), 1.0 / (n - c))
+
+
+@converts("aten._adaptive_avg_pool2d.default")
+def _adaptive_avg_pool2d(cx: Context, x: Any, size: Sequence[int]) -> Tensor:
+    (x,) = _in(cx, x)
+    n, c, h, w = x.shape
+    oh, ow = size
+    if h % oh or w % ow:
+        raise UnsupportedError("adaptive average pooling with uneven windows")
+    windows = ops.reshape(x, (n, c, oh, h // oh, ow, w // ow))
+    return ops.mean(windows, (3, 5))
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+def _layout(cx: Context, x: Any, fn: Callable[[np.ndarray], np.ndarray], traced: Callable[[Tensor], Tensor]) -> Tensor:
+    """A layout op; applied to a constant it folds into a new constant (a frozen weight's transpose)."""
+    x = _tensor(x, "the input")
+    value = cx.const_of(x)
+    if value is not None and value.size == math.prod(x.shape):
+        return cx.const(np.ascontiguousarray(fn(value.reshape(x.shape))), x.dtype)
+    return traced(x)
+
+
+@converts("aten.view.default", "aten._unsafe_view.default", "aten.reshape.default")
+def _view(cx: Context, x: Any, shape: Sequence[int]) -> Tensor:
+    return ops.reshape(_tensor(x, "view's input"), tuple(shape))
+
+
+@converts("aten.permute.default")
+def _permute(cx: Context, x: Any, dims: Sequence[int]) -> Tensor:
+    x = _tensor(x, "permute's input")
+    perm = tuple(d % max(x.ndim, 1) for d in dims)
+    out = _layout(cx, x, lambda a: a.transpose(perm), lambda t: ops.transpose(t, perm))
+    if x.ndim == 2 and perm == (1, 0):
+        cx.transposes[out.value.id] = x
+    return out
+
+
+@converts("aten.t.default")
+def _t(cx: Context, x: Any) -> Tensor:
+    return _permute(cx, x, (1, 0)) if x.ndim == 2 else x
+
+
+@converts("aten.transpose.int")
+def _transpose(cx: Context, x: Any, a: int, b: int) -> Tensor:
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return _permute(cx, x, perm)
+
+
+@converts("aten.expand.default")
+def _expand(cx: Context, x: Any, sizes: Sequence[int], *, implicit: bool = False) -> Tensor:
+    x = _tensor(x, "expand's input")
+    lead = len(sizes) - x.ndim
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    return ops.broadcast_to(x, shape)
+
+
+@converts("aten.unsqueeze.default")
+def _unsqueeze(cx: Context, x: Any, dim: int) -> Tensor:
+    dim = dim % (x.ndim + 1)
+    return ops.reshape(x, x.shape[:dim] + (1,) + x.shape[dim:])
+
+
+@converts("aten.squeeze.dim", "aten.squeeze.dims", "aten.squeeze.default")
+def _squeeze(cx: Context, x: Any, dim: Any = None) -> Tensor:
+    dims = _dims(x, dim) if dim is not None else tuple(range(x.ndim))
+    shape = tuple(d for i, d in enumerate(x.shape) if not (i in dims and d == 1))
+    return ops.reshape(x, shape)
+
+
+@converts("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default")
+def _identity(cx: Context, x: Any, **_: Any) -> Tensor:
+    return _tensor(x, "the input")
+
+
+@converts("aten._to_copy.default")
+def _to_copy(cx: Context, x: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor:
+    x = _tensor(x, "_to_copy's input")
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type != "cpu":
+        raise UnsupportedError(f"copy to device {device}")
+    if dtype is None:
+        return x
+    if dtype == torch.bool:
+        return ops.astype(ops.not_equal(x, 0.0), "f32")
+    if dtype in _INTS and x.dtype != "f64":
+        raise UnsupportedError("float to integer conversion")
+    return ops.astype(x, cx.out_dtype)
+
+
+@converts("aten.cat.default")
+def _cat(cx: Context, xs: Sequence[Any], dim: int = 0) -> Tensor:
+    return ops.concatenate(_in(cx, *xs), axis=dim)
+
+
+@converts("aten.slice.Tensor")
+def _slice(cx: Context, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Tensor:
+    x = _tensor(x, "slice's input")
+    return ops.slice(x, dim, start, end if end is None or end < 2 ** 62 else None, step)
+
+
+@converts("aten.select.int")
+def _select(cx: Context, x: Any, dim: int, index: int) -> Tensor:
+    x = _tensor(x, "select's input")
+    d = dim % x.ndim
+    i = index % x.shape[d]
+    return ops.reshape(ops.slice(x, d, i, i + 1), x.shape[:d] + x.shape[d + 1:])
+
+
+@converts("aten.split_with_sizes.default")
+def _split_with_sizes(cx: Context, x: Any, sizes: Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    out, start = [], 0
+    for s in sizes:
+        out.append(ops.slice(x, dim, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@converts("aten.split.Tensor")
+def _split(cx: Context, x: Any, size: int, dim: int = 0) -> tuple[Tensor, ...]:
+    n = x.shape[dim % x.ndim]
+    return _split_with_sizes(cx, x, [min(size, n - s) for s in range(0, n, size)], dim)
+
+
+@converts("aten.constant_pad_nd.default")
+def _pad(cx: Context, x: Any, pad: Sequence[int], value: Any = 0) -> Tensor:
+    (x,) = _in(cx, x)
+    for i in range(len(pad) // 2):
+        d = x.ndim - 1 - i
+        lo, hi = pad[2 * i], pad[2 * i + 1]
+        if lo < 0 or hi < 0:
+            x = ops.slice(x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
+        parts = []
+        for n in (max(lo, 0), None, max(hi, 0)):
+            if n is None:
+                parts.append(x)
+            elif n:
+                parts.append(_full(cx, x.shape[:d] + (n,) + x.shape[d + 1:], value))
+        x = ops.concatenate(parts, axis=d)
+    return x
+
+
+@converts("aten.embedding.default")
+def _embedding(cx: Context, w: Any, idx: Any, padding_idx: int = -1, scale_grad_by_freq: bool = False,
+               sparse: bool = False) -> Tensor:
+    return ops.take(_tensor(w, "embedding's weight"), _tensor(idx, "embedding's indices"), axis=0)
+
+
+@converts("aten.index_select.default")
+def _index_select(cx: Context, x: Any, dim: int, idx: Any) -> Tensor:
+    return ops.take(_tensor(x, "index_select's input"), _tensor(idx, "index_select's index"), axis=dim)
+
+
+@converts("getitem")
+def _getitem(cx: Context, xs: Any, i: int) -> Any:
+    item = xs[i]
+    if item is None:
+        raise UnsupportedError("this output of the op is not computed by pbsdk")
+    return item
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+def _meta_items(meta: Any) -> list[Any]:
+    return list(meta) if isinstance(meta, (tuple, list)) else [meta]
+
+
+def _check(name: str, result: Any, meta: Any) -> Any:
+    """The converter's result checked against the recorded shapes, cast to the carrying dtypes."""
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    metas = _meta_items(meta)
+    if len(results) != len(metas):
+        raise UnsupportedError(f"{name}: converter gave {len(results)} results, torch records {len(metas)}")
+    out = []
+    for r, m in zip(results, metas):
+        if r is None:
+            out.append(None)
+            continue
+        if not isinstance(m, torch.Tensor) or not isinstance(r, Tensor):
+            raise UnsupportedError(f"{name}: result is not a tensor")
+        want = graph_dtype(m.dtype)
+        if want is None:
+            raise UnsupportedError(f"{name}: result dtype {m.dtype} is not supported")
+        if m.dtype in _INTS and name not in _INT_EXACT:
+            raise UnsupportedError(f"{name}: integer results are only supported for exact ops")
+        if r.shape != tuple(m.shape):
+            raise UnsupportedError(f"{name}: converter gave shape {r.shape}, torch records {tuple(m.shape)}")
+        out.append(ops.astype(r, want) if r.dtype != want else r)
+    return tuple(out) if isinstance(result, (tuple, list)) else out[0]
+
+
+def convert_node(cx: Context, node: torch.fx.Node, env: dict[torch.fx.Node, Any]) -> Any:
+    """Convert one call_function node whose inputs are already in ``env``."""
+    name = op_name(node.target)
+    fn = CONVERTERS.get(name)
+    if fn is None:
+        raise UnsupportedError(f"no pbsdk converter for {name}", op=name)
+    args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+    cx.meta = node.meta.get("val")
+    if cx.meta is None:
+        raise UnsupportedError(f"{name}: the node has no recorded shape", op=name)
+    try:
+        result = fn(cx, *args, **kwargs)
+    except UnsupportedError:
+        raise
+    except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+        raise UnsupportedError(f"{name}: {exc}", op=name) from exc
+    return _check(name, result, cx.meta)
+
+
+def value_type(meta: Any) -> TensorType:
+    """The pbsdk type carrying a recorded torch tensor (FakeTensor or real)."""
+    if not isinstance(meta, torch.Tensor):
+        raise UnsupportedError(f"a {type(meta).__name__} input is not a tensor")
+    dt = graph_dtype(meta.dtype)
+    if dt is None:
+        raise UnsupportedError(f"dtype {meta.dtype} is not supported")
+    shape = tuple(meta.shape)
+    if not all(isinstance(d, int) for d in shape):
+        raise UnsupportedError("symbolic shapes are compiled per concrete shape")
+    if any(d == 0 for d in shape):
+        raise UnsupportedError(f"empty tensor of shape {shape}")
+    return TensorType(shape, dt)
+
+
+def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
+    """Whether ``node`` converts, tried on fresh inputs of its recorded input types; and why not."""
+    if node.op != "call_function":
+        return False, f"{node.op} nodes are not converted"
+    name = op_name(node.target)
+    if name not in CONVERTERS:
+        return False, "no converter"
+    graph = Graph()
+    cx = Context()
+    env: dict[torch.fx.Node, Any] = {}
+    try:
+        with tracing(graph):
+            for n in node.all_input_nodes:
+                meta = n.meta.get("val")
+                if isinstance(meta, (tuple, list)):
+                    env[n] = tuple(Tensor(graph.add("input", [], value_type(m)), graph) if m is not None
+                                   and isinstance(m, torch.Tensor) and m.numel() else None for m in meta)
+                else:
+                    env[n] = Tensor(graph.add("input", [], value_type(meta)), graph)
+            convert_node(cx, node, env)
+    except UnsupportedError as exc:
+        return False, exc.reason
+    return True, ""

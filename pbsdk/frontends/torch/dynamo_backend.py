@@ -1,0 +1,417 @@
+"""The ``torch.compile`` backend: Dynamo graph -> AOTAutograd (core ATen) -> partitions -> pbsdk kernels.
+
+Flow of one Dynamo graph:
+
+1. AOTAutograd traces it to a functional core-ATen graph (decompositions from
+   ``torch._decomp.core_aten_decompositions``); in-place ops, input mutations and outputs that alias
+   inputs are handled by AOTAutograd's own runtime wrappers, so the graph pbsdk sees is pure.
+2. Every call node is tried through its converter (`convert.node_supported`); nodes that do not convert
+   are logged — one line each, logger ``pbsdk.torch`` — and stay with torch.
+3. ``CapabilityBasedPartitioner`` groups the supported nodes into maximal acyclic partitions. A partition
+   of layout ops only (views, permutes, ...) is left to torch, where it costs nothing.
+4. Each partition becomes one pbsdk graph, is compiled for the chosen target and spec, and runs as a
+   `CompiledPartition` module inside the partitioned FX graph; the rest of the graph runs eagerly. A
+   partition whose compilation fails is logged and runs eagerly too: never a crash, never a wrong result.
+
+Parameters and buffers are frozen into the kernels as constants when compiling for inference (no input
+requires grad) and ``freeze`` is on; each call checks (by identity and version counter, O(1)) that the
+frozen tensors are unchanged, and recompiles that partition with them as inputs the first time they are
+not. Graphs with symbolic shapes are compiled once per concrete shape, up to ``max_shapes``; beyond
+that the graph runs eagerly (logged once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from pbsdk.core.compiler import CompileRequest, compile_text, resolve
+from pbsdk.core.errors import PbsdkError
+from pbsdk.core.ir.emit import emit_graph
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
+from pbsdk.core.runtime.kernel import Kernel
+from pbsdk.frontends.torch.convert import (
+    LAYOUT_OPS,
+    Context,
+    convert_node,
+    graph_dtype,
+    node_supported,
+    op_name,
+    value_type,
+)
+from pbsdk.frontends.tracing import Tensor, tracing
+
+log = logging.getLogger("pbsdk.torch")
+
+_OPTION_NAMES = ("target", "spec", "freeze", "max_shapes", "compile_options")
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchOptions:
+    """``torch.compile(..., backend="pbsdk", options={...})``.
+
+    target          -- pbsdk target name (default ``"cpu"``).
+    spec            -- chip spec preset, YAML path or ChipSpec (default: the target's).
+    freeze          -- fold parameters and buffers into the kernels as constants for inference
+                       (default True); False keeps them as kernel inputs.
+    max_shapes      -- how many concrete shapes a dynamic-shape graph is compiled for before it runs
+                       eagerly (default 8).
+    compile_options -- options for pbsdk's pipeline (what ``pbsdk.jit(options=...)`` takes).
+    """
+
+    target: Any = "cpu"
+    spec: Any = None
+    freeze: bool = True
+    max_shapes: int = 8
+    compile_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, options: Mapping[str, Any] | None) -> TorchOptions:
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(_OPTION_NAMES))
+        if unknown:
+            raise PbsdkError(f"torch.compile backend 'pbsdk': unknown option(s) {', '.join(unknown)}; "
+                             f"known: {', '.join(_OPTION_NAMES)}")
+        opts = cls(**options)
+        if not isinstance(opts.freeze, bool):
+            raise PbsdkError(f"backend 'pbsdk': option freeze must be a bool, got {opts.freeze!r}")
+        if not isinstance(opts.max_shapes, int) or opts.max_shapes < 1:
+            raise PbsdkError(f"backend 'pbsdk': option max_shapes must be an int >= 1, got {opts.max_shapes!r}")
+        return opts
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileReport:
+    """What one compilation of one ATen graph did (see `reports`)."""
+
+    graph_ops: int                    # call nodes in the ATen graph
+    compiled_ops: int                 # of those, how many run in pbsdk kernels
+    partitions: int                   # kernels compiled
+    fallback_ops: tuple[str, ...]     # ATen ops left to torch because they do not convert
+    failed_partitions: int            # partitions that did not compile and run eagerly
+    frozen: bool                      # parameters folded as constants
+    seconds: float                    # wall time of partitioning, lowering and compiling
+
+
+_reports: list[CompileReport] = []
+_reports_lock = threading.Lock()
+
+
+def reports() -> list[CompileReport]:
+    """Reports of every graph compiled so far in this process, oldest first."""
+    with _reports_lock:
+        return list(_reports)
+
+
+def clear_reports() -> None:
+    with _reports_lock:
+        _reports.clear()
+
+
+# ------------------------------------------------------------------------------------------ partitions
+
+class CompiledPartition(torch.nn.Module):
+    """One partition of the ATen graph compiled by pbsdk, called with the partition's torch inputs.
+
+    Inputs are handed to the kernel without copies where they are contiguous and of a float dtype
+    (``Tensor.numpy()`` shares memory); outputs are numpy arrays wrapped with ``torch.from_numpy``
+    (no copy). Booleans and integers are converted at this boundary (pbsdk carries them as floats).
+    """
+
+    def __init__(self, name: str, sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor],
+                 request: CompileRequest) -> None:
+        super().__init__()
+        self.name = name
+        self.sub = sub
+        self.request = request
+        self._frozen = dict(frozen)  # placeholder position -> real tensor
+        self._versions = {i: t._version for i, t in self._frozen.items()}
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        self._in_dtypes = [value_type(n.meta["val"]).dtype for n in placeholders]
+        (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
+        result = out_node.args[0]
+        self._single = not isinstance(result, (tuple, list))
+        outs = [result] if self._single else list(result)
+        self._out_dtypes = [n.meta["val"].dtype for n in outs]
+        self.kernel, self._inputs = self._compile(self._frozen)
+
+    def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
+        graph, inputs = lower_partition(self.sub, frozen)
+        artifact = compile_text(emit_graph(graph, func_name=self.name), self.request)
+        executable = self.request.target.load(artifact, self.request.spec)
+        return Kernel(artifact, executable, name=self.name), inputs
+
+    def _frozen_unchanged(self, args: Sequence[Any]) -> bool:
+        return all(args[i] is t and t._version == self._versions[i] for i, t in self._frozen.items())
+
+    def forward(self, *args: Any) -> Any:
+        if self._frozen and not self._frozen_unchanged(args):
+            log.info("pbsdk: frozen parameters of %s changed; recompiling it with them as inputs", self.name)
+            self._frozen = {}
+            self.kernel, self._inputs = self._compile({})
+        arrays = [_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs]
+        outs = self.kernel(*arrays)
+        outs = [outs] if not isinstance(outs, tuple) else list(outs)
+        tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
+        return tensors[0] if self._single else tuple(tensors)
+
+
+def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
+    t = t.detach()
+    if t.device.type != "cpu":
+        raise PbsdkError(f"pbsdk's torch backend takes CPU tensors, got one on {t.device}")
+    want = getattr(torch, DTYPE_TO_NUMPY[dtype])
+    if t.dtype != want:
+        t = t.to(want)
+    return t.numpy()  # shares memory; the kernel copies only non-contiguous inputs to C order
+
+
+def _to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    t = torch.from_numpy(a)
+    if dtype == torch.bool:
+        return t != 0
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def lower_partition(sub: torch.fx.GraphModule,
+                    frozen: Mapping[int, torch.Tensor]) -> tuple[Graph, list[int]]:
+    """The partition as a pbsdk graph; frozen placeholders (by position) become constants. Returns the
+    graph and the positions of the placeholders that remain kernel inputs, in argument order."""
+    graph = Graph()
+    cx = Context()
+    env: dict[torch.fx.Node, Any] = {}
+    inputs: list[int] = []
+    position = 0
+    with tracing(graph):
+        for node in sub.graph.nodes:
+            if node.op == "placeholder":
+                i, position = position, position + 1
+                vt = value_type(node.meta["val"])
+                if i in frozen:
+                    value = frozen[i].detach().to(torch.float64 if vt.dtype == "f64" else frozen[i].dtype)
+                    if value.dtype == torch.bool:
+                        value = value.to(torch.float32)
+                    env[node] = cx.const(value.numpy(), vt.dtype)
+                else:
+                    env[node] = Tensor(graph.add("input", [], vt), graph)
+                    inputs.append(i)
+            elif node.op == "call_function":
+                env[node] = convert_node(cx, node, env)
+            elif node.op == "output":
+                result = node.args[0]
+                outs = [result] if not isinstance(result, (tuple, list)) else list(result)
+                graph.outputs = [env[n].value for n in outs]
+    return graph, inputs
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, supported: set[torch.fx.Node]) -> None:
+        self.supported = supported
+
+    def is_node_supported(self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node) -> bool:
+        return node in self.supported
+
+
+_VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
+          "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
+          "aten.squeeze.default", "aten.alias.default", "aten.t.default", "aten.transpose.int",
+          "aten.slice.Tensor", "aten.select.int"}
+
+
+def _aliases_of_inputs(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    """View nodes whose result is returned and views a graph input: they stay with torch, which keeps
+    the aliasing that AOTAutograd's wrappers expect (a pbsdk kernel always returns fresh memory)."""
+    keep: set[torch.fx.Node] = set()
+    (out,) = [n for n in gm.graph.nodes if n.op == "output"]
+    results = out.args[0]
+    for n in (list(results) if isinstance(results, (tuple, list)) else [results]):
+        chain = []
+        while isinstance(n, torch.fx.Node) and n.op == "call_function" and op_name(n.target) in _VIEWS:
+            chain.append(n)
+            n = n.args[0]
+        if isinstance(n, torch.fx.Node) and n.op == "placeholder":
+            keep.update(chain)
+    return keep
+
+
+def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.Tensor],
+                 request: CompileRequest) -> torch.fx.GraphModule:
+    """Partition a functional core-ATen graph and replace its supported partitions with pbsdk kernels."""
+    start = time.perf_counter()
+    frozen_by_name = {n.name: t for n, t in frozen.items()}
+    calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+    excluded = _aliases_of_inputs(gm)
+    supported: set[torch.fx.Node] = set()
+    fallbacks: list[str] = []
+    for node in calls:
+        if node in excluded:
+            continue
+        ok, why = node_supported(node)
+        if ok:
+            supported.add(node)
+        elif op_name(node.target) != "getitem":
+            fallbacks.append(op_name(node.target))
+            log.info("pbsdk: %s falls back to torch: %s", op_name(node.target), why)
+    partitioner = CapabilityBasedPartitioner(gm, _Support(supported), allows_single_node_partition=True)
+    partitions = [p for p in partitioner.propose_partitions()
+                  if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
+    fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
+    compiled_ops = failed = 0
+    for node in list(fused.graph.nodes):
+        if node.op != "call_module" or not str(node.target).startswith("pbsdk_part_"):
+            continue
+        sub = fused.get_submodule(node.target)
+        # Placeholders by name: partitioning may rebuild the graph, so node identity is not kept.
+        positions = {i: frozen_by_name[a.name] for i, a in enumerate(node.args)
+                     if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in frozen_by_name}
+        n_ops = sum(1 for n in sub.graph.nodes if n.op == "call_function")
+        try:
+            # AOTAutograd calls us under its fake-tensor mode; the frozen values are real tensors.
+            with unset_fake_temporarily():
+                part = CompiledPartition(str(node.target), sub, positions, request)
+        except PbsdkError as exc:
+            failed += 1
+            log.warning("pbsdk: partition %s (%d ops) did not compile and runs in torch: %s", node.target,
+                        n_ops, exc)
+            continue
+        setattr(fused, str(node.target), part)
+        compiled_ops += n_ops
+    fused.recompile()
+    report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
+                           fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
+                           seconds=time.perf_counter() - start)
+    with _reports_lock:
+        _reports.append(report)
+    log.debug("pbsdk: %s", report)
+    return fused
+
+
+# ------------------------------------------------------------------------------------------ AOTAutograd
+
+def _static_positions(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> set[int]:
+    """Inputs Dynamo marks as parameters or buffers (or that are ``nn.Parameter``s)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    out = set()
+    for i, (n, x) in enumerate(zip(placeholders, example_inputs)):
+        marked = (n.meta.get("tensor_dict") or {}).get("_dynamo_static_input_type") is not None
+        if isinstance(x, torch.Tensor) and (marked or isinstance(x, torch.nn.Parameter)):
+            out.add(i)
+    return out
+
+
+def _is_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> bool:
+    if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+        return True
+    for n in gm.graph.nodes:
+        val = n.meta.get("example_value", n.meta.get("val"))
+        if isinstance(val, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in val.shape):
+            return True
+    return False
+
+
+def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], request: CompileRequest,
+                   opts: TorchOptions, static: set[int]) -> Any:
+    """AOTAutograd with pbsdk as the forward (and inference) compiler; a backward runs in torch."""
+    from torch._decomp import core_aten_decompositions
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    lifted = [t for _, t in gm.named_parameters(remove_duplicate=False)] + \
+             [t for _, t in gm.named_buffers(remove_duplicate=False)]
+    real = lifted + list(example_inputs)
+    freeze = opts.freeze and not training
+    frozen_positions = (set(range(len(lifted))) | {len(lifted) + i for i in static}) if freeze else set()
+    if training:
+        log.info("pbsdk: graph needs gradients; the forward is compiled, the backward runs in torch, "
+                 "parameters stay inputs")
+
+    def forward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
+        placeholders = [n for n in fx.graph.nodes if n.op == "placeholder"]
+        frozen: dict[torch.fx.Node, torch.Tensor] = {}
+        # AOTAutograd keeps the argument order (lifted parameters first) unless it deduplicated or
+        # rewrote inputs; freeze only when the positions provably line up.
+        aligned = len(placeholders) == len(real) and all(
+            isinstance(r, torch.Tensor) and isinstance(f, torch.Tensor) and tuple(r.shape) == tuple(f.shape)
+            and r.dtype == f.dtype for r, f in ((real[i], fake_args[i]) for i in frozen_positions))
+        if aligned:
+            frozen = {placeholders[i]: real[i] for i in frozen_positions}
+        elif frozen_positions:
+            log.info("pbsdk: AOTAutograd rewrote the inputs; parameters stay kernel inputs")
+        return make_boxed_func(compile_aten(fx, frozen, request))
+
+    def backward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
+        return make_boxed_func(fx)
+
+    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,
+                                 bw_compiler=backward_compiler, inference_compiler=forward_compiler,
+                                 decompositions=core_aten_decompositions())
+
+
+class PerShape:
+    """A graph with symbolic shapes, compiled once per concrete input signature (up to ``max_shapes``)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, request: CompileRequest, opts: TorchOptions,
+                 static: set[int]) -> None:
+        self.gm = gm
+        self.request = request
+        self.opts = opts
+        self.static = static
+        self.compiled: dict[tuple[Any, ...], Any] = {}
+        self._warned = False
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self.compiled.get(key)
+                if fn is None and len(self.compiled) >= self.opts.max_shapes:
+                    if not self._warned:
+                        log.warning("pbsdk: graph compiled for %d shapes (max_shapes); further shapes run "
+                                    "in torch", self.opts.max_shapes)
+                        self._warned = True
+                    return self.gm(*args)
+                if fn is None:
+                    log.info("pbsdk: compiling for shapes %s", [k[0] for k in key if isinstance(k, tuple)])
+                    specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm)(*args)
+                    fn = compile_static(specialized, list(args), self.request, self.opts, self.static)
+                    self.compiled[key] = fn
+        return fn(*args)
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
+            options: Mapping[str, Any] | None = None) -> Any:
+    """The Dynamo backend registered as ``"pbsdk"`` (entry point ``torch_dynamo_backends``)."""
+    opts = TorchOptions.from_dict(options)
+    request = resolve(opts.target, opts.spec, opts.compile_options)
+    if any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in example_inputs):
+        log.warning("pbsdk: inputs are not on the CPU; the graph runs in torch")
+        return gm.forward
+    static = _static_positions(gm, example_inputs)
+    if _is_dynamic(gm, example_inputs):
+        return PerShape(gm, request, opts, static)
+    try:
+        return compile_static(gm, example_inputs, request, opts, static)
+    except PbsdkError:
+        raise
+    except Exception as exc:  # AOTAutograd cannot trace it (data-dependent ops, ...): torch runs it
+        log.warning("pbsdk: AOTAutograd could not trace this graph (%s: %s); it runs in torch",
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return gm.forward
+
+
+__all__ = ["CompileReport", "CompiledPartition", "TorchOptions", "backend", "clear_reports", "compile_aten",
+           "graph_dtype", "reports"]
