@@ -124,6 +124,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec or "host")
     options = {"matmul_precision": args.precision}
+    if args.attention:
+        from pbsdk.core.plan.attention import Attention, format_attention_plan, plan_attention
+
+        b, sq, sk, d = args.attention
+        op = Attention(b, sq, sk, d, d, args.dtype, causal_offset=0 if args.causal else None)
+        print(f"spec {spec.name}")
+        print(format_attention_plan(f"attention {b}x{sq}x{sk}x{d}", plan_attention(spec, op, options)))
+        return 0
     if args.matmul:
         m, n, k = args.matmul
         ops = [(f"matmul {m}x{n}x{k}", Contraction(m, n, k, args.batch, args.dtype))]
@@ -146,7 +154,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_conform(args: argparse.Namespace) -> int:
     from pbsdk.conformance import generate_cases, junit_xml, run_cases, summary
-    from pbsdk.conformance.runner import report
+    from pbsdk.conformance.runner import report, resource_summary
     from pbsdk.core.compiler import resolve
 
     request = resolve(args.target, args.spec, None)
@@ -159,7 +167,8 @@ def _cmd_conform(args: argparse.Namespace) -> int:
         results.append(result)
         err = f" max abs {result.max_abs_error:.2e}" if result.max_abs_error is not None else ""
         detail = f"  ({result.message.splitlines()[0]})" if result.status != "pass" and result.message else ""
-        print(f"  {result.status.upper():<5} {result.name}{err}{detail}")
+        used = resource_summary(result) if result.resources is not None else ""
+        print(f"  {result.status.upper():<5} {result.name}{err}{detail}{f'  [{used}]' if used else ''}")
     counts = summary(results)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     if args.report:
@@ -210,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned)")
     p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "N", "K"), help="plan one matmul of this shape")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--attention", nargs=4, type=int, metavar=("BH", "SQ", "SK", "D"),
+                   help="plan one fused attention (batch x heads, query and key lengths, head dim)")
+    p.add_argument("--causal", action="store_true", help="with --attention: causal mask")
     p.add_argument("--dtype", default="f32")
     p.add_argument("--precision", choices=["exact", "tf32", "mixed"], default="exact",
                    help="matmul precision policy: which operand dtypes f32 contractions may use")
@@ -233,6 +245,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
     from pbsdk import cli_cache, cli_fuzz
     cli_cache.register(sub); cli_fuzz.register(sub)
+    from pbsdk import cli_new_target
+    cli_new_target.register(sub)
+    from pbsdk import cli_bench
+    cli_bench.register(sub)
     return parser
 
 

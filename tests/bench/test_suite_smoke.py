@@ -1,0 +1,71 @@
+"""The kernel benchmark suite (`pbsdk.bench`, ``benchmarks/suite.py``) in --quick mode: it runs end to end,
+writes its outputs with the documented schema, and every pbsdk result is checked. No timing assertions."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pbsdk import bench
+from pbsdk.cli import main as cli_main
+
+ROOT = Path(__file__).resolve().parents[2]
+# A case of each workload builder (batched matmul shares matmul's) and both conv layouts, choosing the
+# ones that compile fastest: ~15 s on 2 idle cores.
+SMOKE_CASES = ["matmul_256", "conv1x1_56_64to256_nhwc", "conv1x1_7_2048to512_nchw",
+               "matmul_bias_gelu_512x768x3072", "softmax_512x4096", "layernorm_512x4096"]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("bench")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--quick", "--threads", "1",
+                           "--out", str(out), "--only", *SMOKE_CASES], capture_output=True, text=True,
+                          timeout=240, cwd=ROOT, check=False)
+    return proc, out
+
+
+def test_quick_run_writes_results(quick_run: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, out = quick_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "results.json").read_text())
+    assert report["schema"] == bench.SCHEMA
+    for key in ("cpu_model", "cores", "numpy", "torch", "pbsdk", "date", "pbsdk_commit"):
+        assert key in report["machine"]
+    assert report["config"]["quick"] is True and report["config"]["threads"] == [1]
+    assert [c["name"] for c in report["cases"]] == SMOKE_CASES
+    assert [(r["case"], r["threads"]) for r in report["results"]] == [(c, 1) for c in SMOKE_CASES]
+    for r in report["results"]:
+        assert r["correct"] is True, (r["case"], r["checks"], r["errors"])
+        assert r["checks"]["pbsdk"]["correct"] is True
+        assert r["checks"]["pbsdk"]["max_abs_error"] is not None
+        assert r["compile_s"]["pbsdk"] > 0
+        assert set(r["times_ms"]) >= {"pbsdk", "numpy"}
+        assert all(t > 0 for t in r["times_ms"].values())
+        assert set(r["ratio"]) >= {"numpy"} and "inductor" not in r["times_ms"]  # quick: no Inductor
+        assert all(len(v) == 1 for v in r["round_minimums_ms"].values())
+        assert r["repeats"]["pbsdk"] == 1
+    table = (out / "table.md").read_text()
+    assert "| case | shape | thr |" in table and all(f"| {c} |" in table for c in SMOKE_CASES)
+    if report["plot"] is not None:  # matplotlib is optional (the `bench` extra)
+        assert (out / report["plot"]).stat().st_size > 0
+
+
+@pytest.mark.parametrize("argv", [["--threads", "0"], ["--threads", "1,x"], ["--only", "no_such_case"],
+                                  ["--contenders", "pbsdk,mkl"], ["--rounds", "0"]])
+def test_bad_options_exit_2(argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["bench", "--out", str(tmp_path / "o"), *argv]) == 2
+    assert "pbsdk: error: --" in capsys.readouterr().err
+    assert bench.main(["--out", str(tmp_path / "o"), *argv]) == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_selection_by_name_family_and_glob() -> None:
+    assert bench.select(["softmax"]) == ["softmax_4096x4096", "softmax_512x4096"]
+    assert bench.select(["conv1x1*", "matmul_256"]) == ["matmul_256", "conv1x1_56_64to256_nhwc",
+                                                         "conv1x1_56_64to256_nchw", "conv1x1_7_2048to512_nchw"]
+    assert len(bench.select(None)) == len(bench.CASES)
