@@ -10,6 +10,8 @@ Quick use::
         return ops.softmax(ops.gelu(x @ w + b), axis=-1)
 """
 
+from typing import Any
+
 from pbsdk import ops
 from pbsdk.core.errors import (
     ArgumentError,
@@ -20,7 +22,6 @@ from pbsdk.core.errors import (
     TargetError,
     UnsupportedError,
 )
-from typing import Any
 
 __version__ = "0.1.0"
 

@@ -102,12 +102,12 @@ def _contractions_in_mlir(text: str) -> list[tuple[str, Any]]:
     with ir.Context():
         try:
             module = ir.Module.parse(text)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - the bindings raise plain Exception
             raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from None
 
         def visit(op: ir.Operation) -> ir.WalkResult:
             if op.name in ("linalg.matmul", "linalg.batch_matmul"):
-                a, b = (ir.ShapedType(v.type) for v in list(op.operands)[:2])
+                a, _ = (ir.ShapedType(v.type) for v in list(op.operands)[:2])
                 out = ir.ShapedType(list(op.operands)[2].type)
                 batch = a.shape[0] if op.name == "linalg.batch_matmul" else 1
                 found.append((f"{op.name} {out}", Contraction(out.shape[-2], out.shape[-1], a.shape[-1], batch,
@@ -128,9 +128,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         from pbsdk.core.plan.attention import Attention, format_attention_plan, plan_attention
 
         b, sq, sk, d = args.attention
-        op = Attention(b, sq, sk, d, d, args.dtype, causal_offset=0 if args.causal else None)
+        attn = Attention(b, sq, sk, d, d, args.dtype, causal_offset=0 if args.causal else None)
         print(f"spec {spec.name}")
-        print(format_attention_plan(f"attention {b}x{sq}x{sk}x{d}", plan_attention(spec, op, options)))
+        print(format_attention_plan(f"attention {b}x{sq}x{sk}x{d}", plan_attention(spec, attn, options)))
         return 0
     if args.matmul:
         m, n, k = args.matmul
@@ -231,8 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("conform", help="run the spec-driven conformance suite on a target")
     p.add_argument("--target", default="cpu")
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
-    p.add_argument("--ops", default=None, help="comma-separated families: " + ", ".join(
-        ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")))
+    p.add_argument("--ops", default=None, help="comma-separated families: matmul, conv2d, elementwise, "
+                                               "reduction, softmax, layernorm, attention")
     p.add_argument("--full", action="store_true", help="include large capacity-straddling cases")
     p.add_argument("--report", default=None, help="write a JSON report here")
     p.add_argument("--junit", default=None, help="write JUnit XML here")
@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # a bug in pbsdk: say so, briefly
+    except Exception as exc:  # noqa: BLE001 - a bug in pbsdk: say so, briefly
         if os.environ.get("PBSDK_DEBUG"):
             traceback.print_exc()
         print(f"pbsdk: internal error: {type(exc).__name__}: {exc} (set PBSDK_DEBUG=1 for a traceback)",

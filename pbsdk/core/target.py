@@ -104,7 +104,7 @@ def _load_entry_point(ep: importlib.metadata.EntryPoint) -> TargetInfo:
     dist = getattr(getattr(ep, "dist", None), "name", None)
     try:
         obj = ep.load()
-    except Exception as exc:  # a broken plugin must not take the others down
+    except Exception as exc:  # noqa: BLE001 - a broken plugin must not take the others down
         return TargetInfo(ep.name, ep.value, dist, None, f"import failed: {type(exc).__name__}: {exc}")
     if not (isinstance(obj, type) and issubclass(obj, Target)):
         return TargetInfo(ep.name, ep.value, dist, None, f"{ep.value} is not a pbsdk Target subclass")

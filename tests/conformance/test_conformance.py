@@ -73,6 +73,6 @@ def test_pytest_plugin_runs_generated_cases(tmp_path: Path) -> None:
 
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--pbsdk-target", "cpu",
                              "--pbsdk-spec", "avx512", "--pbsdk-ops", "softmax,layernorm", str(tmp_path)],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                            capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert " passed" in result.stdout and "conformance" not in result.stderr

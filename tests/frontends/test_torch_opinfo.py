@@ -15,10 +15,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("expecttest")
 
-from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
-from torch.utils import _pytree as pytree  # noqa: E402
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.utils import _pytree as pytree
 
-from pbsdk.testing import Tolerance, assert_close, tolerance  # noqa: E402
+from pbsdk.testing import Tolerance, assert_close, tolerance
 
 #: OpInfo name (and variant) -> the pbsdk tolerance entry its result is held to.
 COVERED = {
@@ -65,7 +65,7 @@ def _check_sample(key: tuple[str, str], index: int) -> None:
     with torch.no_grad():
         try:
             expected = fn(*tensors)
-        except Exception as exc:  # the sample is invalid for eager torch too
+        except Exception as exc:  # noqa: BLE001 - the sample is invalid for eager torch too
             pytest.skip(f"eager torch raises on this sample: {type(exc).__name__}")
         torch._dynamo.reset()
         actual = torch.compile(fn, backend="pbsdk")(*tensors)

@@ -11,10 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.nn.functional as F  # noqa: E402
+import torch.nn.functional as F
 
-import pbsdk.frontends.torch as pbsdk_torch  # noqa: E402
-from pbsdk.testing import Tolerance, assert_close  # noqa: E402
+import pbsdk.frontends.torch as pbsdk_torch
+from pbsdk.testing import Tolerance, assert_close
 
 g = torch.Generator().manual_seed(0)
 

@@ -183,9 +183,9 @@ def test_host_cache_parsing(tmp_path):
     ):
         d = tmp_path / f"index{i}"
         d.mkdir()
-        for key, val in dict(
-            level=level, type=typ, size=size, shared_cpu_list=shared, coherency_line_size=64
-        ).items():
+        for key, val in {
+            "level": level, "type": typ, "size": size, "shared_cpu_list": shared, "coherency_line_size": 64
+        }.items():
             (d / key).write_text(f"{val}\n")
     caches = host_mod._read_caches(tmp_path)
     assert (1, 48 * 1024, False, 64) in caches and (2, 2 * 2**20, False, 64) in caches
@@ -279,7 +279,7 @@ def test_good_data_file():
         (lambda d: d["compute"][0].update(count=2**21), "compute[0].count", "less than or equal"),
         (lambda d: d["memory"][2].update(alignment_bytes=48), "memory[2].alignment_bytes", "power of two"),
         (lambda d: d["memory"][2].update(max_size_bytes=1024), "memory[2].max_size_bytes", "smaller than"),
-        (lambda d: d["compute"].append(dict(name="core", count=2)), "compute[2].name", "duplicate"),
+        (lambda d: d["compute"].append({"name": "core", "count": 2}), "compute[2].name", "duplicate"),
         (lambda d: d["memory"][2].update(name="sram"), "memory[2].name", "duplicate"),
         (lambda d: d["memory"].insert(1, d["memory"].pop(2)), "memory[2].scope", "outer"),
         (lambda d: d.update(kind="fpga"), "kind", "Input should be"),

@@ -264,7 +264,7 @@ class _Emitter:
             return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
         if nhwc:
-            n_, h_, w_, c_ = xt.shape
+            n_, h_, w_, _ = xt.shape
             kh, kw, cg, o = w.shape
             og = o // groups
             xg = TensorType((n_, h_, w_, groups, cg), xt.dtype)
@@ -278,7 +278,7 @@ class _Emitter:
             out_results = ["d0", "d1", "d2", "d3", "d4"]
             reassoc = [[0], [1], [2], [3, 4]]
         else:
-            n_, c_, h_, w_ = xt.shape
+            n_, _, h_, w_ = xt.shape
             o, cg, kh, kw = w.shape
             og = o // groups
             xg = TensorType((n_, groups, cg, h_, w_), xt.dtype)

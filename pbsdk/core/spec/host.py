@@ -34,7 +34,7 @@ def _llvm_host() -> tuple[str, str, dict[str, bool], str]:
         # need no target initialisation, but initialising the native target is harmless and idempotent.
         try:
             llvm.initialize_native_target()
-        except Exception:  # pragma: no cover - older/odd builds
+        except Exception:  # noqa: BLE001, S110 - pragma: no cover - older/odd builds
             pass
         name = llvm.get_host_cpu_name() or "generic"
         triple = llvm.get_process_triple()
@@ -45,7 +45,7 @@ def _llvm_host() -> tuple[str, str, dict[str, bool], str]:
         except RuntimeError:  # LLVM cannot list features on some hosts
             features, enabled = "", {}
         return name, features, enabled, triple
-    except Exception:  # pragma: no cover - llvmlite missing or broken
+    except Exception:  # noqa: BLE001 - pragma: no cover - llvmlite missing or broken
         machine = platform.machine() or "unknown"
         return "generic", "", {}, f"{machine}-unknown-linux-gnu"
 
@@ -189,15 +189,15 @@ def host_spec_data() -> dict:
     # Rough bandwidths (GB/s): ~10 GB/s of DRAM per core; L1 two vector loads per cycle, L2 64 B/cycle,
     # shared last-level cache 16 B/cycle per core.
     memory = [
-        dict(
-            name="dram",
-            scope="device",
-            size_bytes=ram,
-            bandwidth_gbps=round(min(10.0 * cores, 400.0), 1),
-            alignment_bytes=64,
-            line_bytes=64,
-            managed="software",
-        )
+        {
+            "name": "dram",
+            "scope": "device",
+            "size_bytes": ram,
+            "bandwidth_gbps": round(min(10.0 * cores, 400.0), 1),
+            "alignment_bytes": 64,
+            "line_bytes": 64,
+            "managed": "software",
+        }
     ]
     prev_size, seen = ram, set()
     for level, size, wide, line in caches:
@@ -210,15 +210,15 @@ def host_spec_data() -> dict:
         per_cycle = {1: 2 * width // 8, 2: 64}.get(level, 16)
         bw = per_cycle * clock * (cores if wide else 1)
         memory.append(
-            dict(
-                name=name,
-                scope="device" if wide else "core",
-                size_bytes=size,
-                bandwidth_gbps=round(bw, 1),
-                alignment_bytes=line,
-                line_bytes=line,
-                managed="cache",
-            )
+            {
+                "name": name,
+                "scope": "device" if wide else "core",
+                "size_bytes": size,
+                "bandwidth_gbps": round(bw, 1),
+                "alignment_bytes": line,
+                "line_bytes": line,
+                "managed": "cache",
+            }
         )
     # device-scoped caches must precede core-scoped ones (done by the sort) - nothing else to fix.
 
@@ -226,22 +226,22 @@ def host_spec_data() -> dict:
     flops_per_lane = 2 if fma else 1
     f32_peak = cores * clock * f32_lanes * fma_units * flops_per_lane / 1000.0
     vec_dtypes = ["f64", "f32", "i64", "i32", "i16", "i8"]
-    return dict(
-        name="host",
-        aliases=[],
-        vendor=vendor,
-        kind="cpu",
-        description=f"Detected host: {model} ({cores} cores usable, {width}-bit vectors).",
-        dtypes=["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1"],
-        compute=[dict(name="core", count=cores), dict(name="lane", count=f32_lanes)],
-        memory=memory,
-        matrix_units=[],
-        vector=dict(width_bits=width, dtypes=vec_dtypes, registers=regs, fma=fma,
-                    fma_per_cycle=fma_units if fma else 1, loads_per_cycle=2),
-        peak_tflops={"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4)},
-        clock_ghz=clock,
-        codegen={"triple": triple, "cpu": cpu, "features": features},
-    )
+    return {
+        "name": "host",
+        "aliases": [],
+        "vendor": vendor,
+        "kind": "cpu",
+        "description": f"Detected host: {model} ({cores} cores usable, {width}-bit vectors).",
+        "dtypes": ["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1"],
+        "compute": [{"name": "core", "count": cores}, {"name": "lane", "count": f32_lanes}],
+        "memory": memory,
+        "matrix_units": [],
+        "vector": {"width_bits": width, "dtypes": vec_dtypes, "registers": regs, "fma": fma,
+                    "fma_per_cycle": fma_units if fma else 1, "loads_per_cycle": 2},
+        "peak_tflops": {"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4)},
+        "clock_ghz": clock,
+        "codegen": {"triple": triple, "cpu": cpu, "features": features},
+    }
 
 
 @functools.lru_cache(maxsize=1)

@@ -429,8 +429,8 @@ def _cross_field_problems(spec: ChipSpec) -> list[tuple[str, str]]:
             out.append(
                 (
                     f"memory[{i}].scope",
-                    f"unknown scope {m.scope!r}; expected 'device' or one of: "
-                    f"{', '.join(c.name for c in spec.compute)}",
+                    (f"unknown scope {m.scope!r}; expected 'device' or one of: "
+                    f"{', '.join(c.name for c in spec.compute)}"),
                 )
             )
             continue
@@ -446,16 +446,16 @@ def _cross_field_problems(spec: ChipSpec) -> list[tuple[str, str]]:
                 out.append(
                     (
                         f"memory[{i}].scope",
-                        f"{m.name!r} (scope {m.scope!r}) is listed after {prev.name!r} (scope "
-                        f"{prev.scope!r}) but its scope is outer; list memory outermost first",
+                        (f"{m.name!r} (scope {m.scope!r}) is listed after {prev.name!r} (scope "
+                        f"{prev.scope!r}) but its scope is outer; list memory outermost first"),
                     )
                 )
             if m.size_bytes > prev.size_bytes:
                 out.append(
                     (
                         f"memory[{i}].size_bytes",
-                        f"{m.name!r} ({m.size_bytes} bytes per instance) is larger than the outer level "
-                        f"memory[{prev_i}] {prev.name!r} ({prev.size_bytes} bytes per instance)",
+                        (f"{m.name!r} ({m.size_bytes} bytes per instance) is larger than the outer level "
+                        f"memory[{prev_i}] {prev.name!r} ({prev.size_bytes} bytes per instance)"),
                     )
                 )
         prev, prev_i = m, i
@@ -466,8 +466,8 @@ def _cross_field_problems(spec: ChipSpec) -> list[tuple[str, str]]:
             out.append(
                 (
                     f"matrix_units[{i}].scope",
-                    f"unknown compute level {u.scope!r}; expected one of: "
-                    f"{', '.join(c.name for c in spec.compute)}",
+                    (f"unknown compute level {u.scope!r}; expected one of: "
+                    f"{', '.join(c.name for c in spec.compute)}"),
                 )
             )
         for fld in ("operand_dtype", "accumulator_dtype"):

@@ -31,7 +31,7 @@ def _configure_logging() -> None:
 
 _configure_logging()
 
-from pbsdk.frontends.torch.dynamo_backend import (  # noqa: E402  (after the logging set-up)
+from pbsdk.frontends.torch.dynamo_backend import (
     CompiledPartition,
     CompileReport,
     TorchOptions,

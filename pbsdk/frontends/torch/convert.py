@@ -184,8 +184,17 @@ def _div_mode(cx: Context, a: Any, b: Any, *, rounding_mode: str | None = None) 
 
 _UNARY = {"neg": ops.neg, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sigmoid": ops.sigmoid,
           "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs}
-for _n, _f in _UNARY.items():
-    converts(f"aten.{_n}.default")(lambda cx, x, _f=_f: _f(*_in(cx, x)))
+
+
+def _unary(f: Any) -> Any:
+    def convert(cx: Context, x: Any) -> Tensor:
+        (v,) = _in(cx, x)
+        return f(v)
+    return convert
+
+
+for _n, _uf in _UNARY.items():
+    converts(f"aten.{_n}.default")(_unary(_uf))
 
 
 @converts("aten.reciprocal.default")
@@ -201,7 +210,8 @@ def _silu(cx: Context, x: Any) -> Tensor:
 
 @converts("aten.gelu.default")
 def _gelu(cx: Context, x: Any, *, approximate: str = "none") -> Tensor:
-    return ops.gelu(*_in(cx, x), approximate=approximate)
+    (v,) = _in(cx, x)
+    return ops.gelu(v, approximate=approximate)
 
 
 @converts("aten.pow.Tensor_Scalar")
@@ -356,12 +366,14 @@ def _convolution(cx: Context, x: Any, w: Any, bias: Any, stride: Sequence[int], 
 
 @converts("aten._softmax.default")
 def _softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
-    return ops.softmax(*_in(cx, x), axis=dim)
+    (v,) = _in(cx, x)
+    return ops.softmax(v, axis=dim)
 
 
 @converts("aten._log_softmax.default")
 def _log_softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
-    return ops.log_softmax(*_in(cx, x), axis=dim)
+    (v,) = _in(cx, x)
+    return ops.log_softmax(v, axis=dim)
 
 
 @converts("aten.native_layer_norm.default")
@@ -608,7 +620,7 @@ def _check(name: str, result: Any, meta: Any) -> Any:
     metas = _meta_items(meta)
     if len(results) != len(metas):
         raise UnsupportedError(f"{name}: converter gave {len(results)} results, torch records {len(metas)}")
-    out = []
+    out: list[Tensor | None] = []
     for r, m in zip(results, metas):
         if r is None:
             out.append(None)

@@ -271,7 +271,8 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("pbsdk_part_"):
             continue
-        sub = fused.get_submodule(node.target)
+        sub = fused.get_submodule(str(node.target))
+        assert isinstance(sub, torch.fx.GraphModule)
         # Placeholders by name: partitioning may rebuild the graph, so node identity is not kept.
         positions = {i: frozen_by_name[a.name] for i, a in enumerate(node.args)
                      if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in frozen_by_name}
@@ -354,9 +355,11 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
     def backward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
         return make_boxed_func(fx)
 
-    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,
-                                 bw_compiler=backward_compiler, inference_compiler=forward_compiler,
-                                 decompositions=core_aten_decompositions())
+    # torch's stubs type the compilers as AOTDispatchCompiler protocols and the decompositions as a dict.
+    return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,  # type: ignore[arg-type]
+                                 bw_compiler=backward_compiler,  # type: ignore[arg-type]
+                                 inference_compiler=forward_compiler,  # type: ignore[arg-type]
+                                 decompositions=core_aten_decompositions())  # type: ignore[arg-type]
 
 
 class PerShape:
@@ -407,7 +410,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         return compile_static(gm, example_inputs, request, opts, static)
     except PbsdkError:
         raise
-    except Exception as exc:  # AOTAutograd cannot trace it (data-dependent ops, ...): torch runs it
+    except Exception as exc:  # noqa: BLE001 - AOTAutograd cannot trace it (data-dependent ops, ...): torch runs it
         log.warning("pbsdk: AOTAutograd could not trace this graph (%s: %s); it runs in torch",
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
         return gm.forward

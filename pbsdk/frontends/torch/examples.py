@@ -80,6 +80,7 @@ def randomise_batchnorm(model: nn.Module, seed: int = 0) -> nn.Module:
     g = torch.Generator().manual_seed(seed)
     for m in model.modules():
         if isinstance(m, nn.BatchNorm2d):
+            assert m.running_mean is not None and m.running_var is not None
             with torch.no_grad():
                 m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
                 m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
