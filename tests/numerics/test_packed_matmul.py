@@ -165,3 +165,49 @@ def test_epilogue_fusion_can_be_switched_off() -> None:
     assert_close(f(a, b, bias), ref.matmul(a, b) + bias, op="matmul", reduction_size=30)
     text = str(compile_text(f.lower(a, b, bias), f.request, stop_after="pack-contractions"))
     assert "linalg.generic" in text
+
+
+@pytest.mark.parametrize(("ta", "tb"), [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("shape", [(1, 96, 130), (37, 64, 50), (130, 257, 33)])
+def test_transposed_operands_take_the_packed_kernel(ta: bool, tb: bool, shape: tuple[int, int, int]) -> None:
+    """x @ w.T (nn.Linear) and friends: transposed into row-major first, so the kernel is the packed one."""
+    m, k, n = shape
+    a = RNG.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = RNG.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    f = pbsdk.jit(lambda x, y: ops.matmul(x, y, transpose_a=ta, transpose_b=tb))
+    want = ref.matmul(a.T if ta else a, b.T if tb else b)
+    assert_close(f(a, b), want, op="matmul", reduction_size=k)
+    ir_text = _fused_ir(lambda x, y: ops.matmul(x, y, transpose_a=ta, transpose_b=tb), a, b)
+    assert "call @__pbsdk_mm0(" in ir_text and "linalg.transpose" in ir_text
+
+
+def test_a_transposed_constant_is_folded() -> None:
+    w = RNG.standard_normal((48, 64)).astype(np.float32)
+    x = RNG.standard_normal((5, 64)).astype(np.float32)
+    fn = lambda a: ops.matmul(a, w, transpose_b=True)  # noqa: E731
+    assert_close(pbsdk.jit(fn)(x), ref.matmul(x, w.T), op="matmul", reduction_size=64)
+    ir_text = _fused_ir(fn, x)
+    assert "call @__pbsdk_mm0(" in ir_text and "linalg.transpose" not in ir_text
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_four_dimensional_batches_are_collapsed_into_one(tb: bool) -> None:
+    q = RNG.standard_normal((2, 3, 17, 24)).astype(np.float32)
+    k = RNG.standard_normal((2, 3, 19, 24) if tb else (2, 3, 24, 19)).astype(np.float32)
+    fn = lambda x, y: ops.matmul(x, y, transpose_b=tb)  # noqa: E731
+    want = np.einsum("bhmk,bhnk->bhmn" if tb else "bhmk,bhkn->bhmn", q.astype(np.float64), k.astype(np.float64))
+    assert_close(pbsdk.jit(fn)(q, k), want.astype(np.float32), op="matmul", reduction_size=24)
+    assert "call @__pbsdk_mm0(" in _fused_ir(fn, q, k)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_gemv_like_shapes_read_b_in_place(m: int) -> None:
+    a, b = _operands((m, 200), (200, 333))
+    f = _mm({"threads": 1})
+    assert_close(f(a, b), ref.matmul(a, b), op="matmul", reduction_size=200)
+    ir_text = str(compile_text(f.lower(a, b), f.request, stop_after="pack-contractions"))
+    assert ir_text.count("memref.alloc()") == 1  # the A block only
+    packed = _mm({"threads": 1, "pack_b": True})
+    packed_ir = str(compile_text(packed.lower(a, b), packed.request, stop_after="pack-contractions"))
+    assert packed_ir.count("memref.alloc()") == 2  # A block and B panel
+    assert_close(packed(a, b), ref.matmul(a, b), op="matmul", reduction_size=200)

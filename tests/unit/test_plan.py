@@ -194,3 +194,11 @@ def test_blocking_threads_only_when_there_is_work() -> None:
 def test_no_blocking_for_matrix_units_or_scratchpads() -> None:
     assert plan_contraction(load_spec("example/npu"), Contraction(512, 512, 512, dtype="bf16")).blocking is None
     assert plan_contraction(load_spec("nvidia/h100"), BIG).blocking is None
+
+
+def test_b_is_packed_only_when_its_panels_are_reused() -> None:
+    spec = load_spec("avx512")
+    gemv = plan_contraction(spec, Contraction(1, 4096, 4096)).blocking
+    assert gemv is not None and not gemv.pack_b  # one row: every B element is used once
+    assert plan_contraction(spec, Contraction(64, 512, 512)).blocking.pack_b
+    assert plan_contraction(spec, Contraction(1, 4096, 4096), {"pack_b": True}).blocking.pack_b

@@ -216,12 +216,28 @@ class _Emitter:
         ta, tb = node.attrs["transpose_a"], node.attrs["transpose_b"]
         nb = len(out.shape) - 2
         same_batch = a.shape[:-2] == b.shape[:-2] == out.shape[:-2]
-        if not ta and not tb and same_batch and nb <= 1:
-            init = self.filled(out.type, 0.0)
+        if same_batch:
+            # Named ops on row-major operands, which the packed kernels take: a transposed constant
+            # (a frozen nn.Linear weight) is transposed here, once; any other transposed operand is
+            # materialised by a linalg.transpose (O(size) next to the O(m*n*k) contraction); batch
+            # dimensions beyond one are collapsed into one (a view).
+            an, at = self.row_major(a, ta)
+            bn, bt = self.row_major(b, tb)
+            if nb > 1:
+                lead = math.prod(out.shape[:-2])
+                groups = [list(range(nb))] + [[nb], [nb + 1]]
+                an, at = self.collapse(an, at, TensorType((lead, *at.shape[-2:]), at.dtype), groups), \
+                    TensorType((lead, *at.shape[-2:]), at.dtype)
+                bn, bt = self.collapse(bn, bt, TensorType((lead, *bt.shape[-2:]), bt.dtype), groups), \
+                    TensorType((lead, *bt.shape[-2:]), bt.dtype)
+            ot = TensorType((math.prod(out.shape[:-2]), *out.shape[-2:]), out.dtype) if nb > 1 else out.type
+            init = self.filled(ot, 0.0)
             name = self.fresh("mm")
             opname = "linalg.matmul" if nb == 0 else "linalg.batch_matmul"
-            self.emit(f"{name} = {opname} ins({self.name(a)}, {self.name(b)} : {mlir_type(a.type)}, "
-                      f"{mlir_type(b.type)}) outs({init} : {mlir_type(out.type)}) -> {mlir_type(out.type)}")
+            self.emit(f"{name} = {opname} ins({an}, {bn} : {mlir_type(at)}, "
+                      f"{mlir_type(bt)}) outs({init} : {mlir_type(ot)}) -> {mlir_type(ot)}")
+            if nb > 1:
+                name = self.expand(name, ot, out.type, [list(range(nb))] + [[nb], [nb + 1]])
             self.names[out.id] = name
             return
         # General case: loops (batch..., m, n, k); operands broadcast over batch and read transposed.
@@ -237,6 +253,28 @@ class _Emitter:
         body = _mac_body(a.dtype, b.dtype, out.dtype)
         self.generic(out=out, ins=ins, init=self.filled(out.type, 0.0), out_results=batch + [m, n],
                      n_loops=nb + 3, iterators=["parallel"] * (nb + 2) + ["reduction"], body=body)
+
+    def producer(self, v: Value) -> Node | None:
+        if not hasattr(self, "_producers"):
+            self._producers = {n.out.id: n for n in self.graph.nodes}
+        return self._producers.get(v.id)
+
+    def row_major(self, v: Value, transposed: bool) -> tuple[str, TensorType]:
+        """``v``, or its last two axes swapped when ``transposed``: a folded constant where ``v`` is one."""
+        if not transposed:
+            return self.name(v), v.type
+        shape = (*v.shape[:-2], v.shape[-1], v.shape[-2])
+        t = TensorType(shape, v.dtype)
+        src = self.producer(v)
+        name = self.fresh("tr")
+        if src is not None and src.op == "const" and np.asarray(src.attrs["value"]).shape == v.shape:
+            value = np.ascontiguousarray(np.swapaxes(np.asarray(src.attrs["value"]), -1, -2))
+            self.emit(f"{name} = arith.constant dense<{_float_hex(value, v.dtype)}> : {mlir_type(t)}")
+            return name, t
+        perm = ", ".join(map(str, [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]))
+        self.emit(f"{name} = linalg.transpose ins({self.name(v)} : {mlir_type(v.type)}) "
+                  f"outs({self.empty(t)} : {mlir_type(t)}) permutation = [{perm}]")
+        return name, t
 
     def op_conv2d(self, node: Node) -> None:
         x, w = node.inputs

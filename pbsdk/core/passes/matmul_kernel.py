@@ -245,7 +245,8 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             n1 = minsi(add(n0, const(per)), const(N))
 
     e(f"%Ap = memref.alloc() {{alignment = 64 : i64}} : {ap_type}")
-    e(f"%Bp = memref.alloc() {{alignment = 64 : i64}} : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
+    if blk.pack_b:
+        e(f"%Bp = memref.alloc() {{alignment = 64 : i64}} : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
     e(f"%zero = arith.constant 0.0 : {t}")
     e(f"%vzero = arith.constant dense<0.0> : {vt}")
     lead = "%b, " if batched else ""
@@ -255,25 +256,26 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     nc = minsi(const(blk.nc), sub(n1, "%jc"))
     e.open(f"scf.for %pc = {const(0)} to {const(K)} step {const(blk.kc)} {{")
     kc = minsi(const(blk.kc), sub(const(K), "%pc"))
-    # ---- pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns)
-    npanels = divu(add(nc, const(nr - 1)), const(nr))
-    e.open(f"scf.for %jb = {const(0)} to {npanels} step {const(1)} {{")
-    colbase = add("%jc", mul("%jb", const(nr)))
-    counts = []
-    for v in range(nv):
-        col = add(colbase, const(v * L))
-        cnt = minsi(maxsi(sub(n1, col), const(0)), const(L))
-        msk = e.fresh("msk")
-        e(f"{msk} = vector.create_mask {cnt} : {mt}")
-        counts.append((col, msk))
-    e.open(f"scf.for %kb = {const(0)} to {kc} step {const(1)} {{")
-    krow = add("%pc", "%kb")
-    for v, (col, msk) in enumerate(counts):
-        val = e.fresh("bv")
-        e(f"{val} = vector.maskedload %B[{lead}{krow}, {col}], {msk}, %vzero : {shape.b_type}, {mt}, {vt} into {vt}")
-        e(f"vector.store {val}, %Bp[%jb, %kb, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
-    e.close()
-    e.close()
+    if blk.pack_b:
+        # ---- pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns)
+        npanels = divu(add(nc, const(nr - 1)), const(nr))
+        e.open(f"scf.for %jb = {const(0)} to {npanels} step {const(1)} {{")
+        colbase = add("%jc", mul("%jb", const(nr)))
+        counts = []
+        for v in range(nv):
+            col = add(colbase, const(v * L))
+            cnt = minsi(maxsi(sub(n1, col), const(0)), const(L))
+            msk = e.fresh("msk")
+            e(f"{msk} = vector.create_mask {cnt} : {mt}")
+            counts.append((col, msk))
+        e.open(f"scf.for %kb = {const(0)} to {kc} step {const(1)} {{")
+        krow = add("%pc", "%kb")
+        for v, (col, msk) in enumerate(counts):
+            val = e.fresh("bv")
+            e(f"{val} = vector.maskedload %B[{lead}{krow}, {col}], {msk}, %vzero : {shape.b_type}, {mt}, {vt} into {vt}")
+            e(f"vector.store {val}, %Bp[%jb, %kb, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
+        e.close()
+        e.close()
     # ---- A blocks
     e.open(f"scf.for %ic = {m0} to {m1} step {const(blk.mc)} {{")
     mc = minsi(const(blk.mc), sub(m1, "%ic"))
@@ -305,6 +307,14 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     # ---- micro-kernels
     e.open(f"scf.for %jr = {const(0)} to {nc} step {const(nr)} {{")
     panel = divu("%jr", const(nr))
+    direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
+    if not blk.pack_b:
+        for v in range(nv):
+            col = add(add("%jc", "%jr"), const(v * L))
+            cnt = minsi(maxsi(sub(n1, col), const(0)), const(L))
+            msk = e.fresh("bmsk")
+            e(f"{msk} = vector.create_mask {cnt} : {mt}")
+            direct.append((col, msk))
     e.open(f"scf.for %ir = {const(0)} to {mc} step {const(mr)} {{")
     accs = [[f"%acc_{i}_{v}" for v in range(nv)] for i in range(mr)]
     inits = ", ".join(f"{a} = %vzero" for row in accs for a in row)
@@ -316,7 +326,12 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     bvs = []
     for v in range(nv):
         bv = e.fresh("b")
-        e(f"{bv} = vector.load %Bp[{panel}, %k, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
+        if direct:
+            col, msk = direct[v]
+            e(f"{bv} = vector.maskedload %B[{lead}{add('%pc', '%k')}, {col}], {msk}, %vzero : "
+              f"{shape.b_type}, {mt}, {vt} into {vt}")
+        else:
+            e(f"{bv} = vector.load %Bp[{panel}, %k, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
         bvs.append(bv)
     outs = []
     for i in range(mr):
@@ -426,7 +441,8 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     e.close()  # jc
     e.close()  # b
     e(f"memref.dealloc %Ap : {ap_type}")
-    e(f"memref.dealloc %Bp : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
+    if blk.pack_b:
+        e(f"memref.dealloc %Bp : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
     e("return")
 
     # Batched operands are indexed [b, row, col]; plain ones [row, col] (the %b loop runs once).

@@ -117,6 +117,10 @@ class Blocking:
     kc_level: str = ""
     mc_level: str = ""
     nc_level: str = ""
+    #: B is copied into micro-panels; False when a thread's rows fit one register tile, so each B panel
+    #: would be read once — the micro-kernel then loads B in place (a GEMV-like shape: packing would
+    #: triple the traffic of an operation bound by reading B).
+    pack_b: bool = True
 
     def __post_init__(self) -> None:
         if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
@@ -188,7 +192,11 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
     nc = min(nc, _round_up(n_part, nr))
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
-    return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name), why
+    pack_b = bool(opts.get("pack_b", m_part > mr))
+    if not pack_b:
+        why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
+                   "is used once; the micro-kernel reads B in place")
+    return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b), why
 
 
 @dataclasses.dataclass(frozen=True)
