@@ -213,3 +213,28 @@ def test_artifact_survives_the_compile_cache(compiled) -> None:  # type: ignore[
     again = decode(blob)
     assert again.payload == art.payload and again.kind == art.kind
     assert read(again.payload) == (header, blobs)
+
+
+def test_constant_tensors_travel_in_the_artifact() -> None:
+    """A constant the kernels read (here a frozen weight and the causal mask's index tables) becomes a
+    'const' buffer whose bytes are a blob, uploaded once by the runtime."""
+    import numpy as np
+
+    from pbsdk import ops
+    from pbsdk.core.ir.emit import emit_graph
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.jit import trace
+
+    w = np.arange(15 * 20, dtype=np.float32).reshape(15, 20) / 7
+    graph, _ = trace(lambda a: ops.add(a, w), (TensorType((15, 20), "f32"),))
+    header, blobs = read(_compile(emit_graph(graph), "nvidia/h100", ptxas=False).payload)
+    consts = [b for b in header["buffers"] if b["role"] == "const"]
+    assert len(consts) == 1 and consts[0]["shape"] == [15, 20]
+    assert np.array_equal(np.frombuffer(blobs[consts[0]["blob"]], np.float32).reshape(15, 20), w)
+    used = {a["buffer"] for launch in header["launches"] for a in launch["args"]}
+    assert header["buffers"].index(consts[0]) in used
+
+    q = TensorType((1, 2, 17, 64), "f16")
+    graph, _ = trace(lambda x, y, z: ops.attention(x, y, z, causal=True), (q, q, q))
+    header, blobs = read(_compile(emit_graph(graph), "nvidia/h100", ptxas=False).payload)
+    assert [b for b in header["buffers"] if b["role"] == "const"]

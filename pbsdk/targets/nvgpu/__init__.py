@@ -81,6 +81,7 @@ def _artifact(_binary: Any, ctx: StageContext) -> Artifact:
     blobs = {"ptx": ctx.notes["nvgpu.ptx"].encode()}
     if "nvgpu.cubin" in ctx.notes:
         blobs["cubin"] = ctx.notes["nvgpu.cubin"]
+    blobs.update(plan.get("consts", {}))
     data = bundle.pack(header, blobs)
     meta = {k: v for k, v in header.items() if k not in ("inputs", "outputs", "entry")}
     return Artifact(kind=ARTIFACT_KIND, payload=data, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],

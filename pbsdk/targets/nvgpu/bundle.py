@@ -14,7 +14,8 @@ Header fields:
   name; ``arch``: e.g. ``"sm_90"``; ``pbsdk``: the compiler's version.
 - ``entry``: the compiled function's name; ``inputs``/``outputs``: ``[[shape], dtype]`` in call order.
 - ``buffers``: every device buffer the launches touch, in order: first one per function argument
-  (inputs, then outputs), then temporaries — ``{"shape", "dtype", "role": "arg"|"temp"}``.
+  (inputs, then outputs), then temporaries and constants — ``{"shape", "dtype", "role": "arg"|"temp"|"const"}``;
+  a constant also names its ``"blob"`` (its bytes, C order), which a loader uploads once.
 - ``launches``: in order, ``{"kernel", "grid": [x, y, z], "block": [x, y, z], "shared_bytes"`` (dynamic
   shared memory; static shared memory is in the binary) ``, "args": [{"buffer": i, "offset": bytes}]}``;
   every kernel argument is a bare device pointer (``buffers[i]`` plus ``offset``).

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from mlir import ir, passmanager
 from mlir.dialects import arith, gpu
 from mlir.dialects.transform import interpreter
@@ -257,6 +258,33 @@ VIEW_OPS = ("memref.expand_shape", "memref.collapse_shape", "memref.cast", "memr
             "memref.subview")
 
 
+def _global_bytes(module: ir.Module, symbol: str) -> bytes:
+    """The initial value of the constant ``memref.global @symbol``, as the bytes of a C-order array."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "memref.global" and ir.StringAttr(op.attributes["sym_name"]).value == symbol:
+            if "initial_value" not in op.attributes or "constant" not in op.attributes:
+                raise UnsupportedError(f"memref.global @{symbol} is not a constant with a value",
+                                       op="memref.get_global")
+            t = ir.MemRefType(ir.TypeAttr(op.attributes["type"]).value)
+            dtype = str(t.element_type)
+            if dtype not in _NUMPY:
+                raise UnsupportedError(f"constant @{symbol} of element type {dtype}", op="memref.get_global")
+            attr = ir.DenseElementsAttr(op.attributes["initial_value"])
+            if attr.is_splat:
+                value = np.full(t.shape, ir.FloatAttr(attr.get_splat_value()).value
+                                if dtype.startswith("f") else ir.IntegerAttr(attr.get_splat_value()).value,
+                                _NUMPY[dtype])
+            else:
+                value = np.array(attr, copy=True).astype(_NUMPY[dtype]).reshape(t.shape)
+            return np.ascontiguousarray(value).tobytes()
+    raise UnsupportedError(f"memref.global @{symbol} not found", op="memref.get_global")
+
+
+_NUMPY = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
+          "i8": np.int8, "i1": np.bool_}
+
+
 def _root(value: ir.Value, args: dict[Any, int], temps: dict[Any, int]) -> tuple[int, int]:
     """(buffer index, byte offset) of a launch argument, through host-side view ops."""
     v = value
@@ -265,9 +293,9 @@ def _root(value: ir.Value, args: dict[Any, int], temps: dict[Any, int]) -> tuple
             if v in args:
                 return args[v], 0
             raise UnsupportedError("a kernel argument is not a function argument or a buffer", op="gpu.launch_func")
-        owner = v.owner
+        owner = v.owner.operation
         name = owner.name
-        if name == "memref.alloc":
+        if name in ("memref.alloc", "memref.get_global"):
             return temps[owner], 0
         if name in VIEW_OPS:
             _, offset = ir.MemRefType(v.type).get_strides_and_offset()
@@ -289,6 +317,7 @@ def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
         t = ir.MemRefType(a.type)
         buffers.append({"shape": list(t.shape), "dtype": str(t.element_type), "role": "arg"})
     temps: dict[Any, int] = {}
+    consts: dict[str, bytes] = {}
     launches: list[dict[str, Any]] = []
 
     def const(v: ir.Value) -> int:
@@ -306,6 +335,16 @@ def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
                 raise UnsupportedError(f"dynamic temporary {t}", op=name)
             temps[op] = len(buffers)
             buffers.append({"shape": list(t.shape), "dtype": str(t.element_type), "role": "temp"})
+        elif name == "memref.get_global":
+            # A constant tensor the kernels read (a mask, an index table, frozen weights): its bytes go
+            # into the artifact as a blob, which the runtime uploads once at load time.
+            t = ir.MemRefType(op.results[0].type)
+            symbol = ir.FlatSymbolRefAttr(op.attributes["name"]).value
+            blob = f"const:{symbol}"
+            if blob not in consts:
+                consts[blob] = _global_bytes(module, symbol)
+            temps[op] = len(buffers)
+            buffers.append({"shape": list(t.shape), "dtype": str(t.element_type), "role": "const", "blob": blob})
         elif name == "gpu.launch_func":
             operands = list(op.operands)
             # operands: grid x y z, block x y z, [dynamic smem], kernel args (no async tokens, no clusters)
@@ -333,7 +372,7 @@ def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
             continue
         else:
             raise UnsupportedError(f"host-side op {name} left outside every kernel", op=name)
-    return {"buffers": buffers, "launches": launches}
+    return {"buffers": buffers, "launches": launches, "consts": consts}
 
 
 def to_ptx(module: ir.Module, ctx: StageContext) -> str:
