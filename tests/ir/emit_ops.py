@@ -23,15 +23,22 @@ show("broadcast", lambda a, b: a * b + 2.0, (3, 1, 5), (4, 1))
 # CHECK: affine_map<(d0, d1, d2) -> ()>
 # CHECK: arith.addf
 
-# Plain 2-D and equal-batch matmuls stay named ops; transposed or broadcast operands become a generic
-# contraction that reads the operand in place (no transpose copy).
+# Plain 2-D and equal-batch matmuls stay named ops (what the packed kernels take): a transposed operand is
+# transposed first, batched rows times a matrix collapse into one matmul; only operands broadcast over
+# the batch become a generic contraction that reads them in place.
 show("matmul", lambda a, b: a @ b, (5, 7), (7, 3))
 # CHECK-LABEL: ----- matmul
 # CHECK: linalg.fill
 # CHECK: linalg.matmul ins(%arg0, %arg1 : tensor<5x7xf32>, tensor<7x3xf32>)
 show("matmul-bt", lambda a, b: ops.matmul(a, b, transpose_b=True), (2, 5, 7), (3, 7))
 # CHECK-LABEL: ----- matmul-bt
-# CHECK: affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d2, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+# CHECK: tensor.collapse_shape %arg0 {{\[}}[0, 1], [2]] : tensor<2x5x7xf32> into tensor<10x7xf32>
+# CHECK: linalg.transpose ins(%arg1 : tensor<3x7xf32>) outs(%{{.*}} : tensor<7x3xf32>) permutation = [1, 0]
+# CHECK: linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<10x7xf32>, tensor<7x3xf32>)
+# CHECK: tensor.expand_shape %{{.*}} {{\[}}[0, 1], [2]] output_shape [2, 5, 3]
+show("matmul-bcast", lambda a, b: a @ b, (1, 5, 7), (2, 7, 3))
+# CHECK-LABEL: ----- matmul-bcast
+# CHECK: affine_map<(d0, d1, d2, d3) -> (0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
 # CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
 
 # f16 contractions accumulate in f32 and round once at the end.

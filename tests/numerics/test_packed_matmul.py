@@ -211,3 +211,14 @@ def test_gemv_like_shapes_read_b_in_place(m: int) -> None:
     packed_ir = str(compile_text(packed.lower(a, b), packed.request, stop_after="pack-contractions"))
     assert packed_ir.count("memref.alloc()") == 2  # A block and B panel
     assert_close(packed(a, b), ref.matmul(a, b), op="matmul", reduction_size=200)
+
+
+@pytest.mark.parametrize("tb", [False, True])
+def test_batched_rows_times_a_matrix_is_one_matmul(tb: bool) -> None:
+    x = RNG.standard_normal((2, 3, 17, 40)).astype(np.float32)
+    w = RNG.standard_normal((33, 40) if tb else (40, 33)).astype(np.float32)
+    fn = lambda a, b: ops.matmul(a, b, transpose_b=tb)  # noqa: E731
+    want = x.astype(np.float64) @ (w.T if tb else w).astype(np.float64)
+    assert_close(pbsdk.jit(fn)(x, w), want.astype(np.float32), op="matmul", reduction_size=40)
+    ir_text = _fused_ir(fn, x, w)
+    assert "call @__pbsdk_mm0(" in ir_text and "linalg.batch_matmul" not in ir_text

@@ -240,6 +240,20 @@ class _Emitter:
                 name = self.expand(name, ot, out.type, [list(range(nb))] + [[nb], [nb + 1]])
             self.names[out.id] = name
             return
+        if nb >= 1 and not ta and len(b.shape) == 2 and a.shape[:-2] == out.shape[:-2]:
+            # (batch..., m, k) @ (k, n): one (batch*m, k) @ (k, n) matmul on views (x @ W in a model).
+            rows = math.prod(a.shape[:-1])
+            groups = [list(range(nb + 1)), [nb + 1]]
+            at = TensorType((rows, a.shape[-1]), a.dtype)
+            an = self.collapse(self.name(a), a.type, at, groups)
+            bn, bt = self.row_major(b, tb)
+            ot = TensorType((rows, out.shape[-1]), out.dtype)
+            init = self.filled(ot, 0.0)
+            name = self.fresh("mm")
+            self.emit(f"{name} = linalg.matmul ins({an}, {bn} : {mlir_type(at)}, {mlir_type(bt)}) "
+                      f"outs({init} : {mlir_type(ot)}) -> {mlir_type(ot)}")
+            self.names[out.id] = self.expand(name, ot, out.type, groups)
+            return
         # General case: loops (batch..., m, n, k); operands broadcast over batch and read transposed.
         loops = _dims(nb + 3)
         batch, m, n, k = loops[:nb], loops[nb], loops[nb + 1], loops[nb + 2]
