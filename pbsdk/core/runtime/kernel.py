@@ -25,11 +25,23 @@ class Kernel:
         self.executable = executable
         self.name = name
         self._in = [(shape, np.dtype(DTYPE_TO_NUMPY[dt])) for shape, dt in artifact.inputs]
+        self._in_exact = [(tuple(int(d) for d in shape), dtype) for shape, dtype in self._in]
         self._out = [(shape, np.dtype(DTYPE_TO_NUMPY[dt])) for shape, dt in artifact.outputs]
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{s}:{d}" for s, d in self.artifact.inputs)
         return f"<pbsdk.Kernel {self.name}({sig})>"
+
+    def _fast_args(self, args: Sequence[Any]) -> list[np.ndarray] | None:
+        """``args`` as they are when every one is a C-contiguous array of exactly the expected shape and
+        dtype (the common case, checked in a few microseconds); None sends them to `check_args`."""
+        if len(args) != len(self._in):
+            return None
+        for arg, (shape, dtype) in zip(args, self._in_exact):
+            if (type(arg) is not np.ndarray or arg.dtype != dtype or arg.shape != shape
+                    or not arg.flags.c_contiguous):
+                return None
+        return list(args)
 
     def check_args(self, args: Sequence[Any]) -> list[np.ndarray]:
         if len(args) != len(self._in):
@@ -49,7 +61,9 @@ class Kernel:
         return arrays
 
     def __call__(self, *args: Any) -> Any:
-        arrays = self.check_args(args)
+        arrays = self._fast_args(args)
+        if arrays is None:
+            arrays = self.check_args(args)
         outs = [np.empty(shape, dtype) for shape, dtype in self._out]
         self.executable.run(arrays + outs)
         return outs[0] if len(outs) == 1 else tuple(outs)
