@@ -184,7 +184,7 @@ def test_transposed_operands_take_the_packed_kernel(ta: bool, tb: bool, shape: t
 def test_a_transposed_constant_is_folded() -> None:
     w = RNG.standard_normal((48, 64)).astype(np.float32)
     x = RNG.standard_normal((5, 64)).astype(np.float32)
-    fn = lambda a: ops.matmul(a, w, transpose_b=True)  # noqa: E731
+    fn = lambda a: ops.matmul(a, w, transpose_b=True)
     assert_close(pbsdk.jit(fn)(x), ref.matmul(x, w.T), op="matmul", reduction_size=64)
     ir_text = _fused_ir(fn, x)
     assert "call @__pbsdk_mm0(" in ir_text and "linalg.transpose" not in ir_text
@@ -194,7 +194,7 @@ def test_a_transposed_constant_is_folded() -> None:
 def test_four_dimensional_batches_are_collapsed_into_one(tb: bool) -> None:
     q = RNG.standard_normal((2, 3, 17, 24)).astype(np.float32)
     k = RNG.standard_normal((2, 3, 19, 24) if tb else (2, 3, 24, 19)).astype(np.float32)
-    fn = lambda x, y: ops.matmul(x, y, transpose_b=tb)  # noqa: E731
+    fn = lambda x, y: ops.matmul(x, y, transpose_b=tb)
     want = np.einsum("bhmk,bhnk->bhmn" if tb else "bhmk,bhkn->bhmn", q.astype(np.float64), k.astype(np.float64))
     assert_close(pbsdk.jit(fn)(q, k), want.astype(np.float32), op="matmul", reduction_size=24)
     assert "call @__pbsdk_mm0(" in _fused_ir(fn, q, k)
@@ -217,7 +217,7 @@ def test_gemv_like_shapes_read_b_in_place(m: int) -> None:
 def test_batched_rows_times_a_matrix_is_one_matmul(tb: bool) -> None:
     x = RNG.standard_normal((2, 3, 17, 40)).astype(np.float32)
     w = RNG.standard_normal((33, 40) if tb else (40, 33)).astype(np.float32)
-    fn = lambda a, b: ops.matmul(a, b, transpose_b=tb)  # noqa: E731
+    fn = lambda a, b: ops.matmul(a, b, transpose_b=tb)
     want = x.astype(np.float64) @ (w.T if tb else w).astype(np.float64)
     assert_close(pbsdk.jit(fn)(x, w), want.astype(np.float32), op="matmul", reduction_size=40)
     ir_text = _fused_ir(fn, x, w)

@@ -189,12 +189,12 @@ class LoadedArtifact:
         self._temps: dict[int, int] = {}
         for i, buf in enumerate(self.buffers):  # constants: uploaded once, read by every launch
             if buf.get("role") == "const":
-                data = self.blobs.get(str(buf.get("blob")))
-                if data is None or len(data) != self._bytes(buf):
+                blob = self.blobs.get(str(buf.get("blob")))
+                if blob is None or len(blob) != self._bytes(buf):
                     raise CudaError(f"artifact: constant buffer {i} has no blob of {self._bytes(buf)} bytes")
                 ptr = self._temp(i)
-                host = ctypes.create_string_buffer(data, len(data))
-                drv.check(drv.lib.cuMemcpyHtoD_v2(ctypes.c_uint64(ptr), host, len(data)), "cuMemcpyHtoD")
+                host = ctypes.create_string_buffer(blob, len(blob))
+                drv.check(drv.lib.cuMemcpyHtoD_v2(ctypes.c_uint64(ptr), host, len(blob)), "cuMemcpyHtoD")
 
     # ----------------------------------------------------------------------------------------- memory
     @staticmethod
