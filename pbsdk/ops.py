@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,8 +78,26 @@ def _group(name: str) -> Iterator[None]:
         _group_stack.pop()
 
 
+#: Layout ops folded into a new constant when their operand is one (a frozen weight's transpose would
+#: otherwise be recomputed on every call).
+_FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"])}
+
+
+def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
+    if op not in _FOLDABLE or len(inputs) != 1:
+        return None
+    src = next((n for n in reversed(graph.nodes) if n.out is inputs[0]), None)
+    if src is None or src.op != "const" or np.asarray(src.attrs["value"]).shape != inputs[0].shape:
+        return None
+    value = np.ascontiguousarray(_FOLDABLE[op](np.asarray(src.attrs["value"]), {**attrs, "shape": shape}))
+    return value if value.shape == tuple(shape) else None
+
+
 def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, **attrs: Any) -> Tensor:
     graph = current_graph()
+    value = _folded(graph, op, inputs, shape, attrs)
+    if value is not None:
+        op, inputs, attrs = "const", [], {"value": value}
     out = graph.add(op, inputs, TensorType(tuple(shape), dtype), _group_stack[0] if _group_stack else None,
                     **attrs)
     return Tensor(out, graph)

@@ -222,3 +222,15 @@ def test_batched_rows_times_a_matrix_is_one_matmul(tb: bool) -> None:
     assert_close(pbsdk.jit(fn)(x, w), want.astype(np.float32), op="matmul", reduction_size=40)
     ir_text = _fused_ir(fn, x, w)
     assert "call @__pbsdk_mm0(" in ir_text and "linalg.batch_matmul" not in ir_text
+
+
+def test_layout_ops_on_constants_are_folded() -> None:
+    """A frozen weight's transpose or reshape (what the frontends' graphs do) becomes a new constant at
+    trace time instead of a copy on every call."""
+    w = RNG.standard_normal((48, 64)).astype(np.float32)
+    x = RNG.standard_normal((5, 64)).astype(np.float32)
+    fn = lambda a: a @ ops.reshape(ops.transpose(ops._const(w, "f32")), (64, 48))
+    f = pbsdk.jit(fn)
+    assert_close(f(x), ref.matmul(x, w.T), op="matmul", reduction_size=64)
+    text = f.lower(x)
+    assert "linalg.transpose" not in text and "tensor.collapse_shape" not in text
