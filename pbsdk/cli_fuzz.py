@@ -19,16 +19,22 @@ def _cmd_fuzz(args: argparse.Namespace) -> int:
     options = None if args.cache else {"cache": False}
     start = time.perf_counter()
     failures = 0
+    unsupported = 0
     ran = 0
     for program, failure in fuzz.fuzz(args.count, args.seed, target=args.target, options=options):
         ran += 1
-        if failure is not None:
+        if failure is not None and failure.kind == "unsupported":
+            unsupported += 1
+            if args.verbose:
+                print(f"skip seed {program.seed}: {failure.error.splitlines()[0]}")
+        elif failure is not None:
             failures += 1
             print(f"FAIL {failure}\n")
         elif args.verbose:
             print(f"ok   seed {program.seed}: {program.n_ops} ops, inputs "
                   f"{[a.shape for a in program.inputs]}")
-    print(f"programs run: {ran}, failures: {failures} (seeds {args.seed}..{args.seed + args.count - 1}, "
+    skipped = f", refused as unsupported by the spec: {unsupported}" if unsupported else ""
+    print(f"programs run: {ran}, failures: {failures}{skipped} (seeds {args.seed}..{args.seed + args.count - 1}, "
           f"{time.perf_counter() - start:.1f} s)")
     return 1 if failures else 0
 

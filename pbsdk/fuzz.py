@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from pbsdk.core.errors import UnsupportedError
+
 DIMS = (1, 1, 2, 3, 4, 5, 7, 8, 11, 13, 16)
 UNARY = ("relu", "neg", "abs", "tanh", "sigmoid", "erf", "gelu", "exp", "log", "sqrt", "rsqrt")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
@@ -288,6 +290,9 @@ def check(program: Program, **kwargs: Any) -> None:
 class Failure:
     program: Program
     error: str
+    #: "wrong" (a result off numpy), "error" (an exception), or "unsupported": the target's spec declares
+    #: no support for the program's dtype and says so with a typed error, which is correct behaviour.
+    kind: str = "error"
 
     def __str__(self) -> str:
         return f"{self.program}{self.error}"
@@ -300,7 +305,11 @@ def fuzz(count: int, seed: int = 0, **kwargs: Any) -> Iterator[tuple[Program, Fa
         try:
             check(program, **kwargs)
         except AssertionError as exc:
-            yield program, Failure(program, f"WRONG RESULT: {exc}")
+            yield program, Failure(program, f"WRONG RESULT: {exc}", "wrong")
+        except UnsupportedError as exc:
+            unsupported = "is not supported by chip spec" in str(exc)
+            yield program, Failure(program, f"{'UNSUPPORTED' if unsupported else 'ERROR'}: {exc}",
+                                   "unsupported" if unsupported else "error")
         except Exception as exc:  # noqa: BLE001 - a PbsdkError or a crash: both are findings
             tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
             yield program, Failure(program, f"ERROR: {tb}")

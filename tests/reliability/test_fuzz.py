@@ -67,3 +67,14 @@ def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["fuzz", "--show", "--seed", "42"]) == 0
     assert "def prog(" in capsys.readouterr().out
     assert main(["fuzz", "--count", "-1"]) == 2
+
+
+def test_the_template_target_against_numpy() -> None:
+    """The emulated accelerator too: no wrong result, no error; f64 programs, which its spec does not
+    support, are refused with a typed error and counted apart."""
+    from pbsdk import fuzz as fz
+
+    results = list(fz.fuzz(25, 7000, target="template"))
+    bad = [f for _, f in results if f is not None and f.kind != "unsupported"]
+    assert not bad, "\n".join(map(str, bad))
+    assert any(f is not None and f.kind == "unsupported" for _, f in results)
