@@ -23,6 +23,7 @@ import dataclasses
 import math
 
 from pbsdk.core.ir.attention import Operand
+from pbsdk.core.ir.mlir_text import MlirText
 from pbsdk.core.plan.attention import AttentionPlan
 
 LOG2E = 1.0 / math.log(2.0)
@@ -58,29 +59,12 @@ def _f(value: float) -> str:
     return f"{value:.9e}"
 
 
-class _Body:
-    """Indented MLIR lines with fresh SSA names and memoised index constants."""
+class _Body(MlirText):
+    """`MlirText` with memoised index constants and folding index arithmetic."""
 
     def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 1
-        self.n = 0
+        super().__init__()
         self.consts: dict[int, str] = {}
-
-    def fresh(self, hint: str) -> str:
-        self.n += 1
-        return f"%{hint}{self.n}"
-
-    def __call__(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
-
-    def open(self, line: str) -> None:
-        self(line)
-        self.depth += 1
-
-    def close(self, line: str = "}") -> None:
-        self.depth -= 1
-        self(line)
 
     def c(self, v: int) -> str:
         if v not in self.consts:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from pbsdk.core.ir.mlir_text import MlirText
 from pbsdk.core.plan.contraction import Blocking
 
 
@@ -97,7 +98,7 @@ def _literal(v: float) -> str:
     return "0x" + struct.pack(">f", v).hex().upper()
 
 
-def _epilogue_values(e: _Text, ep: Epilogue, acc: str, lead: str, r: str, col: str, mask: str | None,
+def _epilogue_values(e: MlirText, ep: Epilogue, acc: str, lead: str, r: str, col: str, mask: str | None,
                      vt: str, mt: str) -> str:
     """Emit the epilogue on one vector of results; returns the value to store."""
     env = {"acc": acc}
@@ -134,28 +135,6 @@ def _epilogue_values(e: _Text, ep: Epilogue, acc: str, lead: str, r: str, col: s
     return env[ep.result]
 
 
-class _Text:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 1
-        self.n = 0
-
-    def fresh(self, hint: str = "v") -> str:
-        self.n += 1
-        return f"%{hint}{self.n}"
-
-    def __call__(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
-
-    def open(self, line: str) -> None:
-        self(line)
-        self.depth += 1
-
-    def close(self, line: str = "}") -> None:
-        self.depth -= 1
-        self(line)
-
-
 def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None = None, *,
                 zero_init: bool = False) -> str:
     """Two functions: ``@{name}`` (the op: one call per thread part inside an ``scf.forall``) and
@@ -173,7 +152,6 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     ap_type = f"memref<{blk.mc // mr}x{blk.kc}x{mr}x{t}>" if PANEL_A else f"memref<{mc_alloc}x{kcp}x{t}>"
     nc_alloc = blk.nc
     batched = shape.batch >= 1
-    _Text()
     c = {}
 
     def const(v: int) -> str:
@@ -188,7 +166,7 @@ def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     sig = ", ".join([f"%A: {shape.a_type}", f"%B: {shape.b_type}", f"%C: {shape.c_type}"] + extra)
     arg_names = ", ".join(["%A", "%B", "%C"] + [x.split(":")[0] for x in extra])
     arg_types = ", ".join([shape.a_type, shape.b_type, shape.c_type] + [x.split(": ", 1)[1] for x in extra])
-    body = _Text()
+    body = MlirText()
     body.depth = 1
     e = body
 
