@@ -10,25 +10,9 @@ Options, covered primitives, fallback and logging: docs/frontends.md and `jit`. 
 
 from __future__ import annotations
 
-import logging
-import os
+from pbsdk.frontends.logs import configure_from_env
 
-
-def _configure_logging() -> None:
-    """``PBSDK_LOG=debug|info|warning`` attaches a stderr handler to the ``pbsdk`` logger (once; shared
-    with the torch frontend, which does the same)."""
-    level = os.environ.get("PBSDK_LOG")
-    logger = logging.getLogger("pbsdk")
-    if not level or getattr(logger, "_pbsdk_env_handler", False):
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(getattr(logging, level.upper(), logging.INFO))
-    logger._pbsdk_env_handler = True  # type: ignore[attr-defined]
-
-
-_configure_logging()
+configure_from_env()
 
 from pbsdk.frontends.jax.function import JaxCompileReport, JaxFunction, clear_reports, jit, reports
 

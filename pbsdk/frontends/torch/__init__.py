@@ -12,24 +12,9 @@ falls back to torch.
 
 from __future__ import annotations
 
-import logging
-import os
+from pbsdk.frontends.logs import configure_from_env
 
-
-def _configure_logging() -> None:
-    """``PBSDK_LOG=debug|info|warning`` attaches a stderr handler to the ``pbsdk`` logger (once)."""
-    level = os.environ.get("PBSDK_LOG")
-    logger = logging.getLogger("pbsdk")
-    if not level or getattr(logger, "_pbsdk_env_handler", False):
-        return
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s: %(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(getattr(logging, level.upper(), logging.INFO))
-    logger._pbsdk_env_handler = True  # type: ignore[attr-defined]
-
-
-_configure_logging()
+configure_from_env()
 
 from pbsdk.frontends.torch.dynamo_backend import (
     CompiledPartition,
