@@ -107,41 +107,52 @@ def _resolvable(symbol: str) -> bool:
     return hasattr(_process, symbol)
 
 
+def parse_llvm_ir(text: str | bytes, what: str = "the module") -> Any:
+    """An llvmlite module from LLVM IR text, verified; a `CompileError` at stage ``jit`` otherwise."""
+    llvm = _llvm()
+    try:
+        mod = llvm.parse_assembly(text)
+        mod.verify()
+    except RuntimeError as exc:
+        raise CompileError(f"LLVM rejected {what}: {exc}", stage="jit") from exc
+    return mod
+
+
+def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = ()) -> tuple[Any, int, list[int]]:
+    """Optimise ``mod`` (O3) for ``tm`` and JIT it with MCJIT: (engine, address of ``entry``, addresses of
+    ``globals_``). Every external the code calls must resolve in this process (libm, libc); otherwise
+    MCJIT would jump to address 0 at run time, so that is a `CompileError` first."""
+    llvm = _llvm()
+    missing = [f.name for f in mod.functions
+               if f.is_declaration and not f.name.startswith("llvm.") and not _resolvable(f.name)]
+    if missing:
+        raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
+                           stage="jit")
+    mod.triple = tm.triple
+    mod.data_layout = str(tm.target_data)
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    with _llvm_lock:
+        engine = llvm.create_mcjit_compiler(mod, tm)
+        engine.finalize_object()
+        address = engine.get_function_address(entry)
+        addresses = [engine.get_global_value_address(g) for g in globals_]
+    if not address:
+        raise CompileError(f"entry symbol '{entry}' not found after JIT", stage="jit")
+    return engine, address, addresses
+
+
 class CpuExecutable(Executable):
     """A JIT-compiled kernel in this process. Owns its engine; the code is freed with the object."""
 
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
-        llvm = _llvm()
         tm = target_machine(spec)
-        try:
-            mod = llvm.parse_assembly(artifact.payload)
-            mod.verify()
-        except RuntimeError as exc:
-            raise CompileError(f"LLVM rejected the module: {exc}", stage="jit") from exc
+        mod = parse_llvm_ir(artifact.payload)
         forks = artifact.metadata.get("forks", [])
         if forks:
-            try:
-                mod.link_in(llvm.parse_assembly(fork_glue(forks, threaded=_openmp_available())))
-            except RuntimeError as exc:
-                raise CompileError(f"LLVM rejected the parallel glue: {exc}", stage="jit") from exc
-        # Every external the code calls must resolve in this process (libm, libc); otherwise MCJIT would
-        # jump to address 0 at run time.
-        missing = [f.name for f in mod.functions
-                   if f.is_declaration and not f.name.startswith("llvm.") and not _resolvable(f.name)]
-        if missing:
-            raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
-                               stage="jit")
-        mod.triple = tm.triple
-        mod.data_layout = str(tm.target_data)
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        with _llvm_lock:
-            self._engine = llvm.create_mcjit_compiler(mod, tm)
-            self._engine.finalize_object()
-            address = self._engine.get_function_address(artifact.entry)
-        if not address:
-            raise CompileError(f"entry symbol '{artifact.entry}' not found after JIT", stage="jit")
+            mod.link_in(parse_llvm_ir(fork_glue(forks, threaded=_openmp_available()), "the parallel glue"))
+        self._engine, address, _ = jit_in_process(mod, tm, artifact.entry)
         n_args = len(artifact.inputs) + len(artifact.outputs)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
         self.optimized_ir = str(mod)

@@ -238,22 +238,6 @@ def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
 
 # ------------------------------------------------------------------------------------------- loading
 
-_llvm_lock = threading.Lock()
-_llvm_ready = False
-
-
-def _llvm() -> Any:
-    global _llvm_ready
-    import llvmlite.binding as llvm
-
-    with _llvm_lock:
-        if not _llvm_ready:
-            llvm.initialize_native_target()
-            llvm.initialize_native_asmprinter()
-            _llvm_ready = True
-    return llvm
-
-
 class TemplateExecutable(Executable):
     """The emulated chip: JIT-compiled host code plus its counters.
 
@@ -262,33 +246,21 @@ class TemplateExecutable(Executable):
     (scratchpad bytes per level, each contraction's compute)."""
 
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
+        # The emulation runs on the host: the cpu target's JIT, for the host's own CPU (the spec is the
+        # emulated chip's).
+        from pbsdk.targets.cpu import _llvm, jit_in_process, parse_llvm_ir
+
         llvm = _llvm()
         self.names: list[str] = list(artifact.metadata.get("counters", []))
         self.resources: Mapping[str, Any] = artifact.metadata.get("resources", {})
         self.last_counters: dict[str, int] = {}
-        try:
-            mod = llvm.parse_assembly(artifact.payload)
-            mod.verify()
-        except RuntimeError as exc:
-            raise CompileError(f"LLVM rejected the module: {exc}", stage="jit") from exc
-        process = ctypes.CDLL(None)
-        missing = [f.name for f in mod.functions
-                   if f.is_declaration and not f.name.startswith("llvm.") and not hasattr(process, f.name)]
-        if missing:
-            raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve", stage="jit")
+        mod = parse_llvm_ir(artifact.payload)
         target = llvm.Target.from_triple(llvm.get_process_triple())
         tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
                                           opt=3, codemodel="jitdefault")
-        mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
-        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
-        pb.getModulePassManager().run(mod, pb)
-        with _llvm_lock:
-            self._engine = llvm.create_mcjit_compiler(mod, tm)
-            self._engine.finalize_object()
-            address = self._engine.get_function_address(artifact.entry)
-            counters = self._engine.get_global_value_address(COUNTERS_GLOBAL) if self.names else 0
-        if not address:
-            raise CompileError(f"entry symbol '{artifact.entry}' not found after JIT", stage="jit")
+        self._engine, address, globals_ = jit_in_process(mod, tm, artifact.entry,
+                                                          [COUNTERS_GLOBAL] if self.names else [])
+        counters = globals_[0] if globals_ else 0
         self._counters = (ctypes.c_int64 * MAX_COUNTERS).from_address(counters) if counters else None
         n_args = len(artifact.inputs) + len(artifact.outputs)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
