@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mlir import ir, passmanager
+from mlir import ir
 from mlir.dialects import arith, gpu
 from mlir.dialects.transform import interpreter
 
@@ -35,21 +35,10 @@ from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
 from pbsdk.targets.nvgpu.mma import mma_gpu_function
+from pbsdk.targets.nvgpu.schedule import entry_function, run_passes
 
 KERNEL_MODULE = "pbsdk_kernels"
 WORKGROUP = "#gpu.address_space<workgroup>"
-
-
-def _run(module: ir.Module, pipeline: str) -> None:
-    with module.context:
-        passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
-
-
-def _entry(module: ir.Module, name: str) -> ir.Operation:
-    for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
-            return op.operation
-    raise CompileError(f"entry function '{name}' not found")
 
 
 def _ub(op: ir.Operation) -> list[int]:
@@ -108,8 +97,8 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
             fn.operation.erase()
             parsed = ir.Module.parse(text)
             module.body.append(parsed.body.operations[0].operation)
-    _run(module, "inline, symbol-dce, canonicalize")
-    entry = _entry(module, ctx.notes["entry"])
+    run_passes(module, "inline, symbol-dce, canonicalize")
+    entry = entry_function(module, ctx.notes["entry"])
     launches: list[tuple[ir.Operation, list[int], list[int]]] = []
     with module.context, ir.Location.unknown():
         for op in list(entry.regions[0].blocks[0].operations):
@@ -155,7 +144,7 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
             except Exception as exc:
                 raise CompileError(f"mapping loops to blocks/threads failed: {str(exc).strip()[:2000]}",
                                    op="scf.forall") from exc
-    _run(module, "canonicalize, cse")
+    run_passes(module, "canonicalize, cse")
 
 
 def _globalise_shared(module: ir.Module, kmod: ir.Operation) -> None:
@@ -183,7 +172,7 @@ def _globalise_shared(module: ir.Module, kmod: ir.Operation) -> None:
 
 def outline(module: ir.Module, ctx: StageContext) -> None:
     """Stage ``outline`` (see the module docstring)."""
-    _run(module, "gpu-launch-sink-index-computations, gpu-kernel-outlining, canonicalize")
+    run_passes(module, "gpu-launch-sink-index-computations, gpu-kernel-outlining, canonicalize")
     with module.context:
         kmods = [op.operation for op in module.body.operations if op.operation.name == "gpu.module"]
         if not kmods:
@@ -236,7 +225,7 @@ def arch_of(spec: Any) -> tuple[str, str]:
 def to_nvvm(module: ir.Module, ctx: StageContext) -> None:
     """Stage ``nvvm`` (see the module docstring)."""
     arch, features = arch_of(ctx.spec)
-    _run(module, "gpu.module(convert-linalg-to-loops, math-expand-ops, expand-strided-metadata, lower-affine, "
+    run_passes(module, "gpu.module(convert-linalg-to-loops, math-expand-ops, expand-strided-metadata, lower-affine, "
                  "convert-scf-to-cf, canonicalize)")
     needs_libdevice = bool(re.search(r"\bmath\.", str(module)))
     link = ""
@@ -248,7 +237,7 @@ def to_nvvm(module: ir.Module, ctx: StageContext) -> None:
         link = f" l={lib}"
         ctx.notes["nvgpu.libdevice"] = lib
     feats = f" features={features}" if features else ""
-    _run(module, f"nvvm-attach-target{{chip={arch}{feats}{link} O=3}}, "
+    run_passes(module, f"nvvm-attach-target{{chip={arch}{feats}{link} O=3}}, "
                  "gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}), reconcile-unrealized-casts")
 
 
@@ -309,7 +298,7 @@ def _root(value: ir.Value, args: dict[Any, int], temps: dict[Any, int]) -> tuple
 
 def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
     """The host function read as data: buffers (args first, then temporaries) and launches in order."""
-    entry = _entry(module, entry_name)
+    entry = entry_function(module, entry_name)
     block = entry.regions[0].blocks[0]
     args = {a: i for i, a in enumerate(block.arguments)}
     buffers: list[dict[str, Any]] = []
@@ -377,7 +366,7 @@ def launch_plan(module: ir.Module, entry_name: str) -> dict[str, Any]:
 
 def to_ptx(module: ir.Module, ctx: StageContext) -> str:
     """Stage ``ptx``: PTX text; the launch plan goes to ``ctx.notes["nvgpu.plan"]``."""
-    _run(module, "gpu-module-to-binary{format=isa}")
+    run_passes(module, "gpu-module-to-binary{format=isa}")
     ptx: str | None = None
     with module.context:
         for op in module.body.operations:

@@ -35,12 +35,14 @@ WS = "#gpu.address_space<workgroup>"
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
 
-def _run(module: ir.Module, pipeline: str) -> None:
+def run_passes(module: ir.Module, pipeline: str) -> None:
+    """Run an upstream pass pipeline (textual, module level) on ``module``."""
     with module.context:
         passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
 
 
-def _entry(module: ir.Module, name: str) -> ir.Operation:
+def entry_function(module: ir.Module, name: str) -> ir.Operation:
+    """The ``func.func`` called ``name``; a `CompileError` when there is none."""
     for op in module.body.operations:
         if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
             return op.operation
@@ -270,9 +272,9 @@ class Schedule:
     def apply(self, module: ir.Module, ctx: StageContext) -> None:
         # The core isolates each contraction in a private function (so fusion leaves it named); bring
         # them back into the entry function, where every kernel is launched from.
-        _run(module, "inline, symbol-dce, canonicalize")
+        run_passes(module, "inline, symbol-dce, canonicalize")
         CopiesToLinalg(only_strided=False).apply(module)
-        entry = _entry(module, ctx.notes["entry"])
+        entry = entry_function(module, ctx.notes["entry"])
         records: list[dict[str, Any]] = []
         mma_funcs: dict[str, str] = {}
         for op in [o for name in MATMUL_OPS for o in ops_named(module, name)]:
@@ -290,8 +292,8 @@ class Schedule:
             parsed = ir.Module.parse(text, module.context)
             module.body.append(parsed.body.operations[0].operation)
         # Every other linalg op: generalise, then tile by its loop mapping.
-        _run(module, "func.func(linalg-generalize-named-ops)")
-        entry = _entry(module, ctx.notes["entry"])
+        run_passes(module, "func.func(linalg-generalize-named-ops)")
+        entry = entry_function(module, ctx.notes["entry"])
         tagged: list[tuple[int, LoopMapping]] = []
         with module.context:
             for i, op in enumerate(ops_named(entry, "linalg.generic")):
@@ -309,7 +311,7 @@ class Schedule:
                 op.attributes["pbsdk.kernel"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
                 tagged.append((i, lm))
         _tile_loops(module, tagged)
-        _run(module, "canonicalize, cse")
+        run_passes(module, "canonicalize, cse")
         ctx.notes["nvgpu.kernels"] = records
 
 
