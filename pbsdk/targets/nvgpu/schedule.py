@@ -243,13 +243,13 @@ def _matmul_shape(op: ir.Operation) -> tuple[int, int, int, int, str, str] | Non
     return batch, c.shape[-2], c.shape[-1], a.shape[-1], str(a.element_type), str(c.element_type)
 
 
-def _inline_kernel(module: ir.Module, op: ir.Operation, text: str, callees: str = "") -> None:
+def _inline_kernel(module: ir.Module, op: ir.Operation, text: str, callees: str = "", what: str = "matmul") -> None:
     """Parse ``text`` (one function of op's operands; ``callees`` are the functions it calls) and splice
     its body in place of ``op``."""
     try:
         parsed = ir.Module.parse(text + "\n" + callees, module.context)
     except Exception as exc:  # a bug in the template, not the user's input: say which op
-        raise CompileError(f"generated matmul kernel does not parse: {exc}", op=op.name) from exc
+        raise CompileError(f"generated {what} kernel does not parse: {exc}", op=op.name) from exc
     fn = parsed.body.operations[0]
     block = fn.regions[0].blocks[0]
     for arg, value in zip(block.arguments, op.operands):
@@ -270,16 +270,19 @@ class Schedule:
     name = "nvgpu-schedule"
 
     def apply(self, module: ir.Module, ctx: StageContext) -> None:
+        records: list[dict[str, Any]] = []
+        mma_funcs: dict[str, str] = {}
+        # Calls of the functions the core marked ``pbsdk.attention`` (fused attentions) stay calls: each
+        # becomes this target's kernel below, generated from the descriptor (the neutral body is dropped).
+        attention_calls = _keep_attention_calls(module)
         # The core isolates each contraction in a private function (so fusion leaves it named); bring
         # them back into the entry function, where every kernel is launched from.
         run_passes(module, "inline, symbol-dce, canonicalize")
         CopiesToLinalg(only_strided=False).apply(module)
         entry = entry_function(module, ctx.notes["entry"])
-        records: list[dict[str, Any]] = []
-        mma_funcs: dict[str, str] = {}
         for op in [o for name in MATMUL_OPS for o in ops_named(module, name)]:
             shape = _matmul_shape(op)
-            if shape is None:
+            if shape is None or _in_attention_function(op):
                 continue
             mm = matmul_mapping(ctx.spec, *shape, ctx.options)
             records.append({"op": op.name, "kind": "matmul", "mapping": dataclasses.asdict(mm)})
@@ -288,6 +291,8 @@ class Schedule:
             types = tuple(str(v.type) for v in op.operands)
             _inline_kernel(module, op, matmul_kernel(mm, types, "__pbsdk_matmul"),  # type: ignore[arg-type]
                            mma_function(mm) if mm.compute == "mma" else "")
+        if attention_calls:
+            records += _fuse_attention_calls(module, ctx, mma_funcs)
         for text in mma_funcs.values():
             parsed = ir.Module.parse(text, module.context)
             module.body.append(parsed.body.operations[0].operation)
@@ -313,6 +318,61 @@ class Schedule:
         _tile_loops(module, tagged)
         run_passes(module, "canonicalize, cse")
         ctx.notes["nvgpu.kernels"] = records
+
+
+def _attention_functions(module: ir.Module) -> dict[str, ir.Operation]:
+    return {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in module.body.operations
+            if op.operation.name == "func.func" and "pbsdk.attention" in op.attributes}
+
+
+def _keep_attention_calls(module: ir.Module) -> int:
+    """Mark the calls of ``pbsdk.attention`` functions ``no_inline``; how many there are."""
+    with module.context:
+        fused = _attention_functions(module)
+        calls = [c for c in ops_named(module, "func.call")
+                 if ir.FlatSymbolRefAttr(c.attributes["callee"]).value in fused]
+        for c in calls:
+            c.attributes["no_inline"] = ir.UnitAttr.get()
+    return len(calls)
+
+
+def _fuse_attention_calls(module: ir.Module, ctx: StageContext, mma_funcs: dict[str, str]) -> list[dict[str, Any]]:
+    """Replace every ``func.call`` of a ``pbsdk.attention`` function by the kernel of its `AttentionMapping`."""
+    from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor
+    from pbsdk.targets.nvgpu.attention_kernel import kernel_text, mma_steps
+
+    records: list[dict[str, Any]] = []
+    with module.context:
+        fused = _attention_functions(module)
+        for call in ops_named(module, "func.call"):
+            callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+            if callee not in fused:
+                continue
+            desc = parse_descriptor(ir.StringAttr(fused[callee].attributes["pbsdk.attention"]).value)
+            am = attention_mapping(ctx.spec, desc, ctx.options)
+            types = tuple(str(v.type) for v in call.operands)
+            if len(types) != 4 + desc.mask:
+                raise CompileError(f"@{callee} takes {len(types)} operands; its descriptor needs {4 + desc.mask}",
+                                   op="func.call")
+            steps = mma_steps(am)
+            mma_funcs.update(steps)
+            record = dataclasses.asdict(am)
+            record.pop("desc")
+            records.append({"op": "func.call", "kind": "attention", "callee": callee, "mapping": record,
+                            "descriptor": dataclasses.asdict(desc), "threads": am.threads, "grid": am.grid,
+                            "shared_bytes": am.shared_bytes})
+            _inline_kernel(module, call, kernel_text(am, "__pbsdk_attention", types), "\n".join(steps.values()),
+                           what="attention")
+        for fn in fused.values():
+            fn.erase()
+    return records
+
+
+def _in_attention_function(op: ir.Operation) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        parent = parent.parent
+    return parent is not None and "pbsdk.attention" in parent.attributes
 
 
 def _inside_forall(op: ir.Operation) -> bool:

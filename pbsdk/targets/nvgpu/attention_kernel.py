@@ -1,0 +1,349 @@
+"""The fused attention kernel an `AttentionMapping` describes, as MLIR text in the ``schedule`` stage's form.
+
+One function ``@name(%Q0, %K0, %V0[, %M0], %O0)`` on the operands' base buffers, whose body is a
+``#gpu.block`` forall over (query block, flat batch) holding, in order (see `attention.py` for the
+algorithm):
+
+1. all threads (``#gpu.thread<linear_dim_0>``): the Q tile into shared memory, O := 0, m := -inf, l := 0;
+2. a loop over the key tiles the block visits (causal: up to its diagonal), each step being
+   a. all threads: the Kᵀ and V tiles into shared memory (zero-padded), S := 0;
+   b. S += Q·Kᵀ — per warp (``#gpu.warp``) as calls to a matrix-unit function, or per thread as a small
+      ``linalg.matmul``;
+   c. one thread per query row: scale, mask, running max, ``P = exp(S - m)`` rounded to the dtype, l;
+   d. all threads: O *= exp(m_old - m_new) per row;
+   e. O += P·V, as in b;
+3. all threads: ``O / l`` stored to the output, inside ``sq`` only.
+
+The upstream thread mapping puts a barrier after each thread/warp loop, which is what separates these
+steps on the GPU; the host emulation runs them in order.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from pbsdk.core.ir.mlir_text import MlirText
+from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping, OperandLayout
+
+WS = "#gpu.address_space<workgroup>"
+LINEAR = "[#gpu.thread<linear_dim_0>]"
+
+
+def _f32(v: float) -> str:
+    """An exact f32 literal (hex bit pattern)."""
+    return f"0x{struct.unpack('<I', struct.pack('<f', v))[0]:08X}"
+
+
+def _smem(shape: tuple[int, ...], dtype: str) -> str:
+    return f"memref<{'x'.join(map(str, shape))}x{dtype}, {WS}>"
+
+
+def _view(rows: int, cols: int, stride: int, dtype: str) -> str:
+    return f"memref<{rows}x{cols}x{dtype}, strided<[{stride}, 1], offset: ?>, {WS}>"
+
+
+def mma_types(dtype: str, a_stride: int, b_stride: int, c_stride: int) -> tuple[str, str, str]:
+    """The subview types of one 16x8x16 step: A (16x16), B (16x8), C (16x8, f32) rows of those strides."""
+    return _view(16, 16, a_stride, dtype), _view(16, 8, b_stride, dtype), _view(16, 8, c_stride, "f32")
+
+
+def mma_name(dtype: str, a_stride: int, b_stride: int, c_stride: int) -> str:
+    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_a{a_stride}_b{b_stride}_c{c_stride}"
+
+
+def mma_function(unit: str, dtype: str, a_stride: int, b_stride: int, c_stride: int) -> str:
+    """The matrix-unit step as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in ``mma.sync``)."""
+    ta, tb, tc = mma_types(dtype, a_stride, b_stride, c_stride)
+    return (f"func.func private @{mma_name(dtype, a_stride, b_stride, c_stride)}(%a: {ta}, %b: {tb}, %c: {tc}) "
+            f"attributes {{pbsdk.matrix_unit = \"{unit}\"}} {{\n"
+            f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
+
+
+def mma_steps(am: AttentionMapping) -> dict[str, str]:
+    """The matrix-unit functions the kernel calls, by name (none on the SIMT path)."""
+    if am.compute != "mma":
+        return {}
+    t, bk, dp, dvp = am.dtype, am.block_k, am.d_pad, am.dv_pad
+    out = {}
+    for strides in ((dp, bk, bk), (bk, dvp, dvp)):  # S = Q·Kᵀ, O += P·V
+        out[mma_name(t, *strides)] = mma_function(am.unit, t, *strides)
+    return out
+
+
+class _Body(MlirText):
+    """MlirText with index constants and arithmetic helpers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.consts: set[int] = set()
+
+    def c(self, v: int) -> str:
+        self.consts.add(v)
+        return f"%c{v}" if v >= 0 else f"%cm{-v}"
+
+    def op(self, hint: str, text: str) -> str:
+        name = self.fresh(hint)
+        self(f"{name} = {text}")
+        return name
+
+    def add(self, a: str, b: str) -> str:
+        return self.op("a", f"arith.addi {a}, {b} : index")
+
+    def mul(self, a: str, k: int) -> str:
+        return self.op("m", f"arith.muli {a}, {self.c(k)} : index")
+
+    def lt(self, a: str, b: str) -> str:
+        return self.op("lt", f"arith.cmpi ult, {a}, {b} : index")
+
+
+def _offset(e: _Body, beta: str, opnd: OperandLayout) -> str:
+    """Σ_f ((β // inner_f) % size_f) * stride_f, as index arithmetic."""
+    total = e.c(0)
+    for size, stride, inner in opnd.batch:
+        if stride == 0 or size == 1:
+            continue
+        x = e.op("bi", f"arith.divui {beta}, {e.c(inner)} : index") if inner != 1 else beta
+        x = e.op("bs", f"arith.remui {x}, {e.c(size)} : index")
+        total = e.add(total, e.mul(x, stride))
+    return total
+
+
+def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
+    """The kernel as one function of the call's operands (types as they appear on the call)."""
+    d = am.desc
+    T, BQ, BK, DP, DVP = am.dtype, am.block_q, am.block_k, am.d_pad, am.dv_pad
+    NT = am.threads
+    e = _Body()
+    names = ["Q", "K", "V"] + (["M"] if d.mask else []) + ["O"]
+    layouts = {"Q": d.q, "K": d.k, "V": d.v, "M": d.m}
+    args = ", ".join(f"%{n}0: {t}" for n, t in zip(names, types))
+    e.depth = 0
+    e(f"func.func private @{name}({args}) {{")
+    e.depth = 1
+    body_start = len(e.lines)
+    e(f"%zf = arith.constant {_f32(0.0)} : f32")
+    e(f"%onef = arith.constant {_f32(1.0)} : f32")
+    e(f"%ninf = arith.constant {_f32(-math.inf)} : f32")
+    e(f"%zt = arith.constant 0.0 : {T}")
+    e(f"%scale = arith.constant {_f32(d.scale)} : f32")
+    e(f"%mscale = arith.constant {_f32(d.mask_scale)} : f32")
+    gq, gb = am.grid
+    e.open(f"scf.forall (%qb, %beta) in ({gq}, {gb}) {{")
+    # Flat views of the operands (identity-layout bases).
+    flat: dict[str, str] = {}
+    for n, t in zip(names, types):
+        dims = t[len("memref<"):].split("x")[:-1]
+        size = math.prod(int(s) for s in dims) if dims else 1
+        if len(dims) == 1:
+            flat[n] = f"%{n}0"
+        else:
+            flat[n] = e.op(n.lower(), f"memref.collapse_shape %{n}0 [[{', '.join(map(str, range(len(dims))))}]] : "
+                                      f"{t} into memref<{size}x{T}>")
+    ft = {n: f"memref<{math.prod(int(s) for s in t[len('memref<'):].split('x')[:-1])}x{T}>"
+          for n, t in zip(names, types)}
+    base = {n: _offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
+    i0 = e.mul("%qb", BQ)
+    sq_t, sk_t, sv_t = _smem((BQ, DP), T), _smem((DP, BK), T), _smem((BK, DVP), T)
+    ss_t, sp_t, so_t, row_t = _smem((BQ, BK), "f32"), _smem((BQ, BK), T), _smem((BQ, DVP), "f32"), _smem((BQ,), "f32")
+    tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t, "sl": row_t,
+             "sa": row_t}
+    for tile, ty in tiles.items():
+        e(f"%{tile} = memref.alloc() {{alignment = 16 : i64}} : {ty}")
+
+    def load(opnd: str, r: str, c: str) -> str:
+        """operand[base + r*row_stride + c*col_stride] (global memory)."""
+        lay = layouts[opnd]
+        assert lay is not None
+        idx = e.add(e.add(base[opnd], e.mul(r, lay.row_stride)), e.mul(c, lay.col_stride))
+        return e.op("g", f"memref.load {flat[opnd]}[{idx}] : {ft[opnd]}")
+
+    def strided_loop(count: int, cols: int, tid: str = "%t") -> tuple[str, str]:
+        """`scf.for` over elements tid, tid+NT, ... of a (count/cols) x cols tile; returns (row, col)."""
+        ev = e.fresh("e")
+        e.open(f"scf.for {ev} = {tid} to {e.c(count)} step {e.c(NT)} {{")
+        return (e.op("r", f"arith.divui {ev}, {e.c(cols)} : index"),
+                e.op("q", f"arith.remui {ev}, {e.c(cols)} : index"))
+
+    def guarded_load(opnd: str, cond: str, r: str, c: str, etype: str, zero: str) -> str:
+        v = e.fresh("x")
+        e.open(f"{v} = scf.if {cond} -> ({etype}) {{")
+        e(f"scf.yield {load(opnd, r, c)} : {etype}")
+        e.close("} else {")
+        e.depth += 1
+        e(f"scf.yield {zero} : {etype}")
+        e.close()
+        return v
+
+    def and_(a: str, b: str) -> str:
+        return e.op("and", f"arith.andi {a}, {b} : i1")
+
+    # 1. Q tile, O = 0, m = -inf, l = 0.
+    e.open(f"scf.forall (%t) in ({NT}) {{")
+    r, c = strided_loop(BQ * DP, DP)
+    gi = e.add(i0, r)
+    inb = and_(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.d))) if DP != d.d else e.lt(gi, e.c(d.sq))
+    e(f"memref.store {guarded_load('Q', inb, gi, c, T, '%zt')}, %sq[{r}, {c}] : {sq_t}")
+    e.close()
+    r, c = strided_loop(BQ * DVP, DVP)
+    e(f"memref.store %zf, %so[{r}, {c}] : {so_t}")
+    e.close()
+    ev = e.fresh("e")
+    e.open(f"scf.for {ev} = %t to {e.c(BQ)} step {e.c(NT)} {{")
+    e(f"memref.store %ninf, %sm[{ev}] : {row_t}")
+    e(f"memref.store %zf, %sl[{ev}] : {row_t}")
+    e.close()
+    e.close(f"}} {{mapping = {LINEAR}}}")
+
+    # 2. The key tiles this block visits.
+    if d.causal_offset is None:
+        n_tiles = e.c(am.k_tiles)
+    else:
+        # last row's reach: min(i0 + BQ, sq) - 1 + off + 1 keys, in whole tiles, at most k_tiles
+        last = e.op("last", f"arith.minui {e.add(i0, e.c(BQ))}, {e.c(d.sq)} : index")
+        reach = e.op("reach", f"arith.addi {last}, {e.c(d.causal_offset)} : index") \
+            if d.causal_offset >= 0 else e.op("reach", f"arith.subi {last}, {e.c(-d.causal_offset)} : index")
+        # (a negative reach cannot occur for offset >= 0; clamp through a signed max for the general case)
+        reach = e.op("reach", f"arith.maxsi {reach}, {e.c(0)} : index")
+        tiles_needed = e.op("kn", f"arith.ceildivui {reach}, {e.c(BK)} : index")
+        n_tiles = e.op("kn", f"arith.minui {tiles_needed}, {e.c(am.k_tiles)} : index")
+    e.open(f"scf.for %kt = {e.c(0)} to {n_tiles} step {e.c(1)} {{")
+    j0 = e.mul("%kt", BK)
+    # a. Kᵀ and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
+    e.open(f"scf.forall (%t) in ({NT}) {{")
+    r, c = strided_loop(BK * DP, DP)
+    gj = e.add(j0, r)
+    inb = and_(e.lt(gj, e.c(d.sk)), e.lt(c, e.c(d.d))) if DP != d.d else e.lt(gj, e.c(d.sk))
+    e(f"memref.store {guarded_load('K', inb, gj, c, T, '%zt')}, %sk[{c}, {r}] : {sk_t}")
+    e.close()
+    r, c = strided_loop(BK * DVP, DVP)
+    gj = e.add(j0, r)
+    inb = and_(e.lt(gj, e.c(d.sk)), e.lt(c, e.c(d.dv))) if DVP != d.dv else e.lt(gj, e.c(d.sk))
+    e(f"memref.store {guarded_load('V', inb, gj, c, T, '%zt')}, %sv[{r}, {c}] : {sv_t}")
+    e.close()
+    r, c = strided_loop(BQ * BK, BK)
+    e(f"memref.store %zf, %ss[{r}, {c}] : {ss_t}")
+    e.close()
+    e.close(f"}} {{mapping = {LINEAR}}}")
+
+    def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int) -> None:
+        """acc (BQ x n) += a (BQ x k) · b (k x n) on the shared tiles."""
+        if am.compute == "mma":
+            ta, tb, tc = mma_types(T, k, n, n)
+            fn = mma_name(T, k, n, n)
+            e.open(f"scf.forall (%w) in ({am.warps}) {{")
+            r0 = e.mul("%w", 16)
+            ni, ki = e.fresh("ni"), e.fresh("ki")
+            e.open(f"scf.for {ni} = {e.c(0)} to {e.c(n)} step {e.c(8)} {{")
+            e.open(f"scf.for {ki} = {e.c(0)} to {e.c(k)} step {e.c(16)} {{")
+            av = e.op("as", f"memref.subview {a}[{r0}, {ki}] [16, 16] [1, 1] : {a_t} to {ta}")
+            bv = e.op("bs", f"memref.subview {b}[{ki}, {ni}] [16, 8] [1, 1] : {b_t} to {tb}")
+            cv = e.op("cs", f"memref.subview {acc}[{r0}, {ni}] [16, 8] [1, 1] : {acc_t} to {tc}")
+            e(f"func.call @{fn}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
+            e.close()
+            e.close()
+            e.close("} {mapping = [#gpu.warp<linear_dim_0>]}")
+        else:
+            ty, tx = SIMT_THREADS
+            va, vb, vc = _view(am.tm, k, k, T), _view(k, tn, n, T), _view(am.tm, tn, n, "f32")
+            e.open(f"scf.forall (%ty, %tx) in ({ty}, {tx}) {{")
+            rr, qq = e.mul("%ty", am.tm), e.mul("%tx", tn)
+            av = e.op("as", f"memref.subview {a}[{rr}, 0] [{am.tm}, {k}] [1, 1] : {a_t} to {va}")
+            bv = e.op("bs", f"memref.subview {b}[0, {qq}] [{k}, {tn}] [1, 1] : {b_t} to {vb}")
+            cv = e.op("cs", f"memref.subview {acc}[{rr}, {qq}] [{am.tm}, {tn}] [1, 1] : {acc_t} to {vc}")
+            e(f"linalg.matmul ins({av}, {bv} : {va}, {vb}) outs({cv} : {vc})")
+            e.close("} {mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}")
+
+    # b. S += Q·Kᵀ
+    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s)
+
+    # c. One thread per query row: the online-softmax update.
+    e.open(f"scf.forall (%t) in ({BQ}) {{")
+    gi = e.add(i0, "%t")
+    row_in = e.lt(gi, e.c(d.sq))
+    j, mx = e.fresh("j"), e.fresh("mx")
+    mnew_acc = e.fresh("macc")
+    e.open(f"{mx} = scf.for {j} = {e.c(0)} to {e.c(BK)} step {e.c(1)} iter_args({mnew_acc} = %ninf) -> (f32) {{")
+    gj = e.add(j0, j)
+    s = e.op("s", f"memref.load %ss[%t, {j}] : {ss_t}")
+    x = e.op("x", f"arith.mulf {s}, %scale : f32")
+    valid = e.lt(gj, e.c(d.sk))
+    if d.mask:
+        mv = guarded_load("M", and_(row_in, valid), gi, gj, T, "%zt")
+        mf = mv if T == "f32" else e.op("mf", f"arith.extf {mv} : {T} to f32")
+        x = e.op("x", f"arith.addf {x}, {e.op('ms', f'arith.mulf {mf}, %mscale : f32')} : f32")
+    if d.causal_offset is not None:
+        # key j is masked for query i when j > i + offset (lane by lane on the diagonal tiles)
+        lim = e.op("lim", f"arith.addi {gi}, {e.c(d.causal_offset)} : index") if d.causal_offset >= 0 else \
+            e.op("lim", f"arith.subi {gi}, {e.c(-d.causal_offset)} : index")
+        seen = e.op("seen", f"arith.cmpi sle, {gj}, {lim} : index")
+        valid = and_(valid, seen)
+    x = e.op("x", f"arith.select {valid}, {x}, %ninf : f32")
+    e(f"memref.store {x}, %ss[%t, {j}] : {ss_t}")
+    e(f"scf.yield {e.op('mx', f'arith.maximumf {mnew_acc}, {x} : f32')} : f32")
+    e.close()
+    mold = e.op("mold", f"memref.load %sm[%t] : {row_t}")
+    mnew = e.op("mnew", f"arith.maximumf {mold}, {mx} : f32")
+    # a row with every key so far masked keeps m = -inf; subtracting 0 then gives p = 0 and alpha = 0
+    dead = e.op("dead", f"arith.cmpf oeq, {mnew}, %ninf : f32")
+    muse = e.op("muse", f"arith.select {dead}, %zf, {mnew} : f32")
+    alpha = e.op("alpha", f"math.exp {e.op('dm', f'arith.subf {mold}, {muse} : f32')} : f32")
+    j2, lsum, lacc = e.fresh("j"), e.fresh("ls"), e.fresh("lacc")
+    e.open(f"{lsum} = scf.for {j2} = {e.c(0)} to {e.c(BK)} step {e.c(1)} iter_args({lacc} = %zf) -> (f32) {{")
+    s = e.op("s", f"memref.load %ss[%t, {j2}] : {ss_t}")
+    p = e.op("p", f"math.exp {e.op('sd', f'arith.subf {s}, {muse} : f32')} : f32")
+    if T != "f32":  # P is what the second matmul reads: round it to the operand dtype, sum what it reads
+        pt = e.op("pt", f"arith.truncf {p} : f32 to {T}")
+        p = e.op("p", f"arith.extf {pt} : {T} to f32")
+    else:
+        pt = p
+    e(f"memref.store {pt}, %sp[%t, {j2}] : {sp_t}")
+    e(f"scf.yield {e.op('l', f'arith.addf {lacc}, {p} : f32')} : f32")
+    e.close()
+    lold = e.op("lold", f"memref.load %sl[%t] : {row_t}")
+    lnew = e.op("lnew", f"arith.addf {e.op('la', f'arith.mulf {lold}, {alpha} : f32')}, {lsum} : f32")
+    e(f"memref.store {lnew}, %sl[%t] : {row_t}")
+    e(f"memref.store {mnew}, %sm[%t] : {row_t}")
+    e(f"memref.store {alpha}, %sa[%t] : {row_t}")
+    e.close(f"}} {{mapping = {LINEAR}}}")
+
+    # d. O *= alpha per row (all threads)
+    e.open(f"scf.forall (%t) in ({NT}) {{")
+    r, c = strided_loop(BQ * DVP, DVP)
+    o = e.op("o", f"memref.load %so[{r}, {c}] : {so_t}")
+    a = e.op("al", f"memref.load %sa[{r}] : {row_t}")
+    e(f"memref.store {e.op('o', f'arith.mulf {o}, {a} : f32')}, %so[{r}, {c}] : {so_t}")
+    e.close()
+    e.close(f"}} {{mapping = {LINEAR}}}")
+
+    # e. O += P·V
+    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o)
+    e.close()  # key loop
+
+    # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.
+    e.open(f"scf.forall (%t) in ({NT}) {{")
+    r, c = strided_loop(BQ * DVP, DVP)
+    gi = e.add(i0, r)
+    inb = and_(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.dv))) if DVP != d.dv else e.lt(gi, e.c(d.sq))
+    e.open(f"scf.if {inb} {{")
+    o = e.op("o", f"memref.load %so[{r}, {c}] : {so_t}")
+    lv = e.op("lv", f"memref.load %sl[{r}] : {row_t}")
+    y = e.op("y", f"arith.divf {o}, {lv} : f32")
+    if T != "f32":
+        y = e.op("y", f"arith.truncf {y} : f32 to {T}")
+    row = e.add(e.mul("%beta", d.sq), gi)
+    idx = e.add(e.mul(row, d.dv), c)
+    e(f"memref.store {y}, {flat['O']}[{idx}] : {ft['O']}")
+    e.close()
+    e.close()
+    e.close(f"}} {{mapping = {LINEAR}}}")
+    for tile, ty in tiles.items():
+        e(f"memref.dealloc %{tile} : {ty}")
+    e.close("} {mapping = [#gpu.block<y>, #gpu.block<x>]}")
+    e("return")
+    e.depth = 0
+    e("}")
+    consts = [f"  %c{v} = arith.constant {v} : index" if v >= 0 else f"  %cm{-v} = arith.constant {v} : index"
+              for v in sorted(e.consts)]
+    lines = e.lines[:body_start] + consts + e.lines[body_start:]
+    return "\n".join(lines)

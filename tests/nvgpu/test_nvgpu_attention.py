@@ -1,0 +1,248 @@
+"""Fused attention on nvgpu: the mapping (no MLIR), the kernel's schedule emulated on the host against numpy
+(f16/bf16 with f32 accumulation, f32 SIMT), PTX/cubin for sm_80 and sm_90 within the spec's resources, and
+— with a GPU (marker ``gpu``) — the kernel itself.
+
+The modules come from `attention_cases.AttnCase`: the form the core emits for a scratchpad spec (an entry
+function calling a ``pbsdk.attention`` function), with descriptors built here."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pbsdk.core.errors import CompileError
+from pbsdk.core.spec import load_spec
+from pbsdk.testing import assert_close, tolerance
+
+sys.path.insert(0, str(Path(__file__).parent))
+from attention_cases import AttnCase
+
+
+def _mapping(case: AttnCase, spec: str = "nvidia/h100", **options: Any) -> Any:
+    from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor
+
+    return attention_mapping(load_spec(spec), parse_descriptor(json.dumps(case.descriptor())), options)
+
+
+# ------------------------------------------------------------------------------------------- mapping (pure)
+
+@pytest.mark.parametrize("spec", ["nvidia/a100", "nvidia/h100"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_precision_uses_mma_for_both_matmuls(spec: str, dtype: str) -> None:
+    am = _mapping(AttnCase(1, 8, 1024, 1024, 64, 64, dtype, causal_offset=0), spec)
+    assert am.compute == "mma" and am.unit.startswith("mma.sync.m16n8k16")
+    assert am.block_q == 16 * am.warps and am.threads == 32 * am.warps
+    assert am.block_k % 16 == 0 and am.d_pad % 16 == 0 and am.dv_pad % 8 == 0
+    assert am.shared_bytes <= load_spec(spec).scratchpads()[0].size_bytes
+    assert am.grid == (1024 // am.block_q, 8)
+    assert any("O += P·V" in r for r in am.reasons)
+
+
+def test_f32_takes_the_simt_path() -> None:
+    am = _mapping(AttnCase(1, 2, 100, 100, 64, 64, "f32"))
+    assert am.compute == "thread" and am.unit == "fma" and am.threads == 128
+    assert am.block_q == 16 * am.tm and am.block_k == 8 * am.tn_s and am.dv_pad == 8 * am.tn_o
+    assert _mapping(AttnCase(1, 2, 100, 100, 64, 64, "f16"), matrix_units=False).compute == "thread"
+
+
+@pytest.mark.parametrize("d", [64, 128, 256])
+@pytest.mark.parametrize("dtype", ["f16", "f32"])
+def test_tiles_shrink_to_static_shared_memory(d: int, dtype: str) -> None:
+    case = AttnCase(1, 1, 4096, 4096, d, d, dtype, block_q=128, block_k=128)
+    if d == 256 and dtype == "f32":  # 16 rows of f32 Q and O alone are 32 KiB: no tile fits 48 KiB
+        with pytest.raises(CompileError, match="without opt-in"):
+            _mapping(case)
+        return
+    am = _mapping(case)
+    assert am.shared_bytes <= am.budget == 49152
+    if d == 64 and dtype == "f16":
+        assert (am.block_q, am.block_k) == (64, 32)
+    if d == 128:
+        assert am.block_q * am.block_k < 128 * 128 and any("->" in r for r in am.reasons)
+
+
+def test_tiles_never_larger_than_the_problem() -> None:
+    am = _mapping(AttnCase(1, 1, 1, 7, 64, 64, "f16"))
+    assert (am.block_q, am.block_k, am.q_blocks, am.k_tiles) == (16, 16, 1, 1)
+
+
+def test_head_dims_are_padded_to_the_unit() -> None:
+    am = _mapping(AttnCase(1, 1, 64, 64, 40, 20, "bf16"))
+    assert (am.d_pad, am.dv_pad) == (48, 24)
+
+
+def test_causal_skips_tiles_above_the_diagonal() -> None:
+    am = _mapping(AttnCase(1, 1, 1024, 1024, 64, 64, "f16", causal_offset=0))
+    bq, bk = am.block_q, am.block_k
+    assert am.key_tiles(0) == -(-bq // bk)
+    assert am.key_tiles(am.q_blocks - 1) == am.k_tiles
+    visited = sum(am.key_tiles(qb) for qb in range(am.q_blocks))
+    assert visited < 0.6 * am.q_blocks * am.k_tiles  # about half the tiles are skipped
+    # only the tiles crossing the block's diagonal need the per-(row, key) mask
+    assert all(len(am.diagonal_tiles(qb)) <= -(-bq // bk) for qb in range(am.q_blocks))
+    assert am.diagonal_tiles(1) == tuple(range(bq // bk, 2 * bq // bk))
+    full = _mapping(AttnCase(1, 1, 1024, 1024, 64, 64, "f16"))
+    assert full.key_tiles(0) == full.k_tiles and full.diagonal_tiles(0) == ()
+    shifted = _mapping(AttnCase(1, 1, 16, 1024, 64, 64, "f16", causal_offset=1008))
+    assert shifted.key_tiles(0) == shifted.k_tiles  # the bottom-right-aligned diagonal reaches every key
+
+
+def test_too_large_head_dim_is_refused_with_the_budget() -> None:
+    with pytest.raises(CompileError, match="49152 B"):
+        _mapping(AttnCase(1, 1, 64, 64, 1024, 1024, "f32"))
+
+
+def test_malformed_descriptor_is_a_compile_error() -> None:
+    from pbsdk.targets.nvgpu.attention import parse_descriptor
+
+    good = AttnCase(1, 1, 8, 8, 64, 64, "f16").descriptor()
+    with pytest.raises(CompileError, match="malformed"):
+        parse_descriptor(json.dumps({k: v for k, v in good.items() if k != "sq"}))
+    with pytest.raises(CompileError, match="version"):
+        parse_descriptor(json.dumps({**good, "version": 2}))
+
+
+def test_operand_layout_offsets_follow_the_descriptor() -> None:
+    from pbsdk.targets.nvgpu.attention import parse_descriptor
+
+    case = AttnCase(2, 8, 5, 6, 64, 64, "f16", kv_heads=2)
+    desc = parse_descriptor(json.dumps(case.descriptor()))
+    k = np.arange(np.prod(case.shapes["k"])).reshape(case.shapes["k"])
+    for beta in range(16):
+        b, h = divmod(beta, 8)
+        assert desc.k.offset(beta, 3, 5) == k[b, h // 4, 3, 5]
+
+
+# ------------------------------------------------------------------------------------ emulated numerics
+
+EMULATED = [
+    AttnCase(1, 2, 1, 1, 64, 64, "f16"),
+    AttnCase(1, 2, 7, 7, 64, 64, "f16", causal_offset=0),
+    AttnCase(1, 2, 7, 7, 128, 128, "bf16"),
+    AttnCase(1, 2, 128, 128, 64, 64, "f16"),
+    AttnCase(1, 2, 128, 128, 128, 128, "bf16", causal_offset=0),
+    AttnCase(1, 2, 128, 128, 128, 128, "f16", causal_offset=0),
+    AttnCase(1, 2, 128, 128, 64, 64, "bf16"),
+    AttnCase(1, 1, 300, 300, 64, 64, "f16", causal_offset=0),
+    AttnCase(2, 8, 33, 40, 64, 64, "f16", kv_heads=2),
+    AttnCase(2, 3, 21, 45, 64, 64, "bf16", mask=True),
+    AttnCase(1, 2, 7, 7, 64, 64, "f16", mask=True, causal_offset=0),
+    AttnCase(1, 2, 50, 70, 40, 24, "f16"),
+    AttnCase(1, 2, 1, 1, 64, 64, "f32", mask=True),
+    AttnCase(1, 2, 7, 7, 128, 128, "f32", causal_offset=0),
+    AttnCase(1, 2, 128, 128, 64, 64, "f32", causal_offset=0),
+    AttnCase(2, 4, 33, 40, 128, 128, "f32", kv_heads=1, mask=True),
+]
+
+
+def _emulate_and_check(case: AttnCase, spec: str = "nvidia/h100", **options: Any) -> Any:
+    from pbsdk.targets.nvgpu.emulate import emulate
+
+    kernel = emulate(case.module_text(), spec=spec, options={"cache": False, **options})
+    args = case.inputs()
+    got = np.asarray(kernel(*args))
+    expected = case.reference(*args)
+    # f16 comes back as float16, bf16 widened to float32: compared at the operand dtype's tolerance
+    tol = tolerance("attention", case.dtype, reduction_size=case.sk + case.d)
+    assert_close(got, expected.astype(got.dtype), op="attention", tol=tol)
+    return kernel
+
+
+@pytest.mark.parametrize("case", EMULATED, ids=lambda c: c.name)
+def test_emulated_attention_matches_numpy(case: AttnCase) -> None:
+    kernel = _emulate_and_check(case, "nvidia/a100" if case.sq == 300 else "nvidia/h100")
+    (rec,) = [k for k in kernel.kernels if k["kind"] == "attention"]
+    assert rec["mapping"]["compute"] == ("thread" if case.dtype == "f32" else "mma")
+    assert "pbsdk.matrix_unit" in kernel.scheduled or case.dtype == "f32"
+    assert "pbsdk.attention" not in kernel.scheduled  # the core's neutral function is gone
+
+
+def test_emulated_simt_path_for_half_precision() -> None:
+    kernel = _emulate_and_check(AttnCase(1, 2, 40, 40, 64, 64, "f16", causal_offset=0), matrix_units=False)
+    assert "pbsdk.matrix_unit" not in kernel.scheduled
+
+
+def test_emulation_detects_a_skipped_key_tile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A schedule bug (the key loop one tile short) must show up as a numerical failure."""
+    from pbsdk.targets.nvgpu import attention
+
+    real = attention.AttentionMapping.k_tiles.fget  # type: ignore[attr-defined]
+    monkeypatch.setattr(attention.AttentionMapping, "k_tiles", property(lambda self: max(1, real(self) - 1)))
+    with pytest.raises(AssertionError):
+        _emulate_and_check(AttnCase(1, 1, 64, 96, 64, 64, "f16", block_k=32))
+
+
+# ------------------------------------------------------------------------------------- PTX and cubins
+
+def _compile(case: AttnCase, spec: str, **options: Any) -> Any:
+    from pbsdk.core.compiler import compile_text, resolve
+
+    return compile_text(case.module_text(), resolve("nvgpu", spec, {"cache": False, **options}))
+
+
+COMPILED = [AttnCase(1, 8, 1024, 1024, 64, 64, "f16", causal_offset=0), AttnCase(1, 8, 1024, 1024, 128, 128, "bf16"),
+            AttnCase(2, 8, 333, 333, 64, 64, "f16", kv_heads=2, mask=True),
+            AttnCase(1, 8, 1024, 1024, 64, 64, "f32", causal_offset=0)]
+
+
+@pytest.mark.parametrize("spec", ["nvidia/a100", "nvidia/h100"])
+@pytest.mark.parametrize("case", COMPILED, ids=lambda c: c.name)
+def test_attention_compiles_within_the_spec(spec: str, case: AttnCase) -> None:
+    from pbsdk.targets.nvgpu.ptxas import find_ptxas
+    from pbsdk.targets.nvgpu.runtime import read
+
+    if find_ptxas() is None:
+        pytest.skip("ptxas not available")
+    chip = load_spec(spec)
+    header, blobs = read(_compile(case, spec).payload)
+    ptx = blobs["ptx"].decode()
+    assert f".target {chip.codegen['arch']}" in ptx and blobs["cubin"][:4] == b"\x7fELF"
+    assert ("mma.sync.aligned.m16n8k16" in ptx) == (case.dtype != "f32")
+    (launch,) = header["launches"]
+    am = _mapping(case, spec)
+    assert launch["grid"] == [case.b * case.h, am.q_blocks, 1] and launch["block"] == [am.threads, 1, 1]
+    (res,) = header["kernels"].values()
+    assert res["spill_loads"] == 0 and res["spill_stores"] == 0  # ptxas -v reports them; the stage refuses spills
+    assert res["registers"] <= chip.compute[-1].limits["max_registers"]
+    assert res["registers"] * am.threads <= chip.compute[0].limits["max_registers_per_block"]
+    assert am.shared_bytes <= res["shared_bytes"] <= chip.scratchpads()[0].size_bytes
+
+
+def test_schedule_records_the_attention_mapping() -> None:
+    from mlir import ir
+
+    from pbsdk.core.compiler import pipeline_for, resolve
+    from pbsdk.core.pipeline import StageContext
+
+    case = AttnCase(1, 2, 64, 64, 64, 64, "bf16", causal_offset=0)
+
+    request = resolve("nvgpu", "nvidia/h100", {"cache": False})
+    ctx = StageContext(request.spec, request.options)
+    module = pipeline_for(request).run(ir.Module.parse(case.module_text(), ir.Context()), ctx, stop_after="schedule")
+    (rec,) = [k for k in ctx.notes["nvgpu.kernels"] if k["kind"] == "attention"]
+    assert rec["mapping"] == {k: v for k, v in dataclasses.asdict(_mapping(case)).items() if k != "desc"}
+    text = str(module)
+    assert "#gpu.warp<linear_dim_0>" in text and "#gpu.address_space<workgroup>" in text
+    assert text.count("__pbsdk_mma_attn_m16n8k16_bf16") >= 2
+
+
+# --------------------------------------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [COMPILED[0], COMPILED[2], EMULATED[7]], ids=lambda c: c.name)
+def test_attention_on_gpu_matches_numpy(case: AttnCase) -> None:
+    from pbsdk.targets.nvgpu.emulate import from_bf16_bits, to_bf16_bits
+    from pbsdk.targets.nvgpu.runtime import load
+
+    kernel = load(_compile(case, "nvidia/h100").payload)
+    args = case.inputs()
+    got = kernel(*[to_bf16_bits(a) if case.dtype == "bf16" else a for a in args])
+    got = from_bf16_bits(got) if case.dtype == "bf16" else np.asarray(got)
+    tol = tolerance("attention", case.dtype, reduction_size=case.sk + case.d)
+    assert_close(got, case.reference(*args).astype(got.dtype), op="attention", tol=tol)
