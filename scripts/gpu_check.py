@@ -2,14 +2,18 @@
 
 Two halves, because the GPU machine cannot install pbsdk's MLIR wheels:
 
-``prepare DIR``  (here, with MLIR) compiles the kernels of ``tests/nvgpu/kernels.py`` and the benchmark
-                 kernels for ``--spec`` (default nvidia/h200) into ``DIR/<name>.pbsdk`` plus
-                 ``DIR/manifest.json``.
+``prepare DIR``  (here, with MLIR) compiles the kernels of ``tests/nvgpu/kernels.py``, the benchmark
+                 kernels and the fused-attention kernels (`ATTENTION`, and the gpu-marked cases of
+                 ``tests/nvgpu/test_nvgpu_attention.py``) for ``--spec`` (default nvidia/h200) into
+                 ``DIR/<name>.pbsdk`` plus ``DIR/manifest.json``.
 ``run DIR OUT``  (on the GPU; needs numpy, torch optional) loads each artifact with
                  ``pbsdk.targets.nvgpu.runtime`` (ctypes on the CUDA driver, no MLIR), checks it against
                  numpy with ``pbsdk.testing.assert_close`` (numpy buffers, and torch tensors without copies
                  when torch is present), times the benchmarks against torch (cuBLAS matmul, eager softmax
-                 and layernorm) with CUDA events, and writes ``OUT/gpu_check.json``.
+                 and layernorm) with CUDA events, checks each fused attention against
+                 ``torch.nn.functional.scaled_dot_product_attention`` (computed in f32 from the same f16
+                 inputs) and times it against SDPA in f16 (median of repeats), and writes
+                 ``OUT/gpu_check.json``.
 
 Exit status: 0 when every check passed, 1 when one failed, 2 when the setup is wrong (no artifacts, no GPU).
 """
@@ -39,6 +43,27 @@ BENCHMARKS: tuple[tuple[str, str, tuple[int, ...], str], ...] = (
 )
 
 
+#: Fused attention timed against torch SDPA: (name, batch, heads, seq, head dim, dtype, causal).
+ATTENTION: tuple[tuple[str, int, int, int, int, str, bool], ...] = tuple(
+    (f"attn_f16_b1h8_s{s}_d64{'_causal' if c else ''}", 1, 8, s, 64, "f16", c)
+    for s in (1024, 4096) for c in (False, True))
+
+
+def _attention_text(b: int, h: int, s: int, d: int, dtype: str, causal: bool, spec: str) -> tuple[str, str]:
+    """(MLIR, source): the core's fused form of ``ops.attention`` when the core fuses attention for nvgpu
+    (``source = "core"``), else the same call built from a descriptor (``tests/nvgpu/attention_cases``)."""
+    from attention_cases import AttnCase
+
+    import pbsdk
+    from pbsdk import ops
+
+    q = np.zeros((b, h, s, d), {"f16": np.float16, "f32": np.float32}[dtype])
+    text = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=causal), target="nvgpu", spec=spec).lower(q, q, q)
+    if "pbsdk.attention" in text:
+        return text, "core"
+    return AttnCase(b, h, s, s, d, d, dtype, causal_offset=0 if causal else None).module_text(), "descriptor"
+
+
 def _bench_case(name: str, kind: str, shape: tuple[int, ...], dtype: str) -> Any:
     from kernels import GpuCase, _layernorm, _softmax, matmul_case
 
@@ -61,7 +86,7 @@ def prepare(directory: Path, spec: str) -> int:
 
     directory.mkdir(parents=True, exist_ok=True)
     request = resolve("nvgpu", spec, {"cache": False})
-    manifest = {"spec": request.spec.name, "cases": [], "benchmarks": []}
+    manifest: dict[str, Any] = {"spec": request.spec.name, "cases": [], "benchmarks": []}
     for case in CASES:
         t0 = time.perf_counter()
         art = compile_text(case.text(), request)
@@ -73,6 +98,20 @@ def prepare(directory: Path, spec: str) -> int:
         (directory / f"{name}.pbsdk").write_bytes(art.payload)
         manifest["benchmarks"].append({"name": name, "kind": kind, "shape": list(shape), "dtype": dtype})
         print(f"compiled {name} ({len(art.payload)} B)")
+    from test_nvgpu_attention import GPU_CASES
+
+    manifest["attention"] = []
+    for name, b, h, seq, d, dtype, causal in ATTENTION:
+        text, source = _attention_text(b, h, seq, d, dtype, causal, spec)
+        art = compile_text(text, request)
+        (directory / f"{name}.pbsdk").write_bytes(art.payload)
+        manifest["attention"].append({"name": name, "batch": b, "heads": h, "seq": seq, "d": d, "dtype": dtype,
+                                      "causal": causal, "source": source, "kernels": art.metadata.get("kernels")})
+        print(f"compiled {name} from the {source} form ({len(art.payload)} B)")
+    for case in GPU_CASES:  # what the gpu-marked attention tests load (PBSDK_GPU_ARTIFACTS)
+        art = compile_text(case.module_text(), request)
+        (directory / f"{case.name}.pbsdk").write_bytes(art.payload)
+        print(f"compiled {case.name} ({len(art.payload)} B)")
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return 0
 
@@ -163,6 +202,37 @@ def _benchmark(entry: dict[str, Any], kernel: Any, torch: Any) -> dict[str, Any]
     return out
 
 
+def _attention(entry: dict[str, Any], kernel: Any, torch: Any) -> dict[str, Any]:
+    """Numerics vs SDPA (f32, same f16 inputs) at the attention tolerance, then median times vs SDPA (f16)."""
+    from pbsdk.testing import assert_close, max_error, tolerance
+
+    b, h, s, d, causal = entry["batch"], entry["heads"], entry["seq"], entry["d"], entry["causal"]
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[entry["dtype"]]
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=tdt, generator=gen) for _ in range(3))
+    ours = kernel(q, k, v)
+    torch.cuda.synchronize()
+    ref32 = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+    ref16 = sdpa(q, k, v, is_causal=causal)
+    got = ours.float().cpu().numpy()
+    expected = ref32.cpu().numpy()
+    out: dict[str, Any] = dict(entry)
+    err = max_error(got.astype(np.float64), expected.astype(np.float64))
+    out["vs_sdpa_f32"] = {"max_abs": err[0], "max_rel": err[1]}
+    out["max_abs_diff_vs_sdpa_f16"] = (ours.float() - ref16.float()).abs().max().item()
+    tol = tolerance("attention", entry["dtype"], reduction_size=s + d)
+    out["tolerance"] = str(tol)
+    assert_close(got, expected.astype(got.dtype), op="attention", tol=tol)
+    repeats = 5 if s > 2048 else 10
+    t_ours = _time(lambda: kernel(q, k, v), torch, repeats=repeats)
+    t_ref = _time(lambda: sdpa(q, k, v, is_causal=causal), torch, repeats=repeats)
+    flops = 4 * b * h * s * s * d * (0.5 if causal else 1.0)
+    out.update(pbsdk_s=t_ours, sdpa_s=t_ref, pbsdk_tflops=flops / t_ours / 1e12, sdpa_tflops=flops / t_ref / 1e12,
+               ratio_vs_sdpa=t_ref / t_ours)
+    return out
+
+
 def run(directory: Path, out_dir: Path, *, budget_s: float = 420.0) -> int:
     from kernels import CASES
 
@@ -184,8 +254,9 @@ def run(directory: Path, out_dir: Path, *, budget_s: float = 420.0) -> int:
         return 2
     manifest = json.loads(manifest_path.read_text())
     report["spec"] = manifest["spec"]
+    torch: Any
     try:
-        import torch  # type: ignore[import-not-found]
+        import torch
 
         report["torch"] = torch.__version__
         report["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
@@ -230,6 +301,22 @@ def run(directory: Path, out_dir: Path, *, budget_s: float = 420.0) -> int:
                 failed += 1
                 res = {"name": entry["name"], "status": "fail", "message": f"{type(exc).__name__}: {exc}"[:2000]}
             report["benchmarks"].append(res)
+            print(json.dumps(res, default=str))
+            write()
+        report["attention"] = []
+        for entry in manifest.get("attention", []):
+            if time.perf_counter() - t_start > budget_s:
+                report["attention"].append({"name": entry["name"], "status": "skipped: time budget"})
+                continue
+            try:
+                kernel = runtime.load_file(directory / f"{entry['name']}.pbsdk")
+                res = _attention(entry, kernel, torch)
+                res["status"] = "pass"
+            except Exception as exc:  # noqa: BLE001 - a failing kernel is a result
+                failed += 1
+                res = {"name": entry["name"], "status": "fail", "message": f"{type(exc).__name__}: {exc}"[:2000],
+                       "traceback": traceback.format_exc()[-2000:]}
+            report["attention"].append(res)
             print(json.dumps(res, default=str))
             write()
     report["passed"] = sum(c.get("status") == "pass" for c in report["cases"])

@@ -6,7 +6,8 @@
 #
 # The GPU machine needs python3 with numpy (torch for the zero-copy checks and the benchmarks), the NVIDIA
 # driver, and this source tree; not MLIR. Carry ARTIFACT_DIR there (it is git-ignored under build/).
-# If pytest is installed there, the gpu-marked tests that need no MLIR run first (tests/nvgpu/test_nvgpu_gpu.py).
+# If pytest is installed there, the gpu-marked tests that need no MLIR run first (tests/nvgpu/test_nvgpu_gpu.py,
+# then the fused-attention ones of tests/nvgpu/test_nvgpu_attention.py).
 set -u
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-}"
@@ -28,6 +29,8 @@ status=0
 if "$PY" -c "import pytest" 2>/dev/null; then
   PBSDK_GPU_ARTIFACTS="$ART" timeout 180 "$PY" -m pytest -q -p no:cacheprovider -m gpu "$HERE/tests/nvgpu/test_nvgpu_gpu.py" \
     --junitxml="$OUT/pytest-gpu.xml" > "$OUT/pytest-gpu.txt" 2>&1 || status=1
+  PBSDK_GPU_ARTIFACTS="$ART" timeout 120 "$PY" -m pytest -q -p no:cacheprovider -m gpu "$HERE/tests/nvgpu/test_nvgpu_attention.py" \
+    --junitxml="$OUT/pytest-gpu-attention.xml" > "$OUT/pytest-gpu-attention.txt" 2>&1 || status=1
 fi
 timeout 420 "$PY" "$HERE/scripts/gpu_check.py" run "$ART" "$OUT" || status=$?
 exit $status
