@@ -61,6 +61,11 @@ class Target(abc.ABC):
       description   -- one line for ``pbsdk targets``.
       implemented   -- False for a registered target whose code generation has not landed yet; it is
                        listed but compiling for it raises a clear `TargetError`.
+      attention_forms -- the fused-attention kernel forms the target's stages lower
+                       (`pbsdk.core.plan.attention.FORMS`: ``"lanes"``, vector code on a cache
+                       hierarchy; ``"scratchpad"``, tiles staged in a software-managed level with
+                       ``pbsdk.dma`` copies and ``pbsdk.matrix_unit`` ops). The planner picks the form
+                       from the chip spec; one the target does not list runs unfused.
     """
 
     name: ClassVar[str]
@@ -68,6 +73,7 @@ class Target(abc.ABC):
     default_spec: ClassVar[str]
     description: ClassVar[str] = ""
     implemented: ClassVar[bool] = True
+    attention_forms: ClassVar[tuple[str, ...]] = ("lanes", "scratchpad")
 
     def check_spec(self, spec: ChipSpec) -> None:
         """Raise `TargetError` if this target cannot generate code for ``spec``. Default: accept."""

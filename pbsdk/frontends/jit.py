@@ -71,7 +71,8 @@ class JitFunction:
     def lower(self, *args: Any) -> str:
         """The MLIR (linalg on tensors) this function traces to for these arguments."""
         graph, _ = trace(self.fn, self._signature(args))
-        return emit_graph(graph, spec=self.request.spec, options=self.request.options)
+        return emit_graph(graph, spec=self.request.spec, options=self.request.options,
+                          forms=self.request.target.attention_forms)
 
     def explain(self, *args: Any) -> str:
         """The planner's decisions for each contraction this function traces to, as text."""
@@ -81,9 +82,10 @@ class JitFunction:
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
         plans = explain_graph(graph, self.request.spec, self.request.options)
-        inside = fused_nodes(graph, self.request.spec, self.request.options)  # matmuls a fused kernel replaced
+        inside = fused_nodes(graph, self.request.spec, self.request.options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]
-        text += explain_attention(graph, self.request.spec, self.request.options)
+        text += explain_attention(graph, self.request.spec, self.request.options,
+                                  self.request.target.attention_forms)
         return "\n".join(text) or "no contractions"
 
     def kernel(self, sig: Signature) -> tuple[Kernel, bool]:
@@ -96,7 +98,8 @@ class JitFunction:
             found = self._kernels.get(sig)
             if found is None:
                 graph, multiple = trace(self.fn, sig)
-                artifact = compile_text(emit_graph(graph, spec=self.request.spec, options=self.request.options),
+                artifact = compile_text(emit_graph(graph, spec=self.request.spec, options=self.request.options,
+                          forms=self.request.target.attention_forms),
                                         self.request)
                 executable = self.request.target.load(artifact, self.request.spec)
                 found = (Kernel(artifact, executable, name=self.fn.__name__), multiple)

@@ -102,10 +102,17 @@ def test_an_overflowing_tile_is_a_compile_error_naming_buffer_and_level() -> Non
 
 def test_elementwise_and_attention_run_through_the_host_lowering() -> None:
     q, k, v = _inputs((2, 35, 16), (2, 35, 16), (2, 35, 16), dtype=np.float32)
-    out, exe = _run(lambda q, k, v: ops.softmax(ops.matmul(q, k, transpose_b=True), axis=-1) @ v, q, k, v)
+    def attention(q, k, v):
+        return ops.softmax(ops.matmul(q, k, transpose_b=True), axis=-1) @ v
+
     expected = ref.matmul(ref.softmax(ref.matmul(q, k, transpose_b=True), axis=-1), v)
+    out, exe = _run(attention, q, k, v, fuse_attention=False)
     assert_close(out, expected, op="softmax", dtype="f32", reduction_size=35)
     assert len(exe.resources["contractions"]) == 2  # QK^T (B read transposed) and PV are both staged
+    # Fused (the default): one scratchpad kernel; only the output leaves the scratchpad.
+    out, exe = _run(attention, q, k, v)
+    assert_close(out, expected, op="softmax", dtype="f32", reduction_size=35)
+    assert not exe.resources["contractions"] and exe.last_counters["bytes:spm->dram"] == out.nbytes
 
 
 def test_the_second_spec_uses_its_own_unit_and_scratchpad(tiny: ChipSpec) -> None:

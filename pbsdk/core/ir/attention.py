@@ -25,14 +25,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
 from pbsdk.core.ir.graph import Graph, Node, Value
-from pbsdk.core.plan.attention import Attention, AttentionPlan, plan_attention
+from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
 from pbsdk.core.spec import ChipSpec
+
+#: Operand dtypes whose matmuls accumulate in f32 and are cast back (the pattern then has casts).
+LOW_PRECISION = ("f16", "bf16")
 
 #: A dimension of a view: (size, stride) factors, outermost first; their sizes multiply to the dim.
 Factors = tuple[tuple[int, int], ...]
@@ -267,6 +270,9 @@ def _softmax_input(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tupl
         red = producers.get(rs.inputs[0].id)
     else:
         red = rs
+    if red is not None and red.op == "cast" and red.inputs[0].dtype == "f32" and red.out.dtype in LOW_PRECISION:
+        nodes.append(red)  # an f16/bf16 sum accumulated in f32
+        red = producers.get(red.inputs[0].id)
     if red is None or red.op != "reduce_sum" or tuple(red.attrs["axes"]) != (last,) or red.inputs[0] is not e:
         return None
     nodes.append(red)
@@ -306,9 +312,21 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
     claimed: set[int] = set()
     why = rejections if rejections is not None else []
 
+    # f16/bf16 matmuls accumulate in f32 and are cast back: the cast after P·V is the attention's output.
+    consumers: dict[int, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            consumers.setdefault(i.id, []).append(n)
+
     for pv in nodes:
         if pv.op != "matmul" or pv.attrs["transpose_a"] or pv.out.id in claimed:
             continue
+        final = pv
+        after = consumers.get(pv.out.id, [])
+        if (pv.out.dtype == "f32" and pv.inputs[0].dtype in LOW_PRECISION and len(after) == 1
+                and after[0].op == "cast" and after[0].out.dtype == pv.inputs[0].dtype
+                and pv.out.id not in uses.outputs):
+            final = after[0]
         p = pv.inputs[0]
         if not uses.only_inside(p):
             continue
@@ -359,6 +377,9 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
                     ok = False
                     break
                 cur = a[side]
+            elif (node.op == "cast" and node.out.dtype in LOW_PRECISION and node.inputs[0].dtype == "f32"
+                  and getattr(producers.get(node.inputs[0].id), "op", None) == "matmul"):
+                cur = node.inputs[0]  # Q·Kᵀ accumulated in f32, cast to the operands' dtype
             elif node.op == "select":
                 cond, t, f = a
                 tf, ff = _scalar(t, producers), _scalar(f, producers)
@@ -396,7 +417,10 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         if qk.attrs["transpose_a"]:
             why.append("Q·Kᵀ with Q transposed is not recognised")
             continue
-        match = _build(graph, pv, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why)
+        if final is not pv:
+            covered_nodes.append(pv)
+        match = _build(graph, final, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why,
+                       pv_matmul=pv)
         if match is not None:
             found.append(match)
             claimed |= match.covered
@@ -405,8 +429,11 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
 
 def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask_value: Value | None,
            causal: int | None, scale: float, mask_scale: float, covered_nodes: list[Node], uses: _Uses,
-           why: list[str]) -> AttentionMatch | None:
+           why: list[str], pv_matmul: Node | None = None) -> AttentionMatch | None:
+    """``pv`` is the node producing the output: the P·V matmul, or the cast after it
+    (``pv_matmul``) for f16/bf16 operands."""
     out = pv.out
+    pvm = pv_matmul or pv
     batch_shape = out.shape[:-2]
     if qk.out.shape[:-2] != batch_shape:
         why.append(f"attention at {out.type}: the two matmuls have different batch shapes")
@@ -414,14 +441,16 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     sq, sk = qk.out.shape[-2:]
     dv = out.shape[-1]
     q_in, k_in = qk.inputs
-    v_in = pv.inputs[1]
-    dtypes = {q_in.dtype, k_in.dtype, v_in.dtype, qk.out.dtype, out.dtype} | ({mask_value.dtype} if mask_value else set())
+    v_in = pvm.inputs[1]
+    dtypes = {q_in.dtype, k_in.dtype, v_in.dtype, out.dtype} | ({mask_value.dtype} if mask_value else set())
+    if qk.out.dtype != out.dtype and not (out.dtype in LOW_PRECISION and qk.out.dtype == "f32"):
+        dtypes.add(qk.out.dtype)
     if len(dtypes) != 1:
         why.append(f"attention at {out.type}: mixed dtypes {sorted(dtypes)}")
         return None
     views = []
     chains: list[Node] = []
-    for val, transposed in ((q_in, False), (k_in, not qk.attrs["transpose_b"]), (v_in, pv.attrs["transpose_b"])):
+    for val, transposed in ((q_in, False), (k_in, not qk.attrs["transpose_b"]), (v_in, pvm.attrs["transpose_b"])):
         found = _view_of(val, producers)
         if found is None:
             why.append(f"attention at {out.type}: an operand's reshape cannot be read with strides")
@@ -469,23 +498,27 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
 
 
 def planned_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
-                      rejections: list[str] | None = None) -> list[tuple[AttentionMatch, AttentionPlan]]:
-    """Every recognised attention with the planner's decision for it on ``spec``."""
-    return [(m, plan_attention(spec, m.op, options)) for m in find_attention(graph, rejections)]
+                      rejections: list[str] | None = None,
+                      forms: Collection[str] = FORMS) -> list[tuple[AttentionMatch, AttentionPlan]]:
+    """Every recognised attention with the planner's decision for it on ``spec`` (``forms``: the
+    kernel forms the target lowers, `pbsdk.core.target.Target.attention_forms`)."""
+    return [(m, plan_attention(spec, m.op, options, forms)) for m in find_attention(graph, rejections)]
 
 
-def explain_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> list[str]:
+def explain_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+                      forms: Collection[str] = FORMS) -> list[str]:
     """``explain`` text for each attention in ``graph`` (fused or not, and why)."""
     from pbsdk.core.plan.attention import format_attention_plan
 
     rejections: list[str] = []
     out = [format_attention_plan(f"attention #{i} -> {m.out.type}", p)
-           for i, (m, p) in enumerate(planned_attention(graph, spec, options, rejections))]
+           for i, (m, p) in enumerate(planned_attention(graph, spec, options, rejections, forms))]
     out += [f"attention pattern not fused: {r}" for r in rejections]
     return out
 
 
-def fused_nodes(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> set[int]:
+def fused_nodes(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+                forms: Collection[str] = FORMS) -> set[int]:
     """Positions in ``graph.live_nodes()`` of the nodes that fused attention kernels replace."""
-    covered = {i for m, p in planned_attention(graph, spec, options) if p.fused for i in m.covered}
+    covered = {i for m, p in planned_attention(graph, spec, options, forms=forms) if p.fused for i in m.covered}
     return {i for i, n in enumerate(graph.live_nodes()) if n.out.id in covered}

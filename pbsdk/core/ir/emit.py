@@ -131,7 +131,8 @@ class _Emitter:
                           "}", ""])
 
     def op_attention(self, match: Any, plan: Any) -> None:
-        """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` on the operands' buffers."""
+        """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` (``"lanes"`` plans) or
+        `pbsdk.core.ir.attention_tiles` (``"scratchpad"`` plans) on the operands' buffers."""
         from pbsdk.core.ir.attention_kernel import KernelOperands, kernel_text, memref_type
 
         name = f"__pbsdk_attn{len(self.kernels)}"
@@ -140,7 +141,12 @@ class _Emitter:
                              k_shape=bases[1].shape, v_shape=bases[2].shape,
                              mask_shape=bases[3].shape if match.mask else None, out_shape=match.out.shape,
                              scale=match.scale, mask_scale=match.mask_scale, dtype=match.out.dtype)
-        self.kernels.append(kernel_text(name, plan, ops))
+        if plan.schedule == "scratchpad":
+            from pbsdk.core.ir.attention_tiles import tiles_kernel_text
+
+            self.kernels.append(tiles_kernel_text(name, plan, ops))
+        else:
+            self.kernels.append(kernel_text(name, plan, ops))
         buffers, types = [], []
         for b in bases:
             buf, ty = self.fresh("buf"), memref_type(b.shape, b.dtype)
@@ -612,16 +618,19 @@ def _scalar_body(node: Node, x: list[str], t: str) -> list[str]:
 
 
 def emit_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
-               options: Mapping[str, Any] | None = None) -> str:
+               options: Mapping[str, Any] | None = None, forms: Sequence[str] | None = None) -> str:
     """The graph as MLIR text: one public ``func.func`` taking and returning static-shaped tensors.
 
     With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
-    ``options["fuse_attention"]``, default True) become one fused kernel each."""
+    ``options["fuse_attention"]``, default True) become one fused kernel each, in one of ``forms``
+    (the target's `attention_forms`; None: any)."""
     if not graph.outputs:
         raise UnsupportedError("the traced function returns no tensors")
     fused: list[Any] = []
     if spec is not None and (options or {}).get("fuse_attention", True):
         from pbsdk.core.ir.attention import planned_attention
+        from pbsdk.core.plan.attention import FORMS
 
-        fused = [(m, p) for m, p in planned_attention(graph, spec, options) if p.fused]
+        fused = [(m, p) for m, p in planned_attention(graph, spec, options, forms=FORMS if forms is None else forms)
+                 if p.fused]
     return _Emitter(graph, func_name, fused).run()

@@ -500,12 +500,18 @@ class PromoteToScratchpad:
 
         spec: ChipSpec = ctx.spec
         options = dict(getattr(ctx, "options", {}) or {})
+        # Kernels the core already staged (fused attention: ``pbsdk.attention`` functions) keep their
+        # marked copies and unit ops as they are.
         with module.context:
-            passmanager.PassManager.parse(
-                "builtin.module(func.func(linalg-generalize-named-ops))").run(module.operation)
+            pm = passmanager.PassManager.parse("func.func(linalg-generalize-named-ops)")
+            for f in module.body.operations:
+                if f.operation.name == "func.func" and "pbsdk.attention" not in f.operation.attributes:
+                    pm.run(f.operation)
         records: list[Promotion] = ctx.notes.setdefault("promote", [])
         level_names = [m.name for m in spec.memory]
         for op in ops_named(module, "linalg.generic"):
+            if "pbsdk.matrix_unit" in op.attributes or "pbsdk.compute" in op.attributes:
+                continue
             cop = analyse(op)
             if cop is None:
                 continue

@@ -34,12 +34,13 @@ written once. ``score_bytes_unfused`` is what the unfused pipeline materialises 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import math
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.plan.contraction import CACHE_BUDGET, Estimate
-from pbsdk.core.spec import ChipSpec, dtype_bits
+from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 #: Vector ops per lanes scores spent outside the two matmuls: exp2 (~12), max, subtract, sum, mask.
 SOFTMAX_VECTOR_OPS = 16
@@ -47,6 +48,12 @@ SOFTMAX_VECTOR_OPS = 16
 FUSED_DTYPES = ("f32",)
 #: Largest key block worth a tile (beyond it the rescaling is already amortised).
 MAX_BLOCK_K = 512
+#: Largest query block of the scratchpad schedule (K/V are re-read once per query block).
+MAX_BLOCK_Q = 256
+#: Dtypes the scratchpad schedule emits (the softmax runs in f32; P is rounded to the op's dtype).
+SCRATCHPAD_DTYPES = ("f32", "f16", "bf16")
+#: The kernel forms a target can lower (`pbsdk.core.target.Target.attention_forms`).
+FORMS = ("lanes", "scratchpad")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +98,52 @@ class Attention:
 
 
 @dataclasses.dataclass(frozen=True)
+class UnitChoice:
+    """The matrix unit both matmuls of a scratchpad schedule issue (one instruction: m x n x k)."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    operand_dtype: str
+    accumulator_dtype: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ScratchpadTiles:
+    """The scratchpad schedule (chips whose innermost memory is software-managed).
+
+    Per work item (one batch x head, one block of ``block_q`` queries), in the innermost scratchpad
+    ``level`` (memory space ``space``): Q's tile is copied in once; for each key block of ``block_k``
+    keys K's and V's tiles are copied in, S = Q·Kᵀ and O += P·V run on ``unit`` (padded to its shape:
+    ``d_padded``, ``dv_padded``) or on the vector unit (``unit`` None), and the online softmax runs on
+    the vector unit between them; O (``dv`` columns) is the only tile copied out. ``buffers`` are the
+    scratchpad buffers (name, shape, dtype), all live at once: their bytes are ``footprint_bytes``."""
+
+    level: str
+    space: int
+    block_q: int
+    block_k: int
+    d_padded: int
+    dv_padded: int
+    unit: UnitChoice | None
+    buffers: tuple[tuple[str, tuple[int, ...], str], ...]
+    capacity_bytes: int
+    alignment: int = 64
+    main_level: str = "main"
+
+    @property
+    def footprint_bytes(self) -> int:
+        return sum(math.prod(shape) * _bytes(dt) for _, shape, dt in self.buffers)
+
+
+@dataclasses.dataclass(frozen=True)
 class AttentionPlan:
-    """The fused schedule (``fused=False``: the unfused pipeline runs, ``reasons`` say why)."""
+    """The fused schedule (``fused=False``: the unfused pipeline runs, ``reasons`` say why).
+
+    ``schedule`` is the kernel form: ``"lanes"`` (queries along the vector lanes, tiles in the
+    innermost cache: `pbsdk.core.ir.attention_kernel`) or ``"scratchpad"`` (tiles staged in the
+    innermost scratchpad, matmuls on the matrix unit: ``tiles``, `pbsdk.core.ir.attention_tiles`)."""
 
     op: Attention
     fused: bool
@@ -110,9 +161,13 @@ class AttentionPlan:
     tiles_computed: int = 0  # after skipping fully masked causal tiles
     score_bytes_unfused: int = 0
     estimate: Estimate | None = None
+    schedule: str = "lanes"
+    tiles: ScratchpadTiles | None = None
 
     @property
     def block_q(self) -> int:
+        if self.tiles is not None:
+            return self.tiles.block_q
         return self.q_vectors * self.lanes
 
     @property
@@ -138,13 +193,26 @@ def _tile_cycles(acc_rows: int, vecs: int, fma: int, loads: int) -> float:
     return max(acc_rows * vecs / fma, (acc_rows + vecs) / loads)
 
 
-def plan_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any] | None = None) -> AttentionPlan:
-    """The fused attention schedule for ``op`` on ``spec`` (pure: no IR)."""
+def plan_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any] | None = None,
+                   forms: Collection[str] = FORMS) -> AttentionPlan:
+    """The fused attention schedule for ``op`` on ``spec`` (pure: no IR).
+
+    The kernel form follows the innermost memory level: a hardware cache gives the ``"lanes"``
+    schedule, a software-managed scratchpad the ``"scratchpad"`` one. ``forms`` are the forms the
+    target lowers; a plan in another form is not fused (and says so)."""
     opts = options or {}
     eb = _bytes(op.dtype)
     score_bytes = op.batch * op.sq * op.sk * _bytes("f32" if op.dtype in ("f16", "bf16") else op.dtype)
     if not opts.get("fuse_attention", True):
         return _unfused(op, "disabled by options['fuse_attention'] = False", score_bytes)
+    inner_level = spec.memory[-1] if len(spec.memory) > 1 else None
+    if inner_level is not None and inner_level.managed == "software":
+        if "scratchpad" not in forms:
+            return _unfused(op, f"the innermost memory level of '{spec.name}' ({inner_level.name}) is a scratchpad "
+                                "and this target does not lower the scratchpad attention kernel", score_bytes)
+        return plan_scratchpad_attention(spec, op, opts)
+    if "lanes" not in forms:
+        return _unfused(op, "this target does not lower the vector-lanes attention kernel", score_bytes)
     if op.dtype not in FUSED_DTYPES:
         return _unfused(op, f"dtype {op.dtype}: the fused kernel is emitted for {', '.join(FUSED_DTYPES)} only",
                         score_bytes)
@@ -269,6 +337,170 @@ def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes:
     return Estimate(seconds, bound, tuple(terms))
 
 
+# ------------------------------------------------------------------------------- scratchpad schedule
+
+def _round_up(v: int, multiple: int) -> int:
+    return -(-v // multiple) * multiple
+
+
+def _doublings(base: int, limit: int) -> list[int]:
+    """base, 2 base, 4 base, ... up to the first one covering ``limit`` (tiles a power of two units
+    wide, so loops and copies stay regular)."""
+    out = [base]
+    while out[-1] < limit:
+        out.append(out[-1] * 2)
+    return out
+
+
+def scratchpad_capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
+    """Bytes one instance of a scratchpad may hold: its opt-in maximum when it has one (and
+    ``optin_scratchpad`` is not false), else ``size_bytes`` (as the ``promote`` pass checks)."""
+    if level.max_size_bytes and options.get("optin_scratchpad", True):
+        return level.max_size_bytes
+    return level.size_bytes
+
+
+def _operand_dtypes(dtype: str, options: Mapping[str, Any]) -> list[str]:
+    """Operand dtypes the precision policy lets a ``dtype`` matmul use (as `compute_tile`)."""
+    precision = options.get("matmul_precision", "exact")
+    allowed = [dtype]
+    if dtype == "f32" and precision in ("tf32", "mixed"):
+        allowed.append("tf32")
+    if dtype == "f32" and precision == "mixed":
+        allowed += ["bf16", "f16"]
+    return allowed
+
+
+def _pick_unit(spec: ChipSpec, op: Attention, options: Mapping[str, Any]) -> tuple[UnitChoice | None, str]:
+    """The matrix unit for both matmuls: the spec's first choice whose n and k do not pad d and dv past
+    1.5x (a 64 x 256 unit would quadruple a head dim of 64); else the one padding least."""
+    if not options.get("matrix_units", True):
+        return None, "matrix units disabled by options['matrix_units'] = False"
+    units = [u for dt in _operand_dtypes(op.dtype, options) for u in spec.matrix_units_for(dt, "f32")]
+    if not units:
+        return None, f"no matrix unit for {op.dtype} with an f32 accumulator"
+
+    def waste(u: Any) -> float:
+        return max(_round_up(op.d, u.k) / op.d, _round_up(op.dv, u.n) / op.dv)
+
+    good = [u for u in units if waste(u) <= 1.5]
+    u = good[0] if good else min(units, key=waste)
+    skipped = [x.name for x in units[: units.index(u)]]
+    why = (f"both matmuls on {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype})"
+           + (f"; {', '.join(dict.fromkeys(skipped))} would pad d {op.d} / dv {op.dv} past 1.5x" if skipped else ""))
+    return UnitChoice(u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype), why
+
+
+def scratchpad_buffers(op: Attention, br: int, bc: int, dp: int, dvp: int) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """The scratchpad buffers of one work item (all live at once)."""
+    t = op.dtype
+    out: list[tuple[str, tuple[int, ...], str]] = [("Qs", (br, dp), t), ("Ks", (bc, dp), t), ("Vs", (bc, dvp), t),
+                                                   ("S", (br, bc), "f32")]
+    if t != "f32":
+        out.append(("P", (br, bc), t))
+    if op.mask:
+        out.append(("Ms", (br, bc), t))
+    out.append(("O", (br, dvp), "f32"))
+    if t != "f32":
+        out.append(("Oo", (br, dvp), t))
+    out += [(name, (br,), "f32") for name in ("m", "mn", "al", "l")]
+    return tuple(out)
+
+
+def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any]) -> AttentionPlan:
+    """The scratchpad schedule of ``op`` (see `ScratchpadTiles`): tiles from the innermost scratchpad's
+    capacity and the matrix unit's shape, work items over the outermost compute level."""
+    score_bytes = op.batch * op.sq * op.sk * 4
+    if op.dtype not in SCRATCHPAD_DTYPES:
+        return _unfused(op, f"dtype {op.dtype}: the scratchpad attention kernel is emitted for "
+                            f"{', '.join(SCRATCHPAD_DTYPES)} only", score_bytes)
+    space = len(spec.memory) - 1
+    level = spec.memory[space]
+    cap = scratchpad_capacity(level, options)
+    unit, unit_why = _pick_unit(spec, op, options)
+    vec = spec.vector
+    lanes = vec.lanes("f32") if vec is not None else 1
+    if unit is None and (vec is None or "f32" not in vec.dtypes):
+        return _unfused(op, f"{unit_why} and no f32 vector unit in spec '{spec.name}'", score_bytes)
+    reasons = [unit_why if unit is not None else f"{unit_why}: both matmuls on the {lanes}-lane vector unit"]
+    mq = unit.m if unit else lanes
+    nk = math.lcm(unit.n, unit.k) if unit else lanes
+    dp = _round_up(op.d, unit.k) if unit else op.d
+    dvp = _round_up(op.dv, unit.n) if unit else op.dv
+
+    def fits(br: int, bc: int) -> bool:
+        bufs = scratchpad_buffers(op, br, bc, dp, dvp)
+        return sum(math.prod(s) * _bytes(dt) for _, s, dt in bufs) <= cap
+
+    if not fits(mq, nk):
+        need = sum(math.prod(s) * _bytes(dt) for _, s, dt in scratchpad_buffers(op, mq, nk, dp, dvp))
+        return _unfused(op, f"{level.name} ({cap} B) cannot hold the smallest tiles ({mq} queries x {nk} keys, "
+                            f"{need} B)", score_bytes)
+    # Query block: as large as fits (K and V are re-read once per query block) while the work items
+    # still cover the cores; then the key block as large as fits. Both are power-of-two multiples of
+    # the unit (of the vector for the vector unit).
+    cores = spec.compute[0].count
+    br_max = min(_round_up(op.sq, mq), max(mq, MAX_BLOCK_Q // mq * mq))
+    want_items = min(cores, op.batch * -(-op.sq // mq))
+    br = mq
+    for cand in _doublings(mq, br_max):
+        if fits(cand, nk) and op.batch * -(-op.sq // cand) >= want_items:
+            br = cand
+    bc_max = min(_round_up(op.sk, nk), max(nk, MAX_BLOCK_K // nk * nk))
+    bc = nk
+    for cand in _doublings(nk, bc_max):
+        if fits(br, cand):
+            bc = cand
+    bufs = scratchpad_buffers(op, br, bc, dp, dvp)
+    tiles = ScratchpadTiles(level.name, space, br, bc, dp, dvp, unit, bufs, cap, level.alignment_bytes,
+                            spec.memory[0].name)
+    reasons.append(f"query block {br} (multiple of {mq}), key block {bc} (multiple of {nk}): Q {br}x{dp}, K {bc}x{dp}, "
+                   f"V {bc}x{dvp}, S {br}x{bc} f32, O {br}x{dvp} f32 take {tiles.footprint_bytes} B of {level.name} "
+                   f"({cap} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B over the batch) never leaves it")
+    q_blocks = -(-op.sq // br)
+    items = op.batch * q_blocks
+    threads = max(1, min(int(options.get("threads", 0)) or cores, items))
+    reasons.append(f"{items} work item(s) ({op.batch} batch x heads, {q_blocks} query block(s)) round-robin over "
+                   f"{threads} of {cores} '{spec.compute[0].name}'(s), each with its own {level.name} tiles")
+    k_blocks = -(-op.sk // bc)
+    total = q_blocks * k_blocks
+    computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
+    if op.causal:
+        reasons.append(f"causal (offset {op.causal_offset}): {total - computed} of {total} key tiles per head are "
+                       "fully masked and skipped; diagonal tiles are masked element-wise")
+    if op.mask:
+        reasons.append("additive mask: one tile copied in per key block")
+    if op.kv_groups > 1:
+        reasons.append(f"grouped-query attention: {op.kv_groups} query heads share each K/V head (strides, no copy)")
+    estimate = _scratchpad_estimate(spec, op, tiles, computed * op.batch, threads)
+    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
+    return AttentionPlan(op, True, tuple(reasons), lanes=lanes, block_k=bc, threads=threads, level=level.name,
+                         footprint_bytes=tiles.footprint_bytes, budget_bytes=cap, tiles_total=total * op.batch,
+                         tiles_computed=computed * op.batch, score_bytes_unfused=score_bytes, estimate=estimate,
+                         schedule="scratchpad", tiles=tiles)
+
+
+def _scratchpad_estimate(spec: ChipSpec, op: Attention, t: ScratchpadTiles, tiles: int, threads: int) -> Estimate:
+    """Roofline: both matmuls at the unit's (or the vector unit's) peak over ``threads`` of the cores,
+    the softmax on the vector unit, and the tiles copied in and out of main memory."""
+    cores = spec.compute[0].count
+    clock = (spec.clock_ghz or 1.0) * 1e9
+    flops = 2.0 * tiles * t.block_q * t.block_k * (t.d_padded + t.dv_padded)
+    dt = t.unit.operand_dtype if t.unit else "f32"
+    peak = (spec.peak_tflops.get(dt) or spec.peak_tflops.get("f32") or 1e-3) * 1e12  # type: ignore[call-overload]
+    matmul = flops / (peak * threads / cores)
+    lanes = spec.vector.lanes("f32") if spec.vector else 1
+    fma = spec.vector.fma_per_cycle if spec.vector else 1
+    soft = tiles * t.block_q * (t.block_k * SOFTMAX_VECTOR_OPS + t.dv_padded) / (lanes * fma) / clock / threads
+    eb = _bytes(op.dtype)
+    kv = tiles * t.block_k * (op.d + op.dv) * eb + (tiles * t.block_q * t.block_k * eb if op.mask else 0)
+    io = op.batch * op.sq * (op.d + op.dv) * eb + kv
+    main = spec.memory[0]
+    terms = [("compute", matmul + soft), (main.name, io / (main.bandwidth_gbps * 1e9))]
+    bound, seconds = max(terms, key=lambda x: x[1])
+    return Estimate(seconds, bound, tuple(terms))
+
+
 def format_attention_plan(title: str, plan: AttentionPlan) -> str:
     """``pbsdk explain`` text for one attention plan."""
     op = plan.op
@@ -282,8 +514,14 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
                      f"{plan.score_bytes_unfused} B score matrix)")
     else:
         lines.append(f"  fused          online softmax; query block {plan.block_q}, key block {plan.block_k}")
-        lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
-                     f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
+        if plan.tiles is not None:
+            u = plan.tiles.unit
+            lines.append("  matmuls        " + (f"{u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}), "
+                                                 f"d padded to {plan.tiles.d_padded}, dv to {plan.tiles.dv_padded}"
+                                                 if u else f"vector unit ({plan.lanes} f32 lanes)"))
+        else:
+            lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
+                         f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
         lines.append(f"  on chip        {plan.footprint_bytes} B of {plan.budget_bytes} B in {plan.level}; "
                      f"score matrix ({plan.score_bytes_unfused} B unfused) never stored")
         lines.append(f"  tiles          {plan.tiles_computed} of {plan.tiles_total} computed")

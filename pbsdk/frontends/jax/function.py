@@ -436,7 +436,8 @@ class Plan:
         graph.outputs = [env[r].value for r in kernel_outputs]
         if not kernel_outputs:
             raise UnsupportedError("the kernel would compute nothing that is used")
-        artifact = compile_text(emit_graph(graph, func_name=name, spec=request.spec, options=request.options),
+        artifact = compile_text(emit_graph(graph, func_name=name, spec=request.spec, options=request.options,
+                                           forms=request.target.attention_forms),
                                 request)
         kernel = Kernel(artifact, request.target.load(artifact, request.spec), name=name)
         return KernelStage(kernel, graph, inputs, [env[r].dtype for r in inputs], kernel_outputs,
@@ -551,7 +552,8 @@ class JaxFunction:
 
     def lower(self, *args: Any, **kwargs: Any) -> list[str]:
         """The MLIR (linalg on tensors) of each pbsdk kernel this function compiles to for these arguments."""
-        return [emit_graph(g, func_name=f"{self._name()}_k{i}", spec=self.request.spec, options=self.request.options)
+        return [emit_graph(g, func_name=f"{self._name()}_k{i}", spec=self.request.spec, options=self.request.options,
+                           forms=self.request.target.attention_forms)
                 for i, g in enumerate(self._graphs(args, kwargs))]
 
     def explain(self, *args: Any, **kwargs: Any) -> str:
@@ -560,12 +562,13 @@ class JaxFunction:
         from pbsdk.core.plan import explain_graph, format_plan
 
         spec, options = self.request.spec, self.request.options
+        forms = self.request.target.attention_forms
         text = []
         for i, graph in enumerate(self._graphs(args, kwargs)):
-            inside = fused_nodes(graph, spec, options)  # matmuls a fused attention kernel replaced
+            inside = fused_nodes(graph, spec, options, forms)  # matmuls a fused attention kernel replaced
             text += [f"kernel {i}: " + format_plan(title, plan) for title, plan in explain_graph(graph, spec, options)
                      if int(title.split()[0][1:]) not in inside]
-            text += [f"kernel {i}: " + line for line in explain_attention(graph, spec, options)]
+            text += [f"kernel {i}: " + line for line in explain_attention(graph, spec, options, forms)]
         return "\n".join(text) or "no contractions"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -165,6 +165,7 @@ class CpuTarget(Target):
     """The host CPU. Correct, simple lowering; the optimising pipeline adds tiling/packing stages."""
 
     name = "cpu"
+    attention_forms = ("lanes",)
     default_spec = "host"
     description = "host CPU: LLVM via llvmlite MCJIT, runs in-process on numpy buffers"
 

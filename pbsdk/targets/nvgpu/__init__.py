@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.target import Artifact, Executable, Target
@@ -105,6 +105,8 @@ class NvgpuTarget(Target):
     """NVIDIA GPUs: code generation from the chip spec (``codegen.arch``, limits, shared memory)."""
 
     name = "nvgpu"
+    # The scratchpad attention kernel is not mapped onto blocks/warps yet: attention runs unfused.
+    attention_forms: ClassVar[tuple[str, ...]] = ()
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
 

@@ -35,6 +35,7 @@ class TemplateTarget(Target):
     """An accelerator emulated on the host from its chip spec (see the module docstring)."""
 
     name = "template"
+    attention_forms = ("scratchpad",)
     default_spec = "example/npu"
     description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
     #: Where the lowering hooks come from: any object with the functions of `pbsdk.targets.template.hooks`
