@@ -32,13 +32,15 @@ class AttnCase:
     kv_heads: int | None = None
     block_q: int = 64
     block_k: int = 64
+    bshd: bool = False  # Q/K/V stored (b, s, h, d) (rows strided by heads x d), as many models keep them
 
     @property
     def name(self) -> str:
         return (f"{self.dtype}_b{self.b}h{self.h}_q{self.sq}k{self.sk}_d{self.d}"
                 f"{'' if self.dv == self.d else f'v{self.dv}'}"
                 f"{'' if self.causal_offset is None else f'_causal{self.causal_offset}'}"
-                f"{'_mask' if self.mask else ''}{f'_gqa{self.kv_heads}' if self.kv_heads else ''}")
+                f"{'_mask' if self.mask else ''}{f'_gqa{self.kv_heads}' if self.kv_heads else ''}"
+                f"{'_bshd' if self.bshd else ''}")
 
     @property
     def hk(self) -> int:
@@ -47,7 +49,9 @@ class AttnCase:
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
         out: dict[str, tuple[int, ...]] = {"q": (self.b, self.h, self.sq, self.d), "k": (self.b, self.hk, self.sk, self.d),
-               "v": (self.b, self.hk, self.sk, self.dv)}
+                                           "v": (self.b, self.hk, self.sk, self.dv)}
+        if self.bshd:
+            out = {n: (b, r, h, c) for n, (b, h, r, c) in out.items()}
         if self.mask:
             out["mask"] = (self.b, self.h, self.sq, self.sk)
         return out
@@ -55,9 +59,14 @@ class AttnCase:
     def descriptor(self) -> dict[str, Any]:
         g = self.h // self.hk
 
-        def opnd(shape: tuple[int, ...], heads: int, group: int) -> dict[str, Any]:
-            _, _, rows, cols = shape
+        def opnd(shape: tuple[int, ...], heads: int, group: int, bshd: bool = False) -> dict[str, Any]:
             # flat β = bi * h + hi; the head read is hi // group
+            if bshd:
+                _, rows, _, cols = shape
+                return {"shape": list(shape), "batch": [[self.b, heads * rows * cols, self.h],
+                                                        [self.h // group, cols, group]],
+                        "row_stride": heads * cols, "col_stride": 1}
+            _, _, rows, cols = shape
             return {"shape": list(shape), "batch": [[self.b, heads * rows * cols, self.h],
                                                     [self.h // group, rows * cols, group]],
                     "row_stride": cols, "col_stride": 1}
@@ -71,7 +80,8 @@ class AttnCase:
                 "dtype": self.dtype, "causal_offset": self.causal_offset, "mask": self.mask, "kv_groups": g,
                 "scale": 1.0 / math.sqrt(self.d), "mask_scale": 1.0, "block_q": self.block_q,
                 "block_k": self.block_k, "unit": unit, "level": "smem", "space": 2,
-                "operands": {"q": opnd(s["q"], self.h, 1), "k": opnd(s["k"], self.hk, g), "v": opnd(s["v"], self.hk, g),
+                "operands": {"q": opnd(s["q"], self.h, 1, self.bshd), "k": opnd(s["k"], self.hk, g, self.bshd),
+                             "v": opnd(s["v"], self.hk, g, self.bshd),
                              "mask": opnd(s["mask"], self.h, 1) if self.mask else None}}
 
     def module_text(self) -> str:
@@ -122,6 +132,8 @@ class AttnCase:
 
     def reference(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         g = self.h // self.hk
+        if self.bshd:
+            q, k, v = (np.swapaxes(x, 1, 2) for x in (q, k, v))
         kk, vv = np.repeat(k.astype(F64), g, axis=1), np.repeat(v.astype(F64), g, axis=1)
         s = q.astype(F64) @ np.swapaxes(kk, -1, -2) / math.sqrt(self.d)
         if self.causal_offset is not None:

@@ -109,15 +109,16 @@ def test_malformed_descriptor_is_a_compile_error() -> None:
         parse_descriptor(json.dumps({**good, "version": 2}))
 
 
-def test_operand_layout_offsets_follow_the_descriptor() -> None:
+@pytest.mark.parametrize("bshd", [False, True])
+def test_operand_layout_offsets_follow_the_descriptor(bshd: bool) -> None:
     from pbsdk.targets.nvgpu.attention import parse_descriptor
 
-    case = AttnCase(2, 8, 5, 6, 64, 64, "f16", kv_heads=2)
+    case = AttnCase(2, 8, 5, 6, 64, 64, "f16", kv_heads=2, bshd=bshd)
     desc = parse_descriptor(json.dumps(case.descriptor()))
     k = np.arange(np.prod(case.shapes["k"])).reshape(case.shapes["k"])
     for beta in range(16):
         b, h = divmod(beta, 8)
-        assert desc.k.offset(beta, 3, 5) == k[b, h // 4, 3, 5]
+        assert desc.k.offset(beta, 3, 5) == (k[b, 3, h // 4, 5] if bshd else k[b, h // 4, 3, 5])
 
 
 # ------------------------------------------------------------------------------------ emulated numerics
@@ -132,6 +133,7 @@ EMULATED = [
     AttnCase(1, 2, 128, 128, 64, 64, "bf16"),
     AttnCase(1, 1, 300, 300, 64, 64, "f16", causal_offset=0),
     AttnCase(2, 8, 33, 40, 64, 64, "f16", kv_heads=2),
+    AttnCase(2, 4, 37, 29, 64, 64, "bf16", kv_heads=2, causal_offset=0, bshd=True),
     AttnCase(2, 3, 21, 45, 64, 64, "bf16", mask=True),
     AttnCase(1, 2, 7, 7, 64, 64, "f16", mask=True, causal_offset=0),
     AttnCase(1, 2, 50, 70, 40, 24, "f16"),
@@ -236,7 +238,9 @@ def test_schedule_records_the_attention_mapping() -> None:
 # --------------------------------------------------------------------------------------------- on a GPU
 
 #: What the gpu-marked test runs (``scripts/gpu_check.py prepare`` writes their artifacts too).
-GPU_CASES = (COMPILED[0], COMPILED[1], COMPILED[2], EMULATED[7], EMULATED[9])
+GPU_CASES = (*COMPILED[:3], AttnCase(1, 1, 300, 300, 64, 64, "f16", causal_offset=0),
+             AttnCase(2, 3, 21, 45, 64, 64, "bf16", mask=True),
+             AttnCase(2, 4, 37, 29, 64, 64, "bf16", kv_heads=2, causal_offset=0, bshd=True))
 
 
 def _gpu_artifact(case: AttnCase) -> bytes:
