@@ -235,6 +235,91 @@ def test_schedule_records_the_attention_mapping() -> None:
     assert text.count("__pbsdk_mma_attn_m16n8k16_bf16") >= 2
 
 
+# ------------------------------------------------------------------ end to end from the core's fusion
+
+def _core_text(fn: Any, types: list[tuple[tuple[int, ...], str]], spec: str = "nvidia/h100") -> str:
+    """The core's linalg for ``fn`` on a scratchpad spec, with attention fused in the form nvgpu lowers."""
+    from pbsdk.core.ir.emit import emit_graph
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.jit import trace
+    from pbsdk.targets.nvgpu import NvgpuTarget
+
+    graph, _ = trace(fn, tuple(TensorType(shape, dt) for shape, dt in types))
+    text = emit_graph(graph, spec=load_spec(spec), forms=NvgpuTarget.attention_forms)
+    assert "pbsdk.attention" in text, "the core did not fuse this attention for nvgpu"
+    return text
+
+
+def _rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    from pbsdk.targets.nvgpu.emulate import round_bf16
+
+    x = rng.standard_normal(shape).astype(np.float32)
+    return round_bf16(x) if dtype == "bf16" else x.astype({"f16": np.float16, "f32": np.float32}[dtype])
+
+
+CORE = [  # (q shape, kv heads, dtype, causal, padding mask)
+    ((1, 8, 100, 64), 8, "f16", True, False),
+    ((1, 4, 64, 128), 2, "bf16", False, False),
+    ((2, 4, 37, 64), 1, "f16", True, False),
+    ((2, 3, 21, 64), 3, "f16", False, True),
+]
+
+
+@pytest.mark.parametrize("qshape,kvh,dtype,causal,pad", CORE,
+                         ids=[f"{dt}-{'x'.join(map(str, q))}-kv{h}{'-causal' if c else ''}{'-pad' if p else ''}"
+                              for q, h, dt, c, p in CORE])
+def test_core_fused_attention_emulated(qshape: tuple[int, ...], kvh: int, dtype: str, causal: bool,
+                                       pad: bool) -> None:
+    from pbsdk import ops
+    from pbsdk.targets.nvgpu.emulate import emulate
+    from pbsdk.testing import reference as ref
+
+    b, _, s, d = qshape
+    kv = (b, kvh, s + 5, d)
+    types = [(qshape, dtype), (kv, dtype), (kv, dtype)] + ([((b, 1, 1, s + 5), dtype)] if pad else [])
+    def masked(q: Any, k: Any, v: Any, m: Any) -> Any:
+        return ops.attention(q, k, v, mask=m)
+
+    def plain(q: Any, k: Any, v: Any) -> Any:
+        return ops.attention(q, k, v, causal=causal)
+
+    fn = masked if pad else plain
+    rng = np.random.default_rng(7)
+    args = [_rand(shape, dt, rng) for shape, dt in types]
+    if pad:
+        args[3][...] = 0
+        args[3][0, ..., -3:] = -np.inf  # the last three keys of sequence 0 are padding
+    kernel = emulate(_core_text(fn, types), spec="nvidia/h100", options={"cache": False})
+    assert [k["kind"] for k in kernel.kernels] == ["attention"]  # one kernel: nothing unfused around it
+    got = np.asarray(kernel(*args))
+    expected = ref.attention(*args[:3], causal=causal, mask=args[3] if pad else None, dtype=np.float64)
+    tol = tolerance("attention", dtype, reduction_size=s + 5 + d)
+    assert_close(got, expected.astype(got.dtype), op="attention", tol=tol)
+
+
+def test_jit_attention_compiles_to_a_cubin_with_mma() -> None:
+    import pbsdk
+    from pbsdk import ops
+    from pbsdk.core.compiler import compile_text
+    from pbsdk.targets.nvgpu.ptxas import find_ptxas
+    from pbsdk.targets.nvgpu.runtime import read
+
+    if find_ptxas() is None:
+        pytest.skip("ptxas not available")
+    q = np.zeros((1, 8, 1024, 64), np.float16)
+    jf = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=True), target="nvgpu", spec="h100",
+                   options={"cache": False})
+    text = jf.lower(q, q, q)
+    assert "pbsdk.attention" in text
+    header, blobs = read(compile_text(text, jf.request).payload)
+    (launch,) = header["launches"]
+    assert "mma.sync.aligned.m16n8k16" in blobs["ptx"].decode() and blobs["cubin"][:4] == b"\x7fELF"
+    # one block per (query block, head), a warp (32 threads) per 16 query rows
+    assert launch["grid"][0] == 8 and launch["grid"][1] * launch["block"][0] // 2 == 1024
+    (res,) = header["kernels"].values()
+    assert res["spill_stores"] == 0 and res["shared_bytes"] <= 49152
+
+
 # --------------------------------------------------------------------------------------------- on a GPU
 
 #: What the gpu-marked test runs (``scripts/gpu_check.py prepare`` writes their artifacts too).

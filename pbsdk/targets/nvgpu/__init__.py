@@ -105,8 +105,9 @@ class NvgpuTarget(Target):
     """NVIDIA GPUs: code generation from the chip spec (``codegen.arch``, limits, shared memory)."""
 
     name = "nvgpu"
-    # The scratchpad attention kernel is not mapped onto blocks/warps yet: attention runs unfused.
-    attention_forms: ClassVar[tuple[str, ...]] = ()
+    # Fused attention in the scratchpad form: `schedule` replaces each call by this target's kernel
+    # (`attention.py`, `attention_kernel.py`), generated from the function's pbsdk.attention descriptor.
+    attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
 
