@@ -78,6 +78,22 @@ def test_head_dims_are_padded_to_the_unit() -> None:
     assert (am.d_pad, am.dv_pad) == (48, 24)
 
 
+def test_tile_loads_are_16_byte_vectors_where_aligned() -> None:
+    from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor, vector_width
+
+    am = _mapping(AttnCase(1, 8, 128, 128, 64, 64, "f16"))
+    assert (am.vec_q, am.vec_k, am.vec_v) == (8, 8, 8)
+    assert _mapping(AttnCase(1, 8, 128, 128, 64, 64, "f32")).vec_k == 4
+    assert _mapping(AttnCase(2, 8, 128, 128, 64, 64, "bf16", bshd=True)).vec_q == 8
+    am = _mapping(AttnCase(1, 2, 50, 70, 40, 24, "f16"))  # d padded to 48: scalar Q/K; dv 24 is 3 vectors
+    assert (am.vec_q, am.vec_k, am.vec_v) == (1, 1, 8)
+    raw = AttnCase(1, 1, 64, 64, 64, 64, "f16").descriptor()
+    raw["operands"]["k"].update(row_stride=1, col_stride=64)  # K stored transposed (d, sk)
+    desc = parse_descriptor(raw)
+    assert vector_width(desc.k, 64, 64, "f16") == 1
+    assert attention_mapping(load_spec("nvidia/h100"), desc).vec_k == 1
+
+
 def test_causal_skips_tiles_above_the_diagonal() -> None:
     am = _mapping(AttnCase(1, 1, 1024, 1024, 64, 64, "f16", causal_offset=0))
     bq, bk = am.block_q, am.block_k
@@ -295,6 +311,24 @@ def test_core_fused_attention_emulated(qshape: tuple[int, ...], kvh: int, dtype:
     expected = ref.attention(*args[:3], causal=causal, mask=args[3] if pad else None, dtype=np.float64)
     tol = tolerance("attention", dtype, reduction_size=s + 5 + d)
     assert_close(got, expected.astype(got.dtype), op="attention", tol=tol)
+
+
+def test_core_fused_attention_with_transposed_keys_emulated() -> None:
+    """K given as (b, h, d, sk): the descriptor reads it through strides (scalar tile loads)."""
+    from pbsdk import ops
+    from pbsdk.targets.nvgpu.emulate import emulate
+    from pbsdk.testing import reference as ref
+
+    types = [((1, 2, 45, 64), "f16"), ((1, 2, 64, 50), "f16"), ((1, 2, 50, 64), "f16")]
+    rng = np.random.default_rng(3)
+    q, kt, v = (_rand(shape, dt, rng) for shape, dt in types)
+    kernel = emulate(_core_text(lambda q, kt, v: ops.attention(q, ops.transpose(kt, (0, 1, 3, 2)), v), types),
+                     spec="nvidia/h100", options={"cache": False})
+    (rec,) = kernel.kernels
+    assert rec["kind"] == "attention" and rec["mapping"]["vec_k"] == 1 and rec["mapping"]["vec_q"] == 8
+    got = np.asarray(kernel(q, kt, v))
+    expected = ref.attention(q, np.swapaxes(kt, -1, -2), v, dtype=np.float64)
+    assert_close(got, expected.astype(got.dtype), op="attention", tol=tolerance("attention", "f16", reduction_size=114))
 
 
 def test_jit_attention_compiles_to_a_cubin_with_mma() -> None:

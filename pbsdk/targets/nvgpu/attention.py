@@ -141,6 +141,9 @@ class AttentionMapping:
     tn_s: int = 1  # SIMT: columns of S per thread
     tn_o: int = 1  # SIMT: columns of O per thread
     budget: int = 0  # shared-memory bytes a block may use
+    vec_q: int = 1  # elements per global load when staging Q / K / V tiles (16-byte vectors where aligned)
+    vec_k: int = 1
+    vec_v: int = 1
     reasons: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -213,6 +216,17 @@ def shared_bytes(compute: str, dtype: str, bq: int, bk: int, dp: int, dvp: int) 
     return (bq * dp + dp * bk + bk * dvp + bq * bk) * eb + (bq * bk + bq * dvp + 3 * bq) * 4
 
 
+def vector_width(layout: OperandLayout, cols: int, padded: int, dtype: str) -> int:
+    """Elements one thread loads at once when staging an operand's rows: a 16-byte vector when every row
+    starts 16-byte aligned and is contiguous (``col_stride`` 1, row and batch strides multiples of the
+    width, no column padding), else 1."""
+    w = 128 // dtype_bits(dtype)
+    strides = [layout.row_stride] + [st for size, st, _ in layout.batch if size > 1]
+    if layout.col_stride == 1 and cols == padded and cols % w == 0 and all(st % w == 0 for st in strides):
+        return w
+    return 1
+
+
 def _round_up(v: int, m: int) -> int:
     return -(-v // m) * m
 
@@ -264,6 +278,10 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
                        "the diagonal masked per (row, key)")
     if desc.kv_groups > 1:
         reasons.append(f"grouped-query: {desc.kv_groups} query heads read each K/V head in place (zero strides)")
+    vec = {"vec_q": vector_width(desc.q, desc.d, dp, desc.dtype), "vec_k": vector_width(desc.k, desc.d, dp, desc.dtype),
+           "vec_v": vector_width(desc.v, desc.dv, dvp, desc.dtype)}
+    reasons.append("tile loads of " + ", ".join(f"{n[-1].upper()}: {w} element{'s' if w > 1 else ''}"
+                                                for n, w in vec.items()) + " per thread and step")
     q_blocks = -(-desc.sq // bq)
     if q_blocks > MAX_GRID_YZ:
         raise UnsupportedError(f"{q_blocks} query blocks exceed CUDA's grid y limit {MAX_GRID_YZ}", op="func.func")
@@ -272,14 +290,14 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
         reasons.append(f"{unit.name} for S = Q·Kᵀ and O += P·V (P rounded to {desc.dtype}, f32 accumulation); "
                        f"{warps} warps of {warp}, 16 query rows each")
         mm = AttentionMapping(desc, "mma", unit.name, bq, bk, dp, dvp, warp=warp, warps=warps, budget=budget,
-                              reasons=tuple(reasons))
+                              reasons=tuple(reasons), **vec)
     else:
         ty, tx = SIMT_THREADS
         why = "matrix_units=False" if not opts.get("matrix_units", True) else f"no matrix unit for {desc.dtype}->f32"
         reasons.append(f"{why}: SIMT FMAs, {ty}x{tx} threads, {bq // ty}x{bk // tx} of S and "
                        f"{bq // ty}x{dvp // tx} of O per thread")
         mm = AttentionMapping(desc, "thread", "fma", bq, bk, dp, dvp, warp=warp, tm=bq // ty, tn_s=bk // tx,
-                              tn_o=dvp // tx, budget=budget, reasons=tuple(reasons))
+                              tn_o=dvp // tx, budget=budget, reasons=tuple(reasons), **vec)
     if mm.threads > block_thread_limit(spec):
         raise UnsupportedError(f"{mm.threads} threads per block exceed the spec's limit", op="func.func")
     return mm

@@ -178,13 +178,45 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     def and_(a: str, b: str) -> str:
         return e.op("and", f"arith.andi {a}, {b} : i1")
 
+    def stage(opnd: str, row0: str, rows: int, limit: int, cols: int, padded: int, vw: int, dst: str, dst_t: str,
+              transpose: bool) -> None:
+        """Rows row0 .. row0+rows of an operand (cols wide) into a shared tile (padded wide; transposed:
+        stored [col, row]), zero beyond ``limit`` rows and ``cols`` columns; ``vw`` elements per load."""
+        if vw == 1:
+            r, c = strided_loop(rows * padded, padded)
+            g = e.add(row0, r)
+            inb = and_(e.lt(g, e.c(limit)), e.lt(c, e.c(cols))) if padded != cols else e.lt(g, e.c(limit))
+            v = guarded_load(opnd, inb, g, c, T, "%zt")
+            e(f"memref.store {v}, {dst}[{c}, {r}] : {dst_t}" if transpose else f"memref.store {v}, {dst}[{r}, {c}] : {dst_t}")
+            e.close()
+            return
+        vt = f"vector<{vw}x{T}>"
+        r, cv = strided_loop(rows * (cols // vw), cols // vw)
+        c = e.mul(cv, vw)
+        g = e.add(row0, r)
+        lay = layouts[opnd]
+        assert lay is not None
+        v = e.fresh("xv")
+        e.open(f"{v} = scf.if {e.lt(g, e.c(limit))} -> ({vt}) {{")
+        idx = e.add(e.add(base[opnd], e.mul(g, lay.row_stride)), c)
+        e(f"scf.yield {e.op('gv', f'vector.load {flat[opnd]}[{idx}] {{alignment = 16 : i64}} : {ft[opnd]}, {vt}')} : {vt}")
+        e.close("} else {")
+        e.depth += 1
+        e(f"scf.yield %zv : {vt}")
+        e.close()
+        if transpose:
+            for i in range(vw):
+                x = e.op("xe", f"vector.extract {v}[{i}] : {T} from {vt}")
+                e(f"memref.store {x}, {dst}[{e.add(c, e.c(i))}, {r}] : {dst_t}")
+        else:
+            e(f"vector.store {v}, {dst}[{r}, {c}] {{alignment = 16 : i64}} : {dst_t}, {vt}")
+        e.close()
+
+    if max(am.vec_q, am.vec_k, am.vec_v) > 1:
+        e(f"%zv = arith.constant dense<0.0> : vector<{max(am.vec_q, am.vec_k, am.vec_v)}x{T}>")
     # 1. Q tile, O = 0, m = -inf, l = 0.
     e.open(f"scf.forall (%t) in ({NT}) {{")
-    r, c = strided_loop(BQ * DP, DP)
-    gi = e.add(i0, r)
-    inb = and_(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.d))) if DP != d.d else e.lt(gi, e.c(d.sq))
-    e(f"memref.store {guarded_load('Q', inb, gi, c, T, '%zt')}, %sq[{r}, {c}] : {sq_t}")
-    e.close()
+    stage("Q", i0, BQ, d.sq, d.d, DP, am.vec_q, "%sq", sq_t, False)
     r, c = strided_loop(BQ * DVP, DVP)
     e(f"memref.store %zf, %so[{r}, {c}] : {so_t}")
     e.close()
@@ -211,16 +243,8 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     j0 = e.mul("%kt", BK)
     # a. Kᵀ and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
     e.open(f"scf.forall (%t) in ({NT}) {{")
-    r, c = strided_loop(BK * DP, DP)
-    gj = e.add(j0, r)
-    inb = and_(e.lt(gj, e.c(d.sk)), e.lt(c, e.c(d.d))) if DP != d.d else e.lt(gj, e.c(d.sk))
-    e(f"memref.store {guarded_load('K', inb, gj, c, T, '%zt')}, %sk[{c}, {r}] : {sk_t}")
-    e.close()
-    r, c = strided_loop(BK * DVP, DVP)
-    gj = e.add(j0, r)
-    inb = and_(e.lt(gj, e.c(d.sk)), e.lt(c, e.c(d.dv))) if DVP != d.dv else e.lt(gj, e.c(d.sk))
-    e(f"memref.store {guarded_load('V', inb, gj, c, T, '%zt')}, %sv[{r}, {c}] : {sv_t}")
-    e.close()
+    stage("K", j0, BK, d.sk, d.d, DP, am.vec_k, "%sk", sk_t, True)
+    stage("V", j0, BK, d.sk, d.dv, DVP, am.vec_v, "%sv", sv_t, False)
     r, c = strided_loop(BQ * BK, BK)
     e(f"memref.store %zf, %ss[{r}, {c}] : {ss_t}")
     e.close()
