@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,7 +254,7 @@ def test_schedule_records_the_attention_mapping() -> None:
 
 # ------------------------------------------------------------------ end to end from the core's fusion
 
-def _core_text(fn: Any, types: list[tuple[tuple[int, ...], str]], spec: str = "nvidia/h100") -> str:
+def _core_text(fn: Any, types: Sequence[tuple[tuple[int, ...], str]], spec: str = "nvidia/h100") -> str:
     """The core's linalg for ``fn`` on a scratchpad spec, with attention fused in the form nvgpu lowers."""
     from pbsdk.core.ir.emit import emit_graph
     from pbsdk.core.ir.graph import TensorType
