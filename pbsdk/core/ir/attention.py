@@ -129,18 +129,31 @@ def _broadcast(view: View, shape: tuple[int, ...]) -> View | None:
     return View(view.base, tuple(dims))
 
 
-def _view_of(v: Value, producers: Mapping[int, Node]) -> tuple[View, list[Node]] | None:
-    """Walk back through reshape / broadcast / transpose nodes to a base value."""
+def _view_of(v: Value, producers: Mapping[int, Node],
+             factor: list[float] | None = None) -> tuple[View, list[Node]] | None:
+    """Walk back through reshape / broadcast / transpose nodes to a base value. With ``factor``
+    (a one-element list), multiplications by a positive scalar constant on the way are walked through
+    too and their product is left in ``factor[0]`` (torch's SDPA scales Q and Kᵀ by √scale each)."""
     chain: list[Node] = []
     node = producers.get(v.id)
-    while node is not None and node.op in ("reshape", "broadcast", "transpose"):
+    while node is not None:
+        if node.op in ("reshape", "broadcast", "transpose"):
+            chain.append(node)
+            node = producers.get(node.inputs[0].id)
+            continue
+        c = _scalar(node.inputs[1], producers) if node.op == "mul" and len(node.inputs) == 2 else None
+        if factor is None or c is None or not (math.isfinite(c) and c > 0) or node.inputs[0].shape != node.out.shape:
+            break
+        factor[0] *= c
         chain.append(node)
         node = producers.get(node.inputs[0].id)
     base = chain[-1].inputs[0] if chain else v
     view: View | None = _contiguous(base)
     for n in reversed(chain):
         assert view is not None
-        if n.op == "reshape":
+        if n.op == "mul":
+            view = View(view.base, view.dims)
+        elif n.op == "reshape":
             view = _reshape(view, n.out.shape)
         elif n.op == "broadcast":
             view = _broadcast(view, n.out.shape)
@@ -295,6 +308,52 @@ def _softmax_input(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tupl
     return shifted, nodes, 1  # exp(x) / sum(exp(x)): the fused kernel computes the stable form
 
 
+def _batch_reshape(node: Node) -> bool:
+    """A reshape that only regroups leading (batch) dims: the last two are unchanged."""
+    if node.op != "reshape":
+        return False
+    src, dst = node.inputs[0].shape, node.out.shape
+    return len(src) >= 2 and len(dst) >= 2 and src[-2:] == dst[-2:]
+
+
+_GUARD_OPS = ("equal", "not_equal", "reduce_max", "reshape", "broadcast", "cast")
+
+
+def _safe_softmax(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tuple[Value, list[Node], Value] | None:
+    """torch's ``_safe_softmax``: ``where(all(x == -inf, -1), 0, softmax(x))``. Returns (the softmax's
+    value, the guard's nodes, x) when ``p`` is that select over a condition computed from x alone."""
+    sel = producers.get(p.id)
+    if sel is None or sel.op != "select":
+        return None
+    cond, zero, soft = sel.inputs
+    folded = _fold(zero, producers)
+    if folded is None or (folded != 0).any() or soft.shape != p.shape:
+        return None
+    nodes = [sel]
+    zn = producers.get(zero.id)
+    if zn is not None and zn.op != "const" and uses.only_inside(zero):
+        nodes.append(zn)
+    leaves: set[int] = set()
+    leaf: Value | None = None
+    stack = [cond]
+    while stack:
+        v = stack.pop()
+        node = producers.get(v.id)
+        if node is None or node.op == "const" or _fold(v, producers) is not None:
+            continue
+        if node.op not in _GUARD_OPS or not uses.only_inside(v):
+            if leaf is not None and leaf.id != v.id:
+                return None
+            leaf = v
+            leaves.add(v.id)
+            continue
+        nodes.append(node)
+        stack += node.inputs
+    if leaf is None:
+        return None
+    return soft, nodes, leaf
+
+
 def _users(graph_nodes: Iterable[Node]) -> dict[int, int]:
     counts: dict[int, int] = {}
     for n in graph_nodes:
@@ -330,10 +389,24 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         p = pv.inputs[0]
         if not uses.only_inside(p):
             continue
+        batch_views: list[Node] = []
+        rp = producers.get(p.id)
+        if rp is not None and _batch_reshape(rp) and uses.only_inside(rp.inputs[0]):
+            batch_views.append(rp)  # (b, h, sq, sk) -> (b*h, sq, sk) for a 3-D matmul
+            p = rp.inputs[0]
+        guard = _safe_softmax(p, producers, uses)
+        if guard is not None:
+            p = guard[0]
         soft = _softmax_input(p, producers, uses)
         if soft is None:
             continue
         x, covered_nodes, x_users = soft
+        covered_nodes += batch_views
+        if guard is not None:
+            if guard[2] is not x:
+                continue
+            covered_nodes += guard[1]
+            x_users += 1
         # Walk from the logits back to Q·Kᵀ.
         scale, mask_scale = 1.0, 1.0
         mask_value: Value | None = None
@@ -380,6 +453,8 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
             elif (node.op == "cast" and node.out.dtype in LOW_PRECISION and node.inputs[0].dtype == "f32"
                   and getattr(producers.get(node.inputs[0].id), "op", None) == "matmul"):
                 cur = node.inputs[0]  # Q·Kᵀ accumulated in f32, cast to the operands' dtype
+            elif _batch_reshape(node):
+                cur = a[0]  # batch dims merged or split; the score rows and columns unchanged
             elif node.op == "select":
                 cond, t, f = a
                 tf, ff = _scalar(t, producers), _scalar(f, producers)
@@ -411,6 +486,10 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
                 why.append(f"matmul -> softmax -> matmul at {pv.out.type}: an op between Q·Kᵀ and the softmax "
                            "is not a positive scalar scale, an additive mask or a causal select, or a value is "
                            "used elsewhere")
+            continue
+        if guard is not None and (mask_value is not None or (causal is not None and causal < 0)):
+            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: a safe softmax (fully masked rows give 0) "
+                       "with a mask that may mask whole rows is not fused")
             continue
         qk = node
         covered_nodes.append(qk)
@@ -450,8 +529,10 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         return None
     views = []
     chains: list[Node] = []
-    for val, transposed in ((q_in, False), (k_in, not qk.attrs["transpose_b"]), (v_in, pvm.attrs["transpose_b"])):
-        found = _view_of(val, producers)
+    factors = ([1.0], [1.0], None)  # scalar factors of Q and K join the scale; V's would scale the output
+    for (val, transposed), factor in zip(((q_in, False), (k_in, not qk.attrs["transpose_b"]),
+                                          (v_in, pvm.attrs["transpose_b"])), factors):
+        found = _view_of(val, producers, factor)
         if found is None:
             why.append(f"attention at {out.type}: an operand's reshape cannot be read with strides")
             return None
@@ -463,6 +544,7 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         views.append(opnd)
         chains += chain
     q, k, v = views
+    scale *= factors[0][0] * factors[1][0]
     d = q_in.shape[-1]
     mask = None
     if mask_value is not None:

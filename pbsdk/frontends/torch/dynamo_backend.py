@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -102,6 +103,7 @@ class CompileReport:
     failed_partitions: int            # partitions that did not compile and run eagerly
     frozen: bool                      # parameters folded as constants
     seconds: float                    # wall time of partitioning, lowering and compiling
+    fused_attention: int = 0          # attention patterns (e.g. decomposed SDPA) run as one fused kernel
 
 
 _reports: list[CompileReport] = []
@@ -148,7 +150,10 @@ class CompiledPartition(torch.nn.Module):
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
         graph, inputs = lower_partition(self.sub, frozen)
-        artifact = compile_text(emit_graph(graph, func_name=self.name), self.request)
+        text = emit_graph(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
+                          forms=self.request.target.attention_forms)
+        self.fused_attention = len(re.findall(r"func\.func private @__pbsdk_attn\d+\(", text))
+        artifact = compile_text(text, self.request)
         executable = self.request.target.load(artifact, self.request.spec)
         return Kernel(artifact, executable, name=self.name), inputs
 
@@ -267,7 +272,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     partitions = [p for p in partitioner.propose_partitions()
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
     fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
-    compiled_ops = failed = 0
+    compiled_ops = failed = attention = 0
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("pbsdk_part_"):
             continue
@@ -288,10 +293,11 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
             continue
         setattr(fused, str(node.target), part)
         compiled_ops += n_ops
+        attention += part.fused_attention
     fused.recompile()
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
                            fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
-                           seconds=time.perf_counter() - start)
+                           seconds=time.perf_counter() - start, fused_attention=attention)
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
