@@ -95,6 +95,16 @@ def test_tile_loads_are_16_byte_vectors_where_aligned() -> None:
     assert attention_mapping(load_spec("nvidia/h100"), desc).vec_k == 1
 
 
+def test_warp_strip_keeps_each_accumulator_fragment_in_registers() -> None:
+    from pbsdk.targets.nvgpu.attention_kernel import mma_types
+    from pbsdk.targets.nvgpu.mma import mma_gpu_function
+
+    text = mma_gpu_function("strip", mma_types("f16", 64, 32), "mma.sync.m16n8k16")
+    assert text.count("nvvm.mma.sync") == (32 // 8) * (64 // 16)
+    # C: 4 lane elements per 16x8 fragment, loaded and stored once (not once per k step)
+    assert text.count("memref.load %c[") == text.count("memref.store") == 4 * (32 // 8)
+
+
 def test_causal_skips_tiles_above_the_diagonal() -> None:
     am = _mapping(AttnCase(1, 1, 1024, 1024, 64, 64, "f16", causal_offset=0))
     bq, bk = am.block_q, am.block_k
@@ -224,8 +234,11 @@ def test_attention_compiles_within_the_spec(spec: str, case: AttnCase) -> None:
     ptx = blobs["ptx"].decode()
     assert f".target {chip.codegen['arch']}" in ptx and blobs["cubin"][:4] == b"\x7fELF"
     assert ("mma.sync.aligned.m16n8k16" in ptx) == (case.dtype != "f32")
-    (launch,) = header["launches"]
     am = _mapping(case, spec)
+    if am.compute == "mma":  # each warp's strips unrolled: S (bk/8 x d/16 steps), then O (dv/8 x bk/16)
+        steps = am.block_k // 8 * am.d_pad // 16 + am.dv_pad // 8 * am.block_k // 16
+        assert ptx.count("mma.sync.aligned.m16n8k16") == steps
+    (launch,) = header["launches"]
     assert launch["grid"] == [case.b * case.h, am.q_blocks, 1] and launch["block"] == [am.threads, 1, 1]
     (res,) = header["kernels"].values()
     assert res["spill_loads"] == 0 and res["spill_stores"] == 0  # ptxas -v reports them; the stage refuses spills

@@ -43,19 +43,21 @@ def _view(rows: int, cols: int, stride: int, dtype: str) -> str:
     return f"memref<{rows}x{cols}x{dtype}, strided<[{stride}, 1], offset: ?>, {WS}>"
 
 
-def mma_types(dtype: str, a_stride: int, b_stride: int, c_stride: int) -> tuple[str, str, str]:
-    """The subview types of one 16x8x16 step: A (16x16), B (16x8), C (16x8, f32) rows of those strides."""
-    return _view(16, 16, a_stride, dtype), _view(16, 8, b_stride, dtype), _view(16, 8, c_stride, "f32")
+def mma_types(dtype: str, k: int, n: int) -> tuple[str, str, str]:
+    """The operand types of one warp's strip ``C (16 x n, f32) += A (16 x k) · B (k x n)``: A and C are
+    16-row views of shared tiles k and n wide, B a whole shared tile."""
+    return _view(16, k, k, dtype), _smem((k, n), dtype), _view(16, n, n, "f32")
 
 
-def mma_name(dtype: str, a_stride: int, b_stride: int, c_stride: int) -> str:
-    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_a{a_stride}_b{b_stride}_c{c_stride}"
+def mma_name(dtype: str, k: int, n: int) -> str:
+    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_strip_k{k}_n{n}"
 
 
-def mma_function(unit: str, dtype: str, a_stride: int, b_stride: int, c_stride: int) -> str:
-    """The matrix-unit step as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in ``mma.sync``)."""
-    ta, tb, tc = mma_types(dtype, a_stride, b_stride, c_stride)
-    return (f"func.func private @{mma_name(dtype, a_stride, b_stride, c_stride)}(%a: {ta}, %b: {tb}, %c: {tc}) "
+def mma_function(unit: str, dtype: str, k: int, n: int) -> str:
+    """The warp's strip as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in n/8 x k/16
+    ``mma.sync`` steps with each accumulator fragment kept in registers across k)."""
+    ta, tb, tc = mma_types(dtype, k, n)
+    return (f"func.func private @{mma_name(dtype, k, n)}(%a: {ta}, %b: {tb}, %c: {tc}) "
             f"attributes {{pbsdk.matrix_unit = \"{unit}\"}} {{\n"
             f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
 
@@ -65,10 +67,7 @@ def mma_steps(am: AttentionMapping) -> dict[str, str]:
     if am.compute != "mma":
         return {}
     t, bk, dp, dvp = am.dtype, am.block_k, am.d_pad, am.dv_pad
-    out = {}
-    for strides in ((dp, bk, bk), (bk, dvp, dvp)):  # S = Q·Kᵀ, O += P·V
-        out[mma_name(t, *strides)] = mma_function(am.unit, t, *strides)
-    return out
+    return {mma_name(t, k, n): mma_function(am.unit, t, k, n) for k, n in ((dp, bk), (bk, dvp))}  # S, then O
 
 
 class _Body(MlirText):
@@ -253,19 +252,12 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int) -> None:
         """acc (BQ x n) += a (BQ x k) · b (k x n) on the shared tiles."""
         if am.compute == "mma":
-            ta, tb, tc = mma_types(T, k, n, n)
-            fn = mma_name(T, k, n, n)
+            ta, tb, tc = mma_types(T, k, n)
             e.open(f"scf.forall (%w) in ({am.warps}) {{")
             r0 = e.mul("%w", 16)
-            ni, ki = e.fresh("ni"), e.fresh("ki")
-            e.open(f"scf.for {ni} = {e.c(0)} to {e.c(n)} step {e.c(8)} {{")
-            e.open(f"scf.for {ki} = {e.c(0)} to {e.c(k)} step {e.c(16)} {{")
-            av = e.op("as", f"memref.subview {a}[{r0}, {ki}] [16, 16] [1, 1] : {a_t} to {ta}")
-            bv = e.op("bs", f"memref.subview {b}[{ki}, {ni}] [16, 8] [1, 1] : {b_t} to {tb}")
-            cv = e.op("cs", f"memref.subview {acc}[{r0}, {ni}] [16, 8] [1, 1] : {acc_t} to {tc}")
-            e(f"func.call @{fn}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
-            e.close()
-            e.close()
+            av = e.op("as", f"memref.subview {a}[{r0}, 0] [16, {k}] [1, 1] : {a_t} to {ta}")
+            cv = e.op("cs", f"memref.subview {acc}[{r0}, 0] [16, {n}] [1, 1] : {acc_t} to {tc}")
+            e(f"func.call @{mma_name(T, k, n)}({av}, {b}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
             e.close("} {mapping = [#gpu.warp<linear_dim_0>]}")
         else:
             ty, tx = SIMT_THREADS
