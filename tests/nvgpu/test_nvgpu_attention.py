@@ -43,6 +43,7 @@ def test_half_precision_uses_mma_for_both_matmuls(spec: str, dtype: str) -> None
     assert am.block_k % 16 == 0 and am.d_pad % 16 == 0 and am.dv_pad % 8 == 0
     assert am.shared_bytes <= load_spec(spec).scratchpads()[0].size_bytes
     assert am.grid == (1024 // am.block_q, 8)
+    assert am.row_threads == 2  # both warps' lanes share the softmax rows
     assert any("O += P·V" in r for r in am.reasons)
 
 
@@ -50,6 +51,7 @@ def test_f32_takes_the_simt_path() -> None:
     am = _mapping(AttnCase(1, 2, 100, 100, 64, 64, "f32"))
     assert am.compute == "thread" and am.unit == "fma" and am.threads == 128
     assert am.block_q == 16 * am.tm and am.block_k == 8 * am.tn_s and am.dv_pad == 8 * am.tn_o
+    assert am.row_threads * am.block_q <= am.threads and am.block_k % am.row_threads == 0 and am.row_threads > 1
     assert _mapping(AttnCase(1, 2, 100, 100, 64, 64, "f16"), matrix_units=False).compute == "thread"
 
 

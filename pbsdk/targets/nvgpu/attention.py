@@ -141,6 +141,7 @@ class AttentionMapping:
     tn_s: int = 1  # SIMT: columns of S per thread
     tn_o: int = 1  # SIMT: columns of O per thread
     budget: int = 0  # shared-memory bytes a block may use
+    row_threads: int = 1  # threads sharing one query row's softmax update
     vec_q: int = 1  # elements per global load when staging Q / K / V tiles (16-byte vectors where aligned)
     vec_k: int = 1
     vec_v: int = 1
@@ -209,11 +210,23 @@ class AttentionMapping:
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
 
 
+def row_threads(compute: str, bq: int, bk: int) -> int:
+    """Threads that share one query row's softmax update: all of the block's threads over its rows (two on
+    the mma path, a warp per 16 rows), a power of two that divides the key tile."""
+    threads = 32 * (bq // 16) if compute == "mma" else SIMT_THREADS[0] * SIMT_THREADS[1]
+    p = 1
+    while p * 2 * bq <= threads and bk % (p * 2) == 0:
+        p *= 2
+    return p
+
+
 def shared_bytes(compute: str, dtype: str, bq: int, bk: int, dp: int, dvp: int) -> int:
     """Bytes of the block's shared tiles: Q (bq x dp), Kᵀ (dp x bk), V (bk x dvp) and P (bq x bk) in the
-    operand dtype; S (bq x bk) and the O accumulator (bq x dvp) in f32; m, l and the rescale factor per row."""
+    operand dtype; S (bq x bk) and the O accumulator (bq x dvp) in f32; per row m, l, the rescale factor and
+    the new maximum, and per (row thread, row) the partial maxima and sums, in f32."""
     eb = dtype_bits(dtype) // 8
-    return (bq * dp + dp * bk + bk * dvp + bq * bk) * eb + (bq * bk + bq * dvp + 3 * bq) * 4
+    parts = row_threads(compute, bq, bk)
+    return (bq * dp + dp * bk + bk * dvp + bq * bk) * eb + (bq * bk + bq * dvp + 4 * bq + 2 * parts * bq) * 4
 
 
 def vector_width(layout: OperandLayout, cols: int, padded: int, dtype: str) -> int:
@@ -269,10 +282,12 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
                                f"{shared_bytes(compute, desc.dtype, bq, bk, dp, dvp)} B of shared memory; "
                                f"'{spec.name}' gives a block {budget} B without opt-in", op="func.func")
     used = shared_bytes(compute, desc.dtype, bq, bk, dp, dvp)
+    rt = row_threads(compute, bq, bk)
     if (bq, bk) != start:
         reasons.append(f"tile {start[0]}x{start[1]} -> {bq}x{bk}: Q, Kᵀ, V, P and the f32 S/O tiles in {budget} B "
                        "of static shared memory (no opt-in, no double buffering)")
     reasons.append(f"tiles {bq}x{bk} (d {desc.d}->{dp}, dv {desc.dv}->{dvp}) use {used} of {budget} B shared memory")
+    reasons.append(f"online softmax: {rt} threads per query row (partial maxima and sums in shared memory)")
     if desc.causal_offset is not None:
         reasons.append(f"causal (offset {desc.causal_offset}): key tiles above a block's diagonal skipped, "
                        "the diagonal masked per (row, key)")
@@ -290,14 +305,15 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
         reasons.append(f"{unit.name} for S = Q·Kᵀ and O += P·V (P rounded to {desc.dtype}, f32 accumulation); "
                        f"{warps} warps of {warp}, 16 query rows each")
         mm = AttentionMapping(desc, "mma", unit.name, bq, bk, dp, dvp, warp=warp, warps=warps, budget=budget,
-                              reasons=tuple(reasons), **vec)
+                              row_threads=rt, reasons=tuple(reasons), **vec)
     else:
         ty, tx = SIMT_THREADS
         why = "matrix_units=False" if not opts.get("matrix_units", True) else f"no matrix unit for {desc.dtype}->f32"
         reasons.append(f"{why}: SIMT FMAs, {ty}x{tx} threads, {bq // ty}x{bk // tx} of S and "
                        f"{bq // ty}x{dvp // tx} of O per thread")
         mm = AttentionMapping(desc, "thread", "fma", bq, bk, dp, dvp, warp=warp, tm=bq // ty, tn_s=bk // tx,
-                              tn_o=dvp // tx, budget=budget, reasons=tuple(reasons), **vec)
+                              tn_o=dvp // tx, budget=budget, row_threads=rt,
+                              reasons=tuple(reasons), **vec)
     if mm.threads > block_thread_limit(spec):
         raise UnsupportedError(f"{mm.threads} threads per block exceed the spec's limit", op="func.func")
     return mm

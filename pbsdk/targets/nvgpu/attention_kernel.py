@@ -145,8 +145,9 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     i0 = e.mul("%qb", BQ)
     sq_t, sk_t, sv_t = _smem((BQ, DP), T), _smem((DP, BK), T), _smem((BK, DVP), T)
     ss_t, sp_t, so_t, row_t = _smem((BQ, BK), "f32"), _smem((BQ, BK), T), _smem((BQ, DVP), "f32"), _smem((BQ,), "f32")
+    part_t = _smem((am.row_threads, BQ), "f32")
     tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t, "sl": row_t,
-             "sa": row_t}
+             "sa": row_t, "smn": row_t, "spm": part_t, "spl": part_t}
     for tile, ty in tiles.items():
         e(f"%{tile} = memref.alloc() {{alignment = 16 : i64}} : {ty}")
 
@@ -273,16 +274,28 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     # b. S += Q·Kᵀ
     matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s)
 
-    # c. One thread per query row: the online-softmax update.
-    e.open(f"scf.forall (%t) in ({BQ}) {{")
-    gi = e.add(i0, "%t")
+    # c. The online-softmax update, P threads per query row (thread t: row t / P, keys j = t % P + P * jj).
+    P = am.row_threads
+
+    def row_part(t: str) -> tuple[str, str]:
+        if P == 1:
+            return t, e.c(0)
+        return e.op("rw", f"arith.divui {t}, {e.c(P)} : index"), e.op("pt", f"arith.remui {t}, {e.c(P)} : index")
+
+    def key(jj: str, part: str) -> str:
+        return e.add(e.mul(jj, P), part) if P > 1 else jj
+
+    # c1. scale and mask the scores in place; each thread's maximum over its keys
+    e.open(f"scf.forall (%t) in ({BQ * P}) {{")
+    row, part = row_part("%t")
+    gi = e.add(i0, row)
     row_in = e.lt(gi, e.c(d.sq))
-    j, mx = e.fresh("j"), e.fresh("mx")
-    mnew_acc = e.fresh("macc")
-    e.open(f"{mx} = scf.for {j} = {e.c(0)} to {e.c(BK)} step {e.c(1)} iter_args({mnew_acc} = %ninf) -> (f32) {{")
+    jj, mx, macc = e.fresh("jj"), e.fresh("mx"), e.fresh("macc")
+    e.open(f"{mx} = scf.for {jj} = {e.c(0)} to {e.c(BK // P)} step {e.c(1)} iter_args({macc} = %ninf) -> (f32) {{")
+    j = key(jj, part)
     gj = e.add(j0, j)
-    s = e.op("s", f"memref.load %ss[%t, {j}] : {ss_t}")
-    x = e.op("x", f"arith.mulf {s}, %scale : f32")
+    sv = e.op("s", f"memref.load %ss[{row}, {j}] : {ss_t}")
+    x = e.op("x", f"arith.mulf {sv}, %scale : f32")
     valid = e.lt(gj, e.c(d.sk))
     if d.mask:
         mv = guarded_load("M", and_(row_in, valid), gi, gj, T, "%zt")
@@ -295,40 +308,60 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
         seen = e.op("seen", f"arith.cmpi sle, {gj}, {lim} : index")
         valid = and_(valid, seen)
     x = e.op("x", f"arith.select {valid}, {x}, %ninf : f32")
-    e(f"memref.store {x}, %ss[%t, {j}] : {ss_t}")
-    e(f"scf.yield {e.op('mx', f'arith.maximumf {mnew_acc}, {x} : f32')} : f32")
+    e(f"memref.store {x}, %ss[{row}, {j}] : {ss_t}")
+    e(f"scf.yield {e.op('mx', f'arith.maximumf {macc}, {x} : f32')} : f32")
     e.close()
-    mold = e.op("mold", f"memref.load %sm[%t] : {row_t}")
-    mnew = e.op("mnew", f"arith.maximumf {mold}, {mx} : f32")
+    e(f"memref.store {mx}, %spm[{part}, {row}] : {part_t}")
+    e.close(f"}} {{mapping = {LINEAR}}}")
+
+    # c2. the row's new maximum; P = exp(S - m) rounded to the dtype; each thread's sum of what it wrote
+    e.open(f"scf.forall (%t) in ({BQ * P}) {{")
+    row, part = row_part("%t")
+    mold = e.op("mold", f"memref.load %sm[{row}] : {row_t}")
+    mnew = mold
+    for q in range(P):
+        pm = e.op("pm", f"memref.load %spm[{e.c(q)}, {row}] : {part_t}")
+        mnew = e.op("mnew", f"arith.maximumf {mnew}, {pm} : f32")
     # a row with every key so far masked keeps m = -inf; subtracting 0 then gives p = 0 and alpha = 0
     dead = e.op("dead", f"arith.cmpf oeq, {mnew}, %ninf : f32")
     muse = e.op("muse", f"arith.select {dead}, %zf, {mnew} : f32")
-    alpha = e.op("alpha", f"math.exp {e.op('dm', f'arith.subf {mold}, {muse} : f32')} : f32")
-    j2, lsum, lacc = e.fresh("j"), e.fresh("ls"), e.fresh("lacc")
-    e.open(f"{lsum} = scf.for {j2} = {e.c(0)} to {e.c(BK)} step {e.c(1)} iter_args({lacc} = %zf) -> (f32) {{")
-    s = e.op("s", f"memref.load %ss[%t, {j2}] : {ss_t}")
-    p = e.op("p", f"math.exp {e.op('sd', f'arith.subf {s}, {muse} : f32')} : f32")
+    jj, lsum, lacc = e.fresh("jj"), e.fresh("ls"), e.fresh("lacc")
+    e.open(f"{lsum} = scf.for {jj} = {e.c(0)} to {e.c(BK // P)} step {e.c(1)} iter_args({lacc} = %zf) -> (f32) {{")
+    j = key(jj, part)
+    sv = e.op("s", f"memref.load %ss[{row}, {j}] : {ss_t}")
+    pv = e.op("p", f"math.exp {e.op('sd', f'arith.subf {sv}, {muse} : f32')} : f32")
     if T != "f32":  # P is what the second matmul reads: round it to the operand dtype, sum what it reads
-        pt = e.op("pt", f"arith.truncf {p} : f32 to {T}")
-        p = e.op("p", f"arith.extf {pt} : {T} to f32")
+        pt = e.op("pt", f"arith.truncf {pv} : f32 to {T}")
+        pv = e.op("p", f"arith.extf {pt} : {T} to f32")
     else:
-        pt = p
-    e(f"memref.store {pt}, %sp[%t, {j2}] : {sp_t}")
-    e(f"scf.yield {e.op('l', f'arith.addf {lacc}, {p} : f32')} : f32")
+        pt = pv
+    e(f"memref.store {pt}, %sp[{row}, {j}] : {sp_t}")
+    e(f"scf.yield {e.op('l', f'arith.addf {lacc}, {pv} : f32')} : f32")
     e.close()
-    lold = e.op("lold", f"memref.load %sl[%t] : {row_t}")
-    lnew = e.op("lnew", f"arith.addf {e.op('la', f'arith.mulf {lold}, {alpha} : f32')}, {lsum} : f32")
-    e(f"memref.store {lnew}, %sl[%t] : {row_t}")
-    e(f"memref.store {mnew}, %sm[%t] : {row_t}")
-    e(f"memref.store {alpha}, %sa[%t] : {row_t}")
+    e(f"memref.store {lsum}, %spl[{part}, {row}] : {part_t}")
+    first = e.op("first", f"arith.cmpi eq, {part}, {e.c(0)} : index")
+    e.open(f"scf.if {first} {{")
+    alpha = e.op("alpha", f"math.exp {e.op('dm', f'arith.subf {mold}, {muse} : f32')} : f32")
+    e(f"memref.store {alpha}, %sa[{row}] : {row_t}")
+    e(f"memref.store {mnew}, %smn[{row}] : {row_t}")
+    e.close()
     e.close(f"}} {{mapping = {LINEAR}}}")
 
-    # d. O *= alpha per row (all threads)
+    # d. O *= alpha per row (all threads); l = l * alpha + the row's sums, m = the new maximum
     e.open(f"scf.forall (%t) in ({NT}) {{")
     r, c = strided_loop(BQ * DVP, DVP)
     o = e.op("o", f"memref.load %so[{r}, {c}] : {so_t}")
     a = e.op("al", f"memref.load %sa[{r}] : {row_t}")
     e(f"memref.store {e.op('o', f'arith.mulf {o}, {a} : f32')}, %so[{r}, {c}] : {so_t}")
+    e.close()
+    ev = e.fresh("e")
+    e.open(f"scf.for {ev} = %t to {e.c(BQ)} step {e.c(NT)} {{")
+    lv = e.op("la", f"arith.mulf {e.op('lo', f'memref.load %sl[{ev}] : {row_t}')}, "
+                    f"{e.op('al', f'memref.load %sa[{ev}] : {row_t}')} : f32")
+    for q in range(P):
+        lv = e.op("la", f"arith.addf {lv}, {e.op('pl', f'memref.load %spl[{e.c(q)}, {ev}] : {part_t}')} : f32")
+    e(f"memref.store {lv}, %sl[{ev}] : {row_t}")
+    e(f"memref.store {e.op('mn', f'memref.load %smn[{ev}] : {row_t}')}, %sm[{ev}] : {row_t}")
     e.close()
     e.close(f"}} {{mapping = {LINEAR}}}")
 
