@@ -161,6 +161,8 @@ EMULATED = [
     AttnCase(1, 2, 128, 128, 128, 128, "f16", causal_offset=0),
     AttnCase(1, 2, 128, 128, 64, 64, "bf16"),
     AttnCase(1, 1, 300, 300, 64, 64, "f16", causal_offset=0),
+    AttnCase(1, 1, 1024, 1024, 64, 64, "f16", causal_offset=0, block_q=32, block_k=256),  # the core's h100 tile
+    AttnCase(1, 1, 2048, 2048, 128, 128, "bf16", block_q=32, block_k=256),
     AttnCase(2, 8, 33, 40, 64, 64, "f16", kv_heads=2),
     AttnCase(2, 4, 37, 29, 64, 64, "bf16", kv_heads=2, causal_offset=0, bshd=True),
     AttnCase(2, 3, 21, 45, 64, 64, "bf16", mask=True),
@@ -347,7 +349,8 @@ def test_core_fused_attention_with_transposed_keys_emulated() -> None:
     assert_close(got, expected.astype(got.dtype), op="attention", tol=tolerance("attention", "f16", reduction_size=114))
 
 
-def test_jit_attention_compiles_to_a_cubin_with_mma() -> None:
+@pytest.mark.parametrize("spec", ["a100", "h100"])
+def test_jit_attention_compiles_to_a_cubin_with_mma(spec: str) -> None:
     import pbsdk
     from pbsdk import ops
     from pbsdk.core.compiler import compile_text
@@ -357,7 +360,7 @@ def test_jit_attention_compiles_to_a_cubin_with_mma() -> None:
     if find_ptxas() is None:
         pytest.skip("ptxas not available")
     q = np.zeros((1, 8, 1024, 64), np.float16)
-    jf = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=True), target="nvgpu", spec="h100",
+    jf = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=True), target="nvgpu", spec=spec,
                    options={"cache": False})
     text = jf.lower(q, q, q)
     assert "pbsdk.attention" in text
