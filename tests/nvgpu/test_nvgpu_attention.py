@@ -378,7 +378,8 @@ def test_jit_attention_compiles_to_a_cubin_with_mma(spec: str) -> None:
 #: What the gpu-marked test runs (``scripts/gpu_check.py prepare`` writes their artifacts too).
 GPU_CASES = (*COMPILED[:3], AttnCase(1, 1, 300, 300, 64, 64, "f16", causal_offset=0),
              AttnCase(2, 3, 21, 45, 64, 64, "bf16", mask=True),
-             AttnCase(2, 4, 37, 29, 64, 64, "bf16", kv_heads=2, causal_offset=0, bshd=True))
+             AttnCase(2, 4, 37, 29, 64, 64, "bf16", kv_heads=2, causal_offset=0, bshd=True),
+             AttnCase(1, 2, 64, 64, 64, 64, "f16"))
 
 
 def _gpu_artifact(case: AttnCase) -> bytes:
@@ -403,4 +404,23 @@ def test_attention_on_gpu_matches_numpy(case: AttnCase) -> None:
     got = kernel(*[to_bf16_bits(a) if case.dtype == "bf16" else a for a in args])
     got = from_bf16_bits(got) if case.dtype == "bf16" else np.asarray(got)
     tol = tolerance("attention", case.dtype, reduction_size=case.sk + case.d)
+    assert_close(got, case.reference(*args).astype(got.dtype), op="attention", tol=tol)
+
+
+@pytest.mark.gpu
+def test_attention_on_gpu_with_misaligned_torch_views() -> None:
+    """A contiguous torch view that starts off a 16-byte boundary is copied before the vector loads."""
+    torch = pytest.importorskip("torch")
+    from pbsdk.targets.nvgpu.runtime import load
+
+    case = AttnCase(1, 2, 64, 64, 64, 64, "f16")
+    kernel = load(_gpu_artifact(case))
+    args = case.inputs()
+    views = []
+    for a in args:
+        flat = torch.zeros(a.size + 1, dtype=torch.float16, device="cuda")
+        flat[1:] = torch.from_numpy(a.reshape(-1)).cuda()
+        views.append(flat[1:].view(a.shape))  # contiguous, 2 bytes past an aligned start
+    got = kernel(*views).cpu().numpy()
+    tol = tolerance("attention", "f16", reduction_size=case.sk + case.d)
     assert_close(got, case.reference(*args).astype(got.dtype), op="attention", tol=tol)

@@ -29,6 +29,8 @@ import numpy as np
 from pbsdk.core.errors import ArgumentError, DeviceUnavailableError, PbsdkError
 from pbsdk.targets.nvgpu import bundle
 
+#: Byte alignment every kernel argument must have (cuMemAlloc gives 256; the widest kernel access is 16).
+ALIGNMENT = 16
 _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1}
 _NUMPY_OK = {"f64": ("float64",), "f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
              "i64": ("int64",), "i32": ("int32",), "i16": ("int16",), "i8": ("int8",)}
@@ -299,7 +301,10 @@ class LoadedArtifact:
 
         for i, (t, (shape, dtype)) in enumerate(zip(args, self.inputs)):
             self._check(i, shape, dtype, t.shape, _TORCH.get(str(t.dtype), str(t.dtype)))
-        args = [t if t.is_contiguous() else t.contiguous() for t in args]
+        # Kernels may load 16-byte vectors (the attention tiles): a contiguous view that does not start on a
+        # 16-byte boundary (e.g. x[1:]) is copied, like a non-contiguous one.
+        args = [t if t.is_contiguous() and t.data_ptr() % ALIGNMENT == 0
+                else t.clone(memory_format=torch.contiguous_format) for t in args]
         device = args[0].device
         rev = {v: k for k, v in _TORCH.items()}
         outs = [torch.empty(shape, dtype=getattr(torch, rev[dtype].split(".")[1]), device=device)
