@@ -6,11 +6,13 @@ algorithm):
 
 1. all threads (``#gpu.thread<linear_dim_0>``): the Q tile into shared memory, O := 0, m := -inf, l := 0;
 2. a loop over the key tiles the block visits (causal: up to its diagonal), each step being
-   a. all threads: the Kᵀ and V tiles into shared memory (zero-padded), S := 0;
-   b. S += Q·Kᵀ — per warp (``#gpu.warp``) as calls to a matrix-unit function, or per thread as a small
-      ``linalg.matmul``;
-   c. one thread per query row: scale, mask, running max, ``P = exp(S - m)`` rounded to the dtype, l;
-   d. all threads: O *= exp(m_old - m_new) per row;
+   a. all threads: the Kᵀ and V tiles into shared memory (zero-padded; 16-byte vector loads where the
+      mapping allows), S := 0;
+   b. S += Q·Kᵀ — per warp (``#gpu.warp``) one call of a matrix-unit function on its 16-row strip, or per
+      thread a small ``linalg.matmul``;
+   c. ``row_threads`` threads per query row: scale and mask S in place and take partial maxima; then the
+      new maximum m, ``P = exp(S - m)`` rounded to the dtype and partial sums;
+   d. all threads: O *= exp(m_old - m_new) per row; l and m updated;
    e. O += P·V, as in b;
 3. all threads: ``O / l`` stored to the output, inside ``sq`` only.
 
@@ -122,7 +124,6 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     e.depth = 1
     body_start = len(e.lines)
     e(f"%zf = arith.constant {_f32(0.0)} : f32")
-    e(f"%onef = arith.constant {_f32(1.0)} : f32")
     e(f"%ninf = arith.constant {_f32(-math.inf)} : f32")
     e(f"%zt = arith.constant 0.0 : {T}")
     e(f"%scale = arith.constant {_f32(d.scale)} : f32")
