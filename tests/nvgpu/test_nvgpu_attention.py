@@ -107,6 +107,30 @@ def test_warp_strip_keeps_each_accumulator_fragment_in_registers() -> None:
     assert text.count("memref.load %c[") == text.count("memref.store") == 4 * (32 // 8)
 
 
+def test_padding_removes_bank_conflicts_where_it_costs_no_tile() -> None:
+    full = _mapping(AttnCase(1, 8, 4096, 4096, 64, 64, "f16", block_q=32, block_k=256))  # the core's h100 tile
+    assert (full.block_q, full.block_k) == (32, 64) and dict(full.pads) == {"ss": 2, "sp": 8, "sq": 8, "sk": 8,
+                                                                             "sv": 8, "so": 4}
+    lanes = range(32)
+
+    def banks(word_of_lane: Any) -> int:
+        """How many lanes share the busiest bank (1: conflict-free)."""
+        words = {word_of_lane(x) for x in lanes}  # lanes reading the same word are one access
+        return max(sum(1 for w in words if w % 32 == b) for b in range(32))
+
+    # A fragments (vector<2xf16> at [g, 2t]) of Q and P, B fragments (halves at [2t, g]) of Kᵀ and V
+    for pitch in (full.pitch("sq"), full.pitch("sp")):
+        assert banks(lambda x, p=pitch: (x // 4 * p + 2 * (x % 4)) // 2) == 1
+    for pitch in (full.pitch("sk"), full.pitch("sv")):
+        assert banks(lambda x, p=pitch: (2 * (x % 4) * p + x // 4) // 2) == 1
+    # the softmax update: lane = (row, part), reading S[row, part + 2 jj] (f32)
+    assert banks(lambda x: x // 2 * full.pitch("ss") + x % 2) == 1
+    assert full.pitch("ss") == 66 and banks(lambda x: x // 2 * 64 + x % 2) == 16  # what the padding avoids
+    # where full padding would shrink the tile, only the softmax tiles are padded
+    rows = _mapping(AttnCase(1, 8, 4096, 4096, 64, 64, "f16", block_q=64, block_k=64))
+    assert (rows.block_q, rows.block_k) == (64, 32) and dict(rows.pads) == {"ss": 2, "sp": 8}
+
+
 def test_causal_skips_tiles_above_the_diagonal() -> None:
     am = _mapping(AttnCase(1, 1, 1024, 1024, 64, 64, "f16", causal_offset=0))
     bq, bk = am.block_q, am.block_k

@@ -142,6 +142,7 @@ class AttentionMapping:
     tn_o: int = 1  # SIMT: columns of O per thread
     budget: int = 0  # shared-memory bytes a block may use
     row_threads: int = 1  # threads sharing one query row's softmax update
+    pads: tuple[tuple[str, int], ...] = ()  # shared tile -> extra elements per row (bank-conflict padding)
     vec_q: int = 1  # elements per global load when staging Q / K / V tiles (16-byte vectors where aligned)
     vec_k: int = 1
     vec_v: int = 1
@@ -200,7 +201,14 @@ class AttentionMapping:
 
     @property
     def shared_bytes(self) -> int:
-        return shared_bytes(self.compute, self.dtype, self.block_q, self.block_k, self.d_pad, self.dv_pad)
+        return shared_bytes(self.compute, self.dtype, self.block_q, self.block_k, self.d_pad, self.dv_pad,
+                            dict(self.pads))
+
+    def pitch(self, tile: str) -> int:
+        """Elements per row of a shared tile (its logical width plus its padding)."""
+        width = {"sq": self.d_pad, "sk": self.block_k, "sv": self.dv_pad, "ss": self.block_k, "sp": self.block_k,
+                 "so": self.dv_pad}[tile]
+        return width + dict(self.pads).get(tile, 0)
 
     def explain(self) -> str:
         d = self.desc
@@ -220,13 +228,31 @@ def row_threads(compute: str, bq: int, bk: int) -> int:
     return p
 
 
-def shared_bytes(compute: str, dtype: str, bq: int, bk: int, dp: int, dvp: int) -> int:
+def padding(dtype: str, level: str) -> dict[str, int]:
+    """Extra elements per row of the shared tiles, against bank conflicts (32 banks of 4 bytes).
+
+    ``"rows"``: S by 2 floats and P by 16 bytes, so that the row threads of the softmax update (rows a
+    tile's width apart) hit different banks; ``"full"`` also Q, Kᵀ, V (16 bytes, keeping rows 16-byte
+    aligned for vector stores) and O (4 floats), so that the lanes' matrix-fragment loads do; ``"none"``."""
+    e16 = 128 // dtype_bits(dtype)
+    rows = {"ss": 2, "sp": e16}
+    if level == "none":
+        return {}
+    return rows if level == "rows" else {**rows, "sq": e16, "sk": e16, "sv": e16, "so": 4}
+
+
+def shared_bytes(compute: str, dtype: str, bq: int, bk: int, dp: int, dvp: int,
+                 pads: dict[str, int] | None = None) -> int:
     """Bytes of the block's shared tiles: Q (bq x dp), Kᵀ (dp x bk), V (bk x dvp) and P (bq x bk) in the
-    operand dtype; S (bq x bk) and the O accumulator (bq x dvp) in f32; per row m, l, the rescale factor and
-    the new maximum, and per (row thread, row) the partial maxima and sums, in f32."""
+    operand dtype; S (bq x bk) and the O accumulator (bq x dvp) in f32 (rows padded by ``pads``); per row
+    m, l, the rescale factor and the new maximum, and per (row thread, row) the partial maxima and sums."""
     eb = dtype_bits(dtype) // 8
+    pd = pads or {}
     parts = row_threads(compute, bq, bk)
-    return (bq * dp + dp * bk + bk * dvp + bq * bk) * eb + (bq * bk + bq * dvp + 4 * bq + 2 * parts * bq) * 4
+    narrow = (bq * (dp + pd.get("sq", 0)) + dp * (bk + pd.get("sk", 0)) + bk * (dvp + pd.get("sv", 0))
+              + bq * (bk + pd.get("sp", 0)))
+    wide = bq * (bk + pd.get("ss", 0)) + bq * (dvp + pd.get("so", 0)) + 4 * bq + 2 * parts * bq
+    return narrow * eb + wide * 4
 
 
 def vector_width(layout: OperandLayout, cols: int, padded: int, dtype: str) -> int:
@@ -268,20 +294,35 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
     bq, bk = _round_up(bq, step_q), _round_up(bk, step_k)
     compute = "mma" if unit is not None else "thread"
     start = (bq, bk)
-    # Shrink until every tile fits the static shared memory: keys first down to 32 (the query tile sets
-    # the warps and the reuse of each K/V tile), then queries, then keys to one step.
-    while shared_bytes(compute, desc.dtype, bq, bk, dp, dvp) > budget:
-        if bk > max(32, step_k):
-            bk = max(step_k, _round_up(bk // 2, step_k))
-        elif bq > step_q:
-            bq = max(step_q, _round_up(bq // 2, step_q))
-        elif bk > step_k:
-            bk = max(step_k, _round_up(bk // 2, step_k))
-        else:
-            raise CompileError(f"the smallest attention tiles ({bq}x{bk}, d={desc.d}, dv={desc.dv}) need "
-                               f"{shared_bytes(compute, desc.dtype, bq, bk, dp, dvp)} B of shared memory; "
-                               f"'{spec.name}' gives a block {budget} B without opt-in", op="func.func")
-    used = shared_bytes(compute, desc.dtype, bq, bk, dp, dvp)
+    def fit(pads: dict[str, int]) -> tuple[int, int] | None:
+        """Shrink until every tile fits the static shared memory: keys first down to 32 (the query tile
+        sets the warps and the reuse of each K/V tile), then queries, then keys to one step."""
+        q, k = start
+        while shared_bytes(compute, desc.dtype, q, k, dp, dvp, pads) > budget:
+            if k > max(32, step_k):
+                k = max(step_k, _round_up(k // 2, step_k))
+            elif q > step_q:
+                q = max(step_q, _round_up(q // 2, step_q))
+            elif k > step_k:
+                k = max(step_k, _round_up(k // 2, step_k))
+            else:
+                return None
+        return q, k
+
+    # Bank-conflict padding only where it costs no tile size: the largest tile any level fits, then the
+    # most padding that still fits it.
+    fits = {level: fit(padding(desc.dtype, level)) for level in ("full", "rows", "none")}
+    if fits["none"] is None:
+        raise CompileError(f"the smallest attention tiles ({step_q}x{step_k}, d={desc.d}, dv={desc.dv}) need "
+                           f"{shared_bytes(compute, desc.dtype, step_q, step_k, dp, dvp)} B of shared memory; "
+                           f"'{spec.name}' gives a block {budget} B without opt-in", op="func.func")
+    best = max((t for t in fits.values() if t is not None), key=lambda t: t[0] * t[1])
+    level = next(lv for lv, t in fits.items() if t == best)
+    bq, bk = best
+    pads = padding(desc.dtype, level)
+    reasons.append(f"bank-conflict padding: {level}" + (f" ({', '.join(f'{t} +{n}' for t, n in pads.items())})"
+                                                         if pads else ""))
+    used = shared_bytes(compute, desc.dtype, bq, bk, dp, dvp, pads)
     rt = row_threads(compute, bq, bk)
     if (bq, bk) != start:
         reasons.append(f"tile {start[0]}x{start[1]} -> {bq}x{bk}: Q, Kᵀ, V, P and the f32 S/O tiles in {budget} B "
@@ -305,14 +346,14 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
         reasons.append(f"{unit.name} for S = Q·Kᵀ and O += P·V (P rounded to {desc.dtype}, f32 accumulation); "
                        f"{warps} warps of {warp}, 16 query rows each")
         mm = AttentionMapping(desc, "mma", unit.name, bq, bk, dp, dvp, warp=warp, warps=warps, budget=budget,
-                              row_threads=rt, reasons=tuple(reasons), **vec)
+                              row_threads=rt, pads=tuple(pads.items()), reasons=tuple(reasons), **vec)
     else:
         ty, tx = SIMT_THREADS
         why = "matrix_units=False" if not opts.get("matrix_units", True) else f"no matrix unit for {desc.dtype}->f32"
         reasons.append(f"{why}: SIMT FMAs, {ty}x{tx} threads, {bq // ty}x{bk // tx} of S and "
                        f"{bq // ty}x{dvp // tx} of O per thread")
         mm = AttentionMapping(desc, "thread", "fma", bq, bk, dp, dvp, warp=warp, tm=bq // ty, tn_s=bk // tx,
-                              tn_o=dvp // tx, budget=budget, row_threads=rt,
+                              tn_o=dvp // tx, budget=budget, row_threads=rt, pads=tuple(pads.items()),
                               reasons=tuple(reasons), **vec)
     if mm.threads > block_thread_limit(spec):
         raise UnsupportedError(f"{mm.threads} threads per block exceed the spec's limit", op="func.func")

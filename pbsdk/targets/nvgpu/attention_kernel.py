@@ -45,31 +45,38 @@ def _view(rows: int, cols: int, stride: int, dtype: str) -> str:
     return f"memref<{rows}x{cols}x{dtype}, strided<[{stride}, 1], offset: ?>, {WS}>"
 
 
-def mma_types(dtype: str, k: int, n: int) -> tuple[str, str, str]:
-    """The operand types of one warp's strip ``C (16 x n, f32) += A (16 x k) · B (k x n)``: A and C are
-    16-row views of shared tiles k and n wide, B a whole shared tile."""
-    return _view(16, k, k, dtype), _smem((k, n), dtype), _view(16, n, n, "f32")
+def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None = None) -> tuple[str, str, str]:
+    """The operand types of one warp's strip ``C (16 x n, f32) += A (16 x k) · B (k x n)``: views of shared
+    tiles whose rows are ``pitches`` (A, B, C) elements apart (default: unpadded, k, n, n)."""
+    pa, pb, pc = pitches or (k, n, n)
+    tb = f"memref<{k}x{n}x{dtype}, strided<[{pb}, 1]>, {WS}>"
+    return _view(16, k, pa, dtype), tb, _view(16, n, pc, "f32")
 
 
-def mma_name(dtype: str, k: int, n: int) -> str:
-    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_strip_k{k}_n{n}"
+def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int]) -> str:
+    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_strip_k{k}_n{n}_p{'x'.join(map(str, pitches))}"
 
 
-def mma_function(unit: str, dtype: str, k: int, n: int) -> str:
+def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int, int]) -> str:
     """The warp's strip as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in n/8 x k/16
     ``mma.sync`` steps with each accumulator fragment kept in registers across k)."""
-    ta, tb, tc = mma_types(dtype, k, n)
-    return (f"func.func private @{mma_name(dtype, k, n)}(%a: {ta}, %b: {tb}, %c: {tc}) "
+    ta, tb, tc = mma_types(dtype, k, n, pitches)
+    return (f"func.func private @{mma_name(dtype, k, n, pitches)}(%a: {ta}, %b: {tb}, %c: {tc}) "
             f"attributes {{pbsdk.matrix_unit = \"{unit}\"}} {{\n"
             f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
+
+
+def strips(am: AttentionMapping) -> tuple[tuple[int, int, tuple[int, int, int]], ...]:
+    """(k, n, pitches) of the two matmuls: S += Q·Kᵀ, then O += P·V."""
+    return ((am.d_pad, am.block_k, (am.pitch("sq"), am.pitch("sk"), am.pitch("ss"))),
+            (am.block_k, am.dv_pad, (am.pitch("sp"), am.pitch("sv"), am.pitch("so"))))
 
 
 def mma_steps(am: AttentionMapping) -> dict[str, str]:
     """The matrix-unit functions the kernel calls, by name (none on the SIMT path)."""
     if am.compute != "mma":
         return {}
-    t, bk, dp, dvp = am.dtype, am.block_k, am.d_pad, am.dv_pad
-    return {mma_name(t, k, n): mma_function(am.unit, t, k, n) for k, n in ((dp, bk), (bk, dvp))}  # S, then O
+    return {mma_name(am.dtype, k, n, p): mma_function(am.unit, am.dtype, k, n, p) for k, n, p in strips(am)}
 
 
 class _Body(MlirText):
@@ -144,8 +151,10 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
           for n, t in zip(names, types)}
     base = {n: _offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
     i0 = e.mul("%qb", BQ)
-    sq_t, sk_t, sv_t = _smem((BQ, DP), T), _smem((DP, BK), T), _smem((BK, DVP), T)
-    ss_t, sp_t, so_t, row_t = _smem((BQ, BK), "f32"), _smem((BQ, BK), T), _smem((BQ, DVP), "f32"), _smem((BQ,), "f32")
+    # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
+    sq_t, sk_t, sv_t = _smem((BQ, am.pitch("sq")), T), _smem((DP, am.pitch("sk")), T), _smem((BK, am.pitch("sv")), T)
+    ss_t, sp_t = _smem((BQ, am.pitch("ss")), "f32"), _smem((BQ, am.pitch("sp")), T)
+    so_t, row_t = _smem((BQ, am.pitch("so")), "f32"), _smem((BQ,), "f32")
     part_t = _smem((am.row_threads, BQ), "f32")
     tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t, "sl": row_t,
              "sa": row_t, "smn": row_t, "spm": part_t, "spl": part_t}
@@ -251,19 +260,22 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     e.close()
     e.close(f"}} {{mapping = {LINEAR}}}")
 
-    def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int) -> None:
-        """acc (BQ x n) += a (BQ x k) · b (k x n) on the shared tiles."""
+    def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int,
+                    pitches: tuple[int, int, int]) -> None:
+        """acc (BQ x n) += a (BQ x k) · b (k x n) on the shared tiles (rows ``pitches`` apart)."""
         if am.compute == "mma":
-            ta, tb, tc = mma_types(T, k, n)
+            ta, tb, tc = mma_types(T, k, n, pitches)
             e.open(f"scf.forall (%w) in ({am.warps}) {{")
             r0 = e.mul("%w", 16)
             av = e.op("as", f"memref.subview {a}[{r0}, 0] [16, {k}] [1, 1] : {a_t} to {ta}")
+            bv = e.op("bs", f"memref.subview {b}[0, 0] [{k}, {n}] [1, 1] : {b_t} to {tb}")
             cv = e.op("cs", f"memref.subview {acc}[{r0}, 0] [16, {n}] [1, 1] : {acc_t} to {tc}")
-            e(f"func.call @{mma_name(T, k, n)}({av}, {b}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
+            e(f"func.call @{mma_name(T, k, n, pitches)}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
             e.close("} {mapping = [#gpu.warp<linear_dim_0>]}")
         else:
             ty, tx = SIMT_THREADS
-            va, vb, vc = _view(am.tm, k, k, T), _view(k, tn, n, T), _view(am.tm, tn, n, "f32")
+            pa, pb, pc = pitches
+            va, vb, vc = _view(am.tm, k, pa, T), _view(k, tn, pb, T), _view(am.tm, tn, pc, "f32")
             e.open(f"scf.forall (%ty, %tx) in ({ty}, {tx}) {{")
             rr, qq = e.mul("%ty", am.tm), e.mul("%tx", tn)
             av = e.op("as", f"memref.subview {a}[{rr}, 0] [{am.tm}, {k}] [1, 1] : {a_t} to {va}")
@@ -273,7 +285,8 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
             e.close("} {mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}")
 
     # b. S += Q·Kᵀ
-    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s)
+    (_, _, s_pitches), (_, _, o_pitches) = strips(am)
+    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s, s_pitches)
 
     # c. The online-softmax update, P threads per query row (thread t: row t / P, keys j = t % P + P * jj).
     P = am.row_threads
@@ -367,7 +380,7 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     e.close(f"}} {{mapping = {LINEAR}}}")
 
     # e. O += P·V
-    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o)
+    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o, o_pitches)
     e.close()  # key loop
 
     # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.
