@@ -97,14 +97,19 @@ def test_tile_loads_are_16_byte_vectors_where_aligned() -> None:
     assert attention_mapping(load_spec("nvidia/h100"), desc).vec_k == 1
 
 
-def test_warp_strip_keeps_each_accumulator_fragment_in_registers() -> None:
+@pytest.mark.parametrize("bt", [False, True])
+def test_warp_strip_keeps_each_accumulator_fragment_in_registers(bt: bool) -> None:
     from pbsdk.targets.nvgpu.attention_kernel import mma_types
     from pbsdk.targets.nvgpu.mma import mma_gpu_function
 
-    text = mma_gpu_function("strip", mma_types("f16", 64, 32), "mma.sync.m16n8k16")
-    assert text.count("nvvm.mma.sync") == (32 // 8) * (64 // 16)
+    text = mma_gpu_function("strip", mma_types("f16", 64, 32, b_transposed=bt), "mma.sync.m16n8k16", b_transposed=bt)
+    steps = (32 // 8) * (64 // 16)
+    assert text.count("nvvm.mma.sync") == steps
     # C: 4 lane elements per 16x8 fragment, loaded and stored once (not once per k step)
     assert text.count("memref.load %c[") == text.count("memref.store") == 4 * (32 // 8)
+    # B: two registers per step, each one 2-element load from Bᵀ, or two element loads from B
+    assert text.count("vector.load %b[") == (2 * steps if bt else 0)
+    assert text.count("memref.load %b[") == (0 if bt else 4 * steps)
 
 
 def test_padding_removes_bank_conflicts_where_it_costs_no_tile() -> None:
@@ -118,11 +123,11 @@ def test_padding_removes_bank_conflicts_where_it_costs_no_tile() -> None:
         words = {word_of_lane(x) for x in lanes}  # lanes reading the same word are one access
         return max(sum(1 for w in words if w % 32 == b) for b in range(32))
 
-    # A fragments (vector<2xf16> at [g, 2t]) of Q and P, B fragments (halves at [2t, g]) of Kᵀ and V
-    for pitch in (full.pitch("sq"), full.pitch("sp")):
+    # fragments read as vector<2xf16> at [g, 2t]: A of Q and P, B of S from the K tile (Bᵀ); V's B
+    # fragments are halves at [2t, g]
+    for pitch in (full.pitch("sq"), full.pitch("sp"), full.pitch("sk")):
         assert banks(lambda x, p=pitch: (x // 4 * p + 2 * (x % 4)) // 2) == 1
-    for pitch in (full.pitch("sk"), full.pitch("sv")):
-        assert banks(lambda x, p=pitch: (2 * (x % 4) * p + x // 4) // 2) == 1
+    assert banks(lambda x: (2 * (x % 4) * full.pitch("sv") + x // 4) // 2) == 1
     # the softmax update: lane = (row, part), reading S[row, part + 2 jj] (f32)
     assert banks(lambda x: x // 2 * full.pitch("ss") + x % 2) == 1
     assert full.pitch("ss") == 66 and banks(lambda x: x // 2 * 64 + x % 2) == 16  # what the padding avoids

@@ -10,7 +10,7 @@ The kernel (FlashAttention-style online softmax, one pass over the keys):
 - one block per (query block of ``block_q`` rows, flat batch index β); the Q tile is staged in shared
   memory once, zero-padded beyond ``sq`` and to ``d_pad`` columns;
 - for each key tile of ``block_k`` keys (causal: only the tiles at or below the diagonal of the block's
-  last query row — the others are skipped entirely): Kᵀ and V tiles are copied global -> shared
+  last query row — the others are skipped entirely): K and V tiles are copied global -> shared
   (zero-padded), ``S = Q·Kᵀ`` is computed into a shared f32 tile, then per query row the scores are
   scaled, masked (keys beyond ``sk``, the causal diagonal lane by lane, the additive mask), the running
   max ``m`` and sum ``l`` updated, ``P = exp(S - m)`` rounded to the operand dtype, the f32 output
@@ -206,7 +206,7 @@ class AttentionMapping:
 
     def pitch(self, tile: str) -> int:
         """Elements per row of a shared tile (its logical width plus its padding)."""
-        width = {"sq": self.d_pad, "sk": self.block_k, "sv": self.dv_pad, "ss": self.block_k, "sp": self.block_k,
+        width = {"sq": self.d_pad, "sk": self.d_pad, "sv": self.dv_pad, "ss": self.block_k, "sp": self.block_k,
                  "so": self.dv_pad}[tile]
         return width + dict(self.pads).get(tile, 0)
 
@@ -232,7 +232,7 @@ def padding(dtype: str, level: str) -> dict[str, int]:
     """Extra elements per row of the shared tiles, against bank conflicts (32 banks of 4 bytes).
 
     ``"rows"``: S by 2 floats and P by 16 bytes, so that the row threads of the softmax update (rows a
-    tile's width apart) hit different banks; ``"full"`` also Q, Kᵀ, V (16 bytes, keeping rows 16-byte
+    tile's width apart) hit different banks; ``"full"`` also Q, K, V (16 bytes, keeping rows 16-byte
     aligned for vector stores) and O (4 floats), so that the lanes' matrix-fragment loads do; ``"none"``."""
     e16 = 128 // dtype_bits(dtype)
     rows = {"ss": 2, "sp": e16}
@@ -243,13 +243,13 @@ def padding(dtype: str, level: str) -> dict[str, int]:
 
 def shared_bytes(compute: str, dtype: str, bq: int, bk: int, dp: int, dvp: int,
                  pads: dict[str, int] | None = None) -> int:
-    """Bytes of the block's shared tiles: Q (bq x dp), Kᵀ (dp x bk), V (bk x dvp) and P (bq x bk) in the
+    """Bytes of the block's shared tiles: Q (bq x dp), K (bk x dp), V (bk x dvp) and P (bq x bk) in the
     operand dtype; S (bq x bk) and the O accumulator (bq x dvp) in f32 (rows padded by ``pads``); per row
     m, l, the rescale factor and the new maximum, and per (row thread, row) the partial maxima and sums."""
     eb = dtype_bits(dtype) // 8
     pd = pads or {}
     parts = row_threads(compute, bq, bk)
-    narrow = (bq * (dp + pd.get("sq", 0)) + dp * (bk + pd.get("sk", 0)) + bk * (dvp + pd.get("sv", 0))
+    narrow = (bq * (dp + pd.get("sq", 0)) + bk * (dp + pd.get("sk", 0)) + bk * (dvp + pd.get("sv", 0))
               + bq * (bk + pd.get("sp", 0)))
     wide = bq * (bk + pd.get("ss", 0)) + bq * (dvp + pd.get("so", 0)) + 4 * bq + 2 * parts * bq
     return narrow * eb + wide * 4
@@ -325,7 +325,7 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
     used = shared_bytes(compute, desc.dtype, bq, bk, dp, dvp, pads)
     rt = row_threads(compute, bq, bk)
     if (bq, bk) != start:
-        reasons.append(f"tile {start[0]}x{start[1]} -> {bq}x{bk}: Q, Kᵀ, V, P and the f32 S/O tiles in {budget} B "
+        reasons.append(f"tile {start[0]}x{start[1]} -> {bq}x{bk}: Q, K, V, P and the f32 S/O tiles in {budget} B "
                        "of static shared memory (no opt-in, no double buffering)")
     reasons.append(f"tiles {bq}x{bk} (d {desc.d}->{dp}, dv {desc.dv}->{dvp}) use {used} of {budget} B shared memory")
     reasons.append(f"online softmax: {rt} threads per query row (partial maxima and sums in shared memory)")

@@ -6,7 +6,7 @@ algorithm):
 
 1. all threads (``#gpu.thread<linear_dim_0>``): the Q tile into shared memory, O := 0, m := -inf, l := 0;
 2. a loop over the key tiles the block visits (causal: up to its diagonal), each step being
-   a. all threads: the Kᵀ and V tiles into shared memory (zero-padded; 16-byte vector loads where the
+   a. all threads: the K and V tiles into shared memory (zero-padded; 16-byte vector loads where the
       mapping allows), S := 0;
    b. S += Q·Kᵀ — per warp (``#gpu.warp``) one call of a matrix-unit function on its 16-row strip, or per
       thread a small ``linalg.matmul``;
@@ -45,38 +45,50 @@ def _view(rows: int, cols: int, stride: int, dtype: str) -> str:
     return f"memref<{rows}x{cols}x{dtype}, strided<[{stride}, 1], offset: ?>, {WS}>"
 
 
-def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None = None) -> tuple[str, str, str]:
+#: ``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. the K tile).
+TRANSPOSED_B = ("indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
+                "affine_map<(m, n, k) -> (m, n)>] ")
+
+
+def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None = None,
+              b_transposed: bool = False) -> tuple[str, str, str]:
     """The operand types of one warp's strip ``C (16 x n, f32) += A (16 x k) · B (k x n)``: views of shared
-    tiles whose rows are ``pitches`` (A, B, C) elements apart (default: unpadded, k, n, n)."""
-    pa, pb, pc = pitches or (k, n, n)
-    tb = f"memref<{k}x{n}x{dtype}, strided<[{pb}, 1]>, {WS}>"
+    tiles whose rows are ``pitches`` (A, B, C) elements apart (default: unpadded); B given as Bᵀ (n x k)
+    when ``b_transposed``."""
+    pa, pb, pc = pitches or (k, k if b_transposed else n, n)
+    rows, cols = (n, k) if b_transposed else (k, n)
+    tb = f"memref<{rows}x{cols}x{dtype}, strided<[{pb}, 1]>, {WS}>"
     return _view(16, k, pa, dtype), tb, _view(16, n, pc, "f32")
 
 
-def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int]) -> str:
-    return f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_strip_k{k}_n{n}_p{'x'.join(map(str, pitches))}"
+def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int], b_transposed: bool = False) -> str:
+    return (f"__pbsdk_mma_attn_m16n8k16_{dtype}_f32_strip_k{k}_n{n}{'_bt' if b_transposed else ''}"
+            f"_p{'x'.join(map(str, pitches))}")
 
 
-def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int, int]) -> str:
+def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int, int],
+                 b_transposed: bool = False) -> str:
     """The warp's strip as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in n/8 x k/16
     ``mma.sync`` steps with each accumulator fragment kept in registers across k)."""
-    ta, tb, tc = mma_types(dtype, k, n, pitches)
-    return (f"func.func private @{mma_name(dtype, k, n, pitches)}(%a: {ta}, %b: {tb}, %c: {tc}) "
-            f"attributes {{pbsdk.matrix_unit = \"{unit}\"}} {{\n"
-            f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
+    ta, tb, tc = mma_types(dtype, k, n, pitches, b_transposed)
+    attrs = f"pbsdk.matrix_unit = \"{unit}\"" + (", pbsdk.b_transposed" if b_transposed else "")
+    maps = TRANSPOSED_B if b_transposed else ""
+    return (f"func.func private @{mma_name(dtype, k, n, pitches, b_transposed)}(%a: {ta}, %b: {tb}, %c: {tc}) "
+            f"attributes {{{attrs}}} {{\n"
+            f"  linalg.matmul {maps}ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
 
 
-def strips(am: AttentionMapping) -> tuple[tuple[int, int, tuple[int, int, int]], ...]:
-    """(k, n, pitches) of the two matmuls: S += Q·Kᵀ, then O += P·V."""
-    return ((am.d_pad, am.block_k, (am.pitch("sq"), am.pitch("sk"), am.pitch("ss"))),
-            (am.block_k, am.dv_pad, (am.pitch("sp"), am.pitch("sv"), am.pitch("so"))))
+def strips(am: AttentionMapping) -> tuple[tuple[int, int, tuple[int, int, int], bool], ...]:
+    """(k, n, pitches, B transposed) of the two matmuls: S += Q·Kᵀ (B is the K tile), then O += P·V."""
+    return ((am.d_pad, am.block_k, (am.pitch("sq"), am.pitch("sk"), am.pitch("ss")), True),
+            (am.block_k, am.dv_pad, (am.pitch("sp"), am.pitch("sv"), am.pitch("so")), False))
 
 
 def mma_steps(am: AttentionMapping) -> dict[str, str]:
     """The matrix-unit functions the kernel calls, by name (none on the SIMT path)."""
     if am.compute != "mma":
         return {}
-    return {mma_name(am.dtype, k, n, p): mma_function(am.unit, am.dtype, k, n, p) for k, n, p in strips(am)}
+    return {mma_name(am.dtype, k, n, p, bt): mma_function(am.unit, am.dtype, k, n, p, bt) for k, n, p, bt in strips(am)}
 
 
 class _Body(MlirText):
@@ -152,7 +164,7 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     base = {n: _offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
     i0 = e.mul("%qb", BQ)
     # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
-    sq_t, sk_t, sv_t = _smem((BQ, am.pitch("sq")), T), _smem((DP, am.pitch("sk")), T), _smem((BK, am.pitch("sv")), T)
+    sq_t, sk_t, sv_t = _smem((BQ, am.pitch("sq")), T), _smem((BK, am.pitch("sk")), T), _smem((BK, am.pitch("sv")), T)
     ss_t, sp_t = _smem((BQ, am.pitch("ss")), "f32"), _smem((BQ, am.pitch("sp")), T)
     so_t, row_t = _smem((BQ, am.pitch("so")), "f32"), _smem((BQ,), "f32")
     part_t = _smem((am.row_threads, BQ), "f32")
@@ -253,7 +265,7 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     j0 = e.mul("%kt", BK)
     # a. Kᵀ and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
     e.open(f"scf.forall (%t) in ({NT}) {{")
-    stage("K", j0, BK, d.sk, d.d, DP, am.vec_k, "%sk", sk_t, True)
+    stage("K", j0, BK, d.sk, d.d, DP, am.vec_k, "%sk", sk_t, False)
     stage("V", j0, BK, d.sk, d.dv, DVP, am.vec_v, "%sv", sv_t, False)
     r, c = strided_loop(BQ * BK, BK)
     e(f"memref.store %zf, %ss[{r}, {c}] : {ss_t}")
@@ -261,32 +273,39 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     e.close(f"}} {{mapping = {LINEAR}}}")
 
     def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int,
-                    pitches: tuple[int, int, int]) -> None:
-        """acc (BQ x n) += a (BQ x k) · b (k x n) on the shared tiles (rows ``pitches`` apart)."""
+                    pitches: tuple[int, int, int], bt: bool) -> None:
+        """acc (BQ x n) += a (BQ x k) · b (k x n; given as bᵀ, n x k, when ``bt``) on the shared tiles,
+        whose rows are ``pitches`` apart."""
+        maps = TRANSPOSED_B if bt else ""
         if am.compute == "mma":
-            ta, tb, tc = mma_types(T, k, n, pitches)
+            ta, tb, tc = mma_types(T, k, n, pitches, bt)
             e.open(f"scf.forall (%w) in ({am.warps}) {{")
             r0 = e.mul("%w", 16)
             av = e.op("as", f"memref.subview {a}[{r0}, 0] [16, {k}] [1, 1] : {a_t} to {ta}")
-            bv = e.op("bs", f"memref.subview {b}[0, 0] [{k}, {n}] [1, 1] : {b_t} to {tb}")
+            rows, cols = (n, k) if bt else (k, n)
+            bv = e.op("bs", f"memref.subview {b}[0, 0] [{rows}, {cols}] [1, 1] : {b_t} to {tb}")
             cv = e.op("cs", f"memref.subview {acc}[{r0}, 0] [16, {n}] [1, 1] : {acc_t} to {tc}")
-            e(f"func.call @{mma_name(T, k, n, pitches)}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
+            e(f"func.call @{mma_name(T, k, n, pitches, bt)}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
             e.close("} {mapping = [#gpu.warp<linear_dim_0>]}")
         else:
             ty, tx = SIMT_THREADS
             pa, pb, pc = pitches
-            va, vb, vc = _view(am.tm, k, pa, T), _view(k, tn, pb, T), _view(am.tm, tn, pc, "f32")
+            va, vc = _view(am.tm, k, pa, T), _view(am.tm, tn, pc, "f32")
+            vb = _view(tn, k, pb, T) if bt else _view(k, tn, pb, T)
             e.open(f"scf.forall (%ty, %tx) in ({ty}, {tx}) {{")
             rr, qq = e.mul("%ty", am.tm), e.mul("%tx", tn)
             av = e.op("as", f"memref.subview {a}[{rr}, 0] [{am.tm}, {k}] [1, 1] : {a_t} to {va}")
-            bv = e.op("bs", f"memref.subview {b}[0, {qq}] [{k}, {tn}] [1, 1] : {b_t} to {vb}")
+            if bt:
+                bv = e.op("bs", f"memref.subview {b}[{qq}, 0] [{tn}, {k}] [1, 1] : {b_t} to {vb}")
+            else:
+                bv = e.op("bs", f"memref.subview {b}[0, {qq}] [{k}, {tn}] [1, 1] : {b_t} to {vb}")
             cv = e.op("cs", f"memref.subview {acc}[{rr}, {qq}] [{am.tm}, {tn}] [1, 1] : {acc_t} to {vc}")
-            e(f"linalg.matmul ins({av}, {bv} : {va}, {vb}) outs({cv} : {vc})")
+            e(f"linalg.matmul {maps}ins({av}, {bv} : {va}, {vb}) outs({cv} : {vc})")
             e.close("} {mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}")
 
     # b. S += Q·Kᵀ
-    (_, _, s_pitches), (_, _, o_pitches) = strips(am)
-    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s, s_pitches)
+    (_, _, s_pitches, _), (_, _, o_pitches, _) = strips(am)
+    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s, s_pitches, True)
 
     # c. The online-softmax update, P threads per query row (thread t: row t / P, keys j = t % P + P * jj).
     P = am.row_threads
@@ -380,7 +399,7 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     e.close(f"}} {{mapping = {LINEAR}}}")
 
     # e. O += P·V
-    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o, o_pitches)
+    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o, o_pitches, False)
     e.close()  # key loop
 
     # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.

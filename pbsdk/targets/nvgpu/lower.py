@@ -93,7 +93,8 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
                    and "pbsdk.matrix_unit" in op.attributes]:
             types = [str(t) for t in ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs]
             name = ir.StringAttr(fn.attributes["sym_name"]).value
-            text = mma_gpu_function(name, types, ir.StringAttr(fn.attributes["pbsdk.matrix_unit"]).value)
+            text = mma_gpu_function(name, types, ir.StringAttr(fn.attributes["pbsdk.matrix_unit"]).value,
+                                    b_transposed="pbsdk.b_transposed" in fn.attributes)
             fn.operation.erase()
             parsed = ir.Module.parse(text)
             module.body.append(parsed.body.operations[0].operation)

@@ -28,19 +28,22 @@ def _shape(memref_type: str) -> tuple[int, int]:
     return int(dims[0]), int(dims[1])
 
 
-def mma_gpu_function(name: str, types: Sequence[str], unit: str) -> str:
+def mma_gpu_function(name: str, types: Sequence[str], unit: str, *, b_transposed: bool = False) -> str:
     """The lane-level body of ``@name(%a, %b, %c)`` for the matrix unit ``unit``.
 
     ``%a`` is 16 x K, ``%b`` K x N, ``%c`` 16 x N (K a multiple of 16, N of 8): one warp's strip
     ``C += A · B`` as N/8 x K/16 ``mma.sync`` steps, each 16x8 accumulator fragment loaded once and
-    stored once (K = 16, N = 8 is the single step)."""
+    stored once (K = 16, N = 8 is the single step). With ``b_transposed``, ``%b`` holds Bᵀ (N x K, e.g.
+    the keys of an attention's K tile): a B register's two k-consecutive halves are then adjacent in
+    memory and are loaded as one vector, exactly like A's."""
     if not unit.startswith("mma.sync.m16n8k16"):
         raise UnsupportedError(f"matrix unit {unit} is not lowered by nvgpu (mma.sync.m16n8k16 is)")
     ta, tb, tc = types
     dtype = "bf16" if "xbf16" in ta else "f16" if "xf16" in ta else None
     if dtype is None or "xf32" not in tc:
         raise UnsupportedError(f"mma.sync.m16n8k16 for {ta} x {tb} -> {tc}")
-    (m, k), (kb, n), (mc, nc) = _shape(ta), _shape(tb), _shape(tc)
+    (m, k), (mc, nc) = _shape(ta), _shape(tc)
+    kb, n = reversed(_shape(tb)) if b_transposed else _shape(tb)
     if m != 16 or mc != 16 or kb != k or nc != n or k % 16 or n % 8:
         raise UnsupportedError(f"mma.sync.m16n8k16 strip for {ta} x {tb} -> {tc}")
     packed = dtype == "bf16"
@@ -93,9 +96,12 @@ def mma_gpu_function(name: str, types: Sequence[str], unit: str) -> str:
             b_regs = []
             r0, r1, r8, r9 = krows[k0]
             for j, (k_lo, k_hi) in enumerate(((r0, r1), (r8, r9))):
-                e(f"  %bx{q}_{j} = memref.load %b[{k_lo}, {col}] : {tb}")
-                e(f"  %by{q}_{j} = memref.load %b[{k_hi}, {col}] : {tb}")
-                e(f"  %bl{q}_{j} = vector.from_elements %bx{q}_{j}, %by{q}_{j} : vector<2x{dtype}>")
+                if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load
+                    e(f"  %bl{q}_{j} = vector.load %b[{col}, {k_lo}] : {tb}, vector<2x{dtype}>")
+                else:
+                    e(f"  %bx{q}_{j} = memref.load %b[{k_lo}, {col}] : {tb}")
+                    e(f"  %by{q}_{j} = memref.load %b[{k_hi}, {col}] : {tb}")
+                    e(f"  %bl{q}_{j} = vector.from_elements %bx{q}_{j}, %by{q}_{j} : vector<2x{dtype}>")
                 b_regs.append(pack(f"bl{q}_{j}", f"bp{q}_{j}"))
             e(f"  %d{q} = nvvm.mma.sync A[{', '.join(a_regs)}] B[{', '.join(b_regs)}] C[{', '.join(acc)}] "
               "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
