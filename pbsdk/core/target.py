@@ -45,7 +45,13 @@ class Artifact:
 
 
 class Executable(abc.ABC):
-    """A loaded artifact. ``run`` takes contiguous numpy arrays, inputs then preallocated outputs."""
+    """A loaded artifact. ``run`` takes contiguous numpy arrays, inputs then preallocated outputs.
+
+    ``run_pointers``, where not None, is the same call on raw host addresses of contiguous buffers of
+    the artifact's shapes and dtypes (executables that run in host memory set it; frontends holding
+    their own tensors, e.g. torch's, call it without building numpy views)."""
+
+    run_pointers: Any = None
 
     @abc.abstractmethod
     def run(self, buffers: Sequence[Any]) -> None: ...

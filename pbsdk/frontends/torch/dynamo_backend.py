@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import operator
 import re
 import threading
 import time
@@ -55,7 +56,7 @@ from pbsdk.frontends.tracing import Tensor, tracing
 
 log = logging.getLogger("pbsdk.torch")
 
-_OPTION_NAMES = ("target", "spec", "freeze", "max_shapes", "compile_options")
+_OPTION_NAMES = ("target", "spec", "freeze", "max_shapes", "direct", "compile_options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +69,9 @@ class TorchOptions:
                        (default True); False keeps them as kernel inputs.
     max_shapes      -- how many concrete shapes a dynamic-shape graph is compiled for before it runs
                        eagerly (default 8).
+    direct          -- inference graphs (no gradients needed, no input mutated) are traced to ATen by
+                       pbsdk and run without AOTAutograd's runtime wrappers (default True); False
+                       always goes through AOTAutograd.
     compile_options -- options for pbsdk's pipeline (what ``pbsdk.jit(options=...)`` takes).
     """
 
@@ -75,6 +79,7 @@ class TorchOptions:
     spec: Any = None
     freeze: bool = True
     max_shapes: int = 8
+    direct: bool = True
     compile_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -147,6 +152,16 @@ class CompiledPartition(torch.nn.Module):
         outs = [result] if self._single else list(result)
         self._out_dtypes = [n.meta["val"].dtype for n in outs]
         self.kernel, self._inputs = self._compile(self._frozen)
+        self._pointer_path()
+
+    def _pointer_path(self) -> None:
+        """What the per-call fast path checks and allocates: expected (shape, torch dtype) per kernel
+        input, (shape, numpy dtype, torch dtype wanted) per output, and the executable's raw entry."""
+        self._run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
+        self._expect = [(tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]))
+                        for s, dt in self.kernel.artifact.inputs]
+        self._allocs = [(tuple(int(d) for d in s), np.dtype(DTYPE_TO_NUMPY[dt]), want)
+                        for (s, dt), want in zip(self.kernel.artifact.outputs, self._out_dtypes)]
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
         graph, inputs = lower_partition(self.sub, frozen)
@@ -165,10 +180,36 @@ class CompiledPartition(torch.nn.Module):
             log.info("pbsdk: frozen parameters of %s changed; recompiling it with them as inputs", self.name)
             self._frozen = {}
             self.kernel, self._inputs = self._compile({})
+            self._pointer_path()
+        if self._run_pointers is not None:
+            fast = self._call_pointers(args)
+            if fast is not None:
+                return fast
         arrays = [_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs]
         outs = self.kernel(*arrays)
         outs = [outs] if not isinstance(outs, tuple) else list(outs)
         tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
+        return tensors[0] if self._single else tuple(tensors)
+
+
+    def _call_pointers(self, args: Sequence[Any]) -> Any:
+        """The call on the tensors' own memory when every input is a contiguous CPU tensor of exactly
+        the kernel's shape and dtype (outputs: fresh numpy-backed tensors); None otherwise."""
+        pointers = []
+        for i, (shape, dtype) in zip(self._inputs, self._expect):
+            t = args[i]
+            if (not isinstance(t, torch.Tensor) or t.dtype is not dtype or t.shape != shape
+                    or not t.is_contiguous() or t.device.type != "cpu"):
+                return None
+            pointers.append(t.data_ptr())
+        outs = []
+        for shape, npdt, _ in self._allocs:
+            o = torch.from_numpy(np.empty(shape, npdt))
+            outs.append(o)
+            pointers.append(o.data_ptr())
+        self._run_pointers(pointers)
+        tensors = [o if o.dtype == want else (o != 0 if want == torch.bool else o.to(want))
+                   for o, (_, _, want) in zip(outs, self._allocs)]
         return tensors[0] if self._single else tuple(tensors)
 
 
@@ -368,6 +409,90 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
                                  decompositions=core_aten_decompositions())  # type: ignore[arg-type]
 
 
+_MUTATING = {"aten.copy_.default", "aten.set_.source_Tensor", "aten.resize_.default"}
+
+
+def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], request: CompileRequest,
+                      opts: TorchOptions, static: set[int]) -> Any | None:
+    """Inference without AOTAutograd's runtime wrappers: the graph is traced to functional core ATen
+    here (``functionalize`` + ``make_fx`` with the core decompositions), partitioned and compiled, and
+    Dynamo gets the partitioned graph module itself — no per-call input/output bookkeeping (≈30 µs a
+    call on this host's small models). None when the graph mutates an input (AOTAutograd's wrappers
+    replay such mutations; `compile_static` then takes it)."""
+    from torch._decomp import core_aten_decompositions, get_decompositions
+    from torch.func import functionalize
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if any(not isinstance(x, torch.Tensor) for x in example_inputs):
+        return None
+    # AOTAutograd's functionalization rewrites batch norm's (here unused) running-stat updates away;
+    # without it native_batch_norm needs its decomposition.
+    table = dict(core_aten_decompositions())
+    table.update(get_decompositions([torch.ops.aten.native_batch_norm]))
+    # Traced on fake copies in a fresh, static-shape fake mode: nothing runs, so nothing the graph would
+    # mutate (an input, a running statistic) is touched at compile time.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with unset_fake_temporarily(), torch.no_grad():
+        mode = FakeTensorMode()
+        fakes = [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
+        with mode:
+            aten = make_fx(functionalize(gm, remove="mutations"), decomposition_table=table,  # type: ignore[arg-type]
+                           tracing_mode="real")(*fakes)
+    calls = [n for n in aten.graph.nodes if n.op == "call_function"]
+    if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
+        return None
+    # An op pbsdk does not convert here might convert after AOTAutograd's rewrites: let it try.
+    if any(not node_supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
+        return None
+    placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        return None
+    frozen = {placeholders[i]: example_inputs[i] for i in static} if opts.freeze else {}
+    fused = compile_aten(aten, frozen, request)
+    return _single_partition_call(fused) or fused
+
+
+def _single_partition_call(fused: torch.fx.GraphModule) -> Any | None:
+    """When the whole graph is one pbsdk partition, a plain function calling its ``forward`` (no FX
+    module and no ``nn.Module.__call__`` per call); None otherwise."""
+    nodes = list(fused.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    calls = [n for n in nodes if n.op == "call_module"]
+    (out,) = [n for n in nodes if n.op == "output"]
+    if len(calls) != 1 or any(n.op == "call_function" and n.target is not operator.getitem for n in nodes):
+        return None
+    part = fused.get_submodule(str(calls[0].target))
+    if not isinstance(part, CompiledPartition) or calls[0].kwargs:
+        return None
+    if not all(isinstance(a, torch.fx.Node) and a.op == "placeholder" for a in calls[0].args):
+        return None
+    where = {n: i for i, n in enumerate(placeholders)}
+    picks = [where[a] for a in calls[0].args]  # type: ignore[index]
+    result = out.args[0]
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    plan: list[tuple[str, int]] = []  # ("arg", position) | ("out", index) | ("all", 0)
+    for item in items:
+        if item is calls[0]:
+            plan.append(("all", 0))
+        elif isinstance(item, torch.fx.Node) and item.op == "placeholder":
+            plan.append(("arg", where[item]))
+        elif (isinstance(item, torch.fx.Node) and item.op == "call_function" and item.args[0] is calls[0]
+              and isinstance(item.args[1], int)):
+            plan.append(("out", item.args[1]))
+        else:
+            return None
+    forward = part.forward
+    as_tuple = isinstance(result, (tuple, list))
+
+    def run(*args: Any) -> Any:
+        got = forward(*[args[i] for i in picks])
+        outs = [got if kind == "all" else args[i] if kind == "arg" else got[i] for kind, i in plan]
+        return tuple(outs) if as_tuple else outs[0]
+
+    return run
+
+
 class PerShape:
     """A graph with symbolic shapes, compiled once per concrete input signature (up to ``max_shapes``)."""
 
@@ -412,7 +537,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     static = _static_positions(gm, example_inputs)
     if _is_dynamic(gm, example_inputs):
         return PerShape(gm, request, opts, static)
+    tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     try:
+        if not training and opts.direct:
+            direct = compile_inference(gm, example_inputs, request, opts, static)
+            if direct is not None:
+                return direct
         return compile_static(gm, example_inputs, request, opts, static)
     except PbsdkError:
         raise

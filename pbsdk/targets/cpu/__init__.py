@@ -160,6 +160,9 @@ class CpuExecutable(Executable):
     def run(self, buffers: Sequence[np.ndarray]) -> None:
         self._fn(*[b.ctypes.data for b in buffers])
 
+    def run_pointers(self, pointers: Sequence[int]) -> None:  # type: ignore[override]
+        self._fn(*pointers)
+
 
 class CpuTarget(Target):
     """The host CPU. Correct, simple lowering; the optimising pipeline adds tiling/packing stages."""

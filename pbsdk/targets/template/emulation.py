@@ -267,9 +267,12 @@ class TemplateExecutable(Executable):
         self._run_lock = threading.Lock()  # the counters are per kernel, so runs of one kernel serialise
 
     def run(self, buffers: Sequence[np.ndarray]) -> None:
+        self.run_pointers([b.ctypes.data for b in buffers])
+
+    def run_pointers(self, pointers: Sequence[int]) -> None:  # type: ignore[override]
         with self._run_lock:
             if self._counters is not None:
                 ctypes.memset(self._counters, 0, ctypes.sizeof(self._counters))
-            self._fn(*[b.ctypes.data for b in buffers])
+            self._fn(*pointers)
             if self._counters is not None:
                 self.last_counters = {n: int(self._counters[i]) for i, n in enumerate(self.names)}
