@@ -144,6 +144,7 @@ class CompiledPartition(torch.nn.Module):
         self.request = request
         self._frozen = dict(frozen)  # placeholder position -> real tensor
         self._versions = {i: t._version for i, t in self._frozen.items()}
+        self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
         self._in_dtypes = [value_type(n.meta["val"]).dtype for n in placeholders]
         (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
@@ -173,7 +174,10 @@ class CompiledPartition(torch.nn.Module):
         return Kernel(artifact, executable, name=self.name), inputs
 
     def _frozen_unchanged(self, args: Sequence[Any]) -> bool:
-        return all(args[i] is t and t._version == self._versions[i] for i, t in self._frozen.items())
+        for i, t, version in self._checks:  # a plain loop: this runs on every call
+            if args[i] is not t or t._version != version:
+                return False
+        return True
 
     def forward(self, *args: Any) -> Any:
         if self._frozen and not self._frozen_unchanged(args):
