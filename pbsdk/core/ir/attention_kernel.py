@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from pbsdk.core.ir.attention import Operand
 from pbsdk.core.ir.mlir_text import MlirText
@@ -59,8 +60,9 @@ def _f(value: float) -> str:
     return f"{value:.9e}"
 
 
-class _Body(MlirText):
-    """`MlirText` with memoised index constants and folding index arithmetic."""
+class IndexText(MlirText):
+    """`MlirText` with memoised index constants (``consts``: value -> SSA name, emitted by the caller at
+    the top of the function) and folding index arithmetic; the attention kernels' builder."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -100,12 +102,16 @@ class _Body(MlirText):
     def max(self, a: str, b: str) -> str:
         return self.op("mx", f"arith.maxsi {a}, {b} : index")
 
+    def lt(self, a: str, b: str) -> str:
+        return self.op("lt", f"arith.cmpi ult, {a}, {b} : index")
 
-def _offset(e: _Body, beta: str, opnd: Operand) -> str:
-    """Σ_f ((β / inner_f) % size_f) * stride_f."""
+
+def batch_offset(e: IndexText, beta: str, opnd: Operand | Any) -> str:
+    """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
+    (anything with `Operand`'s ``batch`` factors)."""
     total = e.c(0)
     for size, stride, inner in opnd.batch:
-        if stride == 0:
+        if stride == 0 or size == 1:
             continue
         idx = beta if inner == 1 else e.op("dv", f"arith.divui {beta}, {e.c(inner)} : index")
         idx = e.op("rm", f"arith.remui {idx}, {e.c(size)} : index")
@@ -113,7 +119,7 @@ def _offset(e: _Body, beta: str, opnd: Operand) -> str:
     return total
 
 
-def _vmax(e: _Body, a: str, b: str, vt: str) -> str:
+def _vmax(e: IndexText, a: str, b: str, vt: str) -> str:
     """max(a, b) as compare + select (one vmaxps on x86); a NaN in ``a`` is dropped, one in ``b`` kept.
     The running maxima only steer the rescaling: a NaN score still reaches the sum through exp2."""
     gt = e.op("gt", f"arith.cmpf ogt, {a}, {b} : {vt}")
@@ -124,7 +130,7 @@ def vector_mask(vt: str) -> str:
     return vt.split("x")[0] + "xi1>"
 
 
-def _exp2(e: _Body, x: str, vt: str, consts: dict[str, str]) -> str:
+def _exp2(e: IndexText, x: str, vt: str, consts: dict[str, str]) -> str:
     """Vector 2^x for x <= 0 (x <= -126.5 gives 0; NaN stays NaN).
 
     Round to nearest with the magic-number trick: adding 1.5 * 2^23 + 127 leaves round(x) + 127 in the
@@ -157,7 +163,7 @@ def kernel_text(name: str, plan: AttentionPlan, ops: KernelOperands) -> str:
     nqb = plan.q_blocks
     items = plan.work_items
     T = plan.threads
-    e = _Body()
+    e = IndexText()
 
     names = ["Q", "K", "V"] + (["M"] if ops.mask is not None else []) + ["O"]
     shapes = [ops.q_shape, ops.k_shape, ops.v_shape] + ([ops.mask_shape] if ops.mask_shape else []) + [ops.out_shape]
@@ -199,8 +205,8 @@ def kernel_text(name: str, plan: AttentionPlan, ops: KernelOperands) -> str:
     qb = e.op("qb", f"arith.remui %it, {e.c(nqb)} : index")
     i0 = e.mul(qb, br)
     nqv = e.min(e.c(br), e.sub(e.c(SQ), i0))
-    qoff, koff, voff = _offset(e, beta, ops.q), _offset(e, beta, ops.k), _offset(e, beta, ops.v)
-    moff = _offset(e, beta, ops.mask) if ops.mask is not None else None
+    qoff, koff, voff = batch_offset(e, beta, ops.q), batch_offset(e, beta, ops.k), batch_offset(e, beta, ops.v)
+    moff = batch_offset(e, beta, ops.mask) if ops.mask is not None else None
     ooff = e.mul(beta, SQ * DV)
     # Lanes past the sequence end: masks for the mask reads.
     lane_masks = []

@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 from pbsdk.core.ir.attention import Operand
-from pbsdk.core.ir.attention_kernel import KernelOperands, _Body, _f, _offset, memref_type
+from pbsdk.core.ir.attention_kernel import IndexText, KernelOperands, _f, batch_offset, memref_type
 from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles
 
 
@@ -58,7 +58,7 @@ def _mlir_string(text: str) -> str:
     return '"' + text.replace("\\", "\\5C").replace('"', "\\22") + '"'
 
 
-def _round_up(e: _Body, v: str, multiple: int) -> str:
+def _round_up(e: IndexText, v: str, multiple: int) -> str:
     if multiple == 1:
         return v
     q = e.op("ru", f"arith.addi {v}, {e.c(multiple - 1)} : index")
@@ -74,7 +74,7 @@ class _Tiles:
         self.plan, self.ops, self.t = plan, ops, plan.tiles
         self.op = plan.op
         self.dt = ops.dtype
-        self.e = _Body()
+        self.e = IndexText()
 
     # -- types ----------------------------------------------------------------------------------------
     def sp(self, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None,
@@ -205,7 +205,7 @@ class _Tiles:
         q0 = e.mul(qb, BR)
         rows = e.min(e.c(BR), e.sub(e.c(SQ), q0))
         rows_u = _round_up(e, rows, u.m if u else 1)
-        qoff, koff, voff = _offset(e, beta, ops.q), _offset(e, beta, ops.k), _offset(e, beta, ops.v)
+        qoff, koff, voff = batch_offset(e, beta, ops.q), batch_offset(e, beta, ops.k), batch_offset(e, beta, ops.v)
 
         # Q's tile, once per work item.
         qsrc = self.main_view(flat["Q"], ft["Q"], e.add(qoff, e.mul(q0, ops.q.row_stride)), [rows, D],
@@ -231,7 +231,7 @@ class _Tiles:
                               (ops.v.row_stride, ops.v.col_stride), dt)
         self.dma(vsrc, self.view("Vs", [e.c(0), e.c(0)], [cols, DV]), into)
         if ops.mask is not None:
-            moff = e.add(e.add(_offset(e, beta, ops.mask), e.mul(q0, ops.mask.row_stride)),
+            moff = e.add(e.add(batch_offset(e, beta, ops.mask), e.mul(q0, ops.mask.row_stride)),
                          e.mul("%j0", ops.mask.col_stride))
             msrc = self.main_view(flat["M"], ft["M"], moff, [rows, cols], (ops.mask.row_stride, ops.mask.col_stride), dt)
             self.dma(msrc, self.view("Ms", [e.c(0), e.c(0)], [rows, cols]), into)

@@ -187,6 +187,19 @@ def _unfused(op: Attention, why: str, score_bytes: int) -> AttentionPlan:
     return AttentionPlan(op, False, (why,), score_bytes_unfused=score_bytes)
 
 
+def _blocks(spec: ChipSpec, op: Attention, br: int, bc: int,
+            options: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+    """For query blocks of ``br`` and key blocks of ``bc``: (query blocks, work items, threads over the
+    outermost compute level, key tiles per head, of those computed once fully masked causal ones are
+    skipped)."""
+    q_blocks = -(-op.sq // br)
+    items = op.batch * q_blocks
+    threads = max(1, min(int(options.get("threads", 0)) or spec.compute[0].count, items))
+    total = q_blocks * -(-op.sk // bc)
+    computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
+    return q_blocks, items, threads, total, computed
+
+
 def _tile_cycles(acc_rows: int, vecs: int, fma: int, loads: int) -> float:
     """Issue cycles of one reduction step of an ``acc_rows`` x ``vecs`` register tile: ``acc_rows *
     vecs`` FMAs, ``vecs`` vector loads and ``acc_rows`` broadcasts."""
@@ -274,19 +287,10 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any] | N
                    f"of half of {inner.name} ({budget} B); the {op.sq}x{op.sk} score matrix "
                    f"({score_bytes} B over the batch) is never stored")
 
-    # 3. Parallel mapping over the outermost compute level.
-    q_blocks = -(-op.sq // br)
-    items = op.batch * q_blocks
-    units = spec.compute[0].count
-    threads = int(opts.get("threads", 0)) or units
-    threads = max(1, min(threads, items))
+    # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
+    q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, opts)
     reasons.append(f"{items} work item(s) ({op.batch} batch x heads, {q_blocks} query block(s)) round-robin "
-                   f"over {threads} of {units} '{spec.compute[0].name}'(s)")
-
-    # Causal tiles skipped.
-    k_blocks = -(-op.sk // bc)
-    total = q_blocks * k_blocks
-    computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
+                   f"over {threads} of {spec.compute[0].count} '{spec.compute[0].name}'(s)")
     if op.causal:
         reasons.append(f"causal (offset {op.causal_offset}): {total - computed} of {total} key tiles per head "
                        "are fully masked and skipped; the diagonal tiles are masked lane-wise")
@@ -457,14 +461,9 @@ def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Mapping[st
     reasons.append(f"query block {br} (multiple of {mq}), key block {bc} (multiple of {nk}): Q {br}x{dp}, K {bc}x{dp}, "
                    f"V {bc}x{dvp}, S {br}x{bc} f32, O {br}x{dvp} f32 take {tiles.footprint_bytes} B of {level.name} "
                    f"({cap} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B over the batch) never leaves it")
-    q_blocks = -(-op.sq // br)
-    items = op.batch * q_blocks
-    threads = max(1, min(int(options.get("threads", 0)) or cores, items))
+    q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, options)
     reasons.append(f"{items} work item(s) ({op.batch} batch x heads, {q_blocks} query block(s)) round-robin over "
                    f"{threads} of {cores} '{spec.compute[0].name}'(s), each with its own {level.name} tiles")
-    k_blocks = -(-op.sk // bc)
-    total = q_blocks * k_blocks
-    computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
     if op.causal:
         reasons.append(f"causal (offset {op.causal_offset}): {total - computed} of {total} key tiles per head are "
                        "fully masked and skipped; diagonal tiles are masked element-wise")

@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import struct
 
-from pbsdk.core.ir.mlir_text import MlirText
-from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping, OperandLayout
+from pbsdk.core.ir.attention_kernel import IndexText, batch_offset
+from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping
 
 WS = "#gpu.address_space<workgroup>"
 LINEAR = "[#gpu.thread<linear_dim_0>]"
@@ -91,50 +91,12 @@ def mma_steps(am: AttentionMapping) -> dict[str, str]:
     return {mma_name(am.dtype, k, n, p, bt): mma_function(am.unit, am.dtype, k, n, p, bt) for k, n, p, bt in strips(am)}
 
 
-class _Body(MlirText):
-    """MlirText with index constants and arithmetic helpers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.consts: set[int] = set()
-
-    def c(self, v: int) -> str:
-        self.consts.add(v)
-        return f"%c{v}" if v >= 0 else f"%cm{-v}"
-
-    def op(self, hint: str, text: str) -> str:
-        name = self.fresh(hint)
-        self(f"{name} = {text}")
-        return name
-
-    def add(self, a: str, b: str) -> str:
-        return self.op("a", f"arith.addi {a}, {b} : index")
-
-    def mul(self, a: str, k: int) -> str:
-        return self.op("m", f"arith.muli {a}, {self.c(k)} : index")
-
-    def lt(self, a: str, b: str) -> str:
-        return self.op("lt", f"arith.cmpi ult, {a}, {b} : index")
-
-
-def _offset(e: _Body, beta: str, opnd: OperandLayout) -> str:
-    """Σ_f ((β // inner_f) % size_f) * stride_f, as index arithmetic."""
-    total = e.c(0)
-    for size, stride, inner in opnd.batch:
-        if stride == 0 or size == 1:
-            continue
-        x = e.op("bi", f"arith.divui {beta}, {e.c(inner)} : index") if inner != 1 else beta
-        x = e.op("bs", f"arith.remui {x}, {e.c(size)} : index")
-        total = e.add(total, e.mul(x, stride))
-    return total
-
-
 def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
     """The kernel as one function of the call's operands (types as they appear on the call)."""
     d = am.desc
     T, BQ, BK, DP, DVP = am.dtype, am.block_q, am.block_k, am.d_pad, am.dv_pad
     NT = am.threads
-    e = _Body()
+    e = IndexText()
     names = ["Q", "K", "V"] + (["M"] if d.mask else []) + ["O"]
     layouts = {"Q": d.q, "K": d.k, "V": d.v, "M": d.m}
     args = ", ".join(f"%{n}0: {t}" for n, t in zip(names, types))
@@ -161,7 +123,7 @@ def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
                                       f"{t} into memref<{size}x{T}>")
     ft = {n: f"memref<{math.prod(int(s) for s in t[len('memref<'):].split('x')[:-1])}x{T}>"
           for n, t in zip(names, types)}
-    base = {n: _offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
+    base = {n: batch_offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
     i0 = e.mul("%qb", BQ)
     # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
     sq_t, sk_t, sv_t = _smem((BQ, am.pitch("sq")), T), _smem((BK, am.pitch("sk")), T), _smem((BK, am.pitch("sv")), T)
