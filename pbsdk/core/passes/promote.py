@@ -39,6 +39,7 @@ from mlir.dialects import func
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
+from pbsdk.core.plan.contraction import scratchpad_capacity
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 _MAC_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield"}
@@ -197,11 +198,8 @@ def _origin(v: ir.Value, args: list[ir.Value]) -> str:
 
 
 def capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
-    """Bytes a level may hold: its opt-in maximum when it has one (and ``optin_scratchpad`` is not
-    false), else ``size_bytes``."""
-    if level.max_size_bytes and options.get("optin_scratchpad", True):
-        return level.max_size_bytes
-    return level.size_bytes
+    """Bytes a level may hold (`pbsdk.core.plan.contraction.scratchpad_capacity`)."""
+    return scratchpad_capacity(level, options)
 
 
 def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options: Mapping[str, Any],

@@ -39,8 +39,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pbsdk.core.errors import UnsupportedError
-from pbsdk.core.plan.contraction import CACHE_BUDGET, Estimate
-from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
+from pbsdk.core.plan.contraction import CACHE_BUDGET, Estimate, operand_dtypes, scratchpad_capacity
+from pbsdk.core.spec import ChipSpec, dtype_bits
 
 #: Vector ops per lanes scores spent outside the two matmuls: exp2 (~12), max, subtract, sum, mask.
 SOFTMAX_VECTOR_OPS = 16
@@ -356,31 +356,12 @@ def _doublings(base: int, limit: int) -> list[int]:
     return out
 
 
-def scratchpad_capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
-    """Bytes one instance of a scratchpad may hold: its opt-in maximum when it has one (and
-    ``optin_scratchpad`` is not false), else ``size_bytes`` (as the ``promote`` pass checks)."""
-    if level.max_size_bytes and options.get("optin_scratchpad", True):
-        return level.max_size_bytes
-    return level.size_bytes
-
-
-def _operand_dtypes(dtype: str, options: Mapping[str, Any]) -> list[str]:
-    """Operand dtypes the precision policy lets a ``dtype`` matmul use (as `compute_tile`)."""
-    precision = options.get("matmul_precision", "exact")
-    allowed = [dtype]
-    if dtype == "f32" and precision in ("tf32", "mixed"):
-        allowed.append("tf32")
-    if dtype == "f32" and precision == "mixed":
-        allowed += ["bf16", "f16"]
-    return allowed
-
-
 def _pick_unit(spec: ChipSpec, op: Attention, options: Mapping[str, Any]) -> tuple[UnitChoice | None, str]:
     """The matrix unit for both matmuls: the spec's first choice whose n and k do not pad d and dv past
     1.5x (a 64 x 256 unit would quadruple a head dim of 64); else the one padding least."""
     if not options.get("matrix_units", True):
         return None, "matrix units disabled by options['matrix_units'] = False"
-    units = [u for dt in _operand_dtypes(op.dtype, options) for u in spec.matrix_units_for(dt, "f32")]
+    units = [u for dt in operand_dtypes(op.dtype, options) for u in spec.matrix_units_for(dt, "f32")]
     if not units:
         return None, f"no matrix unit for {op.dtype} with an f32 accumulator"
 

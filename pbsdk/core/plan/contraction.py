@@ -224,17 +224,31 @@ def _round_up(v: int, multiple: int) -> int:
     return -(-v // multiple) * multiple
 
 
+def operand_dtypes(dtype: str, options: Mapping[str, Any]) -> list[str]:
+    """The operand dtypes the precision policy (``options["matmul_precision"]``) lets a ``dtype`` matmul
+    use, preferred first: "exact" keeps the op's dtype; "tf32" lets f32 use tf32 units; "mixed" also
+    lets f32 use f16/bf16 units (f32 accumulate)."""
+    precision = options.get("matmul_precision", "exact")
+    allowed = [dtype]
+    if dtype == "f32" and precision in ("tf32", "mixed"):
+        allowed.append("tf32")
+    if dtype == "f32" and precision == "mixed":
+        allowed += ["bf16", "f16"]
+    return allowed
+
+
+def scratchpad_capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
+    """Bytes one instance of a software-managed level may hold: its opt-in maximum when it has one (and
+    ``optin_scratchpad`` is not false), else ``size_bytes``."""
+    if level.max_size_bytes and options.get("optin_scratchpad", True):
+        return level.max_size_bytes
+    return level.size_bytes
+
+
 def compute_tile(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | None = None) -> tuple[ComputeTile, str]:
     """Step 1: the matrix unit, or a vector register tile, or scalar; with the reason."""
     opts = options or {}
-    # The precision policy decides which operand dtypes an op may be computed in: "exact" keeps the op's
-    # dtype; "tf32" lets f32 use tf32 units; "mixed" also lets f32 use f16/bf16 units (f32 accumulate).
-    precision = opts.get("matmul_precision", "exact")
-    allowed = [op.dtype]
-    if op.dtype == "f32" and precision in ("tf32", "mixed"):
-        allowed.append("tf32")
-    if op.dtype == "f32" and precision == "mixed":
-        allowed += ["bf16", "f16"]
+    allowed = operand_dtypes(op.dtype, opts)
     if opts.get("matrix_units", True):
         units = [u for dt in allowed for u in spec.matrix_units_for(dt, op.accumulator)]
         if units:
@@ -300,9 +314,7 @@ def _holds_accumulator_in_registers(spec: ChipSpec, level: MemoryLevel, tm: int,
 def _level_budget(level: MemoryLevel, options: Mapping[str, Any]) -> tuple[int, bool]:
     if level.managed == "cache":
         return int(level.size_bytes * CACHE_BUDGET), False
-    capacity = level.max_size_bytes if (level.max_size_bytes and options.get("optin_scratchpad", True)) \
-        else level.size_bytes
-    return capacity, options.get("double_buffer", True)
+    return scratchpad_capacity(level, options), options.get("double_buffer", True)
 
 
 def _footprint(op: Contraction, tm: int, tn: int, tk: int, double: bool, acc_here: bool) -> int:

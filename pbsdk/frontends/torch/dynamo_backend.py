@@ -212,8 +212,7 @@ class CompiledPartition(torch.nn.Module):
             outs.append(o)
             pointers.append(o.data_ptr())
         self._run_pointers(pointers)
-        tensors = [o if o.dtype == want else (o != 0 if want == torch.bool else o.to(want))
-                   for o, (_, _, want) in zip(outs, self._allocs)]
+        tensors = [_as_dtype(o, want) for o, (_, _, want) in zip(outs, self._allocs)]
         return tensors[0] if self._single else tuple(tensors)
 
 
@@ -228,7 +227,11 @@ def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
 
 
 def _to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    t = torch.from_numpy(a)
+    return _as_dtype(torch.from_numpy(a), dtype)
+
+
+def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A kernel's output as the graph's dtype (booleans travel as 0/1 floats, integers as floats)."""
     if dtype == torch.bool:
         return t != 0
     return t if t.dtype == dtype else t.to(dtype)
