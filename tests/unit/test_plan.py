@@ -202,3 +202,14 @@ def test_b_is_packed_only_when_its_panels_are_reused() -> None:
     assert gemv is not None and not gemv.pack_b  # one row: every B element is used once
     assert plan_contraction(spec, Contraction(64, 512, 512)).blocking.pack_b
     assert plan_contraction(spec, Contraction(1, 4096, 4096), {"pack_b": True}).blocking.pack_b
+
+
+def test_matrix_vector_products_fork_by_their_memory_time() -> None:
+    """A GEMV has little arithmetic but streams its whole matrix: the fork decision uses the one-core
+    roofline (memory included), so a 1x512x512 product is split across the cores along n, while one whose
+    memory time is small stays on one core."""
+    spec = load_spec("avx512")
+    gemv = plan_contraction(spec, Contraction(1, 512, 512))
+    assert gemv.estimate.bound != "compute"
+    assert gemv.blocking.threads == spec.compute[0].count and gemv.blocking.split == "n"
+    assert plan_contraction(spec, Contraction(1, 64, 64)).blocking.threads == 1

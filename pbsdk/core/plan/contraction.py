@@ -133,8 +133,8 @@ class Blocking:
         return self.nv * self.lanes
 
 
-#: Least work (seconds at the unit's peak) worth a fork onto another core.
-MIN_PARALLEL_SECONDS = 20e-6
+#: Least work per core (seconds, by the one-core roofline estimate) worth a fork onto another core.
+MIN_PARALLEL_SECONDS = 10e-6
 
 
 def _round_down(v: int, multiple: int) -> int:
@@ -142,9 +142,15 @@ def _round_down(v: int, multiple: int) -> int:
 
 
 def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
-             options: Mapping[str, Any] | None = None) -> tuple[Blocking | None, list[str]]:
+             options: Mapping[str, Any] | None = None, solo_seconds: float | None = None,
+             ) -> tuple[Blocking | None, list[str]]:
     """Block sizes for packing on a cache hierarchy, from capacities alone (None without caches or
-    without a vector register tile)."""
+    without a vector register tile).
+
+    ``solo_seconds`` is the roofline estimate of the whole op on one unit of the outermost compute
+    level (compute or memory, whichever is larger; default: compute at the unit's peak). Each extra unit
+    must get at least `MIN_PARALLEL_SECONDS` of it: a matrix-vector product has little arithmetic but
+    streams its whole matrix, and split over the cores each core streams (and caches) only its part."""
     opts = options or {}
     caches = [lv for lv in reversed(spec.memory) if lv.managed == "cache"]  # innermost first
     if unit.kind != "vector-fma" or not caches or spec.vector is None:
@@ -156,9 +162,10 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     why = []
     units = spec.compute[0].count
     per_core = max({str(k): v for k, v in spec.peak_tflops.items()}.get(op.dtype, 0.0), 1e-6) * 1e12 / units
+    solo = max(solo_seconds or 0.0, op.flops / per_core)
     threads = int(opts.get("threads", 0)) or units
-    if op.flops / per_core / max(threads, 1) < MIN_PARALLEL_SECONDS:
-        threads = max(1, min(threads, int(op.flops / per_core / MIN_PARALLEL_SECONDS)))
+    if solo / max(threads, 1) < MIN_PARALLEL_SECONDS:
+        threads = max(1, min(threads, int(solo / MIN_PARALLEL_SECONDS)))
     if threads == 1:
         split = "m"
     elif op.batch >= threads:
@@ -177,7 +184,8 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     n_part = -(-op.n // threads) if split == "n" else op.n
     why.append(f"{threads} thread{'s' if threads > 1 else ''} over '{spec.compute[0].name}' split along {split}"
                + ("" if threads == units else f" (of {units}: less work than {MIN_PARALLEL_SECONDS * 1e6:.0f} us "
-                                                  "per extra unit, or too few tiles)"))
+                                                  f"per extra unit (one {spec.compute[0].name}: "
+                                                  f"{solo * 1e6:.1f} us), or too few tiles)"))
     l1 = caches[0]
     kc = int(l1.size_bytes // (nr * eb)) // lanes * lanes
     kc = max(lanes, kc)
@@ -413,7 +421,8 @@ def plan_contraction(spec: ChipSpec, op: Contraction, options: Mapping[str, Any]
         order += [f"n@{t.level}", f"k@{t.level}", f"m@{t.level}"]
     order += ["m@reg", "n@reg", "k@reg"] if unit.kind != "matrix-unit" else [f"{unit.name}"]
 
-    blk, why_blk = blocking(spec, op, unit, opts)
+    solo = _estimate(spec, op, unit, tiles, 1).seconds
+    blk, why_blk = blocking(spec, op, unit, opts, solo)
     reasons += why_blk
     estimate = _estimate(spec, op, unit, tiles, ways)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
