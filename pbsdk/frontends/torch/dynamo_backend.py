@@ -160,13 +160,13 @@ class CompiledPartition(torch.nn.Module):
         It checks, in order, that the frozen parameters are the same unmodified tensors, and that every
         kernel input is a contiguous CPU tensor of exactly the kernel's shape and dtype. Then it allocates
         fresh numpy-backed outputs and calls the executable's raw entry on the data pointers. It returns
-        None when any check fails (or the executable has no raw entry); `forward` then takes the general
-        path, which also recompiles if a frozen parameter changed."""
+        None when any check fails (or the executable has no raw entry); `_general` then takes the call,
+        and recompiles if a frozen parameter changed."""
         run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
         if run_pointers is None:
             self._fast: Any = None
             return
-        checks = self._checks if self._frozen else ()
+        checks = self._checks
         expect = tuple((i, tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]))
                        for i, (s, dt) in zip(self._inputs, self.kernel.artifact.inputs))
         allocs = tuple((tuple(int(d) for d in s), np.dtype(DTYPE_TO_NUMPY[dt]), want)
@@ -208,19 +208,22 @@ class CompiledPartition(torch.nn.Module):
         return Kernel(artifact, executable, name=self.name), inputs
 
     def _frozen_unchanged(self, args: Sequence[Any]) -> bool:
-        for i, t, version in self._checks:  # a plain loop: this runs on every call
+        for i, t, version in self._checks:
             if args[i] is not t or t._version != version:
                 return False
         return True
 
     def forward(self, *args: Any) -> Any:
-        if self._fast is not None:
-            got = self._fast(args)
-            if got is not None:
-                return got
-        if self._frozen and not self._frozen_unchanged(args):
+        fast = self._fast
+        got = fast(args) if fast is not None else None
+        return self._general(args) if got is None else got
+
+    def _general(self, args: Sequence[Any]) -> Any:
+        """The call when `_fast` declined it: recompile with parameters as inputs if a frozen one changed,
+        else convert the inputs (copies where needed) and run the kernel on numpy arrays."""
+        if not self._frozen_unchanged(args):
             log.info("pbsdk: frozen parameters of %s changed; recompiling it with them as inputs", self.name)
-            self._frozen = {}
+            self._frozen, self._checks = {}, ()
             self.kernel, self._inputs = self._compile({})
             self._pointer_path()
             return self.forward(*args)
@@ -511,7 +514,7 @@ def _single_partition_call(fused: torch.fx.GraphModule) -> Any | None:
         chosen = pick(args)
         fast = part._fast  # rebuilt if the partition recompiles
         got = fast(chosen) if fast is not None else None
-        return part.forward(*chosen) if got is None else got
+        return part._general(chosen) if got is None else got
 
     if plan == [("all", 0)] and not as_tuple:
         def run_one(*args: Any) -> Any:
