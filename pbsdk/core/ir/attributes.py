@@ -1,0 +1,177 @@
+"""pbsdk's discardable attributes: every ``pbsdk.*`` name, what it means, its value kind, and a verifier.
+
+This module is the one place these names are spelled. Core passes set them to hand decisions to the
+target stages (the tiled form), targets read them; `verify` checks that every ``pbsdk.*`` attribute in a
+module is one of these, of the right kind, with a well-formed value. Build and read them through the
+helpers (``set_string``, ``string``, ...) or compare with the constants, never with literals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from mlir import ir
+
+from pbsdk.core.errors import CompileError
+
+PREFIX = "pbsdk."
+
+
+@dataclasses.dataclass(frozen=True)
+class AttributeDef:
+    """One pbsdk attribute: its full ``name``, the ``kind`` of value (``"string"``, ``"unit"``, ``"i64"``),
+    the ops it may sit on (empty: any), and an optional check of a string value (returns an error or
+    None)."""
+
+    name: str
+    kind: str
+    doc: str
+    on: tuple[str, ...] = ()
+    check: Callable[[str], str | None] | None = None
+
+
+def _level_pair(value: str) -> str | None:
+    parts = value.split("->")
+    if len(parts) != 2 or not all(parts):
+        return f"expected 'outer->inner' (two memory level names), got {value!r}"
+    return None
+
+
+def _one_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in allowed else f"expected one of {', '.join(allowed)}, got {value!r}"
+    return check
+
+
+#: A unit-sized contraction op that one matrix-unit instruction computes; the value is the unit's name
+#: in the spec (with `UNIT_OPERAND` and `UNIT_ACCUMULATOR`, which name the unit's dtypes).
+MATRIX_UNIT = "pbsdk.matrix_unit"
+UNIT_OPERAND = "pbsdk.unit_operand"
+UNIT_ACCUMULATOR = "pbsdk.unit_accumulator"
+#: An innermost compute op that no matrix unit serves: ``"vector-fma"`` (a contraction on the vector
+#: unit's register tile) or ``"vector"`` (elementwise work on scratchpad tiles).
+COMPUTE = "pbsdk.compute"
+#: A copy between two memory levels (``"outer->inner"`` by level name).
+DMA = "pbsdk.dma"
+#: A private function that is a fused attention kernel; the value is its JSON descriptor.
+ATTENTION = "pbsdk.attention"
+#: A matrix-unit op whose B operand is read transposed (nvgpu).
+B_TRANSPOSED = "pbsdk.b_transposed"
+#: nvgpu scheduling tags: the index of a kernel's root op, of its launch, and ops one thread runs.
+KERNEL = "pbsdk.kernel"
+LAUNCH = "pbsdk.launch"
+SINGLE_THREAD = "pbsdk.single_thread"
+
+_DEFS = (
+    AttributeDef(MATRIX_UNIT, "string", "one matrix-unit instruction of the named unit"),
+    AttributeDef(UNIT_OPERAND, "string", "the matrix unit's operand dtype"),
+    AttributeDef(UNIT_ACCUMULATOR, "string", "the matrix unit's accumulator dtype"),
+    AttributeDef(COMPUTE, "string", "innermost compute without a matrix unit",
+                 check=_one_of("vector-fma", "vector")),
+    AttributeDef(DMA, "string", "a copy between memory levels", on=("linalg.copy", "memref.copy"),
+                 check=_level_pair),
+    AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON)", on=("func.func",)),
+    AttributeDef(B_TRANSPOSED, "unit", "B is read transposed"),
+    AttributeDef(KERNEL, "i64", "nvgpu: a kernel root's index"),
+    AttributeDef(LAUNCH, "i64", "nvgpu: a launch's index"),
+    AttributeDef(SINGLE_THREAD, "unit", "nvgpu: run by one thread"),
+)
+
+#: Every pbsdk attribute by name.
+DEFINITIONS: dict[str, AttributeDef] = {d.name: d for d in _DEFS}
+
+
+def set_string(op: ir.Operation | ir.OpView, name: str, value: str) -> None:
+    """Set string attribute ``name`` (one of this module's constants) on ``op``."""
+    _known(name, "string")
+    with op.context:
+        op.attributes[name] = ir.StringAttr.get(value)
+
+
+def set_unit(op: ir.Operation | ir.OpView, name: str) -> None:
+    _known(name, "unit")
+    with op.context:
+        op.attributes[name] = ir.UnitAttr.get()
+
+
+def set_i64(op: ir.Operation | ir.OpView, name: str, value: int) -> None:
+    _known(name, "i64")
+    with op.context:
+        op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+
+
+def string(op: ir.Operation | ir.OpView, name: str) -> str | None:
+    """The value of string attribute ``name`` on ``op``, or None when it is absent."""
+    _known(name, "string")
+    if name not in op.attributes:
+        return None
+    return ir.StringAttr(op.attributes[name]).value
+
+
+def has(op: ir.Operation | ir.OpView, name: str) -> bool:
+    if name not in DEFINITIONS:
+        raise KeyError(f"unknown pbsdk attribute {name!r}")
+    return name in op.attributes
+
+
+def i64(op: ir.Operation | ir.OpView, name: str) -> int | None:
+    _known(name, "i64")
+    if name not in op.attributes:
+        return None
+    return ir.IntegerAttr(op.attributes[name]).value
+
+
+def _known(name: str, kind: str) -> None:
+    d = DEFINITIONS.get(name)
+    if d is None:
+        raise KeyError(f"unknown pbsdk attribute {name!r}; known: {', '.join(DEFINITIONS)}")
+    if d.kind != kind:
+        raise TypeError(f"pbsdk attribute {name} holds a {d.kind}, not a {kind}")
+
+
+def problems(op: ir.Operation) -> list[str]:
+    """What is wrong with ``op``'s pbsdk attributes (empty when nothing is)."""
+    out: list[str] = []
+    for i in range(len(op.attributes)):
+        named = op.attributes[i]
+        name = named.name
+        if not name.startswith(PREFIX):
+            continue
+        d = DEFINITIONS.get(name)
+        if d is None:
+            out.append(f"unknown attribute {name} (known: {', '.join(DEFINITIONS)})")
+            continue
+        attr = named.attr
+        if d.on and op.name not in d.on:
+            out.append(f"{name} may only be set on {', '.join(d.on)}")
+        if d.kind == "string":
+            if not isinstance(attr, ir.StringAttr):
+                out.append(f"{name} must be a string, got {attr}")
+            elif d.check is not None:
+                why = d.check(ir.StringAttr(attr).value)
+                if why:
+                    out.append(f"{name}: {why}")
+        elif d.kind == "unit" and not isinstance(attr, ir.UnitAttr):
+            out.append(f"{name} must be a unit attribute, got {attr}")
+        elif d.kind == "i64" and not isinstance(attr, ir.IntegerAttr):
+            out.append(f"{name} must be an integer, got {attr}")
+    return out
+
+
+def verify(module: ir.Module | ir.Operation) -> None:
+    """Raise `CompileError` naming the op and the attribute at the first malformed pbsdk attribute."""
+    root = module.operation if isinstance(module, ir.Module) else module
+    found: list[tuple[str, str]] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        bad = problems(op)
+        if bad:
+            found.append((op.name, bad[0]))
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    if found:
+        op_name, why = found[0]
+        raise CompileError(f"malformed pbsdk attribute: {why}", op=op_name)
