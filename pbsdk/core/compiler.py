@@ -13,6 +13,7 @@ from typing import Any
 from mlir import ir
 
 from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
+from pbsdk.core.options import Options
 from pbsdk.core.passes.distinct_results import DistinctResults
 from pbsdk.core.passes.forward_outputs import ForwardOutputs
 from pbsdk.core.passes.isolate_contractions import IsolateContractions
@@ -25,7 +26,7 @@ _SUPPORTED_ELEMENT_TYPES = {"f64", "f32", "f16", "bf16"}
 
 def _read_signature(module: ir.Module, ctx: StageContext) -> None:
     """Find the entry function and record its signature; reject what the runtime cannot call."""
-    wanted = ctx.options.get("entry")
+    wanted = ctx.options.entry
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
     public = [f for f in funcs if "sym_visibility" not in f.attributes
               or ir.StringAttr(f.attributes["sym_visibility"]).value == "public"]
@@ -100,19 +101,21 @@ class CompileRequest:
 
     target: Target
     spec: ChipSpec
-    options: Mapping[str, Any]
+    options: Options
 
 
 def resolve(target: str | Target, spec: str | ChipSpec | None,
-            options: Mapping[str, Any] | None) -> CompileRequest:
-    """Find the target, load its spec (its default when none is given) and check they fit together."""
+            options: Options | Mapping[str, Any] | None) -> CompileRequest:
+    """Find the target, load its spec (its default when none is given) and check they fit together;
+    parse the options (`Target.parse_options`: an unknown key is an `OptionsError`)."""
     tgt = get_target(target)
     if not tgt.implemented:
         from pbsdk.core.errors import TargetError
         raise TargetError(f"target '{tgt.name}' is registered but its code generation has not landed yet")
+    parsed = tgt.parse_options(options)
     chip = load_spec(spec if spec is not None else tgt.default_spec)
     tgt.check_spec(chip)
-    return CompileRequest(tgt, chip, dict(options or {}))
+    return CompileRequest(tgt, chip, parsed)
 
 
 def pipeline_for(request: CompileRequest) -> Pipeline:

@@ -21,6 +21,10 @@ class TargetError(PbsdkError):
     """A target plugin is missing, broken, clashes with another, or cannot handle a spec."""
 
 
+class OptionsError(PbsdkError):
+    """An unknown compile option, or a value of the wrong type. Names the option and the known ones."""
+
+
 class CompileError(PbsdkError):
     """A pipeline stage failed. Names the stage, the op (where known) and the reason."""
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from mlir import ir, passmanager
 
 from pbsdk.core.errors import CompileError, PbsdkError
+from pbsdk.core.options import DEFAULT, Options, as_options
 
 # What a stage function receives besides the IR: the spec, the options and anything earlier stages
 # recorded for later ones (e.g. the kernel signature).
@@ -31,8 +32,12 @@ class StageContext:
     """Mutable notes shared by the stages of one compilation."""
 
     spec: Any
-    options: Mapping[str, Any]
+    options: Options = DEFAULT
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # A mapping of core option keys (tools, tests) is parsed; a target's keys need `Target.parse_options`.
+        self.options = as_options(self.options)
 
 
 @dataclasses.dataclass(frozen=True)

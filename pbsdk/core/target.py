@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import TargetError
+from pbsdk.core.options import Options, TargetOptions, parse_options
 
 if TYPE_CHECKING:
     from pbsdk.core.pipeline import Stage
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 #: Version of the contract below. A plugin declares the version it was written against; a plugin whose
 #: major version differs is refused with a clear message instead of failing somewhere deep inside.
-API_VERSION = 1
+#: Version 2: options are typed (`pbsdk.core.options.Options`, ``Target.options_type``) and stages read
+#: ``ctx.options.<field>``; the template hooks build IR with the bindings instead of returning MLIR text.
+API_VERSION = 2
 ENTRY_POINT_GROUP = "pbsdk.targets"
 
 
@@ -72,6 +75,8 @@ class Target(abc.ABC):
                        hierarchy; ``"scratchpad"``, tiles staged in a software-managed level with
                        ``pbsdk.dma`` copies and ``pbsdk.matrix_unit`` ops). The planner picks the form
                        from the chip spec; one the target does not list runs unfused.
+      options_type  -- the frozen dataclass (a `TargetOptions` subclass) of the target's own options;
+                       `parse_options` splits a user's mapping between it and the core's `Options`.
     """
 
     name: ClassVar[str]
@@ -80,12 +85,18 @@ class Target(abc.ABC):
     description: ClassVar[str] = ""
     implemented: ClassVar[bool] = True
     attention_forms: ClassVar[tuple[str, ...]] = ("lanes", "scratchpad")
+    options_type: ClassVar[type[TargetOptions]] = TargetOptions
+
+    def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:
+        """The typed options of a compilation for this target: the core's fields and, as ``.target``, an
+        ``options_type``. An unknown key or a mistyped value raises `OptionsError` naming it."""
+        return parse_options(values, target_options=self.options_type, target_name=self.name)
 
     def check_spec(self, spec: ChipSpec) -> None:
         """Raise `TargetError` if this target cannot generate code for ``spec``. Default: accept."""
 
     @abc.abstractmethod
-    def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
+    def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         """The target's stages, run after the core's. The last one must produce an `Artifact`."""
 
     @abc.abstractmethod

@@ -15,6 +15,7 @@ import pytest
 import pbsdk
 from pbsdk.core import compiler
 from pbsdk.core.compiler import compile_text, resolve
+from pbsdk.core.errors import OptionsError
 from pbsdk.core.runtime import cache as cache_mod
 from pbsdk.core.runtime.cache import CacheWarning, CompileCache, cache_key, get_cache
 from pbsdk.core.target import Artifact
@@ -55,8 +56,30 @@ def test_key_depends_on_what_determines_the_output() -> None:
     assert cache_key(ADD, resolve("cpu", "avx512", None)) != key
     # the cache switch is not part of the key; option order does not matter
     assert cache_key(ADD, resolve("cpu", None, {"cache": False})) == key
-    assert (cache_key(ADD, resolve("cpu", None, {"entry": "add", "x": 1}))
-            == cache_key(ADD, resolve("cpu", None, {"x": 1, "entry": "add"})))
+    assert (cache_key(ADD, resolve("cpu", None, {"entry": "add", "threads": 1}))
+            == cache_key(ADD, resolve("cpu", None, {"threads": 1, "entry": "add"})))
+    # options are parsed before the key: a default spelt out is the same compilation, a changed one is not
+    assert cache_key(ADD, resolve("cpu", None, {"threads": 0, "pack": True})) == key
+    assert cache_key(ADD, resolve("cpu", None, {"pack": False})) != key
+    # the target's own options are part of the key
+    tiles = {"tiles": {"spm": (32, 32, 32)}}
+    assert cache_key(ADD, resolve("template", None, tiles)) != cache_key(ADD, resolve("template", None, None))
+    assert (cache_key(ADD, resolve("template", None, {"tiles": {"spm": [32, 32, 32]}}))
+            == cache_key(ADD, resolve("template", None, tiles)))
+
+
+def test_an_unknown_option_is_an_error_naming_it_and_the_known_ones() -> None:
+    with pytest.raises(OptionsError, match=r"unknown option 'pak'; known options .*\bpack\b.*threads"):
+        resolve("cpu", None, {"pak": False})
+    with pytest.raises(OptionsError, match=r"target 'nvgpu''s\): .*allow_spills.*ptxas"):
+        resolve("nvgpu", None, {"ptxass": False})
+    with pytest.raises(OptionsError, match=r"option 'threads': must be a non-negative int, got '2'"):
+        resolve("cpu", None, {"threads": "2"})
+    with pytest.raises(OptionsError, match=r"'tiles': the tile of level 'spm' must be three positive ints"):
+        resolve("template", None, {"tiles": {"spm": (32, 32)}})
+    # a target's option is unknown to another target
+    with pytest.raises(OptionsError, match="unknown option 'ptxas'"):
+        resolve("cpu", None, {"ptxas": False})
 
 
 def test_round_trip_of_str_and_bytes_payloads(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.ir.graph import Graph, Node, Value
+from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
 from pbsdk.core.spec import ChipSpec
 
@@ -579,7 +580,7 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
 
 
-def planned_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+def planned_attention(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None,
                       rejections: list[str] | None = None,
                       forms: Collection[str] = FORMS) -> list[tuple[AttentionMatch, AttentionPlan]]:
     """Every recognised attention with the planner's decision for it on ``spec`` (``forms``: the
@@ -587,7 +588,7 @@ def planned_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] |
     return [(m, plan_attention(spec, m.op, options, forms)) for m in find_attention(graph, rejections)]
 
 
-def explain_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+def explain_attention(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None,
                       forms: Collection[str] = FORMS) -> list[str]:
     """``explain`` text for each attention in ``graph`` (fused or not, and why)."""
     from pbsdk.core.plan.attention import format_attention_plan
@@ -599,7 +600,7 @@ def explain_attention(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] |
     return out
 
 
-def fused_nodes(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None,
+def fused_nodes(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None,
                 forms: Collection[str] = FORMS) -> set[int]:
     """Positions in ``graph.live_nodes()`` of the nodes that fused attention kernels replace."""
     covered = {i for m, p in planned_attention(graph, spec, options, forms=forms) if p.fused for i in m.covered}

@@ -17,6 +17,7 @@ import numpy as np
 
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, TensorType, Value
+from pbsdk.core.options import Options, as_options
 
 
 def mlir_type(t: TensorType) -> str:
@@ -618,16 +619,16 @@ def _scalar_body(node: Node, x: list[str], t: str) -> list[str]:
 
 
 def emit_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
-               options: Mapping[str, Any] | None = None, forms: Sequence[str] | None = None) -> str:
+               options: Options | Mapping[str, Any] | None = None, forms: Sequence[str] | None = None) -> str:
     """The graph as MLIR text: one public ``func.func`` taking and returning static-shaped tensors.
 
     With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
-    ``options["fuse_attention"]``, default True) become one fused kernel each, in one of ``forms``
+    option ``fuse_attention``, default True) become one fused kernel each, in one of ``forms``
     (the target's `attention_forms`; None: any)."""
     if not graph.outputs:
         raise UnsupportedError("the traced function returns no tensors")
     fused: list[Any] = []
-    if spec is not None and (options or {}).get("fuse_attention", True):
+    if spec is not None and as_options(options).fuse_attention:
         from pbsdk.core.ir.attention import planned_attention
         from pbsdk.core.plan.attention import FORMS
 

@@ -95,11 +95,11 @@ class FuseRows:
     name = "fuse-rows"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.get("fuse_rows", True):
+        if not ctx.options.fuse_rows:
             return
         count = 0
         cores = ctx.spec.compute[0].count
-        threads_opt = int(ctx.options.get("threads", 0))
+        threads_opt = ctx.options.threads
         for fn in ops_named(module, "func.func"):
             if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):
                 continue

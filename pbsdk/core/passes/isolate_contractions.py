@@ -130,7 +130,7 @@ class IsolateContractions:
     name = "isolate-contractions"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.get("pack", True):
+        if not ctx.options.pack:
             return
         count = 0
         for opname in CONTRACTIONS:
@@ -143,7 +143,7 @@ class IsolateContractions:
                 init = _op_of(op.operands[len(op.operands) - 1])
                 if init is not None and init.name == "linalg.fill" and len(list(init.results[0].uses)) == 1:
                     chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
-                while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.get("fuse_epilogues", True):
+                while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.fuse_epilogues:
                     user = _epilogue_user(chain[-1].results[0])
                     if user is None:
                         break

@@ -168,8 +168,8 @@ class PackContractions:
     name = "pack-contractions"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.get("pack", True):
-            ctx.notes.setdefault(self.name, []).append("disabled by options['pack'] = False")
+        if not ctx.options.pack:
+            ctx.notes.setdefault(self.name, []).append("disabled by option pack=False")
             return
         notes = ctx.notes.setdefault(self.name, [])
         count = 0
@@ -200,7 +200,7 @@ class PackContractions:
             name = f"__pbsdk_mm{count}"
             count += 1
             shape = MatmulShape(m, n, k, bsz, dtype, str(a), str(b), str(c))
-            fused = _epilogue(op, dtype) if ctx.options.get("fuse_epilogues", True) else None
+            fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
             text = kernel_text(name, shape, blk, fused[1] if fused else None, zero_init=fill is not None)
             try:

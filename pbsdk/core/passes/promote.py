@@ -37,6 +37,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.options import Options
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
 from pbsdk.core.plan.contraction import scratchpad_capacity
@@ -197,12 +198,25 @@ def _origin(v: ir.Value, args: list[ir.Value]) -> str:
     return "?"
 
 
-def capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
+def capacity(level: MemoryLevel, options: Options | Mapping[str, Any] | None) -> int:
     """Bytes a level may hold (`pbsdk.core.plan.contraction.scratchpad_capacity`)."""
     return scratchpad_capacity(level, options)
 
 
-def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options: Mapping[str, Any],
+def check_capacity(level: str, live: Sequence[Buffer], cap: int, op: str = "linalg.generic") -> None:
+    """Raise `CompileError` naming the first of ``live`` (buffers of ``level`` live together) that does
+    not fit the level's capacity ``cap``."""
+    total = 0
+    for b in live:
+        total += b.bytes
+        if total > cap:
+            listing = ", ".join(f"{x.name} {'x'.join(map(str, x.shape))} {x.dtype} ({x.bytes} B)" for x in live)
+            raise CompileError(
+                f"scratchpad overflow: buffer {b.name} does not fit in level '{level}': the level's live "
+                f"buffers need {sum(x.bytes for x in live)} B ({listing}), its capacity is {cap} B", op=op)
+
+
+def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options: Options | Mapping[str, Any] | None,
                   tiles: Mapping[str, tuple[int, int, int]] | None = None) -> Promotion:
     """Plan ``cop`` and derive its level tiles and buffers; raise `CompileError` when a level overflows.
 
@@ -244,17 +258,7 @@ def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options:
             shape = tuple(per_loop[d] if d >= 0 else 1 for d in mp)
             buffers.append(Buffer(f"{role}_{name}", name, space, shape, dtype, level.alignment_bytes))
         # Capacity: the buffers of one level are live together for the whole contraction.
-        cap = capacity(level, options)
-        live = [b for b in buffers if b.level == name]
-        total = 0
-        for b in live:
-            total += b.bytes
-            if total > cap:
-                listing = ", ".join(f"{x.name} {'x'.join(map(str, x.shape))} {x.dtype} ({x.bytes} B)" for x in live)
-                raise CompileError(
-                    f"scratchpad overflow: buffer {b.name} does not fit in level '{name}': the level's live "
-                    f"buffers need {sum(x.bytes for x in live)} B ({listing}), its capacity is {cap} B",
-                    op="linalg.generic")
+        check_capacity(name, [b for b in buffers if b.level == name], capacity(level, options))
     return Promotion(function, cop, plan, tuple(levels), tuple(buffers), tuple(notes))
 
 
@@ -497,7 +501,7 @@ class PromoteToScratchpad:
         from mlir import passmanager
 
         spec: ChipSpec = ctx.spec
-        options = dict(getattr(ctx, "options", {}) or {})
+        options = ctx.options
         # Kernels the core already staged (fused attention: ``pbsdk.attention`` functions) keep their
         # marked copies and unit ops as they are.
         with module.context:

@@ -39,6 +39,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from pbsdk.core.errors import UnsupportedError
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import CACHE_BUDGET, Estimate, operand_dtypes, scratchpad_capacity
 from pbsdk.core.spec import ChipSpec, dtype_bits
 
@@ -188,13 +189,13 @@ def _unfused(op: Attention, why: str, score_bytes: int) -> AttentionPlan:
 
 
 def _blocks(spec: ChipSpec, op: Attention, br: int, bc: int,
-            options: Mapping[str, Any]) -> tuple[int, int, int, int, int]:
+            options: Options) -> tuple[int, int, int, int, int]:
     """For query blocks of ``br`` and key blocks of ``bc``: (query blocks, work items, threads over the
     outermost compute level, key tiles per head, of those computed once fully masked causal ones are
     skipped)."""
     q_blocks = -(-op.sq // br)
     items = op.batch * q_blocks
-    threads = max(1, min(int(options.get("threads", 0)) or spec.compute[0].count, items))
+    threads = max(1, min(options.threads or spec.compute[0].count, items))
     total = q_blocks * -(-op.sk // bc)
     computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
     return q_blocks, items, threads, total, computed
@@ -206,18 +207,18 @@ def _tile_cycles(acc_rows: int, vecs: int, fma: int, loads: int) -> float:
     return max(acc_rows * vecs / fma, (acc_rows + vecs) / loads)
 
 
-def plan_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any] | None = None,
+def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str, Any] | None = None,
                    forms: Collection[str] = FORMS) -> AttentionPlan:
     """The fused attention schedule for ``op`` on ``spec`` (pure: no IR).
 
     The kernel form follows the innermost memory level: a hardware cache gives the ``"lanes"``
     schedule, a software-managed scratchpad the ``"scratchpad"`` one. ``forms`` are the forms the
     target lowers; a plan in another form is not fused (and says so)."""
-    opts = options or {}
+    opts = as_options(options)
     eb = _bytes(op.dtype)
     score_bytes = op.batch * op.sq * op.sk * _bytes("f32" if op.dtype in ("f16", "bf16") else op.dtype)
-    if not opts.get("fuse_attention", True):
-        return _unfused(op, "disabled by options['fuse_attention'] = False", score_bytes)
+    if not opts.fuse_attention:
+        return _unfused(op, "disabled by option fuse_attention=False", score_bytes)
     inner_level = spec.memory[-1] if len(spec.memory) > 1 else None
     if inner_level is not None and inner_level.managed == "software":
         if "scratchpad" not in forms:
@@ -246,7 +247,7 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any] | N
     # among those whose smallest working set (Qt, Ot and one key tile of scores) fits the innermost
     # cache, the fewest cycles per useful score (lanes past the sequence end are wasted work).
     budget = int(inner.size_bytes * CACHE_BUDGET)
-    forced = int(opts.get("attention_q_vectors", 0))
+    forced = opts.attention_q_vectors
     cands: list[tuple[float, int, int, int]] = []  # (cycles per score, nvq, nj, minimal footprint)
     for nvq in ((forced,) if forced > 0 else (1, 2, 3, 4)):
         nj = (regs - nvq - 1) // nvq
@@ -356,11 +357,11 @@ def _doublings(base: int, limit: int) -> list[int]:
     return out
 
 
-def _pick_unit(spec: ChipSpec, op: Attention, options: Mapping[str, Any]) -> tuple[UnitChoice | None, str]:
+def _pick_unit(spec: ChipSpec, op: Attention, options: Options) -> tuple[UnitChoice | None, str]:
     """The matrix unit for both matmuls: the spec's first choice whose n and k do not pad d and dv past
     1.5x (a 64 x 256 unit would quadruple a head dim of 64); else the one padding least."""
-    if not options.get("matrix_units", True):
-        return None, "matrix units disabled by options['matrix_units'] = False"
+    if not options.matrix_units:
+        return None, "matrix units disabled by option matrix_units=False"
     units = [u for dt in operand_dtypes(op.dtype, options) for u in spec.matrix_units_for(dt, "f32")]
     if not units:
         return None, f"no matrix unit for {op.dtype} with an f32 accumulator"
@@ -392,7 +393,7 @@ def scratchpad_buffers(op: Attention, br: int, bc: int, dp: int, dvp: int) -> tu
     return tuple(out)
 
 
-def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Mapping[str, Any]) -> AttentionPlan:
+def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -> AttentionPlan:
     """The scratchpad schedule of ``op`` (see `ScratchpadTiles`): tiles from the innermost scratchpad's
     capacity and the matrix unit's shape, work items over the outermost compute level."""
     score_bytes = op.batch * op.sq * op.sk * 4

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pbsdk.core.errors import UnsupportedError
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 # Fraction of a cache's capacity a tile may use (the rest is headroom for conflict misses, other data).
@@ -142,7 +143,7 @@ def _round_down(v: int, multiple: int) -> int:
 
 
 def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
-             options: Mapping[str, Any] | None = None, solo_seconds: float | None = None,
+             options: Options | Mapping[str, Any] | None = None, solo_seconds: float | None = None,
              ) -> tuple[Blocking | None, list[str]]:
     """Block sizes for packing on a cache hierarchy, from capacities alone (None without caches or
     without a vector register tile).
@@ -151,7 +152,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     level (compute or memory, whichever is larger; default: compute at the unit's peak). Each extra unit
     must get at least `MIN_PARALLEL_SECONDS` of it: a matrix-vector product has little arithmetic but
     streams its whole matrix, and split over the cores each core streams (and caches) only its part."""
-    opts = options or {}
+    opts = as_options(options)
     caches = [lv for lv in reversed(spec.memory) if lv.managed == "cache"]  # innermost first
     if unit.kind != "vector-fma" or not caches or spec.vector is None:
         return None, []
@@ -163,7 +164,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     units = spec.compute[0].count
     per_core = max({str(k): v for k, v in spec.peak_tflops.items()}.get(op.dtype, 0.0), 1e-6) * 1e12 / units
     solo = max(solo_seconds or 0.0, op.flops / per_core)
-    threads = int(opts.get("threads", 0)) or units
+    threads = opts.threads or units
     if solo / max(threads, 1) < MIN_PARALLEL_SECONDS:
         threads = max(1, min(threads, int(solo / MIN_PARALLEL_SECONDS)))
     if threads == 1:
@@ -200,7 +201,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
     nc = min(nc, _round_up(n_part, nr))
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
-    pack_b = bool(opts.get("pack_b", m_part > mr))
+    pack_b = opts.pack_b if opts.pack_b is not None else m_part > mr
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
                    "is used once; the micro-kernel reads B in place")
@@ -232,11 +233,11 @@ def _round_up(v: int, multiple: int) -> int:
     return -(-v // multiple) * multiple
 
 
-def operand_dtypes(dtype: str, options: Mapping[str, Any]) -> list[str]:
-    """The operand dtypes the precision policy (``options["matmul_precision"]``) lets a ``dtype`` matmul
+def operand_dtypes(dtype: str, options: Options | Mapping[str, Any] | None) -> list[str]:
+    """The operand dtypes the precision policy (``options.matmul_precision``) lets a ``dtype`` matmul
     use, preferred first: "exact" keeps the op's dtype; "tf32" lets f32 use tf32 units; "mixed" also
     lets f32 use f16/bf16 units (f32 accumulate)."""
-    precision = options.get("matmul_precision", "exact")
+    precision = as_options(options).matmul_precision
     allowed = [dtype]
     if dtype == "f32" and precision in ("tf32", "mixed"):
         allowed.append("tf32")
@@ -245,19 +246,20 @@ def operand_dtypes(dtype: str, options: Mapping[str, Any]) -> list[str]:
     return allowed
 
 
-def scratchpad_capacity(level: MemoryLevel, options: Mapping[str, Any]) -> int:
+def scratchpad_capacity(level: MemoryLevel, options: Options | Mapping[str, Any] | None) -> int:
     """Bytes one instance of a software-managed level may hold: its opt-in maximum when it has one (and
     ``optin_scratchpad`` is not false), else ``size_bytes``."""
-    if level.max_size_bytes and options.get("optin_scratchpad", True):
+    if level.max_size_bytes and as_options(options).optin_scratchpad:
         return level.max_size_bytes
     return level.size_bytes
 
 
-def compute_tile(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | None = None) -> tuple[ComputeTile, str]:
+def compute_tile(spec: ChipSpec, op: Contraction,
+                 options: Options | Mapping[str, Any] | None = None) -> tuple[ComputeTile, str]:
     """Step 1: the matrix unit, or a vector register tile, or scalar; with the reason."""
-    opts = options or {}
+    opts = as_options(options)
     allowed = operand_dtypes(op.dtype, opts)
-    if opts.get("matrix_units", True):
+    if opts.matrix_units:
         units = [u for dt in allowed for u in spec.matrix_units_for(dt, op.accumulator)]
         if units:
             u = units[0]
@@ -319,10 +321,10 @@ def _holds_accumulator_in_registers(spec: ChipSpec, level: MemoryLevel, tm: int,
     return regs > 0 and tm * tn * _bytes(acc) <= regs * 4 // 2
 
 
-def _level_budget(level: MemoryLevel, options: Mapping[str, Any]) -> tuple[int, bool]:
+def _level_budget(level: MemoryLevel, options: Options) -> tuple[int, bool]:
     if level.managed == "cache":
         return int(level.size_bytes * CACHE_BUDGET), False
-    return scratchpad_capacity(level, options), options.get("double_buffer", True)
+    return scratchpad_capacity(level, options), options.double_buffer
 
 
 def _footprint(op: Contraction, tm: int, tn: int, tk: int, double: bool, acc_here: bool) -> int:
@@ -364,9 +366,11 @@ def _grow(spec: ChipSpec, op: Contraction, level: MemoryLevel, inner: tuple[int,
         tile[best[1]] = min(tile[best[1]] * 2, limit[best[1]])
 
 
-def plan_contraction(spec: ChipSpec, op: Contraction, options: Mapping[str, Any] | None = None) -> ContractionPlan:
-    """The full plan for ``op`` on ``spec`` (see the module docstring for the model)."""
-    opts = dict(options or {})
+def plan_contraction(spec: ChipSpec, op: Contraction,
+                     options: Options | Mapping[str, Any] | None = None) -> ContractionPlan:
+    """The full plan for ``op`` on ``spec`` (see the module docstring for the model). ``options``: the
+    compilation's `Options` (or a mapping of core option keys, parsed)."""
+    opts = as_options(options)
     unit, why_unit = compute_tile(spec, op, opts)
     reasons = [why_unit]
     inner = (unit.m, unit.n, unit.k)

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pbsdk.core.ir.graph import Graph, Node
+from pbsdk.core.options import Options
 from pbsdk.core.plan.contraction import Contraction, ContractionPlan, plan_contraction
 from pbsdk.core.spec import ChipSpec
 
@@ -32,7 +33,8 @@ def contraction_of(node: Node) -> Contraction | None:
     return None
 
 
-def explain_graph(graph: Graph, spec: ChipSpec, options: Mapping[str, Any] | None = None) -> list[tuple[str, ContractionPlan]]:
+def explain_graph(graph: Graph, spec: ChipSpec,
+                  options: Options | Mapping[str, Any] | None = None) -> list[tuple[str, ContractionPlan]]:
     plans = []
     for i, node in enumerate(graph.live_nodes()):
         op = contraction_of(node)

@@ -1,7 +1,8 @@
 """The on-disk compilation cache: final `Artifact`s keyed by everything that determines them.
 
 A key is the sha256 of: the input MLIR text, the ChipSpec's canonical JSON, the target's name and class
-(qualified name plus a hash of its module's source), the sorted options (without ``cache``), pbsdk's
+(qualified name plus a hash of its module's source), the parsed options (`Options.cache_key`: every
+field, the target's too, without ``cache``), pbsdk's
 version and a hash of its own sources (an editable install changes code without changing the version),
 the MLIR bindings' version and llvmlite's version. A hit skips the whole MLIR pipeline; only loading the
 artifact (the LLVM JIT on cpu) remains.
@@ -45,9 +46,6 @@ FORMAT_VERSION = 1
 _MAGIC = b"PBSDKCACHE"
 _SUFFIX = ".pbsdk-artifact"
 _MAX_HEADER = 256
-
-#: Options that change how a compilation is looked up, not what it produces: never part of the key.
-NON_KEY_OPTIONS = frozenset({"cache"})
 
 
 class CacheWarning(UserWarning):
@@ -104,10 +102,6 @@ def _target_fingerprint(cls: type) -> str:
     return _source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", compute)
 
 
-def key_options(options: Any) -> list[tuple[str, str]]:
-    return sorted((str(k), repr(v)) for k, v in dict(options or {}).items() if k not in NON_KEY_OPTIONS)
-
-
 def cache_key(text: str, request: CompileRequest) -> str:
     """The hex sha256 naming the artifact that compiling ``text`` under ``request`` produces."""
     import pbsdk
@@ -120,7 +114,7 @@ def cache_key(text: str, request: CompileRequest) -> str:
         "target": request.target.name,
         "target_class": f"{cls.__module__}.{cls.__qualname__}",
         "target_source": _target_fingerprint(cls),
-        "options": repr(key_options(request.options)),
+        "options": request.options.cache_key(),
         "pbsdk": getattr(pbsdk, "__version__", "?"),
         "pbsdk_source": _pbsdk_fingerprint(),
         "mlir": _version("xtc-mlir-python-bindings"),
@@ -335,6 +329,6 @@ def get_cache() -> CompileCache | None:
 def cache_for(request: CompileRequest) -> CompileCache | None:
     """The cache to use for ``request``: None if disabled by the environment, by ``options["cache"]``
     being false, or because ``PBSDK_DUMP_DIR`` asks for every stage's output."""
-    if not request.options.get("cache", True) or os.environ.get("PBSDK_DUMP_DIR"):
+    if not request.options.cache or os.environ.get("PBSDK_DUMP_DIR"):
         return None
     return get_cache()

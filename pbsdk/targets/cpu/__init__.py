@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
+from pbsdk.core.options import Options
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
@@ -176,7 +177,7 @@ class CpuTarget(Target):
         if spec.kind != "cpu":
             raise TargetError(f"target 'cpu' needs a chip spec of kind 'cpu'; '{spec.name}' is a {spec.kind}")
 
-    def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
+    def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         return (
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector kernels (core pass)"),

@@ -15,17 +15,19 @@ Stages after the core's (see ``docs/nvgpu.md`` for the walk-through):
 =============  =================================================================================
 
 Loading goes through `runtime.py` (ctypes on the CUDA driver, no MLIR): without a GPU, `load` raises
-`DeviceUnavailableError`. Options: ``ptxas`` (default True; False makes a PTX-only artifact without
-resource checks), ``allow_spills`` (default False), ``matrix_units`` (default True).
+`DeviceUnavailableError`. Options (`NvgpuOptions`): ``ptxas`` (default True; False makes a PTX-only artifact
+without resource checks), ``allow_spills`` (default False); the core's ``matrix_units`` (default True).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import CompileError, TargetError
+from pbsdk.core.options import Options, TargetOptions
 from pbsdk.core.target import Artifact, Executable, Target
 
 if TYPE_CHECKING:
@@ -42,7 +44,7 @@ def _cubin(ptx: Any, ctx: StageContext) -> Any:
     if not isinstance(ptx, str):
         raise CompileError("expects PTX text")
     ctx.notes["nvgpu.ptx"] = ptx
-    if not ctx.options.get("ptxas", True):
+    if not ctx.options.target_as(NvgpuOptions).ptxas:
         return ptx
     arch, _ = arch_of(ctx.spec)
     cubin, resources, _log = ptxas.assemble(ptx, arch)
@@ -57,7 +59,7 @@ def _cubin(ptx: Any, ctx: StageContext) -> Any:
                           max_registers=int(thread_level.get("max_registers", 255)),
                           max_registers_per_block=int(sm.get("max_registers_per_block", 0)),
                           max_shared=pads[0].size_bytes if pads else 0,
-                          allow_spills=bool(ctx.options.get("allow_spills", False)))
+                          allow_spills=ctx.options.target_as(NvgpuOptions).allow_spills)
     ctx.notes["nvgpu.resources"] = {k: vars(v) | {} for k, v in resources.items()}
     ctx.notes["nvgpu.cubin"] = cubin
     return cubin
@@ -101,6 +103,16 @@ class NvgpuExecutable(Executable):
         self.loaded.run(buffers)
 
 
+@dataclasses.dataclass(frozen=True)
+class NvgpuOptions(TargetOptions):
+    """The nvgpu target's options."""
+
+    #: Assemble the PTX with ptxas into a cubin and check its resources (False: a PTX-only artifact).
+    ptxas: bool = True
+    #: Accept register spills that ptxas reports (default: a spill is a compile error).
+    allow_spills: bool = False
+
+
 class NvgpuTarget(Target):
     """NVIDIA GPUs: code generation from the chip spec (``codegen.arch``, limits, shared memory)."""
 
@@ -108,6 +120,7 @@ class NvgpuTarget(Target):
     # Fused attention in the scratchpad form: `schedule` replaces each call by this target's kernel
     # (`attention.py`, `attention_kernel.py`), generated from the function's pbsdk.attention descriptor.
     attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
+    options_type = NvgpuOptions
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
 
@@ -119,7 +132,7 @@ class NvgpuTarget(Target):
         if not spec.scratchpads():
             raise TargetError(f"target 'nvgpu' needs a software-managed shared-memory level in '{spec.name}'")
 
-    def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
+    def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         from pbsdk.core.pipeline import Stage
         from pbsdk.targets.nvgpu import lower
         from pbsdk.targets.nvgpu.schedule import Schedule

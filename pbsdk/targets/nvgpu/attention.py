@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.spec import ChipSpec, dtype_bits
 from pbsdk.targets.nvgpu.mapping import (
     MAX_GRID_YZ,
@@ -275,11 +276,11 @@ def _pow2_floor(v: int) -> int:
 
 
 def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
-                      options: Mapping[str, Any] | None = None) -> AttentionMapping:
+                      options: Options | Mapping[str, Any] | None = None) -> AttentionMapping:
     """The block/warp/shared-memory plan for ``desc`` on ``spec`` (see the module docstring)."""
-    opts = dict(options or {})
+    opts = as_options(options)
     budget = static_shared_bytes(spec)
-    unit = mma_unit(spec, desc.dtype, "f32") if opts.get("matrix_units", True) else None
+    unit = mma_unit(spec, desc.dtype, "f32") if opts.matrix_units else None
     reasons = [f"core planner tile {desc.block_q}x{desc.block_k} (unit {desc.unit or 'none'})"]
     warp = warp_width(spec, unit.scope if unit else "warp")
     if unit is not None:
@@ -349,7 +350,7 @@ def attention_mapping(spec: ChipSpec, desc: AttentionDescriptor,
                               row_threads=rt, pads=tuple(pads.items()), reasons=tuple(reasons), **vec)
     else:
         ty, tx = SIMT_THREADS
-        why = "matrix_units=False" if not opts.get("matrix_units", True) else f"no matrix unit for {desc.dtype}->f32"
+        why = "matrix_units=False" if not opts.matrix_units else f"no matrix unit for {desc.dtype}->f32"
         reasons.append(f"{why}: SIMT FMAs, {ty}x{tx} threads, {bq // ty}x{bk // tx} of S and "
                        f"{bq // ty}x{dvp // tx} of O per thread")
         mm = AttentionMapping(desc, "thread", "fma", bq, bk, dp, dvp, warp=warp, tm=bq // ty, tn_s=bk // tx,

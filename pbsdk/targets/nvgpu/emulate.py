@@ -105,9 +105,9 @@ def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] 
             "builtin.module(inline, symbol-dce, scf-forall-to-for, canonicalize, "
             "func.func(arith-expand{include-bf16=true}))").run(host.operation)
     host_spec = load_spec("host")
-    hctx = StageContext(host_spec, {}, dict(ctx_notes))
+    hctx = StageContext(host_spec, notes=dict(ctx_notes))
     # Only the cpu target's lowering stages: its own tiling/packing/threading would re-schedule the IR
     # whose schedule is what this run is meant to check.
-    stages = tuple(s for s in CpuTarget().stages(host_spec, {}) if s.name not in CPU_SCHEDULING_STAGES)
+    stages = tuple(s for s in CpuTarget().stages(host_spec, hctx.options) if s.name not in CPU_SCHEDULING_STAGES)
     artifact = Pipeline(stages).run(host, hctx)
     return EmulatedKernel(artifact, CpuExecutable(artifact, host_spec), scheduled, sctx.notes.get("nvgpu.kernels", []))

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pbsdk.core.errors import CompileError, SpecError, UnsupportedError
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan import Contraction, plan_contraction
 from pbsdk.core.spec import ChipSpec, MatrixUnit, dtype_bits
 
@@ -177,17 +178,17 @@ def _fits(mm: dict[str, int], eb: int, ab: int, budget: int) -> bool:
 
 
 def matmul_mapping(spec: ChipSpec, batch: int, m: int, n: int, k: int, dtype: str, acc: str,
-                   options: Mapping[str, Any] | None = None) -> MatmulMapping:
+                   options: Options | Mapping[str, Any] | None = None) -> MatmulMapping:
     """Block tile from the planner's shared-memory tile, clamped to static shared memory."""
-    opts = dict(options or {})
+    opts = as_options(options)
     budget = static_shared_bytes(spec)
-    unit = mma_unit(spec, dtype, acc) if opts.get("matrix_units", True) else None
+    unit = mma_unit(spec, dtype, acc) if opts.matrix_units else None
     # Ask the planner with the units this target lowers and the budget this target uses (static shared
     # memory, no double buffering yet), so the plan's tile is one the kernel can hold.
     units = [u for u in spec.matrix_units if u is unit]
     view = spec.model_copy(update={"matrix_units": units})
     plan = plan_contraction(view, Contraction(m, n, k, batch, dtype, acc),
-                            {**opts, "optin_scratchpad": False, "double_buffer": False})
+                            opts.replace(optin_scratchpad=False, double_buffer=False))
     pads = {lv.name for lv in spec.scratchpads()}
     smem = next((t for t in plan.levels if t.level in pads), plan.levels[0] if plan.levels else None)
     tm, tn, tk = (smem.m, smem.n, smem.k) if smem else (64, 64, 16)

@@ -20,10 +20,12 @@ its ``hooks`` (a module or object with the functions of `pbsdk.targets.template.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import TargetError
+from pbsdk.core.options import CONVERT, Options, TargetOptions
 from pbsdk.core.target import Artifact, Executable, Target
 
 if TYPE_CHECKING:
@@ -31,11 +33,33 @@ if TYPE_CHECKING:
     from pbsdk.core.spec import ChipSpec
 
 
+def _tiles(value: Any) -> tuple[tuple[str, tuple[int, int, int]], ...]:
+    """``{"level": (m, n, k), ...}`` as a sorted tuple (hashable, order-independent)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"must map memory level names to (m, n, k) tiles, got {value!r}")
+    out = []
+    for level, tile in value.items():
+        t = tuple(tile)
+        if len(t) != 3 or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in t):
+            raise ValueError(f"the tile of level {level!r} must be three positive ints (m, n, k), got {tile!r}")
+        out.append((str(level), t))
+    return tuple(sorted(out))  # type: ignore[arg-type]
+
+
+@dataclasses.dataclass(frozen=True)
+class TemplateOptions(TargetOptions):
+    """The template target's options."""
+
+    #: Per-level contraction tiles overriding the plan's, ``{"spm": (m, n, k)}`` (experiments, tests).
+    tiles: tuple[tuple[str, tuple[int, int, int]], ...] = dataclasses.field(default=(), metadata={CONVERT: _tiles})
+
+
 class TemplateTarget(Target):
     """An accelerator emulated on the host from its chip spec (see the module docstring)."""
 
     name = "template"
     attention_forms = ("scratchpad",)
+    options_type = TemplateOptions
     default_spec = "example/npu"
     description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
     #: Where the lowering hooks come from: any object with the functions of `pbsdk.targets.template.hooks`
@@ -57,14 +81,14 @@ class TemplateTarget(Target):
 
         return hooks
 
-    def stages(self, spec: ChipSpec, options: Mapping[str, Any]) -> Sequence[Stage]:
+    def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
         from pbsdk.core.passes.promote import PromoteToScratchpad
         from pbsdk.core.pipeline import Stage
         from pbsdk.targets.template import emulation as emu
 
         hooks = self._hooks()
-        tiles = tuple(sorted((str(k), tuple(v)) for k, v in dict(options.get("tiles") or {}).items()))
+        tiles = options.target_as(TemplateOptions).tiles
         parallel = getattr(hooks, "parallel_loop", None) or emu.default_hooks.parallel_loop
         vector = getattr(hooks, "vector_ops", None) or emu.default_hooks.vector_ops
         return (
