@@ -91,6 +91,119 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_options(items: Sequence[str] | None) -> dict[str, Any]:
+    """Compile options from ``--options``: JSON objects and/or ``key=value`` items (a value is read as JSON
+    where it parses — ``pack=false``, ``threads=2``, ``tiles={"spm": [64, 64, 64]}`` — else as a string);
+    later items win, ``-`` in keys becomes ``_``."""
+    options: dict[str, Any] = {}
+    for item in items or ():
+        if item.lstrip().startswith("{"):
+            try:
+                value = json.loads(item)
+            except json.JSONDecodeError as exc:
+                raise PbsdkError(f"--options {item!r} is not valid JSON: {exc.msg} at character {exc.pos + 1}") \
+                    from None
+            if not isinstance(value, dict):
+                raise PbsdkError(f"--options {item!r} must be a JSON object")
+            options.update({str(k).replace("-", "_"): v for k, v in value.items()})
+            continue
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise PbsdkError(f"--options {item!r}: expected KEY=VALUE or a JSON object")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        options[key.strip().replace("-", "_")] = value
+    return options
+
+
+def _split_input(text: str) -> list[str]:
+    """The chunks of an input split at ``// -----`` lines (mlir-opt's ``--split-input-file``)."""
+    chunks: list[str] = []
+    current: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if line.strip() == "// -----":
+            chunks.append("".join(current))
+            current = []
+        else:
+            current.append(line)
+    chunks.append("".join(current))
+    return chunks
+
+
+def _cmd_opt(args: argparse.Namespace) -> int:
+    from mlir import ir
+
+    from pbsdk.core.errors import CompileError
+    from pbsdk.core.passes.registry import (
+        context_for,
+        describe_passes,
+        resolve_pass,
+        run_passes,
+        split_pipeline,
+    )
+
+    raw = _parse_options(args.options)
+    target_stages: Sequence[Any] = ()
+    if args.target:
+        from pbsdk.core.compiler import pipeline_for, resolve
+
+        request = resolve(args.target, args.spec, raw)  # the target's options type parses them
+        spec, options = request.spec, request.options
+        target_stages = pipeline_for(request).stages
+    else:
+        from pbsdk.core.options import parse_options
+        from pbsdk.core.spec import load_spec
+
+        options = parse_options(raw)
+        spec = load_spec(args.spec or "host")
+    if args.list_passes:
+        for name, description in describe_passes():
+            print(f"{name:<22} {description}")
+        own = [s for s in target_stages if s.name not in dict(describe_passes())]
+        for stage in own:
+            print(f"{stage.name:<22} [{args.target}] {stage.description}")
+        return 0
+    if args.file is None:
+        raise PbsdkError("opt needs an input .mlir file ('-' for stdin)")
+    stages = [resolve_pass(element, target_stages=target_stages, target=args.target)
+              for group in args.passes or () for element in split_pipeline(group)]
+    try:
+        text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
+    except OSError as exc:
+        raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PbsdkError(f"{args.file} is not UTF-8 text (byte {exc.start}): MLIR files are text") from None
+    chunks = _split_input(text) if args.split_input_file else [text]
+    failed = False
+    for index, chunk in enumerate(chunks):
+        if index:
+            print("// -----")
+        try:
+            try:
+                module = ir.Module.parse(chunk, ir.Context())
+            except Exception as exc:  # noqa: BLE001 - the bindings raise plain Exception
+                raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from None
+            result = run_passes(module, stages, context_for(module, spec, options))
+        except PbsdkError as err:
+            if len(chunks) == 1:
+                raise
+            sys.stdout.flush()
+            print(f"pbsdk: error: {err}", file=sys.stderr)
+            sys.stderr.flush()
+            failed = True
+            continue
+        payload = getattr(result, "payload", result)
+        out = payload if isinstance(payload, (str, bytes)) else str(payload)
+        if isinstance(out, bytes):
+            sys.stdout.flush()
+            sys.stdout.buffer.write(out)
+        else:
+            print(out, end="" if out.endswith("\n") else "\n")
+    return 2 if failed else 0
+
+
 def _contractions_in_mlir(text: str) -> list[tuple[str, Any]]:
     """(title, Contraction) for each named matmul-like op of an MLIR module."""
     from mlir import ir
@@ -213,6 +326,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
     p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
     p.set_defaults(func=_cmd_compile)
+
+    p = sub.add_parser("opt", help="run named passes (pbsdk's or upstream MLIR's) on an MLIR file and print the IR",
+                       description="Run exactly the named passes, in order, on the parsed module and print the "
+                                   "result (mlir-opt style). A name is looked up in the --target's pipeline "
+                                   "(bare names), then pbsdk's passes (see --list-passes), then upstream MLIR.")
+    p.add_argument("file", nargs="?", help="input .mlir file ('-' for stdin)")
+    p.add_argument("-p", "--passes", action="append", metavar="PASS,PASS",
+                   help="comma-separated passes, e.g. isolate-contractions,fuse or 'math-approx{ops=exp}', "
+                        "canonicalize, 'func.func(cse)' (may repeat)")
+    p.add_argument("--target", default=None, help="also find this target's stages (e.g. template: promote, dma)")
+    p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's, else host)")
+    p.add_argument("--options", nargs="+", action="extend", metavar="OPT",
+                   help="compile options: KEY=VALUE items (VALUE read as JSON where it parses) or a JSON object")
+    p.add_argument("--split-input-file", action="store_true",
+                   help="compile each '// -----' chunk separately; join the outputs with '// -----'")
+    p.add_argument("--list-passes", action="store_true", help="print pbsdk's passes (and the target's) and exit")
+    p.set_defaults(func=_cmd_opt)
 
     p = sub.add_parser("explain", help="the plan (tiles per memory level, compute unit, parallel mapping, "
                                        "estimate and bound) chosen for each contraction")
