@@ -1,0 +1,91 @@
+// Pass isolate-contractions: each named contraction on tensors moves, with its zero fill and its
+// elementwise epilogue, into a private function that the caller calls (so fusion cannot generalise it).
+// RUN: %pbsdk opt %s --split-input-file -p isolate-contractions | filecheck %s
+// With options pack=false the pass does nothing.
+// RUN: %pbsdk opt %s --split-input-file -p isolate-contractions --options pack=false | filecheck %s --check-prefix=OFF
+
+// The zero fill goes in with the matmul.
+// CHECK-LABEL: func.func @mm(
+// CHECK-SAME:      %[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8x16xf32>)
+// CHECK-NOT:     linalg.
+// CHECK:         %[[R:.*]] = call @__pbsdk_contraction0(%[[A]], %[[B]]) : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK:         linalg.fill
+// CHECK-NEXT:    %[[MM:.*]] = linalg.matmul
+// CHECK-NEXT:    return %[[MM]]
+// OFF-LABEL: func.func @mm(
+// OFF-NOT:     call
+// OFF:         linalg.fill
+// OFF-NEXT:    linalg.matmul
+func.func @mm(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>) -> tensor<4x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %e = tensor.empty() : tensor<4x16xf32>
+  %f = linalg.fill ins(%zero : f32) outs(%e : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %mm = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>) outs(%f : tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %mm : tensor<4x16xf32>
+}
+
+// -----
+
+// The bias + relu epilogue goes in too; its other operand becomes an argument, the constant is cloned.
+// CHECK-LABEL: func.func @mm_bias_relu(
+// CHECK-SAME:      %[[A:.*]]: tensor<4x8xf32>, %[[B:.*]]: tensor<8x16xf32>, %[[C:.*]]: tensor<4x16xf32>, %[[BIAS:.*]]: tensor<16xf32>)
+// CHECK-NOT:     linalg.
+// CHECK:         %[[R:.*]] = call @__pbsdk_contraction0(%[[A]], %[[B]], %[[C]], %[[BIAS]])
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK:         %[[MM:.*]] = linalg.matmul
+// CHECK:         %[[EP:.*]] = linalg.generic {{.*}} ins(%[[MM]], %{{.*}} : tensor<4x16xf32>, tensor<16xf32>)
+// CHECK:           arith.addf
+// CHECK-NEXT:      arith.maximumf
+// CHECK:         return %[[EP]]
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @mm_bias_relu(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4x16xf32>, %bias: tensor<16xf32>) -> tensor<4x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %mm = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>) outs(%c : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %e = tensor.empty() : tensor<4x16xf32>
+  %r = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm, %bias : tensor<4x16xf32>, tensor<16xf32>) outs(%e : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    %m = arith.maximumf %s, %zero : f32
+    linalg.yield %m : f32
+  } -> tensor<4x16xf32>
+  return %r : tensor<4x16xf32>
+}
+
+// -----
+
+// A batch_matmul whose result is also returned keeps its consumer outside: only the contraction moves.
+// CHECK-LABEL: func.func @two_uses(
+// CHECK:         %[[R:.*]] = call @__pbsdk_contraction0(
+// CHECK:         %[[N:.*]] = linalg.generic {{.*}} ins(%[[R]] :
+// CHECK:           arith.negf
+// CHECK:         return %[[R]], %[[N]]
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK-NEXT:    %[[MM:.*]] = linalg.batch_matmul
+// CHECK-NEXT:    return %[[MM]]
+func.func @two_uses(%a: tensor<2x4x8xf32>, %b: tensor<2x8x4xf32>, %c: tensor<2x4x4xf32>) -> (tensor<2x4x4xf32>, tensor<2x4x4xf32>) {
+  %mm = linalg.batch_matmul ins(%a, %b : tensor<2x4x8xf32>, tensor<2x8x4xf32>) outs(%c : tensor<2x4x4xf32>) -> tensor<2x4x4xf32>
+  %e = tensor.empty() : tensor<2x4x4xf32>
+  %r = linalg.generic {indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d0, d1, d2)>], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%mm : tensor<2x4x4xf32>) outs(%e : tensor<2x4x4xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %n = arith.negf %x : f32
+    linalg.yield %n : f32
+  } -> tensor<2x4x4xf32>
+  return %mm, %r : tensor<2x4x4xf32>, tensor<2x4x4xf32>
+}
+
+// -----
+
+// A contraction on buffers is not this pass's business.
+// CHECK-LABEL: func.func @on_buffers(
+// CHECK-NEXT:    linalg.matmul ins(%{{.*}}, %{{.*}} : memref<4x8xf32>, memref<8x16xf32>)
+// CHECK-NEXT:    return
+func.func @on_buffers(%a: memref<4x8xf32>, %b: memref<8x16xf32>, %c: memref<4x16xf32>) {
+  linalg.matmul ins(%a, %b : memref<4x8xf32>, memref<8x16xf32>) outs(%c : memref<4x16xf32>)
+  return
+}

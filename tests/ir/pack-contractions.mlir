@@ -1,0 +1,88 @@
+// Pass pack-contractions (core; the cpu target's stage): each planned f32/f64 matmul on buffers becomes a
+// call to a packed, register-tiled kernel generated from the plan for the spec (here the 2-core AVX-512
+// Xeon preset: 16-lane f32 FMAs, work split over both cores when there is enough of it).
+// RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
+// RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p pack-contractions --options pack=false \
+// RUN:   | filecheck %s --check-prefix=OFF
+
+// The zero fill is dropped (the kernel stores its first k block instead of adding it); one part, no fork.
+// CHECK-LABEL: func.func @mm(
+// CHECK-SAME:      %[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x48xf32>, %[[C:.*]]: memref<64x48xf32>)
+// CHECK-NOT:     linalg.
+// CHECK:         call @__pbsdk_mm0(%[[A]], %[[B]], %[[C]])
+// CHECK-NEXT:    return
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-SAME:      %{{.*}}: index)
+// CHECK:         vector.fma {{.*}} : vector<16xf32>
+// CHECK-LABEL: func.func private @__pbsdk_mm0(
+// CHECK-NOT:     scf.forall
+// CHECK:         call @__pbsdk_mm0_part(
+// OFF-LABEL: func.func @mm(
+// OFF-NEXT:    arith.constant
+// OFF-NEXT:    linalg.fill
+// OFF-NEXT:    linalg.matmul
+// OFF-NOT:     __pbsdk_mm
+func.func @mm(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %c: memref<64x48xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<64x48xf32>)
+  linalg.matmul ins(%a, %b : memref<64x32xf32>, memref<32x48xf32>) outs(%c : memref<64x48xf32>)
+  return
+}
+
+// -----
+
+// Enough work for both cores: the parts run under an scf.forall (the target decides how it forks).
+// CHECK-LABEL: func.func @big(
+// CHECK:         call @__pbsdk_mm0(
+// CHECK-LABEL: func.func private @__pbsdk_mm0(
+// CHECK-NEXT:    scf.forall (%[[T:.*]]) in (2) {
+// CHECK-NEXT:      func.call @__pbsdk_mm0_part(%{{.*}}, %{{.*}}, %{{.*}}, %[[T]])
+// OFF-LABEL: func.func @big(
+// OFF-NEXT:    linalg.matmul
+func.func @big(%a: memref<512x512xf32>, %b: memref<512x512xf32>, %c: memref<512x512xf32>) {
+  linalg.matmul ins(%a, %b : memref<512x512xf32>, memref<512x512xf32>) outs(%c : memref<512x512xf32>)
+  return
+}
+
+// -----
+
+// The bias epilogue that follows is folded into the kernel's final store: the generic goes, the bias and
+// the output become extra kernel arguments, and the kernel adds the bias vector.
+// CHECK-LABEL: func.func @mm_bias(
+// CHECK-SAME:      %[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x48xf32>, %[[BIAS:.*]]: memref<48xf32>, %[[C:.*]]: memref<64x48xf32>)
+// CHECK-NOT:     linalg.
+// CHECK:         call @__pbsdk_mm0(%[[A]], %[[B]], %[[C]], %[[BIAS]], %[[C]])
+// CHECK-NEXT:    return
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK:         vector.fma {{.*}} : vector<16xf32>
+// CHECK:         arith.addf {{.*}} : vector<16xf32>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @mm_bias(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %bias: memref<48xf32>, %c: memref<64x48xf32>) {
+  linalg.matmul ins(%a, %b : memref<64x32xf32>, memref<32x48xf32>) outs(%c : memref<64x48xf32>)
+  linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%c, %bias : memref<64x48xf32>, memref<48xf32>) outs(%c : memref<64x48xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// Left for the target's generic lowering: integer matmuls, and contractions still on tensors.
+// CHECK-LABEL: func.func @ints(
+// CHECK-NEXT:    linalg.matmul ins(%{{.*}}, %{{.*}} : memref<8x8xi32>, memref<8x8xi32>)
+// CHECK-NEXT:    return
+// CHECK-LABEL: func.func @on_tensors(
+// CHECK-NEXT:    linalg.matmul ins(%{{.*}}, %{{.*}} : tensor<8x8xf32>, tensor<8x8xf32>)
+// CHECK-NOT:   __pbsdk_mm
+func.func @ints(%a: memref<8x8xi32>, %b: memref<8x8xi32>, %c: memref<8x8xi32>) {
+  linalg.matmul ins(%a, %b : memref<8x8xi32>, memref<8x8xi32>) outs(%c : memref<8x8xi32>)
+  return
+}
+func.func @on_tensors(%a: tensor<8x8xf32>, %b: tensor<8x8xf32>, %c: tensor<8x8xf32>) -> tensor<8x8xf32> {
+  %r = linalg.matmul ins(%a, %b : tensor<8x8xf32>, tensor<8x8xf32>) outs(%c : tensor<8x8xf32>) -> tensor<8x8xf32>
+  return %r : tensor<8x8xf32>
+}
