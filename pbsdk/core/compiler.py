@@ -75,7 +75,8 @@ def _read_signature(module: ir.Module, ctx: StageContext) -> None:
 
 #: The target-independent stages, in order. Targets append theirs.
 CORE_STAGES: tuple[Stage, ...] = (
-    Stage("input", fn=_read_signature, description="the input module (linalg on tensors), verified"),
+    Stage("input", fn=_read_signature, description="the input module (linalg on tensors), verified",
+          marks=True),
     Stage("isolate-contractions", fn=IsolateContractions().apply,
           description="each named matmul into its own function, so fusion cannot generalise it"),
     Stage("fuse", passes="func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
@@ -90,7 +91,7 @@ CORE_STAGES: tuple[Stage, ...] = (
           passes="drop-equivalent-buffer-results, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
           description="results become caller-allocated output buffers; deallocation"),
-    Stage("forward-outputs", fn=ForwardOutputs().apply,
+    Stage("forward-outputs", fn=ForwardOutputs().apply, marks=True,
           description="a result computed into a local buffer and copied out is computed in place"),
 )
 

@@ -3,9 +3,11 @@
 A pipeline is a flat list of `Stage`s: the core's target-independent stages first, then the target's.
 A stage either runs an upstream MLIR pass pipeline given as text (``passes``) or calls a Python function
 (``fn``) that rewrites the module in place, or turns it into something that is no longer MLIR (LLVM IR
-text, PTX, an `Artifact`). The module is verified after every MLIR stage; ``PBSDK_DUMP_DIR`` writes what
-every stage produced; ``stop_after`` ends the run after any stage (``pbsdk compile --emit STAGE``). A
-failure raises `CompileError` naming the stage, the op MLIR blamed and the reason.
+text, PTX, an `Artifact`). The module is verified after every MLIR stage, and so are its ``pbsdk.*``
+attributes (`pbsdk.core.ir.attributes.verify`) after a stage that hands decisions on through them
+(``marks=True``). ``PBSDK_DUMP_DIR`` writes what every stage produced; ``stop_after`` ends the run after any
+stage (``pbsdk compile --emit STAGE``). A failure raises `CompileError` naming the stage, the op MLIR blamed
+and the reason.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from mlir import ir, passmanager
 
 from pbsdk.core.errors import CompileError, PbsdkError
+from pbsdk.core.ir import attributes
 from pbsdk.core.options import DEFAULT, Options, as_options
 
 # What a stage function receives besides the IR: the spec, the options and anything earlier stages
@@ -43,12 +46,15 @@ class StageContext:
 @dataclasses.dataclass(frozen=True)
 class Stage:
     """One named step. Exactly one of ``passes`` (upstream textual pipeline, anchored on the module)
-    and ``fn`` (Python; returns the new IR, or None when it rewrote the module in place)."""
+    and ``fn`` (Python; returns the new IR, or None when it rewrote the module in place). ``marks``: the
+    stage sets or reads ``pbsdk.*`` attributes (the tiled form), so the pipeline verifies them after it
+    (a walk over every op: too slow to do after every stage of a fully lowered module)."""
 
     name: str
     passes: str | None = None
     fn: StageFn | None = None
     description: str = ""
+    marks: bool = False
 
     def __post_init__(self) -> None:
         if (self.passes is None) == (self.fn is None):
@@ -132,6 +138,8 @@ class Pipeline:
                 result = current if out is None else out
             if isinstance(result, ir.Module):
                 result.operation.verify()
+                if stage.marks:
+                    attributes.verify(result)  # every pbsdk.* attribute known and well-formed
             return result
         except CompileError as err:
             if err.stage is None:  # keep the subclass (UnsupportedError stays UnsupportedError)

@@ -27,6 +27,7 @@ import json
 import math
 from typing import Any
 
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention import Operand
 from pbsdk.core.ir.attention_kernel import IndexText, KernelOperands, _f, batch_offset, memref_type
 from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles
@@ -124,7 +125,7 @@ class _Tiles:
         return v, ty
 
     def dma(self, src: tuple[str, str], dst: tuple[str, str], direction: str) -> None:
-        self.e(f'linalg.copy {{pbsdk.dma = "{direction}"}} ins({src[0]} : {src[1]}) outs({dst[0]} : {dst[1]})')
+        self.e(f'linalg.copy {{{attrs.DMA} = "{direction}"}} ins({src[0]} : {src[1]}) outs({dst[0]} : {dst[1]})')
 
     def generic(self, ins: list[tuple[str, str, str]], outs: list[tuple[str, str, str]], loops: int,
                 reductions: tuple[int, ...], body: list[str], yields: list[str], attr: str) -> None:
@@ -165,9 +166,9 @@ class _Tiles:
         e, op, t, ops, dt = self.e, self.op, self.t, self.ops, self.dt
         BR, BC, DP, DVP, D, DV, SQ, SK = t.block_q, t.block_k, t.d_padded, t.dv_padded, op.d, op.dv, op.sq, op.sk
         u = t.unit
-        vec = 'pbsdk.compute = "vector"'
-        unit_attr = (f'pbsdk.matrix_unit = "{u.name}", pbsdk.unit_operand = "{u.operand_dtype}", '
-                     f'pbsdk.unit_accumulator = "{u.accumulator_dtype}"') if u else vec
+        vec = f'{attrs.COMPUTE} = "vector"'
+        unit_attr = (f'{attrs.MATRIX_UNIT} = "{u.name}", {attrs.UNIT_OPERAND} = "{u.operand_dtype}", '
+                     f'{attrs.UNIT_ACCUMULATOR} = "{u.accumulator_dtype}"') if u else vec
         into, out_of = f"{t.main_level}->{t.level}", f"{t.level}->{t.main_level}"
         items, T, nqb = self.plan.work_items, self.plan.threads, self.plan.q_blocks
 
@@ -340,7 +341,7 @@ class _Tiles:
 
         sig = ", ".join(f"%{nm}0: {ty}" for nm, ty in zip(names, types))
         desc = _mlir_string(json.dumps(descriptor(self.plan, ops), sort_keys=True))
-        out = [f"func.func private @{name}({sig}) attributes {{pbsdk.attention = {desc}}} {{"]
+        out = [f"func.func private @{name}({sig}) attributes {{{attrs.ATTENTION} = {desc}}} {{"]
         out += [f"  {v} = arith.constant {k} : index" for k, v in sorted(e.consts.items())]
         out += e.lines
         out.append("}")

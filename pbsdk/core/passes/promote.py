@@ -37,6 +37,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.options import Options
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
@@ -507,12 +508,12 @@ class PromoteToScratchpad:
         with module.context:
             pm = passmanager.PassManager.parse("func.func(linalg-generalize-named-ops)")
             for f in module.body.operations:
-                if f.operation.name == "func.func" and "pbsdk.attention" not in f.operation.attributes:
+                if f.operation.name == "func.func" and not attrs.has(f.operation, attrs.ATTENTION):
                     pm.run(f.operation)
         records: list[Promotion] = ctx.notes.setdefault("promote", [])
         level_names = [m.name for m in spec.memory]
         for op in ops_named(module, "linalg.generic"):
-            if "pbsdk.matrix_unit" in op.attributes or "pbsdk.compute" in op.attributes:
+            if attrs.has(op, attrs.MATRIX_UNIT) or attrs.has(op, attrs.COMPUTE):
                 continue
             cop = analyse(op)
             if cop is None:

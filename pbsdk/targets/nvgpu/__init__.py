@@ -138,7 +138,7 @@ class NvgpuTarget(Target):
         from pbsdk.targets.nvgpu.schedule import Schedule
 
         return (
-            Stage("schedule", fn=Schedule().apply,
+            Stage("schedule", fn=Schedule().apply, marks=True,
                   description="linalg ops tiled onto blocks/warps/threads (scf.forall), shared-memory tiles"),
             Stage("map-gpu", fn=lower.map_gpu, description="gpu.launch per kernel; loops to block/thread ids"),
             Stage("outline", fn=lower.outline, description="kernels in one gpu.module; shared buffers as globals"),

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import struct
 
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention_kernel import IndexText, batch_offset
 from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping
 
@@ -71,10 +72,10 @@ def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int,
     """The warp's strip as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in n/8 x k/16
     ``mma.sync`` steps with each accumulator fragment kept in registers across k)."""
     ta, tb, tc = mma_types(dtype, k, n, pitches, b_transposed)
-    attrs = f"pbsdk.matrix_unit = \"{unit}\"" + (", pbsdk.b_transposed" if b_transposed else "")
+    marks = f"{attrs.MATRIX_UNIT} = \"{unit}\"" + (f", {attrs.B_TRANSPOSED}" if b_transposed else "")
     maps = TRANSPOSED_B if b_transposed else ""
     return (f"func.func private @{mma_name(dtype, k, n, pitches, b_transposed)}(%a: {ta}, %b: {tb}, %c: {tc}) "
-            f"attributes {{{attrs}}} {{\n"
+            f"attributes {{{marks}}} {{\n"
             f"  linalg.matmul {maps}ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
 
 

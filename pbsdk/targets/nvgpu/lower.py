@@ -32,6 +32,7 @@ from mlir.dialects import arith, gpu
 from mlir.dialects.transform import interpreter
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
 from pbsdk.targets.nvgpu.mma import mma_gpu_function
@@ -90,11 +91,11 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
     with module.context:
         # matrix-unit steps: the GPU body replaces the emulation body
         for fn in [op for op in module.body.operations if op.operation.name == "func.func"
-                   and "pbsdk.matrix_unit" in op.attributes]:
+                   and attrs.has(op, attrs.MATRIX_UNIT)]:
             types = [str(t) for t in ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs]
             name = ir.StringAttr(fn.attributes["sym_name"]).value
-            text = mma_gpu_function(name, types, ir.StringAttr(fn.attributes["pbsdk.matrix_unit"]).value,
-                                    b_transposed="pbsdk.b_transposed" in fn.attributes)
+            text = mma_gpu_function(name, types, attrs.string(fn, attrs.MATRIX_UNIT) or "",
+                                    b_transposed=attrs.has(fn, attrs.B_TRANSPOSED))
             fn.operation.erase()
             parsed = ir.Module.parse(text)
             module.body.append(parsed.body.operations[0].operation)
@@ -118,7 +119,7 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
                     term = gpu.TerminatorOp()
                 op.move_before(term)
             tag = len(launches)
-            launch.operation.attributes["pbsdk.launch"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), tag)
+            attrs.set_i64(launch.operation, attrs.LAUNCH, tag)
             launches.append((launch.operation, grid, block))
             threads = math.prod(block)
             limit = int(ctx.spec.compute[0].limits.get("max_threads_per_block", 1024))
@@ -129,7 +130,7 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
         for tag, (launch_op, grid, block) in enumerate(launches):
             if not ops_named(launch_op, "scf.forall"):
                 continue  # a single-thread kernel: nothing to map
-            lines.append(f"%l{tag} = transform.structured.match attributes {{pbsdk.launch = {tag} : i64}} in %root "
+            lines.append(f"%l{tag} = transform.structured.match attributes {{{attrs.LAUNCH} = {tag} : i64}} in %root "
                          ": (!transform.any_op) -> !transform.any_op")
             lines.append(f"%b{tag} = transform.gpu.map_forall_to_blocks %l{tag} grid_dims = {grid} "
                          ": (!transform.any_op) -> !transform.any_op")

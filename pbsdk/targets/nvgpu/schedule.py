@@ -26,6 +26,7 @@ from mlir import ir, passmanager
 from mlir.dialects.transform import interpreter
 
 from pbsdk.core.errors import CompileError
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
@@ -79,7 +80,7 @@ def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> N
         block = [0] * n
         for d, t in zip(lm.dims, lm.tile):
             block[d] = t
-        lines.append(f"%op{tag} = transform.structured.match attributes {{pbsdk.kernel = {tag} : i64}} in %root "
+        lines.append(f"%op{tag} = transform.structured.match attributes {{{attrs.KERNEL} = {tag} : i64}} in %root "
                      ": (!transform.any_op) -> !transform.any_op")
         lines.append(f"%t{tag}, %f{tag} = transform.structured.tile_using_forall %op{tag} tile_sizes {block} "
                      f"(mapping = [{_mapping_attr('block', len(lm.dims))}]) "
@@ -122,7 +123,7 @@ def mma_function(mm: MatmulMapping) -> str:
     """The matrix-unit step as a linalg op (what the host emulation runs; the GPU lowering swaps it)."""
     ta, tb, tc = mma_types(mm)
     return (f"func.func private @{mma_function_name(mm)}(%a: {ta}, %b: {tb}, %c: {tc}) "
-            f"attributes {{pbsdk.matrix_unit = \"{mm.unit}\"}} {{\n"
+            f"attributes {{{attrs.MATRIX_UNIT} = \"{mm.unit}\"}} {{\n"
             f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
 
 
@@ -311,9 +312,9 @@ class Schedule:
                 records.append({"op": "linalg.generic", "kind": "loops", "iterators": iterators,
                                 "mapping": dataclasses.asdict(lm)})
                 if not lm.dims:
-                    op.attributes["pbsdk.single_thread"] = ir.UnitAttr.get()
+                    attrs.set_unit(op, attrs.SINGLE_THREAD)
                     continue
-                op.attributes["pbsdk.kernel"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
+                attrs.set_i64(op, attrs.KERNEL, i)
                 tagged.append((i, lm))
         _tile_loops(module, tagged)
         run_passes(module, "canonicalize, cse")
@@ -322,7 +323,7 @@ class Schedule:
 
 def _attention_functions(module: ir.Module) -> dict[str, ir.Operation]:
     return {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in module.body.operations
-            if op.operation.name == "func.func" and "pbsdk.attention" in op.attributes}
+            if op.operation.name == "func.func" and attrs.has(op, attrs.ATTENTION)}
 
 
 def _keep_attention_calls(module: ir.Module) -> int:
@@ -348,7 +349,7 @@ def _fuse_attention_calls(module: ir.Module, ctx: StageContext, mma_funcs: dict[
             callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
             if callee not in fused:
                 continue
-            desc = parse_descriptor(ir.StringAttr(fused[callee].attributes["pbsdk.attention"]).value)
+            desc = parse_descriptor(attrs.string(fused[callee], attrs.ATTENTION) or "")
             am = attention_mapping(ctx.spec, desc, ctx.options)
             types = tuple(str(v.type) for v in call.operands)
             if len(types) != 4 + desc.mask:
@@ -372,7 +373,7 @@ def _in_attention_function(op: ir.Operation) -> bool:
     parent = op.parent
     while parent is not None and parent.name != "func.func":
         parent = parent.parent
-    return parent is not None and "pbsdk.attention" in parent.attributes
+    return parent is not None and attrs.has(parent, attrs.ATTENTION)
 
 
 def _inside_forall(op: ir.Operation) -> bool:
