@@ -68,7 +68,10 @@ def _cmd_spec(args: argparse.Namespace) -> int:
 def _cmd_compile(args: argparse.Namespace) -> int:
     from pbsdk.core.compiler import compile_text, pipeline_for, resolve
 
-    request = resolve(args.target, args.spec, {"entry": args.entry} if args.entry else None)
+    options = _parse_options(args.options)
+    if args.entry:
+        options["entry"] = args.entry
+    request = resolve(args.target, args.spec, options)  # the target parses them: an unknown key is an error
     if args.list_stages:
         for stage in pipeline_for(request).stages:
             print(f"{stage.name:<14} {stage.description}")
@@ -323,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
     p.add_argument("--emit", default=None, metavar="STAGE", help="stop after STAGE and print its IR (see --list-stages)")
     p.add_argument("--entry", default=None, help="function to compile when the module has several")
+    p.add_argument("--options", nargs="+", action="extend", metavar="OPT",
+                   help="compile options (docs/targets.md): KEY=VALUE items (VALUE read as JSON where it parses) "
+                        "or a JSON object, e.g. --options threads=1 'tiles={\"spm\": [32, 32, 32]}'")
     p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
     p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
     p.set_defaults(func=_cmd_compile)

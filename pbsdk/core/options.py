@@ -171,7 +171,7 @@ def parse_options(values: Options | Mapping[str, Any] | None, *, target_options:
     rest = {k: v for k, v in values.items() if k not in core_names}
     unknown = sorted(str(k) for k in rest if k not in tnames)
     if unknown:
-        whose = f"pbsdk's and target '{target_name}''s" if target_name else "pbsdk's"
+        whose = f"pbsdk's and the {target_name} target's" if target_name else "pbsdk's"
         known = ", ".join(sorted(core_names | set(tnames)))
         raise OptionsError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"known options ({whose}): {known}")

@@ -71,7 +71,7 @@ def test_key_depends_on_what_determines_the_output() -> None:
 def test_an_unknown_option_is_an_error_naming_it_and_the_known_ones() -> None:
     with pytest.raises(OptionsError, match=r"unknown option 'pak'; known options .*\bpack\b.*threads"):
         resolve("cpu", None, {"pak": False})
-    with pytest.raises(OptionsError, match=r"target 'nvgpu''s\): .*allow_spills.*ptxas"):
+    with pytest.raises(OptionsError, match=r"the nvgpu target's\): .*allow_spills.*ptxas"):
         resolve("nvgpu", None, {"ptxass": False})
     with pytest.raises(OptionsError, match=r"option 'threads': must be a non-negative int, got '2'"):
         resolve("cpu", None, {"threads": "2"})
