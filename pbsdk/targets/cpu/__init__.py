@@ -21,10 +21,10 @@ from pbsdk.core.options import Options
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
-from pbsdk.core.passes.pack_contractions import PackContractions
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
 
 
@@ -180,7 +180,7 @@ class CpuTarget(Target):
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         return (
             Stage("pack-contractions", fn=PackContractions().apply,
-                  description="planned matmuls to packed, register-tiled vector kernels (core pass)"),
+                  description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("lower-parallel", fn=ForallToFork().apply,

@@ -4,9 +4,9 @@ buffers by a call to a packed, register-tiled kernel generated from its plan.
 For every contraction the planner (`pbsdk.core.plan.contraction`) is asked for a plan on the stage's
 chip spec; where the plan has a `Blocking` (a vector-FMA register tile on a cache hierarchy) the op is
 replaced by ``func.call @__pbsdk_mm<N>(A, B, C)`` and the kernel from
-`pbsdk.core.passes.matmul_kernel` is added to the module. Work split across the outermost compute
-level is an ``scf.forall`` around per-part calls; the target decides how a forall runs (threads on the
-cpu target, serialised elsewhere).
+`pbsdk.targets.cpu.matmul_kernel` is added to the module. Work split across the outermost compute
+level is an ``scf.forall`` around per-part calls, which the cpu target's ``lower-parallel`` stage turns
+into a fork onto the cores.
 
 Contractions this pass cannot take (integer types, a non-unit innermost stride, no blocking in the plan)
 are left for the target's generic lowering and recorded in ``ctx.notes["pack-contractions"]`` with the
@@ -23,8 +23,8 @@ from mlir.dialects import func
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.matmul_kernel import EPILOGUE_OPS, Epilogue, EpilogueOp, MatmulShape, kernel_text
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
+from pbsdk.targets.cpu.matmul_kernel import EPILOGUE_OPS, Epilogue, EpilogueOp, MatmulShape, kernel_text
 
 _FLOATS = {"f32", "f64"}
 
