@@ -3,10 +3,12 @@ capacity error, and a broken hook caught by the conformance suite."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import numpy as np
 import pytest
+from mlir import ir
 
 import pbsdk
 from pbsdk import ops
@@ -126,14 +128,11 @@ def test_the_second_spec_uses_its_own_unit_and_scratchpad(tiny: ChipSpec) -> Non
 # --------------------------------------------------------------------------- broken hooks are caught
 
 
-def _transposed_unit(op: emulated.UnitOp, spec: ChipSpec) -> str:
-    """A wrong emulation: B read transposed inside the unit."""
+def _transposed_unit(op: emulated.UnitOp, a, b, c, spec: ChipSpec) -> None:
+    """A wrong emulation: B read transposed inside the unit (its map's results swapped)."""
     a_map, b_map, c_map = op.indexing_maps
-    head, results = b_map.split("-> (")
-    swapped = ", ".join(reversed(results.rstrip(")>").split(", ")))
-    return emulated.matrix_unit_op(
-        emulated.UnitOp(op.function, op.unit, op.a_type, op.b_type, op.c_type, op.a_dtype, op.b_dtype,
-                        op.c_dtype, (a_map, f"{head}-> ({swapped})>", c_map), op.iterator_types, op.count), spec)
+    swapped = ir.AffineMap.get(b_map.n_dims, b_map.n_symbols, list(reversed(list(b_map.results))))
+    emulated.matrix_unit_op(dataclasses.replace(op, indexing_maps=(a_map, swapped, c_map)), a, b, c, spec)
 
 
 class TransposedUnitTarget(TemplateTarget):
@@ -145,14 +144,8 @@ class SilentUnitTarget(TemplateTarget):
     """Correct results, but the unit op does not count: as if the unit were never used."""
 
     name = "silent_unit_test"
-    hooks = types.SimpleNamespace(matrix_unit_op=lambda op, spec: emulated.matrix_unit_op(
-        dataclass_replace(op, count=lambda v: []), spec))
-
-
-def dataclass_replace(obj, **kw):
-    import dataclasses
-
-    return dataclasses.replace(obj, **kw)
+    hooks = types.SimpleNamespace(matrix_unit_op=lambda op, a, b, c, spec: emulated.matrix_unit_op(
+        dataclasses.replace(op, count=lambda value=1: None), a, b, c, spec))
 
 
 def test_a_transposed_unit_emulation_fails_conformance_case_by_case(npu: ChipSpec) -> None:

@@ -1,14 +1,18 @@
 """The template target's stages: apply the lowering hooks to the promoted IR, count, lower to the host.
 
-Counters live in one public LLVM global, ``__pbsdk_counters`` (``MAX_COUNTERS`` x i64), declared as a
-``memref.global``; each counter's index is its position in ``ctx.notes["counters"]`` (names like
-``matrix_unit:mxu`` and ``bytes:dram->sram``), which the artifact carries in ``metadata["counters"]``.
-The executable zeroes them before each run and reads them back after it (`TemplateExecutable`).
+Each IR-building hook (`pbsdk.targets.template.hooks`) is called once per distinct signature, inside a
+private function this module builds for it with the bindings (arguments: the op's operands; insertion
+point: its entry block; location: the lowered op's). What the hook built is verified there — an
+exception or an op that does not verify is a `CompileError` naming the hook — then every lowered op
+becomes a ``func.call`` of that function, and the ``scratchpad`` stage inlines them all. Counters are the
+global of `pbsdk.targets.template.counters`; the executable zeroes them before each run and reads them
+back after it (`TemplateExecutable`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -18,86 +22,84 @@ from mlir import ir, passmanager
 from mlir.dialects import func
 
 from pbsdk.core.errors import CompileError
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable
 from pbsdk.targets.template import hooks as default_hooks
+from pbsdk.targets.template.counters import COUNTERS_GLOBAL, MAX_COUNTERS, Counter, declare_counters
 
-COUNTERS_GLOBAL = "__pbsdk_counters"
-MAX_COUNTERS = 64
-_GLOBAL_DECL = f"memref.global @{COUNTERS_GLOBAL} : memref<{MAX_COUNTERS}xi64> = dense<0>"
-
-
-def counter_lines(ctx: StageContext, name: str, value: str) -> list[str]:
-    """MLIR lines adding ``value`` (an ``index`` SSA name, or an integer literal) to counter ``name``."""
-    names: list[str] = ctx.notes.setdefault("counters", [])
-    if name not in names:
-        if len(names) >= MAX_COUNTERS:
-            raise CompileError(f"more than {MAX_COUNTERS} counters (adding '{name}')")
-        names.append(name)
-    idx = names.index(name)
-    lines = [f"%ctr_g = memref.get_global @{COUNTERS_GLOBAL} : memref<{MAX_COUNTERS}xi64>",
-             f"%ctr_i = arith.constant {idx} : index",
-             f"%ctr_old = memref.load %ctr_g[%ctr_i] : memref<{MAX_COUNTERS}xi64>"]
-    if value.lstrip("-").isdigit():
-        lines.append(f"%ctr_v = arith.constant {value} : i64")
-    else:
-        lines.append(f"%ctr_v = arith.index_cast {value} : index to i64")
-    lines += ["%ctr_new = arith.addi %ctr_old, %ctr_v : i64",
-              f"memref.store %ctr_new, %ctr_g[%ctr_i] : memref<{MAX_COUNTERS}xi64>"]
-    return lines
+__all__ = ["COUNTERS_GLOBAL", "MAX_COUNTERS", "TemplateExecutable", "lower_dma", "lower_matrix_units",
+           "lower_scratchpads", "strip_memory_spaces"]
 
 
-def _counting(ctx: StageContext, name: str) -> Callable[[str], list[str]]:
-    """A hook's ``count(value)``: MLIR lines adding ``value`` to counter ``name``."""
-    return lambda value: counter_lines(ctx, name, value)
+def _hook(hooks: Any, name: str) -> Callable[..., Any]:
+    """The target's hook ``name``, or the emulation's when the target does not define it."""
+    return getattr(hooks, name, None) or getattr(default_hooks, name)
 
 
-def _ensure_counters(module: ir.Module) -> None:
-    for op in module.body.operations:
-        if op.operation.name == "memref.global" and ir.StringAttr(op.attributes["sym_name"]).value == COUNTERS_GLOBAL:
-            return
-    parsed = ir.Module.parse(f"module {{ {_GLOBAL_DECL} }}", module.context)
-    parsed.body.operations[0].operation.move_before(module.body.operations[0].operation)
+def _counter(ctx: StageContext, name: str) -> Counter:
+    return Counter(name, ctx.notes.setdefault("counters", []))
 
 
-def _install(module: ir.Module, text: str, hook: str, name: str) -> None:
-    """Parse a hook's function text (with the counters global in scope) and add the function to the module."""
-    try:
-        parsed = ir.Module.parse(f"module {{\n{_GLOBAL_DECL}\n{text}\n}}", module.context)
-    except Exception as exc:
-        raise CompileError(f"hook {hook} returned MLIR that does not parse or verify: {str(exc).strip()}\n{text}",
-                           op=name) from exc
-    fns = [op for op in parsed.body.operations if op.operation.name == "func.func"]
-    if len(fns) != 1 or ir.StringAttr(fns[0].attributes["sym_name"]).value != name:
-        raise CompileError(f"hook {hook} must return exactly one func.func named @{name}")
-    module.body.append(fns[0].operation)
+def _build(module: ir.Module, call: Callable[[Sequence[ir.Value]], Any], *, hook: str, name: str,
+           inputs: Sequence[ir.Type], result: ir.Type | None, loc: ir.Location, op: str) -> func.FuncOp | None:
+    """Build ``func.func private @name(inputs) [-> result]`` at the end of ``module``: ``call(args)`` calls
+    the hook with the insertion point in the entry block (for a ``result``, it returns the value to
+    return, or None to build nothing: then None is returned), then the function is verified. Every
+    failure is a `CompileError` naming ``hook``."""
+    with module.context, loc:
+        with ir.InsertionPoint(module.body):
+            fn = func.FuncOp(name, (list(inputs), [] if result is None else [result]), visibility="private")
+        block = fn.add_entry_block()
+        try:
+            with ir.InsertionPoint(block):
+                returned = call(list(block.arguments))
+                if result is not None and returned is None:
+                    fn.operation.erase()
+                    return None
+                func.ReturnOp([] if result is None else [returned])
+        except CompileError:
+            raise
+        except Exception as exc:
+            raise CompileError(f"hook {hook} failed: {type(exc).__name__}: {exc}", op=op) from exc
+        try:
+            fn.operation.verify()
+            module.operation.verify()  # symbol uses (calls to functions the hook declared)
+        except ir.MLIRError as exc:
+            raise CompileError(f"hook {hook} built IR that does not verify: {_diagnostics(exc)}\n{fn}", op=op) from None
+    return fn
 
 
-def _call(op: ir.Operation, name: str, operands: Sequence[ir.Value]) -> None:
+def _diagnostics(exc: ir.MLIRError) -> str:
+    return "; ".join(str(d.message) for d in exc.error_diagnostics) or str(exc)
+
+
+def _call(op: ir.Operation, fn: func.FuncOp, operands: Sequence[ir.Value]) -> None:
     with ir.InsertionPoint(op), op.location:
-        func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(operands))
+        func.CallOp(fn, list(operands))
     op.erase()
 
 
-def _maps_and_iterators(op: ir.Operation) -> tuple[tuple[str, str, str], tuple[str, ...]]:
-    maps = tuple(str(a) for a in ir.ArrayAttr(op.attributes["indexing_maps"]))
+def _maps_and_iterators(op: ir.Operation) -> tuple[tuple[ir.AffineMap, ...], tuple[str, ...]]:
+    maps = tuple(ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"]))
     its = tuple("reduction" if "reduction" in str(a) else "parallel" for a in ir.ArrayAttr(op.attributes["iterator_types"]))
-    return maps, its  # type: ignore[return-value]
+    return maps, its
 
 
 def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
-    """Replace every ``pbsdk.matrix_unit`` op by a call to the ``matrix_unit_op`` hook's function."""
+    """Replace every ``pbsdk.matrix_unit`` op by a call to a function the ``matrix_unit_op`` hook built."""
     spec: ChipSpec = ctx.spec
-    _ensure_counters(module)
-    made: dict[tuple[str, ...], str] = {}
+    hook = _hook(hooks, "matrix_unit_op")
+    declare_counters(module)
+    made: dict[tuple[Any, ...], func.FuncOp] = {}
     for op in ops_named(module, "linalg.generic"):
-        if "pbsdk.matrix_unit" not in op.attributes:
+        unit_name = attrs.string(op, attrs.MATRIX_UNIT)
+        if unit_name is None:
             continue
-        unit_name = ir.StringAttr(op.attributes["pbsdk.matrix_unit"]).value
-        operand = ir.StringAttr(op.attributes["pbsdk.unit_operand"]).value
-        accumulator = ir.StringAttr(op.attributes["pbsdk.unit_accumulator"]).value
+        operand = attrs.string(op, attrs.UNIT_OPERAND)
+        accumulator = attrs.string(op, attrs.UNIT_ACCUMULATOR)
         unit = next((u for u in spec.matrix_units if (u.name, u.operand_dtype, u.accumulator_dtype)
                      == (unit_name, operand, accumulator)), None)
         if unit is None:
@@ -105,17 +107,39 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
                                op="linalg.generic")
         types = [ir.MemRefType(v.type) for v in op.operands]
         maps, its = _maps_and_iterators(op)
-        key = (unit_name, operand, accumulator, *map(str, types), *maps)
+        key = (unit_name, operand, accumulator, *map(str, types), *map(str, maps))
         if key not in made:
-            name = f"__pbsdk_{unit_name.replace('.', '_')}_{len(made)}"
             a_t, b_t, c_t = types
-            uop = default_hooks.UnitOp(name, unit, str(a_t), str(b_t), str(c_t), str(a_t.element_type),
-                                       str(b_t.element_type), str(c_t.element_type), maps, its,
-                                       _counting(ctx, f"matrix_unit:{unit.name}"))
-            _install(module, getattr(hooks, "matrix_unit_op", default_hooks.matrix_unit_op)(uop, spec),
-                     "matrix_unit_op", name)
-            made[key] = name
+            with module.context:
+                uop = default_hooks.UnitOp(
+                    module=module, unit=unit, a_type=a_t, b_type=b_t, c_type=c_t, a_dtype=a_t.element_type,
+                    b_dtype=b_t.element_type, c_dtype=c_t.element_type,
+                    operand_dtype=default_hooks.element_type(unit.operand_dtype),
+                    accumulator_dtype=default_hooks.element_type(unit.accumulator_dtype),
+                    indexing_maps=(maps[0], maps[1], maps[2]), iterator_types=its,
+                    count=_counter(ctx, f"matrix_unit:{unit.name}"))
+            fn = _build(module, functools.partial(_unit_body, hook, uop, spec), hook="matrix_unit_op",
+                        name=f"__pbsdk_{unit_name.replace('.', '_')}_{len(made)}", inputs=types, result=None,
+                        loc=op.location, op=op.name)
+            assert fn is not None
+            made[key] = fn
         _call(op, made[key], list(op.operands))
+
+
+def _unit_body(hook: Callable[..., None], op: default_hooks.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> None:
+    a, b, c = args
+    hook(op, a, b, c, spec)
+
+
+def _dma_body(hook: Callable[..., None], fields: dict[str, Any], spec: ChipSpec, args: Sequence[ir.Value]) -> None:
+    # The description holds the source value (what byte_count measures), so it is made here.
+    src, dst = args
+    hook(default_hooks.DmaCopy(**fields, source=src), src, dst, spec)
+
+
+def _alloc_body(hook: Callable[..., ir.Value | None], alloc: default_hooks.ScratchpadAlloc, spec: ChipSpec,
+                args: Sequence[ir.Value]) -> ir.Value | None:
+    return hook(alloc, spec)
 
 
 def _space(t: ir.MemRefType) -> int:
@@ -124,24 +148,28 @@ def _space(t: ir.MemRefType) -> int:
 
 
 def lower_dma(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
-    """Replace every ``pbsdk.dma`` copy by a call to the ``dma_copy`` hook's function."""
+    """Replace every copy marked ``pbsdk.dma`` (``linalg.copy`` or ``memref.copy``) by a call to a function
+    the ``dma_copy`` hook built."""
     spec: ChipSpec = ctx.spec
-    _ensure_counters(module)
-    made: dict[tuple[str, str], str] = {}
-    for op in ops_named(module, "linalg.copy"):
-        if "pbsdk.dma" not in op.attributes:
-            continue
+    hook = _hook(hooks, "dma_copy")
+    declare_counters(module)
+    made: dict[tuple[str, str], func.FuncOp] = {}
+    copies = [op for name in ("linalg.copy", "memref.copy") for op in ops_named(module, name)
+              if attrs.has(op, attrs.DMA)]
+    for op in copies:
         src_t, dst_t = (ir.MemRefType(v.type) for v in op.operands)
         key = (str(src_t), str(dst_t))
         if key not in made:
             src_level, dst_level = spec.memory[_space(src_t)], spec.memory[_space(dst_t)]
-            name = f"__pbsdk_dma_{len(made)}"
             shape = tuple(None if src_t.is_dynamic_dim(i) else src_t.shape[i] for i in range(src_t.rank))
-            pair = f"bytes:{src_level.name}->{dst_level.name}"
-            copy = default_hooks.DmaCopy(name, src_level, dst_level, str(src_t), str(dst_t), str(src_t.element_type),
-                                         shape, _counting(ctx, pair))
-            _install(module, getattr(hooks, "dma_copy", default_hooks.dma_copy)(copy, spec), "dma_copy", name)
-            made[key] = name
+            pair = _counter(ctx, f"bytes:{src_level.name}->{dst_level.name}")
+            fields = {"module": module, "src_level": src_level, "dst_level": dst_level, "src_type": src_t,
+                      "dst_type": dst_t, "element_type": src_t.element_type, "shape": shape, "count_bytes": pair}
+            fn = _build(module, functools.partial(_dma_body, hook, fields, spec), hook="dma_copy",
+                        name=f"__pbsdk_dma_{len(made)}", inputs=[src_t, dst_t], result=None, loc=op.location,
+                        op=op.name)
+            assert fn is not None
+            made[key] = fn
         _call(op, made[key], list(op.operands))
 
 
@@ -149,20 +177,21 @@ def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
     """Ask the ``scratchpad_alloc`` hook about every scratchpad buffer; inline the hooks' functions; then,
     on the host, every level is host memory: drop the memory spaces."""
     spec: ChipSpec = ctx.spec
-    hook = getattr(hooks, "scratchpad_alloc", default_hooks.scratchpad_alloc)
+    hook = _hook(hooks, "scratchpad_alloc")
     for i, op in enumerate(ops_named(module, "memref.alloc")):
         t = ir.MemRefType(op.result.type)
         space = _space(t)
         if space == 0:
             continue
         align = ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 1
-        text = hook(default_hooks.ScratchpadAlloc(spec.memory[space], space, str(t), align), spec)
-        if text is None:
+        alloc = default_hooks.ScratchpadAlloc(module=module, level=spec.memory[space], space=space, type=t,
+                                              alignment=align)
+        fn = _build(module, functools.partial(_alloc_body, hook, alloc, spec), hook="scratchpad_alloc",
+                    name=f"__pbsdk_scratchpad_{i}", inputs=[], result=t, loc=op.location, op=op.name)
+        if fn is None:
             continue
-        name = f"__pbsdk_scratchpad_{i}"
-        _install(module, text.replace("@scratchpad", f"@{name}", 1), "scratchpad_alloc", name)
         with ir.InsertionPoint(op), op.location:
-            call = func.CallOp([t], ir.FlatSymbolRefAttr.get(name), [])
+            call = func.CallOp(fn, [])
         for use in list(op.result.uses):
             if use.owner.name == "memref.dealloc":
                 use.owner.erase()
@@ -183,6 +212,10 @@ def strip_memory_spaces(module: ir.Module) -> None:
         return ir.MemRefType.get(mt.shape, mt.element_type, mt.layout)
 
     def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "memref.global":  # a buffer a scratchpad_alloc hook placed in a global
+            new_global = plain(ir.TypeAttr(op.attributes["type"]).value)
+            if new_global is not None:
+                op.attributes["type"] = ir.TypeAttr.get(new_global)
         for r in op.results:
             new = plain(r.type)
             if new is not None:
@@ -225,8 +258,14 @@ def resources(ctx: StageContext) -> dict[str, Any]:
                              "n": p.op.extent("n"), "k": p.op.extent("k"), "dtype": p.op.dtypes[0],
                              "compute": u.kind, "unit": u.name if u.kind == "matrix-unit" else None,
                              "tiles": {lv: list(t) for lv, t in p.levels}, "notes": list(p.notes)})
+    # Other ops staged by the core's promote-vector pass (one at a time: their buffers live per op).
+    staged: dict[str, int] = {}
+    for s in ctx.notes.get("promote_vector", []):
+        for level, used in s.bytes_per_level().items():
+            peak[level] = max(peak.get(level, 0), used)
+        staged[s.kind] = staged.get(s.kind, 0) + 1
     caps = {m.name: capacity(m, ctx.options) for m in spec.scratchpads()}
-    return {"scratchpad_bytes": peak, "capacity_bytes": caps, "contractions": contractions}
+    return {"scratchpad_bytes": peak, "capacity_bytes": caps, "contractions": contractions, "vector_ops": staged}
 
 
 def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
