@@ -1,4 +1,5 @@
-"""Generate the packed, register-tiled kernel of a (batched) matmul from its plan — as MLIR text.
+"""The cpu target's lowering of the vector-FMA compute tile: the packed, register-tiled kernel of a
+(batched) matmul, built from its plan with the MLIR bindings' op builders.
 
 The loop nest is the BLIS one (Goto's algorithm), with every size taken from a `Blocking`:
 
@@ -7,61 +8,56 @@ The loop nest is the BLIS one (Goto's algorithm), with every size taken from a `
         for pc in 0..K step KC
           pack B[pc:+kc, jc:+nc] into nc/nr micro-panels (kc x nr, contiguous)
           for ic in rows step MC                              -- A block, packed, lives in the middle cache
-            pack A[ic:+mc, pc:+kc] row by row (row stride KCP, padded against set conflicts)
+            pack A[ic:+mc, pc:+kc] into mc/mr micro-panels (kc x mr, k-major: one stream of broadcasts)
             for jr in 0..nc step nr
               for ir in 0..mc step mr
                 micro-kernel: mr x (nr/lanes) vector accumulators carried through the k loop as
                 loop-carried SSA values (so they stay in registers), one broadcast of A and
                 nr/lanes vector loads of B per k step, then C += acc (masked at the edges)
 
-Packing copies are vector loads/stores (masked at the k and n tails). Rows and columns of a micro-tile
-beyond the matrix are computed on whatever the packed buffer holds and never stored, so the packed
-buffers need no zero padding. The kernel accumulates into C (``C += A @ B``), which is what
-``linalg.matmul`` means; the preceding ``linalg.fill`` stays separate.
+Packing B is vector loads/stores (masked at the n tail). Rows and columns of a micro-tile beyond the
+matrix are computed on whatever the packed buffer holds and never stored, so the packed buffers need no
+zero padding. The kernel accumulates into C (``C += A @ B``), which is what ``linalg.matmul`` means; the
+preceding ``linalg.fill`` stays separate unless the caller asks for ``zero_init``.
 
-This module only writes text; `pbsdk.core.passes.contraction_codegen` decides where to use it.
+`build_matmul_kernel` adds the kernel to a module; `pbsdk.targets.cpu.pack_contractions` decides where
+to use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable, Sequence
 
-from pbsdk.core.ir.mlir_text import MlirText
+from mlir import ir
+from mlir.dialects import arith, func, math, memref, scf, vector
+
 from pbsdk.core.plan.contraction import Blocking
 
 
 @dataclasses.dataclass(frozen=True)
 class MatmulShape:
+    """The contraction ``C[b, m, n] += A[b, m, k] * B[b, k, n]`` on buffers of these memref types."""
+
     m: int
     n: int
     k: int
     batch: int  # 0: plain matmul (rank-2 operands); >= 1: batched (rank-3 operands)
-    dtype: str
-    a_type: str  # the operands' memref types, printed
-    b_type: str
-    c_type: str
+    a_type: ir.MemRefType
+    b_type: ir.MemRefType
+    c_type: ir.MemRefType
 
-
-
-#: A is packed k-major in mr-row micro-panels (one contiguous stream for the broadcasts); False packs it
-#: row by row (vector copies, mr streams).
-PANEL_A = True
-
-
-def _kcp(kc: int, lanes: int, elem_bytes: int) -> int:
-    """Row stride of packed A: kc, padded by one vector when rows would alias in the cache's sets."""
-    return kc + lanes if (kc * elem_bytes) % 512 == 0 else kc
-
-
-_CMPF = ("false", "oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une",
-         "uno", "true")
+    @property
+    def dtype(self) -> ir.Type:
+        return self.a_type.element_type
 
 
 @dataclasses.dataclass(frozen=True)
 class EpilogueOp:
     """One scalar op of the epilogue body: ``result = op(operands)``. Operands name earlier results,
     ``"acc"`` (the contraction's value), ``"in<i>"`` (extra input i) — or, for ``arith.constant``,
-    ``value`` holds the literal. ``predicate`` is cmpf's."""
+    ``value`` holds the literal. ``predicate`` is cmpf's (`arith.CmpFPredicate`'s value)."""
 
     result: str
     op: str
@@ -75,12 +71,13 @@ class Epilogue:
     """An elementwise op applied to the contraction's result before it is stored.
 
     ``inputs``: (kind, memref type) of each extra operand, kind ``full`` (same indices as C), ``col``
-    (indexed by the column), ``row`` (by the row) or ``scalar``."""
+    (indexed by the column), ``row`` (by the row) or ``scalar``; ``out_type``: the type of ``D``, where the
+    result goes."""
 
-    inputs: tuple[tuple[str, str], ...]
+    inputs: tuple[tuple[str, ir.MemRefType], ...]
     body: tuple[EpilogueOp, ...]
     result: str
-    out_type: str
+    out_type: ir.MemRefType
 
 
 #: Epilogue ops with a vector form of the same name (operands and result all of the vector type).
@@ -90,352 +87,343 @@ VECTOR_SAME = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.ma
 EPILOGUE_OPS = VECTOR_SAME | {"arith.constant", "arith.cmpf", "arith.select"}
 
 
-def _literal(v: float) -> str:
-    import math as _m
-    import struct
-    if _m.isfinite(v):
-        return f"{v:.17e}"
-    return "0x" + struct.pack(">f", v).hex().upper()
+def _vector_same(name: str) -> Callable[..., ir.Value]:
+    """The bindings' builder of a `VECTOR_SAME` op (``arith.addf`` -> `mlir.dialects.arith.addf`)."""
+    dialect, op = name.split(".")
+    return getattr({"arith": arith, "math": math}[dialect], op)  # type: ignore[no-any-return]
 
 
-def _epilogue_values(e: MlirText, ep: Epilogue, acc: str, lead: str, r: str, col: str, mask: str | None,
-                     vt: str, mt: str) -> str:
-    """Emit the epilogue on one vector of results; returns the value to store."""
+class _Index:
+    """Index arithmetic at the insertion point, with index constants memoised and hoisted to the top of
+    the function (``hoist``) so that they dominate every use."""
+
+    def __init__(self, entry: ir.Block) -> None:
+        self.entry = entry
+        self.index = ir.IndexType.get()
+        self.consts: dict[int, ir.Operation] = {}
+
+    def const(self, v: int) -> ir.Value:
+        if v not in self.consts:
+            with ir.InsertionPoint.at_block_begin(self.entry):
+                self.consts[v] = arith.ConstantOp(self.index, v).operation
+        return self.consts[v].result
+
+    def hoist(self) -> None:
+        """Put the constants first in the entry block, in increasing order."""
+        anchor = next(op for op in self.entry.operations if op.operation not in self.consts.values())
+        for v in sorted(self.consts):
+            self.consts[v].move_before(anchor)
+
+    @staticmethod
+    def add(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.addi(a, b)
+
+    @staticmethod
+    def sub(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.subi(a, b)
+
+    @staticmethod
+    def mul(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.muli(a, b)
+
+    @staticmethod
+    def divu(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.divui(a, b)
+
+    @staticmethod
+    def min(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.minsi(a, b)
+
+    @staticmethod
+    def max(a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.maxsi(a, b)
+
+
+def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``scf.for`` without loop-carried values; ``body(iv)`` builds the loop body."""
+    loop = scf.ForOp(lb, ub, step)
+    with ir.InsertionPoint(loop.body):
+        body(loop.induction_variable)
+        scf.YieldOp([])
+
+
+def _if(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] | None = None) -> None:
+    """``scf.if`` without results."""
+    op = scf.IfOp(cond, has_else=otherwise is not None)
+    with ir.InsertionPoint(op.then_block):
+        then()
+        scf.YieldOp([])
+    if otherwise is not None:
+        with ir.InsertionPoint(op.else_block):
+            otherwise()
+            scf.YieldOp([])
+
+
+def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead: list[ir.Value],
+                     r: ir.Value, col: ir.Value, mask: ir.Value | None, vzero: ir.Value) -> ir.Value:
+    """Build the epilogue on one vector of results (``args``: the extra inputs' buffers); returns the
+    value to store."""
+    vt = ir.VectorType(acc.type)
     env = {"acc": acc}
-    for i, (kind, t) in enumerate(ep.inputs):
-        x = e.fresh("ep")
-        if kind == "full":
-            if mask is None:
-                e(f"{x} = vector.load %E{i}[{lead}{r}, {col}] : {t}, {vt}")
-            else:
-                e(f"{x} = vector.maskedload %E{i}[{lead}{r}, {col}], {mask}, %vzero : {t}, {mt}, {vt} into {vt}")
-        elif kind == "col":
-            if mask is None:
-                e(f"{x} = vector.load %E{i}[{col}] : {t}, {vt}")
-            else:
-                e(f"{x} = vector.maskedload %E{i}[{col}], {mask}, %vzero : {t}, {mt}, {vt} into {vt}")
+    for i, (kind, _) in enumerate(ep.inputs):
+        if kind in ("full", "col"):
+            idx = [*lead, r, col] if kind == "full" else [col]
+            x = vector.load(vt, args[i], idx) if mask is None else \
+                vector.maskedload(vt, args[i], idx, mask, vzero)
         else:
-            s = e.fresh("es")
-            idx = f"[{r}]" if kind == "row" else "[]"
-            e(f"{s} = memref.load %E{i}{idx} : {t}")
-            e(f"{x} = vector.broadcast {s} : {vt.split('x')[1][:-1]} to {vt}")
+            s = memref.load(args[i], [r] if kind == "row" else [])
+            x = vector.broadcast(vt, s)
         env[f"in{i}"] = x
     for op in ep.body:
-        x = e.fresh("ev")
-        args = [env[o] for o in op.operands]
+        operands = [env[o] for o in op.operands]
         if op.op == "arith.constant":
-            e(f"{x} = arith.constant dense<{_literal(op.value)}> : {vt}")
+            x = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(vt.element_type, op.value)))
         elif op.op == "arith.cmpf":
-            e(f"{x} = arith.cmpf {_CMPF[op.predicate]}, {args[0]}, {args[1]} : {vt}")
+            x = arith.cmpf(arith.CmpFPredicate(op.predicate), *operands)
         elif op.op == "arith.select":
-            e(f"{x} = arith.select {args[0]}, {args[1]}, {args[2]} : {mt}, {vt}")
+            x = arith.select(*operands)
         else:
-            e(f"{x} = {op.op} {', '.join(args)} : {vt}")
+            x = _vector_same(op.op)(*operands)
         env[op.result] = x
     return env[ep.result]
 
 
-def kernel_text(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None = None, *,
-                zero_init: bool = False) -> str:
-    """Two functions: ``@{name}`` (the op: one call per thread part inside an ``scf.forall``) and
-    ``@{name}_part`` (one thread's part, given its index). With an ``epilogue`` both take its inputs
-    and its output buffer ``D`` after ``A, B, C``, and the last k block stores ``epilogue(C + acc)`` to
-    ``D``; ``C`` then holds partial sums only. With ``zero_init`` C's initial contents are taken to be
-    zero (the fill before it is dropped): the first k block stores instead of adding."""
+def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: Blocking, *,
+                        epilogue: Epilogue | None = None, zero_init: bool = False) -> func.FuncOp:
+    """Append two functions to ``module`` and return the second: ``@{name}_part`` (public: one thread's
+    part, given its index; the cpu target's fork glue links to it) and ``@{name}`` (private: the op,
+    one call per thread part inside an ``scf.forall``).
+
+    Both take ``A, B, C``; with an ``epilogue`` they also take its inputs and its output buffer ``D``,
+    and the last k block stores ``epilogue(C + acc)`` to ``D`` (``C`` then holds partial sums only).
+    With ``zero_init`` C's initial contents are taken to be zero (the fill before it is dropped): the
+    first k block stores instead of adding. Like every builder of the bindings, it needs an enclosing
+    ``ir.Location`` (the ops take it)."""
+    with ir.InsertionPoint(module.body):
+        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init)
+        arg_types = list(part.type.inputs)[:-1]
+        op = func.FuncOp(name, (arg_types, []), visibility="private")
+        entry = op.add_entry_block()
+        with ir.InsertionPoint(entry):
+            args = list(entry.arguments)
+            if blk.threads > 1:
+                forall = scf.ForallOp([0], [blk.threads], [1])
+                with ir.InsertionPoint(forall.body):
+                    func.CallOp(part, [*args, forall.induction_variables[0]])
+                    forall.terminator()
+            else:
+                t0 = arith.ConstantOp(ir.IndexType.get(), 0).result
+                func.CallOp(part, [*args, t0])
+            func.ReturnOp([])
+    return op
+
+
+def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None,
+                zero_init: bool) -> func.FuncOp:
+    """``@{name}(A, B, C[, E..., D], t)``: thread part ``t`` of the kernel (see `build_matmul_kernel`)."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
-    eb = {"f32": 4, "f64": 8, "f16": 2, "bf16": 2}[t]
-    vt = f"vector<{L}x{t}>"
-    mt = f"vector<{L}xi1>"
-    kcp = _kcp(blk.kc, L, eb)
-    mc_alloc = blk.mc
-    ap_type = f"memref<{blk.mc // mr}x{blk.kc}x{mr}x{t}>" if PANEL_A else f"memref<{mc_alloc}x{kcp}x{t}>"
-    nc_alloc = blk.nc
+    index = ir.IndexType.get()
+    vt = ir.VectorType.get([L], t)
+    mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
+    ap_type = ir.MemRefType.get([blk.mc // mr, blk.kc, mr], t)
+    bp_type = ir.MemRefType.get([blk.nc // nr, blk.kc, nr], t)
     batched = shape.batch >= 1
-    c = {}
+    extra_types = [] if epilogue is None else [mt_ for _, mt_ in epilogue.inputs] + [epilogue.out_type]
 
-    def const(v: int) -> str:
-        if v not in c:
-            c[v] = f"%c{v}"
-        return c[v]
-
-    # Thread partition: [b0, b1) x [m0, m1) x [n0, n1).
+    fn = func.FuncOp(name, ([shape.a_type, shape.b_type, shape.c_type, *extra_types, index], []))
+    entry = fn.add_entry_block()
+    A, B, C, *extra, tid = entry.arguments
+    E, D = extra[:-1], (extra[-1] if extra else None)
+    x = _Index(entry)
+    c = x.const
+    M, N, K, nb = shape.m, shape.n, shape.k, max(shape.batch, 1)
     T = blk.threads
-    extra = [] if epilogue is None else [f"%E{i}: {t}" for i, (_, t) in enumerate(epilogue.inputs)] + \
-        [f"%D: {epilogue.out_type}"]
-    sig = ", ".join([f"%A: {shape.a_type}", f"%B: {shape.b_type}", f"%C: {shape.c_type}"] + extra)
-    arg_names = ", ".join(["%A", "%B", "%C"] + [x.split(":")[0] for x in extra])
-    arg_types = ", ".join([shape.a_type, shape.b_type, shape.c_type] + [x.split(": ", 1)[1] for x in extra])
-    body = MlirText()
-    body.depth = 1
-    e = body
 
-    def minsi(a: str, b: str) -> str:
-        r = e.fresh("mn")
-        e(f"{r} = arith.minsi {a}, {b} : index")
-        return r
-
-    def maxsi(a: str, b: str) -> str:
-        r = e.fresh("mx")
-        e(f"{r} = arith.maxsi {a}, {b} : index")
-        return r
-
-    def add(a: str, b: str) -> str:
-        r = e.fresh("ad")
-        e(f"{r} = arith.addi {a}, {b} : index")
-        return r
-
-    def sub(a: str, b: str) -> str:
-        r = e.fresh("sb")
-        e(f"{r} = arith.subi {a}, {b} : index")
-        return r
-
-    def mul(a: str, b: str) -> str:
-        r = e.fresh("ml")
-        e(f"{r} = arith.muli {a}, {b} : index")
-        return r
-
-    def divu(a: str, b: str) -> str:
-        r = e.fresh("dv")
-        e(f"{r} = arith.divui {a}, {b} : index")
-        return r
-
-    M, N, K, B = shape.m, shape.n, shape.k, max(shape.batch, 1)
-
-    def part(extent: int, unit: int) -> int:
+    def per_thread(extent: int, unit: int) -> int:
         """Elements per thread along a split dimension: whole units, spread evenly."""
         units = -(-extent // unit)
         return -(-units // T) * unit
 
-    b0, b1, m0, m1, n0, n1 = const(0), const(B), const(0), const(M), const(0), const(N)
-    if T > 1:
-        if blk.split == "batch":
-            per = part(B, 1)
-            b0 = mul("%t", const(per))
-            b1 = minsi(add(b0, const(per)), const(B))
-        elif blk.split == "m":
-            per = part(M, mr)
-            m0 = mul("%t", const(per))
-            m1 = minsi(add(m0, const(per)), const(M))
-        else:
-            per = part(N, nr)
-            n0 = mul("%t", const(per))
-            n1 = minsi(add(n0, const(per)), const(N))
+    with ir.InsertionPoint(entry):
+        # Thread partition: [b0, b1) x [m0, m1) x [n0, n1).
+        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), c(M), c(0), c(N)
+        if T > 1:
+            if blk.split == "batch":
+                per = per_thread(nb, 1)
+                b0 = x.mul(tid, c(per))
+                b1 = x.min(x.add(b0, c(per)), c(nb))
+            elif blk.split == "m":
+                per = per_thread(M, mr)
+                m0 = x.mul(tid, c(per))
+                m1 = x.min(x.add(m0, c(per)), c(M))
+            else:
+                per = per_thread(N, nr)
+                n0 = x.mul(tid, c(per))
+                n1 = x.min(x.add(n0, c(per)), c(N))
 
-    e(f"%Ap = memref.alloc() {{alignment = 64 : i64}} : {ap_type}")
-    if blk.pack_b:
-        e(f"%Bp = memref.alloc() {{alignment = 64 : i64}} : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
-    e(f"%zero = arith.constant 0.0 : {t}")
-    e(f"%vzero = arith.constant dense<0.0> : {vt}")
-    lead = "%b, " if batched else ""
+        Ap = memref.alloc(ap_type, [], [], alignment=64)
+        Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b else None
+        arith.constant(t, ir.FloatAttr.get(t, 0.0))
+        vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
-    e.open(f"scf.for %b = {b0} to {b1} step {const(1)} {{")
-    e.open(f"scf.for %jc = {n0} to {n1} step {const(blk.nc)} {{")
-    nc = minsi(const(blk.nc), sub(n1, "%jc"))
-    e.open(f"scf.for %pc = {const(0)} to {const(K)} step {const(blk.kc)} {{")
-    kc = minsi(const(blk.kc), sub(const(K), "%pc"))
-    if blk.pack_b:
-        # ---- pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns)
-        npanels = divu(add(nc, const(nr - 1)), const(nr))
-        e.open(f"scf.for %jb = {const(0)} to {npanels} step {const(1)} {{")
-        colbase = add("%jc", mul("%jb", const(nr)))
-        counts = []
-        for v in range(nv):
-            col = add(colbase, const(v * L))
-            cnt = minsi(maxsi(sub(n1, col), const(0)), const(L))
-            msk = e.fresh("msk")
-            e(f"{msk} = vector.create_mask {cnt} : {mt}")
-            counts.append((col, msk))
-        e.open(f"scf.for %kb = {const(0)} to {kc} step {const(1)} {{")
-        krow = add("%pc", "%kb")
-        for v, (col, msk) in enumerate(counts):
-            val = e.fresh("bv")
-            e(f"{val} = vector.maskedload %B[{lead}{krow}, {col}], {msk}, %vzero : {shape.b_type}, {mt}, {vt} into {vt}")
-            e(f"vector.store {val}, %Bp[%jb, %kb, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
-        e.close()
-        e.close()
-    # ---- A blocks
-    e.open(f"scf.for %ic = {m0} to {m1} step {const(blk.mc)} {{")
-    mc = minsi(const(blk.mc), sub(m1, "%ic"))
-    if PANEL_A:
-        e.open(f"scf.for %ia = {const(0)} to {mc} step {const(1)} {{")
-        arow = add("%ic", "%ia")
-        ib = divu("%ia", const(mr))
-        ii = e.fresh("ii")
-        e(f"{ii} = arith.remui %ia, {const(mr)} : index")
-        e.open(f"scf.for %ka = {const(0)} to {kc} step {const(1)} {{")
-        val = e.fresh("as")
-        e(f"{val} = memref.load %A[{lead}{arow}, {add('%pc', '%ka')}] : {shape.a_type}")
-        e(f"memref.store {val}, %Ap[{ib}, %ka, {ii}] : {ap_type}")
-        e.close()
-        e.close()
-    else:
-        e.open(f"scf.for %ia = {const(0)} to {mc} step {const(1)} {{")
-        arow = add("%ic", "%ia")
-        e.open(f"scf.for %ka = {const(0)} to {kc} step {const(L)} {{")
-        cnt = minsi(sub(kc, "%ka"), const(L))
-        msk = e.fresh("msk")
-        e(f"{msk} = vector.create_mask {cnt} : {mt}")
-        val = e.fresh("av")
-        e(f"{val} = vector.maskedload %A[{lead}{arow}, {add('%pc', '%ka')}], {msk}, %vzero : "
-          f"{shape.a_type}, {mt}, {vt} into {vt}")
-        e(f"vector.maskedstore %Ap[%ia, %ka], {msk}, {val} : {ap_type}, {mt}, {vt}")
-        e.close()
-        e.close()
-    # ---- micro-kernels
-    e.open(f"scf.for %jr = {const(0)} to {nc} step {const(nr)} {{")
-    panel = divu("%jr", const(nr))
-    direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
-    if not blk.pack_b:
-        for v in range(nv):
-            col = add(add("%jc", "%jr"), const(v * L))
-            cnt = minsi(maxsi(sub(n1, col), const(0)), const(L))
-            msk = e.fresh("bmsk")
-            e(f"{msk} = vector.create_mask {cnt} : {mt}")
-            direct.append((col, msk))
-    e.open(f"scf.for %ir = {const(0)} to {mc} step {const(mr)} {{")
-    accs = [[f"%acc_{i}_{v}" for v in range(nv)] for i in range(mr)]
-    inits = ", ".join(f"{a} = %vzero" for row in accs for a in row)
-    types = ", ".join([vt] * (mr * nv))
-    res = e.fresh("r")
-    rows = [add("%ir", const(i)) if i else "%ir" for i in range(mr)] if not PANEL_A else []
-    apanel = divu("%ir", const(mr))
-    e.open(f"{res}:{mr * nv} = scf.for %k = {const(0)} to {kc} step {const(1)} iter_args({inits}) -> ({types}) {{")
-    bvs = []
-    for v in range(nv):
-        bv = e.fresh("b")
-        if direct:
-            col, msk = direct[v]
-            e(f"{bv} = vector.maskedload %B[{lead}{add('%pc', '%k')}, {col}], {msk}, %vzero : "
-              f"{shape.b_type}, {mt}, {vt} into {vt}")
-        else:
-            e(f"{bv} = vector.load %Bp[{panel}, %k, {const(v * L)}] : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>, {vt}")
-        bvs.append(bv)
-    outs = []
-    for i in range(mr):
-        a = e.fresh("a")
-        if PANEL_A:
-            e(f"{a} = memref.load %Ap[{apanel}, %k, {const(i)}] : {ap_type}")
-        else:
-            e(f"{a} = memref.load %Ap[{rows[i]}, %k] : {ap_type}")
-        ab = e.fresh("ab")
-        e(f"{ab} = vector.broadcast {a} : {t} to {vt}")
-        for v in range(nv):
-            o = e.fresh("f")
-            e(f"{o} = vector.fma {ab}, {bvs[v]}, {accs[i][v]} : {vt}")
-            outs.append(o)
-    e(f"scf.yield {', '.join(outs)} : {types}")
-    e.close()
-    # ---- C += acc
-    crow0 = add("%ic", "%ir")
-    ccol0 = add("%jc", "%jr")
-    rvalid = minsi(sub(m1, crow0), const(mr))
-    cvalid = minsi(sub(n1, ccol0), const(nr))
-    full_r = e.fresh("fr")
-    e(f"{full_r} = arith.cmpi eq, {rvalid}, {const(mr)} : index")
-    full_c = e.fresh("fc")
-    e(f"{full_c} = arith.cmpi eq, {cvalid}, {const(nr)} : index")
-    full = e.fresh("full")
-    e(f"{full} = arith.andi {full_r}, {full_c} : i1")
+        def batch_loop(b: ir.Value) -> None:
+            # Batched operands are indexed [b, row, col]; plain ones [row, col] (the b loop runs once).
+            lead = [b] if batched else []
+            _for(n0, n1, c(blk.nc), lambda jc: col_block(lead, jc))
 
-    first = e.fresh("first")
-    e(f"{first} = arith.cmpi eq, %pc, {const(0)} : index")
+        def col_block(lead: list[ir.Value], jc: ir.Value) -> None:
+            nc = x.min(c(blk.nc), x.sub(n1, jc))
+            _for(c(0), c(K), c(blk.kc), lambda pc: k_block(lead, jc, nc, pc))
 
-    def update(masked: bool, fused: bool) -> None:
-        """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's value
-        goes to D instead."""
-        vmasks = []
-        if masked:
-            for v in range(nv):
-                cnt = minsi(maxsi(sub(cvalid, const(v * L)), const(0)), const(L))
-                msk = e.fresh("msk")
-                e(f"{msk} = vector.create_mask {cnt} : {mt}")
-                vmasks.append(msk)
-        for i in range(mr):
-            if masked:
-                ok = e.fresh("ok")
-                e(f"{ok} = arith.cmpi slt, {const(i)}, {rvalid} : index")
-                e.open(f"scf.if {ok} {{")
-            r = add(crow0, const(i)) if i else crow0
-            for v in range(nv):
-                col = add(ccol0, const(v * L)) if v else ccol0
-                old = e.fresh("o")
-                if zero_init:
-                    e.open(f"{old} = scf.if {first} -> ({vt}) {{")
-                    e(f"scf.yield %vzero : {vt}")
-                    e.close("} else {")
-                    e.depth += 1
-                    loaded = e.fresh("o")
-                else:
-                    loaded = old
+        def k_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value) -> None:
+            kc = x.min(c(blk.kc), x.sub(c(K), pc))
+            if Bp is not None:
+                # Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns).
+                npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
+
+                def b_panel(jb: ir.Value) -> None:
+                    colbase = x.add(jc, x.mul(jb, c(nr)))
+                    cols = []
+                    for v in range(nv):
+                        col = x.add(colbase, c(v * L))
+                        cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
+                        cols.append((col, vector.create_mask(mt, [cnt])))
+
+                    def b_row(kb: ir.Value) -> None:
+                        krow = x.add(pc, kb)
+                        for v, (col, msk) in enumerate(cols):
+                            val = vector.maskedload(vt, B, [*lead, krow, col], msk, vzero)
+                            vector.store(val, Bp, [jb, kb, c(v * L)])
+
+                    _for(c(0), kc, c(1), b_row)
+
+                _for(c(0), npanels, c(1), b_panel)
+            _for(m0, m1, c(blk.mc), lambda ic: row_block(lead, jc, nc, pc, kc, ic))
+
+        def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
+                      ic: ir.Value) -> None:
+            mc = x.min(c(blk.mc), x.sub(m1, ic))
+
+            # Pack A: Ap[ia / mr, ka, ia % mr] = A[ic + ia, pc + ka] (k-major mr-row micro-panels).
+            def a_row(ia: ir.Value) -> None:
+                arow = x.add(ic, ia)
+                ib = x.divu(ia, c(mr))
+                ii = arith.remui(ia, c(mr))
+
+                def a_elem(ka: ir.Value) -> None:
+                    val = memref.load(A, [*lead, arow, x.add(pc, ka)])
+                    memref.store(val, Ap, [ib, ka, ii])
+
+                _for(c(0), kc, c(1), a_elem)
+
+            _for(c(0), mc, c(1), a_row)
+            _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
+
+        def micro_col(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
+                      mc: ir.Value, jr: ir.Value) -> None:
+            panel = x.divu(jr, c(nr))
+            direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
+            if Bp is None:
+                for v in range(nv):
+                    col = x.add(x.add(jc, jr), c(v * L))
+                    cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
+                    direct.append((col, vector.create_mask(mt, [cnt])))
+            _for(c(0), mc, c(mr), lambda ir_: micro_tile(lead, jc, pc, kc, ic, jr, panel, direct, ir_))
+
+        def micro_tile(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
+                       jr: ir.Value, panel: ir.Value, direct: list[tuple[ir.Value, ir.Value]],
+                       ir_: ir.Value) -> None:
+            # The micro-kernel: mr x nv accumulators carried through the k loop, in registers.
+            apanel = x.divu(ir_, c(mr))
+            loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
+            with ir.InsertionPoint(loop.body):
+                k = loop.induction_variable
+                accs = list(loop.inner_iter_args)
+                bvs = []
+                for v in range(nv):
+                    if direct:
+                        col, msk = direct[v]
+                        bvs.append(vector.maskedload(vt, B, [*lead, x.add(pc, k), col], msk, vzero))
+                    else:
+                        assert Bp is not None
+                        bvs.append(vector.load(vt, Bp, [panel, k, c(v * L)]))
+                outs = []
+                for i in range(mr):
+                    a = memref.load(Ap, [apanel, k, c(i)])
+                    ab = vector.broadcast(vt, a)
+                    outs += [vector.fma(ab, bvs[v], accs[i * nv + v]) for v in range(nv)]
+                scf.YieldOp(outs)
+            res = list(loop.results)
+
+            # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
+            crow0 = x.add(ic, ir_)
+            ccol0 = x.add(jc, jr)
+            rvalid = x.min(x.sub(m1, crow0), c(mr))
+            cvalid = x.min(x.sub(n1, ccol0), c(nr))
+            full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
+            full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(nr))
+            full = arith.andi(full_r, full_c)
+            first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0))
+
+            def update(masked: bool, fused: bool) -> None:
+                """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's
+                value goes to D instead."""
+                vmasks = []
                 if masked:
-                    e(f"{loaded} = vector.maskedload %C[{lead}{r}, {col}], {vmasks[v]}, %vzero : "
-                      f"{shape.c_type}, {mt}, {vt} into {vt}")
-                else:
-                    e(f"{loaded} = vector.load %C[{lead}{r}, {col}] : {shape.c_type}, {vt}")
-                if zero_init:
-                    e(f"scf.yield {loaded} : {vt}")
-                    e.depth -= 1
-                    e("}")
-                new = e.fresh("n")
-                e(f"{new} = arith.addf {old}, {res}#{i * nv + v} : {vt}")
-                dst, dst_t = "%C", shape.c_type
-                if fused:
-                    assert epilogue is not None
-                    new = _epilogue_values(e, epilogue, new, lead, r, col, vmasks[v] if masked else None, vt, mt)
-                    dst, dst_t = "%D", epilogue.out_type
-                if masked:
-                    e(f"vector.maskedstore {dst}[{lead}{r}, {col}], {vmasks[v]}, {new} : {dst_t}, {mt}, {vt}")
-                else:
-                    e(f"vector.store {new}, {dst}[{lead}{r}, {col}] : {dst_t}, {vt}")
-            if masked:
-                e.close()
+                    for v in range(nv):
+                        cnt = x.min(x.max(x.sub(cvalid, c(v * L)), c(0)), c(L))
+                        vmasks.append(vector.create_mask(mt, [cnt]))
+                for i in range(mr):
+                    if masked:
+                        ok = arith.cmpi(arith.CmpIPredicate.slt, c(i), rvalid)
+                        _if(ok, functools.partial(store_row, i, vmasks, fused))
+                    else:
+                        store_row(i, vmasks, fused)
 
-    def both(fused: bool) -> None:
-        e.open(f"scf.if {full} {{")
-        update(False, fused)
-        e.close("} else {")
-        e.depth += 1
-        update(True, fused)
-        e.depth -= 1
-        e("}")
+            def load_c(r: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
+                if mask is not None:
+                    return vector.maskedload(vt, C, [*lead, r, col], mask, vzero)
+                return vector.load(vt, C, [*lead, r, col])
 
-    if epilogue is None:
-        both(False)
-    else:
-        last = e.fresh("last")
-        e(f"{last} = arith.cmpi sge, {add('%pc', kc)}, {const(K)} : index")
-        e.open(f"scf.if {last} {{")
-        both(True)
-        e.close("} else {")
-        e.depth += 1
-        both(False)
-        e.depth -= 1
-        e("}")
-    e.close()  # ir
-    e.close()  # jr
-    e.close()  # ic
-    e.close()  # pc
-    e.close()  # jc
-    e.close()  # b
-    e(f"memref.dealloc %Ap : {ap_type}")
-    if blk.pack_b:
-        e(f"memref.dealloc %Bp : memref<{nc_alloc // nr}x{blk.kc}x{nr}x{t}>")
-    e("return")
+            def store_row(i: int, vmasks: list[ir.Value], fused: bool) -> None:
+                r = x.add(crow0, c(i)) if i else crow0
+                for v in range(nv):
+                    col = x.add(ccol0, c(v * L)) if v else ccol0
+                    mask = vmasks[v] if vmasks else None
+                    if zero_init:  # the first k block adds to zero, not to C
+                        choose = scf.IfOp(first, [vt], has_else=True)
+                        with ir.InsertionPoint(choose.then_block):
+                            scf.YieldOp([vzero])
+                        with ir.InsertionPoint(choose.else_block):
+                            scf.YieldOp([load_c(r, col, mask)])
+                        old = choose.results[0]
+                    else:
+                        old = load_c(r, col, mask)
+                    new = arith.addf(old, res[i * nv + v])
+                    dst = C
+                    if fused:
+                        assert epilogue is not None and D is not None
+                        new = _epilogue_values(epilogue, E, new, lead, r, col, mask, vzero)
+                        dst = D
+                    if mask is not None:
+                        vector.maskedstore(dst, [*lead, r, col], mask, new)
+                    else:
+                        vector.store(new, dst, [*lead, r, col])
 
-    # Batched operands are indexed [b, row, col]; plain ones [row, col] (the %b loop runs once).
-    out = [f"func.func @{name}_part({sig}, %t: index) {{"]  # public: the fork glue links to it
-    out += [f"  {v} = arith.constant {k} : index" for k, v in sorted(c.items())]
-    out += body.lines
-    out.append("}")
-    out.append(f"func.func private @{name}({sig}) {{")
-    if T > 1:
-        out.append(f"  scf.forall (%t) in ({T}) {{")
-        out.append(f"    func.call @{name}_part({arg_names}, %t) : ({arg_types}, index) -> ()")
-        out.append("  }")
-    else:
-        out.append("  %t0 = arith.constant 0 : index")
-        out.append(f"  func.call @{name}_part({arg_names}, %t0) : ({arg_types}, index) -> ()")
-    out.append("  return")
-    out.append("}")
-    return "\n".join(out) + "\n"
+            def both(fused: bool) -> None:
+                _if(full, lambda: update(False, fused), lambda: update(True, fused))
+
+            if epilogue is None:
+                both(False)
+            else:
+                last = arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K))
+                _if(last, lambda: both(True), lambda: both(False))
+
+        _for(b0, b1, c(1), batch_loop)
+        memref.dealloc(Ap)
+        if Bp is not None:
+            memref.dealloc(Bp)
+        func.ReturnOp([])
+    x.hoist()
+    return fn

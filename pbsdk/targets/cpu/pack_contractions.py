@@ -21,10 +21,15 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
-from pbsdk.core.errors import CompileError
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
-from pbsdk.targets.cpu.matmul_kernel import EPILOGUE_OPS, Epilogue, EpilogueOp, MatmulShape, kernel_text
+from pbsdk.targets.cpu.matmul_kernel import (
+    EPILOGUE_OPS,
+    Epilogue,
+    EpilogueOp,
+    MatmulShape,
+    build_matmul_kernel,
+)
 
 _FLOATS = {"f32", "f64"}
 
@@ -60,7 +65,7 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
     c_reads = [i for i in range(n_in) if operands[i] == c]
     if len(c_reads) != 1 or maps[c_reads[0]] != ident:
         return None
-    inputs: list[tuple[str, str]] = []
+    inputs: list[tuple[str, ir.MemRefType]] = []
     extra: list[ir.Value] = []
     names: dict[int, str] = {}
     for i in range(n_in):
@@ -84,7 +89,7 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
         else:
             return None
         names[i] = f"in{len(inputs)}"
-        inputs.append((kind, str(t)))
+        inputs.append((kind, mt))
         extra.append(operands[i])
     body = gen.regions[0].blocks[0]
     env: list[tuple[ir.Value, str]] = []
@@ -140,7 +145,7 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
         env.append((op.results[0], rname))
     if result is None:
         return None
-    return gen, Epilogue(tuple(inputs), tuple(ops), result, str(out.type)), extra + [out]
+    return gen, Epilogue(tuple(inputs), tuple(ops), result, ir.MemRefType(out.type)), extra + [out]
 
 
 def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
@@ -199,19 +204,13 @@ class PackContractions:
                 continue
             name = f"__pbsdk_mm{count}"
             count += 1
-            shape = MatmulShape(m, n, k, bsz, dtype, str(a), str(b), str(c))
+            shape = MatmulShape(m, n, k, bsz, a, b, c)
             fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
-            text = kernel_text(name, shape, blk, fused[1] if fused else None, zero_init=fill is not None)
-            try:
-                kernel = ir.Module.parse("module {\n" + text + "}", module.context)
-            except Exception as exc:  # our own generator produced invalid IR: a bug, said plainly
-                raise CompileError(f"generated kernel for {m}x{n}x{k} does not parse: {exc}",
-                                   stage=self.name, op=op.name) from exc
-            for fn in list(kernel.body.operations):
-                module.body.append(fn.detach_from_parent())
-            with ir.InsertionPoint(op), op.location:
-                func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands) + (fused[2] if fused else []))
+            with op.location:
+                kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
+                                             zero_init=fill is not None)
+                func.CallOp(kernel, list(op.operands) + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
             if fused:
                 fused[0].erase()
             op.erase()
