@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -142,6 +143,13 @@ def _alloc_body(hook: Callable[..., ir.Value | None], alloc: default_hooks.Scrat
     return hook(alloc, spec)
 
 
+def _function_of(op: ir.Operation) -> str:
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        parent = parent.parent
+    return "" if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
+
+
 def _space(t: ir.MemRefType) -> int:
     ms = t.memory_space
     return 0 if ms is None else ir.IntegerAttr(ms).value
@@ -178,14 +186,19 @@ def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
     on the host, every level is host memory: drop the memory spaces."""
     spec: ChipSpec = ctx.spec
     hook = _hook(hooks, "scratchpad_alloc")
+    used: dict[tuple[str, int], int] = {}  # (function, space) -> bytes assigned so far
     for i, op in enumerate(ops_named(module, "memref.alloc")):
         t = ir.MemRefType(op.result.type)
         space = _space(t)
         if space == 0:
             continue
         align = ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 1
+        size = math.prod(t.shape) * default_hooks.bytes_per_element(t.element_type)
+        key = (_function_of(op), space)
+        offset = -(-used.get(key, 0) // align) * align
+        used[key] = offset + size
         alloc = default_hooks.ScratchpadAlloc(module=module, level=spec.memory[space], space=space, type=t,
-                                              alignment=align)
+                                              alignment=align, size=size, offset=offset)
         fn = _build(module, functools.partial(_alloc_body, hook, alloc, spec), hook="scratchpad_alloc",
                     name=f"__pbsdk_scratchpad_{i}", inputs=[], result=t, loc=op.location, op=op.name)
         if fn is None:
@@ -230,10 +243,12 @@ def strip_memory_spaces(module: ir.Module) -> None:
 
     with module.context, ir.Location.unknown():
         module.operation.walk(visit)
-    for f in ops_named(module, "func.func"):
-        ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
-        if any(plain(t) is not None for t in list(ftype.inputs) + list(ftype.results)):
-            raise CompileError(f"function {f.attributes['sym_name']} still takes scratchpad memrefs after inlining")
+        for f in ops_named(module, "func.func"):
+            ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
+            if any(plain(t) is not None for t in list(ftype.inputs) + list(ftype.results)):
+                raise CompileError(f"function {f.attributes['sym_name']} still takes scratchpad memrefs after "
+                                   "inlining: on the host, a hook's external functions take addresses "
+                                   "(hooks.address, hooks.strides), not memrefs in a scratchpad's memory space")
 
 
 LOWER_LLVM = ("func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, expand-strided-metadata, "

@@ -93,9 +93,25 @@ def convert(value: ir.Value, to: ir.Type) -> ir.Value:
     raise TypeError(f"cannot convert a value of type {src} to {to}")
 
 
-def _bytes_per_element(t: ir.Type) -> int:
+def bytes_per_element(t: ir.Type) -> int:
+    """Bytes one element of type ``t`` occupies in memory (``index``: the host's word)."""
     width = t.width if isinstance(t, ir.FloatType | ir.IntegerType) else 64  # index: the host's word
     return max(1, (width + 7) // 8)
+
+
+def address(buffer: ir.Value) -> ir.Value:
+    """Build the byte address (``index``) of the first element of ``buffer`` (a memref view, any layout):
+    what an intrinsic wrapper or a DMA descriptor takes instead of a memref."""
+    t = ir.MemRefType(buffer.type)
+    index = ir.IndexType.get()
+    offset = memref.ExtractStridedMetadataOp(buffer).offset
+    element_bytes = arith.constant(index, bytes_per_element(t.element_type))
+    return arith.addi(memref.extract_aligned_pointer_as_index(buffer), arith.muli(offset, element_bytes))
+
+
+def strides(buffer: ir.Value) -> list[ir.Value]:
+    """Build the strides (``index``, in elements) of ``buffer``, one per dimension."""
+    return list(memref.ExtractStridedMetadataOp(buffer).strides)
 
 
 # ------------------------------------------------------------------------------ what the hooks get
@@ -177,7 +193,7 @@ class DmaCopy(Lowering):
     def byte_count(self) -> ir.Value:
         """Build the copy's size in bytes (``index``) at the insertion point."""
         index = ir.IndexType.get()
-        static = _bytes_per_element(self.element_type) * math.prod(d for d in self.shape if d is not None)
+        static = bytes_per_element(self.element_type) * math.prod(d for d in self.shape if d is not None)
         total = arith.constant(index, static)
         for i, d in enumerate(self.shape):
             if d is None:
@@ -187,12 +203,16 @@ class DmaCopy(Lowering):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ScratchpadAlloc(Lowering):
-    """One scratchpad buffer of the promoted code: its level, memory space, type and alignment (bytes)."""
+    """One scratchpad buffer of the promoted code: its level, memory space, type, alignment and size in
+    bytes, and a byte ``offset`` in the level at which it overlaps no other buffer of that level
+    allocated in the same function (they are live together; the core checked that they fit)."""
 
     level: MemoryLevel
     space: int
     type: ir.MemRefType
     alignment: int
+    size: int
+    offset: int
 
 
 # ------------------------------------------------------------------------------ the default hooks
