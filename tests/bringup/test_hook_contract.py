@@ -1,0 +1,260 @@
+"""The template target's hook contract: hooks get values and types and build IR with the bindings.
+
+A third-party target replaces hooks without knowing SSA names or text formats (the test plugin
+``tests/plugins/loop_hooks_target`` replaces the matrix-unit and DMA hooks and passes conformance with the
+template's counters); a hook that builds ill-typed IR, raises or returns the wrong thing is a
+`CompileError` naming it, at its stage."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mlir import ir
+from mlir.dialects import arith, func, memref
+
+import pbsdk
+from pbsdk.conformance import generate_cases, run_cases
+from pbsdk.core.errors import CompileError
+from pbsdk.core.spec import ChipSpec
+from pbsdk.targets.template import TemplateTarget
+from pbsdk.targets.template import hooks as emulated
+
+PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "loop_hooks_target"
+sys.path.insert(0, str(PLUGIN))
+from pbsdk_loop_hooks_target import LoopHooksTarget
+
+NO_CACHE = {"cache": False}
+
+
+def _matmul(target: object, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    f = pbsdk.jit(lambda x, y: x @ y, target=target, options=NO_CACHE)  # type: ignore[arg-type]
+    out = f(a, b)
+    return out, dict(f.kernel(f.signatures[0])[0].executable.last_counters)
+
+
+def _inputs(*shapes: tuple[int, ...], dtype: type = np.float16) -> list[np.ndarray]:
+    rng = np.random.default_rng(1)
+    return [rng.standard_normal(s).astype(dtype) for s in shapes]
+
+
+def _target(name: str, **hooks: object) -> TemplateTarget:
+    cls = type(f"{name.title()}Target", (TemplateTarget,), {"name": name, "hooks": types.SimpleNamespace(**hooks)})
+    return cls()
+
+
+# ------------------------------------------------------------------------------- the test plugin
+
+PLUGIN_CASES = ("matmul/f16/unit+1/", "matmul/f16/transposed-b/", "matmul/f16/batched/", "matmul/f16/tile@spm+1/",
+                "matmul/f32/batched/", "attention/f16/2x35x16", "attention/f32/blocks+1-causal/", "softmax/f32/(")
+
+
+def test_the_plugin_passes_conformance_with_the_templates_counters(npu: ChipSpec) -> None:
+    cases = [c for c in generate_cases(npu, ops_filter=["matmul", "attention", "softmax"])
+             if c.name.startswith(PLUGIN_CASES) and not c.skip]
+    assert all(any(c.name.startswith(p) for c in cases) for p in PLUGIN_CASES)
+    mine = run_cases(cases, target=LoopHooksTarget(), spec=npu)  # type: ignore[arg-type]
+    theirs = run_cases(cases, target="template", spec=npu)
+    for r, t in zip(mine, theirs):
+        assert r.status == "pass" and r.resource_check == "ok", (r.name, r.message)
+        assert r.resources is not None and t.resources is not None
+        assert r.resources["counters"] == t.resources["counters"], r.name  # same unit ops, same bytes per pair
+        assert r.max_abs_error == t.max_abs_error, r.name  # same numbers: the k order per element is unchanged
+    unit_cases = [r for r in mine if r.name.startswith("matmul/f16")]
+    assert all(r.resources and r.resources["matrix_unit_ops"]["mxu"] > 0 for r in unit_cases)
+
+
+def test_the_plugins_numbers_are_the_templates_bit_for_bit() -> None:
+    a, b = _inputs((33, 65), (65, 40))
+    mine, mine_counts = _matmul(LoopHooksTarget(), a, b)
+    theirs, their_counts = _matmul("template", a, b)
+    np.testing.assert_array_equal(mine, theirs)
+    assert mine_counts == their_counts and mine_counts["matrix_unit:mxu"] == 2 * 2 * 3
+
+
+def test_the_plugin_is_found_through_its_entry_point(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+           "--disable-pip-version-check", "--no-index", "--target", str(site), str(PLUGIN)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+           "PBSDK_CACHE": "0"}
+    code = ("from pbsdk.core.target import get_target; t = get_target('loophooks'); "
+            "print(type(t).__module__, t.hooks.matrix_unit_op.__module__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["pbsdk_loop_hooks_target", "pbsdk_loop_hooks_target"]
+
+
+# ----------------------------------------------------------- an intrinsic in a C shared library
+
+MAC_C = r"""
+#include <stdint.h>
+long test_mac_calls = 0;
+/* C[8x16] += A[8x4] * B[4x16], f32, row strides in elements: the tiny spec's mac8 instruction. */
+void test_mac_8x16x4(intptr_t a, intptr_t b, intptr_t c, intptr_t lda, intptr_t ldb, intptr_t ldc) {
+    const float *A = (const float *)a, *B = (const float *)b;
+    float *C = (float *)c;
+    test_mac_calls++;
+    for (long m = 0; m < 8; m++)
+        for (long n = 0; n < 16; n++) {
+            float acc = C[m * ldc + n];
+            for (long k = 0; k < 4; k++) acc = acc + A[m * lda + k] * B[k * ldb + n];
+            C[m * ldc + n] = acc;
+        }
+}
+"""
+
+
+def _plain_matmul(op: emulated.UnitOp) -> bool:
+    d = ir.AffineDimExpr.get
+    return op.indexing_maps == (ir.AffineMap.get(3, 0, [d(0), d(2)]), ir.AffineMap.get(3, 0, [d(2), d(1)]),
+                                ir.AffineMap.get(3, 0, [d(0), d(1)]))
+
+
+def mac_through_c(op: emulated.UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> None:
+    """The scaffold's example made real: the instruction is an external function taking addresses and
+    row strides; forms it does not cover (batched, transposed B, other dtypes) stay emulated."""
+    f32 = ir.F32Type.get()
+    if not (_plain_matmul(op) and (op.unit.m, op.unit.n, op.unit.k) == (8, 16, 4)
+            and op.a_dtype == op.b_dtype == op.c_dtype == op.operand_dtype == f32):
+        emulated.matrix_unit_op(op, a, b, c, spec)
+        return
+    args = [emulated.address(v) for v in (a, b, c)] + [emulated.strides(v)[0] for v in (a, b, c)]
+    mac = op.declare("test_mac_8x16x4", [v.type for v in args])
+    func.CallOp(mac, args)
+    op.count()
+
+
+def test_a_unit_op_calling_an_intrinsic_in_a_c_library(tmp_path: Path, tiny: ChipSpec) -> None:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src, lib = tmp_path / "mac.c", tmp_path / "libmac.so"
+    src.write_text(MAC_C)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-ffp-contract=off", str(src), "-o", str(lib)], check=True)
+    calls = ctypes.c_long.in_dll(ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL), "test_mac_calls")
+    a, b = _inputs((17, 33), (33, 20), dtype=np.float32)
+    target = _target("c_intrinsic_test", matrix_unit_op=mac_through_c)
+    f = pbsdk.jit(lambda x, y: x @ y, target=target, spec=tiny, options=NO_CACHE)  # type: ignore[arg-type]
+    out = f(a, b)
+    counts = f.kernel(f.signatures[0])[0].executable.last_counters
+    g = pbsdk.jit(lambda x, y: x @ y, target="template", spec=tiny, options=NO_CACHE)
+    np.testing.assert_array_equal(out, g(a, b))
+    assert counts == g.kernel(g.signatures[0])[0].executable.last_counters
+    assert calls.value == counts["matrix_unit:mac8"] > 0
+
+
+# ------------------------------------------------------------------------- what hooks may build
+
+def test_a_hook_may_count_twice_and_in_loops() -> None:
+    """Counters build fresh values: two counts in one hook both land (no fixed SSA names to clash)."""
+
+    def twice(op: emulated.UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> None:
+        emulated.matrix_unit_op(op, a, b, c, spec)
+        op.count(arith.constant(ir.IndexType.get(), 2))
+        op.count(arith.constant(ir.IntegerType.get_signless(32), 3))
+
+    def bytes_twice(copy: emulated.DmaCopy, src: ir.Value, dst: ir.Value, spec: ChipSpec) -> None:
+        emulated.dma_copy(copy, src, dst, spec)
+        copy.count_bytes(copy.byte_count())
+
+    a, b = _inputs((64, 64), (64, 64))
+    _, counts = _matmul(_target("twice_test", matrix_unit_op=twice, dma_copy=bytes_twice), a, b)
+    _, plain = _matmul("template", a, b)
+    assert counts["matrix_unit:mxu"] == 6 * plain["matrix_unit:mxu"]
+    assert {k: v for k, v in counts.items() if k.startswith("bytes:")} == \
+        {k: 2 * v for k, v in plain.items() if k.startswith("bytes:")}
+
+
+def test_a_unit_op_through_a_declared_function() -> None:
+    """``op.declare`` gives a module-level function to call (an intrinsic wrapper); here it gets a body."""
+
+    def via_call(op: emulated.UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> None:
+        fn = op.declare(f"my_mma_{abs(hash(str(a.type) + str(op.indexing_maps)))}", [a.type, b.type, c.type])
+        if not fn.body.blocks:
+            block = fn.add_entry_block()
+            with ir.InsertionPoint(block):
+                emulated.matrix_unit_op(op, *block.arguments, spec)
+                func.ReturnOp([])
+        func.CallOp(fn, [a, b, c])
+
+    a, b = _inputs((33, 40), (40, 65))
+    out, counts = _matmul(_target("declared_test", matrix_unit_op=via_call), a, b)
+    ref, ref_counts = _matmul("template", a, b)
+    np.testing.assert_array_equal(out, ref)
+    assert counts == ref_counts
+
+
+def scratchpad_in_one_global_per_level(alloc: emulated.ScratchpadAlloc, spec: ChipSpec) -> ir.Value:
+    """The scaffold's example: a view at ``alloc.offset`` into one global per level."""
+    pad = f"test_{alloc.level.name}"
+    pad_type = ir.MemRefType.get([alloc.level.max_size_bytes or alloc.level.size_bytes],
+                                 ir.IntegerType.get_signless(8), memory_space=alloc.type.memory_space)
+    if pad not in ir.SymbolTable(alloc.module.operation):
+        with alloc.at_module_level():
+            memref.GlobalOp(sym_name=pad, type_=ir.TypeAttr.get(pad_type), sym_visibility="private")
+    offset = arith.constant(ir.IndexType.get(), alloc.offset)
+    return memref.view(alloc.type, memref.get_global(pad_type, pad), offset, [])
+
+
+@pytest.mark.parametrize("shape", [(33, 40, 65), (129, 65, 257)])
+def test_scratchpad_buffers_from_the_hook(shape: tuple[int, int, int]) -> None:
+    """``scratchpad_alloc`` may build the buffers: views into one global per level, at the offsets given."""
+    m, k, n = shape
+    a, b = _inputs((m, k), (k, n))
+    out, counts = _matmul(_target("globals_test", scratchpad_alloc=scratchpad_in_one_global_per_level), a, b)
+    ref, ref_counts = _matmul("template", a, b)
+    np.testing.assert_array_equal(out, ref)
+    assert counts == ref_counts
+
+
+# ------------------------------------------------------------------------ wrong hooks fail early
+
+def _compile_error(target: TemplateTarget) -> CompileError:
+    a, b = _inputs((33, 40), (40, 65))
+    with pytest.raises(CompileError) as err:
+        _matmul(target, a, b)
+    return err.value
+
+
+def test_an_ill_typed_unit_op_is_a_compile_error_naming_the_hook() -> None:
+    def ill_typed(op: emulated.UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> None:
+        # f16 operands stored into the f32 accumulator without conversion: does not verify.
+        zero = arith.constant(ir.IndexType.get(), 0)
+        memref.store(memref.load(a, [zero, zero]), c, [zero, zero])
+
+    err = _compile_error(_target("ill_typed_test", matrix_unit_op=ill_typed))
+    assert err.stage == "matrix-unit" and "hook matrix_unit_op built IR that does not verify" in str(err)
+
+
+def test_a_raising_hook_is_a_compile_error_naming_it() -> None:
+    def broken(copy: emulated.DmaCopy, src: ir.Value, dst: ir.Value, spec: ChipSpec) -> None:
+        arith.addf(src, dst)  # memrefs are not floats: the builder or the verifier refuses
+
+    err = _compile_error(_target("raising_test", dma_copy=broken))
+    assert err.stage == "dma" and "hook dma_copy" in str(err)
+
+
+def test_a_scratchpad_buffer_of_the_wrong_type_is_a_compile_error() -> None:
+    def wrong(alloc: emulated.ScratchpadAlloc, spec: ChipSpec) -> ir.Value:
+        return memref.alloc(ir.MemRefType.get([4], ir.F32Type.get()), [], [])
+
+    err = _compile_error(_target("wrong_buffer_test", scratchpad_alloc=wrong))
+    assert err.stage == "scratchpad" and "hook scratchpad_alloc built IR that does not verify" in str(err)
+
+
+def test_no_hook_output_is_parsed_from_text() -> None:
+    root = Path(emulated.__file__).parent
+    for name in ("hooks.py", "emulation.py", "counters.py", "scaffold/package/hooks.py.j2"):
+        text = (root / name).read_text()
+        assert "Module.parse" not in text and "Operation.parse" not in text, name
