@@ -198,8 +198,10 @@ def test_a_unit_op_through_a_declared_function() -> None:
 def scratchpad_in_one_global_per_level(alloc: emulated.ScratchpadAlloc, spec: ChipSpec) -> ir.Value:
     """The scaffold's example: a view at ``alloc.offset`` into one global per level."""
     pad = f"test_{alloc.level.name}"
-    pad_type = ir.MemRefType.get([alloc.level.max_size_bytes or alloc.level.size_bytes],
-                                 ir.IntegerType.get_signless(8), memory_space=alloc.type.memory_space)
+    capacity = alloc.level.max_size_bytes or alloc.level.size_bytes
+    if alloc.offset + alloc.size > capacity:
+        raise ValueError(f"{alloc.type} at offset {alloc.offset} does not fit {alloc.level.name} ({capacity} B)")
+    pad_type = ir.MemRefType.get([capacity], ir.IntegerType.get_signless(8), memory_space=alloc.type.memory_space)
     if pad not in ir.SymbolTable(alloc.module.operation):
         with alloc.at_module_level():
             memref.GlobalOp(sym_name=pad, type_=ir.TypeAttr.get(pad_type), sym_visibility="private")
@@ -216,6 +218,16 @@ def test_scratchpad_buffers_from_the_hook(shape: tuple[int, int, int]) -> None:
     ref, ref_counts = _matmul("template", a, b)
     np.testing.assert_array_equal(out, ref)
     assert counts == ref_counts
+
+
+def test_scratchpad_offsets_keep_live_buffers_apart_in_every_op_family(npu: ChipSpec) -> None:
+    wanted = ("softmax/f32/(", "layernorm/f16/(", "elementwise/f32/gelu-chain", "reduction/f32/sum-rows/",
+              "attention/f16/2x35x16", "matmul/f16/batched/", "conv2d/f32/nchw-3x3-pad1")
+    cases = [c for c in generate_cases(npu) if c.name.startswith(wanted) and not c.skip]
+    assert len(cases) == len(wanted)
+    target = _target("offsets_test", scratchpad_alloc=scratchpad_in_one_global_per_level)
+    for r in run_cases(cases, target=target, spec=npu):  # type: ignore[arg-type]
+        assert r.status == "pass", (r.name, r.message)
 
 
 # ------------------------------------------------------------------------ wrong hooks fail early

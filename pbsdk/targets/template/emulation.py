@@ -143,11 +143,43 @@ def _alloc_body(hook: Callable[..., ir.Value | None], alloc: default_hooks.Scrat
     return hook(alloc, spec)
 
 
-def _function_of(op: ir.Operation) -> str:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        parent = parent.parent
-    return "" if parent is None else ir.StringAttr(parent.attributes["sym_name"]).value
+def _alignment(op: ir.Operation) -> int:
+    return ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 1
+
+
+def _size(t: ir.MemRefType) -> int:
+    return math.prod(t.shape) * default_hooks.bytes_per_element(t.element_type)
+
+
+def _scratchpad_offsets(module: ir.Module) -> dict[ir.Operation, int]:
+    """A byte offset for every scratchpad ``memref.alloc``: first fit, aligned, among the buffers of its
+    level that are live at that point of its function (allocated, not yet deallocated, in program order)."""
+    offsets: dict[ir.Operation, int] = {}
+    live: dict[int, dict[ir.Operation, tuple[int, int]]] = {}  # space -> alloc -> [start, end)
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "memref.alloc" and _space(ir.MemRefType(op.result.type)):
+            t = ir.MemRefType(op.result.type)
+            align, size, ranges = _alignment(op), _size(t), live.setdefault(_space(t), {})
+            offset = 0
+            for start, end in sorted(ranges.values()):
+                offset = -(-offset // align) * align
+                if offset + size <= start:
+                    break
+                offset = max(offset, end)
+            offset = -(-offset // align) * align
+            ranges[op] = (offset, offset + size)
+            offsets[op] = offset
+        elif op.name == "memref.dealloc":
+            owner = op.operands[0].owner
+            for ranges in live.values():
+                ranges.pop(getattr(owner, "operation", owner), None)
+        return ir.WalkResult.ADVANCE
+
+    for fn in ops_named(module, "func.func"):
+        live.clear()
+        fn.walk(visit)
+    return offsets
 
 
 def _space(t: ir.MemRefType) -> int:
@@ -186,19 +218,14 @@ def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
     on the host, every level is host memory: drop the memory spaces."""
     spec: ChipSpec = ctx.spec
     hook = _hook(hooks, "scratchpad_alloc")
-    used: dict[tuple[str, int], int] = {}  # (function, space) -> bytes assigned so far
+    offsets = _scratchpad_offsets(module)
     for i, op in enumerate(ops_named(module, "memref.alloc")):
         t = ir.MemRefType(op.result.type)
         space = _space(t)
         if space == 0:
             continue
-        align = ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 1
-        size = math.prod(t.shape) * default_hooks.bytes_per_element(t.element_type)
-        key = (_function_of(op), space)
-        offset = -(-used.get(key, 0) // align) * align
-        used[key] = offset + size
         alloc = default_hooks.ScratchpadAlloc(module=module, level=spec.memory[space], space=space, type=t,
-                                              alignment=align, size=size, offset=offset)
+                                              alignment=_alignment(op), size=_size(t), offset=offsets[op])
         fn = _build(module, functools.partial(_alloc_body, hook, alloc, spec), hook="scratchpad_alloc",
                     name=f"__pbsdk_scratchpad_{i}", inputs=[], result=t, loc=op.location, op=op.name)
         if fn is None:

@@ -204,8 +204,9 @@ class DmaCopy(Lowering):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ScratchpadAlloc(Lowering):
     """One scratchpad buffer of the promoted code: its level, memory space, type, alignment and size in
-    bytes, and a byte ``offset`` in the level at which it overlaps no other buffer of that level
-    allocated in the same function (they are live together; the core checked that they fit)."""
+    bytes, and a byte ``offset`` in the level at which it overlaps no other buffer of that level live at
+    the same time (first fit in program order within its function; the core checked that the buffers
+    live together fit the level)."""
 
     level: MemoryLevel
     space: int
