@@ -1,5 +1,5 @@
-"""`MlirText`: MLIR written as indented text lines with fresh SSA names — what the generated kernels
-(`pbsdk.core.passes.matmul_kernel`, `pbsdk.core.ir.attention_kernel`) are built with."""
+"""`MlirText`: MLIR written as indented text lines with fresh SSA names — what the generated attention
+kernel (`pbsdk.core.ir.attention_kernel`) is still built with."""
 
 from __future__ import annotations
 

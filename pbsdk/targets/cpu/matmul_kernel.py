@@ -264,7 +264,6 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
         Ap = memref.alloc(ap_type, [], [], alignment=64)
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b else None
-        arith.constant(t, ir.FloatAttr.get(t, 0.0))
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
         def batch_loop(b: ir.Value) -> None:
@@ -322,7 +321,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
         def micro_col(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
                       mc: ir.Value, jr: ir.Value) -> None:
-            panel = x.divu(jr, c(nr))
+            panel = x.divu(jr, c(nr)) if Bp is not None else None  # B's packed micro-panel
             direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
             if Bp is None:
                 for v in range(nv):
@@ -332,7 +331,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             _for(c(0), mc, c(mr), lambda ir_: micro_tile(lead, jc, pc, kc, ic, jr, panel, direct, ir_))
 
         def micro_tile(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
-                       jr: ir.Value, panel: ir.Value, direct: list[tuple[ir.Value, ir.Value]],
+                       jr: ir.Value, panel: ir.Value | None, direct: list[tuple[ir.Value, ir.Value]],
                        ir_: ir.Value) -> None:
             # The micro-kernel: mr x nv accumulators carried through the k loop, in registers.
             apanel = x.divu(ir_, c(mr))
@@ -346,7 +345,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                         col, msk = direct[v]
                         bvs.append(vector.maskedload(vt, B, [*lead, x.add(pc, k), col], msk, vzero))
                     else:
-                        assert Bp is not None
+                        assert Bp is not None and panel is not None
                         bvs.append(vector.load(vt, Bp, [panel, k, c(v * L)]))
                 outs = []
                 for i in range(mr):
@@ -364,7 +363,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
             full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(nr))
             full = arith.andi(full_r, full_c)
-            first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0))
+            first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if zero_init else None
 
             def update(masked: bool, fused: bool) -> None:
                 """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's
@@ -391,7 +390,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 for v in range(nv):
                     col = x.add(ccol0, c(v * L)) if v else ccol0
                     mask = vmasks[v] if vmasks else None
-                    if zero_init:  # the first k block adds to zero, not to C
+                    if first is not None:  # zero_init: the first k block adds to zero, not to C
                         choose = scf.IfOp(first, [vt], has_else=True)
                         with ir.InsertionPoint(choose.then_block):
                             scf.YieldOp([vzero])
