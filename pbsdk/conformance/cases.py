@@ -96,7 +96,19 @@ def _vector_width(spec: ChipSpec, dtype: str) -> int:
     return 16
 
 
-def _conv_cases(dtype: str) -> list[Case]:
+def _conv_unit(spec: ChipSpec, dtype: str, x: tuple[int, ...], w: tuple[int, ...], groups: int, nhwc: bool
+               ) -> str | None:
+    """The matrix unit a conv2d case should issue: the planner's unit for its per-group contraction
+    (output pixels x output channels x input channels); none for a depthwise-like group with one input or
+    one output channel, whose reduction is the kernel taps alone (a vector op)."""
+    o, cg = (w[3], w[2]) if nhwc else (w[0], w[1])
+    og = o // groups
+    if og == 1 or cg == 1:
+        return None
+    return _unit_for(spec, Contraction(x[2] if nhwc else x[3], og, cg, 1, dtype))
+
+
+def _conv_cases(spec: ChipSpec, dtype: str) -> list[Case]:
     variants: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
         ("3x3-pad1", (1, 8, 9, 9), (16, 8, 3, 3), {"padding": 1}),
         ("3x3-stride2", (2, 5, 11, 10), (7, 5, 3, 3), {"stride": 2}),
@@ -110,11 +122,13 @@ def _conv_cases(dtype: str) -> list[Case]:
         red = ws[1] * ws[2] * ws[3]
         cases.append(Case(f"conv2d/{dtype}/nchw-{label}", "conv2d", dtype, (xs, ws),
                           lambda x, w, kw=kw: ops.conv2d(x, w, **kw),
-                          lambda x, w, kw=kw: ref.conv2d(x, w, **kw), red, f"NCHW {label}"))
+                          lambda x, w, kw=kw: ref.conv2d(x, w, **kw), red, f"NCHW {label}",
+                          matrix_unit=_conv_unit(spec, dtype, xs, ws, int(kw.get("groups", 1)), False)))
     nhwc_x, nhwc_w = (1, 9, 9, 8), (3, 3, 8, 16)
     cases.append(Case(f"conv2d/{dtype}/nhwc-3x3-pad1", "conv2d", dtype, (nhwc_x, nhwc_w),
                       lambda x, w: ops.conv2d(x, w, padding=1, layout="NHWC"),
-                      lambda x, w: ref.conv2d(x, w, padding=1, layout="NHWC"), 72, "NHWC"))
+                      lambda x, w: ref.conv2d(x, w, padding=1, layout="NHWC"), 72, "NHWC",
+                      matrix_unit=_conv_unit(spec, dtype, nhwc_x, nhwc_w, 1, True)))
     return cases
 
 
@@ -156,6 +170,35 @@ def _vector_cases(spec: ChipSpec, dtype: str) -> list[Case]:
                       max(seq, d), "unfused attention: QK^T, scale, softmax, .V",
                       matrix_unit=_unit_for(spec, Contraction(seq, seq, d, 2, dtype))))
     return cases
+
+
+def _wide_row_cases(spec: ChipSpec, dtype: str) -> list[Case]:
+    """Softmax, layernorm and a row sum over rows whose bytes exceed the innermost software-managed
+    level's capacity: the rows cannot be staged whole, so the plan must stream them in chunks (a
+    multi-pass reduction), not reject them. None on a spec without such a level."""
+    from pbsdk.core.plan.contraction import scratchpad_capacity
+    from pbsdk.core.plan.vector_tiles import innermost_scratchpad
+
+    found = innermost_scratchpad(spec)
+    if found is None:
+        return []
+    level, _ = found
+    nbytes = np.dtype(HOST_DTYPES[dtype]).itemsize
+    cols = scratchpad_capacity(level, {}) // nbytes + 2 * _vector_width(spec, dtype) + 3
+    shape = (3, cols)
+    why = f"a row of {cols * nbytes} B, wider than {level.name} ({scratchpad_capacity(level, {})} B)"
+    return [
+        Case(f"softmax/{dtype}/wide-{level.name}/{shape}", "softmax", dtype, (shape,),
+             lambda x: ops.softmax(x, axis=-1), lambda x: ref.softmax(x, axis=-1), cols, why),
+        Case(f"layernorm/{dtype}/wide-{level.name}/{shape}", "layernorm", dtype, (shape, (cols,), (cols,)),
+             lambda x, w, b: ops.layernorm(x, w, b), lambda x, w, b: ref.layernorm(x, w, b), cols, why,
+             # The composite computes its statistics in the op's dtype: in f16, 1/n is a subnormal with
+             # few bits past 65536 columns and the mean loses its precision (on every target, the cpu's too).
+             skip=f"f16 layernorm over {cols} > 65536 columns loses precision in 1/n (frontend)"
+             if dtype == "f16" and cols > 65536 else None),
+        Case(f"reduction/{dtype}/sum-rows-wide-{level.name}/{shape}", "sum", dtype, (shape,),
+             lambda x: ops.sum(x, axis=-1), lambda x: ref.sum(x, axis=-1), cols, why),
+    ]
 
 
 def _attention_cases(spec: ChipSpec, dtype: str) -> list[Case]:
@@ -206,7 +249,8 @@ def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, f
             cases.append(Case(f"all/{dtype}", "add", dtype, (), lambda: None, lambda: None,
                               skip=f"{dtype} has no numpy dtype at the host boundary yet"))
             continue
-        cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(dtype) + _vector_cases(spec, dtype)
+        cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(spec, dtype) + _vector_cases(spec, dtype)
+        cases += _wide_row_cases(spec, dtype)
         cases += _attention_cases(spec, dtype)
     if ops_filter:
         wanted = set(ops_filter)

@@ -56,9 +56,19 @@ def _reported(kernel: Any) -> dict[str, Any] | None:
 
 def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None) -> str:
     """'ok', 'not reported', or why the case's resource use is wrong: a scratchpad level over capacity,
-    or a contraction in a matrix-unit dtype that issued no matrix-unit op."""
+    no byte moved from main memory into any scratchpad (on a spec that has one, where the target
+    reports run-time counters: a chip with scratchpads computes on them, never on main memory), or a
+    contraction in a matrix-unit dtype that issued no matrix-unit op."""
     if resources is None:
         return "not reported"
+    counters = resources.get("counters")
+    pads = [m.name for m in spec.scratchpads()]
+    if counters is not None and pads:
+        main = spec.main_memory.name
+        moved = sum(counters.get(f"bytes:{main}->{lv}", 0) for lv in pads)
+        if moved == 0:
+            return (f"no bytes moved from {main} into a scratchpad ({', '.join(pads)}): the case computed on "
+                    f"main memory (counters {counters})")
     for level, used in resources.get("scratchpad_bytes", {}).items():
         lvl = next((m for m in spec.memory if m.name == level), None)
         cap = (lvl.max_size_bytes or lvl.size_bytes) if lvl is not None else None

@@ -84,6 +84,7 @@ class TemplateTarget(Target):
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
         from pbsdk.core.passes.promote import PromoteToScratchpad
+        from pbsdk.core.passes.promote_vector import PromoteVectorOps
         from pbsdk.core.pipeline import Stage
         from pbsdk.targets.template import emulation as emu
 
@@ -94,6 +95,9 @@ class TemplateTarget(Target):
         return (
             Stage("promote", fn=PromoteToScratchpad(tiles=tiles).apply,  # type: ignore[arg-type]
                   description="contractions tiled by the plan, tiles staged in scratchpads, capacity checked"),
+            Stage("promote-vector", fn=PromoteVectorOps().apply,  # type: ignore[arg-type]
+                  description="every other op on main memory tiled by its plan and staged in the innermost "
+                              "scratchpad (elementwise, reductions in chunks, fills, convolutions)"),
             Stage("matrix-unit", fn=lambda m, c: emu.lower_matrix_units(m, c, hooks),
                   description="hook matrix_unit_op: each unit-sized op becomes the unit's instruction"),
             Stage("dma", fn=lambda m, c: emu.lower_dma(m, c, hooks),
