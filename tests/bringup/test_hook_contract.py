@@ -270,3 +270,32 @@ def test_no_hook_output_is_parsed_from_text() -> None:
     for name in ("hooks.py", "emulation.py", "counters.py", "scaffold/package/hooks.py.j2"):
         text = (root / name).read_text()
         assert "Module.parse" not in text and "Operation.parse" not in text, name
+
+
+def test_the_ir_each_stage_leaves() -> None:
+    """After ``dma``: one private function per distinct unit op / copy signature, holding what the hook
+    built (counter increments included), called where the ops were; after ``scratchpad`` all inlined."""
+    from pbsdk.core.compiler import compile_text, resolve
+
+    text = """
+func.func @main(%a: tensor<33x40xf16>, %b: tensor<40x65xf16>) -> tensor<33x65xf32> {
+  %e = tensor.empty() : tensor<33x65xf32>
+  %z = arith.constant 0.0 : f32
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<33x65xf32>) -> tensor<33x65xf32>
+  %r = linalg.matmul ins(%a, %b : tensor<33x40xf16>, tensor<40x65xf16>) outs(%f : tensor<33x65xf32>)
+      -> tensor<33x65xf32>
+  return %r : tensor<33x65xf32>
+}"""
+    request = resolve("template", None, NO_CACHE)
+    module = compile_text(text, request, stop_after="dma")
+    fns = {f.attributes["sym_name"].value: f for f in module.body.operations if f.operation.name == "func.func"}
+    units = [n for n in fns if n.startswith("__pbsdk_mxu_")]
+    dmas = [n for n in fns if n.startswith("__pbsdk_dma_")]
+    assert len(units) == 1 and len(dmas) >= 4
+    assert str(module.body.operations[0]).startswith("memref.global @__pbsdk_counters : memref<64xi64> = dense<0>")
+    unit = str(fns[units[0]])
+    assert "memref.get_global @__pbsdk_counters" in unit and "arith.extf" in unit and "linalg.generic" in unit
+    assert all("linalg.copy" in str(fns[n]) and "memref.store" in str(fns[n]) for n in dmas)
+    assert "pbsdk.matrix_unit" not in str(module) and "pbsdk.dma" not in str(module)
+    module = compile_text(text, request, stop_after="scratchpad")
+    assert "__pbsdk_mxu_" not in str(module) and "__pbsdk_dma_" not in str(module)
