@@ -8,6 +8,7 @@ template's counters); a hook that builds ill-typed IR, raises or returns the wro
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -28,8 +29,21 @@ from pbsdk.targets.template import TemplateTarget
 from pbsdk.targets.template import hooks as emulated
 
 PLUGIN = Path(__file__).resolve().parents[1] / "plugins" / "loop_hooks_target"
-sys.path.insert(0, str(PLUGIN))
-from pbsdk_loop_hooks_target import LoopHooksTarget
+
+
+def _import_plugin() -> types.ModuleType:
+    """The plugin's package, imported from its sources without putting them on sys.path (where a build's
+    egg-info would make importlib.metadata see it as installed for the whole session)."""
+    name = "pbsdk_loop_hooks_target"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, PLUGIN / name / "__init__.py")
+        assert spec is not None and spec.loader is not None
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+LoopHooksTarget = _import_plugin().LoopHooksTarget
 
 NO_CACHE = {"cache": False}
 
@@ -80,9 +94,10 @@ def test_the_plugins_numbers_are_the_templates_bit_for_bit() -> None:
 
 
 def test_the_plugin_is_found_through_its_entry_point(tmp_path: Path) -> None:
-    site = tmp_path / "site"
+    site, src = tmp_path / "site", tmp_path / "src"
+    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-           "--disable-pip-version-check", "--no-index", "--target", str(site), str(PLUGIN)]
+           "--disable-pip-version-check", "--no-index", "--target", str(site), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
