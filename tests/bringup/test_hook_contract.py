@@ -277,6 +277,14 @@ def test_a_raising_hook_is_a_compile_error_naming_it() -> None:
     assert err.stage == "dma" and "hook dma_copy" in str(err)
 
 
+def test_a_hook_returning_text_is_a_compile_error() -> None:
+    def old_style(op: emulated.UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> str:
+        return "func.func private @f() { return }"
+
+    err = _compile_error(_target("text_test", matrix_unit_op=old_style))
+    assert err.stage == "matrix-unit" and "hook matrix_unit_op returned a str" in str(err)
+
+
 def test_a_scratchpad_buffer_of_the_wrong_type_is_a_compile_error() -> None:
     def wrong(alloc: emulated.ScratchpadAlloc, spec: ChipSpec) -> ir.Value:
         return memref.alloc(ir.MemRefType.get([4], ir.F32Type.get()), [], [])

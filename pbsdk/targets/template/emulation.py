@@ -60,6 +60,9 @@ def _build(module: ir.Module, call: Callable[[Sequence[ir.Value]], Any], *, hook
                 if result is not None and returned is None:
                     fn.operation.erase()
                     return None
+                if result is None and returned is not None:
+                    raise CompileError(f"hook {hook} returned a {type(returned).__name__}: it builds IR at the "
+                                       "insertion point and returns None (MLIR text is no longer accepted)", op=op)
                 func.ReturnOp([] if result is None else [returned])
         except CompileError:
             raise
@@ -127,15 +130,15 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
         _call(op, made[key], list(op.operands))
 
 
-def _unit_body(hook: Callable[..., None], op: default_hooks.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> None:
+def _unit_body(hook: Callable[..., Any], op: default_hooks.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
     a, b, c = args
-    hook(op, a, b, c, spec)
+    return hook(op, a, b, c, spec)
 
 
-def _dma_body(hook: Callable[..., None], fields: dict[str, Any], spec: ChipSpec, args: Sequence[ir.Value]) -> None:
+def _dma_body(hook: Callable[..., Any], fields: dict[str, Any], spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
     # The description holds the source value (what byte_count measures), so it is made here.
     src, dst = args
-    hook(default_hooks.DmaCopy(**fields, source=src), src, dst, spec)
+    return hook(default_hooks.DmaCopy(**fields, source=src), src, dst, spec)
 
 
 def _alloc_body(hook: Callable[..., ir.Value | None], alloc: default_hooks.ScratchpadAlloc, spec: ChipSpec,
