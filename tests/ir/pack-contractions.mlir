@@ -1,9 +1,10 @@
-// Pass pack-contractions (core; the cpu target's stage): each planned f32/f64 matmul on buffers becomes a
-// call to a packed, register-tiled kernel generated from the plan for the spec (here the 2-core AVX-512
-// Xeon preset: 16-lane f32 FMAs, work split over both cores when there is enough of it).
-// RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
-// RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p pack-contractions --options pack=false \
-// RUN:   | filecheck %s --check-prefix=OFF
+// Pass pack-contractions (the cpu target's stage, found through --target cpu): each planned f32/f64
+// matmul on buffers becomes a call to a packed, register-tiled kernel generated from the plan for the spec
+// (here the 2-core AVX-512 Xeon preset: 16-lane f32 FMAs, work split over both cores when there is enough
+// of it).
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions \
+// RUN:   --options pack=false | filecheck %s --check-prefix=OFF
 
 // The zero fill is dropped (the kernel stores its first k block instead of adding it); one part, no fork.
 // CHECK-LABEL: func.func @mm(

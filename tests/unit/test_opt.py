@@ -17,9 +17,9 @@ from pbsdk.core.pipeline import Stage
 CORE_STAGE_NAMES = ["input", "isolate-contractions", "fuse", "bufferize", "distinct-results", "out-params",
                     "forward-outputs"]
 #: The passes in pbsdk/core/passes/ that are not core stages (at least these; new pass files join them).
-OTHER_PASSES = ["copies-to-linalg", "fuse-rows", "math-approx", "pack-contractions", "promote"]
+OTHER_PASSES = ["copies-to-linalg", "fuse-rows", "math-approx", "promote"]
 #: Modules of pbsdk/core/passes/ that hold no pass.
-HELPERS = {"matmul_kernel", "registry"}
+HELPERS = {"registry"}
 
 NEG = """
 func.func @neg(%a: tensor<4xf32>) -> tensor<4xf32> {
