@@ -200,10 +200,30 @@ def _folded_fills(ops: Sequence[ir.Operation]) -> dict[int, int]:
 # ------------------------------------------------------------------------------------------- rewrite
 
 
-def _index(v: int) -> ir.Value:
-    from mlir.dialects import arith
+class _Constants:
+    """Index and float constants, made once per function at its entry (where they dominate every use)."""
 
-    return arith.ConstantOp(ir.IndexType.get(), v).result
+    def __init__(self, op: ir.Operation) -> None:
+        parent = op.parent
+        while parent.name != "func.func":
+            parent = parent.parent
+        self.block = parent.regions[0].blocks[0]
+        self.made: dict[tuple[str, float], ir.Value] = {}
+
+    def _make(self, t: ir.Type, attr: ir.Attribute, key: tuple[str, float]) -> ir.Value:
+        from mlir.dialects import arith
+
+        if key not in self.made:
+            first = self.block.operations[0]
+            with ir.InsertionPoint(first), ir.Location.unknown():
+                self.made[key] = arith.ConstantOp(t, attr).result
+        return self.made[key]
+
+    def index(self, v: int) -> ir.Value:
+        return self._make(ir.IndexType.get(), ir.IntegerAttr.get(ir.IndexType.get(), v), ("index", v))
+
+    def zero(self, t: ir.Type) -> ir.Value:
+        return self._make(t, ir.FloatAttr.get(t, 0.0), (str(t), 0.0))
 
 
 #: A static size or offset, or an index value.
@@ -274,6 +294,7 @@ class _Stager:
     def __init__(self, op: ir.Operation, plan: VectorPlan, level_names: Sequence[str], fill: ir.Operation | None,
                  unit: UnitMapping | None = None):
         self.op, self.plan, self.fill, self.unit = op, plan, fill, unit
+        self.constants = _Constants(op)
         # Unit-sized pieces compute whole (zero-padded) tiles: where a tile of the unit's loops is
         # partial, the buffers are cleared before the data arrives, so the padding is zero.
         ext = plan.op.extents
@@ -323,7 +344,8 @@ class _Stager:
             return
         d, rest = tiled[0], tiled[1:]
         e, t = self.plan.op.extents[d], self.plan.tile[d]
-        loop = scf.ForOp(_index(0), _index(e), _index(t))
+        c = self.constants
+        loop = scf.ForOp(c.index(0), c.index(e), c.index(t))
         with ir.InsertionPoint(loop.body):
             iv = loop.induction_variable
             offsets[d] = iv
@@ -399,10 +421,7 @@ class _Stager:
     def _fill(self, value: ir.Value | None, dst: ir.Value) -> None:
         """Fill ``dst`` in the scratchpad with ``value`` (None: zero), a vector op."""
         if value is None:
-            from mlir.dialects import arith
-
-            elt = ir.MemRefType(dst.type).element_type
-            value = arith.ConstantOp(elt, ir.FloatAttr.get(elt, 0.0)).result
+            value = self.constants.zero(ir.MemRefType(dst.type).element_type)
         attributes.set_string(_made(linalg.fill(value, outs=[dst])), attributes.COMPUTE, "vector")
 
     def _unit_ops(self, bufs: Sequence[ir.Value], sizes: Sequence[Mixed]) -> None:
@@ -429,7 +448,8 @@ class _Stager:
                 local[d] = 0
                 nest(i + 1)
                 return
-            loop = scf.ForOp(_index(0), bound if isinstance(bound, ir.Value) else _index(bound), _index(step))
+            c = self.constants
+            loop = scf.ForOp(c.index(0), bound if isinstance(bound, ir.Value) else c.index(bound), c.index(step))
             with ir.InsertionPoint(loop.body):
                 local[d] = loop.induction_variable
                 nest(i + 1)
