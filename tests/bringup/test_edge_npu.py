@@ -33,10 +33,7 @@ def test_every_case_passes_through_the_scratchpad(edge: ChipSpec) -> None:
         assert r.resource_check == "ok", r.name
         counters = r.resources["counters"]
         assert counters.get("bytes:dram->spm", 0) > 0, (r.name, counters)
-        # (fused attention kernels stage their own tiles and do not report bytes per level yet)
-        assert max(r.resources["scratchpad_bytes"].values(), default=0) <= 65536, r.name
-        if not r.name.startswith("attention/"):
-            assert r.resources["scratchpad_bytes"]["spm"] > 0, r.name
+        assert 0 < r.resources["scratchpad_bytes"]["spm"] <= 65536, r.name  # fused attention's buffers too
     convs = {r.name: r.resources["matrix_unit_ops"] for r in results if r.name.startswith("conv2d/f16/")}
     assert len(convs) == 7
     for name, units in convs.items():

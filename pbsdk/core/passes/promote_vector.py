@@ -22,7 +22,8 @@ and layernorm, fills, convolutions — is staged here, in the same tiled form:
 
 Ops the pass cannot stage stay as they are (bodies that read ``linalg.index`` or memory, dynamic shapes,
 index expressions other than sums of loops with positive coefficients, rank-0 operands). What was staged
-is recorded in ``ctx.notes["promote_vector"]`` (one `VectorStaging` per op), which the template target's
+is recorded in ``ctx.notes["promote_vector"]`` (one `VectorStaging` per op, and one `KernelBuffers` per
+fused attention kernel, whose buffers the core allocated earlier), which the template target's
 ``resources()`` counts in the scratchpad bytes it reports.
 """
 
@@ -73,6 +74,36 @@ class VectorStaging:
         for b in self.buffers:
             out[b.level] = out.get(b.level, 0) + b.bytes
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelBuffers:
+    """The scratchpad buffers of a kernel the core staged before this pass (a fused attention kernel),
+    recorded next to the `VectorStaging` records so that a target reports their bytes too."""
+
+    function: str
+    kind: str
+    buffers: tuple[Buffer, ...]
+
+    def bytes_per_level(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for b in self.buffers:
+            out[b.level] = out.get(b.level, 0) + b.bytes
+        return out
+
+
+def kernel_buffers(f: ir.Operation, level_names: Sequence[str]) -> tuple[Buffer, ...]:
+    """Every static ``memref.alloc`` of ``f`` in a scratchpad memory space (live together: a kernel's
+    buffers are allocated once per core)."""
+    out = []
+    for i, alloc in enumerate(ops_named(f, "memref.alloc")):  # type: ignore[arg-type]
+        t = ir.MemRefType(alloc.result.type)
+        space = _space(t)
+        if space == 0 or not t.has_static_shape:
+            continue
+        align = ir.IntegerAttr(alloc.attributes["alignment"]).value if "alignment" in alloc.attributes else 1
+        out.append(Buffer(f"buffer{i}", level_names[space], space, tuple(t.shape), str(t.element_type), align))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------ analysis
@@ -541,18 +572,19 @@ class PromoteVectorOps:
     def apply(self, module: ir.Module, ctx: Any) -> None:
         spec: ChipSpec = ctx.spec
         options = getattr(ctx, "options", None)
-        records: list[VectorStaging] = ctx.notes.setdefault("promote_vector", [])
+        records: list[VectorStaging | KernelBuffers] = ctx.notes.setdefault("promote_vector", [])
         level_names = [m.name for m in spec.memory]
         with module.context:
             self._run(module, spec, options, records, level_names)
 
     @staticmethod
-    def _run(module: ir.Module, spec: ChipSpec, options: Any, records: list[VectorStaging],
+    def _run(module: ir.Module, spec: ChipSpec, options: Any, records: list[VectorStaging | KernelBuffers],
              level_names: Sequence[str]) -> None:
         for f in ops_named(module, "func.func"):
-            if attributes.ATTENTION in f.attributes:
-                continue
             fname = ir.StringAttr(f.attributes["sym_name"]).value
+            if attributes.ATTENTION in f.attributes:
+                records.append(KernelBuffers(fname, "attention", kernel_buffers(f, level_names)))
+                continue
             ops = ops_named(f, "linalg.generic")  # type: ignore[arg-type]
             fills = _folded_fills(ops)
             folded = set(fills.values())
