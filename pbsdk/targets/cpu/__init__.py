@@ -178,6 +178,11 @@ class CpuTarget(Target):
             raise TargetError(f"target 'cpu' needs a chip spec of kind 'cpu'; '{spec.name}' is a {spec.kind}")
 
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
+        return self.scheduling_stages(spec, options) + lowering_stages(spec, options)
+
+    def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
+        """The stages that decide how the host runs the kernels: packed matmul kernels, row fusion, the
+        fork onto the cores."""
         return (
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
@@ -185,6 +190,17 @@ class CpuTarget(Target):
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
+        )
+
+    def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
+        return CpuExecutable(artifact, spec)
+
+
+def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
+    """The stages that lower already-scheduled IR (loops, vectors, memrefs) to LLVM IR for the host JIT,
+    deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
+    schedule runs (nvgpu's `emulate`)."""
+    return (
             Stage("math-approx", fn=MathApprox().apply,
                   description="f32 exp/log/tanh/erf/powf to vectorisable arith polynomials (no libm calls)"),
             Stage("lower-copies", fn=CopiesToLinalg().apply,
@@ -200,7 +216,4 @@ class CpuTarget(Target):
                          "reconcile-unrealized-casts",
                   description="everything to the LLVM dialect; memrefs become bare pointers"),
             Stage("llvm-ir", fn=_to_llvm_ir, description="LLVM IR text (the artifact)"),
-        )
-
-    def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
-        return CpuExecutable(artifact, spec)
+    )

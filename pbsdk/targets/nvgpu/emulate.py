@@ -25,9 +25,6 @@ import numpy as np
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 
-#: cpu-target stages that make scheduling decisions of their own; the emulation skips them.
-CPU_SCHEDULING_STAGES = frozenset({"pack-contractions", "lower-parallel", "tile", "pack", "promote", "parallel"})
-
 _WORKGROUP = re.compile(r",\s*#gpu\.address_space<workgroup>")
 
 
@@ -84,7 +81,7 @@ def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] 
     from pbsdk.core.compiler import resolve
     from pbsdk.core.pipeline import Pipeline, StageContext
     from pbsdk.core.spec import load_spec
-    from pbsdk.targets.cpu import CpuExecutable, CpuTarget
+    from pbsdk.targets.cpu import CpuExecutable, lowering_stages
 
     request = resolve("nvgpu", spec, options)
     ctx_notes: dict[str, Any] = {}
@@ -106,8 +103,7 @@ def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] 
             "func.func(arith-expand{include-bf16=true}))").run(host.operation)
     host_spec = load_spec("host")
     hctx = StageContext(host_spec, notes=dict(ctx_notes))
-    # Only the cpu target's lowering stages: its own tiling/packing/threading would re-schedule the IR
-    # whose schedule is what this run is meant to check.
-    stages = tuple(s for s in CpuTarget().stages(host_spec, hctx.options) if s.name not in CPU_SCHEDULING_STAGES)
-    artifact = Pipeline(stages).run(host, hctx)
+    # Only the host's lowering stages: the cpu target's own scheduling (packing, row fusion, threading)
+    # would re-schedule the IR whose schedule is what this run is meant to check.
+    artifact = Pipeline(lowering_stages(host_spec, hctx.options)).run(host, hctx)
     return EmulatedKernel(artifact, CpuExecutable(artifact, host_spec), scheduled, sctx.notes.get("nvgpu.kernels", []))
