@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pbsdk.core.errors import CompileError
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import scratchpad_capacity
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
@@ -154,16 +155,7 @@ def _quantum(op: VectorOp, d: int, level: MemoryLevel) -> int:
     return max(1, level.alignment_bytes // min(sizes)) if sizes else 1
 
 
-def option(options: Any, name: str, default: Any) -> Any:
-    """Compile option ``name``, from an options object (attribute) or a mapping (key)."""
-    if options is None:
-        return default
-    if isinstance(options, Mapping):
-        return options.get(name, default)
-    return getattr(options, name, default)
-
-
-def plan_vector(spec: ChipSpec, op: VectorOp, options: Any = None,
+def plan_vector(spec: ChipSpec, op: VectorOp, options: Options | Mapping[str, Any] | None = None,
                 multiples: Mapping[int, int] | None = None) -> VectorPlan:
     """Tile sizes per loop for staging ``op`` in the innermost scratchpad (see the module docstring).
 
@@ -177,7 +169,7 @@ def plan_vector(spec: ChipSpec, op: VectorOp, options: Any = None,
     if found is None:
         raise CompileError(f"spec '{spec.name}' has no software-managed level to stage vector work in")
     level, space = found
-    cap = scratchpad_capacity(level, options if options is not None else {})
+    cap = scratchpad_capacity(level, options)
     ones = tuple(grain.get(d, 1) for d in range(len(op.extents)))
     least = footprint(op, ones)
     if least > cap:  # the pass's capacity check names the buffer that does not fit
@@ -185,7 +177,7 @@ def plan_vector(spec: ChipSpec, op: VectorOp, options: Any = None,
                           tuple(a.tile_shape(ones) for a in op.operands), least, cap, cap, False,
                           ((f"{level.name}: even the smallest tile of every operand ({least} B) exceeds its "
                            f"capacity ({cap} B)"),))
-    double = bool(option(options, "double_buffer", True)) and 2 * least <= cap
+    double = as_options(options).double_buffer and 2 * least <= cap
     budget = cap // 2 if double else cap
     reasons = [f"{level.name} (capacity {cap} B{', double-buffered: budget ' + str(budget) + ' B' if double else ''})"]
     tile = list(ones)
