@@ -6,7 +6,8 @@ The registry maps a kebab-case name to a factory that gives a `Stage`:
   ``bufferize``, ``distinct-results``, ``out-params``, ``forward-outputs``) — the very `Stage` objects the
   compile driver runs, not copies;
 - every pass of this package (`pass_classes`: ``copies-to-linalg``, ``fuse-rows``, ``math-approx``,
-  ``pack-contractions``, ``promote``, ...), which targets put in their pipelines. A pass is found by the
+  ``promote``, ``promote-vector``, ...), which targets put in their pipelines (a target's own stages, e.g. the
+  cpu target's ``pack-contractions``, are reached with ``--target``). A pass is found by the
   file naming rule: module ``pbsdk/core/passes/<name>.py`` holds the frozen dataclass whose ``name`` is
   ``<name>`` in kebab-case, so a new pass file is reachable from ``pbsdk opt`` with nothing to register.
   A pass's fields are its options: ``math-approx{ops=exp,tanh}`` or ``copies-to-linalg{only-strided=false}``
