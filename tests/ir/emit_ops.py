@@ -16,11 +16,14 @@ def show(title, fn, *shapes, dtype=f32):
 # Broadcasting reads size-1 and missing dims with constant or dropped indices; scalars are splats.
 show("broadcast", lambda a, b: a * b + 2.0, (3, 1, 5), (4, 1))
 # CHECK-LABEL: ----- broadcast
-# CHECK: func.func @main(%arg0: tensor<3x1x5xf32>, %arg1: tensor<4x1xf32>) -> (tensor<3x4x5xf32>)
-# CHECK: affine_map<(d0, d1, d2) -> (d0, 0, d2)>, affine_map<(d0, d1, d2) -> (d1, 0)>
+# CHECK: #[[A:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d0, 0, d2)>
+# CHECK: #[[B:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d1, 0)>
+# CHECK: #[[SPLAT:map[0-9]*]] = affine_map<(d0, d1, d2) -> ()>
+# CHECK: func.func @main(%arg0: tensor<3x1x5xf32>, %arg1: tensor<4x1xf32>) -> tensor<3x4x5xf32>
+# CHECK: indexing_maps = [#[[A]], #[[B]], #{{map[0-9]*}}]
 # CHECK: arith.mulf
 # CHECK: arith.constant dense<2.0{{0*}}e+00> : tensor<f32>
-# CHECK: affine_map<(d0, d1, d2) -> ()>
+# CHECK: indexing_maps = [#{{map[0-9]*}}, #[[SPLAT]], #{{map[0-9]*}}]
 # CHECK: arith.addf
 
 # Plain 2-D and equal-batch matmuls stay named ops (what the packed kernels take): a transposed operand is
@@ -38,7 +41,10 @@ show("matmul-bt", lambda a, b: ops.matmul(a, b, transpose_b=True), (2, 5, 7), (3
 # CHECK: tensor.expand_shape %{{.*}} {{\[}}[0, 1], [2]] output_shape [2, 5, 3]
 show("matmul-bcast", lambda a, b: a @ b, (1, 5, 7), (2, 7, 3))
 # CHECK-LABEL: ----- matmul-bcast
-# CHECK: affine_map<(d0, d1, d2, d3) -> (0, d1, d3)>, affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>, affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+# CHECK: #[[A:map[0-9]*]] = affine_map<(d0, d1, d2, d3) -> (0, d1, d3)>
+# CHECK: #[[B:map[0-9]*]] = affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>
+# CHECK: #[[C:map[0-9]*]] = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>
+# CHECK: indexing_maps = [#[[A]], #[[B]], #[[C]]]
 # CHECK-SAME: iterator_types = ["parallel", "parallel", "parallel", "reduction"]
 
 # f16 contractions accumulate in f32 and round once at the end.
@@ -50,18 +56,21 @@ show("matmul-f16", lambda a, b: a @ b, (4, 8), (8, 4), dtype=np.float16)
 # Reductions: a fill with the identity, then a generic with reduction iterators.
 show("reduce", lambda a: ops.max(a, axis=(0, 2)), (3, 4, 5))
 # CHECK-LABEL: ----- reduce
-# CHECK: arith.constant 0xff800000 : f32
-# CHECK: affine_map<(d0, d1, d2) -> (d0, d1, d2)>, affine_map<(d0, d1, d2) -> (d1)>
+# CHECK: #[[IN:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+# CHECK: #[[OUT:map[0-9]*]] = affine_map<(d0, d1, d2) -> (d1)>
+# CHECK: arith.constant 0xFF800000 : f32
+# CHECK: indexing_maps = [#[[IN]], #[[OUT]]]
 # CHECK-SAME: iterator_types = ["reduction", "parallel", "reduction"]
 # CHECK: arith.maximumf
 
 # Grouped, strided, dilated, padded conv2d: tensor.pad, channels split into groups, one generic.
 show("conv", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9), (6, 2, 3, 3))
 # CHECK-LABEL: ----- conv
+# CHECK: #[[X:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6 * 2, d4 * 2 + d7 * 2)>
 # CHECK: tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1]
 # CHECK: tensor.expand_shape {{.*}} output_shape [1, 2, 2, 11, 11]
 # CHECK: tensor.expand_shape %arg1 {{.*}} output_shape [2, 3, 2, 3, 3]
-# CHECK: affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6 * 2, d4 * 2 + d7 * 2)>
+# CHECK: linalg.generic {indexing_maps = [#[[X]],
 # CHECK: tensor.collapse_shape {{.*}} into tensor<1x6x4x4xf32>
 
 # Layout ops: transpose is linalg.transpose; reshape is a collapse and an expand (views after bufferization).

@@ -1,142 +1,124 @@
-"""Emit a `Graph` as MLIR at the linalg-on-tensors level.
+"""Build a `Graph` as MLIR at the linalg-on-tensors level, with the MLIR Python bindings' builders.
 
 Every graph op becomes one linalg op (``linalg.generic`` with explicit indexing maps for elementwise ops
 with broadcasting, reductions, contractions with transposed or broadcast operands, and convolutions;
 named ops where they say the same thing: ``linalg.matmul``, ``linalg.batch_matmul``, ``linalg.transpose``),
 so the rest of the pipeline — fusion, tiling, bufferization — is upstream MLIR working on upstream ops.
 Half-precision elementwise math is computed in f32 inside the op body and rounded once on the way out.
+
+`build_graph` returns the ``ir.Module``; `emit_graph` returns its text (what the frontends hand to
+`pbsdk.core.compiler.compile_text`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from mlir import ir
+from mlir.dialects import arith, bufferization, func, linalg, memref, tensor
+from mlir.dialects import math as math_d
 
-from pbsdk.core.errors import UnsupportedError
+from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.ir.builder import (
+    affine_map,
+    dims,
+    element_type,
+    fill,
+    float_constant,
+    generic,
+    reassociation,
+    tensor_type,
+)
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, TensorType, Value
 from pbsdk.core.options import Options, as_options
-
-
-def mlir_type(t: TensorType) -> str:
-    return f"tensor<{''.join(f'{d}x' for d in t.shape)}{t.dtype}>"
 
 
 def _compute_dtype(dtype: str) -> str:
     return "f32" if dtype in ("f16", "bf16") else dtype
 
 
-def _dims(n: int, offset: int = 0) -> list[str]:
-    return [f"d{i + offset}" for i in range(n)]
-
-
-def _map(n_loops: int, results: Sequence[str]) -> str:
-    return f"affine_map<({', '.join(_dims(n_loops))}) -> ({', '.join(results)})>"
-
-
-def _broadcast_results(in_shape: tuple[int, ...], out_shape: tuple[int, ...], loops: Sequence[str]) -> list[str]:
+def _broadcast_results(in_shape: tuple[int, ...], out_shape: tuple[int, ...],
+                       loops: Sequence[ir.AffineExpr]) -> list[ir.AffineExpr | int]:
     """Index expressions reading an operand broadcast (numpy rules) against ``out_shape``."""
     offset = len(out_shape) - len(in_shape)
-    return ["0" if d == 1 and out_shape[offset + i] != 1 else loops[offset + i] for i, d in enumerate(in_shape)]
+    return [0 if d == 1 and out_shape[offset + i] != 1 else loops[offset + i] for i, d in enumerate(in_shape)]
 
 
-def _float_hex(array: np.ndarray, dtype: str) -> str:
-    data = np.ascontiguousarray(array.astype(DTYPE_TO_NUMPY[dtype])).tobytes()
-    return '"0x' + data.hex().upper() + '"'
+def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
+    """A dense constant of ``array`` (any shape holding ``t.size`` values) converted to ``t``'s dtype: a
+    splat when it holds one value."""
+    if array.size == 1:
+        return ir.DenseElementsAttr.get_splat(tensor_type(t.shape, t.dtype),
+                                              ir.FloatAttr.get(element_type(t.dtype), float(array.reshape(()))))
+    data = np.ascontiguousarray(array.astype(DTYPE_TO_NUMPY[t.dtype]).reshape(t.shape))
+    return ir.DenseElementsAttr.get(data, type=element_type(t.dtype))
 
 
 class _Emitter:
-    def __init__(self, graph: Graph, func_name: str, fused: Sequence[Any] = ()) -> None:
+    """Builds the entry function ``func_name`` of one graph into ``module`` (at the context and location in
+    effect): one op method per graph op, each building at the current insertion point and recording the
+    ``ir.Value`` of its node's result."""
+
+    def __init__(self, graph: Graph, module: ir.Module, func_name: str, fused: Sequence[Any] = ()) -> None:
         self.graph = graph
-        self.func_name = func_name
-        self.lines: list[str] = []
-        self.names: dict[int, str] = {}
-        self.counter = 0
+        ftype = ir.FunctionType.get([tensor_type(v.shape, v.dtype) for v in graph.inputs],
+                                    [tensor_type(v.shape, v.dtype) for v in graph.outputs])
+        with ir.InsertionPoint(module.body):
+            self.entry = func.FuncOp(func_name, ftype)
+        self.entry.attributes["llvm.emit_c_interface"] = ir.UnitAttr.get()
+        self.values: dict[int, ir.Value] = {}
+        self.producers = {n.out.id: n for n in graph.nodes}
         # Fused attention (pbsdk.core.ir.attention): (match, plan) pairs; their nodes are not emitted
         # one by one, the kernel functions go before the entry function.
         self.fused = {m.out.id: (m, p) for m, p in fused}
         self.skipped = {i for m, _ in fused for i in m.covered}
-        self.kernels: list[str] = []
+        self.kernels = 0
+        self.reassoc_math = ir.Attribute.parse("#arith.fastmath<reassoc>")
 
     # -- helpers --------------------------------------------------------------------------------------
-    def fresh(self, hint: str = "v") -> str:
-        self.counter += 1
-        return f"%{hint}{self.counter}"
+    def value(self, v: Value) -> ir.Value:
+        return self.values[v.id]
 
-    def name(self, v: Value) -> str:
-        return self.names[v.id]
+    def empty(self, t: TensorType) -> ir.Value:
+        return tensor.EmptyOp(list(t.shape), element_type(t.dtype)).result
 
-    def emit(self, line: str) -> None:
-        self.lines.append("    " + line)
-
-    def empty(self, t: TensorType) -> str:
-        name = self.fresh("init")
-        self.emit(f"{name} = tensor.empty() : {mlir_type(t)}")
-        return name
-
-    def filled(self, t: TensorType, value: float) -> str:
+    def filled(self, t: TensorType, value: float) -> ir.Value:
         init = self.empty(t)
-        cst = self.fresh("c")
-        self.emit(f"{cst} = arith.constant {self.scalar_literal(value, t.dtype)} : {t.dtype}")
-        name = self.fresh("fill")
-        self.emit(f"{name} = linalg.fill ins({cst} : {t.dtype}) outs({init} : {mlir_type(t)}) -> {mlir_type(t)}")
-        return name
+        cst = float_constant(value, element_type(t.dtype))
+        return fill(cst, init)
 
-    @staticmethod
-    def scalar_literal(value: float, dtype: str) -> str:
-        if math.isfinite(value):
-            return f"{float(value):.17e}"  # always has a '.', which MLIR's float literals need
-        bits = np.array([value], dtype=DTYPE_TO_NUMPY[dtype]).view(f"u{np.dtype(DTYPE_TO_NUMPY[dtype]).itemsize}")
-        return hex(int(bits[0]))
-
-    def generic(self, *, out: Value, ins: Sequence[tuple[str, TensorType, list[str]]], init: str,
-                out_results: list[str], n_loops: int, iterators: Sequence[str], body: list[str],
-                result: str = "%r") -> None:
-        """Emit a linalg.generic; ``body`` lines use %in0.., %acc; ``result`` is the value yielded."""
-        maps = [_map(n_loops, r) for _, _, r in ins] + [_map(n_loops, out_results)]
-        ins_txt = ", ".join(n for n, _, _ in ins)
-        ins_types = ", ".join(mlir_type(t) for _, t, _ in ins)
-        out_t = mlir_type(out.type)
-        name = self.fresh("v")
-        its = ", ".join(f'"{i}"' for i in iterators)
-        head = f"{name} = linalg.generic {{indexing_maps = [{', '.join(maps)}], iterator_types = [{its}]}}"
-        head += f" ins({ins_txt} : {ins_types})" if ins else ""
-        head += f" outs({init} : {out_t}) {{"
-        self.emit(head)
-        args = ", ".join([f"%in{i}: {t.dtype}" for i, (_, t, _) in enumerate(ins)] + [f"%acc: {out.dtype}"])
-        self.emit(f"^bb0({args}):")
-        for line in body:
-            self.emit("  " + line)
-        self.emit(f"  linalg.yield {result} : {out.dtype}")
-        self.emit(f"}} -> {out_t}")
-        self.names[out.id] = name
+    def generic(self, *, ins: Sequence[tuple[ir.Value, list[ir.AffineExpr | int]]],
+                init: ir.Value, out_results: Sequence[ir.AffineExpr], n_loops: int, iterators: Sequence[str],
+                body: Callable[[Sequence[ir.Value]], ir.Value]) -> ir.Value:
+        """A linalg.generic over ``n_loops`` loops; ``body`` gets the block arguments (inputs, then the
+        accumulator) and returns the value to yield."""
+        return generic([(v, affine_map(n_loops, r)) for v, r in ins], init, affine_map(n_loops, out_results),
+                       iterators, body)
 
     # -- ops ------------------------------------------------------------------------------------------
-    def run(self) -> str:
+    def run(self) -> None:
         g = self.graph
-        args = ", ".join(f"%arg{i}: {mlir_type(v.type)}" for i, v in enumerate(g.inputs))
-        for i, v in enumerate(g.inputs):
-            self.names[v.id] = f"%arg{i}"
-        results = ", ".join(mlir_type(v.type) for v in g.outputs)
-        for node in g.live_nodes():
-            if node.out.id in self.fused:
-                self.op_attention(*self.fused[node.out.id])
-            elif node.op != "input" and node.out.id not in self.skipped:
-                getattr(self, "op_" + _method(node.op))(node)
-        rets = ", ".join(self.name(v) for v in g.outputs)
-        types = ", ".join(mlir_type(v.type) for v in g.outputs)
-        header = f"  func.func @{self.func_name}({args}) -> ({results}) attributes {{llvm.emit_c_interface}} {{"
-        return "\n".join(["module {", *self.kernels, header, *self.lines, f"    return {rets} : {types}", "  }",
-                          "}", ""])
+        block = self.entry.add_entry_block()
+        for v, arg in zip(g.inputs, block.arguments):
+            self.values[v.id] = arg
+        with ir.InsertionPoint(block):
+            for node in g.live_nodes():
+                if node.out.id in self.fused:
+                    self.op_attention(*self.fused[node.out.id])
+                elif node.op != "input" and node.out.id not in self.skipped:
+                    getattr(self, "op_" + _method(node.op))(node)
+            func.ReturnOp([self.value(v) for v in g.outputs])
 
     def op_attention(self, match: Any, plan: Any) -> None:
         """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` (``"lanes"`` plans) or
         `pbsdk.core.ir.attention_tiles` (``"scratchpad"`` plans) on the operands' buffers."""
-        from pbsdk.core.ir.attention_kernel import KernelOperands, kernel_text, memref_type
+        from pbsdk.core.ir.attention_kernel import KernelOperands, kernel_text
 
-        name = f"__pbsdk_attn{len(self.kernels)}"
+        name = f"__pbsdk_attn{self.kernels}"
+        self.kernels += 1
         bases = [match.q.base, match.k.base, match.v.base] + ([match.mask.base] if match.mask else [])
         ops = KernelOperands(q=match.q, k=match.k, v=match.v, mask=match.mask, q_shape=bases[0].shape,
                              k_shape=bases[1].shape, v_shape=bases[2].shape,
@@ -145,52 +127,45 @@ class _Emitter:
         if plan.schedule == "scratchpad":
             from pbsdk.core.ir.attention_tiles import tiles_kernel_text
 
-            self.kernels.append(tiles_kernel_text(name, plan, ops))
+            text = tiles_kernel_text(name, plan, ops)
         else:
-            self.kernels.append(kernel_text(name, plan, ops))
-        buffers, types = [], []
-        for b in bases:
-            buf, ty = self.fresh("buf"), memref_type(b.shape, b.dtype)
-            self.emit(f"{buf} = bufferization.to_buffer {self.name(b)} read_only : {mlir_type(b.type)} to {ty}")
-            buffers.append(buf)
-            types.append(ty)
-        out_ty = memref_type(match.out.shape, match.out.dtype)
-        ob, res = self.fresh("attnbuf"), self.fresh("attn")
-        self.emit(f"{ob} = memref.alloc() {{alignment = 64 : i64}} : {out_ty}")
-        self.emit(f"func.call @{name}({', '.join(buffers + [ob])}) : ({', '.join(types + [out_ty])}) -> ()")
-        self.emit(f"{res} = bufferization.to_tensor {ob} restrict writable : {out_ty} to {mlir_type(match.out.type)}")
-        self.names[match.out.id] = res
+            text = kernel_text(name, plan, ops)
+        # The one text boundary left: the kernel generators still write their functions as MLIR text. They
+        # are parsed here (in the current context) and moved in front of the entry function.
+        try:
+            kernel = ir.Module.parse(text)
+        except ir.MLIRError as exc:
+            raise CompileError(f"the fused attention kernel {name} does not parse: {exc}", stage="emit",
+                               op="attention") from exc
+        for op in list(kernel.body.operations):
+            op.move_before(self.entry)
+        buffers = [bufferization.ToBufferOp(_memref(b.type), self.value(b), read_only=True).result for b in bases]
+        out_ty = _memref(match.out.type)
+        out = memref.AllocOp(out_ty, [], [], alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64))
+        func.CallOp([], ir.FlatSymbolRefAttr.get(name), [*buffers, out.result])
+        self.values[match.out.id] = bufferization.ToTensorOp(tensor_type(match.out.shape, match.out.dtype),
+                                                             out.result, restrict=True, writable=True).result
 
     def op_const(self, node: Node) -> None:
-        value = np.asarray(node.attrs["value"])
-        name = self.fresh("cst")
         t = node.out.type
-        if value.size == 1:
-            literal = self.scalar_literal(float(value.reshape(())), t.dtype)
-            self.emit(f"{name} = arith.constant dense<{literal}> : {mlir_type(t)}")
-        else:
-            self.emit(f"{name} = arith.constant dense<{_float_hex(value, t.dtype)}> : {mlir_type(t)}")
-        self.names[node.out.id] = name
+        self.values[node.out.id] = arith.ConstantOp(tensor_type(t.shape, t.dtype),
+                                                    _dense(np.asarray(node.attrs["value"]), t)).result
 
     def op_elementwise(self, node: Node) -> None:
         out = node.out
         rank = len(out.shape)
-        loops = _dims(rank)
+        loops = dims(rank)
         cdt = _compute_dtype(out.dtype)
-        ins = [(self.name(v), v.type, _broadcast_results(v.shape, out.shape, loops)) for v in node.inputs]
-        body: list[str] = []
-        operands = []
-        for i, v in enumerate(node.inputs):
-            body += _convert(f"%in{i}", v.dtype, cdt, f"%x{i}")
-            operands.append(f"%x{i}" if v.dtype != cdt else f"%in{i}")
-        scalar = _scalar_body(node, operands, cdt)  # defines %y last; empty for cast/broadcast
-        body += scalar
-        value = "%y" if scalar else operands[0]
-        if cdt != out.dtype:
-            body += _convert(value, cdt, out.dtype, "%r")
-            value = "%r"
-        self.generic(out=out, ins=ins, init=self.empty(out.type), out_results=loops, n_loops=rank,
-                     iterators=["parallel"] * rank, body=body, result=value)
+        ct = element_type(cdt)
+        ins = [(self.value(v), _broadcast_results(v.shape, out.shape, loops)) for v in node.inputs]
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            operands = [_convert(a, v.dtype, cdt) for a, v in zip(args, node.inputs)]
+            y = _scalar_body(node, operands, ct)  # None for cast/broadcast: the (converted) operand itself
+            return _convert(operands[0] if y is None else y, cdt, out.dtype)
+
+        self.values[out.id] = self.generic(ins=ins, init=self.empty(out.type), out_results=loops,
+                                           n_loops=rank, iterators=["parallel"] * rank, body=body)
 
     op_cast = op_elementwise
     op_broadcast = op_elementwise
@@ -200,22 +175,21 @@ class _Emitter:
         axes = node.attrs["axes"]
         out = node.out
         rank = len(x.shape)
-        loops = _dims(rank)
+        loops = dims(rank)
         kind = node.op.removeprefix("reduce_")
         init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf}[kind]
         init = self.filled(out.type, init_value)
-        body = []
-        operand = "%in0"
-        if x.dtype != out.dtype:
-            body.append(f"%x0 = arith.extf %in0 : {x.dtype} to {out.dtype}")
-            operand = "%x0"
-        op = {"sum": "arith.addf", "max": "arith.maximumf", "min": "arith.minimumf"}[kind]
-        # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length), and
-        # without it LLVM cannot vectorise the loop.
-        body.append(f"%r = {op} {operand}, %acc fastmath<reassoc> : {out.dtype}")
-        self.generic(out=out, ins=[(self.name(x), x.type, loops)], init=init,
-                     out_results=[d for i, d in enumerate(loops) if i not in axes], n_loops=rank,
-                     iterators=["reduction" if i in axes else "parallel" for i in range(rank)], body=body)
+        combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf}[kind]
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length),
+            # and without it LLVM cannot vectorise the loop.
+            return combine(_convert(args[0], x.dtype, out.dtype), args[1], fastmath=self.reassoc_math)
+
+        kept = [d for i, d in enumerate(loops) if i not in axes]
+        self.values[out.id] = self.generic(
+            ins=[(self.value(x), list(loops))], init=init, out_results=kept, n_loops=rank,
+            iterators=["reduction" if i in axes else "parallel" for i in range(rank)], body=body)
 
     def op_matmul(self, node: Node) -> None:
         a, b = node.inputs
@@ -239,63 +213,48 @@ class _Emitter:
                     TensorType((lead, *bt.shape[-2:]), bt.dtype)
             ot = TensorType((math.prod(out.shape[:-2]), *out.shape[-2:]), out.dtype) if nb > 1 else out.type
             init = self.filled(ot, 0.0)
-            name = self.fresh("mm")
-            opname = "linalg.matmul" if nb == 0 else "linalg.batch_matmul"
-            self.emit(f"{name} = {opname} ins({an}, {bn} : {mlir_type(at)}, "
-                      f"{mlir_type(bt)}) outs({init} : {mlir_type(ot)}) -> {mlir_type(ot)}")
+            mm = (linalg.matmul if nb == 0 else linalg.batch_matmul)(an, bn, outs=[init])
             if nb > 1:
-                name = self.expand(name, ot, out.type, [list(range(nb))] + [[nb], [nb + 1]])
-            self.names[out.id] = name
+                mm = self.expand(mm, ot, out.type, [list(range(nb))] + [[nb], [nb + 1]])
+            self.values[out.id] = mm
             return
         if nb >= 1 and not ta and len(b.shape) == 2 and a.shape[:-2] == out.shape[:-2]:
             # (batch..., m, k) @ (k, n): one (batch*m, k) @ (k, n) matmul on views (x @ W in a model).
             rows = math.prod(a.shape[:-1])
             groups = [list(range(nb + 1)), [nb + 1]]
-            at = TensorType((rows, a.shape[-1]), a.dtype)
-            an = self.collapse(self.name(a), a.type, at, groups)
-            bn, bt = self.row_major(b, tb)
+            an = self.collapse(self.value(a), a.type, TensorType((rows, a.shape[-1]), a.dtype), groups)
+            bn, _ = self.row_major(b, tb)
             ot = TensorType((rows, out.shape[-1]), out.dtype)
             init = self.filled(ot, 0.0)
-            name = self.fresh("mm")
-            self.emit(f"{name} = linalg.matmul ins({an}, {bn} : {mlir_type(at)}, {mlir_type(bt)}) "
-                      f"outs({init} : {mlir_type(ot)}) -> {mlir_type(ot)}")
-            self.names[out.id] = self.expand(name, ot, out.type, groups)
+            self.values[out.id] = self.expand(linalg.matmul(an, bn, outs=[init]), ot, out.type, groups)
             return
         # General case: loops (batch..., m, n, k); operands broadcast over batch and read transposed.
-        loops = _dims(nb + 3)
+        loops = dims(nb + 3)
         batch, m, n, k = loops[:nb], loops[nb], loops[nb + 1], loops[nb + 2]
 
-        def operand_map(v: Value, rows: str, cols: str, transposed: bool) -> list[str]:
+        def operand_map(v: Value, rows: ir.AffineExpr, cols: ir.AffineExpr,
+                        transposed: bool) -> list[ir.AffineExpr | int]:
             vb = v.shape[:-2]
             lead = _broadcast_results(vb, out.shape[:-2], batch) if vb else []
             return lead + ([cols, rows] if transposed else [rows, cols])
 
-        ins = [(self.name(a), a.type, operand_map(a, m, k, ta)), (self.name(b), b.type, operand_map(b, k, n, tb))]
-        body = _mac_body(a.dtype, b.dtype, out.dtype)
-        self.generic(out=out, ins=ins, init=self.filled(out.type, 0.0), out_results=batch + [m, n],
-                     n_loops=nb + 3, iterators=["parallel"] * (nb + 2) + ["reduction"], body=body)
+        ins = [(self.value(a), operand_map(a, m, k, ta)), (self.value(b), operand_map(b, k, n, tb))]
+        self.values[out.id] = self.generic(
+            ins=ins, init=self.filled(out.type, 0.0), out_results=[*batch, m, n], n_loops=nb + 3,
+            iterators=["parallel"] * (nb + 2) + ["reduction"], body=_mac_body(a.dtype, b.dtype, out.dtype))
 
-    def producer(self, v: Value) -> Node | None:
-        if not hasattr(self, "_producers"):
-            self._producers = {n.out.id: n for n in self.graph.nodes}
-        return self._producers.get(v.id)
-
-    def row_major(self, v: Value, transposed: bool) -> tuple[str, TensorType]:
+    def row_major(self, v: Value, transposed: bool) -> tuple[ir.Value, TensorType]:
         """``v``, or its last two axes swapped when ``transposed``: a folded constant where ``v`` is one."""
         if not transposed:
-            return self.name(v), v.type
+            return self.value(v), v.type
         shape = (*v.shape[:-2], v.shape[-1], v.shape[-2])
         t = TensorType(shape, v.dtype)
-        src = self.producer(v)
-        name = self.fresh("tr")
+        src = self.producers.get(v.id)
         if src is not None and src.op == "const" and np.asarray(src.attrs["value"]).shape == v.shape:
-            value = np.ascontiguousarray(np.swapaxes(np.asarray(src.attrs["value"]), -1, -2))
-            self.emit(f"{name} = arith.constant dense<{_float_hex(value, v.dtype)}> : {mlir_type(t)}")
-            return name, t
-        perm = ", ".join(map(str, [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]))
-        self.emit(f"{name} = linalg.transpose ins({self.name(v)} : {mlir_type(v.type)}) "
-                  f"outs({self.empty(t)} : {mlir_type(t)}) permutation = [{perm}]")
-        return name, t
+            value = np.swapaxes(np.asarray(src.attrs["value"]), -1, -2)
+            return arith.ConstantOp(tensor_type(shape, v.dtype), _dense(value, t)).result, t
+        perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
+        return linalg.transpose(self.value(v), outs=[self.empty(t)], permutation=perm).results[0], t
 
     def op_conv2d(self, node: Node) -> None:
         x, w = node.inputs
@@ -303,25 +262,23 @@ class _Emitter:
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
         (pt, pb), (pl, pr) = node.attrs["padding"]
         groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
-        xname = self.name(x)
+        xv = self.value(x)
         xt = x.type
         if pt or pb or pl or pr:
             # Zero padding as a tensor.pad on the spatial dims.
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
             hi = [0, 0, pb, pr] if not nhwc else [0, pb, pr, 0]
-            shape = tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape))
-            padded = TensorType(shape, xt.dtype)
-            zero, name = self.fresh("zero"), self.fresh("pad")
-            self.emit(f"{zero} = arith.constant 0.0 : {xt.dtype}")
-            self.emit(f"{name} = tensor.pad {xname} low[{', '.join(map(str, lo))}] high[{', '.join(map(str, hi))}] {{")
-            self.emit("^bb0(" + ", ".join(f"%p{i}: index" for i in range(4)) + "):")
-            self.emit(f"  tensor.yield {zero} : {xt.dtype}")
-            self.emit(f"}} : {mlir_type(xt)} to {mlir_type(padded)}")
-            xname, xt = name, padded
+            padded = TensorType(tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape)), xt.dtype)
+            zero = float_constant(0.0, element_type(xt.dtype))
+            pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
+            with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
+                tensor.YieldOp(zero)
+            xv, xt = pad.result, padded
         if groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64"):
-            self._conv2d_as_matmul(node, xname, xt)
+            self._conv2d_as_matmul(node, xv, xt)
             return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
+        d = dims(8)
         if nhwc:
             n_, h_, w_, _ = xt.shape
             kh, kw, cg, o = w.shape
@@ -329,12 +286,12 @@ class _Emitter:
             xg = TensorType((n_, h_, w_, groups, cg), xt.dtype)
             wg = TensorType((kh, kw, cg, groups, og), w.dtype)
             og_t = TensorType((n_, out.shape[1], out.shape[2], groups, og), out.dtype)
-            xname = self.expand(xname, xt, xg, [[0], [1], [2], [3, 4]])
-            wname = self.expand(self.name(w), w.type, wg, [[0], [1], [2], [3, 4]])
+            xv = self.expand(xv, xt, xg, [[0], [1], [2], [3, 4]])
+            wv = self.expand(self.value(w), w.type, wg, [[0], [1], [2], [3, 4]])
             # loops: n oh ow g og kh kw c
-            ins = [(xname, xg, ["d0", f"d1 * {sh} + d5 * {dh}", f"d2 * {sw} + d6 * {dw}", "d3", "d7"]),
-                   (wname, wg, ["d5", "d6", "d7", "d3", "d4"])]
-            out_results = ["d0", "d1", "d2", "d3", "d4"]
+            ins: list[tuple[ir.Value, list[ir.AffineExpr | int]]] = [
+                (xv, [d[0], d[1] * sh + d[5] * dh, d[2] * sw + d[6] * dw, d[3], d[7]]),
+                (wv, [d[5], d[6], d[7], d[3], d[4]])]
             reassoc = [[0], [1], [2], [3, 4]]
         else:
             n_, _, h_, w_ = xt.shape
@@ -343,22 +300,19 @@ class _Emitter:
             xg = TensorType((n_, groups, cg, h_, w_), xt.dtype)
             wg = TensorType((groups, og, cg, kh, kw), w.dtype)
             og_t = TensorType((n_, groups, og, out.shape[2], out.shape[3]), out.dtype)
-            xname = self.expand(xname, xt, xg, [[0], [1, 2], [3], [4]])
-            wname = self.expand(self.name(w), w.type, wg, [[0, 1], [2], [3], [4]])
+            xv = self.expand(xv, xt, xg, [[0], [1, 2], [3], [4]])
+            wv = self.expand(self.value(w), w.type, wg, [[0, 1], [2], [3], [4]])
             # loops: n g og oh ow c kh kw
-            ins = [(xname, xg, ["d0", "d1", "d5", f"d3 * {sh} + d6 * {dh}", f"d4 * {sw} + d7 * {dw}"]),
-                   (wname, wg, ["d1", "d2", "d5", "d6", "d7"])]
-            out_results = ["d0", "d1", "d2", "d3", "d4"]
+            ins = [(xv, [d[0], d[1], d[5], d[3] * sh + d[6] * dh, d[4] * sw + d[7] * dw]),
+                   (wv, [d[1], d[2], d[5], d[6], d[7]])]
             reassoc = [[0], [1, 2], [3], [4]]
-        grouped = Value(og_t)
-        self.generic(out=grouped, ins=ins, init=self.filled(og_t, 0.0), out_results=out_results, n_loops=8,
-                     iterators=["parallel"] * 5 + ["reduction"] * 3, body=_mac_body(x.dtype, w.dtype, out.dtype))
-        name = self.fresh("conv")
-        self.emit(f"{name} = tensor.collapse_shape {self.name(grouped)} {_reassoc(reassoc)} : "
-                  f"{mlir_type(og_t)} into {mlir_type(out.type)}")
-        self.names[out.id] = name
+        grouped = self.generic(ins=ins, init=self.filled(og_t, 0.0), out_results=d[:5], n_loops=8,
+                               iterators=["parallel"] * 5 + ["reduction"] * 3,
+                               body=_mac_body(x.dtype, w.dtype, out.dtype))
+        self.values[out.id] = tensor.CollapseShapeOp(tensor_type(out.shape, out.dtype), grouped,
+                                                     reassociation(reassoc)).result
 
-    def _conv2d_as_matmul(self, node: Node, xname: str, xt: TensorType) -> None:
+    def _conv2d_as_matmul(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
         """An ungrouped conv2d as one contraction: the (padded) input's patches gathered into a column
         matrix (im2col; skipped for 1x1 stride-1 kernels, where the input already is that matrix), times
         the weights viewed as a matrix. The contraction then gets the planner's packed kernel."""
@@ -376,21 +330,18 @@ class _Emitter:
             rows, depth = n_ * oh * ow, kh * kw * c_
             cols_t = TensorType((rows, depth), dt)
             if pointwise:
-                cols = self.collapse(xname, xt, cols_t, [[0, 1, 2], [3]])
+                cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
             else:
                 patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
-                patches = self.patches(xname, xt, patches_t, kh, kw, lambda i, j: (
+                patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
                     [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
                     [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
                 cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
-            wmat_t = TensorType((depth, o), dt)
-            wmat = self.collapse(self.name(w), w.type, wmat_t, [[0, 1, 2], [3]])
+            wmat = self.collapse(self.value(w), w.type, TensorType((depth, o), dt), [[0, 1, 2], [3]])
             mm_t = TensorType((rows, o), dt)
             init = self.filled(mm_t, 0.0)
-            mm = self.fresh("mm")
-            self.emit(f"{mm} = linalg.matmul ins({cols}, {wmat} : {mlir_type(cols_t)}, {mlir_type(wmat_t)}) "
-                      f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
-            self.names[out.id] = self.expand(mm, mm_t, out.type, [[0, 1, 2], [3]])
+            mm = linalg.matmul(cols, wmat, outs=[init])
+            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0, 1, 2], [3]])
             return
         n_, c_, _hp, _wp = xt.shape
         o, _, kh, kw = w.shape
@@ -399,37 +350,29 @@ class _Emitter:
         depth, pixels = c_ * kh * kw, oh * ow
         cols_t = TensorType((n_, depth, pixels), dt)
         if pointwise:
-            cols = self.collapse(xname, xt, cols_t, [[0], [1], [2, 3]])
+            cols = self.collapse(xv, xt, cols_t, [[0], [1], [2, 3]])
         else:
             patches_t = TensorType((n_, c_, kh, kw, oh, ow), dt)
-            patches = self.patches(xname, xt, patches_t, kh, kw, lambda i, j: (
+            patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
                 [0, 0, i * dh, j * dw], [n_, c_, oh, ow], [1, 1, sh, sw],
                 [0, 0, i, j, 0, 0], [n_, c_, 1, 1, oh, ow]))
             cols = self.collapse(patches, patches_t, cols_t, [[0], [1, 2, 3], [4, 5]])
         wmat_t = TensorType((o, depth), dt)
-        wmat = self.collapse(self.name(w), w.type, wmat_t, [[0], [1, 2, 3]])
+        wmat = self.collapse(self.value(w), w.type, wmat_t, [[0], [1, 2, 3]])
         if n_ == 1:
-            c2_t = TensorType((depth, pixels), dt)
-            cols2 = self.collapse(cols, cols_t, c2_t, [[0, 1], [2]])
+            cols2 = self.collapse(cols, cols_t, TensorType((depth, pixels), dt), [[0, 1], [2]])
             mm_t = TensorType((o, pixels), dt)
             init = self.filled(mm_t, 0.0)
-            mm = self.fresh("mm")
-            self.emit(f"{mm} = linalg.matmul ins({wmat}, {cols2} : {mlir_type(wmat_t)}, {mlir_type(c2_t)}) "
-                      f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
-            self.names[out.id] = self.expand(mm, mm_t, out.type, [[0, 1], [2, 3]])
+            mm = linalg.matmul(wmat, cols2, outs=[init])
+            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0, 1], [2, 3]])
             return
-        wb_t = TensorType((n_, o, depth), dt)
-        wb = self.fresh("wb")
-        self.emit(f"{wb} = linalg.broadcast ins({wmat} : {mlir_type(wmat_t)}) outs({self.empty(wb_t)} : "
-                  f"{mlir_type(wb_t)}) dimensions = [0]")
+        wb = linalg.broadcast(wmat, outs=[self.empty(TensorType((n_, o, depth), dt))], dimensions=[0]).results[0]
         mm_t = TensorType((n_, o, pixels), dt)
         init = self.filled(mm_t, 0.0)
-        mm = self.fresh("mm")
-        self.emit(f"{mm} = linalg.batch_matmul ins({wb}, {cols} : {mlir_type(wb_t)}, {mlir_type(cols_t)}) "
-                  f"outs({init} : {mlir_type(mm_t)}) -> {mlir_type(mm_t)}")
-        self.names[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
+        mm = linalg.batch_matmul(wb, cols, outs=[init])
+        self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
 
-    def patches(self, xname: str, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> str:
+    def patches(self, xv: ir.Value, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> ir.Value:
         """im2col as one strided slice of the input per kernel tap, inserted into the patch tensor.
 
         Slices rather than a gather-like ``linalg.generic``: elementwise fusion would fold such a
@@ -438,73 +381,49 @@ class _Emitter:
         for i in range(kh):
             for j in range(kw):
                 off, size, stride, ins_off, ins_size = where(i, j)
-                tap_t = TensorType(tuple(size), xt.dtype)
-                tap = self.fresh("tap")
-                self.emit(f"{tap} = tensor.extract_slice {xname}[{', '.join(map(str, off))}] "
-                          f"[{', '.join(map(str, size))}] [{', '.join(map(str, stride))}] : "
-                          f"{mlir_type(xt)} to {mlir_type(tap_t)}")
-                nxt = self.fresh("im2col")
-                self.emit(f"{nxt} = tensor.insert_slice {tap} into {acc}[{', '.join(map(str, ins_off))}] "
-                          f"[{', '.join(map(str, ins_size))}] [{', '.join('1' * len(ins_size))}] : "
-                          f"{mlir_type(tap_t)} into {mlir_type(patches_t)}")
-                acc = nxt
+                tap = tensor.ExtractSliceOp(tensor_type(size, xt.dtype), xv, [], [], [], off, size, stride).result
+                acc = tensor.InsertSliceOp(tap, acc, [], [], [], ins_off, ins_size, [1] * len(ins_size)).result
         return acc
 
-    def collapse(self, src: str, src_t: TensorType, dst_t: TensorType, reassoc: list[list[int]]) -> str:
+    def collapse(self, src: ir.Value, src_t: TensorType, dst_t: TensorType, groups: list[list[int]]) -> ir.Value:
         if src_t.shape == dst_t.shape:
             return src
-        name = self.fresh("cl")
-        self.emit(f"{name} = tensor.collapse_shape {src} {_reassoc(reassoc)} : {mlir_type(src_t)} into "
-                  f"{mlir_type(dst_t)}")
-        return name
+        return tensor.CollapseShapeOp(tensor_type(dst_t.shape, dst_t.dtype), src, reassociation(groups)).result
 
-    def expand(self, src: str, src_t: TensorType, dst_t: TensorType, reassoc: list[list[int]]) -> str:
+    def expand(self, src: ir.Value, src_t: TensorType, dst_t: TensorType, groups: list[list[int]]) -> ir.Value:
         if src_t.shape == dst_t.shape:
             return src
-        name = self.fresh("e")
-        self.emit(f"{name} = tensor.expand_shape {src} {_reassoc(reassoc)} output_shape "
-                  f"[{', '.join(map(str, dst_t.shape))}] : {mlir_type(src_t)} into {mlir_type(dst_t)}")
-        return name
+        return tensor.ExpandShapeOp(tensor_type(dst_t.shape, dst_t.dtype), src, reassociation(groups), [],
+                                    list(dst_t.shape)).result
 
     def op_transpose(self, node: Node) -> None:
         (x,) = node.inputs
-        init = self.empty(node.out.type)
-        name = self.fresh("t")
-        perm = ", ".join(map(str, node.attrs["perm"]))
-        self.emit(f"{name} = linalg.transpose ins({self.name(x)} : {mlir_type(x.type)}) "
-                  f"outs({init} : {mlir_type(node.out.type)}) permutation = [{perm}]")
-        self.names[node.out.id] = name
+        self.values[node.out.id] = linalg.transpose(self.value(x), outs=[self.empty(node.out.type)],
+                                                    permutation=list(node.attrs["perm"])).results[0]
 
     def op_reshape(self, node: Node) -> None:
         # Any static reshape is a collapse to 1-D followed by an expand; both are views after bufferization.
         (x,) = node.inputs
-        src, t = self.name(x), x.type
+        src, t = self.value(x), x.type
         flat = TensorType((t.size,), t.dtype)
         if t.rank == 0:
             src = self.expand(src, t, flat, [])
         elif t.rank > 1:
-            name = self.fresh("flat")
-            self.emit(f"{name} = tensor.collapse_shape {src} {_reassoc([list(range(t.rank))])} : "
-                      f"{mlir_type(t)} into {mlir_type(flat)}")
-            src = name
+            src = self.collapse(src, t, flat, [list(range(t.rank))])
         o = node.out.type
         if o.rank == 0:
-            name = self.fresh("r")
-            self.emit(f"{name} = tensor.collapse_shape {src} [] : {mlir_type(flat)} into {mlir_type(o)}")
-            src = name
+            src = tensor.CollapseShapeOp(tensor_type((), o.dtype), src, reassociation([])).result
         elif o.rank > 1:
             src = self.expand(src, flat, o, [list(range(o.rank))])
-        self.names[node.out.id] = src
+        self.values[node.out.id] = src
 
     def op_slice(self, node: Node) -> None:
         # A strided tensor.extract_slice: a view after bufferization, copied only where a result needs it.
         (x,) = node.inputs
         out = node.out
-        name = self.fresh("sl")
-        self.emit(f"{name} = tensor.extract_slice {self.name(x)}[{', '.join(map(str, node.attrs['starts']))}] "
-                  f"[{', '.join(map(str, out.shape))}] [{', '.join(map(str, node.attrs['steps']))}] : "
-                  f"{mlir_type(x.type)} to {mlir_type(out.type)}")
-        self.names[out.id] = name
+        self.values[out.id] = tensor.ExtractSliceOp(
+            tensor_type(out.shape, out.dtype), self.value(x), [], [], [], list(node.attrs["starts"]),
+            list(out.shape), list(node.attrs["steps"])).result
 
     def op_concat(self, node: Node) -> None:
         # Each operand inserted at its offset along the axis into one destination tensor.
@@ -513,14 +432,11 @@ class _Emitter:
         dest = self.empty(out_t)
         offset = 0
         for v in node.inputs:
-            offsets = ", ".join(str(offset) if i == axis else "0" for i in range(out_t.rank))
-            sizes = ", ".join(map(str, v.shape))
-            name = self.fresh("cat")
-            self.emit(f"{name} = tensor.insert_slice {self.name(v)} into {dest}[{offsets}] [{sizes}] "
-                      f"[{', '.join(['1'] * out_t.rank)}] : {mlir_type(v.type)} into {mlir_type(out_t)}")
-            dest = name
+            offsets = [offset if i == axis else 0 for i in range(out_t.rank)]
+            dest = tensor.InsertSliceOp(self.value(v), dest, [], [], [], offsets, list(v.shape),
+                                        [1] * out_t.rank).result
             offset += v.shape[axis]
-        self.names[node.out.id] = dest
+        self.values[node.out.id] = dest
 
     def op_take(self, node: Node) -> None:
         # Loops over the output; the index operand is read elementwise, clipped to [0, n-1] in floating
@@ -529,21 +445,27 @@ class _Emitter:
         axis = node.attrs["axis"]
         out = node.out
         rank, k = len(out.shape), len(idx.shape)
-        loops = _dims(rank)
-        it = idx.dtype
-        body = [f"%i{d} = linalg.index {d} : index" for d in range(rank) if not axis <= d < axis + k]
-        body += [f"%lo = arith.constant 0.0 : {it}",
-                 f"%hi = arith.constant {self.scalar_literal(float(table.shape[axis] - 1), it)} : {it}",
-                 f"%c0 = arith.maxnumf %in0, %lo : {it}", f"%c1 = arith.minnumf %c0, %hi : {it}",
-                 f"%n = arith.fptosi %c1 : {it} to i64", "%ix = arith.index_cast %n : i64 to index"]
-        coords = [f"%i{d}" for d in range(axis)] + ["%ix"] + [f"%i{d + k - 1}" for d in range(axis + 1, table.type.rank)]
-        body.append(f"%r = tensor.extract {self.name(table)}[{', '.join(coords)}] : {mlir_type(table.type)}")
-        self.generic(out=out, ins=[(self.name(idx), idx.type, loops[axis:axis + k])], init=self.empty(out.type),
-                     out_results=loops, n_loops=rank, iterators=["parallel"] * rank, body=body)
+        loops = dims(rank)
+        it = element_type(idx.dtype)
+        table_v = self.value(table)
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            index = {d: linalg.IndexOp(d).result for d in range(rank) if not axis <= d < axis + k}
+            lo = float_constant(0.0, it)
+            hi = float_constant(float(table.shape[axis] - 1), it)
+            clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
+            ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+            coords = [index[d] for d in range(axis)] + [ix] + [index[d + k - 1]
+                                                               for d in range(axis + 1, table.type.rank)]
+            return tensor.ExtractOp(table_v, coords).result
+
+        self.values[out.id] = self.generic(ins=[(self.value(idx), loops[axis:axis + k])],
+                                           init=self.empty(out.type), out_results=loops, n_loops=rank,
+                                           iterators=["parallel"] * rank, body=body)
 
 
-def _reassoc(groups: list[list[int]]) -> str:
-    return "[" + ", ".join("[" + ", ".join(map(str, g)) + "]" for g in groups) + "]"
+def _memref(t: TensorType) -> ir.MemRefType:
+    return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
 
 
 def _method(op: str) -> str:
@@ -557,81 +479,105 @@ def _method(op: str) -> str:
 _BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16}
 
 
-def _convert(src: str, src_dtype: str, dst_dtype: str, dst: str) -> list[str]:
-    """Float conversion ``dst = src`` from one float dtype to another (nothing when they are equal)."""
+def _convert(x: ir.Value, src_dtype: str, dst_dtype: str) -> ir.Value:
+    """``x`` converted from one float dtype to another (itself when they are equal)."""
     if src_dtype == dst_dtype:
-        return []
-    op = "arith.extf" if _BITS[src_dtype] < _BITS[dst_dtype] else "arith.truncf"
-    return [f"{dst} = {op} {src} : {src_dtype} to {dst_dtype}"]
+        return x
+    op = arith.extf if _BITS[src_dtype] < _BITS[dst_dtype] else arith.truncf
+    return op(element_type(dst_dtype), x)
 
 
-def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> list[str]:
-    body, ops = [], []
-    for i, dt in enumerate((a_dtype, b_dtype)):
-        if dt != acc:
-            body.append(f"%x{i} = arith.extf %in{i} : {dt} to {acc}")
-            ops.append(f"%x{i}")
-        else:
-            ops.append(f"%in{i}")
-    body += [f"%p = arith.mulf {ops[0]}, {ops[1]} : {acc}", f"%r = arith.addf %acc, %p : {acc}"]
+def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> Callable[[Sequence[ir.Value]], ir.Value]:
+    """The body of a contraction: ``acc + a * b`` in the accumulator's dtype."""
+    def body(args: Sequence[ir.Value]) -> ir.Value:
+        a, b = _convert(args[0], a_dtype, acc), _convert(args[1], b_dtype, acc)
+        return arith.addf(args[2], arith.mulf(a, b))
     return body
 
 
-def _scalar_body(node: Node, x: list[str], t: str) -> list[str]:
-    """Scalar code of an elementwise node in dtype ``t``; defines %y last."""
+_SIMPLE: dict[str, Callable[..., ir.Value]] = {
+    "add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.divf, "maximum": arith.maximumf,
+    "minimum": arith.minimumf, "pow": math_d.powf}
+_UNARY: dict[str, Callable[..., ir.Value]] = {
+    "neg": arith.negf, "exp": math_d.exp, "log": math_d.log, "tanh": math_d.tanh, "erf": math_d.erf,
+    "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf}
+#: Comparisons produce a 0/1 mask; "not_equal" is true for NaN, the others false (IEEE, as numpy).
+_COMPARE = {"equal": "OEQ", "not_equal": "UNE", "less": "OLT", "less_equal": "OLE", "greater": "OGT",
+            "greater_equal": "OGE"}
+
+
+def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | None:
+    """Scalar code of an elementwise node on operands of type ``t``; None for cast/broadcast (the value is
+    the operand itself)."""
     op = node.op
-    simple = {"add": "arith.addf", "sub": "arith.subf", "mul": "arith.mulf", "div": "arith.divf",
-              "maximum": "arith.maximumf", "minimum": "arith.minimumf", "pow": "math.powf"}
-    if op in simple:
-        return [f"%y = {simple[op]} {x[0]}, {x[1]} : {t}"]
-    unary = {"neg": "arith.negf", "exp": "math.exp", "log": "math.log", "tanh": "math.tanh",
-             "erf": "math.erf", "sqrt": "math.sqrt", "rsqrt": "math.rsqrt", "abs": "math.absf"}
-    if op in unary:
-        return [f"%y = {unary[op]} {x[0]} : {t}"]
-    if op in ("cast", "broadcast"):  # the (converted) operand itself
-        return []
+    if op in _SIMPLE:
+        return _SIMPLE[op](x[0], x[1])
+    if op in _UNARY:
+        return _UNARY[op](x[0])
+    if op in ("cast", "broadcast"):
+        return None
     if op == "relu":
-        return [f"%zero = arith.constant 0.0 : {t}", f"%y = arith.maximumf {x[0]}, %zero : {t}"]
+        return arith.maximumf(x[0], float_constant(0.0, t))
     if op == "sigmoid":
-        return [f"%one = arith.constant 1.0 : {t}", f"%n = arith.negf {x[0]} : {t}", f"%e = math.exp %n : {t}",
-                f"%d = arith.addf %one, %e : {t}", f"%y = arith.divf %one, %d : {t}"]
+        one = float_constant(1.0, t)
+        return arith.divf(one, arith.addf(one, math_d.exp(arith.negf(x[0]))))
     if op == "gelu":  # 0.5 * x * (1 + erf(x / sqrt(2)))
-        return [f"%half = arith.constant 0.5 : {t}", f"%one = arith.constant 1.0 : {t}",
-                f"%is2 = arith.constant {1 / math.sqrt(2):.17e} : {t}", f"%s = arith.mulf {x[0]}, %is2 : {t}",
-                f"%e = math.erf %s : {t}", f"%p = arith.addf %one, %e : {t}", f"%h = arith.mulf {x[0]}, %half : {t}",
-                f"%y = arith.mulf %h, %p : {t}"]
+        half, one, is2 = (float_constant(c, t) for c in (0.5, 1.0, 1 / math.sqrt(2)))
+        p = arith.addf(one, math_d.erf(arith.mulf(x[0], is2)))
+        return arith.mulf(arith.mulf(x[0], half), p)
     if op == "gelu_tanh":  # 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))
-        return [f"%half = arith.constant 0.5 : {t}", f"%one = arith.constant 1.0 : {t}",
-                f"%c = arith.constant {math.sqrt(2 / math.pi):.17e} : {t}", f"%k = arith.constant 0.044715 : {t}",
-                f"%x2 = arith.mulf {x[0]}, {x[0]} : {t}", f"%x3 = arith.mulf %x2, {x[0]} : {t}",
-                f"%kx3 = arith.mulf %k, %x3 : {t}", f"%in = arith.addf {x[0]}, %kx3 : {t}",
-                f"%s = arith.mulf %c, %in : {t}", f"%th = math.tanh %s : {t}", f"%p = arith.addf %one, %th : {t}",
-                f"%h = arith.mulf {x[0]}, %half : {t}", f"%y = arith.mulf %h, %p : {t}"]
-    compare = {"equal": "oeq", "not_equal": "une", "less": "olt", "less_equal": "ole", "greater": "ogt",
-               "greater_equal": "oge"}
-    if op in compare:  # a 0/1 mask; "not_equal" is true for NaN, the others false (IEEE, as numpy)
-        return [f"%c = arith.cmpf {compare[op]}, {x[0]}, {x[1]} : {t}", f"%one = arith.constant 1.0 : {t}",
-                f"%zero = arith.constant 0.0 : {t}", f"%y = arith.select %c, %one, %zero : {t}"]
+        half, one, c, k = (float_constant(v, t) for v in (0.5, 1.0, math.sqrt(2 / math.pi), 0.044715))
+        x3 = arith.mulf(arith.mulf(x[0], x[0]), x[0])
+        inner = arith.addf(x[0], arith.mulf(k, x3))
+        p = arith.addf(one, math_d.tanh(arith.mulf(c, inner)))
+        return arith.mulf(arith.mulf(x[0], half), p)
+    if op in _COMPARE:
+        cond = arith.cmpf(getattr(arith.CmpFPredicate, _COMPARE[op]), x[0], x[1])
+        one, zero = float_constant(1.0, t), float_constant(0.0, t)
+        return arith.select(cond, one, zero)
     if op == "select":  # where(x0 != 0, x1, x2)
-        return [f"%zero = arith.constant 0.0 : {t}", f"%c = arith.cmpf une, {x[0]}, %zero : {t}",
-                f"%y = arith.select %c, {x[1]}, {x[2]} : {t}"]
+        cond = arith.cmpf(arith.CmpFPredicate.UNE, x[0], float_constant(0.0, t))
+        return arith.select(cond, x[1], x[2])
     raise UnsupportedError(f"no scalar lowering for '{op}'", op=op)
+
+
+def _fused_attention(graph: Graph, spec: Any, options: Options | Mapping[str, Any] | None,
+                     forms: Sequence[str] | None) -> list[Any]:
+    """The (match, plan) pairs of the attention patterns the planner fuses on ``spec`` (none without one)."""
+    if spec is None or not as_options(options).fuse_attention:
+        return []
+    from pbsdk.core.ir.attention import planned_attention
+    from pbsdk.core.plan.attention import FORMS
+
+    return [(m, p) for m, p in planned_attention(graph, spec, options, forms=FORMS if forms is None else forms)
+            if p.fused]
+
+
+def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
+                options: Options | Mapping[str, Any] | None = None, forms: Sequence[str] | None = None,
+                context: ir.Context | None = None) -> ir.Module:
+    """The graph as a module holding one public ``func.func`` taking and returning static-shaped tensors,
+    built in ``context`` (a new one by default).
+
+    With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
+    option ``fuse_attention``, default True) become one fused kernel each, in one of ``forms``
+    (the target's `attention_forms`; None: any), called from the entry function."""
+    if not graph.outputs:
+        raise UnsupportedError("the traced function returns no tensors")
+    fused = _fused_attention(graph, spec, options, forms)
+    with context or ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        _Emitter(graph, module, func_name, fused).run()
+        try:
+            module.operation.verify()
+        except ir.MLIRError as exc:
+            raise CompileError(f"the emitted module does not verify: {exc}", stage="emit") from exc
+    return module
 
 
 def emit_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
                options: Options | Mapping[str, Any] | None = None, forms: Sequence[str] | None = None) -> str:
-    """The graph as MLIR text: one public ``func.func`` taking and returning static-shaped tensors.
-
-    With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
-    option ``fuse_attention``, default True) become one fused kernel each, in one of ``forms``
-    (the target's `attention_forms`; None: any)."""
-    if not graph.outputs:
-        raise UnsupportedError("the traced function returns no tensors")
-    fused: list[Any] = []
-    if spec is not None and as_options(options).fuse_attention:
-        from pbsdk.core.ir.attention import planned_attention
-        from pbsdk.core.plan.attention import FORMS
-
-        fused = [(m, p) for m, p in planned_attention(graph, spec, options, forms=FORMS if forms is None else forms)
-                 if p.fused]
-    return _Emitter(graph, func_name, fused).run()
+    """The text of `build_graph`'s module (as the bindings print it: SSA values numbered by the printer,
+    affine maps as ``#map`` aliases)."""
+    module = build_graph(graph, func_name=func_name, spec=spec, options=options, forms=forms)
+    return module.operation.get_asm(assume_verified=True)  # build_graph has verified it
