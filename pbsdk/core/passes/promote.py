@@ -23,18 +23,21 @@ that overflows and the level. Hardware-managed cache levels are not promoted (th
 a loop-tiling matter). What was decided is recorded in ``ctx.notes["promote"]`` (one `Promotion` per
 contraction), so a target can report scratchpad use without reading the IR.
 
-The analysis is `analyse`/`promotion_for` (pure given the op's shapes); the rewrite only prints the
-function those decisions describe, parses it and calls it.
+The analysis is `analyse`/`promotion_for` (pure given the op's shapes); the rewrite builds the function
+those decisions describe with the bindings' builders (`mlir.dialects` ``func``, ``scf``, ``memref``,
+``linalg``, ``arith``, ``affine``; the staging helpers of `pbsdk.core.passes.promote_vector`), sets the
+pbsdk attributes through `pbsdk.core.ir.attributes`, and calls it in the op's place.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import affine, arith, func, linalg, memref, scf
 
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
@@ -199,6 +202,15 @@ def _origin(v: ir.Value, args: list[ir.Value]) -> str:
     return "?"
 
 
+def _strides(t: ir.MemRefType) -> tuple[list[int], int | None] | None:
+    """(strides, offset or None when dynamic) of a memref type; None when a stride is dynamic."""
+    strides, offset = t.get_strides_and_offset()
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    if any(s == dyn for s in strides):
+        return None
+    return list(strides), (None if offset == dyn else offset)
+
+
 def capacity(level: MemoryLevel, options: Options | Mapping[str, Any] | None) -> int:
     """Bytes a level may hold (`pbsdk.core.plan.contraction.scratchpad_capacity`)."""
     return scratchpad_capacity(level, options)
@@ -263,228 +275,165 @@ def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options:
     return Promotion(function, cop, plan, tuple(levels), tuple(buffers), tuple(notes))
 
 
-# ------------------------------------------------------------------------------------------ printing
+# ------------------------------------------------------------------------------------------- rewrite
 
 
-def _strides(t: ir.MemRefType) -> tuple[list[int], int | None] | None:
-    """(strides, offset or None when dynamic) of a memref type; None when a stride is dynamic."""
-    strides, offset = t.get_strides_and_offset()
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    if any(s == dyn for s in strides):
-        return None
-    return list(strides), (None if offset == dyn else offset)
+class _Rewriter:
+    """Builds the promoted function of one contraction with the bindings' builders: allocations, per-level
+    loops with their copies, the compute ops, deallocations. Index constants are made once, at the
+    function's entry (in increasing order); a padding zero is made next to the fill that uses it."""
 
-
-@dataclasses.dataclass
-class _View:
-    """A memref value being printed: SSA name, shape (None: dynamic), strides, offset (None: dynamic)."""
-
-    name: str
-    shape: list[int | None]
-    strides: list[int]
-    offset: int | None
-    dtype: str
-    space: int
-    text: str | None = None  # the exact type text, when known (function arguments, fresh buffers)
-
-    def type(self) -> str:
-        if self.text is not None:
-            return self.text
-        dims = "".join(f"{'?' if d is None else d}x" for d in self.shape)
-        space = f", {self.space}" if self.space else ""
-        off = "?" if self.offset is None else str(self.offset)
-        return f"memref<{dims}{self.dtype}, strided<[{', '.join(map(str, self.strides))}], offset: {off}>{space}>"
-
-
-def _row_major(shape: Sequence[int]) -> list[int]:
-    out, running = [], 1
-    for d in reversed(shape):
-        out.append(running)
-        running *= d
-    return list(reversed(out))
-
-
-class _Printer:
-    """Prints the promoted function of one contraction: allocations, per-level loops with their copies,
-    the compute ops, deallocations."""
-
-    def __init__(self, p: Promotion, arg_types: Sequence[ir.MemRefType], level_names: Sequence[str]) -> None:
+    def __init__(self, p: Promotion, level_names: Sequence[str]) -> None:
         self.p = p
         self.level_names = list(level_names)
-        self.lines: list[str] = []
-        self.indent = 1
-        self.counter = 0
-        self.consts: set[int] = set()
-        self.args: list[_View] = []
-        for i, t in enumerate(arg_types):
-            st = _strides(t)
-            assert st is not None
-            self.args.append(_View(f"%{'ABC'[i]}", list(t.shape), st[0], st[1], str(t.element_type), 0, str(t)))
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * self.indent + line)
-
-    def fresh(self, hint: str) -> str:
-        self.counter += 1
-        return f"%{hint}{self.counter}"
-
-    def const(self, v: int) -> str:
-        self.consts.add(v)
-        return f"%c{v}"
-
-    def subview(self, src: _View, offsets: Sequence[int | str], sizes: Sequence[int | str], hint: str) -> _View:
-        """A subview of ``src`` at ``offsets`` (ints or SSA index names) of ``sizes`` (ditto), unit steps."""
-        if all(o == 0 for o in offsets) and list(sizes) == list(src.shape):
-            return src
-        static_off = src.offset
-        for o, s in zip(offsets, src.strides):
-            static_off = None if (isinstance(o, str) or static_off is None) else static_off + o * s
-        view = _View(self.fresh(hint), [s if isinstance(s, int) else None for s in sizes], list(src.strides),
-                     static_off, src.dtype, src.space)
-        ones = ", ".join("1" for _ in sizes)
-        self.emit(f"{view.name} = memref.subview {src.name}[{', '.join(map(str, offsets))}] "
-                  f"[{', '.join(map(str, sizes))}] [{ones}] : {src.type()} to {view.type()}")
-        return view
-
-    def copy(self, src: _View, dst: _View) -> None:
-        direction = f"{self.level_names[src.space]}->{self.level_names[dst.space]}"
-        self.emit(f'linalg.copy {{pbsdk.dma = "{direction}"}} ins({src.name} : {src.type()}) '
-                  f"outs({dst.name} : {dst.type()})")
-
-    def compute(self, views: Sequence[_View], attr: str) -> None:
-        """One multiply-accumulate ``linalg.generic`` over ``views`` (A, B, C) with the op's maps."""
-        p = self.p
-        dims = ", ".join(f"d{i}" for i in range(len(p.op.roles)))
-        maps = ", ".join(f"affine_map<({dims}) -> ({', '.join('0' if d < 0 else f'd{d}' for d in mp)})>"
-                         for mp in p.op.maps)
-        its = ", ".join('"reduction"' if r == "k" else '"parallel"' for r in p.op.roles)
-        a, b, c = views
-        acc = c.dtype
-        self.emit(f"linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}], {attr}}} "
-                  f"ins({a.name}, {b.name} : {a.type()}, {b.type()}) outs({c.name} : {c.type()}) {{")
-        self.emit(f"^bb0(%a: {a.dtype}, %b: {b.dtype}, %acc: {acc}):")
-        xs = []
-        for v, dt in (("%a", a.dtype), ("%b", b.dtype)):
-            if dt != acc:
-                self.emit(f"  {v}x = arith.extf {v} : {dt} to {acc}")
-            xs.append(f"{v}x" if dt != acc else v)
-        self.emit(f"  %p = arith.mulf {xs[0]}, {xs[1]} : {acc}")
-        self.emit(f"  %s = arith.addf %acc, %p : {acc}")
-        self.emit(f"  linalg.yield %s : {acc}")
-        self.emit("}")
-
-    def loops(self, order: Sequence[str], extent: Sequence[int], tile: Sequence[int], tag: str
-              ) -> tuple[dict[int, int | str], int]:
-        """Open one ``scf.for`` per loop (in the order of ``order``'s roles) whose extent exceeds its tile;
-        returns the offset of each loop (0 or an induction variable) and how many loops were opened."""
-        offsets: dict[int, int | str] = {d: 0 for d in range(len(tile))}
-        opened = 0
-        for role in order:
-            for d, r in enumerate(self.p.op.roles):
-                if r != role or extent[d] <= tile[d]:
-                    continue
-                iv = f"%{r}{d}_{tag}"
-                self.emit(f"scf.for {iv} = {self.const(0)} to {self.const(extent[d])} step {self.const(tile[d])} {{")
-                self.indent += 1
-                offsets[d] = iv
-                opened += 1
-        return offsets, opened
-
-    def close(self, count: int) -> None:
-        for _ in range(count):
-            self.indent -= 1
-            self.emit("}")
-
-    def run(self) -> str:
-        p = self.p
         self.orders: dict[str, list[str]] = {}
         for item in p.plan.loop_order:
             if "@" in item:
                 role, level = item.split("@")
                 self.orders.setdefault(level, []).append(role)
-        self.buffers: dict[str, _View] = {}
-        for b in p.buffers:
-            view = _View(f"%{b.name}", list(b.shape), _row_major(b.shape), 0, b.dtype, b.space)
-            view.text = f"memref<{''.join(f'{d}x' for d in b.shape)}{b.dtype}{f', {b.space}' if b.space else ''}>"
-            self.buffers[b.name] = view
-            self.emit(f"%{b.name} = memref.alloc() {{alignment = {b.alignment} : i64}} : {view.type()} "
-                      f'loc("{b.name}")')
-        self.level(0, self.args, list(p.op.extents))
-        for view in self.buffers.values():
-            self.emit(f"memref.dealloc {view.name} : {view.type()}")
-        self.emit("return")
-        head = (f"func.func private @{p.function}(%A: {self.args[0].type()}, %B: {self.args[1].type()}, "
-                f"%C: {self.args[2].type()}) {{")
-        consts = [f"    %c{v} = arith.constant {v} : index" for v in sorted(self.consts)]
-        return "\n".join(["module {", "  " + head, *consts, *["  " + ln for ln in self.lines], "  }", "}"])
+        self.buffers: dict[str, ir.Value] = {}
+        self.constants: dict[int, ir.Value] = {}
+        self.entry: ir.Operation | None = None  # the first op after the constants (the first allocation)
 
-    def level(self, li: int, parent: list[_View], extent: list[int]) -> None:
+    def function(self, arg_types: Sequence[ir.Type]) -> func.FuncOp:
+        """The private ``func.func`` of the promotion, appended at the current insertion point."""
+        p = self.p
+        fn = func.FuncOp(p.function, ir.FunctionType.get(list(arg_types), []), visibility="private")
+        entry = fn.add_entry_block()
+        i64 = ir.IntegerType.get_signless(64)
+        with ir.InsertionPoint(entry):
+            for b in p.buffers:
+                # A buffer is named <operand>_<level> (A, B or C) and holds that operand's elements.
+                elt = ir.MemRefType(arg_types["ABC".index(b.name[0])]).element_type
+                space = ir.IntegerAttr.get(i64, b.space) if b.space else None
+                with ir.Location.name(b.name):
+                    buf = memref.alloc(ir.MemRefType.get(list(b.shape), elt, None, space), [], [],
+                                       alignment=ir.IntegerAttr.get(i64, b.alignment))
+                self.buffers[b.name] = buf
+            self.entry = entry.operations[0]  # index constants go before the first allocation
+            self.level(0, list(entry.arguments), list(p.op.extents))
+            for buf in self.buffers.values():
+                memref.dealloc(buf)
+            func.ReturnOp([])
+        for v in sorted(self.constants):
+            self.constants[v].owner.move_before(self.entry)
+        return fn
+
+    def index(self, v: int) -> ir.Value:
+        """The index constant ``v``, made once before the function's first allocation."""
+        if v not in self.constants:
+            assert self.entry is not None
+            with ir.InsertionPoint(self.entry):
+                self.constants[v] = arith.ConstantOp(ir.IndexType.get(), v).result
+        return self.constants[v]
+
+    def copy(self, src: ir.Value, dst: ir.Value) -> None:
+        """A tile move, marked `attributes.DMA` with its levels (read off the memory spaces)."""
+        from pbsdk.core.passes.promote_vector import _dma, _space
+
+        names = self.level_names
+        _dma(src, dst, f"{names[_space(ir.MemRefType(src.type))]}->{names[_space(ir.MemRefType(dst.type))]}")
+
+    def compute(self, views: Sequence[ir.Value], marks: Sequence[tuple[str, str]]) -> None:
+        """One multiply-accumulate ``linalg.generic`` over ``views`` (A, B, C) with the op's maps, its
+        string attributes set to ``marks`` ((name, value) pairs)."""
+        p = self.p
+        maps = [ir.AffineMap.get(len(p.op.roles), 0, [ir.AffineConstantExpr.get(0) if d < 0 else ir.AffineDimExpr.get(d)
+                                                      for d in mp]) for mp in p.op.maps]
+        its = [linalg.IteratorType.reduction if r == "k" else linalg.IteratorType.parallel for r in p.op.roles]
+        a, b, c = views
+        op = linalg.GenericOp_([a, b], [c], maps, its)
+        block = op.regions[0].blocks[0]
+        x, y, acc = block.arguments
+        with ir.InsertionPoint(block):
+            xs = [v if v.type == acc.type else arith.extf(acc.type, v) for v in (x, y)]
+            linalg.YieldOp([arith.addf(acc, arith.mulf(xs[0], xs[1]))])
+        for name, value in marks:
+            attrs.set_string(op, name, value)
+
+    def loops(self, order: Sequence[str], extent: Sequence[int], tile: Sequence[int], stack: ExitStack
+              ) -> dict[int, int | ir.Value]:
+        """Open one ``scf.for`` per loop (in the order of ``order``'s roles) whose extent exceeds its tile,
+        entering each body on ``stack``; returns the offset of each loop (0 or an induction variable)."""
+        offsets: dict[int, int | ir.Value] = {d: 0 for d in range(len(tile))}
+        for role in order:
+            for d, r in enumerate(self.p.op.roles):
+                if r != role or extent[d] <= tile[d]:
+                    continue
+                loop = scf.ForOp(self.index(0), self.index(extent[d]), self.index(tile[d]))
+                with ir.InsertionPoint(loop.body):
+                    scf.YieldOp([])
+                stack.enter_context(ir.InsertionPoint.at_block_terminator(loop.body))
+                offsets[d] = loop.induction_variable
+        return offsets
+
+    def level(self, li: int, parent: list[ir.Value], extent: list[int]) -> None:
         """The loops, copies and inner work of promoted level ``li`` inside views ``parent`` of ``extent``."""
+        from pbsdk.core.passes.promote_vector import _subview
+
         p = self.p
         if li == len(p.levels):
             self.innermost(parent, extent)
             return
         name, tile = p.levels[li]
         order = ["batch"] + [r for r in self.orders.get(name, ["n", "k", "m"]) if r != "batch"]
-        offsets, opened = self.loops(order, extent, tile, name)
-        # This level's tile size in each loop: partial only at the problem's edge (the outermost promoted
-        # level); inner levels see full tiles of zero-padded buffers.
-        sizes: dict[int, int | str] = {}
-        partial: set[int] = set()
-        for d, (e, t) in enumerate(zip(extent, tile)):
-            if e % t == 0:
-                sizes[d] = min(t, e)
-            elif e < t:
-                sizes[d] = e
-                partial.add(d)
-            else:
-                sizes[d] = self.fresh("sz")
-                self.emit(f"{sizes[d]} = affine.min affine_map<(d0) -> ({t}, {e} - d0)>({offsets[d]})")
-                partial.add(d)
-        inner: list[_View] = []
-        writeback: tuple[_View, _View] | None = None
-        for i, (role, mp) in enumerate(zip("ABC", p.op.maps)):
-            offs = [offsets[d] if d >= 0 else 0 for d in mp]
-            szs = [sizes[d] if d >= 0 else 1 for d in mp]
-            buf = self.buffers.get(f"{role}_{name}")
-            if buf is None:  # the accumulator stays where it is (the compute level's registers hold it)
-                inner.append(self.subview(parent[i], offs, szs, "acc"))
-                continue
-            src = self.subview(parent[i], offs, szs, f"{role.lower()}src")
-            dst = buf
-            if any(d in partial for d in mp if d >= 0):
-                zero = self.fresh("zero")
-                self.emit(f"{zero} = arith.constant 0.0 : {buf.dtype}")
-                self.emit(f"linalg.fill ins({zero} : {buf.dtype}) outs({buf.name} : {buf.type()})")
-                dst = self.subview(buf, [0] * len(mp), szs, f"{role.lower()}dst")
-            self.copy(src, dst)
-            if role == "C":
-                writeback = (dst, src)
-            inner.append(buf)
-        self.level(li + 1, inner, list(tile))
-        if writeback is not None:
-            self.copy(*writeback)
-        self.close(opened)
+        with ExitStack() as stack:
+            offsets = self.loops(order, extent, tile, stack)
+            # This level's tile size in each loop: partial only at the problem's edge (the outermost
+            # promoted level); inner levels see full tiles of zero-padded buffers.
+            sizes: dict[int, int | ir.Value] = {}
+            partial: set[int] = set()
+            for d, (e, t) in enumerate(zip(extent, tile)):
+                if e % t == 0:
+                    sizes[d] = min(t, e)
+                elif e < t:
+                    sizes[d] = e
+                    partial.add(d)
+                else:
+                    iv = offsets[d]
+                    assert isinstance(iv, ir.Value)
+                    amap = ir.AffineMap.get(1, 0, [ir.AffineConstantExpr.get(t),
+                                                   ir.AffineConstantExpr.get(e) - ir.AffineDimExpr.get(0)])
+                    sizes[d] = affine.AffineMinOp(amap, [iv]).result
+                    partial.add(d)
+            inner: list[ir.Value] = []
+            writeback: tuple[ir.Value, ir.Value] | None = None
+            for i, (role, mp) in enumerate(zip("ABC", p.op.maps)):
+                offs = [offsets[d] if d >= 0 else 0 for d in mp]
+                szs = [sizes[d] if d >= 0 else 1 for d in mp]
+                buf = self.buffers.get(f"{role}_{name}")
+                if buf is None:  # the accumulator stays where it is (the compute level's registers hold it)
+                    inner.append(_subview(parent[i], offs, szs))
+                    continue
+                src = _subview(parent[i], offs, szs)
+                dst = buf
+                if any(d in partial for d in mp if d >= 0):
+                    elt = ir.MemRefType(buf.type).element_type
+                    linalg.fill(arith.ConstantOp(elt, ir.FloatAttr.get(elt, 0.0)).result, outs=[buf])
+                    dst = _subview(buf, [0] * len(mp), szs)
+                self.copy(src, dst)
+                if role == "C":
+                    writeback = (dst, src)
+                inner.append(buf)
+            self.level(li + 1, inner, list(tile))
+            if writeback is not None:
+                self.copy(*writeback)
 
-    def innermost(self, parent: list[_View], extent: list[int]) -> None:
+    def innermost(self, parent: list[ir.Value], extent: list[int]) -> None:
         """The compute of one innermost tile: unit-sized ops for a matrix unit, else one op."""
+        from pbsdk.core.passes.promote_vector import _subview
+
         u = self.p.plan.compute
         if u.kind != "matrix-unit":
-            self.compute(parent, f'pbsdk.compute = "{u.kind}"')
+            self.compute(parent, [(attrs.COMPUTE, u.kind)])
             return
         unit = [{"m": u.m, "n": u.n, "k": u.k, "batch": 1}[r] for r in self.p.op.roles]
-        offsets, opened = self.loops(["batch", "m", "n", "k"], extent, unit, "unit")
-        views = [self.subview(parent[i], [offsets[d] if d >= 0 else 0 for d in mp],
-                              [unit[d] if d >= 0 else 1 for d in mp], f"{'abc'[i]}u")
-                 for i, mp in enumerate(self.p.op.maps)]
-        self.compute(views, f'pbsdk.matrix_unit = "{u.name}", pbsdk.unit_operand = "{u.operand_dtype}", '
-                            f'pbsdk.unit_accumulator = "{u.accumulator_dtype}"')
-        self.close(opened)
-
-
-def print_promotion(p: Promotion, arg_types: Sequence[ir.MemRefType], level_names: Sequence[str]) -> str:
-    """The MLIR text of the promoted function (a module holding one private ``func.func``)."""
-    return _Printer(p, arg_types, level_names).run()
+        with ExitStack() as stack:
+            offsets = self.loops(["batch", "m", "n", "k"], extent, unit, stack)
+            views = [_subview(parent[i], [offsets[d] if d >= 0 else 0 for d in mp], [unit[d] if d >= 0 else 1 for d in mp])
+                     for i, mp in enumerate(self.p.op.maps)]
+            self.compute(views, [(attrs.MATRIX_UNIT, u.name), (attrs.UNIT_OPERAND, u.operand_dtype),
+                                 (attrs.UNIT_ACCUMULATOR, u.accumulator_dtype)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -523,13 +472,12 @@ class PromoteToScratchpad:
                 promo = promotion_for(spec, cop, function=name, options=options, tiles=dict(self.tiles))
             except UnsupportedError:
                 continue
-            text = print_promotion(promo, [ir.MemRefType(v.type) for v in op.operands], level_names)
+            with ir.InsertionPoint(module.body), op.location:
+                fn = _Rewriter(promo, level_names).function([v.type for v in op.operands])
             try:
-                parsed = ir.Module.parse(text, module.context)
-            except Exception as exc:  # a bug here, not the user's: say which contraction
-                raise CompileError(f"promoted function for {cop} does not parse: {exc}", op="linalg.generic") from exc
-            fn = parsed.body.operations[0]
-            module.body.append(fn.operation)
+                fn.operation.verify()
+            except ir.MLIRError as exc:  # a bug here, not the user's: say which contraction
+                raise CompileError(f"promoted function for {cop} is invalid: {exc}", op="linalg.generic") from exc
             with ir.InsertionPoint(op), op.location:
                 func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands))
             op.erase()
