@@ -26,7 +26,7 @@ from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
-from pbsdk.core.spec import ChipSpec
+from pbsdk.core.spec import ChipSpec, MemoryLevel
 from pbsdk.core.target import Artifact, Executable
 from pbsdk.targets.template import hooks as default_hooks
 from pbsdk.targets.template.counters import COUNTERS_GLOBAL, MAX_COUNTERS, Counter, declare_counters
@@ -104,11 +104,18 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
             continue
         operand = attrs.string(op, attrs.UNIT_OPERAND)
         accumulator = attrs.string(op, attrs.UNIT_ACCUMULATOR)
+        if operand is None or accumulator is None:
+            raise CompileError(f"op marked {attrs.MATRIX_UNIT} = \"{unit_name}\" lacks {attrs.UNIT_OPERAND} or "
+                               f"{attrs.UNIT_ACCUMULATOR} (the unit's operand and accumulator dtypes)", op=op.name)
         unit = next((u for u in spec.matrix_units if (u.name, u.operand_dtype, u.accumulator_dtype)
                      == (unit_name, operand, accumulator)), None)
         if unit is None:
-            raise CompileError(f"spec '{spec.name}' has no matrix unit {unit_name} {operand}->{accumulator}",
-                               op="linalg.generic")
+            units = ", ".join(f"{u.name} {u.operand_dtype}->{u.accumulator_dtype}" for u in spec.matrix_units)
+            raise CompileError(f"spec '{spec.name}' has no matrix unit {unit_name} {operand}->{accumulator} "
+                               f"(its units: {units or 'none'})", op="linalg.generic")
+        if len(op.operands) != 3 or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
+            raise CompileError(f"a matrix-unit op ({unit_name}) computes C += A x B on three memrefs; this one has "
+                               f"operands {', '.join(str(v.type) for v in op.operands)}", op=op.name)
         types = [ir.MemRefType(v.type) for v in op.operands]
         maps, its = _maps_and_iterators(op)
         key = (unit_name, operand, accumulator, *map(str, types), *map(str, maps))
@@ -190,6 +197,16 @@ def _space(t: ir.MemRefType) -> int:
     return 0 if ms is None else ir.IntegerAttr(ms).value
 
 
+def _level(spec: ChipSpec, t: ir.MemRefType, op: ir.Operation) -> MemoryLevel:
+    """The memory level of ``t``'s memory space (space ``i`` is ``spec.memory[i]``)."""
+    space = _space(t)
+    if not 0 <= space < len(spec.memory):
+        levels = ", ".join(f"{i} {m.name}" for i, m in enumerate(spec.memory))
+        raise CompileError(f"memory space {space} of {t} is not a memory level of spec '{spec.name}' (its levels: "
+                           f"{levels})", op=op.name)
+    return spec.memory[space]
+
+
 def lower_dma(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
     """Replace every copy marked ``pbsdk.dma`` (``linalg.copy`` or ``memref.copy``) by a call to a function
     the ``dma_copy`` hook built."""
@@ -203,7 +220,7 @@ def lower_dma(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
         src_t, dst_t = (ir.MemRefType(v.type) for v in op.operands)
         key = (str(src_t), str(dst_t))
         if key not in made:
-            src_level, dst_level = spec.memory[_space(src_t)], spec.memory[_space(dst_t)]
+            src_level, dst_level = _level(spec, src_t, op), _level(spec, dst_t, op)
             shape = tuple(None if src_t.is_dynamic_dim(i) else src_t.shape[i] for i in range(src_t.rank))
             pair = _counter(ctx, f"bytes:{src_level.name}->{dst_level.name}")
             fields = {"module": module, "src_level": src_level, "dst_level": dst_level, "src_type": src_t,
@@ -227,7 +244,7 @@ def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
         space = _space(t)
         if space == 0:
             continue
-        alloc = default_hooks.ScratchpadAlloc(module=module, level=spec.memory[space], space=space, type=t,
+        alloc = default_hooks.ScratchpadAlloc(module=module, level=_level(spec, t, op), space=space, type=t,
                                               alignment=_alignment(op), size=_size(t), offset=offsets[op])
         fn = _build(module, functools.partial(_alloc_body, hook, alloc, spec), hook="scratchpad_alloc",
                     name=f"__pbsdk_scratchpad_{i}", inputs=[], result=t, loc=op.location, op=op.name)
@@ -276,7 +293,8 @@ def strip_memory_spaces(module: ir.Module) -> None:
         for f in ops_named(module, "func.func"):
             ftype = ir.FunctionType(ir.TypeAttr(f.attributes["function_type"]).value)
             if any(plain(t) is not None for t in list(ftype.inputs) + list(ftype.results)):
-                raise CompileError(f"function {f.attributes['sym_name']} still takes scratchpad memrefs after "
+                name = ir.StringAttr(f.attributes["sym_name"]).value
+                raise CompileError(f"function @{name} still takes scratchpad memrefs after "
                                    "inlining: on the host, a hook's external functions take addresses "
                                    "(hooks.address, hooks.strides), not memrefs in a scratchpad's memory space")
 
