@@ -56,20 +56,22 @@ class ForallToFork:
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
         forks: list[dict[str, Any]] = ctx.notes.setdefault("forks", [])
-        declared: set[str] = set()
+        declared: dict[tuple[str, int], str] = {}  # (part, trip count) -> fork
         for forall in ops_named(module, "scf.forall"):
             found = _part_call(forall)
             if found is None:
                 continue
             call, threads = found
             part = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-            fork = f"__pbsdk_fork_{part}"
+            # A fork runs a fixed number of parts, so one part forked with two trip counts needs two forks.
+            taken = sum(1 for p, _ in declared if p == part)
+            fork = declared.get((part, threads)) or (f"__pbsdk_fork_{part}" + (f"_{taken}" if taken else ""))
             buffers = list(call.operands)[:-1]
-            if fork not in declared:
+            if (part, threads) not in declared:
                 with ir.InsertionPoint.at_block_begin(module.body), module.context, forall.location:
                     decl = func.FuncOp(fork, ir.FunctionType.get([v.type for v in buffers], []))
                     decl.attributes["sym_visibility"] = ir.StringAttr.get("private")
-                declared.add(fork)
+                declared[(part, threads)] = fork
                 forks.append({"fork": fork, "part": part, "args": len(buffers), "threads": int(threads)})
             with ir.InsertionPoint(forall), forall.location:
                 func.CallOp([], ir.FlatSymbolRefAttr.get(fork), buffers)
