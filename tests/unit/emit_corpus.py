@@ -6,6 +6,10 @@ check that a change to the emitter keeps the emitted program identical::
     python tests/unit/emit_corpus.py dump DIR    # DIR/<name>.mlir: each program's module, printed
     python tests/unit/emit_corpus.py check DIR   # the same again, compared byte for byte
 
+``dump DIR attention`` / ``check DIR attention`` use the attention corpus instead (`attention_cases`: the
+attention programs above plus fused attention in every variant the kernel generators distinguish, on
+lanes and scratchpad specs).
+
 The printed form is the module as the bindings print it (SSA values renumbered), so the comparison is of
 the program, not of its spelling.
 """
@@ -159,6 +163,78 @@ def cases() -> Iterator[Case]:
         {"spec": "intel/xeon-avx512"}
 
 
+_BRINGUP = Path(__file__).resolve().parents[1] / "bringup" / "data"
+#: The specs fusing attention: lanes (cache hierarchy) and scratchpad (with and without matrix units).
+ATTENTION_SPECS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("xeon", "intel/xeon-avx512", {}),
+    ("npu", "example/npu", {}),
+    ("npu-nomu", "example/npu", {"matrix_units": False}),
+    ("edge", str(_BRINGUP / "edge_npu.yaml"), {}),
+    ("edge-nomu", str(_BRINGUP / "edge_npu.yaml"), {"matrix_units": False}),
+    ("tiny", str(_BRINGUP / "tiny_npu.yaml"), {}),
+    ("tiny-nomu", str(_BRINGUP / "tiny_npu.yaml"), {"matrix_units": False}),
+)
+
+
+def _causal_mask(sq: int, sk: int, offset: int) -> np.ndarray:
+    """The additive mask hiding keys j > i + offset (recognised as a causal pattern with that offset)."""
+    i, j = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    return np.where(j > i + offset, -np.inf, 0.0).astype(np.float32)
+
+
+def _strided(x: Any, kt: Any, v: Any) -> Any:
+    # (B, S, H, D) activations transposed to heads, K given as (B, H, D, S), V of another head dim.
+    q = ops.transpose(x, (0, 2, 1, 3))
+    return ops.softmax(ops.matmul(q, kt) / np.float32(np.sqrt(32.0)), axis=-1) @ v
+
+
+def attention_cases() -> Iterator[Case]:
+    """The attention programs of `cases` and fused attention in every variant the kernels distinguish
+    (causal, causal offset, masks, GQA, transposed and strided operands, dtypes, d != dv, one query,
+    sequences not a multiple of the block), on every spec of `ATTENTION_SPECS`."""
+    yield from (c for c in cases() if c[0].startswith("attention"))
+    att = ops.attention
+    variants: list[tuple[str, Callable[..., Any], tuple[TensorType, ...]]] = []
+    for dt in (F32, F16, "bf16"):
+        variants.append((f"plain-{dt}", lambda q, k, v: att(q, k, v), (_t(1, 2, 64, 32, dtype=dt),) * 3))
+    variants += [
+        ("causal", lambda q, k, v: att(q, k, v, causal=True), (_t(2, 3, 50, 32),) * 3),
+        ("causal-f16", lambda q, k, v: att(q, k, v, causal=True), (_t(1, 2, 40, 32, dtype=F16),) * 3),
+        ("causal-offset", lambda q, k, v: att(q, k, v, mask=_causal_mask(24, 56, 32)),
+         (_t(1, 2, 24, 32), _t(1, 2, 56, 32), _t(1, 2, 56, 32))),
+        ("causal-offset-neg", lambda q, k, v: att(q, k, v, mask=_causal_mask(40, 30, -10)),
+         (_t(1, 1, 40, 16), _t(1, 1, 30, 16), _t(1, 1, 30, 16))),
+        ("mask-padding", lambda q, k, v, m: att(q, k, v, mask=m),
+         (_t(2, 3, 21, 32), _t(2, 3, 45, 32), _t(2, 3, 45, 32), _t(2, 1, 1, 45))),
+        ("mask-full", lambda q, k, v, m: att(q, k, v, mask=m),
+         (_t(2, 3, 21, 32), _t(2, 3, 45, 32), _t(2, 3, 45, 32), _t(2, 3, 21, 45))),
+        ("mask-transposed-causal", lambda q, k, v, mt: att(q, k, v, causal=True, mask=ops.transpose(mt)),
+         (_t(37, 64), _t(37, 64), _t(37, 64), _t(37, 37))),
+        ("mask-f16", lambda q, k, v, m: att(q, k, v, mask=m),
+         (_t(1, 2, 33, 32, dtype=F16),) * 3 + (_t(33, 33, dtype=F16),)),
+        ("gqa", lambda q, k, v: att(q, k, v), (_t(2, 8, 40, 32), _t(2, 2, 40, 32), _t(2, 2, 40, 32))),
+        ("gqa-causal", lambda q, k, v: att(q, k, v, causal=True),
+         (_t(1, 6, 33, 16), _t(1, 3, 33, 16), _t(1, 3, 33, 16))),
+        ("strided-kt-dv", _strided, (_t(2, 19, 4, 32), _t(2, 4, 32, 23), _t(2, 4, 23, 48))),
+        ("kt-matmul", lambda q, k, v: ops.softmax(ops.matmul(q, k, transpose_b=True) * 0.125, -1) @ v,
+         (_t(3, 30, 64), _t(3, 30, 64), _t(3, 30, 64))),
+        ("d-ne-dv", lambda q, k, v: att(q, k, v), (_t(1, 2, 48, 32), _t(1, 2, 48, 32), _t(1, 2, 48, 80))),
+        ("one-query", lambda q, k, v: att(q, k, v), (_t(1, 2, 1, 32), _t(1, 2, 50, 32), _t(1, 2, 50, 32))),
+        ("one-query-causal", lambda q, k, v: att(q, k, v, causal=True), (_t(2, 1, 32), _t(2, 1, 32), _t(2, 1, 32))),
+        ("odd-seq", lambda q, k, v: att(q, k, v), (_t(1, 1, 37, 24), _t(1, 1, 53, 24), _t(1, 1, 53, 24))),
+        ("batch-merged", lambda q, k, v: att(q, k, v), (_t(6, 70, 32),) * 3),
+        ("batch-2d", lambda q, k, v: att(q, k, v, causal=True), (_t(2, 2, 3, 20, 32),) * 3),
+        ("bf16-dv", lambda q, k, v: att(q, k, v),
+         (_t(1, 2, 35, 32, dtype="bf16"), _t(1, 2, 35, 32, dtype="bf16"), _t(1, 2, 35, 16, dtype="bf16"))),
+    ]
+    for tag, spec, options in ATTENTION_SPECS:
+        for name, fn, types in variants:
+            kwargs: dict[str, Any] = {"spec": spec}
+            if options:
+                kwargs["options"] = options
+            yield f"fused-{name}-{tag}", fn, types, kwargs
+
+
 def traced(case: Case) -> tuple[Graph, dict[str, Any]]:
     """The case's graph and the keyword arguments for `emit_graph` (spec loaded)."""
     from pbsdk.core.spec.loader import load_spec
@@ -190,9 +266,12 @@ def main(argv: list[str]) -> int:
     mode, folder = argv[1], Path(argv[2])
     folder.mkdir(parents=True, exist_ok=True)
     bad = 0
-    all_cases = list(cases())
+    all_cases = list(attention_cases() if argv[3:] == ["attention"] else cases())
     for case in all_cases:
-        text = printed(case)
+        try:
+            text = printed(case)
+        except Exception as exc:  # noqa: BLE001 - a refusal is part of what the corpus records
+            text = f"error: {type(exc).__name__}: {exc}\n"
         path = folder / f"{case[0]}.mlir"
         if mode == "dump":
             path.write_text(text)
