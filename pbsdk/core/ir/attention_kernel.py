@@ -23,7 +23,10 @@ import dataclasses
 import math
 from typing import Any
 
+from mlir import ir
+
 from pbsdk.core.ir.attention import Operand
+from pbsdk.core.ir.builder import Indices
 from pbsdk.core.ir.mlir_text import MlirText
 from pbsdk.core.plan.attention import AttentionPlan
 
@@ -117,6 +120,24 @@ def batch_offset(e: IndexText, beta: str, opnd: Operand | Any) -> str:
         idx = e.op("rm", f"arith.remui {idx}, {e.c(size)} : index")
         total = e.add(total, e.mul(idx, stride))
     return total
+
+
+def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any) -> ir.Value:
+    """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
+    (anything with `Operand`'s ``batch`` factors), built with ``ix`` at the current insertion point."""
+    total = ix.c(0)
+    for size, stride, inner in opnd.batch:
+        if stride == 0 or size == 1:
+            continue
+        idx = beta if inner == 1 else ix.divui(beta, inner)
+        idx = ix.remui(idx, size)
+        total = ix.add(total, ix.mul(idx, stride))
+    return total
+
+
+def rounded(value: float) -> float:
+    """A float constant's value as the kernels write it: 10 significant digits (infinities kept)."""
+    return value if math.isinf(value) else float(f"{value:.9e}")
 
 
 def _vmax(e: IndexText, a: str, b: str, vt: str) -> str:

@@ -1,4 +1,4 @@
-"""The fused attention kernel of a ``"scratchpad"`` `AttentionPlan`, as MLIR text on buffers.
+"""The fused attention kernel of a ``"scratchpad"`` `AttentionPlan`, built on buffers with the MLIR bindings.
 
 For chips whose innermost memory is software-managed (`pbsdk.core.plan.attention.ScratchpadTiles`),
 the kernel is written in the same target-neutral form the ``promote`` pass gives contractions, so a
@@ -19,17 +19,37 @@ One function, ``@{name}(Q, K, V[, M], O)``, on the operands' base buffers (read 
 strides through ``memref.reinterpret_cast``: GQA and transposed operands are strides). It carries the
 plan and operand layouts as a JSON ``pbsdk.attention`` attribute (`descriptor`), so a target with its
 own attention mapping (e.g. a GPU's blocks and warps) can replace the body.
+
+`build_tiles_kernel` builds it op by op with the bindings' builders (``mlir.dialects.func/scf/memref/
+linalg/arith/math``) at a given insertion point — `pbsdk.core.ir.emit` passes one in front of the entry
+function — and sets the ``pbsdk.*`` attributes through `pbsdk.core.ir.attributes`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeAlias
+
+from mlir import ir
+from mlir.dialects import arith, func, linalg, memref, scf
+from mlir.dialects import math as math_d
 
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention import Operand
-from pbsdk.core.ir.attention_kernel import IndexText, KernelOperands, _f, batch_offset, memref_type
+from pbsdk.core.ir.attention_kernel import KernelOperands, batch_start, rounded
+from pbsdk.core.ir.builder import (
+    Indices,
+    affine_map,
+    buffer_generic,
+    dims,
+    element_type,
+    float_constant,
+    loop,
+    reassociation,
+)
+from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles
 
 
@@ -55,311 +75,307 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
                          "v": _operand_json(ops.v, ops.v_shape), "mask": _operand_json(ops.mask, ops.mask_shape)}}
 
 
-def _mlir_string(text: str) -> str:
-    return '"' + text.replace("\\", "\\5C").replace('"', "\\22") + '"'
 
-
-def _round_up(e: IndexText, v: str, multiple: int) -> str:
+def _round_up(ix: Indices, v: ir.Value, multiple: int) -> ir.Value:
     if multiple == 1:
         return v
-    q = e.op("ru", f"arith.addi {v}, {e.c(multiple - 1)} : index")
-    q = e.op("ru", f"arith.divui {q}, {e.c(multiple)} : index")
-    return e.mul(q, multiple)
+    q = arith.addi(v, ix.c(multiple - 1))
+    q = arith.divui(q, ix.c(multiple))
+    return ix.mul(q, multiple)
+
+
+#: A size of a view: static (an int) or an index value.
+_Size: TypeAlias = ir.Value | int
+#: Builds a generic's scalar code from its block arguments; returns the values it yields.
+_Body: TypeAlias = Callable[[Sequence[ir.Value]], Sequence[ir.Value]]
 
 
 class _Tiles:
-    """Prints one scratchpad attention kernel (see the module docstring)."""
+    """Builds one scratchpad attention kernel (see the module docstring)."""
 
     def __init__(self, plan: AttentionPlan, ops: KernelOperands) -> None:
         assert plan.tiles is not None
         self.plan, self.ops, self.t = plan, ops, plan.tiles
         self.op = plan.op
         self.dt = ops.dtype
-        self.e = IndexText()
+        self.bufs: dict[str, ir.Value] = {}
 
     # -- types ----------------------------------------------------------------------------------------
-    def sp(self, shape: tuple[int, ...], dtype: str, strides: tuple[int, ...] | None = None,
-           dynamic: tuple[bool, ...] | None = None, offset: bool = False) -> str:
-        """A memref type in the scratchpad space: static ``shape`` (``dynamic[i]``: ``?``), optionally strided."""
-        dims = "".join(f"{'?' if dynamic and dynamic[i] else s}x" for i, s in enumerate(shape))
-        layout = ""
-        if strides is not None:
-            layout = f"strided<[{', '.join(map(str, strides))}]{', offset: ?' if offset else ''}>, "
-        return f"memref<{dims}{dtype}, {layout}{self.t.space}>"
-
     def buffer(self, name: str) -> tuple[str, tuple[int, ...], str]:
         for b in self.t.buffers:
             if b[0] == name:
                 return b
         raise KeyError(name)
 
-    def buf_type(self, name: str) -> str:
+    def buf_type(self, name: str) -> ir.MemRefType:
         _, shape, dtype = self.buffer(name)
-        return self.sp(shape, dtype)
+        return memref_t(shape, dtype, space=self.t.space)
 
-    def view(self, name: str, offsets: list[str], sizes: list[str | int]) -> tuple[str, str]:
-        """``memref.subview`` of scratchpad buffer ``name``; returns (SSA name, type)."""
-        e = self.e
+    def view(self, name: str, offsets: list[ir.Value], sizes: list[_Size]) -> ir.Value:
+        """``memref.subview`` of scratchpad buffer ``name`` (unit strides)."""
+        ix = self.ix
         _, shape, dtype = self.buffer(name)
         strides = tuple(math.prod(shape[i + 1:]) for i in range(len(shape)))
-        static_off = all(o == e.c(0) for o in offsets)
-        ty = self.sp(tuple(s if isinstance(s, int) else 0 for s in sizes), dtype, strides,
-                     tuple(not isinstance(s, int) for s in sizes), offset=not static_off)
-        if static_off:
-            ty = ty.replace(", offset: ?", "")
-        v = e.fresh(name.lower())
-        offs = ["0" if o == e.c(0) else o for o in offsets]
-        e(f"{v} = memref.subview %{name}[{', '.join(offs)}] [{', '.join(map(str, sizes))}] "
-          f"[{', '.join('1' for _ in sizes)}] : {self.buf_type(name)} to {ty}")
-        return v, ty
+        static_off = all(o == ix.c(0) for o in offsets)
+        ty = memref_t([s if isinstance(s, int) else None for s in sizes], dtype, strides=strides,
+                      offset=0 if static_off else None, space=self.t.space)
+        dyn_off = ir.ShapedType.get_dynamic_stride_or_offset()
+        dyn_size = ir.ShapedType.get_dynamic_size()
+        offs = [o for o in offsets if o != ix.c(0)]
+        return memref.SubViewOp(ty, self.bufs[name], offs, [s for s in sizes if not isinstance(s, int)], [],
+                                [0 if o == ix.c(0) else dyn_off for o in offsets],
+                                [s if isinstance(s, int) else dyn_size for s in sizes], [1] * len(sizes)).result
 
-    def main_view(self, flat: str, flat_t: str, offset: str, sizes: list[str | int], strides: tuple[int, int],
-                  dtype: str) -> tuple[str, str]:
+    def main_view(self, flat: ir.Value, offset: ir.Value, sizes: list[_Size], strides: tuple[int, int]) -> ir.Value:
         """A 2-D strided view of a flattened main-memory buffer."""
-        e = self.e
-        dims = "".join(f"{'?' if not isinstance(s, int) else s}x" for s in sizes)
-        ty = f"memref<{dims}{dtype}, strided<[{strides[0]}, {strides[1]}], offset: ?>>"
-        v = e.fresh("mv")
-        e(f"{v} = memref.reinterpret_cast {flat} to offset: [{offset}], sizes: [{', '.join(map(str, sizes))}], "
-          f"strides: [{strides[0]}, {strides[1]}] : {flat_t} to {ty}")
-        return v, ty
+        ty = memref_t([s if isinstance(s, int) else None for s in sizes], self.dt, strides=strides, offset=None)
+        dyn_size = ir.ShapedType.get_dynamic_size()
+        return memref.ReinterpretCastOp(ty, flat, [offset], [s for s in sizes if not isinstance(s, int)], [],
+                                        [ir.ShapedType.get_dynamic_stride_or_offset()],
+                                        [s if isinstance(s, int) else dyn_size for s in sizes], list(strides)).result
 
-    def dma(self, src: tuple[str, str], dst: tuple[str, str], direction: str) -> None:
-        self.e(f'linalg.copy {{{attrs.DMA} = "{direction}"}} ins({src[0]} : {src[1]}) outs({dst[0]} : {dst[1]})')
+    def dma(self, src: ir.Value, dst: ir.Value, direction: str) -> None:
+        op = linalg.CopyOp([], [src], [dst])
+        linalg.fill_builtin_region(op.operation)
+        attrs.set_string(op, attrs.DMA, direction)
 
-    def generic(self, ins: list[tuple[str, str, str]], outs: list[tuple[str, str, str]], loops: int,
-                reductions: tuple[int, ...], body: list[str], yields: list[str], attr: str) -> None:
-        """``linalg.generic`` over ``loops`` dims; ``ins``/``outs`` are (value, type, map results)."""
-        e = self.e
-        dims = ", ".join(f"d{i}" for i in range(loops))
-        maps = ", ".join(f"affine_map<({dims}) -> ({r})>" for _, _, r in ins + outs)
-        its = ", ".join('"reduction"' if i in reductions else '"parallel"' for i in range(loops))
-        head = f"linalg.generic {{indexing_maps = [{maps}], iterator_types = [{its}], {attr}}}"
-        if ins:
-            head += f" ins({', '.join(v for v, _, _ in ins)} : {', '.join(t for _, t, _ in ins)})"
-        head += f" outs({', '.join(v for v, _, _ in outs)} : {', '.join(t for _, t, _ in outs)}) {{"
-        e.open(head)
-        args = [f"%x{i}: {_elt(t)}" for i, (_, t, _) in enumerate(ins)]
-        args += [f"%y{i}: {_elt(t)}" for i, (_, t, _) in enumerate(outs)]
-        e.depth -= 1
-        e(f"^bb0({', '.join(args)}):")
-        e.depth += 1
-        for line in body:
-            e(line)
-        e(f"linalg.yield {', '.join(yields)} : {', '.join(_elt(t) for _, t, _ in outs)}")
-        e.close()
+    def fill(self, value: ir.Value, name: str) -> None:
+        op = linalg.FillOp([], [value], [self.bufs[name]])
+        linalg.fill_builtin_region(op.operation)
+        self.vector(op)
 
-    def mac(self, a: tuple[str, str], b: tuple[str, str], c: tuple[str, str], b_transposed: bool, attr: str) -> None:
+    def vector(self, op: ir.OpView) -> None:
+        attrs.set_string(op, attrs.COMPUTE, "vector")
+
+    def generic(self, ins: list[tuple[ir.Value, list[int]]], outs: list[tuple[ir.Value, list[int]]], loops: int,
+                reductions: tuple[int, ...], body: _Body, unit: bool = False) -> None:
+        """``linalg.generic`` over ``loops`` dims; ``ins``/``outs`` are (buffer, map results as loop
+        numbers); ``body`` gets the block arguments (``x``: inputs, then ``y``: outputs)."""
+        d = dims(loops)
+        op = buffer_generic([(v, affine_map(loops, [d[i] for i in r])) for v, r in ins],
+                            [(v, affine_map(loops, [d[i] for i in r])) for v, r in outs],
+                            ["reduction" if i in reductions else "parallel" for i in range(loops)], body)
+        u = self.t.unit
+        if unit and u is not None:
+            attrs.set_string(op, attrs.MATRIX_UNIT, u.name)
+            attrs.set_string(op, attrs.UNIT_OPERAND, u.operand_dtype)
+            attrs.set_string(op, attrs.UNIT_ACCUMULATOR, u.accumulator_dtype)
+        else:
+            self.vector(op)
+
+    def mac(self, a: ir.Value, b: ir.Value, c: ir.Value, b_transposed: bool, unit: bool) -> None:
         """C += A · B (B read as (n, k) when ``b_transposed``), accumulating in C's dtype."""
-        adt, cdt = _elt(a[1]), _elt(c[1])
-        body = []
-        xa, xb = "%x0", "%x1"
-        if adt != cdt:
-            body += [f"%xa = arith.extf %x0 : {adt} to {cdt}", f"%xb = arith.extf %x1 : {adt} to {cdt}"]
-            xa, xb = "%xa", "%xb"
-        body += [f"%p = arith.mulf {xa}, {xb} : {cdt}", f"%s = arith.addf %y0, %p : {cdt}"]
-        self.generic([(a[0], a[1], "d0, d2"), (b[0], b[1], "d1, d2" if b_transposed else "d2, d1")],
-                     [(c[0], c[1], "d0, d1")], 3, (2,), body, ["%s"], attr)
+        adt, cdt = ir.MemRefType(a.type).element_type, ir.MemRefType(c.type).element_type
+
+        def body(x: Sequence[ir.Value]) -> list[ir.Value]:
+            xa, xb = x[0], x[1]
+            if adt != cdt:
+                xa, xb = arith.extf(cdt, x[0]), arith.extf(cdt, x[1])
+            return [arith.addf(x[2], arith.mulf(xa, xb))]
+
+        self.generic([(a, [0, 2]), (b, [1, 2] if b_transposed else [2, 1])], [(c, [0, 1])], 3, (2,), body, unit)
 
     # -- the kernel -----------------------------------------------------------------------------------
-    def text(self, name: str) -> str:
-        e, op, t, ops, dt = self.e, self.op, self.t, self.ops, self.dt
-        BR, BC, DP, DVP, D, DV, SQ, SK = t.block_q, t.block_k, t.d_padded, t.dv_padded, op.d, op.dv, op.sq, op.sk
-        u = t.unit
-        vec = f'{attrs.COMPUTE} = "vector"'
-        unit_attr = (f'{attrs.MATRIX_UNIT} = "{u.name}", {attrs.UNIT_OPERAND} = "{u.operand_dtype}", '
-                     f'{attrs.UNIT_ACCUMULATOR} = "{u.accumulator_dtype}"') if u else vec
-        into, out_of = f"{t.main_level}->{t.level}", f"{t.level}->{t.main_level}"
-        items, T, nqb = self.plan.work_items, self.plan.threads, self.plan.q_blocks
+    def build(self, name: str) -> func.FuncOp:
+        t, ops, dt = self.t, self.ops, self.dt
+        items, T = self.plan.work_items, self.plan.threads
+        f32, et = ir.F32Type.get(), element_type(dt)
 
         names = ["Q", "K", "V"] + (["M"] if ops.mask is not None else []) + ["O"]
         shapes = [ops.q_shape, ops.k_shape, ops.v_shape] + ([ops.mask_shape] if ops.mask_shape else []) + [ops.out_shape]
-        types = [memref_type(s, dt) for s in shapes]  # type: ignore[arg-type]
-        flat, ft = {}, {}
-        for nm, shape, ty in zip(names, shapes, types):
-            assert shape is not None
-            ft[nm] = f"memref<{math.prod(shape)}x{dt}>"
-            flat[nm] = f"%{nm}0" if len(shape) == 1 else e.op(
-                nm.lower(), f"memref.collapse_shape %{nm}0 [[{', '.join(map(str, range(len(shape))))}]] : "
-                            f"{ty} into {ft[nm]}")
-        e(f"%zero_t = arith.constant 0.0 : {dt}")
-        e("%zero = arith.constant 0.0 : f32")
-        e(f"%ninf = arith.constant {_f(-math.inf)} : f32")
-        e(f"%scale = arith.constant {_f(ops.scale)} : f32")
-        if ops.mask is not None:
-            e(f"%mscale = arith.constant {_f(ops.mask_scale)} : f32")
+        fn = func.FuncOp(name, ir.FunctionType.get([memref_t(s, dt) for s in shapes], []),  # type: ignore[arg-type]
+                         visibility="private")
+        attrs.set_string(fn, attrs.ATTENTION, json.dumps(descriptor(self.plan, ops), sort_keys=True))
+        entry = fn.add_entry_block()
+        ix = self.ix = Indices(entry)
+        with ir.InsertionPoint(entry):
+            flat = {}
+            for nm, shape, arg in zip(names, shapes, entry.arguments):
+                assert shape is not None
+                flat[nm] = arg if len(shape) == 1 else memref.CollapseShapeOp(
+                    memref_t([math.prod(shape)], dt), arg, reassociation([list(range(len(shape)))])).result
+            zero_t = float_constant(0.0, et)
+            zero = float_constant(0.0, f32)
+            ninf = float_constant(-math.inf, f32)
+            scale = float_constant(rounded(ops.scale), f32)
+            mscale = float_constant(rounded(ops.mask_scale), f32) if ops.mask is not None else None
 
-        par = T > 1
-        if par:
-            e.open(f"scf.forall (%t) in ({T}) {{")
-            tid = "%t"
-        else:
-            tid = e.c(0)
-        for bname, _shape, _dtype in t.buffers:  # this core's scratchpad tiles
-            e(f"%{bname} = memref.alloc() {{alignment = {t.alignment} : i64}} : {self.buf_type(bname)}")
-        for bname in ("Qs", "Ks", "Vs"):  # zero padding (copies never write past d, dv, rows, cols)
-            e(f"linalg.fill {{{vec}}} ins(%zero_t : {dt}) outs(%{bname} : {self.buf_type(bname)})")
+            par = T > 1
+            forall = scf.ForallOp([0], [T], [1]) if par else None
+            with ir.InsertionPoint(forall.body) if forall is not None else ir.InsertionPoint(entry):
+                tid = forall.body.arguments[0] if forall is not None else ix.c(0)
+                i64 = ir.IntegerType.get_signless(64)
+                for bname, _shape, _dtype in t.buffers:  # this core's scratchpad tiles
+                    self.bufs[bname] = memref.AllocOp(self.buf_type(bname), [], [],
+                                                      alignment=ir.IntegerAttr.get(i64, t.alignment)).result
+                for bname in ("Qs", "Ks", "Vs"):  # zero padding (copies never write past d, dv, rows, cols)
+                    self.fill(zero_t, bname)
+                with loop(tid, ix.c(items), ix.c(T)) as work:
+                    self.work_item(work.induction_variable, flat, zero, ninf, scale, mscale)
+                # (the core's buffer-deallocation pipeline frees this core's tiles at the end of its body)
+                if forall is not None:
+                    scf.InParallelOp()
+            func.ReturnOp([])
+        ix.hoist()
+        return fn
 
-        e.open(f"scf.for %it = {tid} to {e.c(items)} step {e.c(T)} {{")
-        beta = e.op("beta", f"arith.divui %it, {e.c(nqb)} : index")
-        qb = e.op("qb", f"arith.remui %it, {e.c(nqb)} : index")
-        q0 = e.mul(qb, BR)
-        rows = e.min(e.c(BR), e.sub(e.c(SQ), q0))
-        rows_u = _round_up(e, rows, u.m if u else 1)
-        qoff, koff, voff = batch_offset(e, beta, ops.q), batch_offset(e, beta, ops.k), batch_offset(e, beta, ops.v)
+    def work_item(self, it: ir.Value, flat: dict[str, ir.Value], zero: ir.Value, ninf: ir.Value, scale: ir.Value,
+                  mscale: ir.Value | None) -> None:
+        """One (batch, query block) work item ``it``: Q's tile in, the key blocks, O's tile out."""
+        ix, op, t, ops, dt = self.ix, self.op, self.t, self.ops, self.dt
+        BR, BC, DP, DVP, D, DV, SQ, SK = t.block_q, t.block_k, t.d_padded, t.dv_padded, op.d, op.dv, op.sq, op.sk
+        u = t.unit
+        into, out_of = f"{t.main_level}->{t.level}", f"{t.level}->{t.main_level}"
+        nqb = self.plan.q_blocks
+        f32, et = ir.F32Type.get(), element_type(dt)
+        c0 = ix.c
+        beta = ix.divui(it, nqb)
+        qb = ix.remui(it, nqb)
+        q0 = ix.mul(qb, BR)
+        rows = ix.min(c0(BR), ix.sub(c0(SQ), q0))
+        rows_u = _round_up(ix, rows, u.m if u else 1)
+        qoff, koff, voff = batch_start(ix, beta, ops.q), batch_start(ix, beta, ops.k), batch_start(ix, beta, ops.v)
 
         # Q's tile, once per work item.
-        qsrc = self.main_view(flat["Q"], ft["Q"], e.add(qoff, e.mul(q0, ops.q.row_stride)), [rows, D],
-                              (ops.q.row_stride, ops.q.col_stride), dt)
-        self.dma(qsrc, self.view("Qs", [e.c(0), e.c(0)], [rows, D]), into)
-        e(f"linalg.fill {{{vec}}} ins(%zero : f32) outs(%O : {self.buf_type('O')})")
-        e(f"linalg.fill {{{vec}}} ins(%ninf : f32) outs(%m : {self.buf_type('m')})")
-        e(f"linalg.fill {{{vec}}} ins(%zero : f32) outs(%l : {self.buf_type('l')})")
+        qsrc = self.main_view(flat["Q"], ix.add(qoff, ix.mul(q0, ops.q.row_stride)), [rows, D],
+                              (ops.q.row_stride, ops.q.col_stride))
+        self.dma(qsrc, self.view("Qs", [c0(0), c0(0)], [rows, D]), into)
+        self.fill(zero, "O")
+        self.fill(ninf, "m")
+        self.fill(zero, "l")
 
         if op.causal_offset is None:
-            kend = e.c(SK)
+            kend = c0(SK)
         else:
-            qend = e.min(e.add(q0, e.c(BR)), e.c(SQ))
-            kend = e.min(e.max(e.add(qend, e.c(op.causal_offset)), e.c(0)), e.c(SK))
-        e.open(f"scf.for %j0 = {e.c(0)} to {kend} step {e.c(BC)} {{")
-        cols = e.min(e.c(BC), e.sub(kend, "%j0"))
-        cols_n = _round_up(e, cols, u.n if u else 1)
-        cols_k = _round_up(e, cols, u.k if u else 1)
-        ksrc = self.main_view(flat["K"], ft["K"], e.add(koff, e.mul("%j0", ops.k.row_stride)), [cols, D],
-                              (ops.k.row_stride, ops.k.col_stride), dt)
-        self.dma(ksrc, self.view("Ks", [e.c(0), e.c(0)], [cols, D]), into)
-        vsrc = self.main_view(flat["V"], ft["V"], e.add(voff, e.mul("%j0", ops.v.row_stride)), [cols, DV],
-                              (ops.v.row_stride, ops.v.col_stride), dt)
-        self.dma(vsrc, self.view("Vs", [e.c(0), e.c(0)], [cols, DV]), into)
-        if ops.mask is not None:
-            moff = e.add(e.add(batch_offset(e, beta, ops.mask), e.mul(q0, ops.mask.row_stride)),
-                         e.mul("%j0", ops.mask.col_stride))
-            msrc = self.main_view(flat["M"], ft["M"], moff, [rows, cols], (ops.mask.row_stride, ops.mask.col_stride), dt)
-            self.dma(msrc, self.view("Ms", [e.c(0), e.c(0)], [rows, cols]), into)
+            qend = ix.min(ix.add(q0, c0(BR)), c0(SQ))
+            kend = ix.min(ix.max(ix.add(qend, c0(op.causal_offset)), c0(0)), c0(SK))
+        with loop(c0(0), kend, c0(BC)) as kloop:
+            j0 = kloop.induction_variable
+            cols = ix.min(c0(BC), ix.sub(kend, j0))
+            cols_n = _round_up(ix, cols, u.n if u else 1)
+            cols_k = _round_up(ix, cols, u.k if u else 1)
+            ksrc = self.main_view(flat["K"], ix.add(koff, ix.mul(j0, ops.k.row_stride)), [cols, D],
+                                  (ops.k.row_stride, ops.k.col_stride))
+            self.dma(ksrc, self.view("Ks", [c0(0), c0(0)], [cols, D]), into)
+            vsrc = self.main_view(flat["V"], ix.add(voff, ix.mul(j0, ops.v.row_stride)), [cols, DV],
+                                  (ops.v.row_stride, ops.v.col_stride))
+            self.dma(vsrc, self.view("Vs", [c0(0), c0(0)], [cols, DV]), into)
+            if ops.mask is not None:
+                moff = ix.add(ix.add(batch_start(ix, beta, ops.mask), ix.mul(q0, ops.mask.row_stride)),
+                              ix.mul(j0, ops.mask.col_stride))
+                msrc = self.main_view(flat["M"], moff, [rows, cols], (ops.mask.row_stride, ops.mask.col_stride))
+                self.dma(msrc, self.view("Ms", [c0(0), c0(0)], [rows, cols]), into)
 
-        # S = Q · Kᵀ
-        e(f"linalg.fill {{{vec}}} ins(%zero : f32) outs(%S : {self.buf_type('S')})")
-        if u is not None:
-            e.open(f"scf.for %mi = {e.c(0)} to {rows_u} step {e.c(u.m)} {{")
-            e.open(f"scf.for %ni = {e.c(0)} to {cols_n} step {e.c(u.n)} {{")
-            e.open(f"scf.for %ki = {e.c(0)} to {e.c(DP)} step {e.c(u.k)} {{")
-            self.mac(self.view("Qs", ["%mi", "%ki"], [u.m, u.k]), self.view("Ks", ["%ni", "%ki"], [u.n, u.k]),
-                     self.view("S", ["%mi", "%ni"], [u.m, u.n]), True, unit_attr)
-            e.close()
-            e.close()
-            e.close()
-        else:
-            self.mac(self.view("Qs", [e.c(0), e.c(0)], [rows, D]), self.view("Ks", [e.c(0), e.c(0)], [cols, D]),
-                     self.view("S", [e.c(0), e.c(0)], [rows, cols]), True, vec)
+            # S = Q · Kᵀ
+            self.fill(zero, "S")
+            if u is not None:
+                with loop(c0(0), rows_u, c0(u.m)) as lm, loop(c0(0), cols_n, c0(u.n)) as ln, \
+                        loop(c0(0), c0(DP), c0(u.k)) as lk:
+                    mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
+                    self.mac(self.view("Qs", [mi, ki], [u.m, u.k]), self.view("Ks", [ni, ki], [u.n, u.k]),
+                             self.view("S", [mi, ni], [u.m, u.n]), True, True)
+            else:
+                self.mac(self.view("Qs", [c0(0), c0(0)], [rows, D]), self.view("Ks", [c0(0), c0(0)], [cols, D]),
+                         self.view("S", [c0(0), c0(0)], [rows, cols]), True, False)
 
-        # Online softmax over the rows_u x cols_k scores the P·V step reads.
-        sv = self.view("S", [e.c(0), e.c(0)], [rows_u, cols_k])
-        body = ["%r = linalg.index 0 : index", "%c = linalg.index 1 : index",
-                "%s = arith.mulf %y0, %scale : f32"]
-        ins = []
-        if ops.mask is not None:
-            ins.append((*self.view("Ms", [e.c(0), e.c(0)], [rows_u, cols_k]), "d0, d1"))
+            # Online softmax over the rows_u x cols_k scores the P·V step reads.
+            sv = self.view("S", [c0(0), c0(0)], [rows_u, cols_k])
+            ins: list[tuple[ir.Value, list[int]]] = []
+            if ops.mask is not None:
+                ins.append((self.view("Ms", [c0(0), c0(0)], [rows_u, cols_k]), [0, 1]))
+            causal = None if op.causal_offset is None else c0(op.causal_offset)
+
+            def scores(x: Sequence[ir.Value]) -> list[ir.Value]:
+                r, c = linalg.IndexOp(0).result, linalg.IndexOp(1).result
+                y0 = x[-1]
+                s = arith.mulf(y0, scale)
+                if ops.mask is not None:
+                    assert mscale is not None
+                    mx = arith.extf(f32, x[0]) if dt != "f32" else x[0]
+                    s1 = arith.addf(s, arith.mulf(mx, mscale))
+                else:
+                    s1 = arith.addf(s, zero)
+                # Masked: keys past this block's end (padding), and causal j > i + offset.
+                pad = arith.cmpi(arith.CmpIPredicate.uge, c, cols)
+                if ops.mask is not None:  # padding rows of the mask tile were not copied
+                    pad1 = arith.ori(pad, arith.cmpi(arith.CmpIPredicate.uge, r, rows))
+                else:
+                    pad1 = arith.ori(pad, pad)
+                if causal is not None:
+                    j = arith.addi(j0, c)
+                    io = arith.addi(arith.addi(q0, r), causal)
+                    msk = arith.ori(pad1, arith.cmpi(arith.CmpIPredicate.sgt, j, io))
+                else:
+                    msk = arith.ori(pad1, pad1)
+                return [arith.select(msk, ninf, s1)]
+
+            self.generic(ins, [(sv, [0, 1])], 2, (), scores)
+            mv = self.view("m", [c0(0)], [rows_u])
+            mnv = self.view("mn", [c0(0)], [rows_u])
+            alv = self.view("al", [c0(0)], [rows_u])
+            lv = self.view("l", [c0(0)], [rows_u])
+            self.generic([(mv, [0])], [(mnv, [0])], 1, (), lambda x: [x[0]])
+            self.generic([(sv, [0, 1])], [(mnv, [0])], 2, (1,), lambda x: [arith.maximumf(x[0], x[1])])
+
+            # al = 2^... = exp(m - mn) (0 while m is still -inf); l *= al; m = mn
+            def rescale(x: Sequence[ir.Value]) -> list[ir.Value]:
+                ex = math_d.exp(arith.subf(x[1], x[0]))
+                first = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
+                a = arith.select(first, zero, ex)
+                return [x[0], a, arith.mulf(x[3], a)]
+
+            self.generic([(mnv, [0])], [(mv, [0]), (alv, [0]), (lv, [0])], 1, (), rescale)
+
+            # P = exp(S - mn) (0 where masked), l += Σ P
+            outs = [(sv, [0, 1])]
             if dt != "f32":
-                body.append(f"%mx = arith.extf %x0 : {dt} to f32")
-            body += [f"%mm = arith.mulf {'%mx' if dt != 'f32' else '%x0'}, %mscale : f32", "%s1 = arith.addf %s, %mm : f32"]
-        else:
-            body.append("%s1 = arith.addf %s, %zero : f32")
-        # Masked: keys past this block's end (padding), and causal j > i + offset.
-        body.append(f"%pad = arith.cmpi uge, %c, {cols} : index")
-        if ops.mask is not None:  # padding rows of the mask tile were not copied
-            body += [f"%padr = arith.cmpi uge, %r, {rows} : index", "%pad1 = arith.ori %pad, %padr : i1"]
-        else:
-            body.append("%pad1 = arith.ori %pad, %pad : i1")
-        if op.causal_offset is not None:
-            body += ["%j = arith.addi %j0, %c : index", f"%i = arith.addi {q0}, %r : index",
-                     f"%io = arith.addi %i, {e.c(op.causal_offset)} : index",
-                     "%cz = arith.cmpi sgt, %j, %io : index", "%msk = arith.ori %pad1, %cz : i1"]
-        else:
-            body.append("%msk = arith.ori %pad1, %pad1 : i1")
-        body.append("%s2 = arith.select %msk, %ninf, %s1 : f32")
-        self.generic(ins, [(*sv, "d0, d1")], 2, (), body, ["%s2"], vec)
-        mv = self.view("m", [e.c(0)], [rows_u])
-        mnv = self.view("mn", [e.c(0)], [rows_u])
-        alv = self.view("al", [e.c(0)], [rows_u])
-        lv = self.view("l", [e.c(0)], [rows_u])
-        self.generic([(*mv, "d0")], [(*mnv, "d0")], 1, (), [], ["%x0"], vec)
-        self.generic([(*sv, "d0, d1")], [(*mnv, "d0")], 2, (1,), ["%mx = arith.maximumf %x0, %y0 : f32"], ["%mx"], vec)
-        # al = 2^... = exp(m - mn) (0 while m is still -inf); l *= al; m = mn
-        self.generic([(*mnv, "d0")], [(*mv, "d0"), (*alv, "d0"), (*lv, "d0")], 1, (),
-                     ["%df = arith.subf %y0, %x0 : f32", "%ex = math.exp %df : f32",
-                      "%first = arith.cmpf oeq, %y0, %ninf : f32", "%a = arith.select %first, %zero, %ex : f32",
-                      "%ln = arith.mulf %y2, %a : f32"], ["%x0", "%a", "%ln"], vec)
-        # P = exp(S - mn) (0 where masked), l += Σ P
-        outs = [(*sv, "d0, d1")]
-        yields = ["%p"]
-        pbody = ["%df = arith.subf %y0, %x0 : f32", "%ex = math.exp %df : f32",
-                 "%dead = arith.cmpf oeq, %y0, %ninf : f32", "%p = arith.select %dead, %zero, %ex : f32"]
-        if dt != "f32":
-            outs.append((*self.view("P", [e.c(0), e.c(0)], [rows_u, cols_k]), "d0, d1"))
-            pbody.append(f"%pt = arith.truncf %p : f32 to {dt}")
-            yields.append("%pt")
-        self.generic([(*mnv, "d0")], outs, 2, (), pbody, yields, vec)
-        self.generic([(*sv, "d0, d1")], [(*lv, "d0")], 2, (1,), ["%sum = arith.addf %y0, %x0 : f32"], ["%sum"], vec)
-        # O *= al
-        self.generic([(*alv, "d0")], [(*self.view("O", [e.c(0), e.c(0)], [rows_u, DVP]), "d0, d1")], 2, (),
-                     ["%o = arith.mulf %y0, %x0 : f32"], ["%o"], vec)
+                outs.append((self.view("P", [c0(0), c0(0)], [rows_u, cols_k]), [0, 1]))
 
-        # O += P · V
-        pname = "P" if dt != "f32" else "S"
-        if u is not None:
-            e.open(f"scf.for %mi = {e.c(0)} to {rows_u} step {e.c(u.m)} {{")
-            e.open(f"scf.for %ni = {e.c(0)} to {e.c(DVP)} step {e.c(u.n)} {{")
-            e.open(f"scf.for %ki = {e.c(0)} to {cols_k} step {e.c(u.k)} {{")
-            self.mac(self.view(pname, ["%mi", "%ki"], [u.m, u.k]), self.view("Vs", ["%ki", "%ni"], [u.k, u.n]),
-                     self.view("O", ["%mi", "%ni"], [u.m, u.n]), False, unit_attr)
-            e.close()
-            e.close()
-            e.close()
-        else:
-            self.mac(self.view(pname, [e.c(0), e.c(0)], [rows, cols]), self.view("Vs", [e.c(0), e.c(0)], [cols, DV]),
-                     self.view("O", [e.c(0), e.c(0)], [rows, DV]), False, vec)
-        e.close()  # key blocks
+            def probabilities(x: Sequence[ir.Value]) -> list[ir.Value]:
+                ex = math_d.exp(arith.subf(x[1], x[0]))
+                dead = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
+                p = arith.select(dead, zero, ex)
+                return [p, arith.truncf(et, p)] if dt != "f32" else [p]
+
+            self.generic([(mnv, [0])], outs, 2, (), probabilities)
+            self.generic([(sv, [0, 1])], [(lv, [0])], 2, (1,), lambda x: [arith.addf(x[1], x[0])])
+            # O *= al
+            self.generic([(alv, [0])], [(self.view("O", [c0(0), c0(0)], [rows_u, DVP]), [0, 1])], 2, (),
+                         lambda x: [arith.mulf(x[1], x[0])])
+
+            # O += P · V
+            pname = "P" if dt != "f32" else "S"
+            if u is not None:
+                with loop(c0(0), rows_u, c0(u.m)) as lm, loop(c0(0), c0(DVP), c0(u.n)) as ln, \
+                        loop(c0(0), cols_k, c0(u.k)) as lk:
+                    mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
+                    self.mac(self.view(pname, [mi, ki], [u.m, u.k]), self.view("Vs", [ki, ni], [u.k, u.n]),
+                             self.view("O", [mi, ni], [u.m, u.n]), False, True)
+            else:
+                self.mac(self.view(pname, [c0(0), c0(0)], [rows, cols]), self.view("Vs", [c0(0), c0(0)], [cols, DV]),
+                         self.view("O", [c0(0), c0(0)], [rows, DV]), False, False)
 
         # O / l, rounded to the output dtype, copied out.
         oname = "Oo" if dt != "f32" else "O"
-        lfin = self.view("l", [e.c(0)], [rows])
-        ofin = self.view(oname, [e.c(0), e.c(0)], [rows, DV])
-        ins_o = [(*lfin, "d0")]
+        lfin = self.view("l", [c0(0)], [rows])
+        ofin = self.view(oname, [c0(0), c0(0)], [rows, DV])
         if dt != "f32":
-            ins_o.insert(0, (*self.view("O", [e.c(0), e.c(0)], [rows, DV]), "d0, d1"))
-            self.generic(ins_o, [(*ofin, "d0, d1")], 2, (),
-                         ["%q = arith.divf %x0, %x1 : f32", f"%qt = arith.truncf %q : f32 to {dt}"], ["%qt"], vec)
+            ov = self.view("O", [c0(0), c0(0)], [rows, DV])
+            self.generic([(ov, [0, 1]), (lfin, [0])], [(ofin, [0, 1])], 2, (),
+                         lambda x: [arith.truncf(et, arith.divf(x[0], x[1]))])
         else:
-            self.generic(ins_o, [(*ofin, "d0, d1")], 2, (), ["%q = arith.divf %y0, %x0 : f32"], ["%q"], vec)
-        ooff = e.add(e.mul(beta, SQ * DV), e.mul(q0, DV))
-        self.dma(ofin, self.main_view(flat["O"], ft["O"], ooff, [rows, DV], (DV, 1), dt), out_of)
-        e.close()  # work items
-        # (the core's buffer-deallocation pipeline frees this core's tiles at the end of its body)
-        if par:
-            e.close()
-        e("return")
-
-        sig = ", ".join(f"%{nm}0: {ty}" for nm, ty in zip(names, types))
-        desc = _mlir_string(json.dumps(descriptor(self.plan, ops), sort_keys=True))
-        out = [f"func.func private @{name}({sig}) attributes {{{attrs.ATTENTION} = {desc}}} {{"]
-        out += [f"  {v} = arith.constant {k} : index" for k, v in sorted(e.consts.items())]
-        out += e.lines
-        out.append("}")
-        return "\n".join(out) + "\n"
+            self.generic([(lfin, [0])], [(ofin, [0, 1])], 2, (), lambda x: [arith.divf(x[1], x[0])])
+        ooff = ix.add(ix.mul(beta, SQ * DV), ix.mul(q0, DV))
+        self.dma(ofin, self.main_view(flat["O"], ooff, [rows, DV], (DV, 1)), out_of)
 
 
-def _elt(memref_t: str) -> str:
-    """The element type of a memref type string."""
-    inner = memref_t[len("memref<"):]
-    dims_and_type = inner.split(",")[0].rstrip(">")
-    return dims_and_type.split("x")[-1]
-
-
-def tiles_kernel_text(name: str, plan: AttentionPlan, ops: KernelOperands) -> str:
-    """``@{name}(Q, K, V[, M], O)``: the scratchpad attention kernel of ``plan`` (see the module docstring)."""
+def build_tiles_kernel(ip: ir.InsertionPoint, name: str, plan: AttentionPlan, ops: KernelOperands) -> func.FuncOp:
+    """``@{name}(Q, K, V[, M], O)``: the scratchpad attention kernel of ``plan`` (see the module docstring),
+    built at ``ip`` (in the current context and location)."""
     if plan.tiles is None:
-        raise ValueError("tiles_kernel_text needs a plan with the scratchpad schedule")
-    return _Tiles(plan, ops).text(name)
+        raise ValueError("build_tiles_kernel needs a plan with the scratchpad schedule")
+    with ip:
+        return _Tiles(plan, ops).build(name)
 
 
-__all__ = ["ScratchpadTiles", "descriptor", "tiles_kernel_text"]
+__all__ = ["ScratchpadTiles", "build_tiles_kernel", "descriptor"]

@@ -4,15 +4,18 @@ Each works at the current ``ir.InsertionPoint``, ``ir.Location`` and ``ir.Contex
 ``with`` blocks), takes and returns ``ir.Type``/``ir.Value``/``ir.Attribute`` objects, and stands for one
 idiom that would otherwise be repeated: a pbsdk dtype as an MLIR type, an affine map from a list of
 expressions, a float constant, a ``linalg.fill``, a reassociation list, a ``linalg.generic`` whose body is
-built by a callback.
+built by a callback (on tensors, or on buffers: `buffer_generic`), an ``scf.for`` whose body is built in a
+``with`` block (`loop`), and index arithmetic with memoised constants (`Indices`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import arith, linalg
+from mlir.dialects import arith, linalg, scf
 
 _FLOAT_TYPES: dict[str, Callable[[], ir.Type]] = {
     "f64": ir.F64Type.get, "f32": ir.F32Type.get, "f16": ir.F16Type.get, "bf16": ir.BF16Type.get,
@@ -53,6 +56,20 @@ def fill(value: ir.Value, init: ir.Value) -> ir.Value:
     return op.results[0]
 
 
+def memref_type(shape: Sequence[int | None], dtype: str | ir.Type, *, strides: Sequence[int] | None = None,
+                offset: int | None = 0, space: int | None = None) -> ir.MemRefType:
+    """``memref<shape x dtype>``: a None size is dynamic (``?``); with ``strides``, a strided layout (a None
+    ``offset`` is dynamic); ``space``, the memory space (an integer)."""
+    dyn = ir.ShapedType.get_dynamic_size()
+    elt = element_type(dtype) if isinstance(dtype, str) else dtype
+    layout = None
+    if strides is not None:
+        off = ir.ShapedType.get_dynamic_stride_or_offset() if offset is None else offset
+        layout = ir.StridedLayoutAttr.get(off, list(strides))
+    mspace = None if space is None else ir.IntegerAttr.get(ir.IntegerType.get_signless(64), space)
+    return ir.MemRefType.get([dyn if d is None else d for d in shape], elt, layout, mspace)
+
+
 def reassociation(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     """A reshape's reassociation attribute (``[[0, 1], [2]]``)."""
     i64 = ir.IntegerType.get_signless(64)
@@ -73,3 +90,84 @@ def generic(ins: Sequence[tuple[ir.Value, ir.AffineMapAttr]], init: ir.Value, ou
     with ir.InsertionPoint(block):
         linalg.YieldOp([body(list(block.arguments))])
     return op.results[0]
+
+
+def buffer_generic(ins: Sequence[tuple[ir.Value, ir.AffineMapAttr]], outs: Sequence[tuple[ir.Value, ir.AffineMapAttr]],
+                   iterators: Sequence[str], body: Callable[[Sequence[ir.Value]], Sequence[ir.Value]]) -> linalg.GenericOp:
+    """A ``linalg.generic`` on buffers (no results): ``ins`` read and ``outs`` updated through their maps;
+    ``body`` builds the scalar code from the block arguments (inputs, then outputs) and returns the values
+    to yield, one per output."""
+    kinds = {i: ir.Attribute.parse(f"#linalg.iterator_type<{i}>") for i in set(iterators)}
+    iterator_attrs = ir.ArrayAttr.get([kinds[i] for i in iterators])
+    maps = ir.ArrayAttr.get([m for _, m in ins] + [m for _, m in outs])
+    op = linalg.GenericOp([], [v for v, _ in ins], [v for v, _ in outs], maps, iterator_attrs)
+    block = op.regions[0].blocks.append(*[ir.ShapedType(v.type).element_type for v, _ in [*ins, *outs]])
+    with ir.InsertionPoint(block):
+        linalg.YieldOp(list(body(list(block.arguments))))
+    return op
+
+
+@contextmanager
+def loop(lower: ir.Value, upper: ir.Value, step: ir.Value, iter_args: Sequence[ir.Value] = ()) -> Iterator[scf.ForOp]:
+    """``scf.for``: the body is built inside the ``with`` block (at its insertion point); without
+    ``iter_args`` the ``scf.yield`` is added at its end, with them the body yields itself."""
+    op = scf.ForOp(lower, upper, step, list(iter_args))
+    with ir.InsertionPoint(op.body):
+        yield op
+        if not iter_args:
+            scf.YieldOp([])
+
+
+class Indices:
+    """Index arithmetic at the current insertion point, folding additions of 0 and multiplications by 0
+    and 1. Constants are memoised per value and built at the top of ``block`` (`hoist` puts them there in
+    increasing order once the block is complete)."""
+
+    def __init__(self, block: ir.Block) -> None:
+        self.block = block
+        self.consts: dict[int, ir.Value] = {}
+
+    def c(self, v: int) -> ir.Value:
+        if v not in self.consts:
+            index = ir.IndexType.get()
+            with ir.InsertionPoint.at_block_begin(self.block):
+                self.consts[v] = arith.ConstantOp(index, ir.IntegerAttr.get(index, v)).result
+        return self.consts[v]
+
+    def hoist(self) -> None:
+        """Move the constants to the top of the block, in increasing order of value."""
+        ops = [self.consts[k].owner for k in sorted(self.consts)]
+        if not ops:
+            return
+        ops[0].move_before(self.block.operations[0])
+        for prev, op in itertools.pairwise(ops):
+            op.move_after(prev)
+
+    def add(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        if b == self.c(0):
+            return a
+        if a == self.c(0):
+            return b
+        return arith.addi(a, b)
+
+    def mul(self, a: ir.Value, k: int) -> ir.Value:
+        if k == 0:
+            return self.c(0)
+        if k == 1:
+            return a
+        return arith.muli(a, self.c(k))
+
+    def sub(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.subi(a, b)
+
+    def min(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.minsi(a, b)
+
+    def max(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.maxsi(a, b)
+
+    def divui(self, a: ir.Value, k: int) -> ir.Value:
+        return arith.divui(a, self.c(k))
+
+    def remui(self, a: ir.Value, k: int) -> ir.Value:
+        return arith.remui(a, self.c(k))

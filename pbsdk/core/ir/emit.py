@@ -125,20 +125,20 @@ class _Emitter:
                              mask_shape=bases[3].shape if match.mask else None, out_shape=match.out.shape,
                              scale=match.scale, mask_scale=match.mask_scale, dtype=match.out.dtype)
         if plan.schedule == "scratchpad":
-            from pbsdk.core.ir.attention_tiles import tiles_kernel_text
+            from pbsdk.core.ir.attention_tiles import build_tiles_kernel
 
-            text = tiles_kernel_text(name, plan, ops)
+            build_tiles_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
         else:
+            # The one text boundary left: the lanes kernel generator still writes its functions as MLIR
+            # text. They are parsed here (in the current context) and moved in front of the entry function.
             text = kernel_text(name, plan, ops)
-        # The one text boundary left: the kernel generators still write their functions as MLIR text. They
-        # are parsed here (in the current context) and moved in front of the entry function.
-        try:
-            kernel = ir.Module.parse(text)
-        except ir.MLIRError as exc:
-            raise CompileError(f"the fused attention kernel {name} does not parse: {exc}", stage="emit",
-                               op="attention") from exc
-        for op in list(kernel.body.operations):
-            op.move_before(self.entry)
+            try:
+                kernel = ir.Module.parse(text)
+            except ir.MLIRError as exc:
+                raise CompileError(f"the fused attention kernel {name} does not parse: {exc}", stage="emit",
+                                   op="attention") from exc
+            for op in list(kernel.body.operations):
+                op.move_before(self.entry)
         buffers = [bufferization.ToBufferOp(_memref(b.type), self.value(b), read_only=True).result for b in bases]
         out_ty = _memref(match.out.type)
         out = memref.AllocOp(out_ty, [], [], alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64))
