@@ -115,7 +115,7 @@ class _Emitter:
     def op_attention(self, match: Any, plan: Any) -> None:
         """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` (``"lanes"`` plans) or
         `pbsdk.core.ir.attention_tiles` (``"scratchpad"`` plans) on the operands' buffers."""
-        from pbsdk.core.ir.attention_kernel import KernelOperands, kernel_text
+        from pbsdk.core.ir.attention_kernel import KernelOperands, build_attention_kernel
 
         name = f"__pbsdk_attn{self.kernels}"
         self.kernels += 1
@@ -124,21 +124,8 @@ class _Emitter:
                              k_shape=bases[1].shape, v_shape=bases[2].shape,
                              mask_shape=bases[3].shape if match.mask else None, out_shape=match.out.shape,
                              scale=match.scale, mask_scale=match.mask_scale, dtype=match.out.dtype)
-        if plan.schedule == "scratchpad":
-            from pbsdk.core.ir.attention_tiles import build_tiles_kernel
-
-            build_tiles_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
-        else:
-            # The one text boundary left: the lanes kernel generator still writes its functions as MLIR
-            # text. They are parsed here (in the current context) and moved in front of the entry function.
-            text = kernel_text(name, plan, ops)
-            try:
-                kernel = ir.Module.parse(text)
-            except ir.MLIRError as exc:
-                raise CompileError(f"the fused attention kernel {name} does not parse: {exc}", stage="emit",
-                                   op="attention") from exc
-            for op in list(kernel.body.operations):
-                op.move_before(self.entry)
+        # The kernel's functions are built in front of the entry function, then called from it.
+        build_attention_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
         buffers = [bufferization.ToBufferOp(_memref(b.type), self.value(b), read_only=True).result for b in bases]
         out_ty = _memref(match.out.type)
         out = memref.AllocOp(out_ty, [], [], alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64))

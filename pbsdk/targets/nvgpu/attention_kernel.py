@@ -26,8 +26,8 @@ import math
 import struct
 
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.ir.attention_kernel import IndexText, batch_offset
 from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping
+from pbsdk.targets.nvgpu.index_text import IndexText, batch_offset
 
 WS = "#gpu.address_space<workgroup>"
 LINEAR = "[#gpu.thread<linear_dim_0>]"
