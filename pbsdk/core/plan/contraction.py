@@ -16,7 +16,10 @@ The model, in three steps, each reading only the `ChipSpec`:
    plus the accumulator tile unless the owning compute level's registers hold it.
 3. **Parallel mapping**: tiles of the outermost per-unit level are spread over the outermost compute
    level (cores, SMs); when there are fewer tiles than units, that tile shrinks until every unit has
-   work or it reaches the tile inside it.
+   work or it reaches the tile inside it. In the tiled form, the m and n tile loops of the outermost
+   software-managed level that is per unit (a core's scratchpad: one instance per core) run as an
+   ``scf.forall`` over that compute level, split by `split_parallel` (``ContractionPlan.parallel``);
+   the k loop never is, nor a level shared by the units (one instance cannot hold every unit's tile).
 
 The estimate is a roofline per level: compute at the unit's peak, and the bytes each level serves at
 its bandwidth; the largest term names the bound.
@@ -25,7 +28,7 @@ its bandwidth; the largest term names the bound.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from pbsdk.core.errors import UnsupportedError
@@ -208,6 +211,50 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b), why
 
 
+def split_parallel(loops: Sequence[tuple[str, int]], units: int, *, unit: str = "unit"
+                   ) -> tuple[tuple[tuple[str, int], ...], str]:
+    """How the tiles of parallel ``loops`` ((name, tile count), outermost first) are shared by ``units``
+    compute units (each a ``unit``, for the reason): ``((name, parts), ...)`` — one loop, or two when that shortens the busiest unit's
+    work — and why.
+
+    Each split loop's tiles go to ``parts`` units in balanced runs of ``ceil(tiles / parts)``
+    consecutive tiles (the last run may be shorter); ``parts`` is the fewest giving that run length, so
+    no unit idles inside a split. The choice minimises the busiest unit's tile count (the product over
+    all loops of tiles per part), then the units used, then the loops split, preferring outer loops.
+    A loop of one tile is never split; with one unit, or no loop of more than one tile, nothing is."""
+    cands = [(i, name, count) for i, (name, count) in enumerate(loops) if count > 1]
+    if units <= 1 or not cands:
+        why = f"one {unit}" if units <= 1 else "no parallel loop has more than one tile"
+        return (), f"no parallel split: {why}"
+    total = 1
+    for _, count in loops:
+        total *= max(1, count)
+
+    def balanced(count: int, parts: int) -> int:
+        return -(-count // -(-count // parts))
+
+    options: list[tuple[tuple[int, int, int, tuple[int, ...]], tuple[tuple[str, int], ...]]] = []
+    for i, name, count in cands:
+        p = balanced(count, min(units, count))
+        busiest = total // count * -(-count // p)
+        options.append(((busiest, p, 1, (i,)), ((name, p),)))
+    for a in range(len(cands)):
+        for b in range(a + 1, len(cands)):
+            (i, n1, c1), (j, n2, c2) = cands[a], cands[b]
+            for p1 in range(2, min(units, c1) + 1):
+                p2 = min(c2, units // p1)
+                if p2 < 2:
+                    continue
+                p1b, p2b = balanced(c1, p1), balanced(c2, p2)
+                busiest = total // (c1 * c2) * -(-c1 // p1b) * -(-c2 // p2b)
+                options.append(((busiest, p1b * p2b, 2, (i, j)), ((n1, p1b), (n2, p2b))))
+    (busiest, used, _, _), chosen = min(options, key=lambda o: o[0])
+    split = " x ".join(f"{name} {parts}" for name, parts in chosen)
+    tiles = ", ".join(f"{name} {count}" for name, count in loops)
+    return chosen, (f"{split} part(s) on {used} of {units} {unit}s ({tiles} tiles; the busiest {unit} gets "
+                    f"{busiest} of {total})")
+
+
 @dataclasses.dataclass(frozen=True)
 class ContractionPlan:
     op: Contraction
@@ -220,6 +267,10 @@ class ContractionPlan:
     estimate: Estimate
     reasons: tuple[str, ...]
     blocking: Blocking | None = None
+    #: The tiled form's split over ``spec.compute[0]``: ((loop, parts), ...) with loops named like
+    #: `loop_order`'s (``"m@spm"``), those of the outermost software-managed level of that compute
+    #: level's scope; empty when nothing runs in parallel there (`split_parallel`).
+    parallel: tuple[tuple[str, int], ...] = ()
 
     def tile(self, level: str) -> LevelTile:
         return next(t for t in self.levels if t.level == level)
@@ -425,13 +476,38 @@ def plan_contraction(spec: ChipSpec, op: Contraction,
         order += [f"n@{t.level}", f"k@{t.level}", f"m@{t.level}"]
     order += ["m@reg", "n@reg", "k@reg"] if unit.kind != "matrix-unit" else [f"{unit.name}"]
 
+    split, why_split = parallel_split(spec, op, tiles)
+    reasons.append(why_split)
+
     solo = _estimate(spec, op, unit, tiles, 1).seconds
     blk, why_blk = blocking(spec, op, unit, opts, solo)
     reasons += why_blk
     estimate = _estimate(spec, op, unit, tiles, ways)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
     return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons),
-                           blk)
+                           blk, split)
+
+
+def parallel_split(spec: ChipSpec, op: Contraction, tiles: Sequence[LevelTile | tuple[str, int, int]]
+                   ) -> tuple[tuple[tuple[str, int], ...], str]:
+    """The split of the m and n tile loops over ``spec.compute[0]`` for level ``tiles`` (innermost
+    first; a `LevelTile` or ``(level, m, n)``), with the reason: the loops of the outermost
+    software-managed level whose scope is that compute level, whose extents are the tile of the
+    software-managed level outside it (or the op's)."""
+    top = spec.compute[0]
+    sw = [(t.level, t.m, t.n) if isinstance(t, LevelTile) else t for t in tiles
+          if spec.memory_level(t.level if isinstance(t, LevelTile) else t[0]).managed == "software"]
+    per_unit = [i for i, (lv, _, _) in enumerate(sw) if spec.memory_level(lv).scope == top.name]
+    if not per_unit:
+        return (), (f"no parallel split: no software-managed level is per '{top.name}' (a shared level's one "
+                    f"buffer cannot hold every {top.name}'s tile)")
+    i = per_unit[-1]
+    level, tm, tn = sw[i]
+    em, en = (sw[i + 1][1], sw[i + 1][2]) if i + 1 < len(sw) else (op.m, op.n)
+    split, why = split_parallel([(f"n@{level}", -(-en // tn)), (f"m@{level}", -(-em // tm))], top.count,
+                                unit=top.name)
+    return split, why + (f"; {level} buffers per {top.name}, in the parallel loop's body" if split else "")
+
 
 
 def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[LevelTile], ways: int) -> Estimate:

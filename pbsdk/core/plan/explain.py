@@ -56,6 +56,9 @@ def format_plan(title: str, plan: ContractionPlan) -> str:
         lines.append(f"  parallel       {plan.parallel_ways}-way over '{plan.parallel_level}' on dims {', '.join(plan.parallel_dims)}")
     else:
         lines.append("  parallel       none (one unit)")
+    if plan.parallel:
+        split = " x ".join(f"{loop} in {parts} parts" for loop, parts in plan.parallel)
+        lines.append(f"  forall         {split} (scf.forall over the outermost compute level)")
     lines.append(f"  loop order     {' > '.join(plan.loop_order)}")
     b = plan.blocking
     if b is not None:

@@ -22,6 +22,11 @@ A reduction loop whose tile is shorter than its extent is a *chunked* (multi-pas
 output tile — the accumulator — stays in the level while chunks of the reduced dimension stream
 through it. A softmax or layernorm after fusion is several such ops (max, exp-sum, normalise), each
 planned on its own, so a row wider than the level is a sequence of chunked passes, never a rejection.
+
+4. **Parallel split**: when the level is per unit of the outermost compute level (a core's
+   scratchpad), the tiles of the parallel loops are shared by those units (`split_parallel`: one loop
+   or two, balanced parts, ``VectorPlan.parallel`` with loops named ``"d<i>"``); a reduction loop never
+   is, nor is anything staged in a level the units share.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any, Literal
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.options import Options, as_options
-from pbsdk.core.plan.contraction import scratchpad_capacity
+from pbsdk.core.plan.contraction import scratchpad_capacity, split_parallel
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 #: One term of an index expression: (loop, coefficient).
@@ -94,6 +99,14 @@ class VectorPlan:
     capacity_bytes: int
     double_buffered: bool
     reasons: tuple[str, ...]
+    #: The split of the parallel tile loops over ``spec.compute[0]``: ((``"d<loop>"``, parts), ...),
+    #: outermost loop first; empty when the tiles run on one unit.
+    parallel: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def split(self) -> dict[int, int]:
+        """`parallel` by loop index: {loop: parts}."""
+        return {int(name[1:]): parts for name, parts in self.parallel}
 
     @property
     def chunks(self) -> int:
@@ -215,8 +228,22 @@ def plan_vector(spec: ChipSpec, op: VectorOp, options: Options | Mapping[str, An
     if plan.chunked:
         reasons.append(f"reduction in {plan.chunks} chunks: the accumulator tile stays in {level.name} while "
                        "the reduced dimension streams through it")
-        plan = dataclasses.replace(plan, reasons=tuple(reasons))
-    return plan
+    split, why = vector_split(spec, op, level, final)
+    reasons.append(why)
+    return dataclasses.replace(plan, reasons=tuple(reasons), parallel=split)
+
+
+def vector_split(spec: ChipSpec, op: VectorOp, level: MemoryLevel, tile: tuple[int, ...]
+                 ) -> tuple[tuple[tuple[str, int], ...], str]:
+    """Step 4: the split of ``op``'s parallel tile loops over ``spec.compute[0]`` when ``level`` (where
+    the tiles are staged) is per unit of it, with the reason."""
+    top = spec.compute[0]
+    if level.scope != top.name:
+        return (), (f"no parallel split: {level.name} is per '{level.scope}', not per '{top.name}' (a shared "
+                    f"level's one buffer cannot hold every {top.name}'s tile)")
+    loops = [(f"d{d}", -(-e // t)) for d, (e, t) in enumerate(zip(op.extents, tile))
+             if op.iterators[d] == "parallel"]
+    return split_parallel(loops, top.count, unit=top.name)
 
 
 @dataclasses.dataclass(frozen=True)
