@@ -10,7 +10,7 @@
 
 // UNKNOWN: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: input, isolate-contractions, fuse, bufferize, distinct-results, out-params, forward-outputs, copies-to-linalg, fuse-rows, math-approx, promote{{(, [a-z-]+)*}}) and not an upstream MLIR pass ('nosuch-pass' does not refer to a registered pass or pass pipeline)
 // UNKNOWN-NOT: Traceback
-// TARGET: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: {{.*}}; target 'template' adds: {{.*}}matrix-unit, dma, {{.*}}) and not an upstream MLIR pass
+// TARGET: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: {{.*}}; target 'template' adds: {{.*}}matrix-unit, vector-unit, dma, {{.*}}) and not an upstream MLIR pass
 // PASSOPT: pbsdk: error: pass 'math-approx' has no option 'nope' (options: ops)
 // UPOPT: pbsdk: error: upstream pass 'canonicalize{nope=1}': <Pass-Options-Parser>: no such option nope
 // PARENS: pbsdk: error: unclosed '(' in pass pipeline 'func.func(cse'

@@ -100,6 +100,8 @@ class TemplateTarget(Target):
                               "scratchpad (elementwise, reductions in chunks, fills, convolutions)"),
             Stage("matrix-unit", fn=lambda m, c: emu.lower_matrix_units(m, c, hooks),
                   description="hook matrix_unit_op: each unit-sized op becomes the unit's instruction"),
+            Stage("vector-unit", fn=lambda m, c: emu.lower_vector_tiles(m, c, hooks),
+                  description="hook vector_tile_op: each pbsdk.compute op on tiles, built in place, counted"),
             Stage("dma", fn=lambda m, c: emu.lower_dma(m, c, hooks),
                   description="hook dma_copy: copies between levels, bytes counted per level pair"),
             Stage("scratchpad", fn=lambda m, c: emu.lower_scratchpads(m, c, hooks),

@@ -32,7 +32,7 @@ from pbsdk.targets.template import hooks as default_hooks
 from pbsdk.targets.template.counters import COUNTERS_GLOBAL, MAX_COUNTERS, Counter, declare_counters
 
 __all__ = ["COUNTERS_GLOBAL", "MAX_COUNTERS", "TemplateExecutable", "lower_dma", "lower_matrix_units",
-           "lower_scratchpads", "strip_memory_spaces"]
+           "lower_scratchpads", "lower_vector_tiles", "strip_memory_spaces"]
 
 
 def _hook(hooks: Any, name: str) -> Callable[..., Any]:
@@ -135,6 +135,67 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
             assert fn is not None
             made[key] = fn
         _call(op, made[key], list(op.operands))
+
+
+#: Ops the core marks as vector-unit work on tiles (`attributes.COMPUTE`).
+_VECTOR_OPS = ("linalg.generic", "linalg.fill", "linalg.copy", "linalg.matmul", "linalg.batch_matmul")
+
+
+def lower_vector_tiles(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
+    """Lower every op marked ``pbsdk.compute`` in place through the ``vector_tile_op`` hook: called with
+    the insertion point before the op, it builds the computation on the op's operands; the op is then
+    erased and the function verified (a failure is a `CompileError` naming the hook)."""
+    spec: ChipSpec = ctx.spec
+    hook = _hook(hooks, "vector_tile_op")
+    declare_counters(module)
+    marked = [op for name in _VECTOR_OPS for op in ops_named(module, name) if attrs.has(op, attrs.COMPUTE)]
+    touched: list[ir.Operation] = []
+    for op in marked:
+        kind = attrs.string(op, attrs.COMPUTE) or "vector"
+        memrefs = [ir.MemRefType(v.type) for v in op.operands if isinstance(v.type, ir.MemRefType)]
+        if not memrefs:
+            raise CompileError(f"an op marked {attrs.COMPUTE} = \"{kind}\" works on tiles in memory; this one has "
+                               "no memref operand", op=op.name)
+        level = max((_level(spec, t, op) for t in memrefs), key=spec.memory.index)  # its innermost level
+        if "indexing_maps" in op.attributes:
+            maps, its = _maps_and_iterators(op)
+        else:
+            maps, its = (), ()
+        n_inputs = len(op.operands) - _outputs(op)
+        with module.context:
+            vop = default_hooks.VectorTileOp(
+                module=module, kind=kind, level=level, op_name=op.name,
+                operand_types=tuple(v.type for v in op.operands), inputs=n_inputs, indexing_maps=maps,
+                iterator_types=its, count_elements=_counter(ctx, f"vector:{level.name}"), original=op)
+        try:
+            with ir.InsertionPoint(op), op.location:
+                returned = hook(vop, list(op.operands), spec)
+        except CompileError:
+            raise
+        except Exception as exc:
+            raise CompileError(f"hook vector_tile_op failed: {type(exc).__name__}: {exc}", op=op.name) from exc
+        if returned is not None:
+            raise CompileError(f"hook vector_tile_op returned a {type(returned).__name__}: it builds IR at the "
+                               "insertion point and returns None", op=op.name)
+        parent = op.parent
+        while parent is not None and parent.name != "func.func":
+            parent = parent.parent
+        op.erase()
+        if parent is not None and parent not in touched:
+            touched.append(parent)
+    for fn in touched:
+        try:
+            fn.verify()
+        except ir.MLIRError as exc:
+            raise CompileError(f"hook vector_tile_op built IR that does not verify: {_diagnostics(exc)}",
+                               op="func.func") from None
+
+
+def _outputs(op: ir.Operation) -> int:
+    """How many operands of a linalg op on buffers are outputs (``outs``: its ``operandSegmentSizes``)."""
+    if "operandSegmentSizes" not in op.attributes:
+        return 1
+    return int(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[1])
 
 
 def _unit_body(hook: Callable[..., Any], op: default_hooks.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
@@ -305,8 +366,10 @@ LOWER_LLVM = ("func.func(math-expand-ops), convert-math-to-llvm, convert-math-to
 
 
 def resources(ctx: StageContext) -> dict[str, Any]:
-    """What the promotion used, as plain data: peak scratchpad bytes per level and each contraction's
-    compute (what the conformance suite's resource checks read)."""
+    """What the promotion used, as plain data: peak scratchpad bytes per level (per instance: one core's
+    buffers for a per-core level), each contraction's compute, and ``cores``: the most units of
+    ``spec.compute[0]`` one kernel's ``scf.forall`` runs on (1 without one) — what the conformance
+    suite's resource checks read."""
     from pbsdk.core.passes.promote import capacity
 
     spec: ChipSpec = ctx.spec
@@ -320,7 +383,8 @@ def resources(ctx: StageContext) -> dict[str, Any]:
         contractions.append({"function": p.function, "batch": p.op.batch, "m": p.op.extent("m"),
                              "n": p.op.extent("n"), "k": p.op.extent("k"), "dtype": p.op.dtypes[0],
                              "compute": u.kind, "unit": u.name if u.kind == "matrix-unit" else None,
-                             "tiles": {lv: list(t) for lv, t in p.levels}, "notes": list(p.notes)})
+                             "tiles": {lv: list(t) for lv, t in p.levels}, "notes": list(p.notes),
+                             "parallel": [list(x) for x in p.parallel]})
     # Other ops staged by the core's promote-vector pass (one at a time: their buffers live per op).
     staged: dict[str, int] = {}
     for s in ctx.notes.get("promote_vector", []):
@@ -328,7 +392,9 @@ def resources(ctx: StageContext) -> dict[str, Any]:
             peak[level] = max(peak.get(level, 0), used)
         staged[s.kind] = staged.get(s.kind, 0) + 1
     caps = {m.name: capacity(m, ctx.options) for m in spec.scratchpads()}
-    return {"scratchpad_bytes": peak, "capacity_bytes": caps, "contractions": contractions, "vector_ops": staged}
+    cores = max([getattr(r, "parts", 1) for r in [*promos, *ctx.notes.get("promote_vector", [])]], default=1)
+    return {"scratchpad_bytes": peak, "capacity_bytes": caps, "contractions": contractions, "vector_ops": staged,
+            "cores": cores}
 
 
 def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:

@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from mlir import ir
 from mlir.dialects import arith, func, linalg, memref
 
+from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.spec import ChipSpec, MatrixUnit, MemoryLevel
 from pbsdk.targets.template.counters import Counter
 
@@ -216,6 +217,69 @@ class ScratchpadAlloc(Lowering):
     offset: int
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class VectorTileOp(Lowering):
+    """One operation of the vector unit on scratchpad tiles: elementwise work with broadcasts, a
+    reduction, a fill (ops the core marked ``pbsdk.compute = "vector"``), or, where no matrix unit serves a
+    contraction's dtype, its innermost tile (``kind = "vector-fma"``).
+
+    It is lowered *in place*: the hook is called with the insertion point just before the op and the
+    op's location active, receives the op's operands (tiles of ``level``, of types ``operand_types``; the
+    first ``inputs`` are read, the rest written), and builds the computation there; the target then
+    erases the op. ``op_name`` (``linalg.generic``, ``linalg.fill``, ...), ``indexing_maps`` and
+    ``iterator_types`` (empty for a fill) describe what it computes; ``emulate(operands)`` builds the same
+    op on ``operands`` (the host's version), ``iterations()`` the number of points of its iteration domain
+    (an ``index`` value), and ``count_elements(n)`` adds to the ``vector:<level>`` counter."""
+
+    kind: str
+    level: MemoryLevel
+    op_name: str
+    operand_types: tuple[ir.Type, ...]
+    inputs: int
+    indexing_maps: tuple[ir.AffineMap, ...]
+    iterator_types: tuple[str, ...]
+    count_elements: Counter
+    #: The marked op itself (what ``emulate`` clones); a hook that builds its own code need not read it.
+    original: ir.Operation = dataclasses.field(repr=False, compare=False)
+
+    def emulate(self, operands: Sequence[ir.Value]) -> ir.Operation:
+        """Build the marked op again at the insertion point, on ``operands``, without its mark."""
+        clone = self.original.clone()
+        for i, v in enumerate(operands):
+            clone.operands[i] = v
+        op = clone.operation if hasattr(clone, "operation") else clone
+        if attrs.has(op, attrs.COMPUTE):
+            del op.attributes[attrs.COMPUTE]
+        return op
+
+    def iterations(self) -> ir.Value:
+        """Build the number of points the op iterates over (``index``): each loop's extent is read off the
+        first operand dimension indexed by exactly that loop (``memref.dim`` when it is dynamic); a fill
+        iterates over its output."""
+        index = ir.IndexType.get()
+        operands = list(self.original.operands)
+        if not self.indexing_maps:  # a fill: its output's elements
+            out = operands[-1]
+            dims = [(out, d) for d in range(ir.MemRefType(out.type).rank)]
+        else:
+            dims = []
+            for loop in range(len(self.iterator_types)):
+                found = next(((v, j) for v, m in zip(operands, self.indexing_maps)
+                              for j, e in enumerate(m.results)
+                              if isinstance(e, ir.AffineDimExpr) and e.position == loop), None)
+                if found is not None:
+                    dims.append(found)
+        total = arith.constant(index, 1)
+        static = 1
+        for v, j in dims:
+            t = ir.MemRefType(v.type)
+            if t.is_dynamic_dim(j):
+                total = arith.muli(total, memref.dim(v, arith.constant(index, j)))
+            else:
+                static *= t.shape[j]
+        return arith.muli(total, arith.constant(index, static)) if static != 1 else total
+
+
 # ------------------------------------------------------------------------------ the default hooks
 
 def matrix_unit_op(op: UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: ChipSpec) -> None:
@@ -239,6 +303,17 @@ def matrix_unit_op(op: UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: Chip
         linalg.YieldOp([convert(s, op.c_dtype)])
 
 
+def vector_tile_op(op: VectorTileOp, operands: Sequence[ir.Value], spec: ChipSpec) -> None:
+    """Build one vector-unit operation on the scratchpad tiles ``operands`` (see `VectorTileOp`).
+
+    Default: count the points it computes for the level, then build the same op for the host (which
+    ``vector_ops`` lowers to loops). A real target calls its vector unit's routine or instructions for
+    ``op.op_name`` / the body of ``op.original`` here (``func.CallOp`` to ``op.declare(...)``), and keeps
+    ``op.count_elements(op.iterations())``."""
+    op.count_elements(op.iterations())
+    op.emulate(operands)
+
+
 def dma_copy(copy: DmaCopy, src: ir.Value, dst: ir.Value, spec: ChipSpec) -> None:
     """Build the move of one tile from ``src`` (level ``copy.src_level``) to ``dst`` (``copy.dst_level``).
 
@@ -259,9 +334,16 @@ def scratchpad_alloc(alloc: ScratchpadAlloc, spec: ChipSpec) -> ir.Value | None:
 
 
 def parallel_loop(spec: ChipSpec) -> Pipeline:
-    """The pass pipeline that maps parallel loops (``scf.parallel``/``scf.forall``) onto the chip's
-    outermost compute level (``spec.compute[0]``, e.g. cores). Default: run them sequentially on one
-    host thread (the emulator has one core)."""
+    """The pass pipeline that maps parallel loops onto the chip's outermost compute level
+    (``spec.compute[0]``, e.g. cores). The core's stages emit them as ``scf.forall`` marked
+    ``pbsdk.compute_level = "<level name>"`` (at most ``count`` iterations, one per unit), each iteration
+    allocating that unit's own scratchpad buffers (a per-core level) in its body:
+
+        scf.forall (%p) in (4) { %a = memref.alloc() : memref<128x256xbf16, 2> ... } {pbsdk.compute_level = "core"}
+
+    A chip maps the iteration index to its core id (e.g. each core runs the body with ``%p`` = its id
+    and a barrier ends the loop). Default: ``scf-forall-to-for`` — the parts one after another on one
+    host thread (the emulator has one core; every part's result is the same)."""
     return "scf-forall-to-for"
 
 
@@ -281,5 +363,5 @@ def final_emission(module: ir.Module, spec: ChipSpec) -> str:
 
 
 #: Names of the hooks, in the order the target calls them.
-HOOKS: Sequence[str] = ("matrix_unit_op", "dma_copy", "scratchpad_alloc", "parallel_loop", "vector_ops",
-                        "final_emission")
+HOOKS: Sequence[str] = ("matrix_unit_op", "vector_tile_op", "dma_copy", "scratchpad_alloc", "parallel_loop",
+                        "vector_ops", "final_emission")
