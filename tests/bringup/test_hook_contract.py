@@ -327,3 +327,62 @@ func.func @main(%a: tensor<33x40xf16>, %b: tensor<40x65xf16>) -> tensor<33x65xf3
     assert "pbsdk.matrix_unit" not in str(module) and "pbsdk.dma" not in str(module)
     module = compile_text(text, request, stop_after="scratchpad")
     assert "__pbsdk_mxu_" not in str(module) and "__pbsdk_dma_" not in str(module)
+
+
+# --------------------------------------------------------------------------- the vector-unit hook
+
+def test_a_vector_tile_hook_builds_its_own_code_in_place() -> None:
+    """A target's vector_tile_op replaces the emulation of fills with a call to an external routine (a
+    C function in a library loaded into the process) and counts one per op; the rest stays emulated."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    lib = Path(os.environ.get("TMPDIR", "/tmp")) / f"pbsdk_vfill_{os.getpid()}.so"
+    src = lib.with_suffix(".c")
+    src.write_text("#include <stdint.h>\nvoid vfill_f32(float *p, int64_t n, float v) {"
+                   " for (int64_t i = 0; i < n; i++) p[i] = v; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(lib), str(src)], check=True)
+    ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+    seen: list[str] = []
+
+    def vector_tile_op(op, operands, spec):  # type: ignore[no-untyped-def]
+        seen.append(op.op_name)
+        out = ir.MemRefType(operands[-1].type)
+        if op.op_name != "linalg.fill" or not out.has_static_shape or str(out.element_type) != "f32":
+            return emulated.vector_tile_op(op, operands, spec)
+        # The fill's value is its first operand; the tile is contiguous (a whole scratchpad buffer).
+        index = ir.IndexType.get()
+        n = arith.index_cast(ir.IntegerType.get_signless(64), arith.constant(index, int(np.prod(out.shape))))
+        ptr = emulated.address(operands[-1])
+        fn = op.declare("vfill_f32", [ptr.type, n.type, operands[0].type])
+        func.CallOp(fn, [ptr, n, operands[0]])
+        op.count_elements(1)
+        return None
+
+    target = _target("vfill", vector_tile_op=vector_tile_op)
+    x = np.random.default_rng(2).standard_normal((6, 50_000)).astype(np.float32)  # rows wider than edge's spm
+    f = pbsdk.jit(lambda v: pbsdk.ops.sum(v, axis=-1), target=target,  # type: ignore[arg-type]
+                  spec=str(Path(__file__).parent / "data" / "edge_npu.yaml"), options=NO_CACHE)
+    got = f(x)
+    np.testing.assert_allclose(got, x.sum(axis=-1), rtol=1e-4, atol=1e-3)
+    assert "linalg.fill" in seen and "linalg.generic" in seen
+    counters = f.kernel(f.signatures[0])[0].executable.last_counters
+    assert counters["vector:spm"] > 0 and counters["bytes:dram->spm"] >= x.nbytes
+
+
+def _stores_an_f16_into_an_f32_tile(op, operands, spec):  # type: ignore[no-untyped-def]
+    zero = arith.constant(ir.IndexType.get(), 0)
+    memref.store(arith.constant(ir.F16Type.get(), 0.0), operands[-1], [zero] * ir.MemRefType(operands[-1].type).rank)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda op, operands, spec: 1 / 0, "hook vector_tile_op failed: ZeroDivisionError"),
+    (lambda op, operands, spec: "linalg.generic ...", "hook vector_tile_op returned a str"),
+    (_stores_an_f16_into_an_f32_tile, "hook vector_tile_op built IR that does not verify"),
+])
+def test_a_wrong_vector_tile_hook_is_a_compile_error_naming_it(bad: object, message: str) -> None:
+    target = _target("badvec", vector_tile_op=bad)
+    x = np.ones((4, 64), np.float32)
+    f = pbsdk.jit(lambda v: v * 2.0, target=target, options=NO_CACHE)  # type: ignore[arg-type]
+    with pytest.raises(CompileError, match=message) as err:
+        f(x)
+    assert err.value.stage == "vector-unit"

@@ -79,7 +79,8 @@ def test_rendered_files(tmp_path: Path) -> None:
     assert 'my_npu2 = "pbsdk_my_npu2:MyNpu2Target"' in pyproject and 'name = "pbsdk-my-npu2"' in pyproject
     assert (done.out / "pbsdk_my_npu2" / "spec.yaml").read_text() == TINY_SPEC.read_text()
     hooks = (done.out / "pbsdk_my_npu2" / "hooks.py").read_text()
-    for hook in ("matrix_unit_op", "scratchpad_alloc", "dma_copy", "parallel_loop", "vector_ops", "final_emission"):
+    for hook in ("matrix_unit_op", "vector_tile_op", "scratchpad_alloc", "dma_copy", "parallel_loop", "vector_ops",
+                 "final_emission"):
         assert f"def {hook}(" in hooks
     for f in done.files:
         if f.suffix == ".py":

@@ -269,15 +269,18 @@ class VectorTileOp(Lowering):
                               if isinstance(e, ir.AffineDimExpr) and e.position == loop), None)
                 if found is not None:
                     dims.append(found)
-        total = arith.constant(index, 1)
+        dynamic: ir.Value | None = None
         static = 1
         for v, j in dims:
             t = ir.MemRefType(v.type)
             if t.is_dynamic_dim(j):
-                total = arith.muli(total, memref.dim(v, arith.constant(index, j)))
+                size = memref.dim(v, arith.constant(index, j))
+                dynamic = size if dynamic is None else arith.muli(dynamic, size)
             else:
                 static *= t.shape[j]
-        return arith.muli(total, arith.constant(index, static)) if static != 1 else total
+        if dynamic is None:
+            return arith.constant(index, static)
+        return arith.muli(dynamic, arith.constant(index, static)) if static != 1 else dynamic
 
 
 # ------------------------------------------------------------------------------ the default hooks
