@@ -65,6 +65,16 @@ def _cmd_spec(args: argparse.Namespace) -> int:
     raise AssertionError(args.spec_cmd)
 
 
+def _read_mlir(path: str) -> str:
+    """The text of an MLIR file (``-``: standard input); a `PbsdkError` saying why it cannot be read."""
+    try:
+        return Path(path).read_text() if path != "-" else sys.stdin.read()
+    except OSError as exc:
+        raise PbsdkError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise PbsdkError(f"{path} is not UTF-8 text (byte {exc.start}): MLIR files are text") from None
+
+
 def _cmd_compile(args: argparse.Namespace) -> int:
     from pbsdk.core.compiler import compile_text, pipeline_for, resolve
 
@@ -76,12 +86,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
         for stage in pipeline_for(request).stages:
             print(f"{stage.name:<14} {stage.description}")
         return 0
-    try:
-        text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
-    except OSError as exc:
-        raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise PbsdkError(f"{args.file} is not UTF-8 text (byte {exc.start}): MLIR files are text") from None
+    text = _read_mlir(args.file)
     result = compile_text(text, request, stop_after=args.emit)
     payload = getattr(result, "payload", result)
     out = payload if isinstance(payload, (str, bytes)) else str(payload)
@@ -172,12 +177,7 @@ def _cmd_opt(args: argparse.Namespace) -> int:
         raise PbsdkError("opt needs an input .mlir file ('-' for stdin)")
     stages = [resolve_pass(element, target_stages=target_stages, target=args.target)
               for group in args.passes or () for element in split_pipeline(group)]
-    try:
-        text = Path(args.file).read_text() if args.file != "-" else sys.stdin.read()
-    except OSError as exc:
-        raise PbsdkError(f"cannot read {args.file}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise PbsdkError(f"{args.file} is not UTF-8 text (byte {exc.start}): MLIR files are text") from None
+    text = _read_mlir(args.file)
     chunks = _split_input(text) if args.split_input_file else [text]
     failed = False
     for index, chunk in enumerate(chunks):
