@@ -51,6 +51,8 @@ def _reported(kernel: Any) -> dict[str, Any] | None:
     if static is not None:
         out["contractions"] = [{"compute": c.get("compute"), "unit": c.get("unit")}
                                for c in static.get("contractions", [])]
+        if "cores" in static:
+            out["cores"] = static["cores"]
     return out
 
 
@@ -58,7 +60,8 @@ def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None
     """'ok', 'not reported', or why the case's resource use is wrong: a scratchpad level over capacity,
     no byte moved from main memory into any scratchpad (on a spec that has one, where the target
     reports run-time counters: a chip with scratchpads computes on them, never on main memory), or a
-    contraction in a matrix-unit dtype that issued no matrix-unit op."""
+    contraction in a matrix-unit dtype that issued no matrix-unit op, or a parallel loop over more units
+    of the outermost compute level than the chip has (``cores``)."""
     if resources is None:
         return "not reported"
     counters = resources.get("counters")
@@ -69,6 +72,9 @@ def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None
         if moved == 0:
             return (f"no bytes moved from {main} into a scratchpad ({', '.join(pads)}): the case computed on "
                     f"main memory (counters {counters})")
+    units = spec.compute[0]
+    if resources.get("cores", 1) > units.count:
+        return (f"a parallel loop runs on {resources['cores']} {units.name}s; the chip has {units.count}")
     for level, used in resources.get("scratchpad_bytes", {}).items():
         lvl = next((m for m in spec.memory if m.name == level), None)
         cap = (lvl.max_size_bytes or lvl.size_bytes) if lvl is not None else None

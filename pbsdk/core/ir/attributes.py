@@ -54,6 +54,9 @@ UNIT_ACCUMULATOR = "pbsdk.unit_accumulator"
 COMPUTE = "pbsdk.compute"
 #: A copy between two memory levels (``"outer->inner"`` by level name).
 DMA = "pbsdk.dma"
+#: An ``scf.forall`` whose iterations run on the units of the named compute level (``spec.compute[i]``'s
+#: name, e.g. ``"core"``): one iteration per unit; buffers allocated in its body are per unit.
+COMPUTE_LEVEL = "pbsdk.compute_level"
 #: A private function that is a fused attention kernel; the value is its JSON descriptor.
 ATTENTION = "pbsdk.attention"
 #: A matrix-unit op whose B operand is read transposed (nvgpu).
@@ -71,6 +74,8 @@ _DEFS = (
                  check=_one_of("vector-fma", "vector")),
     AttributeDef(DMA, "string", "a copy between memory levels", on=("linalg.copy", "memref.copy"),
                  check=_level_pair),
+    AttributeDef(COMPUTE_LEVEL, "string", "a parallel loop over the units of a compute level", on=("scf.forall",),
+                 check=lambda v: None if v else "expected a compute level's name, got ''"),
     AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON)", on=("func.func",)),
     AttributeDef(B_TRANSPOSED, "unit", "B is read transposed"),
     AttributeDef(KERNEL, "i64", "nvgpu: a kernel root's index"),

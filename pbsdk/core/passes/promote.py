@@ -8,17 +8,24 @@ tiles of each memory level, then replaces the op by a call to a private function
 1. allocates, once, one buffer per operand and level (``A_spm``, ``B_spm``, ``C_spm``) with
    ``memref.alloc`` in the memory space of that level — memory space ``i`` is ``spec.memory[i]``, so
    main memory is the default space 0 — aligned as the level asks;
-2. loops over the level's tiles in the plan's loop order and moves every tile with an explicit
+2. runs the m and n tile loops of the outermost level that is per unit of ``spec.compute[0]`` (a
+   core's ``spm``) as one ``scf.forall`` marked ``pbsdk.compute_level = "<level>"`` over the plan's
+   parts (`pbsdk.core.plan.contraction.split_parallel`): part ``p`` of a loop of ``T`` tiles walks
+   the run of ``ceil(T / parts)`` tiles starting at tile ``p * ceil(T / parts)``. The buffers of that
+   level and of the levels inside it are allocated in the forall's body (one set per core); those of
+   the levels outside it (a device-wide ``sram``) once, outside;
+3. loops over the level's tiles in the plan's loop order and moves every tile with an explicit
    ``linalg.copy`` (marked ``pbsdk.dma``) from the level outside into the level's buffer, the
    accumulator tile back out after its k-step; a partial tile at the problem's edge is zero-padded, so
    every inner level and the compute step see full, static tiles;
-3. computes each innermost tile as ``linalg.generic`` ops: with a matrix-unit plan, one per unit
+4. computes each innermost tile as ``linalg.generic`` ops: with a matrix-unit plan, one per unit
    instruction, of exactly the unit's m x n x k and marked ``pbsdk.matrix_unit = "<name>"`` (a target
    replaces these with its instruction); otherwise one op over the whole innermost tile, marked
    ``pbsdk.compute = "<kind>"``.
 
 Before rewriting, it checks that the buffers live together in each level fit the level's capacity
-(``size_bytes``, or the opt-in ``max_size_bytes``): an overflow is a `CompileError` naming the buffer
+(``size_bytes``, or the opt-in ``max_size_bytes``; per instance: one core's buffers against one
+core's ``spm``): an overflow is a `CompileError` naming the buffer
 that overflows and the level. Hardware-managed cache levels are not promoted (the plan's cache tiles are
 a loop-tiling matter). What was decided is recorded in ``ctx.notes["promote"]`` (one `Promotion` per
 contraction), so a target can report scratchpad use without reading the IR.
@@ -44,7 +51,7 @@ from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.options import Options
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
-from pbsdk.core.plan.contraction import scratchpad_capacity
+from pbsdk.core.plan.contraction import parallel_split, scratchpad_capacity
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 _MAC_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield"}
@@ -108,6 +115,17 @@ class Promotion:
     levels: tuple[tuple[str, tuple[int, ...]], ...]  # (level, tile per loop), outermost promoted first
     buffers: tuple[Buffer, ...]
     notes: tuple[str, ...] = ()
+    #: The m/n tile loops (``"m@spm"``) run as an ``scf.forall`` over ``spec.compute[0]``, with their
+    #: parts (the plan's `ContractionPlan.parallel` for these level tiles); empty: none.
+    parallel: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def parts(self) -> int:
+        """Units of ``spec.compute[0]`` the contraction runs on (1 without a forall)."""
+        n = 1
+        for _, parts in self.parallel:
+            n *= parts
+        return n
 
     def bytes_per_level(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -272,7 +290,11 @@ def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options:
             buffers.append(Buffer(f"{role}_{name}", name, space, shape, dtype, level.alignment_bytes))
         # Capacity: the buffers of one level are live together for the whole contraction.
         check_capacity(name, [b for b in buffers if b.level == name], capacity(level, options))
-    return Promotion(function, cop, plan, tuple(levels), tuple(buffers), tuple(notes))
+    # The parallel split for the tiles actually used (rounded or overridden tiles may change the plan's).
+    split, why = parallel_split(spec, cop.contraction(), [(name, t[0], t[1]) for name, t, _ in reversed(chosen)])
+    if split != plan.parallel:
+        notes.append(f"parallel split for these tiles: {why}")
+    return Promotion(function, cop, plan, tuple(levels), tuple(buffers), tuple(notes), split)
 
 
 # ------------------------------------------------------------------------------------------- rewrite
@@ -283,9 +305,14 @@ class _Rewriter:
     loops with their copies, the compute ops, deallocations. Index constants are made once, at the
     function's entry (in increasing order); a padding zero is made next to the fill that uses it."""
 
-    def __init__(self, p: Promotion, level_names: Sequence[str]) -> None:
+    def __init__(self, p: Promotion, level_names: Sequence[str], compute_level: str = "") -> None:
         self.p = p
         self.level_names = list(level_names)
+        self.compute_level = compute_level
+        # The split loops (role -> parts) and the promoted level whose loops they are.
+        self.split = {loop.split("@")[0]: parts for loop, parts in p.parallel}
+        names = [name for name, _ in p.levels]
+        self.par_level = names.index(p.parallel[0][0].split("@")[1]) if p.parallel else len(names)
         self.orders: dict[str, list[str]] = {}
         for item in p.plan.loop_order:
             if "@" in item:
@@ -293,37 +320,71 @@ class _Rewriter:
                 self.orders.setdefault(level, []).append(role)
         self.buffers: dict[str, ir.Value] = {}
         self.constants: dict[int, ir.Value] = {}
-        self.entry: ir.Operation | None = None  # the first op after the constants (the first allocation)
+        self.entry: ir.Block | None = None  # the function's entry block (constants go first)
 
     def function(self, arg_types: Sequence[ir.Type]) -> func.FuncOp:
         """The private ``func.func`` of the promotion, appended at the current insertion point."""
         p = self.p
         fn = func.FuncOp(p.function, ir.FunctionType.get(list(arg_types), []), visibility="private")
         entry = fn.add_entry_block()
-        i64 = ir.IntegerType.get_signless(64)
+        self.arg_types = list(arg_types)
+        self.entry = entry
         with ir.InsertionPoint(entry):
-            for b in p.buffers:
-                # A buffer is named <operand>_<level> (A, B or C) and holds that operand's elements.
-                elt = ir.MemRefType(arg_types["ABC".index(b.name[0])]).element_type
-                space = ir.IntegerAttr.get(i64, b.space) if b.space else None
-                with ir.Location.name(b.name):
-                    buf = memref.alloc(ir.MemRefType.get(list(b.shape), elt, None, space), [], [],
-                                       alignment=ir.IntegerAttr.get(i64, b.alignment))
-                self.buffers[b.name] = buf
-            self.entry = entry.operations[0]  # index constants go before the first allocation
+            # Buffers of the levels outside the parallel loop: once, for the whole contraction.
+            outer = self.allocate([name for name, _ in p.levels[:self.par_level]])
             self.level(0, list(entry.arguments), list(p.op.extents))
-            for buf in self.buffers.values():
+            for buf in outer:
                 memref.dealloc(buf)
             func.ReturnOp([])
-        for v in sorted(self.constants):
-            self.constants[v].owner.move_before(self.entry)
+        for v in sorted(self.constants, reverse=True):  # index constants first, in increasing order
+            self.constants[v].owner.move_before(entry.operations[0])
         return fn
 
+    def allocate(self, levels: Sequence[str]) -> list[ir.Value]:
+        """Allocate the buffers of ``levels`` at the insertion point (a buffer is named
+        ``<operand>_<level>``, operand A, B or C, and holds that operand's elements)."""
+        i64 = ir.IntegerType.get_signless(64)
+        made = []
+        for b in self.p.buffers:
+            if b.level not in levels:
+                continue
+            elt = ir.MemRefType(self.arg_types["ABC".index(b.name[0])]).element_type
+            space = ir.IntegerAttr.get(i64, b.space) if b.space else None
+            with ir.Location.name(b.name):
+                buf = memref.alloc(ir.MemRefType.get(list(b.shape), elt, None, space), [], [],
+                                   alignment=ir.IntegerAttr.get(i64, b.alignment))
+            self.buffers[b.name] = buf
+            made.append(buf)
+        return made
+
+    def forall(self, extent: Sequence[int], tile: Sequence[int], stack: ExitStack) -> dict[int, tuple[ir.Value, int]]:
+        """Open the ``scf.forall`` over the split loops' parts, marked with the compute level; allocate
+        the buffers of this level and the levels inside it in its body (deallocated at its end) and enter
+        the body on ``stack``. Returns, per split loop, (its part index, the tiles of one part's run)."""
+        p = self.p
+        split = [(d, parts) for loop, parts in p.parallel for d, role in enumerate(p.op.roles)
+                 if role == loop.split("@")[0]]
+        loop = scf.ForallOp([0] * len(split), [parts for _, parts in split], [1] * len(split))
+        attrs.set_string(loop, attrs.COMPUTE_LEVEL, self.compute_level)
+        runs: dict[int, tuple[ir.Value, int]] = {}
+        with ir.InsertionPoint(loop.body):
+            for (d, parts), iv in zip(split, loop.induction_variables):
+                tiles = -(-extent[d] // tile[d])
+                runs[d] = (iv, -(-tiles // parts))
+            bufs = self.allocate([name for name, _ in p.levels[self.par_level:]])
+            first = None
+            for buf in bufs:
+                op = memref.dealloc(buf)
+                first = first or op
+            term = scf.InParallelOp()
+        stack.enter_context(ir.InsertionPoint(first if first is not None else term))
+        return runs
+
     def index(self, v: int) -> ir.Value:
-        """The index constant ``v``, made once before the function's first allocation."""
+        """The index constant ``v``, made once at the start of the function."""
         if v not in self.constants:
             assert self.entry is not None
-            with ir.InsertionPoint(self.entry):
+            with ir.InsertionPoint.at_block_begin(self.entry):
                 self.constants[v] = arith.ConstantOp(ir.IndexType.get(), v).result
         return self.constants[v]
 
@@ -351,16 +412,31 @@ class _Rewriter:
         for name, value in marks:
             attrs.set_string(op, name, value)
 
-    def loops(self, order: Sequence[str], extent: Sequence[int], tile: Sequence[int], stack: ExitStack
+    def loops(self, order: Sequence[str], extent: Sequence[int], tile: Sequence[int], stack: ExitStack,
+              offsets: dict[int, int | ir.Value] | None = None, runs: Mapping[int, tuple[ir.Value, int]] | None = None
               ) -> dict[int, int | ir.Value]:
         """Open one ``scf.for`` per loop (in the order of ``order``'s roles) whose extent exceeds its tile,
-        entering each body on ``stack``; returns the offset of each loop (0 or an induction variable)."""
-        offsets: dict[int, int | ir.Value] = {d: 0 for d in range(len(tile))}
+        entering each body on ``stack``; returns the offset of each loop (0 or an induction variable).
+        A loop in ``runs`` (a forall's part index ``p``, tiles per part ``r``) walks only the part's tiles:
+        from ``p * r * tile`` to ``min((p + 1) * r * tile, extent)`` (just ``p * tile`` when ``r`` is 1)."""
+        offsets = {d: 0 for d in range(len(tile))} if offsets is None else offsets
         for role in order:
             for d, r in enumerate(self.p.op.roles):
                 if r != role or extent[d] <= tile[d]:
                     continue
-                loop = scf.ForOp(self.index(0), self.index(extent[d]), self.index(tile[d]))
+                lo: ir.Value = self.index(0)
+                hi: ir.Value = self.index(extent[d])
+                if runs and d in runs:
+                    part, run = runs[d]
+                    span = run * tile[d]
+                    p0 = ir.AffineDimExpr.get(0)
+                    lo = affine.apply(ir.AffineMap.get(1, 0, [p0 * span]), [part])
+                    if run == 1:
+                        offsets[d] = lo
+                        continue
+                    hi = affine.AffineMinOp(ir.AffineMap.get(1, 0, [p0 * span + span, ir.AffineConstantExpr.get(extent[d])]),
+                                            [part]).result
+                loop = scf.ForOp(lo, hi, self.index(tile[d]))
                 with ir.InsertionPoint(loop.body):
                     scf.YieldOp([])
                 stack.enter_context(ir.InsertionPoint.at_block_terminator(loop.body))
@@ -376,9 +452,12 @@ class _Rewriter:
             self.innermost(parent, extent)
             return
         name, tile = p.levels[li]
-        order = ["batch"] + [r for r in self.orders.get(name, ["n", "k", "m"]) if r != "batch"]
+        order = [r for r in self.orders.get(name, ["n", "k", "m"]) if r != "batch"]
         with ExitStack() as stack:
-            offsets = self.loops(order, extent, tile, stack)
+            offsets = self.loops(["batch"], extent, tile, stack)
+            # The level of the parallel split: its m/n tile loops inside a forall over the parts.
+            runs = self.forall(extent, tile, stack) if li == self.par_level else None
+            self.loops(order, extent, tile, stack, offsets, runs)
             # This level's tile size in each loop: partial only at the problem's edge (the outermost
             # promoted level); inner levels see full tiles of zero-padded buffers.
             sizes: dict[int, int | ir.Value] = {}
@@ -473,7 +552,7 @@ class PromoteToScratchpad:
             except UnsupportedError:
                 continue
             with ir.InsertionPoint(module.body), op.location:
-                fn = _Rewriter(promo, level_names).function([v.type for v in op.operands])
+                fn = _Rewriter(promo, level_names, spec.compute[0].name).function([v.type for v in op.operands])
             try:
                 fn.operation.verify()
             except ir.MLIRError as exc:  # a bug here, not the user's: say which contraction

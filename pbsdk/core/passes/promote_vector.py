@@ -9,7 +9,10 @@ and layernorm, fills, convolutions — is staged here, in the same tiled form:
 2. one buffer per memref operand is allocated (``memref.alloc`` in the memory space of the innermost
    software-managed level, aligned as the level asks) and checked against the level's capacity with
    promote's rule and error (`check_capacity`);
-3. ``scf.for`` loops walk the tiles of the parallel loops; inside, each input tile is copied in with a
+3. ``scf.for`` loops walk the tiles of the parallel loops — where the plan splits them over
+   ``spec.compute[0]`` (`VectorPlan.parallel`: the level is per core), inside one ``scf.forall`` over
+   the parts marked ``pbsdk.compute_level = "<level>"``, whose body allocates the buffers (one set
+   per core) and walks its part's run of tiles, as in ``promote``; inside, each input tile is copied in with a
    ``linalg.copy`` marked `attributes.DMA` (``"dram->spm"``), the op itself runs on the buffers marked
    `attributes.COMPUTE` = ``"vector"``, and each output tile is copied back. A reduction loop whose
    plan chunk is shorter than its extent gets its own inner ``scf.for``: the output tile (the
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from contextlib import ExitStack
 from typing import Any, TypeAlias
 
 from mlir import ir
@@ -68,6 +72,14 @@ class VectorStaging:
     buffers: tuple[Buffer, ...]
     folded_fill: bool = False
     matrix_unit: str | None = None  # the unit computing it in unit-sized pieces (implicit GEMM), if any
+
+    @property
+    def parts(self) -> int:
+        """Units of ``spec.compute[0]`` the op runs on (1 without a forall)."""
+        n = 1
+        for _, parts in self.plan.parallel:
+            n *= parts
+        return n
 
     def bytes_per_level(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -323,7 +335,7 @@ class _Stager:
     """Rewrites one op into its staged loop nest (see the module docstring)."""
 
     def __init__(self, op: ir.Operation, plan: VectorPlan, level_names: Sequence[str], fill: ir.Operation | None,
-                 unit: UnitMapping | None = None):
+                 unit: UnitMapping | None = None, compute_level: str = ""):
         self.op, self.plan, self.fill, self.unit = op, plan, fill, unit
         self.constants = _Constants(op)
         # Unit-sized pieces compute whole (zero-padded) tiles: where a tile of the unit's loops is
@@ -334,6 +346,8 @@ class _Stager:
         self.level = plan.level
         self.n_out = len(op.opview.outputs)
         self.memref_idx = [i for i, v in enumerate(op.operands) if isinstance(v.type, ir.MemRefType)]
+        self.compute_level = compute_level  # the name the forall's mapping attribute gives
+        self.runs: dict[int, tuple[ir.Value, int]] = {}  # split loop -> (its part index, tiles per part)
 
     def buffers(self) -> list[Buffer]:
         out = []
@@ -348,7 +362,18 @@ class _Stager:
         op, plan = self.op, self.plan
         ext, tile = plan.op.extents, plan.tile
         space = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), plan.space)
-        with ir.InsertionPoint(op), op.location:
+        with ir.InsertionPoint(op), op.location, ExitStack() as stack:
+            if plan.parallel:
+                # The split loops' parts on the compute level's units; each allocates its own buffers.
+                split = sorted(plan.split.items())
+                forall = scf.ForallOp([0] * len(split), [parts for _, parts in split], [1] * len(split))
+                attributes.set_string(forall, attributes.COMPUTE_LEVEL, self.compute_level)
+                for (d, parts), iv in zip(split, forall.induction_variables):
+                    tiles = -(-ext[d] // tile[d])
+                    self.runs[d] = (iv, -(-tiles // parts))
+                with ir.InsertionPoint(forall.body):
+                    scf.InParallelOp()
+                stack.enter_context(ir.InsertionPoint.at_block_terminator(forall.body))
             bufs = []
             for b, i in zip(buffers, self.memref_idx):
                 elt = ir.MemRefType(op.operands[i].type).element_type
@@ -376,15 +401,27 @@ class _Stager:
         d, rest = tiled[0], tiled[1:]
         e, t = self.plan.op.extents[d], self.plan.tile[d]
         c = self.constants
-        loop = scf.ForOp(c.index(0), c.index(e), c.index(t))
-        with ir.InsertionPoint(loop.body):
-            iv = loop.induction_variable
+        lo, hi = c.index(0), c.index(e)
+        p0 = ir.AffineDimExpr.get(0)
+
+        def body(iv: ir.Value) -> None:
             offsets[d] = iv
             if e % t:
-                amap = ir.AffineMap.get(1, 0, [ir.AffineConstantExpr.get(t),
-                                               ir.AffineConstantExpr.get(e) - ir.AffineDimExpr.get(0)])
+                amap = ir.AffineMap.get(1, 0, [ir.AffineConstantExpr.get(t), ir.AffineConstantExpr.get(e) - p0])
                 sizes[d] = affine.AffineMinOp(amap, [iv]).result
             self._loops(rest, offsets, sizes, inner)
+
+        if d in self.runs:  # a split loop: only the tiles of this part's run
+            part, run = self.runs[d]
+            lo = affine.apply(ir.AffineMap.get(1, 0, [p0 * (run * t)]), [part])
+            if run == 1:
+                body(lo)
+                return
+            hi = affine.AffineMinOp(ir.AffineMap.get(1, 0, [p0 * (run * t) + run * t, ir.AffineConstantExpr.get(e)]),
+                                    [part]).result
+        loop = scf.ForOp(lo, hi, c.index(t))
+        with ir.InsertionPoint(loop.body):
+            body(loop.induction_variable)
             scf.YieldOp([])
 
     def _views(self, k: int, buf: ir.Value, offsets: Sequence[Mixed], sizes: Sequence[Mixed]
@@ -597,7 +634,7 @@ class PromoteVectorOps:
                 fill = ops[fills[idx]] if idx in fills else None
                 unit = _unit(op, vop, spec, options)
                 plan = plan_vector(spec, vop, options, unit.multiples() if unit else None)
-                stager = _Stager(op, plan, level_names, fill, unit)
+                stager = _Stager(op, plan, level_names, fill, unit, spec.compute[0].name)
                 buffers = stager.buffers()
                 check_capacity(plan.level, buffers, plan.capacity_bytes)
                 stager.run(buffers)
