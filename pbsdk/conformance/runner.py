@@ -176,4 +176,8 @@ def resource_summary(result: CaseResult) -> str:
         return "resources not reported" if result.status != "skip" else ""
     parts = [f"{lv} {b} B" for lv, b in result.resources.get("scratchpad_bytes", {}).items()]
     parts += [f"{u} {n} ops" for u, n in (result.resources.get("matrix_unit_ops") or {}).items()]
+    counters = result.resources.get("counters") or {}
+    parts += [f"vector@{k.split(':', 1)[1]} {n} pts" for k, n in counters.items() if k.startswith("vector:")]
+    if result.resources.get("cores", 1) > 1:
+        parts.append(f"{result.resources['cores']} cores")
     return ", ".join(parts) or "no scratchpad, no matrix unit"

@@ -104,6 +104,22 @@ class Buffer:
         return n * dtype_bits(self.dtype) // 8
 
 
+def parts_of(parallel: Sequence[tuple[str, int]]) -> int:
+    """How many units of ``spec.compute[0]`` a plan's ``parallel`` split runs on (1: no forall)."""
+    n = 1
+    for _, parts in parallel:
+        n *= parts
+    return n
+
+
+def bytes_per_level(buffers: Sequence[Buffer]) -> dict[str, int]:
+    """The bytes ``buffers`` take in each memory level (by name)."""
+    out: dict[str, int] = {}
+    for b in buffers:
+        out[b.level] = out.get(b.level, 0) + b.bytes
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Promotion:
     """What the pass decided for one contraction: the plan, each promoted level's tile per loop, and the
@@ -122,16 +138,10 @@ class Promotion:
     @property
     def parts(self) -> int:
         """Units of ``spec.compute[0]`` the contraction runs on (1 without a forall)."""
-        n = 1
-        for _, parts in self.parallel:
-            n *= parts
-        return n
+        return parts_of(self.parallel)
 
     def bytes_per_level(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for b in self.buffers:
-            out[b.level] = out.get(b.level, 0) + b.bytes
-        return out
+        return bytes_per_level(self.buffers)
 
     @property
     def uses_matrix_unit(self) -> bool:

@@ -43,7 +43,7 @@ from mlir.dialects import affine, linalg, memref, scf
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes
 from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.promote import _MAC_OPS, Buffer, _is_mac, check_capacity
+from pbsdk.core.passes.promote import _MAC_OPS, Buffer, _is_mac, bytes_per_level, check_capacity, parts_of
 from pbsdk.core.plan.vector_tiles import (
     Access,
     Term,
@@ -76,16 +76,10 @@ class VectorStaging:
     @property
     def parts(self) -> int:
         """Units of ``spec.compute[0]`` the op runs on (1 without a forall)."""
-        n = 1
-        for _, parts in self.plan.parallel:
-            n *= parts
-        return n
+        return parts_of(self.plan.parallel)
 
     def bytes_per_level(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for b in self.buffers:
-            out[b.level] = out.get(b.level, 0) + b.bytes
-        return out
+        return bytes_per_level(self.buffers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +92,7 @@ class KernelBuffers:
     buffers: tuple[Buffer, ...]
 
     def bytes_per_level(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for b in self.buffers:
-            out[b.level] = out.get(b.level, 0) + b.bytes
-        return out
+        return bytes_per_level(self.buffers)
 
 
 def kernel_buffers(f: ir.Operation, level_names: Sequence[str]) -> tuple[Buffer, ...]:
