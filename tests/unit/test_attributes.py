@@ -72,7 +72,8 @@ def test_no_pbsdk_attribute_literal_outside_the_module() -> None:
     import pbsdk
 
     root = Path(pbsdk.__file__).parent
-    literal = re.compile(r"""["']pbsdk\.(%s)["']""" % "|".join(n.split(".")[1] for n in attrs.DEFINITIONS))
+    names = "|".join(n.split(".")[1] for n in attrs.DEFINITIONS)
+    literal = re.compile(r"""["']pbsdk\.(""" + names + r""")["']""")
     offenders = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "attributes.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
     assert offenders == []

@@ -155,11 +155,7 @@ def analyse(op: ir.Operation) -> ContractionOp | None:
     iterators = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
     if sum("reduction" in i for i in iterators) != 1:
         return None
-    body = op.regions[0].blocks[0]
-    names = [o.operation.name for o in body.operations]
-    if not set(names) <= _MAC_OPS or names.count("arith.mulf") != 1 or names.count("arith.addf") != 1:
-        return None
-    if not _is_mac(body):
+    if not is_mac(op.regions[0].blocks[0]):
         return None
     maps: list[tuple[int, ...]] = []
     for attr in ir.ArrayAttr(op.attributes["indexing_maps"]):
@@ -205,8 +201,12 @@ def analyse(op: ir.Operation) -> ContractionOp | None:
                          tuple(str(t.element_type) for t in types))  # type: ignore[arg-type]
 
 
-def _is_mac(body: ir.Block) -> bool:
-    """Whether the body yields ``out + x * y`` where x, y are the input arguments (possibly extended)."""
+def is_mac(body: ir.Block) -> bool:
+    """Whether a linalg body is one multiply-accumulate: only extensions, one ``arith.mulf`` and one
+    ``arith.addf``, yielding ``out + x * y`` where x, y are the input arguments (possibly extended)."""
+    names = [o.operation.name for o in body.operations]
+    if not set(names) <= _MAC_OPS or names.count("arith.mulf") != 1 or names.count("arith.addf") != 1:
+        return False
     args = list(body.arguments)
     ops = {o.operation.name: o.operation for o in body.operations}
     add, mul = ops["arith.addf"], ops["arith.mulf"]

@@ -43,7 +43,7 @@ from mlir.dialects import affine, linalg, memref, scf
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes
 from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.promote import _MAC_OPS, Buffer, _is_mac, bytes_per_level, check_capacity, parts_of
+from pbsdk.core.passes.promote import Buffer, bytes_per_level, check_capacity, is_mac, parts_of
 from pbsdk.core.plan.vector_tiles import (
     Access,
     Term,
@@ -571,11 +571,7 @@ def _unit(op: ir.Operation, vop: VectorOp, spec: ChipSpec, options: Any) -> Unit
     """The matrix-unit mapping of a convolution whose body multiplies and accumulates, or None."""
     if _kind(vop) != "window":
         return None
-    body = op.regions[0].blocks[0]
-    names = [o.operation.name for o in body.operations]
-    if not set(names) <= _MAC_OPS or names.count("arith.mulf") != 1 or names.count("arith.addf") != 1:
-        return None
-    if not _is_mac(body):
+    if not is_mac(op.regions[0].blocks[0]):
         return None
     mapping, _ = unit_mapping(spec, vop, options)
     return mapping
