@@ -27,6 +27,7 @@
 // CHECK-NEXT:      %[[X0:.*]] = memref.alloc() {alignment = 64 : i64} : memref<32x256xf32, 2>
 // CHECK-NEXT:      %[[X1:.*]] = memref.alloc() {alignment = 64 : i64} : memref<256xf32, 2>
 // CHECK-NEXT:      %[[Y0:.*]] = memref.alloc() {alignment = 64 : i64} : memref<32x256xf32, 2>
+// CHECK-NEXT:      linalg.copy {pbsdk.dma = "dram->spm"} ins(%[[BIAS]] : memref<256xf32>) outs(%[[X1]]
 // CHECK-NEXT:      %[[R:.*]] = affine.apply #[[ROW32]](%[[P]])
 // CHECK-NOT:       scf.for
 // CHECK:           memref.subview %[[A]][%[[R]], 0] [32, 256] [1, 1]
@@ -45,6 +46,7 @@
 // TWO-NEXT:        memref.alloc() {{.*}} : memref<11x256xf32, 1>
 // TWO-NEXT:        memref.alloc() {{.*}} : memref<256xf32, 1>
 // TWO-NEXT:        memref.alloc() {{.*}} : memref<11x256xf32, 1>
+// TWO-NEXT:        linalg.copy {pbsdk.dma = "dram->tcm"} ins(%{{.*}} : memref<256xf32>)
 // TWO-NEXT:        %[[LO:.*]] = affine.apply #[[TFIRST]](%[[P]])
 // TWO-NEXT:        %[[HI:.*]] = affine.min #[[TLAST]](%[[P]])
 // TWO-NEXT:        scf.for %{{.*}} = %[[LO]] to %[[HI]] step %{{.*}} {

@@ -14,7 +14,8 @@ and layernorm, fills, convolutions — is staged here, in the same tiled form:
    the parts marked ``pbsdk.compute_level = "<level>"``, whose body allocates the buffers (one set
    per core) and walks its part's run of tiles, as in ``promote``; inside, each input tile is copied in with a
    ``linalg.copy`` marked `attributes.DMA` (``"dram->spm"``), the op itself runs on the buffers marked
-   `attributes.COMPUTE` = ``"vector"``, and each output tile is copied back. A reduction loop whose
+   `attributes.COMPUTE` = ``"vector"``, and each output tile is copied back (an input that no tile loop
+   moves over — a broadcast bias row — is copied in once, before the loops). A reduction loop whose
    plan chunk is shorter than its extent gets its own inner ``scf.for``: the output tile (the
    accumulator) stays in the scratchpad while the reduced dimension streams through it — a multi-pass
    reduction. Partial tiles at the edges are subviews of dynamic size (``affine.min``) of both the main
@@ -339,6 +340,12 @@ class _Stager:
         self.memref_idx = [i for i, v in enumerate(op.operands) if isinstance(v.type, ir.MemRefType)]
         self.compute_level = compute_level  # the name the forall's mapping attribute gives
         self.runs: dict[int, tuple[ir.Value, int]] = {}  # split loop -> (its part index, tiles per part)
+        # Inputs that no tile loop and no reduction chunk moves over (a bias row under a loop over rows):
+        # loaded once, before the loops, not once per tile.
+        tiled = {d for d in range(len(ext)) if ext[d] > plan.tile[d]}
+        n_in = len(self.memref_idx) - self.n_out
+        self.invariant = {k for k in range(n_in) if not self.padded and not (plan.op.operands[k].loops() & tiled)}
+        self.loaded: dict[int, ir.Value] = {}  # invariant input -> its buffer view, once loaded
 
     def buffers(self) -> list[Buffer]:
         out = []
@@ -375,6 +382,10 @@ class _Stager:
                                                                           b.alignment)))
             offsets: list[Mixed] = [0] * len(ext)
             sizes: list[Mixed] = [min(t, e) for t, e in zip(tile, ext)]
+            for k in sorted(self.invariant):
+                src, dst = self._views(k, bufs[k], offsets, sizes)
+                _dma(src, dst, f"{self.main}->{self.level}")
+                self.loaded[k] = dst
             self._loops([d for d in range(len(ext)) if plan.op.iterators[d] == "parallel"], offsets, sizes,
                         lambda: self._tile(bufs, offsets, sizes))
             for b in bufs:
@@ -451,9 +462,11 @@ class _Stager:
                 if self.padded:
                     self._fill(None, bufs[k])
                 _dma(src, dst, f"{self.main}->{self.level}")
+        for k, view in self.loaded.items():
+            views[k] = view
         # Inputs that no reduction loop indexes are loaded once per tile, outside the chunk loop.
         for k in range(n_in):
-            if not (plan.op.operands[k].loops() & reds):
+            if k not in self.loaded and not (plan.op.operands[k].loops() & reds):
                 src, dst = self._views(k, bufs[k], offsets, sizes)
                 if self.padded:
                     self._fill(None, bufs[k])
@@ -462,7 +475,7 @@ class _Stager:
 
         def chunk() -> None:
             for k in range(n_in):
-                if plan.op.operands[k].loops() & reds:
+                if k not in self.loaded and plan.op.operands[k].loops() & reds:
                     src, dst = self._views(k, bufs[k], offsets, sizes)
                     if self.padded:
                         self._fill(None, bufs[k])
