@@ -17,6 +17,7 @@ from pbsdk.core.errors import (
     ArgumentError,
     CompileError,
     DeviceUnavailableError,
+    OptionsError,
     PbsdkError,
     SpecError,
     TargetError,
@@ -38,6 +39,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'pbsdk' has no attribute {name!r}")
 
 __all__ = [
-    "ArgumentError", "CompileError", "DeviceUnavailableError", "JitFunction", "PbsdkError", "SpecError",
+    "ArgumentError", "CompileError", "DeviceUnavailableError", "JitFunction", "OptionsError", "PbsdkError", "SpecError",
     "TargetError", "UnsupportedError", "__version__", "compile_mlir", "jit", "ops",
 ]
