@@ -137,6 +137,9 @@ def test_training_forward_compiled_backward_in_torch() -> None:
 def test_unknown_option_is_a_clear_error() -> None:
     with pytest.raises(Exception, match="unknown option.*colour"):
         _compiled(nn.Linear(2, 2), colour="blue")(torch.randn(1, 2))
+    # a misspelt pipeline option is refused too, naming the known ones (it was silently ignored before)
+    with pytest.raises(Exception, match="unknown option 'thread'; known options .*threads"):
+        _compiled(nn.Linear(2, 2), compile_options={"thread": 1})(torch.randn(1, 2))
 
 
 def test_boundaries_share_memory() -> None:
