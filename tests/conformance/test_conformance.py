@@ -92,3 +92,19 @@ def test_nvgpu_target_runs_the_suite_compile_only(tmp_path: Path) -> None:
     if not available():
         not_run = [c for c in data["cases"] if c["status"] == "skip" and "compiled, not run" in c["message"]]
         assert len(not_run) >= 20, data["summary"]
+
+
+def test_the_resource_check_bars() -> None:
+    """What a case's reported resources must respect: operands through a scratchpad (where the chip has
+    one and the target reports counters), no level over capacity, no more cores than the chip has."""
+    from pbsdk.conformance.runner import check_resources
+
+    spec = load_spec("example/npu")  # dram, sram, spm (4 cores)
+    case = next(c for c in generate_cases(spec, ops_filter=["softmax"]) if not c.skip)
+    moved = {"bytes:dram->spm": 4096}
+    assert check_resources(case, spec, {"counters": moved, "scratchpad_bytes": {"spm": 1024}, "cores": 4}) == "ok"
+    assert "no bytes moved from dram into a scratchpad" in check_resources(case, spec, {"counters": {}})
+    assert "runs on 5 cores; the chip has 4" in check_resources(case, spec, {"counters": moved, "cores": 5})
+    over = check_resources(case, spec, {"counters": moved, "scratchpad_bytes": {"spm": 10**9}})
+    assert "spm" in over and over != "ok"
+    assert check_resources(case, spec, None) == "not reported"
