@@ -99,17 +99,25 @@ def test_tile_loads_are_16_byte_vectors_where_aligned() -> None:
 
 @pytest.mark.parametrize("bt", [False, True])
 def test_warp_strip_keeps_each_accumulator_fragment_in_registers(bt: bool) -> None:
+    from mlir import ir
+
     from pbsdk.targets.nvgpu.attention_kernel import mma_types
     from pbsdk.targets.nvgpu.mma import mma_gpu_function
 
-    text = mma_gpu_function("strip", mma_types("f16", 64, 32, b_transposed=bt), "mma.sync.m16n8k16", b_transposed=bt)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            types = [ir.Type.parse(t) for t in mma_types("f16", 64, 32, b_transposed=bt)]
+            mma_gpu_function("strip", types, "mma.sync.m16n8k16", b_transposed=bt)
+        assert module.operation.verify()
+        text = str(module)  # arguments print as %arg0 (A), %arg1 (B), %arg2 (C)
     steps = (32 // 8) * (64 // 16)
     assert text.count("nvvm.mma.sync") == steps
     # C: 4 lane elements per 16x8 fragment, loaded and stored once (not once per k step)
-    assert text.count("memref.load %c[") == text.count("memref.store") == 4 * (32 // 8)
+    assert text.count("memref.load %arg2[") == text.count("memref.store") == 4 * (32 // 8)
     # B: two registers per step, each one 2-element load from Bᵀ, or two element loads from B
-    assert text.count("vector.load %b[") == (2 * steps if bt else 0)
-    assert text.count("memref.load %b[") == (0 if bt else 4 * steps)
+    assert text.count("vector.load %arg1[") == (2 * steps if bt else 0)
+    assert text.count("memref.load %arg1[") == (0 if bt else 4 * steps)
 
 
 def test_padding_removes_bank_conflicts_where_it_costs_no_tile() -> None:

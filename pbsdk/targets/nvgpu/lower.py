@@ -92,13 +92,12 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
         # matrix-unit steps: the GPU body replaces the emulation body
         for fn in [op for op in module.body.operations if op.operation.name == "func.func"
                    and attrs.has(op, attrs.MATRIX_UNIT)]:
-            types = [str(t) for t in ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs]
+            types = list(ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs)
             name = ir.StringAttr(fn.attributes["sym_name"]).value
-            text = mma_gpu_function(name, types, attrs.string(fn, attrs.MATRIX_UNIT) or "",
-                                    b_transposed=attrs.has(fn, attrs.B_TRANSPOSED))
+            unit, b_transposed = attrs.string(fn, attrs.MATRIX_UNIT) or "", attrs.has(fn, attrs.B_TRANSPOSED)
+            with ir.InsertionPoint(module.body), ir.Location.unknown():
+                mma_gpu_function(name, types, unit, b_transposed=b_transposed)
             fn.operation.erase()
-            parsed = ir.Module.parse(text)
-            module.body.append(parsed.body.operations[0].operation)
     run_passes(module, "inline, symbol-dce, canonicalize")
     entry = entry_function(module, ctx.notes["entry"])
     launches: list[tuple[ir.Operation, list[int], list[int]]] = []

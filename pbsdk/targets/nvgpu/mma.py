@@ -1,8 +1,8 @@
 """The tensor-core step: one warp's ``mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}`` on shared memory.
 
 `schedule.py` emits each 16x8x16 step as a call to a private function whose host body is a
-``linalg.matmul`` (what the emulation runs). For the GPU, `mma_gpu_function` writes the body that the
-hardware instruction needs: every lane loads its fragments (PTX ISA, "Matrix fragments for mma.m16n8k16")
+``linalg.matmul`` (what the emulation runs). For the GPU, `mma_gpu_function` builds, with the bindings'
+builders, the body that the hardware instruction needs: every lane loads its fragments (PTX ISA, "Matrix fragments for mma.m16n8k16")
 — with ``g = lane / 4`` and ``t = lane % 4``:
 
 - A (16x16, row-major): register ``i`` (of 4) holds row ``g + 8 * (i % 2)``, columns ``2t + 8 * (i // 2)``
@@ -20,16 +20,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlir import ir
+from mlir.dialects import arith, func, gpu, llvm, memref, nvvm, vector
+
 from pbsdk.core.errors import UnsupportedError
 
 
-def _shape(memref_type: str) -> tuple[int, int]:
-    dims = memref_type[len("memref<"):].split("x")
-    return int(dims[0]), int(dims[1])
+def _shape(t: ir.Type) -> tuple[int, int]:
+    shape = ir.MemRefType(t).shape
+    return int(shape[0]), int(shape[1])
 
 
-def mma_gpu_function(name: str, types: Sequence[str], unit: str, *, b_transposed: bool = False) -> str:
-    """The lane-level body of ``@name(%a, %b, %c)`` for the matrix unit ``unit``.
+def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
+                     b_transposed: bool = False) -> func.FuncOp:
+    """Build the lane-level body of ``@name(%a, %b, %c)`` for the matrix unit ``unit`` at the current
+    insertion point (a module body, with a context and location active), and return the private
+    ``func.func``.
 
     ``%a`` is 16 x K, ``%b`` K x N, ``%c`` 16 x N (K a multiple of 16, N of 8): one warp's strip
     ``C += A · B`` as N/8 x K/16 ``mma.sync`` steps, each 16x8 accumulator fragment loaded once and
@@ -38,81 +44,69 @@ def mma_gpu_function(name: str, types: Sequence[str], unit: str, *, b_transposed
     memory and are loaded as one vector, exactly like A's."""
     if not unit.startswith("mma.sync.m16n8k16"):
         raise UnsupportedError(f"matrix unit {unit} is not lowered by nvgpu (mma.sync.m16n8k16 is)")
-    ta, tb, tc = types
-    dtype = "bf16" if "xbf16" in ta else "f16" if "xf16" in ta else None
-    if dtype is None or "xf32" not in tc:
+    ta, tb, tc = (ir.MemRefType(t) for t in types)
+    elem = ta.element_type
+    dtype = "bf16" if isinstance(elem, ir.BF16Type) else "f16" if isinstance(elem, ir.F16Type) else None
+    if dtype is None or not isinstance(tc.element_type, ir.F32Type):
         raise UnsupportedError(f"mma.sync.m16n8k16 for {ta} x {tb} -> {tc}")
     (m, k), (mc, nc) = _shape(ta), _shape(tc)
     kb, n = reversed(_shape(tb)) if b_transposed else _shape(tb)
     if m != 16 or mc != 16 or kb != k or nc != n or k % 16 or n % 8:
         raise UnsupportedError(f"mma.sync.m16n8k16 strip for {ta} x {tb} -> {tc}")
     packed = dtype == "bf16"
-    L = [f"func.func private @{name}(%a: {ta}, %b: {tb}, %c: {tc}) {{"]
-    e = L.append
-    e("  %lane = gpu.lane_id")
-    offsets = range(max(k, n) + 10)  # every offset a fragment index may add (canonicalize drops the unused)
-    for v in offsets:
-        e(f"  %c{v} = arith.constant {v} : index")
-    e("  %g = arith.divui %lane, %c4 : index")
-    e("  %t = arith.remui %lane, %c4 : index")
-    e("  %t2 = arith.muli %t, %c2 : index")
-    e("  %g8 = arith.addi %g, %c8 : index")
-    operand = "i32" if packed else f"vector<2x{dtype}>"
+    index, i32, f32 = ir.IndexType.get(), ir.IntegerType.get_signless(32), ir.F32Type.get()
+    pair = ir.VectorType.get([2], elem)
+    word = ir.VectorType.get([1], i32)
+    result = ir.Type.parse("!llvm.struct<(f32, f32, f32, f32)>")
+    fn = func.FuncOp(name, ir.FunctionType.get([ta, tb, tc], []), visibility="private")
+    with ir.InsertionPoint(fn.add_entry_block()):
+        a, b, c = fn.arguments
+        lane = gpu.lane_id()
+        # every offset a fragment index may add (canonicalize drops the unused)
+        const = {v: arith.constant(index, v) for v in range(max(k, n) + 10)}
+        g = arith.divui(lane, const[4])
+        t = arith.remui(lane, const[4])
+        t2 = arith.muli(t, const[2])
+        g8 = arith.addi(g, const[8])
 
-    def idx(base: str, off: int, tag: str) -> str:
-        """%base + off as a fresh SSA value (or %base itself)."""
-        if off == 0:
-            return base
-        e(f"  %{tag} = arith.addi {base}, %c{off} : index")
-        return f"%{tag}"
+        def idx(base: ir.Value, off: int) -> ir.Value:
+            """base + off (or base itself)."""
+            return base if off == 0 else arith.addi(base, const[off])
 
-    def pack(src: str, dst: str) -> str:
-        if not packed:
-            return f"%{src}"
-        e(f"  %{dst}v = vector.bitcast %{src} : vector<2x{dtype}> to vector<1xi32>")
-        e(f"  %{dst} = vector.extract %{dst}v[0] : i32 from vector<1xi32>")
-        return f"%{dst}"
+        def pack(v: ir.Value) -> ir.Value:
+            if not packed:
+                return v
+            return vector.extract(vector.bitcast(word, v), [], [0])
 
-    # Column/row offsets of the fragments within the strip, shared by all steps.
-    kcols = {k0: (idx("%t2", k0, f"ka{k0}"), idx("%t2", k0 + 8, f"kb{k0}")) for k0 in range(0, k, 16)}
-    krows = {k0: tuple(idx("%t2", k0 + o, f"kr{k0}_{o}") for o in (0, 1, 8, 9)) for k0 in range(0, k, 16)}
-    for n0 in range(0, n, 8):
-        s = f"n{n0}"
-        col = idx("%g", n0, f"bc{s}")  # B column this lane reads
-        c0 = idx("%t2", n0, f"cc{s}")
-        c1 = idx(c0, 1, f"cd{s}")
-        c_pos = ((("%g", c0)), ("%g", c1), ("%g8", c0), ("%g8", c1))
-        acc = []
-        for i, (row, cc) in enumerate(c_pos):
-            e(f"  %cv{s}_{i} = memref.load %c[{row}, {cc}] : {tc}")
-            acc.append(f"%cv{s}_{i}")
-        for k0 in range(0, k, 16):
-            q = f"{s}k{k0}"
-            lo, hi = kcols[k0]
-            a_regs = []
-            for i, (row, cc) in enumerate((("%g", lo), ("%g8", lo), ("%g", hi), ("%g8", hi))):
-                e(f"  %al{q}_{i} = vector.load %a[{row}, {cc}] : {ta}, vector<2x{dtype}>")
-                a_regs.append(pack(f"al{q}_{i}", f"ap{q}_{i}"))
-            b_regs = []
-            r0, r1, r8, r9 = krows[k0]
-            for j, (k_lo, k_hi) in enumerate(((r0, r1), (r8, r9))):
-                if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load
-                    e(f"  %bl{q}_{j} = vector.load %b[{col}, {k_lo}] : {tb}, vector<2x{dtype}>")
-                else:
-                    e(f"  %bx{q}_{j} = memref.load %b[{k_lo}, {col}] : {tb}")
-                    e(f"  %by{q}_{j} = memref.load %b[{k_hi}, {col}] : {tb}")
-                    e(f"  %bl{q}_{j} = vector.from_elements %bx{q}_{j}, %by{q}_{j} : vector<2x{dtype}>")
-                b_regs.append(pack(f"bl{q}_{j}", f"bp{q}_{j}"))
-            e(f"  %d{q} = nvvm.mma.sync A[{', '.join(a_regs)}] B[{', '.join(b_regs)}] C[{', '.join(acc)}] "
-              "{layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-              f"shape = #nvvm.shape<m = 16, n = 8, k = 16>, multiplicandAPtxType = #nvvm.mma_type<{dtype}>, "
-              f"multiplicandBPtxType = #nvvm.mma_type<{dtype}>}} : ({operand}, {operand}, f32) "
-              "-> !llvm.struct<(f32, f32, f32, f32)>")
-            acc = []
-            for i in range(4):
-                e(f"  %dv{q}_{i} = llvm.extractvalue %d{q}[{i}] : !llvm.struct<(f32, f32, f32, f32)>")
-                acc.append(f"%dv{q}_{i}")
-        for i, (row, cc) in enumerate(c_pos):
-            e(f"  memref.store {acc[i]}, %c[{row}, {cc}] : {tc}")
-    e("  return\n}")
-    return "\n".join(L)
+        # Column/row offsets of the fragments within the strip, shared by all steps.
+        kcols = {k0: (idx(t2, k0), idx(t2, k0 + 8)) for k0 in range(0, k, 16)}
+        krows = {k0: tuple(idx(t2, k0 + o) for o in (0, 1, 8, 9)) for k0 in range(0, k, 16)}
+        for n0 in range(0, n, 8):
+            col = idx(g, n0)  # B column this lane reads
+            c0 = idx(t2, n0)
+            c1 = idx(c0, 1)
+            c_pos = ((g, c0), (g, c1), (g8, c0), (g8, c1))
+            acc = [memref.load(c, [row, cc]) for row, cc in c_pos]
+            for k0 in range(0, k, 16):
+                lo, hi = kcols[k0]
+                a_regs = [pack(vector.load(pair, a, [row, cc])) for row, cc in ((g, lo), (g8, lo), (g, hi), (g8, hi))]
+                b_regs = []
+                r0, r1, r8, r9 = krows[k0]
+                for k_lo, k_hi in ((r0, r1), (r8, r9)):
+                    if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load
+                        bl = vector.load(pair, b, [col, k_lo])
+                    else:
+                        bx = memref.load(b, [k_lo, col])
+                        by = memref.load(b, [k_hi, col])
+                        bl = vector.from_elements(pair, [bx, by])
+                    b_regs.append(pack(bl))
+                d = nvvm.mma_sync(result, ir.Attribute.parse("#nvvm.shape<m = 16, n = 8, k = 16>"),
+                                  ir.Attribute.parse("#nvvm.mma_layout<row>"),
+                                  ir.Attribute.parse("#nvvm.mma_layout<col>"), a_regs, b_regs, acc,
+                                  multiplicand_a_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"),
+                                  multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"))
+                acc = [llvm.extractvalue(f32, d, [i]) for i in range(4)]
+            for value, (row, cc) in zip(acc, c_pos):
+                memref.store(value, c, [row, cc])
+        func.return_([])
+    return fn
