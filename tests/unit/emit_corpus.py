@@ -8,7 +8,10 @@ check that a change to the emitter keeps the emitted program identical::
 
 ``dump DIR attention`` / ``check DIR attention`` use the attention corpus instead (`attention_cases`: the
 attention programs above plus fused attention in every variant the kernel generators distinguish, on
-lanes and scratchpad specs).
+lanes and scratchpad specs). A ``"lanes"`` fused attention prints as a private declaration carrying the
+plan's ``pbsdk.attention`` descriptor: its kernel is the cpu target's to build (its ``attention`` stage,
+`pbsdk.targets.cpu.attention_kernel`), so a change to that kernel shows in the cpu artifact's LLVM IR,
+not here (this corpus's lanes programs changed text when the kernel moved out of emission).
 
 The printed form is the module as the bindings print it (SSA values renumbered), so the comparison is of
 the program, not of its spelling.

@@ -27,6 +27,7 @@ function — and sets the ``pbsdk.*`` attributes through `pbsdk.core.ir.attribut
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -38,7 +39,6 @@ from mlir.dialects import math as math_d
 
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention import Operand
-from pbsdk.core.ir.attention_kernel import KernelOperands, batch_start, rounded
 from pbsdk.core.ir.builder import (
     Indices,
     affine_map,
@@ -53,6 +53,42 @@ from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles
 
 
+@dataclasses.dataclass(frozen=True)
+class KernelOperands:
+    """What a fused attention kernel reads: each operand's base shape (for its memref type) and strides."""
+
+    q: Operand
+    k: Operand
+    v: Operand
+    mask: Operand | None
+    q_shape: tuple[int, ...]
+    k_shape: tuple[int, ...]
+    v_shape: tuple[int, ...]
+    mask_shape: tuple[int, ...] | None
+    out_shape: tuple[int, ...]
+    scale: float
+    mask_scale: float
+    dtype: str = "f32"
+
+
+def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any) -> ir.Value:
+    """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
+    (anything with `Operand`'s ``batch`` factors), built with ``ix`` at the current insertion point."""
+    total = ix.c(0)
+    for size, stride, inner in opnd.batch:
+        if stride == 0 or size == 1:
+            continue
+        idx = beta if inner == 1 else ix.divui(beta, inner)
+        idx = ix.remui(idx, size)
+        total = ix.add(total, ix.mul(idx, stride))
+    return total
+
+
+def rounded(value: float) -> float:
+    """A float constant's value as the kernels write it: 10 significant digits (infinities kept)."""
+    return value if math.isinf(value) else float(f"{value:.9e}")
+
+
 def _operand_json(opnd: Operand | None, shape: tuple[int, ...] | None) -> dict[str, Any] | None:
     if opnd is None or shape is None:
         return None
@@ -60,20 +96,37 @@ def _operand_json(opnd: Operand | None, shape: tuple[int, ...] | None) -> dict[s
             "col_stride": opnd.col_stride}
 
 
+#: The ``pbsdk.attention`` descriptor version `descriptor` writes (both forms).
+DESCRIPTOR_VERSION = 1
+
+
 def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
-    """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 1)."""
-    op, t = plan.op, plan.tiles
+    """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 1).
+
+    Both forms share the op's fields (``batch``, ``sq``, ``sk``, ``d``, ``dv``, ``dtype``,
+    ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``), ``block_q``, ``block_k``,
+    ``level`` and ``operands`` (q, k, v, mask: base shape, batch factors (size, stride, inner), row and
+    column strides). A ``"lanes"`` plan adds ``"form": "lanes"``, its register tile (``lanes``,
+    ``q_vectors``, ``qk_keys``, ``pv_cols``), ``threads`` and ``operands.o`` (the output's shape,
+    written row-major); a ``"scratchpad"`` plan (no ``form`` key) adds ``unit`` and ``space``."""
+    op = plan.op
+    common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": op.sk, "d": op.d, "dv": op.dv,
+              "dtype": op.dtype, "causal_offset": op.causal_offset, "mask": op.mask, "kv_groups": op.kv_groups,
+              "scale": ops.scale, "mask_scale": ops.mask_scale}
+    operands = {"q": _operand_json(ops.q, ops.q_shape), "k": _operand_json(ops.k, ops.k_shape),
+                "v": _operand_json(ops.v, ops.v_shape), "mask": _operand_json(ops.mask, ops.mask_shape)}
+    if plan.schedule == "lanes":
+        return {**common, "form": "lanes", "lanes": plan.lanes, "q_vectors": plan.q_vectors,
+                "block_q": plan.block_q, "block_k": plan.block_k, "qk_keys": plan.qk_keys, "pv_cols": plan.pv_cols,
+                "threads": plan.threads, "level": plan.level,
+                "operands": {**operands, "o": {"shape": list(ops.out_shape)}}}
+    t = plan.tiles
     assert t is not None
     u = t.unit
-    return {"version": 1, "batch": op.batch, "sq": op.sq, "sk": op.sk, "d": op.d, "dv": op.dv, "dtype": op.dtype,
-            "causal_offset": op.causal_offset, "mask": op.mask, "kv_groups": op.kv_groups, "scale": ops.scale,
-            "mask_scale": ops.mask_scale, "block_q": t.block_q, "block_k": t.block_k,
+    return {**common, "block_q": t.block_q, "block_k": t.block_k,
             "unit": None if u is None else {"name": u.name, "m": u.m, "n": u.n, "k": u.k,
                                             "operand_dtype": u.operand_dtype, "accumulator_dtype": u.accumulator_dtype},
-            "level": t.level, "space": t.space,
-            "operands": {"q": _operand_json(ops.q, ops.q_shape), "k": _operand_json(ops.k, ops.k_shape),
-                         "v": _operand_json(ops.v, ops.v_shape), "mask": _operand_json(ops.mask, ops.mask_shape)}}
-
+            "level": t.level, "space": t.space, "operands": operands}
 
 
 def _round_up(ix: Indices, v: ir.Value, multiple: int) -> ir.Value:
@@ -378,4 +431,5 @@ def build_tiles_kernel(ip: ir.InsertionPoint, name: str, plan: AttentionPlan, op
         return _Tiles(plan, ops).build(name)
 
 
-__all__ = ["ScratchpadTiles", "build_tiles_kernel", "descriptor"]
+__all__ = ["DESCRIPTOR_VERSION", "KernelOperands", "ScratchpadTiles", "batch_start", "build_tiles_kernel",
+           "descriptor", "rounded"]

@@ -57,7 +57,10 @@ DMA = "pbsdk.dma"
 #: An ``scf.forall`` whose iterations run on the units of the named compute level (``spec.compute[i]``'s
 #: name, e.g. ``"core"``): one iteration per unit; buffers allocated in its body are per unit.
 COMPUTE_LEVEL = "pbsdk.compute_level"
-#: A private function that is a fused attention kernel; the value is its JSON descriptor.
+#: A private function that is a fused attention kernel; the value is its JSON descriptor
+#: (`pbsdk.core.ir.attention_tiles.descriptor`, ``"version": 1``). A ``"scratchpad"`` one has the core's
+#: tiled body (a target may replace it); a ``"lanes"`` one (``"form": "lanes"``) is a declaration whose
+#: body the target builds from the descriptor (cpu: its ``attention`` stage), which then drops the mark.
 ATTENTION = "pbsdk.attention"
 #: A matrix-unit op whose B operand is read transposed (nvgpu).
 B_TRANSPOSED = "pbsdk.b_transposed"
@@ -76,7 +79,8 @@ _DEFS = (
                  check=_level_pair),
     AttributeDef(COMPUTE_LEVEL, "string", "a parallel loop over the units of a compute level", on=("scf.forall",),
                  check=lambda v: None if v else "expected a compute level's name, got ''"),
-    AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON)", on=("func.func",)),
+    AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON; \"lanes\": a declaration)",
+                 on=("func.func",)),
     AttributeDef(B_TRANSPOSED, "unit", "B is read transposed"),
     AttributeDef(KERNEL, "i64", "nvgpu: a kernel root's index"),
     AttributeDef(LAUNCH, "i64", "nvgpu: a launch's index"),

@@ -12,6 +12,7 @@ Half-precision elementwise math is computed in f32 inside the op body and rounde
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from mlir.dialects import arith, bufferization, func, linalg, memref, tensor
 from mlir.dialects import math as math_d
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import (
     affine_map,
     dims,
@@ -29,6 +31,7 @@ from pbsdk.core.ir.builder import (
     fill,
     float_constant,
     generic,
+    memref_type,
     reassociation,
     tensor_type,
 )
@@ -113,9 +116,13 @@ class _Emitter:
             func.ReturnOp([self.value(v) for v in g.outputs])
 
     def op_attention(self, match: Any, plan: Any) -> None:
-        """A fused attention: the kernel of `pbsdk.core.ir.attention_kernel` (``"lanes"`` plans) or
-        `pbsdk.core.ir.attention_tiles` (``"scratchpad"`` plans) on the operands' buffers."""
-        from pbsdk.core.ir.attention_kernel import KernelOperands, build_attention_kernel
+        """A fused attention: a call of ``@__pbsdk_attnN(Q, K, V[, M], O)`` on the operands' buffers.
+
+        ``"scratchpad"`` plans: the kernel of `pbsdk.core.ir.attention_tiles`, in the target-neutral
+        tiled form. ``"lanes"`` plans: a private declaration only, carrying the plan's ``pbsdk.attention``
+        descriptor — the kernel of a cache hierarchy is the target's to build (the cpu target's
+        ``attention`` stage, `pbsdk.targets.cpu.attention_kernel`), so nothing in the core writes it."""
+        from pbsdk.core.ir.attention_tiles import KernelOperands, build_tiles_kernel
 
         name = f"__pbsdk_attn{self.kernels}"
         self.kernels += 1
@@ -124,8 +131,11 @@ class _Emitter:
                              k_shape=bases[1].shape, v_shape=bases[2].shape,
                              mask_shape=bases[3].shape if match.mask else None, out_shape=match.out.shape,
                              scale=match.scale, mask_scale=match.mask_scale, dtype=match.out.dtype)
-        # The kernel's functions are built in front of the entry function, then called from it.
-        build_attention_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
+        # The kernel (or its declaration) goes in front of the entry function, then is called from it.
+        if plan.schedule == "scratchpad":
+            build_tiles_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
+        else:
+            _declare_lanes_kernel(ir.InsertionPoint(self.entry), name, plan, ops)
         buffers = [bufferization.ToBufferOp(_memref(b.type), self.value(b), read_only=True).result for b in bases]
         out_ty = _memref(match.out.type)
         out = memref.AllocOp(out_ty, [], [], alignment=ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64))
@@ -526,6 +536,22 @@ def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | No
         cond = arith.cmpf(arith.CmpFPredicate.UNE, x[0], float_constant(0.0, t))
         return arith.select(cond, x[1], x[2])
     raise UnsupportedError(f"no scalar lowering for '{op}'", op=op)
+
+
+def _declare_lanes_kernel(ip: ir.InsertionPoint, name: str, plan: Any, ops: Any) -> func.FuncOp:
+    """``func.func private @{name}(Q, K, V[, M], O)`` on the operands' base buffers, without a body, marked
+    with the ``"lanes"`` descriptor (`pbsdk.core.ir.attention_tiles.descriptor`). A declaration passes
+    every core stage unchanged (one-shot bufferization and the deallocation pipeline see a call on
+    buffers with no results); a target that lists ``"lanes"`` in its ``attention_forms`` gives it its body."""
+    from pbsdk.core.ir.attention_tiles import descriptor
+
+    shapes = [ops.q_shape, ops.k_shape, ops.v_shape] + ([ops.mask_shape] if ops.mask is not None else []) \
+        + [ops.out_shape]
+    with ip:
+        fn = func.FuncOp(name, ir.FunctionType.get([memref_type(s, ops.dtype) for s in shapes], []),
+                         visibility="private")
+    attributes.set_string(fn, attributes.ATTENTION, json.dumps(descriptor(plan, ops), sort_keys=True))
+    return fn
 
 
 def _fused_attention(graph: Graph, spec: Any, options: Options | Mapping[str, Any] | None,

@@ -24,6 +24,7 @@ from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
 
@@ -181,9 +182,11 @@ class CpuTarget(Target):
         return self.scheduling_stages(spec, options) + lowering_stages(spec, options)
 
     def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
-        """The stages that decide how the host runs the kernels: packed matmul kernels, row fusion, the
-        fork onto the cores."""
+        """The stages that decide how the host runs the kernels: the fused attention kernels, packed matmul
+        kernels, row fusion, the fork onto the cores."""
         return (
+            Stage("attention", fn=AttentionKernels().apply,
+                  description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,

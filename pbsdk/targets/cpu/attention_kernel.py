@@ -1,41 +1,41 @@
-"""The fused attention kernel of an `AttentionPlan`, built on buffers (vector + scf + memref) with the MLIR
-bindings.
+"""The cpu target's fused attention kernel (the planner's ``"lanes"`` form), built on buffers (vector + scf +
+memref) with the MLIR bindings from the ``pbsdk.attention`` descriptor the core leaves on a declaration.
 
-Two functions per attention (see `pbsdk.core.plan.attention` for the schedule):
+The core (`pbsdk.core.ir.emit`) emits a fused ``"lanes"`` attention as a call of a private declaration
+``@__pbsdk_attnN(Q, K, V[, M], O)`` on the operands' base buffers, marked with the plan's descriptor
+(`pbsdk.core.ir.attention_tiles.descriptor`: the op, the register tile, the threads and the operand
+layouts). This target's ``attention`` stage (`AttentionKernels`, first of its scheduling stages) gives
+every such declaration its body — two functions per attention (see `pbsdk.core.plan.attention` for the
+schedule):
 
 - ``@{name}(Q, K, V[, M], O)``: ``scf.forall (%t) in (threads) { func.call @{name}_part(..., %t) }``
-  — the shape the cpu target forks onto its cores (serial elsewhere);
+  — the shape ``lower-parallel`` forks onto the cores (a plain call with one thread);
 - ``@{name}_part(..., %t)``: work items ``t, t + threads, ...``; each is one (batch, query block).
 
-Buffers are the operands' base tensors (flattened inside the kernel, read at the match's strides),
+Buffers are the operands' base tensors (flattened inside the kernel, read at the descriptor's strides),
 so GQA, transposed K and broadcast masks cost nothing. Scratch is three stack buffers sized by the plan
 (Qt, the score tile St, Ot); nothing is allocated per key block and nothing is seq x seq. Scores are
 kept in base 2: Q is pre-multiplied by ``scale * log2(e)`` and the exponential is ``exp2`` built from
 vector arith (round, a degree-6 polynomial, exponent bits), so no libm call is made per element.
-
-`build_attention_kernel` builds the kernel of a plan — these two functions (``"lanes"`` plans), or the
-scratchpad kernel of `pbsdk.core.ir.attention_tiles` (``"scratchpad"`` plans) — op by op with the
-bindings' builders (``mlir.dialects.func/scf/vector/memref/arith``) at an insertion point in the caller's
-module. The caller (`pbsdk.core.ir.emit`) builds it in front of its entry function, passes tensors
-through ``bufferization.to_buffer`` and wraps the output buffer with ``bufferization.to_tensor``;
-one-shot bufferization then hands the function arguments and the caller-allocated output straight to
-the kernel.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
-from pbsdk.core.ir.attention import Operand
+from pbsdk.core.errors import CompileError
+from pbsdk.core.ir import attributes as attrs
+from pbsdk.core.ir.attention_tiles import DESCRIPTOR_VERSION, batch_start, rounded
 from pbsdk.core.ir.builder import Indices, element_type, float_constant, loop, reassociation
 from pbsdk.core.ir.builder import memref_type as memref_t
-from pbsdk.core.plan.attention import AttentionPlan
+from pbsdk.core.pipeline import StageContext
 
 LOG2E = 1.0 / math.log(2.0)
 #: exp2(f) on |f| <= 1/2: Taylor coefficients of e^(f ln 2), highest degree first.
@@ -43,39 +43,94 @@ _EXP2_COEFFS = [math.log(2.0) ** k / math.factorial(k) for k in range(6, -1, -1)
 
 
 @dataclasses.dataclass(frozen=True)
-class KernelOperands:
-    """What the kernel reads: each operand's base shape (for its memref type) and strides."""
+class Layout:
+    """One operand's base buffer: element (r, c) for flat batch index β is at
+    ``Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride + c * col_stride`` of the flattened base."""
 
-    q: Operand
-    k: Operand
-    v: Operand
-    mask: Operand | None
-    q_shape: tuple[int, ...]
-    k_shape: tuple[int, ...]
-    v_shape: tuple[int, ...]
-    mask_shape: tuple[int, ...] | None
-    out_shape: tuple[int, ...]
+    shape: tuple[int, ...]
+    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
+    row_stride: int
+    col_stride: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LanesKernel:
+    """One ``"lanes"`` attention as its descriptor gives it: the op, the register tile and the layouts."""
+
+    batch: int
+    sq: int
+    sk: int
+    d: int
+    dv: int
+    dtype: str
+    causal_offset: int | None
     scale: float
     mask_scale: float
-    dtype: str = "f32"
+    lanes: int
+    q_vectors: int
+    block_k: int
+    qk_keys: int
+    pv_cols: int
+    threads: int
+    q: Layout
+    k: Layout
+    v: Layout
+    mask: Layout | None
+    out_shape: tuple[int, ...]
+
+    @property
+    def block_q(self) -> int:
+        return self.q_vectors * self.lanes
+
+    @property
+    def q_blocks(self) -> int:
+        return -(-self.sq // self.block_q)
+
+    @property
+    def work_items(self) -> int:
+        return self.batch * self.q_blocks
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The kernel's argument shapes: Q, K, V[, M], O."""
+        return [self.q.shape, self.k.shape, self.v.shape] + ([self.mask.shape] if self.mask else []) + [self.out_shape]
 
 
-def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any) -> ir.Value:
-    """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
-    (anything with `Operand`'s ``batch`` factors), built with ``ix`` at the current insertion point."""
-    total = ix.c(0)
-    for size, stride, inner in opnd.batch:
-        if stride == 0 or size == 1:
-            continue
-        idx = beta if inner == 1 else ix.divui(beta, inner)
-        idx = ix.remui(idx, size)
-        total = ix.add(total, ix.mul(idx, stride))
-    return total
+def _layout(raw: Mapping[str, Any]) -> Layout:
+    return Layout(tuple(int(x) for x in raw["shape"]), tuple((int(a), int(b), int(c)) for a, b, c in raw["batch"]),
+                  int(raw["row_stride"]), int(raw["col_stride"]))
 
 
-def rounded(value: float) -> float:
-    """A float constant's value as the kernels write it: 10 significant digits (infinities kept)."""
-    return value if math.isinf(value) else float(f"{value:.9e}")
+def is_lanes(raw: Mapping[str, Any]) -> bool:
+    """Whether a parsed descriptor is of the ``"lanes"`` form (a scratchpad one has no ``form``)."""
+    return raw.get("form") == "lanes"
+
+
+def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> LanesKernel:
+    """The kernel of a ``"lanes"`` descriptor (parsed JSON) of function ``@name``; a `CompileError` naming
+    what is wrong."""
+    if raw.get("version") != DESCRIPTOR_VERSION:
+        raise CompileError(f"@{name}: pbsdk.attention descriptor version {raw.get('version')} (the cpu target reads "
+                           f"{DESCRIPTOR_VERSION})", op="func.func")
+    try:
+        ops = raw["operands"]
+        kern = LanesKernel(
+            int(raw["batch"]), int(raw["sq"]), int(raw["sk"]), int(raw["d"]), int(raw["dv"]), str(raw["dtype"]),
+            None if raw["causal_offset"] is None else int(raw["causal_offset"]), float(raw["scale"]),
+            float(raw["mask_scale"]), int(raw["lanes"]), int(raw["q_vectors"]), int(raw["block_k"]),
+            int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), _layout(ops["q"]), _layout(ops["k"]),
+            _layout(ops["v"]), _layout(ops["mask"]) if raw["mask"] else None,
+            tuple(int(x) for x in ops["o"]["shape"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
+    if int(raw.get("block_q", kern.block_q)) != kern.block_q:
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: block_q {raw['block_q']} is not q_vectors x lanes "
+                           f"({kern.block_q})", op="func.func")
+    if min(kern.batch, kern.sq, kern.sk, kern.d, kern.dv, kern.lanes, kern.q_vectors, kern.block_k, kern.qk_keys,
+           kern.pv_cols, kern.threads) < 1:
+        raise CompileError(f"@{name}: pbsdk.attention descriptor with an empty dimension or tile: {kern}",
+                           op="func.func")
+    return kern
 
 
 def _vmax(a: ir.Value, b: ir.Value) -> ir.Value:
@@ -126,21 +181,19 @@ def _flat(names: list[str], shapes: list[tuple[int, ...]], args: Sequence[ir.Val
     return flat
 
 
-def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list[str],
-                shapes: list[tuple[int, ...]]) -> func.FuncOp:
+def _build_part(name: str, a: LanesKernel, names: list[str], shapes: list[tuple[int, ...]]) -> func.FuncOp:
     """``@{name}_part(..., %t)``: the work items of thread ``%t``."""
-    op = plan.op
-    t = ops.dtype
-    L, nvq, br, bc, nj = plan.lanes, plan.q_vectors, plan.block_q, plan.block_k, plan.qk_keys
-    D, DV, SQ, SK = op.d, op.dv, op.sq, op.sk
+    t = a.dtype
+    L, nvq, br, bc, nj = a.lanes, a.q_vectors, a.block_q, a.block_k, a.qk_keys
+    D, DV, SQ, SK = a.d, a.dv, a.sq, a.sk
     et = element_type(t)
     vt = ir.VectorType.get([L], et)
     vit = ir.VectorType.get([L], ir.IntegerType.get_signless(32))
     mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
     i32 = ir.IntegerType.get_signless(32)
-    nqb = plan.q_blocks
-    items = plan.work_items
-    T = plan.threads
+    nqb = a.q_blocks
+    items = a.work_items
+    T = a.threads
     index = ir.IndexType.get()
 
     fn = func.FuncOp(f"{name}_part", ir.FunctionType.get([memref_t(s, t) for s in shapes] + [index], []),
@@ -159,11 +212,11 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
             vc[f"p{i}"] = _splat(vt, rounded(cf))
         vzero, vninf = vc["zero"], vc["ninf"]
         viota = _int_vector(vit, list(range(L)))
-        qscale = float_constant(rounded(ops.scale * LOG2E), et)
-        if ops.mask is not None:
-            vmscale = _splat(vt, rounded(ops.mask_scale * LOG2E))
-            if ops.mask.row_stride not in (0, 1):
-                vmidx = _int_vector(vit, [i * ops.mask.row_stride for i in range(L)])
+        qscale = float_constant(rounded(a.scale * LOG2E), et)
+        if a.mask is not None:
+            vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
+            if a.mask.row_stride not in (0, 1):
+                vmidx = _int_vector(vit, [i * a.mask.row_stride for i in range(L)])
         i64 = ir.IntegerType.get_signless(64)
         align = ir.IntegerAttr.get(i64, 64)
         Qt, St, Ot = (memref.AllocaOp(memref_t([n * br], t), [], [], alignment=align).result for n in (D, bc, DV))
@@ -174,20 +227,20 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
             qb = ix.remui(it, nqb)
             i0 = ix.mul(qb, br)
             nqv = ix.min(c(br), ix.sub(c(SQ), i0))
-            qoff, koff, voff = batch_start(ix, beta, ops.q), batch_start(ix, beta, ops.k), batch_start(ix, beta, ops.v)
-            moff = batch_start(ix, beta, ops.mask) if ops.mask is not None else None
+            qoff, koff, voff = batch_start(ix, beta, a.q), batch_start(ix, beta, a.k), batch_start(ix, beta, a.v)
+            moff = batch_start(ix, beta, a.mask) if a.mask is not None else None
             ooff = ix.mul(beta, SQ * DV)
             # Lanes past the sequence end: masks for the mask reads.
             lane_masks = []
-            if ops.mask is not None and ops.mask.row_stride != 0:
+            if a.mask is not None and a.mask.row_stride != 0:
                 for v in range(nvq):
                     cnt = ix.min(ix.max(ix.sub(nqv, c(v * L)), c(0)), c(L))
                     lane_masks.append(vector.create_mask(mt, [cnt]))
             # Query indices (+ causal offset) per lane, for the causal compare.
             qlanes = []
-            if op.causal_offset is not None:
+            if a.causal_offset is not None:
                 for v in range(nvq):
-                    base = arith.index_cast(i32, ix.add(i0, c(v * L + op.causal_offset)))
+                    base = arith.index_cast(i32, ix.add(i0, c(v * L + a.causal_offset)))
                     qlanes.append(arith.addi(vector.broadcast(vit, base), viota))
 
             # Qt = zero, then Qt[d, i] = Q[i0 + i, d] * scale * log2(e)
@@ -198,19 +251,19 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
                         vector.store(vzero, buf, [ix.add(row, c(v * L))])
             with loop(c(0), nqv, c(1)) as li:
                 i = li.induction_variable
-                qrow = ix.add(qoff, ix.mul(ix.add(i0, i), ops.q.row_stride))
+                qrow = ix.add(qoff, ix.mul(ix.add(i0, i), a.q.row_stride))
                 with loop(c(0), c(D), c(1)) as ld:
                     d = ld.induction_variable
-                    x = memref.load(flat["Q"], [ix.add(qrow, ix.mul(d, ops.q.col_stride))])
+                    x = memref.load(flat["Q"], [ix.add(qrow, ix.mul(d, a.q.col_stride))])
                     y = arith.mulf(x, qscale)
                     memref.store(y, Qt, [ix.add(ix.mul(d, br), i)])
 
             # Keys this query block needs.
-            if op.causal_offset is None:
+            if a.causal_offset is None:
                 kend = c(SK)
             else:
                 qend = ix.min(ix.add(i0, c(br)), c(SQ))
-                kend = ix.min(ix.max(ix.add(qend, c(op.causal_offset)), c(0)), c(SK))
+                kend = ix.min(ix.max(ix.add(qend, c(a.causal_offset)), c(0)), c(SK))
 
             with loop(c(0), kend, c(bc), [vninf] * nvq + [vzero] * nvq) as kl:
                 j0 = kl.induction_variable
@@ -222,14 +275,14 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
                 def qk_tile(keys: int, jl: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
                     """Scores of ``keys`` keys from local row ``jl`` for every query vector; returns new maxima."""
                     ja = ix.add(j0, jl)
-                    kbase = [ix.add(koff, ix.mul(ix.add(ja, c(kk)), ops.k.row_stride)) for kk in range(keys)]
+                    kbase = [ix.add(koff, ix.mul(ix.add(ja, c(kk)), a.k.row_stride)) for kk in range(keys)]
                     with loop(c(0), c(D), c(1), [vzero] * (keys * nvq)) as dl:
                         dd = dl.induction_variable
                         accs = list(dl.inner_iter_args)
                         qrow_d = ix.mul(dd, br)
                         qv = [vector.load(vt, Qt, [ix.add(qrow_d, c(v * L))]) for v in range(nvq)]
                         outs = []
-                        kd = ix.mul(dd, ops.k.col_stride)
+                        kd = ix.mul(dd, a.k.col_stride)
                         for kk in range(keys):
                             ks = memref.load(flat["K"], [ix.add(kbase[kk], kd)])
                             kb = vector.broadcast(vt, ks)
@@ -240,23 +293,23 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
                     new = list(carried)
                     for kk in range(keys):
                         key = ix.add(ja, c(kk))
-                        if op.causal_offset is not None:
+                        if a.causal_offset is not None:
                             kv = vector.broadcast(vit, arith.index_cast(i32, key))
-                        if ops.mask is not None:
+                        if a.mask is not None:
                             assert moff is not None
-                            mcol = ix.add(moff, ix.mul(key, ops.mask.col_stride))
+                            mcol = ix.add(moff, ix.mul(key, a.mask.col_stride))
                         for v in range(nvq):
                             s = res[kk * nvq + v]
-                            if ops.mask is not None:
-                                mrow = ix.add(mcol, ix.mul(ix.add(i0, c(v * L)), ops.mask.row_stride))
-                                if ops.mask.row_stride == 0:
+                            if a.mask is not None:
+                                mrow = ix.add(mcol, ix.mul(ix.add(i0, c(v * L)), a.mask.row_stride))
+                                if a.mask.row_stride == 0:
                                     mv = vector.broadcast(vt, memref.load(flat["M"], [mcol]))
-                                elif ops.mask.row_stride == 1:
+                                elif a.mask.row_stride == 1:
                                     mv = vector.MaskedLoadOp(vt, flat["M"], [mrow], lane_masks[v], vzero).result
                                 else:
                                     mv = vector.GatherOp(vt, flat["M"], [mrow], vmidx, lane_masks[v], vzero).result
                                 s = vector.fma(mv, vmscale, s)
-                            if op.causal_offset is not None:
+                            if a.causal_offset is not None:
                                 cm = arith.cmpi(arith.CmpIPredicate.sgt, kv, qlanes[v])
                                 s = arith.select(cm, vninf, s)
                             srow = ix.mul(ix.add(jl, c(kk)), br)
@@ -293,7 +346,7 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
                 # Ot = Ot * alpha + Vᵀ P, in chunks of value columns held in registers across the key block.
                 c0 = 0
                 while c0 < DV:
-                    ncol = min(plan.pv_cols, DV - c0)
+                    ncol = min(a.pv_cols, DV - c0)
                     inits = []
                     for r in range(ncol):
                         for v in range(nvq):
@@ -302,10 +355,10 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
                     with loop(c(0), jn, c(1), inits) as pl:
                         srow = ix.mul(pl.induction_variable, br)
                         pv = [vector.load(vt, St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
-                        vrow = ix.add(voff, ix.mul(ix.add(j0, pl.induction_variable), ops.v.row_stride))
+                        vrow = ix.add(voff, ix.mul(ix.add(j0, pl.induction_variable), a.v.row_stride))
                         outs = []
                         for r in range(ncol):
-                            vs = memref.load(flat["V"], [ix.add(vrow, c((c0 + r) * ops.v.col_stride))])
+                            vs = memref.load(flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))])
                             vb = vector.broadcast(vt, vs)
                             for v in range(nvq):
                                 outs.append(vector.fma(vb, pv[v], pl.inner_iter_args[r * nvq + v]))
@@ -337,21 +390,19 @@ def _build_part(name: str, plan: AttentionPlan, ops: KernelOperands, names: list
     return fn
 
 
-def _build_lanes(name: str, plan: AttentionPlan, ops: KernelOperands) -> func.FuncOp:
-    """The two functions (``@{name}_part``, then ``@{name}``) of one fused attention at the current
-    insertion point; returns ``@{name}``."""
-    t = ops.dtype
-    names = ["Q", "K", "V"] + (["M"] if ops.mask is not None else []) + ["O"]
-    shapes = [ops.q_shape, ops.k_shape, ops.v_shape] + ([ops.mask_shape] if ops.mask_shape else []) + [ops.out_shape]
-    part = _build_part(name, plan, ops, names, shapes)  # type: ignore[arg-type]
-    fn = func.FuncOp(name, ir.FunctionType.get([memref_t(s, t) for s in shapes], []),  # type: ignore[arg-type]
-                     visibility="private")
+def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel) -> func.FuncOp:
+    """Give the declaration ``fn`` (``@{name}(Q, K, V[, M], O)``) its body and build ``@{name}_part`` in front
+    of it (in the current context and location); returns ``fn``."""
+    name = ir.StringAttr(fn.sym_name).value
+    names = ["Q", "K", "V"] + (["M"] if a.mask is not None else []) + ["O"]
+    with ir.InsertionPoint(fn):
+        part = _build_part(name, a, names, a.shapes)
     entry = fn.add_entry_block()
     callee = ir.FlatSymbolRefAttr.get(ir.StringAttr(part.sym_name).value)
     with ir.InsertionPoint(entry):
         args = list(entry.arguments)
-        if plan.threads > 1:
-            forall = scf.ForallOp([0], [plan.threads], [1])
+        if a.threads > 1:
+            forall = scf.ForallOp([0], [a.threads], [1])
             with ir.InsertionPoint(forall.body):
                 func.CallOp([], callee, [*args, forall.body.arguments[0]])
                 scf.InParallelOp()
@@ -363,13 +414,59 @@ def _build_lanes(name: str, plan: AttentionPlan, ops: KernelOperands) -> func.Fu
     return fn
 
 
-def build_attention_kernel(ip: ir.InsertionPoint, name: str, plan: AttentionPlan, ops: KernelOperands) -> func.FuncOp:
-    """The fused attention kernel ``@{name}(Q, K, V[, M], O)`` of ``plan`` built at ``ip`` (in the current
-    context and location): the lanes kernel above (with its ``@{name}_part``), or for ``"scratchpad"``
-    plans the kernel of `pbsdk.core.ir.attention_tiles`. Returns ``@{name}``."""
-    if plan.schedule == "scratchpad":
-        from pbsdk.core.ir.attention_tiles import build_tiles_kernel
+def _check_signature(fn: func.FuncOp, name: str, a: LanesKernel) -> None:
+    """The declaration's arguments must be the descriptor's buffers (static, identity layout, its dtype)."""
+    want = [str(memref_t(s, a.dtype)) for s in a.shapes]
+    have = [str(t) for t in fn.type.inputs]
+    if have != want or fn.type.results:
+        raise CompileError(f"@{name} takes ({', '.join(have)}); its pbsdk.attention descriptor needs "
+                           f"({', '.join(want)})", op="func.func")
 
-        return build_tiles_kernel(ip, name, plan, ops)
-    with ip:
-        return _build_lanes(name, plan, ops)
+
+def _part_of(module: ir.Module, name: str) -> list[func.FuncOp]:
+    return [f for f in module.body.operations
+            if f.operation.name == "func.func" and ir.StringAttr(f.sym_name).value == f"{name}_part"]
+
+
+class AttentionKernels:
+    """The cpu target's ``attention`` stage: every private ``func.func`` marked ``pbsdk.attention`` with a
+    ``"lanes"`` descriptor gets the kernel above as its body (the mark is then dropped: the function is
+    an ordinary kernel). Scratchpad descriptors are not this target's form and are left alone.
+
+    The kernel is normalised the way the core's stages normalise code they carry (``canonicalize``,
+    ``cse`` on its two functions), so it reaches the lowering stages as it did when the core built it."""
+
+    def apply(self, module: ir.Module, ctx: StageContext) -> ir.Module:
+        from mlir.passmanager import PassManager
+
+        built: list[func.FuncOp] = []
+        with module.context, ir.Location.unknown():
+            for fn in list(module.body.operations):
+                if fn.operation.name != "func.func" or attrs.ATTENTION not in fn.attributes:
+                    continue
+                name = ir.StringAttr(fn.sym_name).value
+                text = attrs.string(fn, attrs.ATTENTION) or ""
+                try:
+                    raw = json.loads(text)
+                    if not isinstance(raw, dict):
+                        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
+                except (ValueError, TypeError) as exc:
+                    raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc}",
+                                       op="func.func") from exc
+                if not is_lanes(raw):
+                    continue
+                a = parse_descriptor(raw, name)
+                if len(fn.regions[0].blocks) > 0:
+                    raise CompileError(f"@{name} has a body; a \"lanes\" pbsdk.attention function is a "
+                                       "declaration the target builds", op="func.func")
+                _check_signature(fn, name, a)
+                built += [build_lanes_kernel(fn, a), *_part_of(module, name)]
+                del fn.attributes[attrs.ATTENTION]
+            if built:
+                pm = PassManager.parse("func.func(canonicalize, cse)")
+                for f in built:
+                    pm.run(f.operation)
+        return module
+
+
+__all__ = ["AttentionKernels", "LanesKernel", "Layout", "build_lanes_kernel", "is_lanes", "parse_descriptor"]
