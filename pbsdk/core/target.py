@@ -71,10 +71,13 @@ class Target(abc.ABC):
       implemented   -- False for a registered target whose code generation has not landed yet; it is
                        listed but compiling for it raises a clear `TargetError`.
       attention_forms -- the fused-attention kernel forms the target's stages lower
-                       (`pbsdk.core.plan.attention.FORMS`: ``"lanes"``, vector code on a cache
-                       hierarchy; ``"scratchpad"``, tiles staged in a software-managed level with
-                       ``pbsdk.dma`` copies and ``pbsdk.matrix_unit`` ops). The planner picks the form
-                       from the chip spec; one the target does not list runs unfused.
+                       (`pbsdk.core.plan.attention.FORMS`): ``"scratchpad"``, the core's tiled form
+                       (tiles staged in a software-managed level with ``pbsdk.dma`` copies,
+                       ``pbsdk.matrix_unit`` and ``pbsdk.compute`` ops: the core builds the kernel);
+                       ``"lanes"``, for cache hierarchies: the core emits a declaration carrying the
+                       plan (``pbsdk.attention``) and the target must build its body (the cpu target's
+                       ``attention`` stage does). The planner picks the form from the chip spec; one the
+                       target does not list runs unfused. Default: the scratchpad form only.
       options_type  -- the frozen dataclass (a `TargetOptions` subclass) of the target's own options;
                        `parse_options` splits a user's mapping between it and the core's `Options`.
     """
@@ -84,7 +87,7 @@ class Target(abc.ABC):
     default_spec: ClassVar[str]
     description: ClassVar[str] = ""
     implemented: ClassVar[bool] = True
-    attention_forms: ClassVar[tuple[str, ...]] = ("lanes", "scratchpad")
+    attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
     options_type: ClassVar[type[TargetOptions]] = TargetOptions
 
     def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:

@@ -1,7 +1,8 @@
 """Recognising attention in a `Graph`: ``matmul(Q, Kᵀ) → scale → mask → softmax(keys) → matmul(·, V)``.
 
 Pure graph analysis (no MLIR): `find_attention` returns one frozen `AttentionMatch` per occurrence,
-which `pbsdk.core.ir.emit` replaces by the fused kernel of `pbsdk.core.ir.attention_kernel`.
+which `pbsdk.core.ir.emit` replaces by one fused kernel (`pbsdk.core.ir.attention_tiles`; for the
+``"lanes"`` form, a declaration the cpu target's ``attention`` stage builds).
 
 What is recognised, starting from each ``matmul(P, V)``:
 

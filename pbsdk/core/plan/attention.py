@@ -143,7 +143,7 @@ class AttentionPlan:
     """The fused schedule (``fused=False``: the unfused pipeline runs, ``reasons`` say why).
 
     ``schedule`` is the kernel form: ``"lanes"`` (queries along the vector lanes, tiles in the
-    innermost cache: `pbsdk.core.ir.attention_kernel`) or ``"scratchpad"`` (tiles staged in the
+    innermost cache: the cpu target builds it, `pbsdk.targets.cpu.attention_kernel`) or ``"scratchpad"`` (tiles staged in the
     innermost scratchpad, matmuls on the matrix unit: ``tiles``, `pbsdk.core.ir.attention_tiles`)."""
 
     op: Attention
