@@ -107,7 +107,7 @@ def test_warp_strip_keeps_each_accumulator_fragment_in_registers(bt: bool) -> No
     with ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
-            types = [ir.Type.parse(t) for t in mma_types("f16", 64, 32, b_transposed=bt)]
+            types = list(mma_types("f16", 64, 32, b_transposed=bt))
             mma_gpu_function("strip", types, "mma.sync.m16n8k16", b_transposed=bt)
         assert module.operation.verify()
         text = str(module)  # arguments print as %arg0 (A), %arg1 (B), %arg2 (C)

@@ -3,7 +3,7 @@
 The core hands the target a private function ``@__pbsdk_attnN`` carrying a ``pbsdk.attention`` JSON
 descriptor (shapes, strides, dtype, causal offset, mask, scales and the core planner's query/key tile).
 `attention_mapping` turns it into an `AttentionMapping` without touching IR, so unit tests check every
-decision directly; `attention_kernel.py` writes the kernel it describes.
+decision directly; `attention_kernel.py` builds the kernel it describes.
 
 The kernel (FlashAttention-style online softmax, one pass over the keys):
 

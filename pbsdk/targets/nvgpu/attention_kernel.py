@@ -1,6 +1,7 @@
-"""The fused attention kernel an `AttentionMapping` describes, as MLIR text in the ``schedule`` stage's form.
+"""The fused attention kernel an `AttentionMapping` describes, in the ``schedule`` stage's form, built op by
+op with the bindings' builders (``mlir.dialects.func/scf/memref/linalg/vector/arith/math``).
 
-One function ``@name(%Q0, %K0, %V0[, %M0], %O0)`` on the operands' base buffers, whose body is a
+One function ``@name(Q, K, V[, M], O)`` on the operands' base buffers, whose body is a
 ``#gpu.block`` forall over (query block, flat batch) holding, in order (see `attention.py` for the
 algorithm):
 
@@ -22,44 +23,60 @@ steps on the GPU; the host emulation runs them in order.
 
 from __future__ import annotations
 
+import functools
 import math
-import struct
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from mlir import ir
+from mlir.dialects import arith, func, linalg, memref, scf, vector
+from mlir.dialects import math as math_d
 
 from pbsdk.core.ir import attributes as attrs
+from pbsdk.core.ir.builder import Indices, element_type, float_constant, loop, reassociation
 from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping
-from pbsdk.targets.nvgpu.index_text import IndexText, batch_offset
 
-WS = "#gpu.address_space<workgroup>"
-LINEAR = "[#gpu.thread<linear_dim_0>]"
+WS_ATTR = "#gpu.address_space<workgroup>"
 
 
-def _f32(v: float) -> str:
-    """An exact f32 literal (hex bit pattern)."""
-    return f"0x{struct.unpack('<I', struct.pack('<f', v))[0]:08X}"
+def _workgroup() -> ir.Attribute:
+    return ir.Attribute.parse(WS_ATTR)
 
 
-def _smem(shape: tuple[int, ...], dtype: str) -> str:
-    return f"memref<{'x'.join(map(str, shape))}x{dtype}, {WS}>"
+def _smem(shape: tuple[int, ...], elem: ir.Type) -> ir.MemRefType:
+    return ir.MemRefType.get(list(shape), elem, memory_space=_workgroup())
 
 
-def _view(rows: int, cols: int, stride: int, dtype: str) -> str:
-    return f"memref<{rows}x{cols}x{dtype}, strided<[{stride}, 1], offset: ?>, {WS}>"
+def _view(rows: int, cols: int, stride: int, elem: ir.Type, *, offset: bool = True) -> ir.MemRefType:
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    layout = ir.StridedLayoutAttr.get(dyn if offset else 0, [stride, 1])
+    return ir.MemRefType.get([rows, cols], elem, layout, _workgroup())
 
 
-#: ``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. the K tile).
-TRANSPOSED_B = ("indexing_maps = [affine_map<(m, n, k) -> (m, k)>, affine_map<(m, n, k) -> (n, k)>, "
-                "affine_map<(m, n, k) -> (m, n)>] ")
+def _transposed_b() -> list[ir.AffineMap]:
+    """``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. the K tile)."""
+    m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
+    return [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [n, k]), ir.AffineMap.get(3, 0, [m, n])]
+
+
+def _mapping(*attrs_: str) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.Attribute.parse(a) for a in attrs_])
+
+
+LINEAR = ("#gpu.thread<linear_dim_0>",)
 
 
 def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None = None,
-              b_transposed: bool = False) -> tuple[str, str, str]:
+              b_transposed: bool = False) -> tuple[ir.MemRefType, ir.MemRefType, ir.MemRefType]:
     """The operand types of one warp's strip ``C (16 x n, f32) += A (16 x k) · B (k x n)``: views of shared
     tiles whose rows are ``pitches`` (A, B, C) elements apart (default: unpadded); B given as Bᵀ (n x k)
-    when ``b_transposed``."""
+    when ``b_transposed``. Built in the current context."""
     pa, pb, pc = pitches or (k, k if b_transposed else n, n)
     rows, cols = (n, k) if b_transposed else (k, n)
-    tb = f"memref<{rows}x{cols}x{dtype}, strided<[{pb}, 1]>, {WS}>"
-    return _view(16, k, pa, dtype), tb, _view(16, n, pc, "f32")
+    elem = element_type(dtype)
+    return (_view(16, k, pa, elem), _view(rows, cols, pb, elem, offset=False),
+            _view(16, n, pc, ir.F32Type.get()))
 
 
 def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int], b_transposed: bool = False) -> str:
@@ -68,15 +85,21 @@ def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int], b_transp
 
 
 def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int, int],
-                 b_transposed: bool = False) -> str:
-    """The warp's strip as one ``linalg.matmul`` (the host body; ``map-gpu`` swaps in n/8 x k/16
-    ``mma.sync`` steps with each accumulator fragment kept in registers across k)."""
+                 b_transposed: bool = False) -> func.FuncOp:
+    """The warp's strip as one ``linalg.matmul``, built at the current insertion point (the host body;
+    ``map-gpu`` swaps in n/8 x k/16 ``mma.sync`` steps with each accumulator fragment kept in registers
+    across k)."""
     ta, tb, tc = mma_types(dtype, k, n, pitches, b_transposed)
-    marks = f"{attrs.MATRIX_UNIT} = \"{unit}\"" + (f", {attrs.B_TRANSPOSED}" if b_transposed else "")
-    maps = TRANSPOSED_B if b_transposed else ""
-    return (f"func.func private @{mma_name(dtype, k, n, pitches, b_transposed)}(%a: {ta}, %b: {tb}, %c: {tc}) "
-            f"attributes {{{marks}}} {{\n"
-            f"  linalg.matmul {maps}ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
+    fn = func.FuncOp(mma_name(dtype, k, n, pitches, b_transposed), ir.FunctionType.get([ta, tb, tc], []),
+                     visibility="private")
+    attrs.set_string(fn.operation, attrs.MATRIX_UNIT, unit)
+    if b_transposed:
+        attrs.set_unit(fn.operation, attrs.B_TRANSPOSED)
+    with ir.InsertionPoint(fn.add_entry_block()):
+        a, b, c = fn.arguments
+        linalg.matmul(a, b, outs=[c], indexing_maps=_transposed_b() if b_transposed else None)
+        func.ReturnOp([])
+    return fn
 
 
 def strips(am: AttentionMapping) -> tuple[tuple[int, int, tuple[int, int, int], bool], ...]:
@@ -85,310 +108,331 @@ def strips(am: AttentionMapping) -> tuple[tuple[int, int, tuple[int, int, int], 
             (am.block_k, am.dv_pad, (am.pitch("sp"), am.pitch("sv"), am.pitch("so")), False))
 
 
-def mma_steps(am: AttentionMapping) -> dict[str, str]:
-    """The matrix-unit functions the kernel calls, by name (none on the SIMT path)."""
+def mma_steps(am: AttentionMapping) -> dict[str, Callable[[], func.FuncOp]]:
+    """The matrix-unit functions the kernel calls, by name, each as a builder of its ``func.func`` at the
+    current insertion point (none on the SIMT path)."""
     if am.compute != "mma":
         return {}
-    return {mma_name(am.dtype, k, n, p, bt): mma_function(am.unit, am.dtype, k, n, p, bt) for k, n, p, bt in strips(am)}
+    return {mma_name(am.dtype, k, n, p, bt): functools.partial(mma_function, am.unit, am.dtype, k, n, p, bt)
+            for k, n, p, bt in strips(am)}
 
 
-def kernel_text(am: AttentionMapping, name: str, types: tuple[str, ...]) -> str:
-    """The kernel as one function of the call's operands (types as they appear on the call)."""
+class _Index(Indices):
+    """`Indices` plus the unsigned comparison the kernel's bounds checks use."""
+
+    def lt(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.cmpi(arith.CmpIPredicate.ult, a, b)
+
+
+def _forall(bounds: Sequence[int], mapping: ir.ArrayAttr) -> scf.ForallOp:
+    op = scf.ForallOp([0] * len(bounds), list(bounds), [1] * len(bounds))
+    op.attributes["mapping"] = mapping
+    return op
+
+
+@contextmanager
+def _in_forall(bounds: Sequence[int], *mapping: str) -> Iterator[list[ir.Value]]:
+    """An ``scf.forall`` over ``bounds`` with ``mapping``; the body is built inside the ``with`` block."""
+    op = _forall(bounds, _mapping(*mapping))
+    with ir.InsertionPoint(op.body):
+        yield list(op.body.arguments)
+        scf.InParallelOp()
+
+
+def _if_else(cond: ir.Value, result: ir.Type, then: Callable[[], ir.Value], other: ir.Value) -> ir.Value:
+    """``scf.if cond -> (result) { yield then() } else { yield other }``."""
+    op = scf.IfOp(cond, [result], has_else=True)
+    with ir.InsertionPoint(op.then_block):
+        scf.YieldOp([then()])
+    with ir.InsertionPoint(op.else_block):
+        scf.YieldOp([other])
+    return op.results[0]
+
+
+def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> func.FuncOp:
+    """The kernel as one private function of the call's operands (``types`` as on the call), built with
+    the bindings' builders at the current insertion point."""
     d = am.desc
     T, BQ, BK, DP, DVP = am.dtype, am.block_q, am.block_k, am.d_pad, am.dv_pad
     NT = am.threads
-    e = IndexText()
+    f32 = ir.F32Type.get()
+    et = element_type(T)
     names = ["Q", "K", "V"] + (["M"] if d.mask else []) + ["O"]
     layouts = {"Q": d.q, "K": d.k, "V": d.v, "M": d.m}
-    args = ", ".join(f"%{n}0: {t}" for n, t in zip(names, types))
-    e.depth = 0
-    e(f"func.func private @{name}({args}) {{")
-    e.depth = 1
-    body_start = len(e.lines)
-    e(f"%zf = arith.constant {_f32(0.0)} : f32")
-    e(f"%ninf = arith.constant {_f32(-math.inf)} : f32")
-    e(f"%zt = arith.constant 0.0 : {T}")
-    e(f"%scale = arith.constant {_f32(d.scale)} : f32")
-    e(f"%mscale = arith.constant {_f32(d.mask_scale)} : f32")
-    gq, gb = am.grid
-    e.open(f"scf.forall (%qb, %beta) in ({gq}, {gb}) {{")
-    # Flat views of the operands (identity-layout bases).
-    flat: dict[str, str] = {}
-    for n, t in zip(names, types):
-        dims = t[len("memref<"):].split("x")[:-1]
-        size = math.prod(int(s) for s in dims) if dims else 1
-        if len(dims) == 1:
-            flat[n] = f"%{n}0"
-        else:
-            flat[n] = e.op(n.lower(), f"memref.collapse_shape %{n}0 [[{', '.join(map(str, range(len(dims))))}]] : "
-                                      f"{t} into memref<{size}x{T}>")
-    ft = {n: f"memref<{math.prod(int(s) for s in t[len('memref<'):].split('x')[:-1])}x{T}>"
-          for n, t in zip(names, types)}
-    base = {n: batch_offset(e, "%beta", layouts[n]) for n in names if n != "O"}  # type: ignore[arg-type]
-    i0 = e.mul("%qb", BQ)
-    # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
-    sq_t, sk_t, sv_t = _smem((BQ, am.pitch("sq")), T), _smem((BK, am.pitch("sk")), T), _smem((BK, am.pitch("sv")), T)
-    ss_t, sp_t = _smem((BQ, am.pitch("ss")), "f32"), _smem((BQ, am.pitch("sp")), T)
-    so_t, row_t = _smem((BQ, am.pitch("so")), "f32"), _smem((BQ,), "f32")
-    part_t = _smem((am.row_threads, BQ), "f32")
-    tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t, "sl": row_t,
-             "sa": row_t, "smn": row_t, "spm": part_t, "spl": part_t}
-    for tile, ty in tiles.items():
-        e(f"%{tile} = memref.alloc() {{alignment = 16 : i64}} : {ty}")
+    fn = func.FuncOp(name, ir.FunctionType.get(list(types), []), visibility="private")
+    entry = fn.add_entry_block()
+    e = _Index(entry)
+    args = dict(zip(names, entry.arguments))
+    with ir.InsertionPoint(entry):
+        zf = float_constant(0.0, f32)
+        ninf = float_constant(-math.inf, f32)
+        zt = float_constant(0.0, et)
+        scale = float_constant(d.scale, f32)
+        mscale = float_constant(d.mask_scale, f32)
+        gq, gb = am.grid
+        outer = _forall([gq, gb], _mapping("#gpu.block<y>", "#gpu.block<x>"))
+        qb, beta = outer.body.arguments
+        with ir.InsertionPoint(outer.body):
+            # Flat views of the operands (identity-layout bases).
+            flat: dict[str, ir.Value] = {}
+            ft: dict[str, ir.MemRefType] = {}
+            for n, t in zip(names, types):
+                shape = ir.MemRefType(t).shape
+                ft[n] = ir.MemRefType.get([math.prod(shape)], et)
+                if len(shape) == 1:
+                    flat[n] = args[n]
+                else:
+                    flat[n] = memref.collapse_shape(ft[n], args[n], reassociation([list(range(len(shape)))]))
+            base = {n: batch_offset(e, beta, layouts[n]) for n in names if n != "O"}
+            i0 = e.mul(qb, BQ)
+            # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
+            sq_t, sk_t = _smem((BQ, am.pitch("sq")), et), _smem((BK, am.pitch("sk")), et)
+            sv_t = _smem((BK, am.pitch("sv")), et)
+            ss_t, sp_t = _smem((BQ, am.pitch("ss")), f32), _smem((BQ, am.pitch("sp")), et)
+            so_t, row_t = _smem((BQ, am.pitch("so")), f32), _smem((BQ,), f32)
+            part_t = _smem((am.row_threads, BQ), f32)
+            tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t,
+                     "sl": row_t, "sa": row_t, "smn": row_t, "spm": part_t, "spl": part_t}
+            i64 = ir.IntegerType.get_signless(64)
+            s = {tile: memref.alloc(ty, [], [], alignment=ir.IntegerAttr.get(i64, 16)) for tile, ty in tiles.items()}
 
-    def load(opnd: str, r: str, c: str) -> str:
-        """operand[base + r*row_stride + c*col_stride] (global memory)."""
-        lay = layouts[opnd]
-        assert lay is not None
-        idx = e.add(e.add(base[opnd], e.mul(r, lay.row_stride)), e.mul(c, lay.col_stride))
-        return e.op("g", f"memref.load {flat[opnd]}[{idx}] : {ft[opnd]}")
+            def load(opnd: str, r: ir.Value, c: ir.Value) -> ir.Value:
+                """operand[base + r*row_stride + c*col_stride] (global memory)."""
+                lay = layouts[opnd]
+                assert lay is not None
+                idx = e.add(e.add(base[opnd], e.mul(r, lay.row_stride)), e.mul(c, lay.col_stride))
+                return memref.load(flat[opnd], [idx])
 
-    def strided_loop(count: int, cols: int, tid: str = "%t") -> tuple[str, str]:
-        """`scf.for` over elements tid, tid+NT, ... of a (count/cols) x cols tile; returns (row, col)."""
-        ev = e.fresh("e")
-        e.open(f"scf.for {ev} = {tid} to {e.c(count)} step {e.c(NT)} {{")
-        return (e.op("r", f"arith.divui {ev}, {e.c(cols)} : index"),
-                e.op("q", f"arith.remui {ev}, {e.c(cols)} : index"))
+            @contextmanager
+            def strided_loop(count: int, cols: int, tid: ir.Value) -> Iterator[tuple[ir.Value, ir.Value]]:
+                """`scf.for` over elements tid, tid+NT, ... of a (count/cols) x cols tile; yields (row, col)."""
+                with loop(tid, e.c(count), e.c(NT)) as lp:
+                    ev = lp.induction_variable
+                    yield arith.divui(ev, e.c(cols)), arith.remui(ev, e.c(cols))
 
-    def guarded_load(opnd: str, cond: str, r: str, c: str, etype: str, zero: str) -> str:
-        v = e.fresh("x")
-        e.open(f"{v} = scf.if {cond} -> ({etype}) {{")
-        e(f"scf.yield {load(opnd, r, c)} : {etype}")
-        e.close("} else {")
-        e.depth += 1
-        e(f"scf.yield {zero} : {etype}")
-        e.close()
-        return v
+            def guarded_load(opnd: str, cond: ir.Value, r: ir.Value, c: ir.Value) -> ir.Value:
+                return _if_else(cond, et, lambda: load(opnd, r, c), zt)
 
-    def and_(a: str, b: str) -> str:
-        return e.op("and", f"arith.andi {a}, {b} : i1")
+            zv: ir.Value | None = None
 
-    def stage(opnd: str, row0: str, rows: int, limit: int, cols: int, padded: int, vw: int, dst: str, dst_t: str,
-              transpose: bool) -> None:
-        """Rows row0 .. row0+rows of an operand (cols wide) into a shared tile (padded wide; transposed:
-        stored [col, row]), zero beyond ``limit`` rows and ``cols`` columns; ``vw`` elements per load."""
-        if vw == 1:
-            r, c = strided_loop(rows * padded, padded)
-            g = e.add(row0, r)
-            inb = and_(e.lt(g, e.c(limit)), e.lt(c, e.c(cols))) if padded != cols else e.lt(g, e.c(limit))
-            v = guarded_load(opnd, inb, g, c, T, "%zt")
-            e(f"memref.store {v}, {dst}[{c}, {r}] : {dst_t}" if transpose else f"memref.store {v}, {dst}[{r}, {c}] : {dst_t}")
-            e.close()
-            return
-        vt = f"vector<{vw}x{T}>"
-        r, cv = strided_loop(rows * (cols // vw), cols // vw)
-        c = e.mul(cv, vw)
-        g = e.add(row0, r)
-        lay = layouts[opnd]
-        assert lay is not None
-        v = e.fresh("xv")
-        e.open(f"{v} = scf.if {e.lt(g, e.c(limit))} -> ({vt}) {{")
-        idx = e.add(e.add(base[opnd], e.mul(g, lay.row_stride)), c)
-        e(f"scf.yield {e.op('gv', f'vector.load {flat[opnd]}[{idx}] {{alignment = 16 : i64}} : {ft[opnd]}, {vt}')} : {vt}")
-        e.close("} else {")
-        e.depth += 1
-        e(f"scf.yield %zv : {vt}")
-        e.close()
-        if transpose:
-            for i in range(vw):
-                x = e.op("xe", f"vector.extract {v}[{i}] : {T} from {vt}")
-                e(f"memref.store {x}, {dst}[{e.add(c, e.c(i))}, {r}] : {dst_t}")
-        else:
-            e(f"vector.store {v}, {dst}[{r}, {c}] {{alignment = 16 : i64}} : {dst_t}, {vt}")
-        e.close()
+            def stage(tid: ir.Value, opnd: str, row0: ir.Value, rows: int, limit: int, cols: int, padded: int,
+                      vw: int, dst: str) -> None:
+                """Rows row0 .. row0+rows of an operand (cols wide) into a shared tile (padded wide), zero
+                beyond ``limit`` rows and ``cols`` columns; ``vw`` elements per load."""
+                if vw == 1:
+                    with strided_loop(rows * padded, padded, tid) as (r, c):
+                        g = e.add(row0, r)
+                        inb = arith.andi(e.lt(g, e.c(limit)), e.lt(c, e.c(cols))) if padded != cols \
+                            else e.lt(g, e.c(limit))
+                        v = guarded_load(opnd, inb, g, c)
+                        memref.store(v, s[dst], [r, c])
+                    return
+                vt = ir.VectorType.get([vw], et)
+                with strided_loop(rows * (cols // vw), cols // vw, tid) as (r, cv):
+                    c = e.mul(cv, vw)
+                    g = e.add(row0, r)
+                    lay = layouts[opnd]
+                    assert lay is not None and zv is not None
 
-    if max(am.vec_q, am.vec_k, am.vec_v) > 1:
-        e(f"%zv = arith.constant dense<0.0> : vector<{max(am.vec_q, am.vec_k, am.vec_v)}x{T}>")
-    # 1. Q tile, O = 0, m = -inf, l = 0.
-    e.open(f"scf.forall (%t) in ({NT}) {{")
-    stage("Q", i0, BQ, d.sq, d.d, DP, am.vec_q, "%sq", sq_t, False)
-    r, c = strided_loop(BQ * DVP, DVP)
-    e(f"memref.store %zf, %so[{r}, {c}] : {so_t}")
-    e.close()
-    ev = e.fresh("e")
-    e.open(f"scf.for {ev} = %t to {e.c(BQ)} step {e.c(NT)} {{")
-    e(f"memref.store %ninf, %sm[{ev}] : {row_t}")
-    e(f"memref.store %zf, %sl[{ev}] : {row_t}")
-    e.close()
-    e.close(f"}} {{mapping = {LINEAR}}}")
+                    def vload() -> ir.Value:
+                        idx = e.add(e.add(base[opnd], e.mul(g, lay.row_stride)), c)
+                        return vector.load(vt, flat[opnd], [idx], alignment=16)
 
-    # 2. The key tiles this block visits.
-    if d.causal_offset is None:
-        n_tiles = e.c(am.k_tiles)
-    else:
-        # last row's reach: min(i0 + BQ, sq) - 1 + off + 1 keys, in whole tiles, at most k_tiles
-        last = e.op("last", f"arith.minui {e.add(i0, e.c(BQ))}, {e.c(d.sq)} : index")
-        reach = e.op("reach", f"arith.addi {last}, {e.c(d.causal_offset)} : index") \
-            if d.causal_offset >= 0 else e.op("reach", f"arith.subi {last}, {e.c(-d.causal_offset)} : index")
-        # (a negative reach cannot occur for offset >= 0; clamp through a signed max for the general case)
-        reach = e.op("reach", f"arith.maxsi {reach}, {e.c(0)} : index")
-        tiles_needed = e.op("kn", f"arith.ceildivui {reach}, {e.c(BK)} : index")
-        n_tiles = e.op("kn", f"arith.minui {tiles_needed}, {e.c(am.k_tiles)} : index")
-    e.open(f"scf.for %kt = {e.c(0)} to {n_tiles} step {e.c(1)} {{")
-    j0 = e.mul("%kt", BK)
-    # a. Kᵀ and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
-    e.open(f"scf.forall (%t) in ({NT}) {{")
-    stage("K", j0, BK, d.sk, d.d, DP, am.vec_k, "%sk", sk_t, False)
-    stage("V", j0, BK, d.sk, d.dv, DVP, am.vec_v, "%sv", sv_t, False)
-    r, c = strided_loop(BQ * BK, BK)
-    e(f"memref.store %zf, %ss[{r}, {c}] : {ss_t}")
-    e.close()
-    e.close(f"}} {{mapping = {LINEAR}}}")
+                    v = _if_else(e.lt(g, e.c(limit)), vt, vload, zv)
+                    vector.store(v, s[dst], [r, c], alignment=16)
 
-    def matmul_step(a: str, a_t: str, b: str, b_t: str, acc: str, acc_t: str, n: int, k: int, tn: int,
-                    pitches: tuple[int, int, int], bt: bool) -> None:
-        """acc (BQ x n) += a (BQ x k) · b (k x n; given as bᵀ, n x k, when ``bt``) on the shared tiles,
-        whose rows are ``pitches`` apart."""
-        maps = TRANSPOSED_B if bt else ""
-        if am.compute == "mma":
-            ta, tb, tc = mma_types(T, k, n, pitches, bt)
-            e.open(f"scf.forall (%w) in ({am.warps}) {{")
-            r0 = e.mul("%w", 16)
-            av = e.op("as", f"memref.subview {a}[{r0}, 0] [16, {k}] [1, 1] : {a_t} to {ta}")
-            rows, cols = (n, k) if bt else (k, n)
-            bv = e.op("bs", f"memref.subview {b}[0, 0] [{rows}, {cols}] [1, 1] : {b_t} to {tb}")
-            cv = e.op("cs", f"memref.subview {acc}[{r0}, 0] [16, {n}] [1, 1] : {acc_t} to {tc}")
-            e(f"func.call @{mma_name(T, k, n, pitches, bt)}({av}, {bv}, {cv}) : ({ta}, {tb}, {tc}) -> ()")
-            e.close("} {mapping = [#gpu.warp<linear_dim_0>]}")
-        else:
-            ty, tx = SIMT_THREADS
-            pa, pb, pc = pitches
-            va, vc = _view(am.tm, k, pa, T), _view(am.tm, tn, pc, "f32")
-            vb = _view(tn, k, pb, T) if bt else _view(k, tn, pb, T)
-            e.open(f"scf.forall (%ty, %tx) in ({ty}, {tx}) {{")
-            rr, qq = e.mul("%ty", am.tm), e.mul("%tx", tn)
-            av = e.op("as", f"memref.subview {a}[{rr}, 0] [{am.tm}, {k}] [1, 1] : {a_t} to {va}")
-            if bt:
-                bv = e.op("bs", f"memref.subview {b}[{qq}, 0] [{tn}, {k}] [1, 1] : {b_t} to {vb}")
+            if max(am.vec_q, am.vec_k, am.vec_v) > 1:
+                zvt = ir.VectorType.get([max(am.vec_q, am.vec_k, am.vec_v)], et)
+                zv = arith.constant(zvt, ir.DenseElementsAttr.get_splat(zvt, ir.FloatAttr.get(et, 0.0)))
+            # 1. Q tile, O = 0, m = -inf, l = 0.
+            with _in_forall([NT], *LINEAR) as (t,):
+                stage(t, "Q", i0, BQ, d.sq, d.d, DP, am.vec_q, "sq")
+                with strided_loop(BQ * DVP, DVP, t) as (r, c):
+                    memref.store(zf, s["so"], [r, c])
+                with loop(t, e.c(BQ), e.c(NT)) as lp:
+                    memref.store(ninf, s["sm"], [lp.induction_variable])
+                    memref.store(zf, s["sl"], [lp.induction_variable])
+
+            # 2. The key tiles this block visits.
+            if d.causal_offset is None:
+                n_tiles = e.c(am.k_tiles)
             else:
-                bv = e.op("bs", f"memref.subview {b}[0, {qq}] [{k}, {tn}] [1, 1] : {b_t} to {vb}")
-            cv = e.op("cs", f"memref.subview {acc}[{rr}, {qq}] [{am.tm}, {tn}] [1, 1] : {acc_t} to {vc}")
-            e(f"linalg.matmul {maps}ins({av}, {bv} : {va}, {vb}) outs({cv} : {vc})")
-            e.close("} {mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}")
+                # last row's reach: min(i0 + BQ, sq) - 1 + off + 1 keys, in whole tiles, at most k_tiles
+                last = arith.minui(e.add(i0, e.c(BQ)), e.c(d.sq))
+                reach = arith.addi(last, e.c(d.causal_offset)) if d.causal_offset >= 0 \
+                    else arith.subi(last, e.c(-d.causal_offset))
+                # (a negative reach cannot occur for offset >= 0; clamp through a signed max for the general case)
+                reach = arith.maxsi(reach, e.c(0))
+                tiles_needed = arith.ceildivui(reach, e.c(BK))
+                n_tiles = arith.minui(tiles_needed, e.c(am.k_tiles))
+            with loop(e.c(0), n_tiles, e.c(1)) as key_loop:
+                j0 = e.mul(key_loop.induction_variable, BK)
+                # a. K and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
+                with _in_forall([NT], *LINEAR) as (t,):
+                    stage(t, "K", j0, BK, d.sk, d.d, DP, am.vec_k, "sk")
+                    stage(t, "V", j0, BK, d.sk, d.dv, DVP, am.vec_v, "sv")
+                    with strided_loop(BQ * BK, BK, t) as (r, c):
+                        memref.store(zf, s["ss"], [r, c])
 
-    # b. S += Q·Kᵀ
-    (_, _, s_pitches, _), (_, _, o_pitches, _) = strips(am)
-    matmul_step("%sq", sq_t, "%sk", sk_t, "%ss", ss_t, BK, DP, am.tn_s, s_pitches, True)
+                def subview(src: str, offsets: Sequence[ir.Value | int], sizes: Sequence[int],
+                            ty: ir.MemRefType) -> ir.Value:
+                    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+                    return memref.SubViewOp(ty, s[src], [o for o in offsets if not isinstance(o, int)], [], [],
+                                            [o if isinstance(o, int) else dyn for o in offsets], list(sizes),
+                                            [1] * len(sizes)).result
 
-    # c. The online-softmax update, P threads per query row (thread t: row t / P, keys j = t % P + P * jj).
-    P = am.row_threads
+                def matmul_step(a: str, b: str, acc: str, n: int, k: int, tn: int,
+                                pitches: tuple[int, int, int], bt: bool) -> None:
+                    """acc (BQ x n) += a (BQ x k) · b (k x n; given as bᵀ, n x k, when ``bt``) on the shared
+                    tiles, whose rows are ``pitches`` apart."""
+                    if am.compute == "mma":
+                        ta, tb, tc = mma_types(T, k, n, pitches, bt)
+                        with _in_forall([am.warps], "#gpu.warp<linear_dim_0>") as (w,):
+                            r0 = e.mul(w, 16)
+                            av = subview(a, [r0, 0], [16, k], ta)
+                            rows, cols = (n, k) if bt else (k, n)
+                            bv = subview(b, [0, 0], [rows, cols], tb)
+                            cv = subview(acc, [r0, 0], [16, n], tc)
+                            func.CallOp([], mma_name(T, k, n, pitches, bt), [av, bv, cv])
+                    else:
+                        ty, tx = SIMT_THREADS
+                        pa, pb, pc = pitches
+                        va, vc = _view(am.tm, k, pa, et), _view(am.tm, tn, pc, f32)
+                        vb = _view(tn, k, pb, et) if bt else _view(k, tn, pb, et)
+                        with _in_forall([ty, tx], "#gpu.thread<linear_dim_1>", "#gpu.thread<linear_dim_0>") \
+                                as (y, x):
+                            rr, qq = e.mul(y, am.tm), e.mul(x, tn)
+                            av = subview(a, [rr, 0], [am.tm, k], va)
+                            bv = subview(b, [qq, 0], [tn, k], vb) if bt else subview(b, [0, qq], [k, tn], vb)
+                            cv = subview(acc, [rr, qq], [am.tm, tn], vc)
+                            linalg.matmul(av, bv, outs=[cv], indexing_maps=_transposed_b() if bt else None)
 
-    def row_part(t: str) -> tuple[str, str]:
-        if P == 1:
-            return t, e.c(0)
-        return e.op("rw", f"arith.divui {t}, {e.c(P)} : index"), e.op("pt", f"arith.remui {t}, {e.c(P)} : index")
+                # b. S += Q·Kᵀ
+                (_, _, s_pitches, _), (_, _, o_pitches, _) = strips(am)
+                matmul_step("sq", "sk", "ss", BK, DP, am.tn_s, s_pitches, True)
 
-    def key(jj: str, part: str) -> str:
-        return e.add(e.mul(jj, P), part) if P > 1 else jj
+                # c. The online-softmax update, P threads per query row (thread t: row t / P, keys
+                # j = t % P + P * jj).
+                P = am.row_threads
 
-    # c1. scale and mask the scores in place; each thread's maximum over its keys
-    e.open(f"scf.forall (%t) in ({BQ * P}) {{")
-    row, part = row_part("%t")
-    gi = e.add(i0, row)
-    row_in = e.lt(gi, e.c(d.sq))
-    jj, mx, macc = e.fresh("jj"), e.fresh("mx"), e.fresh("macc")
-    e.open(f"{mx} = scf.for {jj} = {e.c(0)} to {e.c(BK // P)} step {e.c(1)} iter_args({macc} = %ninf) -> (f32) {{")
-    j = key(jj, part)
-    gj = e.add(j0, j)
-    sv = e.op("s", f"memref.load %ss[{row}, {j}] : {ss_t}")
-    x = e.op("x", f"arith.mulf {sv}, %scale : f32")
-    valid = e.lt(gj, e.c(d.sk))
-    if d.mask:
-        mv = guarded_load("M", and_(row_in, valid), gi, gj, T, "%zt")
-        mf = mv if T == "f32" else e.op("mf", f"arith.extf {mv} : {T} to f32")
-        x = e.op("x", f"arith.addf {x}, {e.op('ms', f'arith.mulf {mf}, %mscale : f32')} : f32")
-    if d.causal_offset is not None:
-        # key j is masked for query i when j > i + offset (lane by lane on the diagonal tiles)
-        lim = e.op("lim", f"arith.addi {gi}, {e.c(d.causal_offset)} : index") if d.causal_offset >= 0 else \
-            e.op("lim", f"arith.subi {gi}, {e.c(-d.causal_offset)} : index")
-        seen = e.op("seen", f"arith.cmpi sle, {gj}, {lim} : index")
-        valid = and_(valid, seen)
-    x = e.op("x", f"arith.select {valid}, {x}, %ninf : f32")
-    e(f"memref.store {x}, %ss[{row}, {j}] : {ss_t}")
-    e(f"scf.yield {e.op('mx', f'arith.maximumf {macc}, {x} : f32')} : f32")
-    e.close()
-    e(f"memref.store {mx}, %spm[{part}, {row}] : {part_t}")
-    e.close(f"}} {{mapping = {LINEAR}}}")
+                def row_part(t: ir.Value) -> tuple[ir.Value, ir.Value]:
+                    if P == 1:
+                        return t, e.c(0)
+                    return arith.divui(t, e.c(P)), arith.remui(t, e.c(P))
 
-    # c2. the row's new maximum; P = exp(S - m) rounded to the dtype; each thread's sum of what it wrote
-    e.open(f"scf.forall (%t) in ({BQ * P}) {{")
-    row, part = row_part("%t")
-    mold = e.op("mold", f"memref.load %sm[{row}] : {row_t}")
-    mnew = mold
-    for q in range(P):
-        pm = e.op("pm", f"memref.load %spm[{e.c(q)}, {row}] : {part_t}")
-        mnew = e.op("mnew", f"arith.maximumf {mnew}, {pm} : f32")
-    # a row with every key so far masked keeps m = -inf; subtracting 0 then gives p = 0 and alpha = 0
-    dead = e.op("dead", f"arith.cmpf oeq, {mnew}, %ninf : f32")
-    muse = e.op("muse", f"arith.select {dead}, %zf, {mnew} : f32")
-    jj, lsum, lacc = e.fresh("jj"), e.fresh("ls"), e.fresh("lacc")
-    e.open(f"{lsum} = scf.for {jj} = {e.c(0)} to {e.c(BK // P)} step {e.c(1)} iter_args({lacc} = %zf) -> (f32) {{")
-    j = key(jj, part)
-    sv = e.op("s", f"memref.load %ss[{row}, {j}] : {ss_t}")
-    pv = e.op("p", f"math.exp {e.op('sd', f'arith.subf {sv}, {muse} : f32')} : f32")
-    if T != "f32":  # P is what the second matmul reads: round it to the operand dtype, sum what it reads
-        pt = e.op("pt", f"arith.truncf {pv} : f32 to {T}")
-        pv = e.op("p", f"arith.extf {pt} : {T} to f32")
-    else:
-        pt = pv
-    e(f"memref.store {pt}, %sp[{row}, {j}] : {sp_t}")
-    e(f"scf.yield {e.op('l', f'arith.addf {lacc}, {pv} : f32')} : f32")
-    e.close()
-    e(f"memref.store {lsum}, %spl[{part}, {row}] : {part_t}")
-    first = e.op("first", f"arith.cmpi eq, {part}, {e.c(0)} : index")
-    e.open(f"scf.if {first} {{")
-    alpha = e.op("alpha", f"math.exp {e.op('dm', f'arith.subf {mold}, {muse} : f32')} : f32")
-    e(f"memref.store {alpha}, %sa[{row}] : {row_t}")
-    e(f"memref.store {mnew}, %smn[{row}] : {row_t}")
-    e.close()
-    e.close(f"}} {{mapping = {LINEAR}}}")
+                def key(jj: ir.Value, part: ir.Value) -> ir.Value:
+                    return e.add(e.mul(jj, P), part) if P > 1 else jj
 
-    # d. O *= alpha per row (all threads); l = l * alpha + the row's sums, m = the new maximum
-    e.open(f"scf.forall (%t) in ({NT}) {{")
-    r, c = strided_loop(BQ * DVP, DVP)
-    o = e.op("o", f"memref.load %so[{r}, {c}] : {so_t}")
-    a = e.op("al", f"memref.load %sa[{r}] : {row_t}")
-    e(f"memref.store {e.op('o', f'arith.mulf {o}, {a} : f32')}, %so[{r}, {c}] : {so_t}")
-    e.close()
-    ev = e.fresh("e")
-    e.open(f"scf.for {ev} = %t to {e.c(BQ)} step {e.c(NT)} {{")
-    lv = e.op("la", f"arith.mulf {e.op('lo', f'memref.load %sl[{ev}] : {row_t}')}, "
-                    f"{e.op('al', f'memref.load %sa[{ev}] : {row_t}')} : f32")
-    for q in range(P):
-        lv = e.op("la", f"arith.addf {lv}, {e.op('pl', f'memref.load %spl[{e.c(q)}, {ev}] : {part_t}')} : f32")
-    e(f"memref.store {lv}, %sl[{ev}] : {row_t}")
-    e(f"memref.store {e.op('mn', f'memref.load %smn[{ev}] : {row_t}')}, %sm[{ev}] : {row_t}")
-    e.close()
-    e.close(f"}} {{mapping = {LINEAR}}}")
+                # c1. scale and mask the scores in place; each thread's maximum over its keys
+                with _in_forall([BQ * P], *LINEAR) as (t,):
+                    row, part = row_part(t)
+                    gi = e.add(i0, row)
+                    row_in = e.lt(gi, e.c(d.sq))
+                    with loop(e.c(0), e.c(BK // P), e.c(1), [ninf]) as lp:
+                        macc = lp.inner_iter_args[0]
+                        j = key(lp.induction_variable, part)
+                        gj = e.add(j0, j)
+                        sv = memref.load(s["ss"], [row, j])
+                        x = arith.mulf(sv, scale)
+                        valid = e.lt(gj, e.c(d.sk))
+                        if d.mask:
+                            mv = guarded_load("M", arith.andi(row_in, valid), gi, gj)
+                            mf = mv if T == "f32" else arith.extf(f32, mv)
+                            x = arith.addf(x, arith.mulf(mf, mscale))
+                        if d.causal_offset is not None:
+                            # key j is masked for query i when j > i + offset (lane by lane on the diagonal tiles)
+                            lim = arith.addi(gi, e.c(d.causal_offset)) if d.causal_offset >= 0 \
+                                else arith.subi(gi, e.c(-d.causal_offset))
+                            seen = arith.cmpi(arith.CmpIPredicate.sle, gj, lim)
+                            valid = arith.andi(valid, seen)
+                        x = arith.select(valid, x, ninf)
+                        memref.store(x, s["ss"], [row, j])
+                        scf.YieldOp([arith.maximumf(macc, x)])
+                    memref.store(lp.results[0], s["spm"], [part, row])
 
-    # e. O += P·V
-    matmul_step("%sp", sp_t, "%sv", sv_t, "%so", so_t, DVP, BK, am.tn_o, o_pitches, False)
-    e.close()  # key loop
+                # c2. the row's new maximum; P = exp(S - m) rounded to the dtype; each thread's sum of
+                # what it wrote
+                with _in_forall([BQ * P], *LINEAR) as (t,):
+                    row, part = row_part(t)
+                    mold = memref.load(s["sm"], [row])
+                    mnew = mold
+                    for q in range(P):
+                        mnew = arith.maximumf(mnew, memref.load(s["spm"], [e.c(q), row]))
+                    # a row with every key so far masked keeps m = -inf; subtracting 0 then gives p = 0
+                    # and alpha = 0
+                    dead = arith.cmpf(arith.CmpFPredicate.OEQ, mnew, ninf)
+                    muse = arith.select(dead, zf, mnew)
+                    with loop(e.c(0), e.c(BK // P), e.c(1), [zf]) as lp:
+                        lacc = lp.inner_iter_args[0]
+                        j = key(lp.induction_variable, part)
+                        sv = memref.load(s["ss"], [row, j])
+                        pv = math_d.exp(arith.subf(sv, muse))
+                        if T != "f32":  # P is what the second matmul reads: round it, sum what it reads
+                            pt = arith.truncf(et, pv)
+                            pv = arith.extf(f32, pt)
+                        else:
+                            pt = pv
+                        memref.store(pt, s["sp"], [row, j])
+                        scf.YieldOp([arith.addf(lacc, pv)])
+                    memref.store(lp.results[0], s["spl"], [part, row])
+                    first = arith.cmpi(arith.CmpIPredicate.eq, part, e.c(0))
+                    if_first = scf.IfOp(first)
+                    with ir.InsertionPoint(if_first.then_block):
+                        alpha = math_d.exp(arith.subf(mold, muse))
+                        memref.store(alpha, s["sa"], [row])
+                        memref.store(mnew, s["smn"], [row])
+                        scf.YieldOp([])
 
-    # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.
-    e.open(f"scf.forall (%t) in ({NT}) {{")
-    r, c = strided_loop(BQ * DVP, DVP)
-    gi = e.add(i0, r)
-    inb = and_(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.dv))) if DVP != d.dv else e.lt(gi, e.c(d.sq))
-    e.open(f"scf.if {inb} {{")
-    o = e.op("o", f"memref.load %so[{r}, {c}] : {so_t}")
-    lv = e.op("lv", f"memref.load %sl[{r}] : {row_t}")
-    y = e.op("y", f"arith.divf {o}, {lv} : f32")
-    if T != "f32":
-        y = e.op("y", f"arith.truncf {y} : f32 to {T}")
-    row = e.add(e.mul("%beta", d.sq), gi)
-    idx = e.add(e.mul(row, d.dv), c)
-    e(f"memref.store {y}, {flat['O']}[{idx}] : {ft['O']}")
-    e.close()
-    e.close()
-    e.close(f"}} {{mapping = {LINEAR}}}")
-    for tile, ty in tiles.items():
-        e(f"memref.dealloc %{tile} : {ty}")
-    e.close("} {mapping = [#gpu.block<y>, #gpu.block<x>]}")
-    e("return")
-    e.depth = 0
-    e("}")
-    consts = [f"  %c{v} = arith.constant {v} : index" if v >= 0 else f"  %cm{-v} = arith.constant {v} : index"
-              for v in sorted(e.consts)]
-    lines = e.lines[:body_start] + consts + e.lines[body_start:]
-    return "\n".join(lines)
+                # d. O *= alpha per row (all threads); l = l * alpha + the row's sums, m = the new maximum
+                with _in_forall([NT], *LINEAR) as (t,):
+                    with strided_loop(BQ * DVP, DVP, t) as (r, c):
+                        o = memref.load(s["so"], [r, c])
+                        a = memref.load(s["sa"], [r])
+                        memref.store(arith.mulf(o, a), s["so"], [r, c])
+                    with loop(t, e.c(BQ), e.c(NT)) as lp:
+                        ev = lp.induction_variable
+                        lo = memref.load(s["sl"], [ev])
+                        lv = arith.mulf(lo, memref.load(s["sa"], [ev]))
+                        for q in range(P):
+                            lv = arith.addf(lv, memref.load(s["spl"], [e.c(q), ev]))
+                        memref.store(lv, s["sl"], [ev])
+                        memref.store(memref.load(s["smn"], [ev]), s["sm"], [ev])
+
+                # e. O += P·V
+                matmul_step("sp", "sv", "so", DVP, BK, am.tn_o, o_pitches, False)
+
+            # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.
+            with _in_forall([NT], *LINEAR) as (t,), strided_loop(BQ * DVP, DVP, t) as (r, c):
+                gi = e.add(i0, r)
+                inb = arith.andi(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.dv))) if DVP != d.dv \
+                        else e.lt(gi, e.c(d.sq))
+                if_in = scf.IfOp(inb)
+                with ir.InsertionPoint(if_in.then_block):
+                    o = memref.load(s["so"], [r, c])
+                    lv = memref.load(s["sl"], [r])
+                    y = arith.divf(o, lv)
+                    if T != "f32":
+                        y = arith.truncf(et, y)
+                    row = e.add(e.mul(beta, d.sq), gi)
+                    idx = e.add(e.mul(row, d.dv), c)
+                    memref.store(y, flat["O"], [idx])
+                    scf.YieldOp([])
+            for tile in tiles:
+                memref.dealloc(s[tile])
+            scf.InParallelOp()
+        func.ReturnOp([])
+    e.hoist()
+    return fn
+
+
+def batch_offset(e: Indices, beta: ir.Value, opnd: Any) -> ir.Value:
+    """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
+    (anything with `Operand`'s ``batch`` factors), built with ``e`` at the current insertion point."""
+    total = e.c(0)
+    for size, stride, inner in opnd.batch:
+        if stride == 0 or size == 1:
+            continue
+        idx = beta if inner == 1 else arith.divui(beta, e.c(inner))
+        idx = arith.remui(idx, e.c(size))
+        total = e.add(total, e.mul(idx, stride))
+    return total

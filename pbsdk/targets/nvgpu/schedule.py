@@ -20,6 +20,7 @@ and, with the parallel loops serialised, executed on the host (`emulate.py`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from mlir import ir, passmanager
@@ -251,7 +252,11 @@ def _inline_kernel(module: ir.Module, op: ir.Operation, text: str, callees: str 
         parsed = ir.Module.parse(text + "\n" + callees, module.context)
     except Exception as exc:  # a bug in the template, not the user's input: say which op
         raise CompileError(f"generated {what} kernel does not parse: {exc}", op=op.name) from exc
-    fn = parsed.body.operations[0]
+    _splice(parsed.body.operations[0].operation, op)
+
+
+def _splice(fn: ir.Operation, op: ir.Operation) -> None:
+    """Move the body of ``fn`` (a function of op's operands) in place of ``op``, which is erased."""
     block = fn.regions[0].blocks[0]
     for arg, value in zip(block.arguments, op.operands):
         arg.replace_all_uses_with(value)
@@ -272,7 +277,8 @@ class Schedule:
 
     def apply(self, module: ir.Module, ctx: StageContext) -> None:
         records: list[dict[str, Any]] = []
-        mma_funcs: dict[str, str] = {}
+        # matrix-unit functions by name: text (the matmul kernels) or a builder (the attention kernels)
+        mma_funcs: dict[str, str | Callable[[], Any]] = {}
         # Calls of the functions the core marked ``pbsdk.attention`` (fused attentions) stay calls: each
         # becomes this target's kernel below, generated from the descriptor (the neutral body is dropped).
         attention_calls = _keep_attention_calls(module)
@@ -294,9 +300,13 @@ class Schedule:
                            mma_function(mm) if mm.compute == "mma" else "")
         if attention_calls:
             records += _fuse_attention_calls(module, ctx, mma_funcs)
-        for text in mma_funcs.values():
-            parsed = ir.Module.parse(text, module.context)
-            module.body.append(parsed.body.operations[0].operation)
+        for step in mma_funcs.values():
+            if isinstance(step, str):
+                parsed = ir.Module.parse(step, module.context)
+                module.body.append(parsed.body.operations[0].operation)
+            else:
+                with module.context, ir.Location.unknown(), ir.InsertionPoint(module.body):
+                    step()
         # Every other linalg op: generalise, then tile by its loop mapping.
         run_passes(module, "func.func(linalg-generalize-named-ops)")
         entry = entry_function(module, ctx.notes["entry"])
@@ -337,10 +347,11 @@ def _keep_attention_calls(module: ir.Module) -> int:
     return len(calls)
 
 
-def _fuse_attention_calls(module: ir.Module, ctx: StageContext, mma_funcs: dict[str, str]) -> list[dict[str, Any]]:
+def _fuse_attention_calls(module: ir.Module, ctx: StageContext,
+                          mma_funcs: dict[str, str | Callable[[], Any]]) -> list[dict[str, Any]]:
     """Replace every ``func.call`` of a ``pbsdk.attention`` function by the kernel of its `AttentionMapping`."""
     from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor
-    from pbsdk.targets.nvgpu.attention_kernel import kernel_text, mma_steps
+    from pbsdk.targets.nvgpu.attention_kernel import build_kernel, mma_steps
 
     records: list[dict[str, Any]] = []
     with module.context:
@@ -351,7 +362,7 @@ def _fuse_attention_calls(module: ir.Module, ctx: StageContext, mma_funcs: dict[
                 continue
             desc = parse_descriptor(attrs.string(fused[callee], attrs.ATTENTION) or "")
             am = attention_mapping(ctx.spec, desc, ctx.options)
-            types = tuple(str(v.type) for v in call.operands)
+            types = tuple(v.type for v in call.operands)
             if len(types) != 4 + desc.mask:
                 raise CompileError(f"@{callee} takes {len(types)} operands; its descriptor needs {4 + desc.mask}",
                                    op="func.call")
@@ -362,8 +373,11 @@ def _fuse_attention_calls(module: ir.Module, ctx: StageContext, mma_funcs: dict[
             records.append({"op": "func.call", "kind": "attention", "callee": callee, "mapping": record,
                             "descriptor": dataclasses.asdict(desc), "threads": am.threads, "grid": am.grid,
                             "shared_bytes": am.shared_bytes})
-            _inline_kernel(module, call, kernel_text(am, "__pbsdk_attention", types), "\n".join(steps.values()),
-                           what="attention")
+            with ir.Location.unknown():
+                built = ir.Module.create()
+                with ir.InsertionPoint(built.body):
+                    kernel = build_kernel(am, "__pbsdk_attention", types)
+                _splice(kernel.operation, call)
         for fn in fused.values():
             fn.erase()
     return records
