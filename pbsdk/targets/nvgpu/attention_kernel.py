@@ -36,35 +36,17 @@ from mlir.dialects import math as math_d
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.builder import Indices, element_type, float_constant, loop, reassociation
 from pbsdk.targets.nvgpu.attention import SIMT_THREADS, AttentionMapping
-
-WS_ATTR = "#gpu.address_space<workgroup>"
-
-
-def _workgroup() -> ir.Attribute:
-    return ir.Attribute.parse(WS_ATTR)
-
-
-def _smem(shape: tuple[int, ...], elem: ir.Type) -> ir.MemRefType:
-    return ir.MemRefType.get(list(shape), elem, memory_space=_workgroup())
-
-
-def _view(rows: int, cols: int, stride: int, elem: ir.Type, *, offset: bool = True) -> ir.MemRefType:
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    layout = ir.StridedLayoutAttr.get(dyn if offset else 0, [stride, 1])
-    return ir.MemRefType.get([rows, cols], elem, layout, _workgroup())
-
-
-def _transposed_b() -> list[ir.AffineMap]:
-    """``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. the K tile)."""
-    m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
-    return [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [n, k]), ir.AffineMap.get(3, 0, [m, n])]
-
-
-def _mapping(*attrs_: str) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.Attribute.parse(a) for a in attrs_])
-
-
-LINEAR = ("#gpu.thread<linear_dim_0>",)
+from pbsdk.targets.nvgpu.build import (
+    LINEAR,
+    forall,
+    if_else,
+    in_forall,
+    mapping_attr,
+    smem_type,
+    subview,
+    transposed_b_maps,
+    view_type,
+)
 
 
 def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None = None,
@@ -75,8 +57,8 @@ def mma_types(dtype: str, k: int, n: int, pitches: tuple[int, int, int] | None =
     pa, pb, pc = pitches or (k, k if b_transposed else n, n)
     rows, cols = (n, k) if b_transposed else (k, n)
     elem = element_type(dtype)
-    return (_view(16, k, pa, elem), _view(rows, cols, pb, elem, offset=False),
-            _view(16, n, pc, ir.F32Type.get()))
+    return (view_type(16, k, pa, elem), view_type(rows, cols, pb, elem, offset=False),
+            view_type(16, n, pc, ir.F32Type.get()))
 
 
 def mma_name(dtype: str, k: int, n: int, pitches: tuple[int, int, int], b_transposed: bool = False) -> str:
@@ -97,7 +79,7 @@ def mma_function(unit: str, dtype: str, k: int, n: int, pitches: tuple[int, int,
         attrs.set_unit(fn.operation, attrs.B_TRANSPOSED)
     with ir.InsertionPoint(fn.add_entry_block()):
         a, b, c = fn.arguments
-        linalg.matmul(a, b, outs=[c], indexing_maps=_transposed_b() if b_transposed else None)
+        linalg.matmul(a, b, outs=[c], indexing_maps=transposed_b_maps() if b_transposed else None)
         func.ReturnOp([])
     return fn
 
@@ -124,31 +106,6 @@ class _Index(Indices):
         return arith.cmpi(arith.CmpIPredicate.ult, a, b)
 
 
-def _forall(bounds: Sequence[int], mapping: ir.ArrayAttr) -> scf.ForallOp:
-    op = scf.ForallOp([0] * len(bounds), list(bounds), [1] * len(bounds))
-    op.attributes["mapping"] = mapping
-    return op
-
-
-@contextmanager
-def _in_forall(bounds: Sequence[int], *mapping: str) -> Iterator[list[ir.Value]]:
-    """An ``scf.forall`` over ``bounds`` with ``mapping``; the body is built inside the ``with`` block."""
-    op = _forall(bounds, _mapping(*mapping))
-    with ir.InsertionPoint(op.body):
-        yield list(op.body.arguments)
-        scf.InParallelOp()
-
-
-def _if_else(cond: ir.Value, result: ir.Type, then: Callable[[], ir.Value], other: ir.Value) -> ir.Value:
-    """``scf.if cond -> (result) { yield then() } else { yield other }``."""
-    op = scf.IfOp(cond, [result], has_else=True)
-    with ir.InsertionPoint(op.then_block):
-        scf.YieldOp([then()])
-    with ir.InsertionPoint(op.else_block):
-        scf.YieldOp([other])
-    return op.results[0]
-
-
 def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> func.FuncOp:
     """The kernel as one private function of the call's operands (``types`` as on the call), built with
     the bindings' builders at the current insertion point."""
@@ -170,7 +127,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
         scale = float_constant(d.scale, f32)
         mscale = float_constant(d.mask_scale, f32)
         gq, gb = am.grid
-        outer = _forall([gq, gb], _mapping("#gpu.block<y>", "#gpu.block<x>"))
+        outer = forall([gq, gb], mapping_attr("#gpu.block<y>", "#gpu.block<x>"))
         qb, beta = outer.body.arguments
         with ir.InsertionPoint(outer.body):
             # Flat views of the operands (identity-layout bases).
@@ -186,11 +143,11 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
             base = {n: batch_offset(e, beta, layouts[n]) for n in names if n != "O"}
             i0 = e.mul(qb, BQ)
             # shared tiles, rows padded to am.pitch(...) elements (bank conflicts); indices below are logical
-            sq_t, sk_t = _smem((BQ, am.pitch("sq")), et), _smem((BK, am.pitch("sk")), et)
-            sv_t = _smem((BK, am.pitch("sv")), et)
-            ss_t, sp_t = _smem((BQ, am.pitch("ss")), f32), _smem((BQ, am.pitch("sp")), et)
-            so_t, row_t = _smem((BQ, am.pitch("so")), f32), _smem((BQ,), f32)
-            part_t = _smem((am.row_threads, BQ), f32)
+            sq_t, sk_t = smem_type((BQ, am.pitch("sq")), et), smem_type((BK, am.pitch("sk")), et)
+            sv_t = smem_type((BK, am.pitch("sv")), et)
+            ss_t, sp_t = smem_type((BQ, am.pitch("ss")), f32), smem_type((BQ, am.pitch("sp")), et)
+            so_t, row_t = smem_type((BQ, am.pitch("so")), f32), smem_type((BQ,), f32)
+            part_t = smem_type((am.row_threads, BQ), f32)
             tiles = {"sq": sq_t, "sk": sk_t, "sv": sv_t, "ss": ss_t, "sp": sp_t, "so": so_t, "sm": row_t,
                      "sl": row_t, "sa": row_t, "smn": row_t, "spm": part_t, "spl": part_t}
             i64 = ir.IntegerType.get_signless(64)
@@ -211,7 +168,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                     yield arith.divui(ev, e.c(cols)), arith.remui(ev, e.c(cols))
 
             def guarded_load(opnd: str, cond: ir.Value, r: ir.Value, c: ir.Value) -> ir.Value:
-                return _if_else(cond, et, lambda: load(opnd, r, c), zt)
+                return if_else(cond, et, lambda: load(opnd, r, c), zt)
 
             zv: ir.Value | None = None
 
@@ -238,14 +195,14 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                         idx = e.add(e.add(base[opnd], e.mul(g, lay.row_stride)), c)
                         return vector.load(vt, flat[opnd], [idx], alignment=16)
 
-                    v = _if_else(e.lt(g, e.c(limit)), vt, vload, zv)
+                    v = if_else(e.lt(g, e.c(limit)), vt, vload, zv)
                     vector.store(v, s[dst], [r, c], alignment=16)
 
             if max(am.vec_q, am.vec_k, am.vec_v) > 1:
                 zvt = ir.VectorType.get([max(am.vec_q, am.vec_k, am.vec_v)], et)
                 zv = arith.constant(zvt, ir.DenseElementsAttr.get_splat(zvt, ir.FloatAttr.get(et, 0.0)))
             # 1. Q tile, O = 0, m = -inf, l = 0.
-            with _in_forall([NT], *LINEAR) as (t,):
+            with in_forall([NT], *LINEAR) as (t,):
                 stage(t, "Q", i0, BQ, d.sq, d.d, DP, am.vec_q, "sq")
                 with strided_loop(BQ * DVP, DVP, t) as (r, c):
                     memref.store(zf, s["so"], [r, c])
@@ -268,18 +225,11 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
             with loop(e.c(0), n_tiles, e.c(1)) as key_loop:
                 j0 = e.mul(key_loop.induction_variable, BK)
                 # a. K and V tiles (reads along d / dv are consecutive in memory when col_stride is 1), S = 0.
-                with _in_forall([NT], *LINEAR) as (t,):
+                with in_forall([NT], *LINEAR) as (t,):
                     stage(t, "K", j0, BK, d.sk, d.d, DP, am.vec_k, "sk")
                     stage(t, "V", j0, BK, d.sk, d.dv, DVP, am.vec_v, "sv")
                     with strided_loop(BQ * BK, BK, t) as (r, c):
                         memref.store(zf, s["ss"], [r, c])
-
-                def subview(src: str, offsets: Sequence[ir.Value | int], sizes: Sequence[int],
-                            ty: ir.MemRefType) -> ir.Value:
-                    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-                    return memref.SubViewOp(ty, s[src], [o for o in offsets if not isinstance(o, int)], [], [],
-                                            [o if isinstance(o, int) else dyn for o in offsets], list(sizes),
-                                            [1] * len(sizes)).result
 
                 def matmul_step(a: str, b: str, acc: str, n: int, k: int, tn: int,
                                 pitches: tuple[int, int, int], bt: bool) -> None:
@@ -287,25 +237,25 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                     tiles, whose rows are ``pitches`` apart."""
                     if am.compute == "mma":
                         ta, tb, tc = mma_types(T, k, n, pitches, bt)
-                        with _in_forall([am.warps], "#gpu.warp<linear_dim_0>") as (w,):
+                        with in_forall([am.warps], "#gpu.warp<linear_dim_0>") as (w,):
                             r0 = e.mul(w, 16)
-                            av = subview(a, [r0, 0], [16, k], ta)
+                            av = subview(s[a], [r0, 0], [16, k], ta)
                             rows, cols = (n, k) if bt else (k, n)
-                            bv = subview(b, [0, 0], [rows, cols], tb)
-                            cv = subview(acc, [r0, 0], [16, n], tc)
+                            bv = subview(s[b], [0, 0], [rows, cols], tb)
+                            cv = subview(s[acc], [r0, 0], [16, n], tc)
                             func.CallOp([], mma_name(T, k, n, pitches, bt), [av, bv, cv])
                     else:
                         ty, tx = SIMT_THREADS
                         pa, pb, pc = pitches
-                        va, vc = _view(am.tm, k, pa, et), _view(am.tm, tn, pc, f32)
-                        vb = _view(tn, k, pb, et) if bt else _view(k, tn, pb, et)
-                        with _in_forall([ty, tx], "#gpu.thread<linear_dim_1>", "#gpu.thread<linear_dim_0>") \
+                        va, vc = view_type(am.tm, k, pa, et), view_type(am.tm, tn, pc, f32)
+                        vb = view_type(tn, k, pb, et) if bt else view_type(k, tn, pb, et)
+                        with in_forall([ty, tx], "#gpu.thread<linear_dim_1>", "#gpu.thread<linear_dim_0>") \
                                 as (y, x):
                             rr, qq = e.mul(y, am.tm), e.mul(x, tn)
-                            av = subview(a, [rr, 0], [am.tm, k], va)
-                            bv = subview(b, [qq, 0], [tn, k], vb) if bt else subview(b, [0, qq], [k, tn], vb)
-                            cv = subview(acc, [rr, qq], [am.tm, tn], vc)
-                            linalg.matmul(av, bv, outs=[cv], indexing_maps=_transposed_b() if bt else None)
+                            av = subview(s[a], [rr, 0], [am.tm, k], va)
+                            bv = subview(s[b], [qq, 0], [tn, k], vb) if bt else subview(s[b], [0, qq], [k, tn], vb)
+                            cv = subview(s[acc], [rr, qq], [am.tm, tn], vc)
+                            linalg.matmul(av, bv, outs=[cv], indexing_maps=transposed_b_maps() if bt else None)
 
                 # b. S += Q·Kᵀ
                 (_, _, s_pitches, _), (_, _, o_pitches, _) = strips(am)
@@ -324,7 +274,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                     return e.add(e.mul(jj, P), part) if P > 1 else jj
 
                 # c1. scale and mask the scores in place; each thread's maximum over its keys
-                with _in_forall([BQ * P], *LINEAR) as (t,):
+                with in_forall([BQ * P], *LINEAR) as (t,):
                     row, part = row_part(t)
                     gi = e.add(i0, row)
                     row_in = e.lt(gi, e.c(d.sq))
@@ -352,7 +302,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
 
                 # c2. the row's new maximum; P = exp(S - m) rounded to the dtype; each thread's sum of
                 # what it wrote
-                with _in_forall([BQ * P], *LINEAR) as (t,):
+                with in_forall([BQ * P], *LINEAR) as (t,):
                     row, part = row_part(t)
                     mold = memref.load(s["sm"], [row])
                     mnew = mold
@@ -384,7 +334,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                         scf.YieldOp([])
 
                 # d. O *= alpha per row (all threads); l = l * alpha + the row's sums, m = the new maximum
-                with _in_forall([NT], *LINEAR) as (t,):
+                with in_forall([NT], *LINEAR) as (t,):
                     with strided_loop(BQ * DVP, DVP, t) as (r, c):
                         o = memref.load(s["so"], [r, c])
                         a = memref.load(s["sa"], [r])
@@ -402,7 +352,7 @@ def build_kernel(am: AttentionMapping, name: str, types: Sequence[ir.Type]) -> f
                 matmul_step("sp", "sv", "so", DVP, BK, am.tn_o, o_pitches, False)
 
             # 3. O / l to the output (row-major (batch, sq, dv)), rows inside sq only.
-            with _in_forall([NT], *LINEAR) as (t,), strided_loop(BQ * DVP, DVP, t) as (r, c):
+            with in_forall([NT], *LINEAR) as (t,), strided_loop(BQ * DVP, DVP, t) as (r, c):
                 gi = e.add(i0, r)
                 inb = arith.andi(e.lt(gi, e.c(d.sq)), e.lt(c, e.c(d.dv))) if DVP != d.dv \
                         else e.lt(gi, e.c(d.sq))

@@ -9,9 +9,9 @@ and, with the parallel loops serialised, executed on the host (`emulate.py`).
   ``transform.structured.tile_using_forall`` tiles them twice — block tiles (``#gpu.block``) and one point
   per thread (``#gpu.thread``).
 - ``linalg.matmul``/``linalg.batch_matmul`` are replaced by the kernel `mapping.matmul_mapping`
-  describes, written out as MLIR text: per block, the f32 accumulator tile is loaded into shared memory,
-  the k loop copies zero-padded operand tiles into shared memory (all threads, ``#gpu.thread<linear_dim_0>``),
-  then the compute step runs per warp (``#gpu.warp``) as calls to ``@__pbsdk_mma_*`` — a private function
+  describes, built with the bindings' builders (`matmul_kernel`): per block, the f32 accumulator tile
+  is loaded into shared memory, the k loop copies zero-padded operand tiles into shared memory (all
+  threads, ``#gpu.thread<linear_dim_0>``), then the compute step runs per warp (``#gpu.warp``) as calls to ``@__pbsdk_mma_*`` — a private function
   holding one 16x8x16 ``linalg.matmul`` marked ``pbsdk.matrix_unit`` that the GPU lowering replaces by
   ``mma.sync`` — or per thread as a small ``linalg.matmul``; finally the tile is stored back, guarded at
   the edges. Barriers between these steps come from the upstream thread mapping (one after each forall).
@@ -20,20 +20,32 @@ and, with the parallel loops serialised, executed on the host (`emulate.py`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir import ir, passmanager
+from mlir.dialects import arith, func, linalg, memref, scf
 from mlir.dialects.transform import interpreter
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
+from pbsdk.core.ir.builder import element_type, float_constant, loop
 from pbsdk.core.passes import ops_named
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
+from pbsdk.targets.nvgpu.build import (
+    LINEAR,
+    forall,
+    if_else,
+    in_forall,
+    mapping_attr,
+    smem_type,
+    subview,
+    view_type,
+)
 from pbsdk.targets.nvgpu.mapping import LoopMapping, MatmulMapping, loop_mapping, matmul_mapping, warp_width
 
-WS = "#gpu.address_space<workgroup>"
 MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
 
 
@@ -105,135 +117,126 @@ def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> N
 
 # ------------------------------------------------------------------------------------------ matmul kernels
 
-def _memref(shape: tuple[int, ...], dtype: str, space: bool = True) -> str:
-    return f"memref<{'x'.join(map(str, shape))}x{dtype}{', ' + WS if space else ''}>"
-
-
-def mma_types(mm: MatmulMapping) -> tuple[str, str, str]:
+def mma_types(mm: MatmulMapping) -> tuple[ir.MemRefType, ir.MemRefType, ir.MemRefType]:
     """The subview types the matrix-unit function takes (views into the shared-memory tiles)."""
-    return (f"memref<16x16x{mm.dtype}, strided<[{mm.bk}, 1], offset: ?>, {WS}>",
-            f"memref<16x8x{mm.dtype}, strided<[{mm.bn}, 1], offset: ?>, {WS}>",
-            f"memref<16x8x{mm.acc_dtype}, strided<[{mm.bn}, 1], offset: ?>, {WS}>")
+    t, acc = element_type(mm.dtype), element_type(mm.acc_dtype)
+    return view_type(16, 16, mm.bk, t), view_type(16, 8, mm.bn, t), view_type(16, 8, mm.bn, acc)
 
 
 def mma_function_name(mm: MatmulMapping) -> str:
     return f"__pbsdk_mma_m16n8k16_{mm.dtype}_{mm.acc_dtype}_k{mm.bk}_n{mm.bn}"
 
 
-def mma_function(mm: MatmulMapping) -> str:
-    """The matrix-unit step as a linalg op (what the host emulation runs; the GPU lowering swaps it)."""
+def mma_function(mm: MatmulMapping) -> func.FuncOp:
+    """The matrix-unit step as a linalg op (what the host emulation runs; the GPU lowering swaps it), built
+    at the current insertion point."""
     ta, tb, tc = mma_types(mm)
-    return (f"func.func private @{mma_function_name(mm)}(%a: {ta}, %b: {tb}, %c: {tc}) "
-            f"attributes {{{attrs.MATRIX_UNIT} = \"{mm.unit}\"}} {{\n"
-            f"  linalg.matmul ins(%a, %b : {ta}, {tb}) outs(%c : {tc})\n  return\n}}")
+    fn = func.FuncOp(mma_function_name(mm), ir.FunctionType.get([ta, tb, tc], []), visibility="private")
+    attrs.set_string(fn.operation, attrs.MATRIX_UNIT, mm.unit or "")
+    with ir.InsertionPoint(fn.add_entry_block()):
+        a, b, c = fn.arguments
+        linalg.matmul(a, b, outs=[c])
+        func.ReturnOp([])
+    return fn
 
 
-def matmul_kernel(mm: MatmulMapping, types: tuple[str, str, str], name: str) -> str:
-    """The blocked matmul as a function of (A, B, C) — see the module docstring."""
-    T, ACC = mm.dtype, mm.acc_dtype
-    bt = mm.batch > 1 or types[0].count("x") == 3
-    b = "%bz, " if bt else ""
+def matmul_kernel(mm: MatmulMapping, types: Sequence[ir.Type], name: str) -> func.FuncOp:
+    """The blocked matmul as a function of (A, B, C) — see the module docstring — built with the bindings'
+    builders at the current insertion point."""
+    T, ACC = element_type(mm.dtype), element_type(mm.acc_dtype)
+    index = ir.IndexType.get()
+    batched = mm.batch > 1 or len(ir.MemRefType(types[0]).shape) == 3
     nt = mm.threads
-    zero = "0.0"
-    L: list[str] = []
-    e = L.append
-    e(f"func.func private @{name}(%A: {types[0]}, %B: {types[1]}, %C: {types[2]}) {{")
-    for v in sorted({0, 1, mm.m, mm.n, mm.k, mm.bm, mm.bn, mm.bk, nt, mm.k_tiles, mm.bm * mm.bn, mm.bm * mm.bk,
-                     mm.bk * mm.bn, 16, 8}):
-        e(f"  %c{v} = arith.constant {v} : index")
-    e(f"  %zt = arith.constant {zero} : {T}")
-    e(f"  %za = arith.constant {zero} : {ACC}")
-    gz, gy, gx = mm.grid
-    e(f"  scf.forall (%bz, %by, %bx) in ({gz}, {gy}, {gx}) {{")
-    e(f"    %i0 = arith.muli %by, %c{mm.bm} : index")
-    e(f"    %j0 = arith.muli %bx, %c{mm.bn} : index")
-    sa, sb, sc = _memref((mm.bm, mm.bk), T), _memref((mm.bk, mm.bn), T), _memref((mm.bm, mm.bn), ACC)
-    e(f"    %sa = memref.alloc() {{alignment = 16 : i64}} : {sa}")
-    e(f"    %sb = memref.alloc() {{alignment = 16 : i64}} : {sb}")
-    e(f"    %sc = memref.alloc() {{alignment = 16 : i64}} : {sc}")
+    fn = func.FuncOp(name, ir.FunctionType.get(list(types), []), visibility="private")
+    A, B, C = fn.add_entry_block().arguments
+    with ir.InsertionPoint(fn.entry_block):
+        c = {v: arith.constant(index, v) for v in sorted({0, 1, mm.m, mm.n, mm.k, mm.bm, mm.bn, mm.bk, nt,
+                                                          mm.k_tiles, mm.bm * mm.bn, mm.bm * mm.bk,
+                                                          mm.bk * mm.bn, 16, 8})}
+        zt = float_constant(0.0, T)
+        za = float_constant(0.0, ACC)
+        blocks = forall(mm.grid, mapping_attr("#gpu.block<z>", "#gpu.block<y>", "#gpu.block<x>"))
+        bz, by, bx = blocks.body.arguments
+        with ir.InsertionPoint(blocks.body):
+            i0 = arith.muli(by, c[mm.bm])
+            j0 = arith.muli(bx, c[mm.bn])
+            sa_t, sb_t = smem_type((mm.bm, mm.bk), T), smem_type((mm.bk, mm.bn), T)
+            sc_t = smem_type((mm.bm, mm.bn), ACC)
+            i64 = ir.IntegerType.get_signless(64)
+            sa, sb, sc = (memref.alloc(t, [], [], alignment=ir.IntegerAttr.get(i64, 16)) for t in (sa_t, sb_t, sc_t))
+            lead = [bz] if batched else []
 
-    def guarded_copy(tag: str, rows: int, cols: int, src: str, src_t: str, dst: str, dst_t: str,
-                     r0: str, c0: str, rmax: int, cmax: int, etype: str, zero_v: str, store_back: bool = False) -> None:
-        """Each thread moves elements t, t+NT, ... of a rows x cols tile; out-of-range reads are zero."""
-        e(f"      scf.for %e{tag} = %t to %c{rows * cols} step %c{nt} {{")
-        e(f"        %r{tag} = arith.divui %e{tag}, %c{cols} : index")
-        e(f"        %q{tag} = arith.remui %e{tag}, %c{cols} : index")
-        e(f"        %gi{tag} = arith.addi {r0}, %r{tag} : index")
-        e(f"        %gj{tag} = arith.addi {c0}, %q{tag} : index")
-        e(f"        %ii{tag} = arith.cmpi ult, %gi{tag}, %c{rmax} : index")
-        e(f"        %ij{tag} = arith.cmpi ult, %gj{tag}, %c{cmax} : index")
-        e(f"        %in{tag} = arith.andi %ii{tag}, %ij{tag} : i1")
-        if store_back:
-            e(f"        scf.if %in{tag} {{")
-            e(f"          %v{tag} = memref.load {src}[%r{tag}, %q{tag}] : {src_t}")
-            e(f"          memref.store %v{tag}, {dst}[{b}%gi{tag}, %gj{tag}] : {dst_t}")
-            e("        }")
-        else:
-            e(f"        %v{tag} = scf.if %in{tag} -> ({etype}) {{")
-            e(f"          %x{tag} = memref.load {src}[{b}%gi{tag}, %gj{tag}] : {src_t}")
-            e(f"          scf.yield %x{tag} : {etype}")
-            e(f"        }} else {{\n          scf.yield {zero_v} : {etype}\n        }}")
-            e(f"        memref.store %v{tag}, {dst}[%r{tag}, %q{tag}] : {dst_t}")
-        e("      }")
+            def guarded_copy(t: ir.Value, rows: int, cols: int, src: ir.Value, dst: ir.Value, r0: ir.Value,
+                             c0: ir.Value, rmax: int, cmax: int, etype: ir.Type, zero: ir.Value,
+                             store_back: bool = False) -> None:
+                """Each thread moves elements t, t+NT, ... of a rows x cols tile; out-of-range reads are zero."""
+                with loop(t, c[rows * cols], c[nt]) as lp:
+                    ev = lp.induction_variable
+                    r = arith.divui(ev, c[cols])
+                    q = arith.remui(ev, c[cols])
+                    gi = arith.addi(r0, r)
+                    gj = arith.addi(c0, q)
+                    ii = arith.cmpi(arith.CmpIPredicate.ult, gi, c[rmax])
+                    ij = arith.cmpi(arith.CmpIPredicate.ult, gj, c[cmax])
+                    inside = arith.andi(ii, ij)
+                    if store_back:
+                        guard = scf.IfOp(inside)
+                        with ir.InsertionPoint(guard.then_block):
+                            memref.store(memref.load(src, [r, q]), dst, [*lead, gi, gj])
+                            scf.YieldOp([])
+                    else:
+                        v = if_else(inside, etype, lambda: memref.load(src, [*lead, gi, gj]), zero)
+                        memref.store(v, dst, [r, q])
 
-    linear = "[#gpu.thread<linear_dim_0>]"
-    # 1. the accumulator tile (C holds the initial value, e.g. the fill) into shared memory
-    e(f"    scf.forall (%t) in ({nt}) {{")
-    guarded_copy("c", mm.bm, mm.bn, "%C", types[2], "%sc", sc, "%i0", "%j0", mm.m, mm.n, ACC, "%za")
-    e(f"    }} {{mapping = {linear}}}")
-    # 2. the k loop: operand tiles into shared memory, then the compute step
-    e(f"    scf.for %kt = %c0 to %c{mm.k_tiles} step %c1 {{")
-    e(f"      %k0 = arith.muli %kt, %c{mm.bk} : index")
-    e(f"      scf.forall (%t) in ({nt}) {{")
-    guarded_copy("a", mm.bm, mm.bk, "%A", types[0], "%sa", sa, "%i0", "%k0", mm.m, mm.k, T, "%zt")
-    guarded_copy("b", mm.bk, mm.bn, "%B", types[1], "%sb", sb, "%k0", "%j0", mm.k, mm.n, T, "%zt")
-    e(f"      }} {{mapping = {linear}}}")
-    if mm.compute == "mma":
-        wtm, wtn = mm.bm // mm.warps_m, mm.bn // mm.warps_n
-        ta, tb, tc = mma_types(mm)
-        e(f"      scf.forall (%wy, %wx) in ({mm.warps_m}, {mm.warps_n}) {{")
-        e(f"        %cwm = arith.constant {wtm} : index")
-        e(f"        %cwn = arith.constant {wtn} : index")
-        e("        %wm0 = arith.muli %wy, %cwm : index")
-        e("        %wn0 = arith.muli %wx, %cwn : index")
-        e("        scf.for %mi = %c0 to %cwm step %c16 {")
-        e("          scf.for %ni = %c0 to %cwn step %c8 {")
-        e(f"            scf.for %ki = %c0 to %c{mm.bk} step %c16 {{")
-        e("              %r = arith.addi %wm0, %mi : index")
-        e("              %q = arith.addi %wn0, %ni : index")
-        e(f"              %as = memref.subview %sa[%r, %ki] [16, 16] [1, 1] : {sa} to {ta}")
-        e(f"              %bs = memref.subview %sb[%ki, %q] [16, 8] [1, 1] : {sb} to {tb}")
-        e(f"              %cs = memref.subview %sc[%r, %q] [16, 8] [1, 1] : {sc} to {tc}")
-        e(f"              func.call @{mma_function_name(mm)}(%as, %bs, %cs) : ({ta}, {tb}, {tc}) -> ()")
-        e("            }\n          }\n        }")
-        e("      } {mapping = [#gpu.warp<linear_dim_1>, #gpu.warp<linear_dim_0>]}")
-    else:
-        ty, tx = mm.bm // mm.tm, mm.bn // mm.tn
-        va = f"memref<{mm.tm}x{mm.bk}x{T}, strided<[{mm.bk}, 1], offset: ?>, {WS}>"
-        vb = f"memref<{mm.bk}x{mm.tn}x{T}, strided<[{mm.bn}, 1], offset: ?>, {WS}>"
-        vc = f"memref<{mm.tm}x{mm.tn}x{ACC}, strided<[{mm.bn}, 1], offset: ?>, {WS}>"
-        e(f"      scf.forall (%ty, %tx) in ({ty}, {tx}) {{")
-        e(f"        %ctm = arith.constant {mm.tm} : index")
-        e(f"        %ctn = arith.constant {mm.tn} : index")
-        e("        %r = arith.muli %ty, %ctm : index")
-        e("        %q = arith.muli %tx, %ctn : index")
-        e(f"        %as = memref.subview %sa[%r, 0] [{mm.tm}, {mm.bk}] [1, 1] : {sa} to {va}")
-        e(f"        %bs = memref.subview %sb[0, %q] [{mm.bk}, {mm.tn}] [1, 1] : {sb} to {vb}")
-        e(f"        %cs = memref.subview %sc[%r, %q] [{mm.tm}, {mm.tn}] [1, 1] : {sc} to {vc}")
-        e(f"        linalg.matmul ins(%as, %bs : {va}, {vb}) outs(%cs : {vc})")
-        e("      } {mapping = [#gpu.thread<linear_dim_1>, #gpu.thread<linear_dim_0>]}")
-    e("    }")
-    # 3. the accumulator tile back to C, inside the bounds only
-    e(f"    scf.forall (%t) in ({nt}) {{")
-    guarded_copy("s", mm.bm, mm.bn, "%sc", sc, "%C", types[2], "%i0", "%j0", mm.m, mm.n, ACC, "%za",
-                 store_back=True)
-    e(f"    }} {{mapping = {linear}}}")
-    e(f"    memref.dealloc %sa : {sa}")
-    e(f"    memref.dealloc %sb : {sb}")
-    e(f"    memref.dealloc %sc : {sc}")
-    e("  } {mapping = [#gpu.block<z>, #gpu.block<y>, #gpu.block<x>]}")
-    e("  return\n}")
-    return "\n".join(L)
+            # 1. the accumulator tile (C holds the initial value, e.g. the fill) into shared memory
+            with in_forall([nt], *LINEAR) as (t,):
+                guarded_copy(t, mm.bm, mm.bn, C, sc, i0, j0, mm.m, mm.n, ACC, za)
+            # 2. the k loop: operand tiles into shared memory, then the compute step
+            with loop(c[0], c[mm.k_tiles], c[1]) as kloop:
+                k0 = arith.muli(kloop.induction_variable, c[mm.bk])
+                with in_forall([nt], *LINEAR) as (t,):
+                    guarded_copy(t, mm.bm, mm.bk, A, sa, i0, k0, mm.m, mm.k, T, zt)
+                    guarded_copy(t, mm.bk, mm.bn, B, sb, k0, j0, mm.k, mm.n, T, zt)
+                if mm.compute == "mma":
+                    wtm, wtn = mm.bm // mm.warps_m, mm.bn // mm.warps_n
+                    ta, tb, tc = mma_types(mm)
+                    with in_forall([mm.warps_m, mm.warps_n], "#gpu.warp<linear_dim_1>",
+                                   "#gpu.warp<linear_dim_0>") as (wy, wx):
+                        cwm = arith.constant(index, wtm)
+                        cwn = arith.constant(index, wtn)
+                        wm0 = arith.muli(wy, cwm)
+                        wn0 = arith.muli(wx, cwn)
+                        with loop(c[0], cwm, c[16]) as mi, loop(c[0], cwn, c[8]) as ni, \
+                                loop(c[0], c[mm.bk], c[16]) as ki:
+                            r = arith.addi(wm0, mi.induction_variable)
+                            q = arith.addi(wn0, ni.induction_variable)
+                            k = ki.induction_variable
+                            av = subview(sa, [r, k], [16, 16], ta)
+                            bv = subview(sb, [k, q], [16, 8], tb)
+                            cv = subview(sc, [r, q], [16, 8], tc)
+                            func.CallOp([], mma_function_name(mm), [av, bv, cv])
+                else:
+                    ty, tx = mm.bm // mm.tm, mm.bn // mm.tn
+                    va = view_type(mm.tm, mm.bk, mm.bk, T)
+                    vb = view_type(mm.bk, mm.tn, mm.bn, T)
+                    vc = view_type(mm.tm, mm.tn, mm.bn, ACC)
+                    with in_forall([ty, tx], "#gpu.thread<linear_dim_1>", "#gpu.thread<linear_dim_0>") as (y, x):
+                        ctm = arith.constant(index, mm.tm)
+                        ctn = arith.constant(index, mm.tn)
+                        r = arith.muli(y, ctm)
+                        q = arith.muli(x, ctn)
+                        av = subview(sa, [r, 0], [mm.tm, mm.bk], va)
+                        bv = subview(sb, [0, q], [mm.bk, mm.tn], vb)
+                        cv = subview(sc, [r, q], [mm.tm, mm.tn], vc)
+                        linalg.matmul(av, bv, outs=[cv])
+            # 3. the accumulator tile back to C, inside the bounds only
+            with in_forall([nt], *LINEAR) as (t,):
+                guarded_copy(t, mm.bm, mm.bn, sc, C, i0, j0, mm.m, mm.n, ACC, za, store_back=True)
+            for buf in (sa, sb, sc):
+                memref.dealloc(buf)
+            scf.InParallelOp()
+        func.ReturnOp([])
+    return fn
 
 
 def _matmul_shape(op: ir.Operation) -> tuple[int, int, int, int, str, str] | None:
@@ -245,18 +248,13 @@ def _matmul_shape(op: ir.Operation) -> tuple[int, int, int, int, str, str] | Non
     return batch, c.shape[-2], c.shape[-1], a.shape[-1], str(a.element_type), str(c.element_type)
 
 
-def _inline_kernel(module: ir.Module, op: ir.Operation, text: str, callees: str = "", what: str = "matmul") -> None:
-    """Parse ``text`` (one function of op's operands; ``callees`` are the functions it calls) and splice
-    its body in place of ``op``."""
-    try:
-        parsed = ir.Module.parse(text + "\n" + callees, module.context)
-    except Exception as exc:  # a bug in the template, not the user's input: say which op
-        raise CompileError(f"generated {what} kernel does not parse: {exc}", op=op.name) from exc
-    _splice(parsed.body.operations[0].operation, op)
-
-
-def _splice(fn: ir.Operation, op: ir.Operation) -> None:
-    """Move the body of ``fn`` (a function of op's operands) in place of ``op``, which is erased."""
+def _build_in_place(module: ir.Module, op: ir.Operation, build: Callable[[], func.FuncOp]) -> None:
+    """Build a kernel (one function of op's operands: ``build`` at an insertion point of a scratch module)
+    and move its body in place of ``op``, which is erased."""
+    with module.context, ir.Location.unknown():
+        scratch = ir.Module.create()
+        with ir.InsertionPoint(scratch.body):
+            fn = build().operation
     block = fn.regions[0].blocks[0]
     for arg, value in zip(block.arguments, op.operands):
         arg.replace_all_uses_with(value)
@@ -277,8 +275,8 @@ class Schedule:
 
     def apply(self, module: ir.Module, ctx: StageContext) -> None:
         records: list[dict[str, Any]] = []
-        # matrix-unit functions by name: text (the matmul kernels) or a builder (the attention kernels)
-        mma_funcs: dict[str, str | Callable[[], Any]] = {}
+        # matrix-unit functions by name, each a builder of its func.func
+        mma_funcs: dict[str, Callable[[], Any]] = {}
         # Calls of the functions the core marked ``pbsdk.attention`` (fused attentions) stay calls: each
         # becomes this target's kernel below, generated from the descriptor (the neutral body is dropped).
         attention_calls = _keep_attention_calls(module)
@@ -294,19 +292,14 @@ class Schedule:
             mm = matmul_mapping(ctx.spec, *shape, ctx.options)
             records.append({"op": op.name, "kind": "matmul", "mapping": dataclasses.asdict(mm)})
             if mm.compute == "mma":
-                mma_funcs.setdefault(mma_function_name(mm), mma_function(mm))
-            types = tuple(str(v.type) for v in op.operands)
-            _inline_kernel(module, op, matmul_kernel(mm, types, "__pbsdk_matmul"),  # type: ignore[arg-type]
-                           mma_function(mm) if mm.compute == "mma" else "")
+                mma_funcs.setdefault(mma_function_name(mm), functools.partial(mma_function, mm))
+            _build_in_place(module, op, functools.partial(matmul_kernel, mm, [v.type for v in op.operands],
+                                                          "__pbsdk_matmul"))
         if attention_calls:
             records += _fuse_attention_calls(module, ctx, mma_funcs)
-        for step in mma_funcs.values():
-            if isinstance(step, str):
-                parsed = ir.Module.parse(step, module.context)
-                module.body.append(parsed.body.operations[0].operation)
-            else:
-                with module.context, ir.Location.unknown(), ir.InsertionPoint(module.body):
-                    step()
+        with module.context, ir.Location.unknown(), ir.InsertionPoint(module.body):
+            for build in mma_funcs.values():
+                build()
         # Every other linalg op: generalise, then tile by its loop mapping.
         run_passes(module, "func.func(linalg-generalize-named-ops)")
         entry = entry_function(module, ctx.notes["entry"])
@@ -348,7 +341,7 @@ def _keep_attention_calls(module: ir.Module) -> int:
 
 
 def _fuse_attention_calls(module: ir.Module, ctx: StageContext,
-                          mma_funcs: dict[str, str | Callable[[], Any]]) -> list[dict[str, Any]]:
+                          mma_funcs: dict[str, Callable[[], Any]]) -> list[dict[str, Any]]:
     """Replace every ``func.call`` of a ``pbsdk.attention`` function by the kernel of its `AttentionMapping`."""
     from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor
     from pbsdk.targets.nvgpu.attention_kernel import build_kernel, mma_steps
@@ -373,11 +366,7 @@ def _fuse_attention_calls(module: ir.Module, ctx: StageContext,
             records.append({"op": "func.call", "kind": "attention", "callee": callee, "mapping": record,
                             "descriptor": dataclasses.asdict(desc), "threads": am.threads, "grid": am.grid,
                             "shared_bytes": am.shared_bytes})
-            with ir.Location.unknown():
-                built = ir.Module.create()
-                with ir.InsertionPoint(built.body):
-                    kernel = build_kernel(am, "__pbsdk_attention", types)
-                _splice(kernel.operation, call)
+            _build_in_place(module, call, functools.partial(build_kernel, am, "__pbsdk_attention", types))
         for fn in fused.values():
             fn.erase()
     return records

@@ -1,0 +1,76 @@
+"""Small builders shared by nvgpu's kernel generators (`attention_kernel.py`, `schedule.py`): shared-memory
+types, ``scf.forall`` nests with their GPU mapping, ``scf.if`` with a value, subviews — all with the MLIR
+bindings at the current insertion point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from mlir import ir
+from mlir.dialects import memref, scf
+
+WORKGROUP = "#gpu.address_space<workgroup>"
+LINEAR = ("#gpu.thread<linear_dim_0>",)
+
+
+def workgroup() -> ir.Attribute:
+    return ir.Attribute.parse(WORKGROUP)
+
+
+def smem_type(shape: Sequence[int], elem: ir.Type) -> ir.MemRefType:
+    """An identity-layout buffer in shared memory."""
+    return ir.MemRefType.get(list(shape), elem, memory_space=workgroup())
+
+
+def view_type(rows: int, cols: int, stride: int, elem: ir.Type, *, offset: bool = True) -> ir.MemRefType:
+    """A rows x cols view of a shared tile whose rows are ``stride`` elements apart (dynamic offset unless
+    ``offset`` is False, then 0)."""
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    layout = ir.StridedLayoutAttr.get(dyn if offset else 0, [stride, 1])
+    return ir.MemRefType.get([rows, cols], elem, layout, workgroup())
+
+
+def transposed_b_maps() -> list[ir.AffineMap]:
+    """``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. a K tile)."""
+    m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
+    return [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [n, k]), ir.AffineMap.get(3, 0, [m, n])]
+
+
+def mapping_attr(*attrs: str) -> ir.ArrayAttr:
+    return ir.ArrayAttr.get([ir.Attribute.parse(a) for a in attrs])
+
+
+def forall(bounds: Sequence[int], mapping: ir.ArrayAttr) -> scf.ForallOp:
+    """``scf.forall`` over ``bounds`` (from 0, step 1) with ``mapping``; the caller fills the body and ends
+    it with ``scf.InParallelOp()``."""
+    op = scf.ForallOp([0] * len(bounds), list(bounds), [1] * len(bounds))
+    op.attributes["mapping"] = mapping
+    return op
+
+
+@contextmanager
+def in_forall(bounds: Sequence[int], *mapping: str) -> Iterator[list[ir.Value]]:
+    """An ``scf.forall`` over ``bounds`` with ``mapping``; the body is built inside the ``with`` block."""
+    op = forall(bounds, mapping_attr(*mapping))
+    with ir.InsertionPoint(op.body):
+        yield list(op.body.arguments)
+        scf.InParallelOp()
+
+
+def if_else(cond: ir.Value, result: ir.Type, then: Callable[[], ir.Value], other: ir.Value) -> ir.Value:
+    """``scf.if cond -> (result) { yield then() } else { yield other }``."""
+    op = scf.IfOp(cond, [result], has_else=True)
+    with ir.InsertionPoint(op.then_block):
+        scf.YieldOp([then()])
+    with ir.InsertionPoint(op.else_block):
+        scf.YieldOp([other])
+    return op.results[0]
+
+
+def subview(src: ir.Value, offsets: Sequence[ir.Value | int], sizes: Sequence[int], ty: ir.MemRefType) -> ir.Value:
+    """``memref.subview src[offsets] [sizes] [1, ...]`` of type ``ty`` (int offsets are static)."""
+    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
+    return memref.SubViewOp(ty, src, [o for o in offsets if not isinstance(o, int)], [], [],
+                            [o if isinstance(o, int) else dyn for o in offsets], list(sizes),
+                            [1] * len(sizes)).result
