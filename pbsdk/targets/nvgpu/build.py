@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import memref, scf
+from mlir.dialects import memref, scf, transform
+from mlir.dialects.transform import interpreter, structured
 
 WORKGROUP = "#gpu.address_space<workgroup>"
 LINEAR = ("#gpu.thread<linear_dim_0>",)
@@ -74,3 +75,26 @@ def subview(src: ir.Value, offsets: Sequence[ir.Value | int], sizes: Sequence[in
     return memref.SubViewOp(ty, src, [o for o in offsets if not isinstance(o, int)], [], [],
                             [o if isinstance(o, int) else dyn for o in offsets], list(sizes),
                             [1] * len(sizes)).result
+
+
+def apply_transform(module: ir.Module, body: Callable[[ir.Value], None]) -> None:
+    """Build a transform-dialect script — ``@__transform_main(%root)``, whose body ``body(root)`` builds
+    with `mlir.dialects.transform` builders — and apply it to ``module`` with the interpreter."""
+    with module.context, ir.Location.unknown():
+        script = ir.Module.create()
+        script.operation.attributes["transform.with_named_sequence"] = ir.UnitAttr.get()
+        any_op = transform.AnyOpType.get()
+        with ir.InsertionPoint(script.body):
+            seq = transform.NamedSequenceOp("__transform_main", [any_op], [],
+                                            arg_attrs=[{"transform.readonly": ir.UnitAttr.get()}])
+            with ir.InsertionPoint(seq.body):
+                body(seq.bodyTarget)
+                transform.YieldOp([])
+        interpreter.apply_named_sequence(module.operation, seq.operation, script)
+
+
+def match_tagged(root: ir.Value, name: str, tag: int) -> ir.Value:
+    """``transform.structured.match attributes {name = tag : i64} in root``."""
+    i64 = ir.IntegerType.get_signless(64)
+    return structured.MatchOp(transform.AnyOpType.get(), root,
+                              op_attrs=ir.DictAttr.get({name: ir.IntegerAttr.get(i64, tag)})).result

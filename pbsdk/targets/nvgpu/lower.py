@@ -4,8 +4,9 @@ Stages (each a function of the module and the `StageContext`):
 
 - ``map-gpu``: the matrix-unit functions get their GPU bodies (`mma.py`), everything is inlined, each
   top-level ``scf.forall`` (and each op left for a single thread) is wrapped in a ``gpu.launch``, and the
-  upstream ``transform.gpu.map_forall_to_blocks`` / ``map_nested_forall_to_threads`` turn the mapped loops
-  into block and thread ids (inserting a barrier after each thread-level loop).
+  upstream ``transform.gpu.map_forall_to_blocks`` / ``map_nested_forall_to_threads`` (a transform script
+  built with `mlir.dialects.transform` builders, run by the interpreter) turn the mapped loops into block
+  and thread ids (inserting a barrier after each thread-level loop).
 - ``outline``: ``gpu-kernel-outlining``; all kernels are merged into one ``gpu.module @pbsdk_kernels``;
   shared-memory buffers (``memref.alloc`` in the workgroup address space) become module-level
   ``memref.global``s, i.e. static ``.shared`` arrays.
@@ -28,13 +29,14 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, gpu
-from mlir.dialects.transform import interpreter
+from mlir.dialects import arith, gpu, transform
+from mlir.dialects.transform import gpu as transform_gpu
 
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
+from pbsdk.targets.nvgpu.build import apply_transform, match_tagged
 from pbsdk.targets.nvgpu.mma import mma_gpu_function
 from pbsdk.targets.nvgpu.schedule import entry_function, run_passes
 
@@ -125,23 +127,19 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
             if threads > limit:
                 raise CompileError(f"kernel {tag} needs {threads} threads per block; the spec allows {limit}",
                                    op="gpu.launch")
-        lines = []
-        for tag, (launch_op, grid, block) in enumerate(launches):
-            if not ops_named(launch_op, "scf.forall"):
-                continue  # a single-thread kernel: nothing to map
-            lines.append(f"%l{tag} = transform.structured.match attributes {{{attrs.LAUNCH} = {tag} : i64}} in %root "
-                         ": (!transform.any_op) -> !transform.any_op")
-            lines.append(f"%b{tag} = transform.gpu.map_forall_to_blocks %l{tag} grid_dims = {grid} "
-                         ": (!transform.any_op) -> !transform.any_op")
-            lines.append(f"%t{tag} = transform.gpu.map_nested_forall_to_threads %b{tag} block_dims = {block} "
-                         ": (!transform.any_op) -> !transform.any_op")
-        if lines:
-            script = ("module attributes {transform.with_named_sequence} {\n"
-                      "transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
-                      + "\n".join(lines) + "\ntransform.yield\n}\n}")
-            seq = ir.Module.parse(script)
+        mapped = [(tag, grid, block) for tag, (launch_op, grid, block) in enumerate(launches)
+                  if ops_named(launch_op, "scf.forall")]  # a single-thread kernel: nothing to map
+
+        def script(root: ir.Value) -> None:
+            any_op = transform.AnyOpType.get()
+            for tag, grid, block in mapped:
+                launch = match_tagged(root, attrs.LAUNCH, tag)
+                blocks = transform_gpu.MapForallToBlocks(any_op, launch, grid_dims=grid).result
+                transform_gpu.MapNestedForallToThreads(any_op, blocks, block_dims=block)
+
+        if mapped:
             try:
-                interpreter.apply_named_sequence(module.operation, seq.body.operations[0], seq)
+                apply_transform(module, script)
             except Exception as exc:
                 raise CompileError(f"mapping loops to blocks/threads failed: {str(exc).strip()[:2000]}",
                                    op="scf.forall") from exc

@@ -6,7 +6,8 @@ and, with the parallel loops serialised, executed on the host (`emulate.py`).
 
 - Every ``memref.copy`` becomes a ``linalg.copy`` and every named op except the matmuls is generalised,
   so one mechanism maps them all: `mapping.loop_mapping` picks the parallel loops and the upstream
-  ``transform.structured.tile_using_forall`` tiles them twice — block tiles (``#gpu.block``) and one point
+  ``transform.structured.tile_using_forall`` (a transform script built with `mlir.dialects.transform`
+  builders, run by the interpreter) tiles them twice — block tiles (``#gpu.block``) and one point
   per thread (``#gpu.thread``).
 - ``linalg.matmul``/``linalg.batch_matmul`` are replaced by the kernel `mapping.matmul_mapping`
   describes, built with the bindings' builders (`matmul_kernel`): per block, the f32 accumulator tile
@@ -25,8 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir import ir, passmanager
-from mlir.dialects import arith, func, linalg, memref, scf
-from mlir.dialects.transform import interpreter
+from mlir.dialects import arith, func, linalg, memref, scf, transform
+from mlir.dialects.transform import structured
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
@@ -36,10 +37,12 @@ from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
 from pbsdk.targets.nvgpu.build import (
     LINEAR,
+    apply_transform,
     forall,
     if_else,
     in_forall,
     mapping_attr,
+    match_tagged,
     smem_type,
     subview,
     view_type,
@@ -80,39 +83,34 @@ def loop_extents(op: ir.Operation) -> tuple[list[int], list[str]]:
     return [int(e) for e in extents if e is not None], iterators
 
 
-def _mapping_attr(kind: str, n: int) -> str:
+def _mapping_attr(kind: str, n: int) -> list[str]:
     axes = ["z", "y", "x"][3 - n:]
-    return ", ".join(f"#gpu.{kind}<{a}>" for a in axes)
+    return [f"#gpu.{kind}<{a}>" for a in axes]
 
 
 def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> None:
     """One transform script: block tiles then one point per thread, for every tagged op."""
-    lines = []
-    for tag, lm in mappings:
-        n = len(lm.extents)
-        block = [0] * n
-        for d, t in zip(lm.dims, lm.tile):
-            block[d] = t
-        lines.append(f"%op{tag} = transform.structured.match attributes {{{attrs.KERNEL} = {tag} : i64}} in %root "
-                     ": (!transform.any_op) -> !transform.any_op")
-        lines.append(f"%t{tag}, %f{tag} = transform.structured.tile_using_forall %op{tag} tile_sizes {block} "
-                     f"(mapping = [{_mapping_attr('block', len(lm.dims))}]) "
-                     ": (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
-        lines.append(f"%u{tag}, %g{tag} = transform.structured.tile_using_forall %t{tag} num_threads {block} "
-                     f"(mapping = [{_mapping_attr('thread', len(lm.dims))}]) "
-                     ": (!transform.any_op) -> (!transform.any_op, !transform.any_op)")
-    if not lines:
+    if not mappings:
         return
-    script = ("module attributes {transform.with_named_sequence} {\n"
-              "transform.named_sequence @__transform_main(%root: !transform.any_op {transform.readonly}) {\n"
-              + "\n".join(lines) + "\ntransform.yield\n}\n}")
-    with module.context:
-        seq = ir.Module.parse(script)
-        try:
-            interpreter.apply_named_sequence(module.operation, seq.body.operations[0], seq)
-        except Exception as exc:
-            raise CompileError(f"tiling onto blocks/threads failed: {str(exc).strip()[:2000]}",
-                               op="linalg.generic") from exc
+
+    def script(root: ir.Value) -> None:
+        any_op = transform.AnyOpType.get()
+        for tag, lm in mappings:
+            n = len(lm.extents)
+            block = [0] * n
+            for d, t in zip(lm.dims, lm.tile):
+                block[d] = t
+            op = match_tagged(root, attrs.KERNEL, tag)
+            blocks = structured.TileUsingForallOp(any_op, any_op, op, tile_sizes=block,
+                                                  mapping=mapping_attr(*_mapping_attr("block", len(lm.dims))))
+            structured.TileUsingForallOp(any_op, any_op, blocks.tiled_op, num_threads=block,
+                                         mapping=mapping_attr(*_mapping_attr("thread", len(lm.dims))))
+
+    try:
+        apply_transform(module, script)
+    except Exception as exc:
+        raise CompileError(f"tiling onto blocks/threads failed: {str(exc).strip()[:2000]}",
+                           op="linalg.generic") from exc
 
 
 # ------------------------------------------------------------------------------------------ matmul kernels
