@@ -1,6 +1,7 @@
 """Small builders shared by nvgpu's kernel generators (`attention_kernel.py`, `schedule.py`): shared-memory
 types, ``scf.forall`` nests with their GPU mapping, ``scf.if`` with a value, subviews — all with the MLIR
-bindings at the current insertion point."""
+bindings at the current insertion point — and `apply_transform`, which builds a transform-dialect script
+with `mlir.dialects.transform` builders and runs it with the interpreter (`schedule.py`, `lower.py`)."""
 
 from __future__ import annotations
 
