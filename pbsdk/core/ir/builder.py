@@ -81,10 +81,8 @@ def generic(ins: Sequence[tuple[ir.Value, ir.AffineMapAttr]], init: ir.Value, ou
     """A one-result ``linalg.generic`` on tensors: ``ins`` read through their maps, ``init`` written through
     ``out_map``; ``body`` builds the scalar code from the block arguments (one per input, then the output's
     current element) at the block's insertion point and returns the value to yield."""
-    kinds = {i: ir.Attribute.parse(f"#linalg.iterator_type<{i}>") for i in set(iterators)}
-    iterator_attrs = ir.ArrayAttr.get([kinds[i] for i in iterators])
     maps = ir.ArrayAttr.get([m for _, m in ins] + [out_map])
-    op = linalg.GenericOp([init.type], [v for v, _ in ins], [init], maps, iterator_attrs)
+    op = linalg.GenericOp([init.type], [v for v, _ in ins], [init], maps, list(iterators))
     element_types = [ir.ShapedType(v.type).element_type for v, _ in ins] + [ir.ShapedType(init.type).element_type]
     block = op.regions[0].blocks.append(*element_types)
     with ir.InsertionPoint(block):
@@ -97,10 +95,8 @@ def buffer_generic(ins: Sequence[tuple[ir.Value, ir.AffineMapAttr]], outs: Seque
     """A ``linalg.generic`` on buffers (no results): ``ins`` read and ``outs`` updated through their maps;
     ``body`` builds the scalar code from the block arguments (inputs, then outputs) and returns the values
     to yield, one per output."""
-    kinds = {i: ir.Attribute.parse(f"#linalg.iterator_type<{i}>") for i in set(iterators)}
-    iterator_attrs = ir.ArrayAttr.get([kinds[i] for i in iterators])
     maps = ir.ArrayAttr.get([m for _, m in ins] + [m for _, m in outs])
-    op = linalg.GenericOp([], [v for v, _ in ins], [v for v, _ in outs], maps, iterator_attrs)
+    op = linalg.GenericOp([], [v for v, _ in ins], [v for v, _ in outs], maps, list(iterators))
     block = op.regions[0].blocks.append(*[ir.ShapedType(v.type).element_type for v, _ in [*ins, *outs]])
     with ir.InsertionPoint(block):
         linalg.YieldOp(list(body(list(block.arguments))))
