@@ -169,6 +169,19 @@ class UnitOp(Lowering):
     iterator_types: tuple[str, ...]
     count: Counter
 
+    def multiply_accumulate(self, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
+        """Build the unit's arithmetic on one element, at the insertion point: ``x`` (of A) and ``y`` (of
+        B) rounded to ``operand_dtype``, their product added to ``z`` (of C) in ``accumulator_dtype``;
+        the result in C's dtype."""
+        acc = self.accumulator_dtype
+        xa = convert(convert(x, self.operand_dtype), acc)
+        ya = convert(convert(y, self.operand_dtype), acc)
+        if isinstance(acc, ir.FloatType):
+            s = arith.addf(convert(z, acc), arith.mulf(xa, ya))
+        else:
+            s = arith.addi(convert(z, acc), arith.muli(xa, ya))
+        return convert(s, self.c_dtype)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DmaCopy(Lowering):
@@ -294,16 +307,8 @@ def matrix_unit_op(op: UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: Chip
     ``llvm.call_intrinsic``, inline assembly) and keeps ``op.count()``."""
     op.count()
     generic = linalg.GenericOp_([a, b], [c], list(op.indexing_maps), list(op.iterator_types))
-    acc = op.accumulator_dtype
     with ir.InsertionPoint(generic.regions[0].blocks[0]):
-        x, y, z = generic.regions[0].blocks[0].arguments
-        xa = convert(convert(x, op.operand_dtype), acc)
-        ya = convert(convert(y, op.operand_dtype), acc)
-        if isinstance(acc, ir.FloatType):
-            s = arith.addf(convert(z, acc), arith.mulf(xa, ya))
-        else:
-            s = arith.addi(convert(z, acc), arith.muli(xa, ya))
-        linalg.YieldOp([convert(s, op.c_dtype)])
+        linalg.YieldOp([op.multiply_accumulate(*generic.regions[0].blocks[0].arguments)])
 
 
 def vector_tile_op(op: VectorTileOp, operands: Sequence[ir.Value], spec: ChipSpec) -> None:

@@ -25,7 +25,7 @@ from mlir.dialects import arith, memref, scf
 
 from pbsdk.core.spec import ChipSpec
 from pbsdk.targets.template import TemplateTarget
-from pbsdk.targets.template.hooks import DmaCopy, UnitOp, convert
+from pbsdk.targets.template.hooks import DmaCopy, UnitOp
 
 
 def _index(value: int) -> ir.Value:
@@ -69,17 +69,10 @@ def matrix_unit_op(op: UnitOp, a: ir.Value, b: ir.Value, c: ir.Value, spec: Chip
                 extents[expr.position] = _index(shape[pos])
     reductions = [d for d, it in enumerate(op.iterator_types) if it == "reduction"]
     parallels = [d for d, it in enumerate(op.iterator_types) if it == "parallel"]
-    acc = op.accumulator_dtype
 
     def mac(ivs: dict[int, ir.Value]) -> None:
         x, y, z = (memref.load(v, _indices(m, ivs)) for v, m in zip(operands, op.indexing_maps))
-        xa = convert(convert(x, op.operand_dtype), acc)
-        ya = convert(convert(y, op.operand_dtype), acc)
-        if isinstance(acc, ir.FloatType):
-            s = arith.addf(convert(z, acc), arith.mulf(xa, ya))
-        else:
-            s = arith.addi(convert(z, acc), arith.muli(xa, ya))
-        memref.store(convert(s, op.c_dtype), c, _indices(op.indexing_maps[2], ivs))
+        memref.store(op.multiply_accumulate(x, y, z), c, _indices(op.indexing_maps[2], ivs))
 
     _loop_nest(extents, reductions + parallels[::-1], mac)
     op.count()
