@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 from mlir import ir
@@ -87,6 +87,29 @@ def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any) -> ir.Value:
 def rounded(value: float) -> float:
     """A float constant's value as the kernels write it: 10 significant digits (infinities kept)."""
     return value if math.isinf(value) else float(f"{value:.9e}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OperandLayout:
+    """An operand as a descriptor gives it (``operands.q`` ...): its base buffer's ``shape``; element
+    (r, c) for flat batch index β is at ``Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride +
+    c * col_stride`` of the flattened base. Written by `descriptor`, read by the targets that build
+    attention kernels from it (`from_descriptor`)."""
+
+    shape: tuple[int, ...]
+    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
+    row_stride: int
+    col_stride: int
+
+    @classmethod
+    def from_descriptor(cls, raw: Mapping[str, Any]) -> OperandLayout:
+        """The layout from its descriptor entry; ``KeyError``/``TypeError``/``ValueError`` when malformed."""
+        return cls(tuple(int(x) for x in raw["shape"]), tuple((int(a), int(b), int(c)) for a, b, c in raw["batch"]),
+                   int(raw["row_stride"]), int(raw["col_stride"]))
+
+    def offset(self, beta: int, r: int, c: int) -> int:
+        return (sum(((beta // inner) % size) * stride for size, stride, inner in self.batch)
+                + r * self.row_stride + c * self.col_stride)
 
 
 def _operand_json(opnd: Operand | None, shape: tuple[int, ...] | None) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from mlir.dialects import arith, func, memref, scf, vector
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.ir.attention_tiles import DESCRIPTOR_VERSION, batch_start, rounded
+from pbsdk.core.ir.attention_tiles import DESCRIPTOR_VERSION, OperandLayout, batch_start, rounded
 from pbsdk.core.ir.builder import Indices, element_type, float_constant, loop, reassociation
 from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.pipeline import StageContext
@@ -40,17 +40,6 @@ from pbsdk.core.pipeline import StageContext
 LOG2E = 1.0 / math.log(2.0)
 #: exp2(f) on |f| <= 1/2: Taylor coefficients of e^(f ln 2), highest degree first.
 _EXP2_COEFFS = [math.log(2.0) ** k / math.factorial(k) for k in range(6, -1, -1)]
-
-
-@dataclasses.dataclass(frozen=True)
-class Layout:
-    """One operand's base buffer: element (r, c) for flat batch index β is at
-    ``Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride + c * col_stride`` of the flattened base."""
-
-    shape: tuple[int, ...]
-    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
-    row_stride: int
-    col_stride: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,10 +61,10 @@ class LanesKernel:
     qk_keys: int
     pv_cols: int
     threads: int
-    q: Layout
-    k: Layout
-    v: Layout
-    mask: Layout | None
+    q: OperandLayout
+    k: OperandLayout
+    v: OperandLayout
+    mask: OperandLayout | None
     out_shape: tuple[int, ...]
 
     @property
@@ -96,11 +85,6 @@ class LanesKernel:
         return [self.q.shape, self.k.shape, self.v.shape] + ([self.mask.shape] if self.mask else []) + [self.out_shape]
 
 
-def _layout(raw: Mapping[str, Any]) -> Layout:
-    return Layout(tuple(int(x) for x in raw["shape"]), tuple((int(a), int(b), int(c)) for a, b, c in raw["batch"]),
-                  int(raw["row_stride"]), int(raw["col_stride"]))
-
-
 def is_lanes(raw: Mapping[str, Any]) -> bool:
     """Whether a parsed descriptor is of the ``"lanes"`` form (a scratchpad one has no ``form``)."""
     return raw.get("form") == "lanes"
@@ -114,12 +98,13 @@ def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> Lane
                            f"{DESCRIPTOR_VERSION})", op="func.func")
     try:
         ops = raw["operands"]
+        layout = OperandLayout.from_descriptor
         kern = LanesKernel(
             int(raw["batch"]), int(raw["sq"]), int(raw["sk"]), int(raw["d"]), int(raw["dv"]), str(raw["dtype"]),
             None if raw["causal_offset"] is None else int(raw["causal_offset"]), float(raw["scale"]),
             float(raw["mask_scale"]), int(raw["lanes"]), int(raw["q_vectors"]), int(raw["block_k"]),
-            int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), _layout(ops["q"]), _layout(ops["k"]),
-            _layout(ops["v"]), _layout(ops["mask"]) if raw["mask"] else None,
+            int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), layout(ops["q"]), layout(ops["k"]),
+            layout(ops["v"]), layout(ops["mask"]) if raw["mask"] else None,
             tuple(int(x) for x in ops["o"]["shape"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
@@ -469,4 +454,4 @@ class AttentionKernels:
         return module
 
 
-__all__ = ["AttentionKernels", "LanesKernel", "Layout", "build_lanes_kernel", "is_lanes", "parse_descriptor"]
+__all__ = ["AttentionKernels", "LanesKernel", "build_lanes_kernel", "is_lanes", "parse_descriptor"]

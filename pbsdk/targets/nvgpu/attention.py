@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.ir.attention_tiles import OperandLayout
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.spec import ChipSpec, dtype_bits
 from pbsdk.targets.nvgpu.mapping import (
@@ -48,21 +49,6 @@ DESCRIPTOR_VERSION = 1
 SIMT_THREADS = (16, 8)
 #: Largest query/key tiles tried (the shared tiles shrink from there to fit).
 MAX_BLOCK_Q, MAX_BLOCK_K = 128, 128
-
-
-@dataclasses.dataclass(frozen=True)
-class OperandLayout:
-    """Where element (r, c) of an operand is for flat batch index β (element offsets into the flattened
-    base): ``Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride + c * col_stride``."""
-
-    shape: tuple[int, ...]
-    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner)
-    row_stride: int
-    col_stride: int
-
-    def offset(self, beta: int, r: int, c: int) -> int:
-        return (sum(((beta // inner) % size) * stride for size, stride, inner in self.batch)
-                + r * self.row_stride + c * self.col_stride)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,11 +79,6 @@ class AttentionDescriptor:
         return self.batch, self.sq, self.dv
 
 
-def _layout(d: Mapping[str, Any]) -> OperandLayout:
-    return OperandLayout(tuple(int(s) for s in d["shape"]), tuple((int(a), int(b), int(c)) for a, b, c in d["batch"]),
-                         int(d["row_stride"]), int(d["col_stride"]))
-
-
 def parse_descriptor(text: str | Mapping[str, Any]) -> AttentionDescriptor:
     """The descriptor from its JSON text (or dict); a `CompileError` naming what is wrong."""
     try:
@@ -106,14 +87,15 @@ def parse_descriptor(text: str | Mapping[str, Any]) -> AttentionDescriptor:
             raise UnsupportedError(f"attention descriptor version {raw.get('version')} (nvgpu reads "
                                    f"{DESCRIPTOR_VERSION})", op="func.func")
         ops = raw["operands"]
+        layout = OperandLayout.from_descriptor
         unit = raw.get("unit")
         desc = AttentionDescriptor(
             int(raw["batch"]), int(raw["sq"]), int(raw["sk"]), int(raw["d"]), int(raw["dv"]), str(raw["dtype"]),
             None if raw.get("causal_offset") is None else int(raw["causal_offset"]), bool(raw["mask"]),
             int(raw.get("kv_groups", 1)), float(raw["scale"]), float(raw.get("mask_scale", 1.0)),
             int(raw["block_q"]), int(raw["block_k"]), None if unit is None else str(unit["name"]),
-            _layout(ops["q"]), _layout(ops["k"]), _layout(ops["v"]),
-            _layout(ops["mask"]) if raw["mask"] and ops.get("mask") else None)
+            layout(ops["q"]), layout(ops["k"]), layout(ops["v"]),
+            layout(ops["mask"]) if raw["mask"] and ops.get("mask") else None)
     except (KeyError, TypeError, ValueError) as exc:
         raise CompileError(f"malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
     if desc.dtype not in ("f32", "f16", "bf16"):
