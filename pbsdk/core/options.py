@@ -143,13 +143,12 @@ def _check(cls: type, name: str, value: Any, owner: str) -> Any:
     return value
 
 
-def parse_dataclass(cls: type[T], values: Mapping[str, Any], *, owner: str, also_known: tuple[str, ...] = (),
-                    base: T | None = None) -> T:
+def parse_dataclass(cls: type[T], values: Mapping[str, Any], *, owner: str, base: T | None = None) -> T:
     """``cls`` (a frozen options dataclass) from ``values``; every key must be a field of ``cls``."""
     names = known_keys(cls)
     unknown = sorted(str(k) for k in values if k not in names)
     if unknown:
-        known = ", ".join(sorted(set(names + also_known) - {"target"}))
+        known = ", ".join(sorted(set(names) - {"target"}))
         raise OptionsError(f"unknown {owner} option{'s' if len(unknown) > 1 else ''} "
                            f"{', '.join(repr(k) for k in unknown)}; known options: {known}")
     checked = {k: _check(cls, k, v, owner) for k, v in values.items()}
