@@ -48,6 +48,7 @@ from mlir.dialects import affine, arith, func, linalg, memref, scf
 
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
+from pbsdk.core.ir.builder import Indices
 from pbsdk.core.options import Options
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
@@ -329,8 +330,7 @@ class _Rewriter:
                 role, level = item.split("@")
                 self.orders.setdefault(level, []).append(role)
         self.buffers: dict[str, ir.Value] = {}
-        self.constants: dict[int, ir.Value] = {}
-        self.entry: ir.Block | None = None  # the function's entry block (constants go first)
+        self.indices: Indices | None = None  # the function's index constants, made once at its entry
 
     def function(self, arg_types: Sequence[ir.Type]) -> func.FuncOp:
         """The private ``func.func`` of the promotion, appended at the current insertion point."""
@@ -338,7 +338,7 @@ class _Rewriter:
         fn = func.FuncOp(p.function, ir.FunctionType.get(list(arg_types), []), visibility="private")
         entry = fn.add_entry_block()
         self.arg_types = list(arg_types)
-        self.entry = entry
+        self.indices = Indices(entry)
         with ir.InsertionPoint(entry):
             # Buffers of the levels outside the parallel loop: once, for the whole contraction.
             outer = self.allocate([name for name, _ in p.levels[:self.par_level]])
@@ -346,8 +346,7 @@ class _Rewriter:
             for buf in outer:
                 memref.dealloc(buf)
             func.ReturnOp([])
-        for v in sorted(self.constants, reverse=True):  # index constants first, in increasing order
-            self.constants[v].owner.move_before(entry.operations[0])
+        self.indices.hoist()  # index constants first, in increasing order
         return fn
 
     def allocate(self, levels: Sequence[str]) -> list[ir.Value]:
@@ -392,11 +391,8 @@ class _Rewriter:
 
     def index(self, v: int) -> ir.Value:
         """The index constant ``v``, made once at the start of the function."""
-        if v not in self.constants:
-            assert self.entry is not None
-            with ir.InsertionPoint.at_block_begin(self.entry):
-                self.constants[v] = arith.ConstantOp(ir.IndexType.get(), v).result
-        return self.constants[v]
+        assert self.indices is not None
+        return self.indices.c(v)
 
     def copy(self, src: ir.Value, dst: ir.Value) -> None:
         """A tile move, marked `attributes.DMA` with its levels (read off the memory spaces)."""

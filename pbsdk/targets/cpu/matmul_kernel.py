@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
+from pbsdk.core.ir.builder import Indices
 from pbsdk.core.plan.contraction import Blocking
 
 
@@ -100,19 +101,14 @@ class _Index:
     def __init__(self, entry: ir.Block) -> None:
         self.entry = entry
         self.index = ir.IndexType.get()
-        self.consts: dict[int, ir.Operation] = {}
+        self._consts = Indices(entry)
 
     def const(self, v: int) -> ir.Value:
-        if v not in self.consts:
-            with ir.InsertionPoint.at_block_begin(self.entry):
-                self.consts[v] = arith.ConstantOp(self.index, v).operation
-        return self.consts[v].result
+        return self._consts.c(v)
 
     def hoist(self) -> None:
         """Put the constants first in the entry block, in increasing order."""
-        anchor = next(op for op in self.entry.operations if op.operation not in self.consts.values())
-        for v in sorted(self.consts):
-            self.consts[v].move_before(anchor)
+        self._consts.hoist()
 
     @staticmethod
     def add(a: ir.Value, b: ir.Value) -> ir.Value:
