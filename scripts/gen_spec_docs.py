@@ -16,11 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-import annotated_types  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
-from pydantic_core import PydanticUndefined  # noqa: E402
+import annotated_types
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
-from pbsdk.core.spec import models  # noqa: E402
+from pbsdk.core.spec import models
 
 OUT = ROOT / "docs" / "chipspec.md"
 MODELS = [models.ChipSpec, models.ComputeLevel, models.MemoryLevel, models.MatrixUnit, models.VectorUnit]

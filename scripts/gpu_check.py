@@ -50,18 +50,10 @@ ATTENTION: tuple[tuple[str, int, int, int, int, str, bool], ...] = tuple(
 
 
 def _attention_text(b: int, h: int, s: int, d: int, dtype: str, causal: bool, spec: str) -> tuple[str, str]:
-    """(MLIR, source): the core's fused form of ``ops.attention`` when the core fuses attention for nvgpu
-    (``source = "core"``), else the same call built from a descriptor (``tests/nvgpu/attention_cases``)."""
+    """(MLIR, source): the core's fused form of ``ops.attention`` for nvgpu (`attention_cases.AttnCase`)."""
     from attention_cases import AttnCase
 
-    import pbsdk
-    from pbsdk import ops
-
-    q = np.zeros((b, h, s, d), {"f16": np.float16, "f32": np.float32}[dtype])
-    text = pbsdk.jit(lambda q, k, v: ops.attention(q, k, v, causal=causal), target="nvgpu", spec=spec).lower(q, q, q)
-    if "pbsdk.attention" in text:
-        return text, "core"
-    return AttnCase(b, h, s, s, d, d, dtype, causal_offset=0 if causal else None).module_text(), "descriptor"
+    return AttnCase(b, h, s, s, d, d, dtype, causal_offset=0 if causal else None).module_text(spec), "core"
 
 
 def _bench_case(name: str, kind: str, shape: tuple[int, ...], dtype: str) -> Any:
@@ -109,7 +101,7 @@ def prepare(directory: Path, spec: str) -> int:
                                       "causal": causal, "source": source, "kernels": art.metadata.get("kernels")})
         print(f"compiled {name} from the {source} form ({len(art.payload)} B)")
     for case in GPU_CASES:  # what the gpu-marked attention tests load (PBSDK_GPU_ARTIFACTS)
-        art = compile_text(case.module_text(), request)
+        art = compile_text(case.module_text(spec), request)
         (directory / f"{case.name}.pbsdk").write_bytes(art.payload)
         print(f"compiled {case.name} ({len(art.payload)} B)")
     (directory / "manifest.json").write_text(json.dumps(manifest, indent=2))

@@ -1,12 +1,11 @@
-"""Fused-attention test inputs for nvgpu: modules in the form the core emits for a scratchpad spec (an
-entry function calling ``@__pbsdk_attn0`` whose ``pbsdk.attention`` descriptor the target compiles), built
-here from a descriptor so the target is tested independently of the core's emitter, and the numpy
-reference the descriptor means."""
+"""Fused-attention test cases for nvgpu: ``ops.attention`` calls (shapes, causal, additive mask, grouped
+heads, (b, s, h, d) layouts), the module the core emits for them with nvgpu's options (the attention fused
+into the core's scratchpad kernel, which nvgpu maps like every other staged kernel), inputs and the
+numpy reference."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from typing import Any
 
@@ -30,8 +29,6 @@ class AttnCase:
     causal_offset: int | None = None
     mask: bool = False
     kv_heads: int | None = None
-    block_q: int = 64
-    block_k: int = 64
     bshd: bool = False  # Q/K/V stored (b, s, h, d) (rows strided by heads x d), as many models keep them
 
     @property
@@ -56,63 +53,32 @@ class AttnCase:
             out["mask"] = (self.b, self.h, self.sq, self.sk)
         return out
 
-    def descriptor(self) -> dict[str, Any]:
-        g = self.h // self.hk
+    def module_text(self, spec: str = "nvidia/h100") -> str:
+        """The core's module for this call on ``spec`` with nvgpu's options (raises if the core did not fuse
+        the attention: these cases exist to test the fused kernel)."""
+        from pbsdk import ops
+        from pbsdk.core.ir.emit import emit_graph
+        from pbsdk.core.ir.graph import TensorType
+        from pbsdk.core.spec import load_spec
+        from pbsdk.frontends.jit import trace
+        from pbsdk.targets.nvgpu import NvgpuTarget
 
-        def opnd(shape: tuple[int, ...], heads: int, group: int, bshd: bool = False) -> dict[str, Any]:
-            # flat β = bi * h + hi; the head read is hi // group
-            if bshd:
-                _, rows, _, cols = shape
-                return {"shape": list(shape), "batch": [[self.b, heads * rows * cols, self.h],
-                                                        [self.h // group, cols, group]],
-                        "row_stride": heads * cols, "col_stride": 1}
-            _, _, rows, cols = shape
-            return {"shape": list(shape), "batch": [[self.b, heads * rows * cols, self.h],
-                                                    [self.h // group, rows * cols, group]],
-                    "row_stride": cols, "col_stride": 1}
+        causal = self.causal_offset is not None
+        if causal and self.causal_offset != self.sk - self.sq:
+            raise ValueError(f"{self.name}: ops.attention's causal mask has offset sk - sq")
 
-        s = self.shapes
-        unit = None
-        if self.dtype in ("f16", "bf16"):
-            unit = {"name": "mma.sync.m16n8k16", "m": 16, "n": 8, "k": 16, "operand_dtype": self.dtype,
-                    "accumulator_dtype": "f32"}
-        return {"version": 1, "batch": self.b * self.h, "sq": self.sq, "sk": self.sk, "d": self.d, "dv": self.dv,
-                "dtype": self.dtype, "causal_offset": self.causal_offset, "mask": self.mask, "kv_groups": g,
-                "scale": 1.0 / math.sqrt(self.d), "mask_scale": 1.0, "block_q": self.block_q,
-                "block_k": self.block_k, "unit": unit, "level": "smem", "space": 2,
-                "operands": {"q": opnd(s["q"], self.h, 1, self.bshd), "k": opnd(s["k"], self.hk, g, self.bshd),
-                             "v": opnd(s["v"], self.hk, g, self.bshd),
-                             "mask": opnd(s["mask"], self.h, 1) if self.mask else None}}
+        def fn(q: Any, k: Any, v: Any, m: Any = None) -> Any:
+            if self.bshd:
+                q, k, v = (ops.transpose(x, (0, 2, 1, 3)) for x in (q, k, v))
+            return ops.attention(q, k, v, causal=causal, mask=m)
 
-    def module_text(self) -> str:
-        """Linalg-on-tensors input: the entry function calls the attention function on the operands' buffers
-        (the core's form); the attention function's body is trivial (the target ignores it)."""
-        names = ["q", "k", "v"] + (["mask"] if self.mask else [])
-        out = (self.b, self.h, self.sq, self.dv)
-
-        def mt(s: tuple[int, ...]) -> str:
-            return f"memref<{'x'.join(map(str, s))}x{self.dtype}>"
-
-        def tt(s: tuple[int, ...]) -> str:
-            return f"tensor<{'x'.join(map(str, s))}x{self.dtype}>"
-
-        s = self.shapes
-        attr = json.dumps(self.descriptor()).replace('"', '\\"')
-        params = ", ".join(f"%{n}: {mt(s[n])}" for n in names) + f", %o: {mt(out)}"
-        lines = ["module {",
-                 f"  func.func private @__pbsdk_attn0({params}) attributes {{pbsdk.attention = \"{attr}\"}} {{",
-                 "    return", "  }",
-                 (f"  func.func @main({', '.join(f'%{n}t: {tt(s[n])}' for n in names)}) -> {tt(out)} "
-                  "attributes {llvm.emit_c_interface} {")]
-        for n in names:
-            lines.append(f"    %{n}b = bufferization.to_buffer %{n}t read_only : {tt(s[n])} to {mt(s[n])}")
-        lines.append(f"    %ob = memref.alloc() {{alignment = 64 : i64}} : {mt(out)}")
-        types = ", ".join(mt(s[n]) for n in names) + f", {mt(out)}"
-        lines.append(f"    func.call @__pbsdk_attn0({', '.join(f'%{n}b' for n in names)}, %ob) : ({types}) -> ()")
-        lines.append(f"    %r = bufferization.to_tensor %ob restrict writable : {mt(out)} to {tt(out)}")
-        lines.append(f"    return %r : {tt(out)}")
-        lines += ["  }", "}"]
-        return "\n".join(lines)
+        types = tuple(TensorType(shape, self.dtype) for shape in self.shapes.values())
+        graph, _ = trace(fn, types)
+        text = emit_graph(graph, spec=load_spec(spec), forms=NvgpuTarget.attention_forms,
+                          options=NvgpuTarget().parse_options(None))
+        if "pbsdk.attention" not in text:
+            raise ValueError(f"{self.name}: the core did not fuse this attention for {spec}")
+        return text
 
     def inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Random inputs (bf16 as float32 values already rounded to bf16); masks hold -inf here and there."""

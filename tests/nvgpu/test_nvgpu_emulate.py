@@ -52,8 +52,9 @@ def test_emulation_runs_the_scheduled_ir() -> None:
     case = matmul_case(40, 24, 48, "f16")
     kernel = emulate(case.text(), spec="h100", options={"cache": False})
     assert "#gpu.address_space<workgroup>" in kernel.scheduled and "pbsdk.matrix_unit" in kernel.scheduled
-    (mm,) = [k for k in kernel.kernels if k["kind"] == "matmul"]
-    assert mm["mapping"]["compute"] == "mma"
+    assert "#gpu.warp<linear_dim_0>" in kernel.scheduled
+    (mm,) = [k for k in kernel.kernels if k["unit_ops"]]
+    assert mm["kind"] == "tiled" and mm["compute"] == "mma"
 
 
 @pytest.mark.parametrize("shape", [(16, 8, 16), (17, 9, 33), (130, 66, 20)])
@@ -66,10 +67,22 @@ def test_emulated_thread_path_without_matrix_units() -> None:
 
 
 def test_emulation_detects_a_wrong_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A tiling bug (here: the k loop stops one tile early) must show up as a numerical failure."""
-    from pbsdk.targets.nvgpu import mapping
+    """A mapping bug (here: the warps' share of the unit steps leaves out the last accumulator tile)
+    must show up as a numerical failure."""
+    from pbsdk.targets.nvgpu import schedule
 
-    real = mapping.MatmulMapping.k_tiles
-    monkeypatch.setattr(mapping.MatmulMapping, "k_tiles", property(lambda self: max(1, real.fget(self) - 1)))
+    real = schedule._Mapper.spread_over_warps
+
+    def short(self: object, call: object, c_values: object, block: object) -> None:
+        real(self, call, c_values, block)  # type: ignore[arg-type]
+        for op in schedule.ops_named(self.module, "scf.for"):  # type: ignore[attr-defined]
+            ub = op.operands[1]
+            if not isinstance(ub.owner, schedule.ir.Block) and ub.owner.name == "arith.constant" and \
+                    op.parent.name == "scf.forall" and "#gpu.warp" in str(op.parent.attributes["mapping"]):
+                with schedule.ir.InsertionPoint(op), op.location:
+                    one = schedule.arith.constant(schedule.ir.IndexType.get(), 1)
+                    op.operands[1] = schedule.arith.subi(ub, one)
+
+    monkeypatch.setattr(schedule._Mapper, "spread_over_warps", short)
     with pytest.raises(AssertionError):
         _check(matmul_case(32, 16, 64, "f16"), "nvidia/a100")

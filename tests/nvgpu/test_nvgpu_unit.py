@@ -15,10 +15,10 @@ from pbsdk.core.spec import load_spec
 from pbsdk.targets.nvgpu import bundle, runtime
 from pbsdk.targets.nvgpu.mapping import (
     MAX_GRID_YZ,
-    MatmulMapping,
     loop_mapping,
-    matmul_mapping,
     static_shared_bytes,
+    thread_split,
+    warp_share,
 )
 from pbsdk.targets.nvgpu.ptxas import KernelResources, check_resources, parse_resources
 
@@ -64,42 +64,37 @@ def test_loop_mapping_without_parallel_loops_is_one_thread() -> None:
     assert lm.dims == () and lm.threads == 1
 
 
+def test_thread_split_takes_the_innermost_parallel_loops_first() -> None:
+    # a 16 x 64 copy on 128 threads: 64 along the rows' elements, 2 across rows
+    assert thread_split((16, 64), ["parallel", "parallel"], 128) == (2, 64)
+    # a loop no longer than its extent; reductions stay sequential in each thread
+    assert thread_split((37, 100), ["parallel", "reduction"], 128) == (37, 0)
+    assert thread_split((30, 20), ["reduction", "reduction"], 128) == (0, 0)
+    # an unknown (dynamic, unbounded) extent may take every thread
+    assert thread_split((8, None), ["parallel", "parallel"], 128) == (0, 128)
+
+
+def test_warp_share_never_exceeds_the_tiles_or_the_block() -> None:
+    assert warp_share(64, 128, 32) == 4
+    assert warp_share(2, 128, 32) == 2
+    assert warp_share(1, 32, 32) == 1
+
+
 @pytest.mark.parametrize("spec_name", SPECS)
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
-def test_half_matmuls_use_mma_sync_within_shared_memory(spec_name: str, dtype: str) -> None:
+def test_static_shared_memory_is_the_levels_size(spec_name: str) -> None:
     spec = load_spec(spec_name)
-    mm = matmul_mapping(spec, 1, 4096, 4096, 4096, dtype, "f32")
-    assert mm.compute == "mma" and mm.unit == "mma.sync.m16n8k16"
-    assert mm.shared_bytes <= static_shared_bytes(spec) == spec.scratchpads()[0].size_bytes
-    assert mm.bm % (16 * mm.warps_m) == 0 and mm.bn % (8 * mm.warps_n) == 0 and mm.bk % 16 == 0
-    assert mm.threads == 32 * mm.warps_m * mm.warps_n
-    assert mm.threads <= spec.compute[0].limits["max_threads_per_block"]
+    assert static_shared_bytes(spec) == spec.scratchpads()[0].size_bytes
 
 
-def test_f32_matmul_without_matrix_unit_uses_thread_tiles() -> None:
-    mm = matmul_mapping(load_spec("a100"), 1, 100, 70, 50, "f32", "f32")
-    assert mm.compute == "thread" and mm.unit == "fma"
-    assert mm.grid == (1, -(-100 // mm.bm), -(-70 // mm.bn))
-    assert mm.k_tiles == -(-50 // mm.bk)
+@pytest.mark.parametrize("key", ["optin_scratchpad", "double_buffer"])
+def test_nvgpu_refuses_options_it_cannot_honour(key: str) -> None:
+    from pbsdk.core.errors import OptionsError
+    from pbsdk.targets.nvgpu import NvgpuTarget
 
-
-def test_matrix_units_option_turns_mma_off() -> None:
-    mm = matmul_mapping(load_spec("a100"), 1, 256, 256, 256, "f16", "f32", {"matrix_units": False})
-    assert mm.compute == "thread"
-
-
-def test_matmul_tile_follows_the_spec_capacity() -> None:
-    spec = load_spec("a100")
-    small = spec.model_copy(update={"memory": [
-        spec.memory[0], spec.memory[1], spec.memory[2].model_copy(update={"size_bytes": 8192, "max_size_bytes": None})]})
-    big, tight = matmul_mapping(spec, 1, 4096, 4096, 4096, "f16", "f32"), \
-        matmul_mapping(small, 1, 4096, 4096, 4096, "f16", "f32")
-    assert tight.shared_bytes <= 8192 < big.shared_bytes
-
-
-def test_matmul_mapping_rejects_inconsistent_tiles() -> None:
-    with pytest.raises(ValueError):
-        MatmulMapping(1, 64, 64, 64, "f16", "f32", 24, 16, 16, "mma", "mma.sync.m16n8k16", warps_m=1, warps_n=1)
+    opts = NvgpuTarget().parse_options(None)
+    assert not opts.optin_scratchpad and not opts.double_buffer
+    with pytest.raises(OptionsError, match=key):
+        NvgpuTarget().parse_options({key: True})
 
 
 # ---------------------------------------------------------------------------------------------- ptxas

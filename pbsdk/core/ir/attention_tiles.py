@@ -278,6 +278,8 @@ class _Tiles:
 
             par = T > 1
             forall = scf.ForallOp([0], [T], [1]) if par else None
+            if forall is not None and self.plan.compute_level:
+                attrs.set_string(forall, attrs.COMPUTE_LEVEL, self.plan.compute_level)
             with ir.InsertionPoint(forall.body) if forall is not None else ir.InsertionPoint(entry):
                 tid = forall.body.arguments[0] if forall is not None else ix.c(0)
                 i64 = ir.IntegerType.get_signless(64)

@@ -50,7 +50,8 @@ MATRIX_UNIT = "pbsdk.matrix_unit"
 UNIT_OPERAND = "pbsdk.unit_operand"
 UNIT_ACCUMULATOR = "pbsdk.unit_accumulator"
 #: An innermost compute op that no matrix unit serves: ``"vector-fma"`` (a contraction on the vector
-#: unit's register tile) or ``"vector"`` (elementwise work on scratchpad tiles).
+#: unit's register tile), ``"scalar"`` (a contraction on a chip with neither a matrix unit for its dtype
+#: nor a vector unit, e.g. f32 on a GPU spec) or ``"vector"`` (elementwise work on scratchpad tiles).
 COMPUTE = "pbsdk.compute"
 #: A copy between two memory levels (``"outer->inner"`` by level name).
 DMA = "pbsdk.dma"
@@ -74,7 +75,7 @@ _DEFS = (
     AttributeDef(UNIT_OPERAND, "string", "the matrix unit's operand dtype"),
     AttributeDef(UNIT_ACCUMULATOR, "string", "the matrix unit's accumulator dtype"),
     AttributeDef(COMPUTE, "string", "innermost compute without a matrix unit",
-                 check=_one_of("vector-fma", "vector")),
+                 check=_one_of("vector-fma", "scalar", "vector")),
     AttributeDef(DMA, "string", "a copy between memory levels", on=("linalg.copy", "memref.copy"),
                  check=_level_pair),
     AttributeDef(COMPUTE_LEVEL, "string", "a parallel loop over the units of a compute level", on=("scf.forall",),

@@ -259,13 +259,18 @@ def check_capacity(level: str, live: Sequence[Buffer], cap: int, op: str = "lina
 
 
 def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options: Options | Mapping[str, Any] | None,
-                  tiles: Mapping[str, tuple[int, int, int]] | None = None) -> Promotion:
+                  tiles: Mapping[str, tuple[int, int, int]] | None = None,
+                  accumulator_in_registers: bool = True) -> Promotion:
     """Plan ``cop`` and derive its level tiles and buffers; raise `CompileError` when a level overflows.
 
     ``tiles`` overrides the plan's (m, n, k) tile of the named levels. A level's tile is rounded up to a
     multiple of the tile inside it (the compute tile for the innermost), so that tiles nest; each
-    adjustment is recorded in `Promotion.notes`."""
-    plan = plan_contraction(spec, cop.contraction(), options)
+    adjustment is recorded in `Promotion.notes`. ``accumulator_in_registers`` goes to the planner
+    (`plan_contraction`). When the outermost level's tile is partial in m or n (the problem is not a
+    multiple of it) and the plan keeps C out of that level, the level holds C anyway: the inner levels
+    and the unit-sized compute steps work on full tiles, which only its zero-padded buffer keeps inside
+    C's bounds at the edge."""
+    plan = plan_contraction(spec, cop.contraction(), options, accumulator_in_registers=accumulator_in_registers)
     unit = plan.compute
     inner: tuple[int, int, int] = (unit.m, unit.n, unit.k)
     chosen: list[tuple[str, tuple[int, int, int], bool]] = []
@@ -286,6 +291,13 @@ def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options:
         inner = mnk  # type: ignore[assignment]
     if not chosen:
         raise UnsupportedError("no software-managed level to promote into", op="linalg.generic")
+    name, outer, outer_holds = chosen[-1]
+    if not outer_holds:
+        edges = [r for i, r in enumerate("mn") if r in cop.roles and cop.extent(r) % outer[i]]
+        if edges:
+            chosen[-1] = (name, outer, True)
+            notes.append(f"{name}: holds the C tile ({' and '.join(edges)} not a multiple of the tile: the "
+                         "edge tiles are computed in a zero-padded buffer)")
     chosen.reverse()  # outermost first
     levels: list[tuple[str, tuple[int, ...]]] = []
     buffers: list[Buffer] = []
@@ -460,9 +472,10 @@ class _Rewriter:
         name, tile = p.levels[li]
         order = [r for r in self.orders.get(name, ["n", "k", "m"]) if r != "batch"]
         with ExitStack() as stack:
-            offsets = self.loops(["batch"], extent, tile, stack)
-            # The level of the parallel split: its m/n tile loops inside a forall over the parts.
+            # The level of the parallel split: its batch and m/n tile loops inside a forall over the parts
+            # (the forall outermost, so that one parallel region covers the whole contraction).
             runs = self.forall(extent, tile, stack) if li == self.par_level else None
+            offsets = self.loops(["batch"], extent, tile, stack, runs=runs)
             self.loops(order, extent, tile, stack, offsets, runs)
             # This level's tile size in each loop: partial only at the problem's edge (the outermost
             # promoted level); inner levels see full tiles of zero-padded buffers.
@@ -531,11 +544,17 @@ class PromoteToScratchpad:
 
     name = "promote"
     tiles: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    #: The matrix units (by name) the target lowers; None: every unit of the spec.
+    units: tuple[str, ...] | None = None
+    #: Whether the target keeps a block's C tile in registers (False: in the scratchpad, see `plan_contraction`).
+    accumulator_in_registers: bool = True
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
         from mlir import passmanager
 
         spec: ChipSpec = ctx.spec
+        if self.units is not None:
+            spec = spec.model_copy(update={"matrix_units": [u for u in spec.matrix_units if u.name in self.units]})
         options = ctx.options
         # Kernels the core already staged (fused attention: ``pbsdk.attention`` functions) keep their
         # marked copies and unit ops as they are.
@@ -554,7 +573,8 @@ class PromoteToScratchpad:
                 continue
             name = f"__pbsdk_promoted_{len(records)}"
             try:
-                promo = promotion_for(spec, cop, function=name, options=options, tiles=dict(self.tiles))
+                promo = promotion_for(spec, cop, function=name, options=options, tiles=dict(self.tiles),
+                                      accumulator_in_registers=self.accumulator_in_registers)
             except UnsupportedError:
                 continue
             with ir.InsertionPoint(module.body), op.location:

@@ -164,6 +164,7 @@ class AttentionPlan:
     estimate: Estimate | None = None
     schedule: str = "lanes"
     tiles: ScratchpadTiles | None = None
+    compute_level: str = ""  # the compute level whose units the threads are (spec.compute[0]; scratchpad form)
 
     @property
     def block_q(self) -> int:
@@ -456,7 +457,7 @@ def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -
     estimate = _scratchpad_estimate(spec, op, tiles, computed * op.batch, threads)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
     return AttentionPlan(op, True, tuple(reasons), lanes=lanes, block_k=bc, threads=threads, level=level.name,
-                         footprint_bytes=tiles.footprint_bytes, budget_bytes=cap, tiles_total=total * op.batch,
+                         compute_level=spec.compute[0].name, footprint_bytes=tiles.footprint_bytes, budget_bytes=cap, tiles_total=total * op.batch,
                          tiles_computed=computed * op.batch, score_bytes_unfused=score_bytes, estimate=estimate,
                          schedule="scratchpad", tiles=tiles)
 

@@ -418,9 +418,13 @@ def _grow(spec: ChipSpec, op: Contraction, level: MemoryLevel, inner: tuple[int,
 
 
 def plan_contraction(spec: ChipSpec, op: Contraction,
-                     options: Options | Mapping[str, Any] | None = None) -> ContractionPlan:
+                     options: Options | Mapping[str, Any] | None = None, *,
+                     accumulator_in_registers: bool = True) -> ContractionPlan:
     """The full plan for ``op`` on ``spec`` (see the module docstring for the model). ``options``: the
-    compilation's `Options` (or a mapping of core option keys, parsed)."""
+    compilation's `Options` (or a mapping of core option keys, parsed). ``accumulator_in_registers``:
+    whether the lowering can keep a level's C tile in its compute level's registers (False: every
+    software-managed level holds its C tile, as a target whose unit steps read and write C in the
+    scratchpad needs)."""
     opts = as_options(options)
     unit, why_unit = compute_tile(spec, op, opts)
     reasons = [why_unit]
@@ -428,7 +432,8 @@ def plan_contraction(spec: ChipSpec, op: Contraction,
     tiles: list[LevelTile] = []
     for level in reversed(spec.memory[1:]):  # innermost first
         budget, double = _level_budget(level, opts)
-        (tm, tn, tk), acc_here = _grow(spec, op, level, inner, budget, double, unit.kind != "scalar")
+        (tm, tn, tk), acc_here = _grow(spec, op, level, inner, budget, double,
+                                        unit.kind != "scalar" and accumulator_in_registers)
         fp = _footprint(op, tm, tn, tk, double, acc_here)
         if fp > budget:
             reasons.append(f"{level.name}: even the inner tile {tm}x{tn}x{tk} ({fp} B) exceeds the budget "

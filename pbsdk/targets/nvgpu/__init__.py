@@ -1,32 +1,35 @@
-"""The NVIDIA GPU reference target: bufferized linalg -> blocks/warps/threads -> NVVM -> PTX -> cubin.
+"""The NVIDIA GPU reference target: the core's tiled form -> blocks/warps/threads -> NVVM -> PTX -> cubin.
 
 Stages after the core's (see ``docs/nvgpu.md`` for the walk-through):
 
-=============  =================================================================================
-``schedule``   every linalg op tiled onto the hierarchy as ``scf.forall`` nests (`schedule.py`):
-               matmuls blocked through shared memory with ``mma.sync`` steps, the rest one point
-               per thread; target-neutral in form, so `emulate.py` runs it on the host
-``map-gpu``    ``gpu.launch`` per kernel, loops mapped to block/thread/warp ids (`lower.py`)
-``outline``    kernels outlined into one ``gpu.module``; shared buffers become ``.shared`` globals
-``nvvm``       NVVM/LLVM dialect for the spec's ``codegen.arch`` (libdevice linked when needed)
-``ptx``        PTX text from LLVM's NVPTX back end; the host function read as a launch plan
-``cubin``      ``ptxas -v``: a cubin, and registers/spills/shared memory checked against the spec
-``artifact``   the ``.pbsdk`` file (`bundle.py`): PTX + cubin + launch metadata
-=============  =================================================================================
+==================  ============================================================================
+``promote``         core: contractions tiled and staged in shared memory (operand and accumulator
+                    tiles), mma.sync-sized unit steps (`MMA_UNITS`)
+``promote-vector``  core: every other op tiled and staged in shared memory
+``schedule``        the core's tiled form onto blocks/warps/threads (`schedule.py`); target-neutral
+                    in form, so `emulate.py` runs it on the host
+``map-gpu``         ``gpu.launch`` per kernel, loops mapped to block/thread/warp ids (`lower.py`)
+``outline``         kernels outlined into one ``gpu.module``; shared buffers become ``.shared`` globals
+``nvvm``            NVVM/LLVM dialect for the spec's ``codegen.arch`` (libdevice linked when needed)
+``ptx``             PTX text from LLVM's NVPTX back end; the host function read as a launch plan
+``cubin``           ``ptxas -v``: a cubin, and registers/spills/shared memory checked against the spec
+``artifact``        the ``.pbsdk`` file (`bundle.py`): PTX + cubin + launch metadata
+==================  ============================================================================
 
 Loading goes through `runtime.py` (ctypes on the CUDA driver, no MLIR): without a GPU, `load` raises
 `DeviceUnavailableError`. Options (`NvgpuOptions`): ``ptxas`` (default True; False makes a PTX-only artifact
-without resource checks), ``allow_spills`` (default False); the core's ``matrix_units`` (default True).
+without resource checks), ``allow_spills`` (default False); the core's ``matrix_units`` (default True);
+``optin_scratchpad`` and ``double_buffer`` are always off (static shared memory, single-buffered tiles).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pbsdk.core.errors import CompileError, TargetError
+from pbsdk.core.errors import CompileError, OptionsError, TargetError
 from pbsdk.core.options import Options, TargetOptions
 from pbsdk.core.target import Artifact, Executable, Target
 
@@ -63,6 +66,10 @@ def _cubin(ptx: Any, ctx: StageContext) -> Any:
     ctx.notes["nvgpu.resources"] = {k: vars(v) | {} for k, v in resources.items()}
     ctx.notes["nvgpu.cubin"] = cubin
     return cubin
+
+
+#: The matrix units this target issues (`mma.py`): warp-level mma.sync, 16x8x16, f16/bf16 -> f32.
+MMA_UNITS = ("mma.sync.m16n8k16",)
 
 
 def _artifact(_binary: Any, ctx: StageContext) -> Artifact:
@@ -117,12 +124,23 @@ class NvgpuTarget(Target):
     """NVIDIA GPUs: code generation from the chip spec (``codegen.arch``, limits, shared memory)."""
 
     name = "nvgpu"
-    # Fused attention in the scratchpad form: `schedule` replaces each call by this target's kernel
-    # (`attention.py`, `attention_kernel.py`), generated from the function's pbsdk.attention descriptor.
+    # Fused attention in the scratchpad form: the core's kernel (`pbsdk.core.ir.attention_tiles`), mapped by
+    # `schedule` like every other staged kernel.
     attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
     options_type = NvgpuOptions
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
+
+    def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:
+        """The core's and `NvgpuOptions`; shared memory is placed statically (``.shared`` arrays of the
+        level's ``size_bytes``) and tiles are single-buffered, so ``optin_scratchpad`` and ``double_buffer``
+        are off — asking for either is an `OptionsError`."""
+        raw = values if isinstance(values, Mapping) else {}
+        for key in ("optin_scratchpad", "double_buffer"):
+            if raw.get(key) is True:
+                raise OptionsError(f"nvgpu option '{key}': not supported (shared memory is static and tiles "
+                                   "single-buffered); leave it unset or false")
+        return super().parse_options(values).replace(optin_scratchpad=False, double_buffer=False)
 
     def check_spec(self, spec: ChipSpec) -> None:
         if spec.kind != "gpu":
@@ -133,11 +151,18 @@ class NvgpuTarget(Target):
             raise TargetError(f"target 'nvgpu' needs a software-managed shared-memory level in '{spec.name}'")
 
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
+        from pbsdk.core.passes.promote import PromoteToScratchpad
+        from pbsdk.core.passes.promote_vector import PromoteVectorOps
         from pbsdk.core.pipeline import Stage
         from pbsdk.targets.nvgpu import lower
         from pbsdk.targets.nvgpu.schedule import Schedule
 
         return (
+            Stage("promote", fn=PromoteToScratchpad(units=MMA_UNITS, accumulator_in_registers=False).apply,
+                  marks=True, description="core: contractions tiled by the plan, operand and accumulator tiles "
+                                          "in static shared memory, mma.sync-sized unit steps"),
+            Stage("promote-vector", fn=PromoteVectorOps().apply, marks=True,
+                  description="core: every other op tiled by its plan and staged in shared memory"),
             Stage("schedule", fn=Schedule().apply, marks=True,
                   description="linalg ops tiled onto blocks/warps/threads (scf.forall), shared-memory tiles"),
             Stage("map-gpu", fn=lower.map_gpu, description="gpu.launch per kernel; loops to block/thread ids"),

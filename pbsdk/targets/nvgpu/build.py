@@ -1,4 +1,4 @@
-"""Small builders shared by nvgpu's kernel generators (`attention_kernel.py`, `schedule.py`): shared-memory
+"""Small builders for nvgpu's stages (`schedule.py`, `lower.py`): shared-memory
 types, ``scf.forall`` nests with their GPU mapping, ``scf.if`` with a value, subviews — all with the MLIR
 bindings at the current insertion point — and `apply_transform`, which builds a transform-dialect script
 with `mlir.dialects.transform` builders and runs it with the interpreter (`schedule.py`, `lower.py`)."""

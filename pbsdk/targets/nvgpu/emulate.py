@@ -97,6 +97,11 @@ def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] 
     ctx_notes.update(entry=sctx.notes["entry"], inputs=sctx.notes["inputs"], outputs=sctx.notes["outputs"])
 
     host = ir.Module.parse(host_module_text(scheduled), ir.Context())
+    from pbsdk.core.passes import ops_named
+
+    for call in ops_named(host, "func.call"):  # the unit steps' host bodies are inlined here
+        if "no_inline" in call.attributes:
+            del call.attributes["no_inline"]
     with host.context:
         passmanager.PassManager.parse(
             "builtin.module(inline, symbol-dce, scf-forall-to-for, canonicalize, "

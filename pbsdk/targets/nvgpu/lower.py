@@ -100,6 +100,9 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
             with ir.InsertionPoint(module.body), ir.Location.unknown():
                 mma_gpu_function(name, types, unit, b_transposed=b_transposed)
             fn.operation.erase()
+        for call in ops_named(module, "func.call"):  # `schedule` kept the unit steps calls until now
+            if "no_inline" in call.attributes:
+                del call.attributes["no_inline"]
     run_passes(module, "inline, symbol-dce, canonicalize")
     entry = entry_function(module, ctx.notes["entry"])
     launches: list[tuple[ir.Operation, list[int], list[int]]] = []

@@ -1,37 +1,42 @@
-"""Stage ``schedule``: the bufferized entry function tiled onto blocks/warps/threads as ``scf.forall`` nests.
+"""Stage ``schedule``: the core's tiled form mapped onto blocks, warps and threads as ``scf.forall`` nests.
 
-This IR is target-neutral in form (loops, subviews, buffers in the workgroup address space, one private
-function per matrix-unit instruction shape), so the same module is both lowered to the GPU (`lower.py`)
-and, with the parallel loops serialised, executed on the host (`emulate.py`).
+nvgpu has no kernels of its own: the core's ``promote`` and ``promote-vector`` stages (run with the units
+this target issues, operand *and* accumulator tiles in static shared memory) have already tiled every
+op by the plan, staged its tiles in the shared-memory level with copies marked ``pbsdk.dma``, and left
+the innermost compute as ops marked ``pbsdk.matrix_unit`` (one ``mma.sync.m16n8k16`` step each) or
+``pbsdk.compute`` (fused attention arrives in the same form). This stage only maps that form:
 
-- Every ``memref.copy`` becomes a ``linalg.copy`` and every named op except the matmuls is generalised,
-  so one mechanism maps them all: `mapping.loop_mapping` picks the parallel loops and the upstream
-  ``transform.structured.tile_using_forall`` (a transform script built with `mlir.dialects.transform`
-  builders, run by the interpreter) tiles them twice — block tiles (``#gpu.block``) and one point
-  per thread (``#gpu.thread``).
-- ``linalg.matmul``/``linalg.batch_matmul`` are replaced by the kernel `mapping.matmul_mapping`
-  describes, built with the bindings' builders (`matmul_kernel`): per block, the f32 accumulator tile
-  is loaded into shared memory, the k loop copies zero-padded operand tiles into shared memory (all
-  threads, ``#gpu.thread<linear_dim_0>``), then the compute step runs per warp (``#gpu.warp``) as calls to ``@__pbsdk_mma_*`` — a private function
-  holding one 16x8x16 ``linalg.matmul`` marked ``pbsdk.matrix_unit`` that the GPU lowering replaces by
-  ``mma.sync`` — or per thread as a small ``linalg.matmul``; finally the tile is stored back, guarded at
-  the edges. Barriers between these steps come from the upstream thread mapping (one after each forall).
+- buffers in the scratchpad's memory space move to the workgroup address space (`to_workgroup`);
+- each ``scf.forall`` marked ``pbsdk.compute_level = "<spec.compute[0]>"`` (the parts over the SMs) is
+  mapped to ``#gpu.block``; staged code the core left in one part is wrapped in a forall of one block
+  (`wrap_unsplit_kernels`);
+- inside a block, every matrix-unit op becomes a call of a private function (``@__pbsdk_mma_<i>``, marked
+  ``pbsdk.matrix_unit``: its host body is the ``linalg.matmul`` the emulation runs, `lower.py` gives it the
+  ``mma.sync`` body) and the loops around it that pick disjoint C tiles are spread over the block's warps
+  (``#gpu.warp<linear_dim_0>``, a warp walking every ``warps``-th tile); every other op (copies, fills,
+  elementwise and reduction steps) is tiled over the block's threads with the upstream
+  ``transform.structured.tile_using_forall`` (``#gpu.thread<linear_dim_*>``, innermost parallel loop
+  first, reductions sequential in each thread);
+- what the core left on main memory is tiled onto blocks and one point per thread (`mapping.loop_mapping`).
+
+Barriers between the steps come from the upstream thread mapping (one after each thread or warp loop).
+The IR is target-neutral in form, so the same module is both lowered to the GPU (`lower.py`) and, with the
+parallel loops serialised, executed on the host (`emulate.py`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-from collections.abc import Callable, Sequence
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from mlir import ir, passmanager
 from mlir.dialects import arith, func, linalg, memref, scf, transform
 from mlir.dialects.transform import structured
 
-from pbsdk.core.errors import CompileError
+from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.ir.builder import element_type, float_constant, loop
 from pbsdk.core.passes import ops_named
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
@@ -39,17 +44,19 @@ from pbsdk.targets.nvgpu.build import (
     LINEAR,
     apply_transform,
     forall,
-    if_else,
-    in_forall,
     mapping_attr,
     match_tagged,
-    smem_type,
-    subview,
-    view_type,
+    transposed_b_maps,
+    workgroup,
 )
-from pbsdk.targets.nvgpu.mapping import LoopMapping, MatmulMapping, loop_mapping, matmul_mapping, warp_width
-
-MATMUL_OPS = ("linalg.matmul", "linalg.batch_matmul")
+from pbsdk.targets.nvgpu.mapping import (
+    LoopMapping,
+    block_thread_limit,
+    loop_mapping,
+    thread_split,
+    warp_share,
+    warp_width,
+)
 
 
 def run_passes(module: ir.Module, pipeline: str) -> None:
@@ -113,274 +120,412 @@ def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> N
                            op="linalg.generic") from exc
 
 
-# ------------------------------------------------------------------------------------------ matmul kernels
+# ------------------------------------------------------------------------------------------ the tiled form
 
-def mma_types(mm: MatmulMapping) -> tuple[ir.MemRefType, ir.MemRefType, ir.MemRefType]:
-    """The subview types the matrix-unit function takes (views into the shared-memory tiles)."""
-    t, acc = element_type(mm.dtype), element_type(mm.acc_dtype)
-    return view_type(16, 16, mm.bk, t), view_type(16, 8, mm.bn, t), view_type(16, 8, mm.bn, acc)
-
-
-def mma_function_name(mm: MatmulMapping) -> str:
-    return f"__pbsdk_mma_m16n8k16_{mm.dtype}_{mm.acc_dtype}_k{mm.bk}_n{mm.bn}"
+def _smem_spaces(spec: Any) -> set[int]:
+    """The memory spaces (indices into ``spec.memory``) of the software-managed on-chip levels."""
+    pads = {lv.name for lv in spec.scratchpads()}
+    return {i for i, lv in enumerate(spec.memory) if lv.name in pads and i > 0}
 
 
-def mma_function(mm: MatmulMapping) -> func.FuncOp:
-    """The matrix-unit step as a linalg op (what the host emulation runs; the GPU lowering swaps it), built
-    at the current insertion point."""
-    ta, tb, tc = mma_types(mm)
-    fn = func.FuncOp(mma_function_name(mm), ir.FunctionType.get([ta, tb, tc], []), visibility="private")
-    attrs.set_string(fn.operation, attrs.MATRIX_UNIT, mm.unit or "")
-    with ir.InsertionPoint(fn.add_entry_block()):
-        a, b, c = fn.arguments
-        linalg.matmul(a, b, outs=[c])
-        func.ReturnOp([])
-    return fn
+def _is_memref(t: ir.Type) -> bool:
+    return isinstance(t, ir.MemRefType)
 
 
-def matmul_kernel(mm: MatmulMapping, types: Sequence[ir.Type], name: str) -> func.FuncOp:
-    """The blocked matmul as a function of (A, B, C) — see the module docstring — built with the bindings'
-    builders at the current insertion point."""
-    T, ACC = element_type(mm.dtype), element_type(mm.acc_dtype)
-    index = ir.IndexType.get()
-    batched = mm.batch > 1 or len(ir.MemRefType(types[0]).shape) == 3
-    nt = mm.threads
-    fn = func.FuncOp(name, ir.FunctionType.get(list(types), []), visibility="private")
-    A, B, C = fn.add_entry_block().arguments
-    with ir.InsertionPoint(fn.entry_block):
-        c = {v: arith.constant(index, v) for v in sorted({0, 1, mm.m, mm.n, mm.k, mm.bm, mm.bn, mm.bk, nt,
-                                                          mm.k_tiles, mm.bm * mm.bn, mm.bm * mm.bk,
-                                                          mm.bk * mm.bn, 16, 8})}
-        zt = float_constant(0.0, T)
-        za = float_constant(0.0, ACC)
-        blocks = forall(mm.grid, mapping_attr("#gpu.block<z>", "#gpu.block<y>", "#gpu.block<x>"))
-        bz, by, bx = blocks.body.arguments
-        with ir.InsertionPoint(blocks.body):
-            i0 = arith.muli(by, c[mm.bm])
-            j0 = arith.muli(bx, c[mm.bn])
-            sa_t, sb_t = smem_type((mm.bm, mm.bk), T), smem_type((mm.bk, mm.bn), T)
-            sc_t = smem_type((mm.bm, mm.bn), ACC)
-            i64 = ir.IntegerType.get_signless(64)
-            sa, sb, sc = (memref.alloc(t, [], [], alignment=ir.IntegerAttr.get(i64, 16)) for t in (sa_t, sb_t, sc_t))
-            lead = [bz] if batched else []
+def to_workgroup(root: ir.Operation, spaces: set[int]) -> int:
+    """Retype every memref value under ``root`` in one of the scratchpad ``spaces`` to the workgroup
+    address space (what NVVM lowers to ``.shared``); returns how many values changed."""
+    ws = workgroup()
+    changed = 0
 
-            def guarded_copy(t: ir.Value, rows: int, cols: int, src: ir.Value, dst: ir.Value, r0: ir.Value,
-                             c0: ir.Value, rmax: int, cmax: int, etype: ir.Type, zero: ir.Value,
-                             store_back: bool = False) -> None:
-                """Each thread moves elements t, t+NT, ... of a rows x cols tile; out-of-range reads are zero."""
-                with loop(t, c[rows * cols], c[nt]) as lp:
-                    ev = lp.induction_variable
-                    r = arith.divui(ev, c[cols])
-                    q = arith.remui(ev, c[cols])
-                    gi = arith.addi(r0, r)
-                    gj = arith.addi(c0, q)
-                    ii = arith.cmpi(arith.CmpIPredicate.ult, gi, c[rmax])
-                    ij = arith.cmpi(arith.CmpIPredicate.ult, gj, c[cmax])
-                    inside = arith.andi(ii, ij)
-                    if store_back:
-                        guard = scf.IfOp(inside)
-                        with ir.InsertionPoint(guard.then_block):
-                            memref.store(memref.load(src, [r, q]), dst, [*lead, gi, gj])
-                            scf.YieldOp([])
-                    else:
-                        v = if_else(inside, etype, lambda: memref.load(src, [*lead, gi, gj]), zero)
-                        memref.store(v, dst, [r, q])
+    def retype(v: ir.Value) -> None:
+        nonlocal changed
+        t = v.type
+        if not _is_memref(t):
+            return
+        mt = ir.MemRefType(t)
+        ms = mt.memory_space
+        if ms is None or not isinstance(ms, ir.IntegerAttr) or ir.IntegerAttr(ms).value not in spaces:
+            return
+        v.set_type(ir.MemRefType.get(list(mt.shape), mt.element_type, mt.layout, ws))
+        changed += 1
 
-            # 1. the accumulator tile (C holds the initial value, e.g. the fill) into shared memory
-            with in_forall([nt], *LINEAR) as (t,):
-                guarded_copy(t, mm.bm, mm.bn, C, sc, i0, j0, mm.m, mm.n, ACC, za)
-            # 2. the k loop: operand tiles into shared memory, then the compute step
-            with loop(c[0], c[mm.k_tiles], c[1]) as kloop:
-                k0 = arith.muli(kloop.induction_variable, c[mm.bk])
-                with in_forall([nt], *LINEAR) as (t,):
-                    guarded_copy(t, mm.bm, mm.bk, A, sa, i0, k0, mm.m, mm.k, T, zt)
-                    guarded_copy(t, mm.bk, mm.bn, B, sb, k0, j0, mm.k, mm.n, T, zt)
-                if mm.compute == "mma":
-                    wtm, wtn = mm.bm // mm.warps_m, mm.bn // mm.warps_n
-                    ta, tb, tc = mma_types(mm)
-                    with in_forall([mm.warps_m, mm.warps_n], "#gpu.warp<linear_dim_1>",
-                                   "#gpu.warp<linear_dim_0>") as (wy, wx):
-                        cwm = arith.constant(index, wtm)
-                        cwn = arith.constant(index, wtn)
-                        wm0 = arith.muli(wy, cwm)
-                        wn0 = arith.muli(wx, cwn)
-                        with loop(c[0], cwm, c[16]) as mi, loop(c[0], cwn, c[8]) as ni, \
-                                loop(c[0], c[mm.bk], c[16]) as ki:
-                            r = arith.addi(wm0, mi.induction_variable)
-                            q = arith.addi(wn0, ni.induction_variable)
-                            k = ki.induction_variable
-                            av = subview(sa, [r, k], [16, 16], ta)
-                            bv = subview(sb, [k, q], [16, 8], tb)
-                            cv = subview(sc, [r, q], [16, 8], tc)
-                            func.CallOp([], mma_function_name(mm), [av, bv, cv])
-                else:
-                    ty, tx = mm.bm // mm.tm, mm.bn // mm.tn
-                    va = view_type(mm.tm, mm.bk, mm.bk, T)
-                    vb = view_type(mm.bk, mm.tn, mm.bn, T)
-                    vc = view_type(mm.tm, mm.tn, mm.bn, ACC)
-                    with in_forall([ty, tx], "#gpu.thread<linear_dim_1>", "#gpu.thread<linear_dim_0>") as (y, x):
-                        ctm = arith.constant(index, mm.tm)
-                        ctn = arith.constant(index, mm.tn)
-                        r = arith.muli(y, ctm)
-                        q = arith.muli(x, ctn)
-                        av = subview(sa, [r, 0], [mm.tm, mm.bk], va)
-                        bv = subview(sb, [0, q], [mm.bk, mm.tn], vb)
-                        cv = subview(sc, [r, q], [mm.tm, mm.tn], vc)
-                        linalg.matmul(av, bv, outs=[cv])
-            # 3. the accumulator tile back to C, inside the bounds only
-            with in_forall([nt], *LINEAR) as (t,):
-                guarded_copy(t, mm.bm, mm.bn, sc, C, i0, j0, mm.m, mm.n, ACC, za, store_back=True)
-            for buf in (sa, sb, sc):
-                memref.dealloc(buf)
-            scf.InParallelOp()
-        func.ReturnOp([])
-    return fn
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        for r in op.results:
+            retype(r)
+        for region in op.regions:
+            for block in region.blocks:
+                for a in block.arguments:
+                    retype(a)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return changed
 
 
-def _matmul_shape(op: ir.Operation) -> tuple[int, int, int, int, str, str] | None:
-    types = [ir.MemRefType(v.type) for v in op.operands]
-    a, _, c = types
-    if not all(t.has_static_shape for t in types):
+def _in_workgroup(t: ir.Type) -> bool:
+    return _is_memref(t) and ir.MemRefType(t).memory_space is not None and \
+        str(ir.MemRefType(t).memory_space) == str(workgroup())
+
+
+def wrap_unsplit_kernels(entry: ir.Operation, level: str) -> int:
+    """Staged code the core did not split over the compute level (one part) runs as one block: each run of
+    top-level ops from a scratchpad ``memref.alloc`` to the last ``memref.dealloc`` of the buffers opened in
+    it moves into an ``scf.forall`` of one iteration, mapped to ``#gpu.block<x>`` and marked with the
+    compute level like the core's split loops. Returns how many were wrapped."""
+    block = entry.regions[0].blocks[0]
+    ops = [op.operation for op in block.operations]
+    groups: list[tuple[int, int]] = []
+    i = 0
+    while i < len(ops):
+        op = ops[i]
+        if op.name == "memref.alloc" and _in_workgroup(op.results[0].type):
+            open_ = {op.results[0]}
+            j = i
+            while open_ and j + 1 < len(ops):
+                j += 1
+                nxt = ops[j]
+                if nxt.name == "memref.alloc" and _in_workgroup(nxt.results[0].type):
+                    open_.add(nxt.results[0])
+                elif nxt.name == "memref.dealloc" and nxt.operands[0] in open_:
+                    open_.discard(nxt.operands[0])
+            if open_:
+                raise CompileError("a shared-memory buffer of the staged code is never released", op="memref.alloc")
+            groups.append((i, j))
+            i = j + 1
+        else:
+            i += 1
+    for lo, hi in groups:
+        with ir.InsertionPoint(ops[lo]), ops[lo].location:
+            loop_op = forall([1], mapping_attr("#gpu.block<x>"))
+            attrs.set_string(loop_op, attrs.COMPUTE_LEVEL, level)
+            with ir.InsertionPoint(loop_op.body):
+                term = scf.InParallelOp()
+        for op in ops[lo:hi + 1]:
+            op.move_before(term)
+    return len(groups)
+
+
+def _structured(root: ir.Operation) -> list[ir.Operation]:
+    """The linalg ops under ``root`` (not their bodies' ``linalg.yield``/``linalg.index``), in walk order."""
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name.startswith("linalg.") and op.name not in ("linalg.yield", "linalg.index"):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
+
+
+def _static_index(v: ir.Value) -> int | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block) or owner.name != "arith.constant":
         return None
-    batch = a.shape[0] if op.name == "linalg.batch_matmul" else 1
-    return batch, c.shape[-2], c.shape[-1], a.shape[-1], str(a.element_type), str(c.element_type)
+    return ir.IntegerAttr(owner.attributes["value"]).value
 
 
-def _build_in_place(module: ir.Module, op: ir.Operation, build: Callable[[], func.FuncOp]) -> None:
-    """Build a kernel (one function of op's operands: ``build`` at an insertion point of a scratch module)
-    and move its body in place of ``op``, which is erased."""
-    with module.context, ir.Location.unknown():
-        scratch = ir.Module.create()
-        with ir.InsertionPoint(scratch.body):
-            fn = build().operation
-    block = fn.regions[0].blocks[0]
-    for arg, value in zip(block.arguments, op.operands):
-        arg.replace_all_uses_with(value)
-    for inner in list(block.operations):
-        if inner.operation.name == "func.return":
-            break
-        inner.operation.move_before(op)
-    op.erase()
+def _upper_bounds(v: ir.Value) -> list[int | None]:
+    """Static sizes of memref ``v``, a dynamic one bounded by the buffer it is a (same-rank) subview of."""
+    t = ir.MemRefType(v.type)
+    sizes: list[int | None] = [s if s >= 0 else None for s in t.shape]
+    owner = v.owner
+    if None in sizes and not isinstance(owner, ir.Block) and owner.name == "memref.subview":
+        src = owner.operands[0]
+        if ir.MemRefType(src.type).rank == t.rank:
+            outer = _upper_bounds(src)
+            sizes = [s if s is not None else o for s, o in zip(sizes, outer)]
+    return sizes
+
+
+def _loop_dims(op: ir.Operation) -> tuple[list[int | None], list[str]]:
+    """Upper bounds of a generic's loops (None where nothing static bounds them) and iterator kinds."""
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    iterators = [str(a).split("<")[-1].rstrip(">") for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    extents: list[int | None] = [None] * len(iterators)
+    for value, amap in zip(op.operands, maps):
+        if not _is_memref(value.type):
+            continue
+        for size, expr in zip(_upper_bounds(value), amap.results):
+            if isinstance(expr, ir.AffineDimExpr) and size is not None:
+                d = ir.AffineDimExpr(expr).position
+                extents[d] = size if extents[d] is None else min(extents[d], size)  # type: ignore[type-var]
+    return extents, iterators
+
+
+def _def_chain(v: ir.Value) -> set[ir.Value]:
+    """``v`` and the values its view ops (subviews, reshapes, affine index arithmetic) read, transitively."""
+    seen: set[ir.Value] = set()
+    todo = [v]
+    while todo:
+        x = todo.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        owner = x.owner
+        if isinstance(owner, ir.Block):
+            continue
+        if owner.name.startswith(("memref.", "affine.", "arith.")):
+            todo.extend(owner.operands)
+    return seen
+
+
+class _Mapper:
+    """Maps one block's tiled form onto warps and threads (see `Schedule`)."""
+
+    def __init__(self, module: ir.Module, spec: Any, threads: int, warp: int) -> None:
+        self.module = module
+        self.spec = spec
+        self.threads = threads
+        self.warp = warp
+        self.mma_funcs: dict[tuple[object, ...], str] = {}
+        self.tagged: list[tuple[int, list[int]]] = []
+        self.index = ir.IndexType.get()
+
+    # ---------------------------------------------------------------- unit ops -> warps
+
+    def unit_form(self, op: ir.Operation) -> bool | None:
+        """Whether a matrix-unit op this target issues as ``mma.sync`` (A read as (m, k), C as (m, n),
+        size-1 batch dims aside) reads B transposed, as (n, k); None when its form is another (it then
+        runs on the threads)."""
+        unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
+        if not unit.startswith("mma.sync.m16n8k16"):
+            return None
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        _, iterators = _loop_dims(op)
+        if len(maps) != 3 or iterators.count("reduction") != 1:
+            return None
+        dims = [[ir.AffineDimExpr(e).position if isinstance(e, ir.AffineDimExpr) else -1 for e in m.results]
+                for m in maps]
+        a, b, c = (set(d) - {-1} for d in dims)
+        k = iterators.index("reduction")
+        batch = a & b & c
+        ms, ns = (a & c) - batch, (b & c) - batch
+        if len(ms) != 1 or len(ns) != 1:
+            return None
+        m, n = ms.pop(), ns.pop()
+        keep = lambda d: [x for x in d if x not in batch]
+        if keep(dims[0]) != [m, k] or keep(dims[2]) != [m, n] or keep(dims[1]) not in ([k, n], [n, k]):
+            return None
+        return keep(dims[1]) == [n, k]
+
+    def drop_unit_dims(self, v: ir.Value, rank: int) -> ir.Value:
+        """``v`` as a rank-``rank`` view (its size-1 leading dims dropped: the batch dims of one unit step)."""
+        t = ir.MemRefType(v.type)
+        if t.rank == rank:
+            return v
+        strides, offset = t.get_strides_and_offset()
+        keep = list(range(t.rank - rank, t.rank))
+        rtype = ir.MemRefType.get([t.shape[d] for d in keep], t.element_type,
+                                  ir.StridedLayoutAttr.get(offset, [strides[d] for d in keep]), t.memory_space)
+        return memref.SubViewOp(rtype, v, [], [], [], [0] * t.rank, list(t.shape), [1] * t.rank).result
+
+    def mma_function(self, unit: str, types: Sequence[ir.Type], bt: bool) -> str:
+        key = (unit, *(str(t) for t in types), bt)
+        if key in self.mma_funcs:
+            return self.mma_funcs[key]
+        name = f"__pbsdk_mma_{len(self.mma_funcs)}"
+        self.mma_funcs[key] = name
+        with ir.InsertionPoint(self.module.body), ir.Location.unknown():
+            fn = func.FuncOp(name, ir.FunctionType.get(list(types), []), visibility="private")
+            attrs.set_string(fn.operation, attrs.MATRIX_UNIT, unit)
+            if bt:
+                attrs.set_unit(fn.operation, attrs.B_TRANSPOSED)
+            with ir.InsertionPoint(fn.add_entry_block()):
+                a, b, c = fn.arguments
+                m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
+                maps = transposed_b_maps() if bt else [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [k, n]),
+                                                       ir.AffineMap.get(3, 0, [m, n])]
+                mac = linalg.GenericOp_([a, b], [c], maps, [linalg.IteratorType.parallel, linalg.IteratorType.parallel,
+                                                            linalg.IteratorType.reduction])
+                body = mac.regions[0].blocks[0]
+                x, y, acc = body.arguments
+                with ir.InsertionPoint(body):
+                    xs = [arith.extf(acc.type, v) for v in (x, y)]
+                    linalg.YieldOp([arith.addf(acc, arith.mulf(xs[0], xs[1]))])
+                func.ReturnOp([])
+        return name
+
+    def to_warps(self, op: ir.Operation, block_forall: ir.Operation) -> bool:
+        """Replace matrix-unit op ``op`` by a call of its ``mma.sync`` function and spread the loops around
+        it that pick disjoint C tiles over the block's warps. False when ``op`` is not in that form."""
+        bt = self.unit_form(op)
+        if bt is None:
+            return False
+        unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
+        with ir.InsertionPoint(op), op.location:
+            views = [self.drop_unit_dims(v, 2) for v in op.operands]
+            name = self.mma_function(unit, [v.type for v in views], bt)
+            call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
+        c_values = _def_chain(op.operands[2])
+        op.erase()
+        self.spread_over_warps(call.operation, c_values, block_forall)
+        return True
+
+    def spread_over_warps(self, call: ir.Operation, c_values: set[ir.Value], block_forall: ir.Operation) -> None:
+        # the perfect nest of scf.for around the call, outermost first
+        nest: list[ir.Operation] = []
+        parent = call.parent
+        while parent is not None and parent.name == "scf.for" and parent != block_forall:
+            body_ops = [o.operation for o in parent.regions[0].blocks[0].operations]
+            if nest and not (len(body_ops) == 2 and body_ops[0] == nest[0]):
+                break
+            nest.insert(0, parent)
+            parent = parent.parent
+        prefix: list[tuple[ir.Operation, int, int, int]] = []
+        for loop_op in nest:
+            forop = loop_op.opview
+            iv = forop.induction_variable
+            bounds = [_static_index(v) for v in (forop.lowerBound, forop.upperBound, forop.step)]
+            if iv not in c_values or any(b is None for b in bounds):
+                break
+            lo, hi, st = bounds
+            prefix.append((loop_op, lo, hi, st))  # type: ignore[arg-type]
+        trips = [-(-(hi - lo) // st) for _, lo, hi, st in prefix]
+        total = math.prod(trips) if trips else 1
+        warps = warp_share(total, self.threads, self.warp)
+        anchor = prefix[0][0] if prefix else (nest[0] if nest else None)
+        index = self.index
+        with (ir.InsertionPoint(anchor) if anchor is not None else ir.InsertionPoint(call)), call.location:
+            wl = forall([warps], mapping_attr("#gpu.warp<linear_dim_0>"))
+            with ir.InsertionPoint(wl.body):
+                (w,) = wl.body.arguments
+                lin_loop = scf.ForOp(w, arith.constant(index, total), arith.constant(index, warps))
+                with ir.InsertionPoint(lin_loop.body):
+                    term = scf.YieldOp([])
+                scf.InParallelOp()
+            with ir.InsertionPoint(term):
+                lin = lin_loop.induction_variable
+                stride = total
+                ivs = []
+                for i, ((_, lo, _, st), t) in enumerate(zip(prefix, trips)):
+                    stride //= t
+                    q = arith.divui(lin, arith.constant(index, stride)) if stride > 1 else lin
+                    idx = arith.remui(q, arith.constant(index, t)) if i > 0 else q
+                    ivs.append(arith.addi(arith.muli(idx, arith.constant(index, st)), arith.constant(index, lo)))
+        if prefix:
+            inner_body = prefix[-1][0].regions[0].blocks[0]
+            for op in [o.operation for o in inner_body.operations][:-1]:
+                op.move_before(term)
+            for (loop_op, *_), iv in zip(prefix, ivs):
+                loop_op.opview.induction_variable.replace_all_uses_with(iv)
+            prefix[0][0].erase()
+        elif anchor is not None:
+            anchor.move_before(term)
+        else:  # the call alone, its views made just before it
+            call.move_before(term)
+
+    # ---------------------------------------------------------------- other ops -> threads
+
+    def to_threads(self, op: ir.Operation, tag: int) -> None:
+        """Tag ``op`` to be tiled over the block's threads (`mapping.thread_split`); an op without a
+        parallel loop to share runs on one thread."""
+        split = list(thread_split(*_loop_dims(op), self.threads))
+        if not any(split):
+            with ir.InsertionPoint(op), op.location:
+                one = forall([1], mapping_attr(*LINEAR))
+                with ir.InsertionPoint(one.body):
+                    term = scf.InParallelOp()
+            op.move_before(term)
+            return
+        attrs.set_i64(op, attrs.KERNEL, tag)
+        self.tagged.append((tag, split))
+
+
+def _tile_on_threads(module: ir.Module, tagged: list[tuple[int, list[int]]]) -> None:
+    """One transform script: each tagged op inside a block tiled over that block's threads."""
+    if not tagged:
+        return
+
+    def script(root: ir.Value) -> None:
+        any_op = transform.AnyOpType.get()
+        for tag, split in tagged:
+            mapped = sum(1 for t in split if t)
+            op = match_tagged(root, attrs.KERNEL, tag)
+            structured.TileUsingForallOp(any_op, any_op, op, num_threads=split,
+                                         mapping=mapping_attr(*[f"#gpu.thread<linear_dim_{mapped - 1 - i}>"
+                                                                for i in range(mapped)]))
+
+    try:
+        apply_transform(module, script)
+    except Exception as exc:
+        raise CompileError(f"tiling onto threads failed: {str(exc).strip()[:2000]}", op="linalg.generic") from exc
+
+
+#: Threads per block for the core's staged kernels: four warps.
+BLOCK_THREADS = 128
 
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
-    """Pass ``nvgpu-schedule``: tile every linalg op of the entry function onto the GPU hierarchy.
+    """Pass ``nvgpu-schedule``: the core's tiled form onto the GPU hierarchy (see the module docstring).
 
     Records what it decided in ``ctx.notes["nvgpu.kernels"]`` (one dict per kernel, in launch order)."""
 
     name = "nvgpu-schedule"
 
     def apply(self, module: ir.Module, ctx: StageContext) -> None:
+        spec = ctx.spec
         records: list[dict[str, Any]] = []
-        # matrix-unit functions by name, each a builder of its func.func
-        mma_funcs: dict[str, Callable[[], Any]] = {}
-        # Calls of the functions the core marked ``pbsdk.attention`` (fused attentions) stay calls: each
-        # becomes this target's kernel below, generated from the descriptor (the neutral body is dropped).
-        attention_calls = _keep_attention_calls(module)
-        # The core isolates each contraction in a private function (so fusion leaves it named); bring
-        # them back into the entry function, where every kernel is launched from.
-        run_passes(module, "inline, symbol-dce, canonicalize")
+        level = spec.compute[0].name
         CopiesToLinalg(only_strided=False).apply(module)
-        entry = entry_function(module, ctx.notes["entry"])
-        for op in [o for name in MATMUL_OPS for o in ops_named(module, name)]:
-            shape = _matmul_shape(op)
-            if shape is None or _in_attention_function(op):
-                continue
-            mm = matmul_mapping(ctx.spec, *shape, ctx.options)
-            records.append({"op": op.name, "kind": "matmul", "mapping": dataclasses.asdict(mm)})
-            if mm.compute == "mma":
-                mma_funcs.setdefault(mma_function_name(mm), functools.partial(mma_function, mm))
-            _build_in_place(module, op, functools.partial(matmul_kernel, mm, [v.type for v in op.operands],
-                                                          "__pbsdk_matmul"))
-        if attention_calls:
-            records += _fuse_attention_calls(module, ctx, mma_funcs)
-        with module.context, ir.Location.unknown(), ir.InsertionPoint(module.body):
-            for build in mma_funcs.values():
-                build()
-        # Every other linalg op: generalise, then tile by its loop mapping.
+        with module.context, ir.Location.unknown():
+            to_workgroup(module.operation, _smem_spaces(spec))
         run_passes(module, "func.func(linalg-generalize-named-ops)")
+        warp = warp_width(spec)
+        threads = min(BLOCK_THREADS, block_thread_limit(spec))
+        tag = 0
+        with module.context, ir.Location.unknown():
+            mapper = _Mapper(module, spec, threads, warp)
+            # Function by function (before inlining: a fused attention is still its own function).
+            for fn in [op.operation for op in module.body.operations if op.operation.name == "func.func"]:
+                if not fn.regions[0].blocks or attrs.has(fn, attrs.MATRIX_UNIT):
+                    continue
+                kind = "attention" if attrs.has(fn, attrs.ATTENTION) else "tiled"
+                wrap_unsplit_kernels(fn, level)
+                for op in [o.operation for o in fn.regions[0].blocks[0].operations]:
+                    if op.name != "scf.forall" or attrs.string(op, attrs.COMPUTE_LEVEL) != level:
+                        continue
+                    grid = list(ir.DenseI64ArrayAttr(op.attributes["staticUpperBound"]))
+                    if len(grid) > 3:
+                        raise UnsupportedError(f"{len(grid)} parallel loops over the {level}s (blocks take at most "
+                                               "3)", op="scf.forall")
+                    op.attributes["mapping"] = mapping_attr(*[f"#gpu.block<{a}>" for a in "zyx"[3 - len(grid):]])
+                    units = thread_ops = 0
+                    for inner in _structured(op):
+                        if attrs.has(inner, attrs.MATRIX_UNIT) and mapper.to_warps(inner, op):
+                            units += 1
+                            continue
+                        mapper.to_threads(inner, tag)
+                        tag += 1
+                        thread_ops += 1
+                    records.append({"op": "scf.forall", "kind": kind, "level": level, "grid": grid,
+                                    "threads": threads, "unit_ops": units, "thread_ops": thread_ops,
+                                    "compute": "mma" if units else "thread"})
+            for call in ops_named(module, "func.call"):  # the unit steps stay calls (`lower.py` swaps bodies)
+                if ir.FlatSymbolRefAttr(call.attributes["callee"]).value in mapper.mma_funcs.values():
+                    call.attributes["no_inline"] = ir.UnitAttr.get()
+        _tile_on_threads(module, mapper.tagged)
+        run_passes(module, "inline, symbol-dce, canonicalize")
+        # What the core left on main memory: tiled by its loop mapping onto blocks and threads.
         entry = entry_function(module, ctx.notes["entry"])
         tagged: list[tuple[int, LoopMapping]] = []
         with module.context:
-            for i, op in enumerate(ops_named(entry, "linalg.generic")):
-                if _inside_forall(op):
-                    continue  # the matmul kernels' own compute steps
+            for op in [o.operation for o in entry.regions[0].blocks[0].operations]:
+                if op.name != "linalg.generic":
+                    continue
                 extents, iterators = loop_extents(op)
-                lm = loop_mapping(extents, iterators,
-                                  threads=min(256, ctx.spec.compute[0].limits.get("max_threads_per_block", 256)),
-                                  units=ctx.spec.compute[0].count, warp=warp_width(ctx.spec))
+                lm = loop_mapping(extents, iterators, threads=min(256, block_thread_limit(spec)),
+                                  units=spec.compute[0].count, warp=warp)
                 records.append({"op": "linalg.generic", "kind": "loops", "iterators": iterators,
                                 "mapping": dataclasses.asdict(lm)})
                 if not lm.dims:
                     attrs.set_unit(op, attrs.SINGLE_THREAD)
                     continue
-                attrs.set_i64(op, attrs.KERNEL, i)
-                tagged.append((i, lm))
+                attrs.set_i64(op, attrs.KERNEL, tag)
+                tagged.append((tag, lm))
+                tag += 1
         _tile_loops(module, tagged)
         run_passes(module, "canonicalize, cse")
         ctx.notes["nvgpu.kernels"] = records
-
-
-def _attention_functions(module: ir.Module) -> dict[str, ir.Operation]:
-    return {ir.StringAttr(op.attributes["sym_name"]).value: op.operation for op in module.body.operations
-            if op.operation.name == "func.func" and attrs.has(op, attrs.ATTENTION)}
-
-
-def _keep_attention_calls(module: ir.Module) -> int:
-    """Mark the calls of ``pbsdk.attention`` functions ``no_inline``; how many there are."""
-    with module.context:
-        fused = _attention_functions(module)
-        calls = [c for c in ops_named(module, "func.call")
-                 if ir.FlatSymbolRefAttr(c.attributes["callee"]).value in fused]
-        for c in calls:
-            c.attributes["no_inline"] = ir.UnitAttr.get()
-    return len(calls)
-
-
-def _fuse_attention_calls(module: ir.Module, ctx: StageContext,
-                          mma_funcs: dict[str, Callable[[], Any]]) -> list[dict[str, Any]]:
-    """Replace every ``func.call`` of a ``pbsdk.attention`` function by the kernel of its `AttentionMapping`."""
-    from pbsdk.targets.nvgpu.attention import attention_mapping, parse_descriptor
-    from pbsdk.targets.nvgpu.attention_kernel import build_kernel, mma_steps
-
-    records: list[dict[str, Any]] = []
-    with module.context:
-        fused = _attention_functions(module)
-        for call in ops_named(module, "func.call"):
-            callee = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-            if callee not in fused:
-                continue
-            desc = parse_descriptor(attrs.string(fused[callee], attrs.ATTENTION) or "")
-            am = attention_mapping(ctx.spec, desc, ctx.options)
-            types = tuple(v.type for v in call.operands)
-            if len(types) != 4 + desc.mask:
-                raise CompileError(f"@{callee} takes {len(types)} operands; its descriptor needs {4 + desc.mask}",
-                                   op="func.call")
-            steps = mma_steps(am)
-            mma_funcs.update(steps)
-            record = dataclasses.asdict(am)
-            record.pop("desc")
-            records.append({"op": "func.call", "kind": "attention", "callee": callee, "mapping": record,
-                            "descriptor": dataclasses.asdict(desc), "threads": am.threads, "grid": am.grid,
-                            "shared_bytes": am.shared_bytes})
-            _build_in_place(module, call, functools.partial(build_kernel, am, "__pbsdk_attention", types))
-        for fn in fused.values():
-            fn.erase()
-    return records
-
-
-def _in_attention_function(op: ir.Operation) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        parent = parent.parent
-    return parent is not None and attrs.has(parent, attrs.ATTENTION)
-
-
-def _inside_forall(op: ir.Operation) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == "scf.forall":
-            return True
-        parent = parent.parent
-    return False
