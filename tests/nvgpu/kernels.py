@@ -63,6 +63,12 @@ def _conv2d(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return out
 
 
+def _grouped(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
+    cin, cout = x.shape[1] // groups, w.shape[0] // groups
+    return np.concatenate([_conv2d(x[:, g * cin:(g + 1) * cin], w[g * cout:(g + 1) * cout]) for g in range(groups)],
+                          axis=1)
+
+
 def _mm(a: Any, b: Any) -> Any:
     return a @ b
 
@@ -94,6 +100,10 @@ CASES: tuple[GpuCase, ...] = (
             lambda x, w, b: _gelu(_mm_ref(x, w).astype(np.float16).astype(F64) + b), "mlp", 32, "f16"),
     GpuCase("conv2d_f32_1x3x10x10_k3", lambda x, w: ops.conv2d(x, w),
             (((1, 3, 10, 10), "f32"), ((4, 3, 3, 3), "f32")), _conv2d, "conv2d", 27),
+    GpuCase("conv2d_f16_1x16x12x12_k3", lambda x, w: ops.conv2d(x, w),
+            (((1, 16, 12, 12), "f16"), ((32, 16, 3, 3), "f16")), _conv2d, "conv2d", 144, "f16"),
+    GpuCase("conv2d_f16_1x32x9x9_k3_g4", lambda x, w: ops.conv2d(x, w, groups=4),
+            (((1, 32, 9, 9), "f16"), ((32, 8, 3, 3), "f16")), lambda x, w: _grouped(x, w, 4), "conv2d", 72, "f16"),
     GpuCase("sum_f32_all_30x20", lambda x: ops.sum(x), (((30, 20), "f32"),), lambda x: np.asarray(x.astype(F64).sum()),
             "sum", 600),
 )

@@ -63,8 +63,11 @@ COMPUTE_LEVEL = "pbsdk.compute_level"
 #: tiled body (a target may replace it); a ``"lanes"`` one (``"form": "lanes"``) is a declaration whose
 #: body the target builds from the descriptor (cpu: its ``attention`` stage), which then drops the mark.
 ATTENTION = "pbsdk.attention"
-#: A matrix-unit op whose B operand is read transposed (nvgpu).
+#: A matrix-unit step whose A (m x k), B (k x n) or C (m x n) operand is stored transposed (nvgpu's
+#: ``mma.sync`` functions: A as (k, m), B as (n, k), C as (n, m)).
+A_TRANSPOSED = "pbsdk.a_transposed"
 B_TRANSPOSED = "pbsdk.b_transposed"
+C_TRANSPOSED = "pbsdk.c_transposed"
 #: nvgpu scheduling tags: the index of a kernel's root op, of its launch, and ops one thread runs.
 KERNEL = "pbsdk.kernel"
 LAUNCH = "pbsdk.launch"
@@ -82,7 +85,9 @@ _DEFS = (
                  check=lambda v: None if v else "expected a compute level's name, got ''"),
     AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON; \"lanes\": a declaration)",
                  on=("func.func",)),
+    AttributeDef(A_TRANSPOSED, "unit", "A is stored transposed"),
     AttributeDef(B_TRANSPOSED, "unit", "B is read transposed"),
+    AttributeDef(C_TRANSPOSED, "unit", "C is stored transposed"),
     AttributeDef(KERNEL, "i64", "nvgpu: a kernel root's index"),
     AttributeDef(LAUNCH, "i64", "nvgpu: a launch's index"),
     AttributeDef(SINGLE_THREAD, "unit", "nvgpu: run by one thread"),

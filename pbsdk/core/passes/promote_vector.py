@@ -605,9 +605,13 @@ class PromoteVectorOps:
     kernels (functions marked `attributes.ATTENTION`) and promote's functions are left alone."""
 
     name = "promote-vector"
+    #: The matrix units (by name) the target lowers; None: every unit of the spec.
+    units: tuple[str, ...] | None = None
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
         spec: ChipSpec = ctx.spec
+        if self.units is not None:
+            spec = spec.model_copy(update={"matrix_units": [u for u in spec.matrix_units if u.name in self.units]})
         options = getattr(ctx, "options", None)
         records: list[VectorStaging | KernelBuffers] = ctx.notes.setdefault("promote_vector", [])
         level_names = [m.name for m in spec.memory]

@@ -161,7 +161,7 @@ class NvgpuTarget(Target):
             Stage("promote", fn=PromoteToScratchpad(units=MMA_UNITS, accumulator_in_registers=False).apply,
                   marks=True, description="core: contractions tiled by the plan, operand and accumulator tiles "
                                           "in static shared memory, mma.sync-sized unit steps"),
-            Stage("promote-vector", fn=PromoteVectorOps().apply, marks=True,
+            Stage("promote-vector", fn=PromoteVectorOps(units=MMA_UNITS).apply, marks=True,
                   description="core: every other op tiled by its plan and staged in shared memory"),
             Stage("schedule", fn=Schedule().apply, marks=True,
                   description="linalg ops tiled onto blocks/warps/threads (scf.forall), shared-memory tiles"),

@@ -33,12 +33,6 @@ def view_type(rows: int, cols: int, stride: int, elem: ir.Type, *, offset: bool 
     return ir.MemRefType.get([rows, cols], elem, layout, workgroup())
 
 
-def transposed_b_maps() -> list[ir.AffineMap]:
-    """``linalg.matmul`` maps for C[m, n] += A[m, k] · Bᵀ[n, k] (B given as its transpose, e.g. a K tile)."""
-    m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
-    return [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [n, k]), ir.AffineMap.get(3, 0, [m, n])]
-
-
 def mapping_attr(*attrs: str) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.Attribute.parse(a) for a in attrs])
 

@@ -96,9 +96,11 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
                    and attrs.has(op, attrs.MATRIX_UNIT)]:
             types = list(ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs)
             name = ir.StringAttr(fn.attributes["sym_name"]).value
-            unit, b_transposed = attrs.string(fn, attrs.MATRIX_UNIT) or "", attrs.has(fn, attrs.B_TRANSPOSED)
+            unit = attrs.string(fn, attrs.MATRIX_UNIT) or ""
             with ir.InsertionPoint(module.body), ir.Location.unknown():
-                mma_gpu_function(name, types, unit, b_transposed=b_transposed)
+                mma_gpu_function(name, types, unit, a_transposed=attrs.has(fn, attrs.A_TRANSPOSED),
+                                 b_transposed=attrs.has(fn, attrs.B_TRANSPOSED),
+                                 c_transposed=attrs.has(fn, attrs.C_TRANSPOSED))
             fn.operation.erase()
         for call in ops_named(module, "func.call"):  # `schedule` kept the unit steps calls until now
             if "no_inline" in call.attributes:

@@ -31,8 +31,8 @@ def _shape(t: ir.Type) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
-                     b_transposed: bool = False) -> func.FuncOp:
+def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transposed: bool = False,
+                     b_transposed: bool = False, c_transposed: bool = False) -> func.FuncOp:
     """Build the lane-level body of ``@name(%a, %b, %c)`` for the matrix unit ``unit`` at the current
     insertion point (a module body, with a context and location active), and return the private
     ``func.func``.
@@ -41,7 +41,9 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
     ``C += A · B`` as N/8 x K/16 ``mma.sync`` steps, each 16x8 accumulator fragment loaded once and
     stored once (K = 16, N = 8 is the single step). With ``b_transposed``, ``%b`` holds Bᵀ (N x K, e.g.
     the keys of an attention's K tile): a B register's two k-consecutive halves are then adjacent in
-    memory and are loaded as one vector, exactly like A's."""
+    memory and are loaded as one vector, exactly like A's. With ``a_transposed`` ``%a`` holds Aᵀ (K x 16),
+    with ``c_transposed`` ``%c`` holds Cᵀ (N x 16), as an implicit-GEMM convolution over NCHW stages them:
+    A's halves are then two scalar loads, C's elements are read and written at swapped indices."""
     if not unit.startswith("mma.sync.m16n8k16"):
         raise UnsupportedError(f"matrix unit {unit} is not lowered by nvgpu (mma.sync.m16n8k16 is)")
     ta, tb, tc = (ir.MemRefType(t) for t in types)
@@ -49,7 +51,8 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
     dtype = "bf16" if isinstance(elem, ir.BF16Type) else "f16" if isinstance(elem, ir.F16Type) else None
     if dtype is None or not isinstance(tc.element_type, ir.F32Type):
         raise UnsupportedError(f"mma.sync.m16n8k16 for {ta} x {tb} -> {tc}")
-    (m, k), (mc, nc) = _shape(ta), _shape(tc)
+    m, k = reversed(_shape(ta)) if a_transposed else _shape(ta)
+    mc, nc = reversed(_shape(tc)) if c_transposed else _shape(tc)
     kb, n = reversed(_shape(tb)) if b_transposed else _shape(tb)
     if m != 16 or mc != 16 or kb != k or nc != n or k % 16 or n % 8:
         raise UnsupportedError(f"mma.sync.m16n8k16 strip for {ta} x {tb} -> {tc}")
@@ -73,6 +76,15 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
             """base + off (or base itself)."""
             return base if off == 0 else arith.addi(base, const[off])
 
+        def unit_stride(t: ir.MemRefType) -> bool:
+            return t.get_strides_and_offset()[0][-1] == 1
+
+        def pair_along_rows(mem: ir.Value, row: ir.Value, col: ir.Value) -> ir.Value:
+            """mem[row][col], mem[row][col + 1] as one vector (one load where the row is contiguous)."""
+            if unit_stride(ir.MemRefType(mem.type)):
+                return vector.load(pair, mem, [row, col])
+            return vector.from_elements(pair, [memref.load(mem, [row, col]), memref.load(mem, [row, idx(col, 1)])])
+
         def pack(v: ir.Value) -> ir.Value:
             if not packed:
                 return v
@@ -86,15 +98,18 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
             c0 = idx(t2, n0)
             c1 = idx(c0, 1)
             c_pos = ((g, c0), (g, c1), (g8, c0), (g8, c1))
-            acc = [memref.load(c, [row, cc]) for row, cc in c_pos]
+            c_at = [(cc, row) if c_transposed else (row, cc) for row, cc in c_pos]
+            acc = [memref.load(c, list(at)) for at in c_at]
             for k0 in range(0, k, 16):
                 lo, hi = kcols[k0]
-                a_regs = [pack(vector.load(pair, a, [row, cc])) for row, cc in ((g, lo), (g8, lo), (g, hi), (g8, hi))]
+                a_regs = [pack(vector.from_elements(pair, [memref.load(a, [cc, row]), memref.load(a, [idx(cc, 1), row])])
+                               if a_transposed else pair_along_rows(a, row, cc))
+                          for row, cc in ((g, lo), (g8, lo), (g, hi), (g8, hi))]
                 b_regs = []
                 r0, r1, r8, r9 = krows[k0]
                 for k_lo, k_hi in ((r0, r1), (r8, r9)):
-                    if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load
-                        bl = vector.load(pair, b, [col, k_lo])
+                    if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load where Bᵀ's rows are contiguous
+                        bl = pair_along_rows(b, col, k_lo)
                     else:
                         bx = memref.load(b, [k_lo, col])
                         by = memref.load(b, [k_hi, col])
@@ -106,7 +121,7 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *,
                                   multiplicand_a_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"),
                                   multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"))
                 acc = [llvm.extractvalue(f32, d, [i]) for i in range(4)]
-            for value, (row, cc) in zip(acc, c_pos):
-                memref.store(value, c, [row, cc])
+            for value, at in zip(acc, c_at):
+                memref.store(value, c, list(at))
         func.return_([])
     return fn

@@ -46,7 +46,6 @@ from pbsdk.targets.nvgpu.build import (
     forall,
     mapping_attr,
     match_tagged,
-    transposed_b_maps,
     workgroup,
 )
 from pbsdk.targets.nvgpu.mapping import (
@@ -285,10 +284,10 @@ class _Mapper:
 
     # ---------------------------------------------------------------- unit ops -> warps
 
-    def unit_form(self, op: ir.Operation) -> bool | None:
-        """Whether a matrix-unit op this target issues as ``mma.sync`` (A read as (m, k), C as (m, n),
-        size-1 batch dims aside) reads B transposed, as (n, k); None when its form is another (it then
-        runs on the threads)."""
+    def unit_form(self, op: ir.Operation) -> tuple[bool, bool, bool] | None:
+        """For a matrix-unit op this target issues as ``mma.sync`` (size-1 batch dims aside): whether A is
+        stored as (k, m), B as (n, k) and C as (n, m) — the transposed layouts `mma.py` reads; None when its
+        form is another (it then runs on the threads)."""
         unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
         if not unit.startswith("mma.sync.m16n8k16"):
             return None
@@ -305,10 +304,15 @@ class _Mapper:
         if len(ms) != 1 or len(ns) != 1:
             return None
         m, n = ms.pop(), ns.pop()
-        keep = lambda d: [x for x in d if x not in batch]
-        if keep(dims[0]) != [m, k] or keep(dims[2]) != [m, n] or keep(dims[1]) not in ([k, n], [n, k]):
+
+        def layout(d: list[int], rows: int, cols: int) -> bool | None:
+            kept = [x for x in d if x not in batch]
+            return False if kept == [rows, cols] else True if kept == [cols, rows] else None
+
+        flags = (layout(dims[0], m, k), layout(dims[1], k, n), layout(dims[2], m, n))
+        if None in flags:
             return None
-        return keep(dims[1]) == [n, k]
+        return flags  # type: ignore[return-value]
 
     def drop_unit_dims(self, v: ir.Value, rank: int) -> ir.Value:
         """``v`` as a rank-``rank`` view (its size-1 leading dims dropped: the batch dims of one unit step)."""
@@ -321,22 +325,26 @@ class _Mapper:
                                   ir.StridedLayoutAttr.get(offset, [strides[d] for d in keep]), t.memory_space)
         return memref.SubViewOp(rtype, v, [], [], [], [0] * t.rank, list(t.shape), [1] * t.rank).result
 
-    def mma_function(self, unit: str, types: Sequence[ir.Type], bt: bool) -> str:
-        key = (unit, *(str(t) for t in types), bt)
+    def mma_function(self, unit: str, types: Sequence[ir.Type], layout: tuple[bool, bool, bool]) -> str:
+        """The private function of one unit step on views of ``types`` (A, B, C, transposed as ``layout``
+        says): its host body is the multiply-accumulate; `lower.py` gives it the ``mma.sync`` body."""
+        key = (unit, *(str(t) for t in types), *layout)
         if key in self.mma_funcs:
             return self.mma_funcs[key]
         name = f"__pbsdk_mma_{len(self.mma_funcs)}"
         self.mma_funcs[key] = name
+        at, bt, ct = layout
         with ir.InsertionPoint(self.module.body), ir.Location.unknown():
             fn = func.FuncOp(name, ir.FunctionType.get(list(types), []), visibility="private")
             attrs.set_string(fn.operation, attrs.MATRIX_UNIT, unit)
-            if bt:
-                attrs.set_unit(fn.operation, attrs.B_TRANSPOSED)
+            for flag, mark in zip(layout, (attrs.A_TRANSPOSED, attrs.B_TRANSPOSED, attrs.C_TRANSPOSED)):
+                if flag:
+                    attrs.set_unit(fn.operation, mark)
             with ir.InsertionPoint(fn.add_entry_block()):
                 a, b, c = fn.arguments
                 m, n, k = (ir.AffineDimExpr.get(i) for i in range(3))
-                maps = transposed_b_maps() if bt else [ir.AffineMap.get(3, 0, [m, k]), ir.AffineMap.get(3, 0, [k, n]),
-                                                       ir.AffineMap.get(3, 0, [m, n])]
+                maps = [ir.AffineMap.get(3, 0, list(p)) for p in
+                        ([k, m] if at else [m, k], [n, k] if bt else [k, n], [n, m] if ct else [m, n])]
                 mac = linalg.GenericOp_([a, b], [c], maps, [linalg.IteratorType.parallel, linalg.IteratorType.parallel,
                                                             linalg.IteratorType.reduction])
                 body = mac.regions[0].blocks[0]
@@ -350,13 +358,13 @@ class _Mapper:
     def to_warps(self, op: ir.Operation, block_forall: ir.Operation) -> bool:
         """Replace matrix-unit op ``op`` by a call of its ``mma.sync`` function and spread the loops around
         it that pick disjoint C tiles over the block's warps. False when ``op`` is not in that form."""
-        bt = self.unit_form(op)
-        if bt is None:
+        layout = self.unit_form(op)
+        if layout is None:
             return False
         unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
         with ir.InsertionPoint(op), op.location:
             views = [self.drop_unit_dims(v, 2) for v in op.operands]
-            name = self.mma_function(unit, [v.type for v in views], bt)
+            name = self.mma_function(unit, [v.type for v in views], layout)
             call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
         c_values = _def_chain(op.operands[2])
         op.erase()
