@@ -270,7 +270,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 def _cmd_conform(args: argparse.Namespace) -> int:
     from pbsdk.conformance import generate_cases, junit_xml, run_cases, summary
-    from pbsdk.conformance.runner import report, resource_summary
+    from pbsdk.conformance.runner import EMULATED, report, resource_summary
     from pbsdk.core.compiler import resolve
 
     request = resolve(args.target, args.spec, None)
@@ -279,9 +279,11 @@ def _cmd_conform(args: argparse.Namespace) -> int:
     print(f"conformance: target {request.target.name}, spec {request.spec.name}, {len(cases)} cases")
     results = []
     for case in cases:
-        (result,) = run_cases([case], target=request.target.name, spec=request.spec)
+        (result,) = run_cases([case], target=request.target.name, spec=request.spec, emulate=not args.no_emulate)
         results.append(result)
         err = f" max abs {result.max_abs_error:.2e}" if result.max_abs_error is not None else ""
+        if result.message.startswith(EMULATED):
+            err += " (emulated)"
         detail = f"  ({result.message.splitlines()[0]})" if result.status != "pass" and result.message else ""
         used = resource_summary(result) if result.resources is not None else ""
         print(f"  {result.status.upper():<5} {result.name}{err}{detail}{f'  [{used}]' if used else ''}")
@@ -372,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--full", action="store_true", help="include large capacity-straddling cases")
     p.add_argument("--report", default=None, help="write a JSON report here")
     p.add_argument("--junit", default=None, help="write JUnit XML here")
+    p.add_argument("--no-emulate", action="store_true",
+                   help="without the device, only compile (default: run on the target's host emulation "
+                        "where it has one, e.g. nvgpu)")
     p.set_defaults(func=_cmd_conform)
 
     p = sub.add_parser("demo", help="compile and run an MLP layer (bias+GELU) and a softmax; compare with numpy")

@@ -95,8 +95,16 @@ def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None
     return "ok"
 
 
-def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseResult:
+#: How a result checked on the target's host emulation (no device) says so in its message.
+EMULATED = "compiled; run on the host emulation of the target's schedule (no device)"
+
+
+def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate: bool = True) -> CaseResult:
+    """Compile and run ``case``; without the device, on the target's host emulation when it has one
+    (`Target.emulate`, unless ``emulate`` is False), else a compile-only "skip"."""
     import pbsdk
+
+    note = ""
 
     if case.skip:
         return CaseResult(case.name, "skip", case.why, 0.0, message=case.skip)
@@ -108,9 +116,21 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseR
         got = fn(*inputs)
         kernel = fn.kernel(fn.signatures[0])[0] if len(fn.signatures) == 1 else None
     except DeviceUnavailableError as exc:
-        # Compilation succeeded (loading is what needs the device): a compile-only check, said as such.
-        return CaseResult(case.name, "skip", case.why, time.perf_counter() - t0,
-                          message=f"compiled, not run: {exc}"[:2000])
+        # Compilation succeeded (loading is what needs the device). Where the target can run its own
+        # schedule on the host, the numbers are checked on that; else a compile-only check, said as such.
+        emulated = None
+        if emulate:
+            try:
+                request = fn.request
+                run = request.target.emulate(fn.lower(*inputs), request.spec, request.options)
+                emulated = None if run is None else run(*inputs)
+            except Exception as emu_exc:  # noqa: BLE001
+                return CaseResult(case.name, "error", case.why, time.perf_counter() - t0,
+                                  message=f"compiled; emulation failed: {type(emu_exc).__name__}: {emu_exc}"[:2000])
+        if emulated is None:
+            return CaseResult(case.name, "skip", case.why, time.perf_counter() - t0,
+                              message=f"compiled, not run: {exc}"[:2000])
+        got, kernel, note = emulated, None, f"{EMULATED}: {exc}"
     except Exception as exc:  # noqa: BLE001 -- a target's failure is a result, not a crash of the suite
         return CaseResult(case.name, "error", case.why, time.perf_counter() - t0,
                           message=f"{type(exc).__name__}: {exc}"[:2000])
@@ -125,16 +145,18 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0) -> CaseR
     try:
         assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size)
     except AssertionError as exc:
-        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, str(exc)[:2000],
-                          resources, check)
+        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
+                          f"{note + '; ' if note else ''}{exc}"[:2000], resources, check)
     if check not in ("ok", "not reported"):
         return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
                           f"resource check: {check}", resources, check)
-    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, "", resources, check)
+    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, note[:2000],
+                      resources, check)
 
 
-def run_cases(cases: Sequence[Case], *, target: str, spec: ChipSpec, seed: int = 0) -> list[CaseResult]:
-    return [run_case(c, target=target, spec=spec, seed=seed) for c in cases]
+def run_cases(cases: Sequence[Case], *, target: str, spec: ChipSpec, seed: int = 0,
+              emulate: bool = True) -> list[CaseResult]:
+    return [run_case(c, target=target, spec=spec, seed=seed, emulate=emulate) for c in cases]
 
 
 def summary(results: Sequence[CaseResult]) -> dict[str, int]:

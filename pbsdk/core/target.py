@@ -110,6 +110,12 @@ class Target(abc.ABC):
         """Names of pbsdk ops this target handles, or None for "everything the core lowers"."""
         return None
 
+    def emulate(self, text: str, spec: ChipSpec, options: Options) -> Callable[..., Any] | None:
+        """Where the device is missing: the target's own schedule of ``text`` (linalg on tensors) run on
+        the host, as a callable of numpy arrays returning numpy arrays, or None when the target cannot
+        (the default). Conformance uses it to check tiling and staging numerically without the device."""
+        return None
+
 
 @dataclasses.dataclass(frozen=True)
 class TargetInfo:

@@ -79,19 +79,34 @@ def test_pytest_plugin_runs_generated_cases(tmp_path: Path) -> None:
 
 
 def test_nvgpu_target_runs_the_suite_compile_only(tmp_path: Path) -> None:
-    """Without a GPU every nvgpu case compiles (PTX + cubin) and is reported 'compiled, not run'."""
+    """With --no-emulate and no GPU every nvgpu case compiles (PTX + cubin) and is reported 'compiled, not run'."""
     from pbsdk.cli import main
     from pbsdk.targets.nvgpu.runtime import available
 
     report = tmp_path / "nv.json"
     code = main(["conform", "--target", "nvgpu", "--spec", "h100", "--ops", "matmul,softmax,attention",
-                 "--report", str(report)])
+                 "--no-emulate", "--report", str(report)])
     data = json.loads(report.read_text())
     bad = [c for c in data["cases"] if c["status"] in ("fail", "error")]
     assert code == 0 and not bad, bad
     if not available():
         not_run = [c for c in data["cases"] if c["status"] == "skip" and "compiled, not run" in c["message"]]
         assert len(not_run) >= 20, data["summary"]
+
+
+def test_nvgpu_cases_run_on_the_host_emulation_without_a_gpu(tmp_path: Path) -> None:
+    """Without a GPU the nvgpu schedule of each case runs on the host (`Target.emulate`) and is checked."""
+    from pbsdk.cli import main
+    from pbsdk.conformance.runner import EMULATED
+    from pbsdk.targets.nvgpu.runtime import available
+
+    if available():
+        pytest.skip("a GPU is present: the cases run on it")
+    report = tmp_path / "nv.json"
+    code = main(["conform", "--target", "nvgpu", "--spec", "a100", "--ops", "softmax,layernorm", "--report", str(report)])
+    data = json.loads(report.read_text())
+    ran = [c for c in data["cases"] if c["status"] == "pass" and c["message"].startswith(EMULATED)]
+    assert code == 0 and len(ran) >= 4, data["summary"]
 
 
 def test_the_resource_check_bars() -> None:

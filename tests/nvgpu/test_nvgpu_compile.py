@@ -238,3 +238,17 @@ def test_constant_tensors_travel_in_the_artifact() -> None:
     graph, _ = trace(lambda x, y, z: ops.attention(x, y, z, causal=True), (q, q, q))
     header, blobs = read(_compile(emit_graph(graph), "nvidia/h100", ptxas=False).payload)
     assert [b for b in header["buffers"] if b["role"] == "const"]
+
+
+def test_index_width_follows_the_largest_buffer() -> None:
+    """32-bit index arithmetic in kernels when every buffer has fewer than 2**31 elements, else 64."""
+    from mlir import ir
+
+    from pbsdk.targets.nvgpu.lower import index_bits
+
+    def module(n: int) -> ir.Module:
+        return ir.Module.parse(f"func.func @f(%a: memref<{n}xf16>) {{\n  %v = memref.subview %a[0] [16] [1] : "
+                               f"memref<{n}xf16> to memref<16xf16, strided<[1]>>\n  return\n}}", ir.Context())
+
+    assert index_bits(module(2**31 - 1)) == 32
+    assert index_bits(module(2**31)) == 64

@@ -40,7 +40,7 @@ def test_typed_access_round_trips() -> None:
 @pytest.mark.parametrize("written, message", [
     ('{pbsdk.dma = "spm"}', "pbsdk.dma: expected 'outer->inner' (two memory level names), got 'spm'"),
     ('{pbsdk.dmaa = "a->b"}', "unknown attribute pbsdk.dmaa (known: pbsdk.matrix_unit"),
-    ('{pbsdk.compute = "tensor-core"}', "pbsdk.compute: expected one of vector-fma, vector, got 'tensor-core'"),
+    ('{pbsdk.compute = "tensor-core"}', "pbsdk.compute: expected one of vector-fma, scalar, vector, got 'tensor-core'"),
     ('{pbsdk.matrix_unit = 3 : i64}', "pbsdk.matrix_unit must be a string, got 3 : i64"),
     ('{pbsdk.attention = "{}"}', "pbsdk.attention may only be set on func.func"),
     ('{pbsdk.kernel = "x"}', 'pbsdk.kernel must be an integer, got "x"'),

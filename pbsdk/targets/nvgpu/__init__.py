@@ -173,6 +173,12 @@ class NvgpuTarget(Target):
             Stage("artifact", fn=_artifact, description="the .pbsdk artifact: PTX, cubin, launch metadata"),
         )
 
+    def emulate(self, text: str, spec: ChipSpec, options: Options) -> Any:
+        """The ``schedule`` stage's IR run on the host (`emulate.py`): blocks, warps and threads in order."""
+        from pbsdk.targets.nvgpu.emulate import emulate
+
+        return emulate(text, spec=spec, options=options)
+
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
         if artifact.kind != ARTIFACT_KIND:
             raise TargetError(f"nvgpu loads '{ARTIFACT_KIND}' artifacts, not '{artifact.kind}'")

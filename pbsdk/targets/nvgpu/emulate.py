@@ -24,6 +24,7 @@ import numpy as np
 
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
+from pbsdk.core.options import Options
 
 _WORKGROUP = re.compile(r",\s*#gpu\.address_space<workgroup>")
 
@@ -74,7 +75,7 @@ class EmulatedKernel:
         return res[0] if len(res) == 1 else tuple(res)
 
 
-def emulate(text: str, *, spec: Any = "nvidia/h100", options: Mapping[str, Any] | None = None) -> EmulatedKernel:
+def emulate(text: str, *, spec: Any = "nvidia/h100", options: Options | Mapping[str, Any] | None = None) -> EmulatedKernel:
     """Compile ``text`` (linalg on tensors) with nvgpu's schedule and JIT it for the host."""
     from mlir import ir, passmanager
 

@@ -11,8 +11,10 @@ Stages (each a function of the module and the `StageContext`):
   shared-memory buffers (``memref.alloc`` in the workgroup address space) become module-level
   ``memref.global``s, i.e. static ``.shared`` arrays.
 - ``nvvm``: ``nvvm-attach-target`` with the spec's ``codegen.arch``/``ptx_features`` (and libdevice when
-  a kernel calls a math function), loops and memrefs lowered, ``convert-gpu-to-nvvm`` with bare-pointer
-  kernel arguments.
+  a kernel calls a math function) at LLVM ``O=2`` (O3's extra runtime unrolling turned a loop of f64
+  divisions into straight-line slow paths that ptxas spilled), loops and memrefs lowered,
+  ``convert-gpu-to-nvvm`` with bare-pointer kernel arguments and 32-bit indices where every buffer has
+  fewer than 2**31 elements (`index_bits`).
 - ``ptx``: ``gpu-module-to-binary{format=isa}`` (LLVM's NVPTX back end); the PTX text is returned and the
   host function is read into the launch plan (`LaunchPlan`): buffers (arguments and temporaries) and, per
   launch, kernel name, grid, block and which buffer each kernel argument is.
@@ -241,8 +243,38 @@ def to_nvvm(module: ir.Module, ctx: StageContext) -> None:
         link = f" l={lib}"
         ctx.notes["nvgpu.libdevice"] = lib
     feats = f" features={features}" if features else ""
-    run_passes(module, f"nvvm-attach-target{{chip={arch}{feats}{link} O=3}}, "
-                 "gpu.module(convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1}), reconcile-unrealized-casts")
+    bits = index_bits(module)
+    ctx.notes["nvgpu.index_bits"] = bits
+    run_passes(module, f"nvvm-attach-target{{chip={arch}{feats}{link} O=2}}, "
+                 f"gpu.module(convert-gpu-to-nvvm{{use-bare-ptr-memref-call-conv=1 index-bitwidth={bits}}}), "
+                 "reconcile-unrealized-casts")
+
+
+def index_bits(module: ir.Module) -> int:
+    """32 when every buffer the program has — the host function's arguments and every allocation or
+    global; a view (a kernel argument, a subview) never exceeds the buffer it views — has fewer than
+    2**31 elements: every index and offset then fits, and 32-bit address arithmetic needs half the
+    registers. Else 64."""
+    largest = 0
+
+    def count(v: ir.Value) -> None:
+        nonlocal largest
+        if isinstance(v.type, ir.MemRefType):
+            t = ir.MemRefType(v.type)
+            largest = max(largest, math.prod(t.shape) if t.has_static_shape else 1 << 62)
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.func":
+            for region in op.regions:
+                for block in region.blocks:
+                    for a in block.arguments:
+                        count(a)
+        elif op.name in ("memref.alloc", "memref.alloca", "memref.get_global"):
+            count(op.results[0])
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return 32 if largest < 2**31 else 64
 
 
 #: Host-side view ops a kernel argument may come through. A view's static offset is part of its type, which
