@@ -42,7 +42,7 @@ def test_typed_access_round_trips() -> None:
     ('{pbsdk.dmaa = "a->b"}', "unknown attribute pbsdk.dmaa (known: pbsdk.matrix_unit"),
     ('{pbsdk.compute = "tensor-core"}', "pbsdk.compute: expected one of vector-fma, scalar, vector, got 'tensor-core'"),
     ('{pbsdk.matrix_unit = 3 : i64}', "pbsdk.matrix_unit must be a string, got 3 : i64"),
-    ('{pbsdk.attention = "{}"}', "pbsdk.attention may only be set on func.func"),
+    ('{pbsdk.attention = {}}', "pbsdk.attention may only be set on func.func"),
     ('{pbsdk.kernel = "x"}', 'pbsdk.kernel must be an integer, got "x"'),
 ])
 def test_the_verifier_names_the_op_and_the_attribute(written: str, message: str) -> None:
@@ -77,3 +77,24 @@ def test_no_pbsdk_attribute_literal_outside_the_module() -> None:
     offenders = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "attributes.py"
                  for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
     assert offenders == []
+
+
+def test_plain_data_round_trips_through_a_dictionary_attribute() -> None:
+    value = {"version": 1, "scale": 0.125, "causal_offset": None, "mask": False, "dtype": "bf16",
+             "operands": {"q": {"shape": [1, 2, 64], "batch": [[2, 128, 1]]}, "mask": None}}
+    with ir.Context(), ir.Location.unknown():
+        attr = attrs.to_attribute(value)
+        assert isinstance(attr, ir.DictAttr)
+        assert attrs.from_attribute(ir.Attribute.parse(str(attr))) == value  # through its printed form too
+        with pytest.raises(TypeError, match="no attribute for set"):
+            attrs.to_attribute({"bad": {1, 2}})
+
+
+def test_the_attention_descriptor_must_be_a_dictionary() -> None:
+    with ir.Context():
+        module = ir.Module.parse('func.func private @k(memref<4xf32>) attributes {pbsdk.attention = "{}"}')
+        with pytest.raises(CompileError, match="pbsdk.attention must be a dictionary"):
+            attrs.verify(module)
+        fn = module.body.operations[0]
+        with pytest.raises(TypeError, match="must be a dictionary"):
+            attrs.data(fn, attrs.ATTENTION)

@@ -17,8 +17,8 @@ target lowers it with the hooks it already has:
 
 One function, ``@{name}(Q, K, V[, M], O)``, on the operands' base buffers (read at the match's
 strides through ``memref.reinterpret_cast``: GQA and transposed operands are strides). It carries the
-plan and operand layouts as a JSON ``pbsdk.attention`` attribute (`descriptor`), so a target with its
-own attention mapping (e.g. a GPU's blocks and warps) can replace the body.
+plan and operand layouts as its ``pbsdk.attention`` dictionary attribute (`descriptor`, as plain data:
+`pbsdk.core.ir.attributes.data`).
 
 `build_tiles_kernel` builds it op by op with the bindings' builders (``mlir.dialects.func/scf/memref/
 linalg/arith/math``) at a given insertion point — `pbsdk.core.ir.emit` passes one in front of the entry
@@ -28,7 +28,6 @@ function — and sets the ``pbsdk.*`` attributes through `pbsdk.core.ir.attribut
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
@@ -261,7 +260,7 @@ class _Tiles:
         shapes = [ops.q_shape, ops.k_shape, ops.v_shape] + ([ops.mask_shape] if ops.mask_shape else []) + [ops.out_shape]
         fn = func.FuncOp(name, ir.FunctionType.get([memref_t(s, dt) for s in shapes], []),  # type: ignore[arg-type]
                          visibility="private")
-        attrs.set_string(fn, attrs.ATTENTION, json.dumps(descriptor(self.plan, ops), sort_keys=True))
+        attrs.set_data(fn, attrs.ATTENTION, descriptor(self.plan, ops))
         entry = fn.add_entry_block()
         ix = self.ix = Indices(entry)
         with ir.InsertionPoint(entry):

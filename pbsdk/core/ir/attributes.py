@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 from mlir import ir
 
@@ -20,7 +21,8 @@ PREFIX = "pbsdk."
 
 @dataclasses.dataclass(frozen=True)
 class AttributeDef:
-    """One pbsdk attribute: its full ``name``, the ``kind`` of value (``"string"``, ``"unit"``, ``"i64"``),
+    """One pbsdk attribute: its full ``name``, the ``kind`` of value (``"string"``, ``"unit"``, ``"i64"``,
+    ``"dict"``: plain data as a builtin dictionary attribute, see `to_attribute`),
     the ops it may sit on (empty: any), and an optional check of a string value (returns an error or
     None)."""
 
@@ -58,8 +60,8 @@ DMA = "pbsdk.dma"
 #: An ``scf.forall`` whose iterations run on the units of the named compute level (``spec.compute[i]``'s
 #: name, e.g. ``"core"``): one iteration per unit; buffers allocated in its body are per unit.
 COMPUTE_LEVEL = "pbsdk.compute_level"
-#: A private function that is a fused attention kernel; the value is its JSON descriptor
-#: (`pbsdk.core.ir.attention_tiles.descriptor`, ``"version": 1``). A ``"scratchpad"`` one has the core's
+#: A private function that is a fused attention kernel; the value is its descriptor as a dictionary
+#: attribute (`pbsdk.core.ir.attention_tiles.descriptor`, ``version = 1``; `set_data`/`data`). A ``"scratchpad"`` one has the core's
 #: tiled body (a target may replace it); a ``"lanes"`` one (``"form": "lanes"``) is a declaration whose
 #: body the target builds from the descriptor (cpu: its ``attention`` stage), which then drops the mark.
 ATTENTION = "pbsdk.attention"
@@ -83,7 +85,7 @@ _DEFS = (
                  check=_level_pair),
     AttributeDef(COMPUTE_LEVEL, "string", "a parallel loop over the units of a compute level", on=("scf.forall",),
                  check=lambda v: None if v else "expected a compute level's name, got ''"),
-    AttributeDef(ATTENTION, "string", "a fused attention kernel's descriptor (JSON; \"lanes\": a declaration)",
+    AttributeDef(ATTENTION, "dict", "a fused attention kernel's descriptor (\"lanes\": a declaration)",
                  on=("func.func",)),
     AttributeDef(A_TRANSPOSED, "unit", "A is stored transposed"),
     AttributeDef(B_TRANSPOSED, "unit", "B is read transposed"),
@@ -114,6 +116,68 @@ def set_i64(op: ir.Operation | ir.OpView, name: str, value: int) -> None:
     _known(name, "i64")
     with op.context:
         op.attributes[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+
+
+def to_attribute(value: Any) -> ir.Attribute:
+    """Plain data (dicts with string keys, lists, str, bool, int, float, None) as builtin attributes:
+    a dictionary, an array, a string, a bool, an i64, an f64 and a unit attribute (for None)."""
+    if isinstance(value, dict):
+        for k in value:
+            if not isinstance(k, str):
+                raise TypeError(f"dictionary keys must be strings, got {k!r}")
+        return ir.DictAttr.get({k: to_attribute(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return ir.ArrayAttr.get([to_attribute(v) for v in value])
+    if isinstance(value, bool):
+        return ir.BoolAttr.get(value)
+    if isinstance(value, int):
+        return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+    if isinstance(value, float):
+        return ir.FloatAttr.get_f64(value)
+    if isinstance(value, str):
+        return ir.StringAttr.get(value)
+    if value is None:
+        return ir.UnitAttr.get()
+    raise TypeError(f"no attribute for {type(value).__name__} {value!r}")
+
+
+def from_attribute(attr: ir.Attribute) -> Any:
+    """The plain data of a `to_attribute` attribute (its inverse); `TypeError` for any other attribute."""
+    if isinstance(attr, ir.DictAttr):
+        d = ir.DictAttr(attr)
+        return {d[i].name: from_attribute(d[i].attr) for i in range(len(d))}
+    if isinstance(attr, ir.ArrayAttr):
+        return [from_attribute(a) for a in ir.ArrayAttr(attr)]
+    if isinstance(attr, ir.BoolAttr):
+        return ir.BoolAttr(attr).value
+    if isinstance(attr, ir.IntegerAttr):
+        return ir.IntegerAttr(attr).value
+    if isinstance(attr, ir.FloatAttr):
+        return ir.FloatAttr(attr).value
+    if isinstance(attr, ir.StringAttr):
+        return ir.StringAttr(attr).value
+    if isinstance(attr, ir.UnitAttr):
+        return None
+    raise TypeError(f"not a plain-data attribute: {attr}")
+
+
+def set_data(op: ir.Operation | ir.OpView, name: str, value: dict[str, Any]) -> None:
+    """Set dictionary attribute ``name`` to plain data ``value`` (`to_attribute`)."""
+    _known(name, "dict")
+    with op.context:
+        op.attributes[name] = to_attribute(value)
+
+
+def data(op: ir.Operation | ir.OpView, name: str) -> dict[str, Any] | None:
+    """The plain data of dictionary attribute ``name`` on ``op``, or None when it is absent; `TypeError`
+    when the attribute is not a dictionary of plain data."""
+    _known(name, "dict")
+    if name not in op.attributes:
+        return None
+    attr = op.attributes[name]
+    if not isinstance(attr, ir.DictAttr):
+        raise TypeError(f"{name} must be a dictionary, got {attr}")
+    return from_attribute(attr)  # type: ignore[no-any-return]
 
 
 def string(op: ir.Operation | ir.OpView, name: str) -> str | None:
@@ -171,6 +235,8 @@ def problems(op: ir.Operation) -> list[str]:
             out.append(f"{name} must be a unit attribute, got {attr}")
         elif d.kind == "i64" and not isinstance(attr, ir.IntegerAttr):
             out.append(f"{name} must be an integer, got {attr}")
+        elif d.kind == "dict" and not isinstance(attr, ir.DictAttr):
+            out.append(f"{name} must be a dictionary, got {str(attr)[:80]}")
     return out
 
 

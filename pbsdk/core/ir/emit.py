@@ -12,7 +12,6 @@ Half-precision elementwise math is computed in f32 inside the op body and rounde
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -550,7 +549,7 @@ def _declare_lanes_kernel(ip: ir.InsertionPoint, name: str, plan: Any, ops: Any)
     with ip:
         fn = func.FuncOp(name, ir.FunctionType.get([memref_type(s, ops.dtype) for s in shapes], []),
                          visibility="private")
-    attributes.set_string(fn, attributes.ATTENTION, json.dumps(descriptor(plan, ops), sort_keys=True))
+    attributes.set_data(fn, attributes.ATTENTION, descriptor(plan, ops))
     return fn
 
 

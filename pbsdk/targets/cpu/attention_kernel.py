@@ -22,7 +22,6 @@ vector arith (round, a degree-6 polynomial, exponent bits), so no libm call is m
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -91,7 +90,7 @@ def is_lanes(raw: Mapping[str, Any]) -> bool:
 
 
 def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> LanesKernel:
-    """The kernel of a ``"lanes"`` descriptor (parsed JSON) of function ``@name``; a `CompileError` naming
+    """The kernel of a ``"lanes"`` descriptor (plain data) of function ``@name``; a `CompileError` naming
     what is wrong."""
     if raw.get("version") != DESCRIPTOR_VERSION:
         raise CompileError(f"@{name}: pbsdk.attention descriptor version {raw.get('version')} (the cpu target reads "
@@ -430,12 +429,9 @@ class AttentionKernels:
                 if fn.operation.name != "func.func" or attrs.ATTENTION not in fn.attributes:
                     continue
                 name = ir.StringAttr(fn.sym_name).value
-                text = attrs.string(fn, attrs.ATTENTION) or ""
                 try:
-                    raw = json.loads(text)
-                    if not isinstance(raw, dict):
-                        raise TypeError(f"a JSON {type(raw).__name__}, not an object")
-                except (ValueError, TypeError) as exc:
+                    raw = attrs.data(fn, attrs.ATTENTION) or {}
+                except TypeError as exc:
                     raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc}",
                                        op="func.func") from exc
                 if not is_lanes(raw):
