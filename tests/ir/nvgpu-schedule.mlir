@@ -3,8 +3,9 @@
 // shared memory (memory space 2 = h100's smem) with one mma.sync.m16n8k16-sized op per unit step, each
 // block's tile holding several 16x8 C tiles;
 // schedule retypes the buffers to the workgroup address space, maps the compute-level forall to blocks,
-// turns each unit step into a call of a private function marked pbsdk.matrix_unit (its host body the
-// multiply-accumulate; map-gpu swaps in the mma.sync body), spreads the loops that pick C tiles over the
+// turns each unit step — here the whole k loop of them, one strip call, so that map-gpu's mma.sync body
+// keeps the C fragment in registers across k — into a call of a private function marked
+// pbsdk.matrix_unit (its host body the multiply-accumulate), spreads the loops that pick C tiles over the
 // block's warps, and tiles every copy over the block's threads.
 // RUN: %pbsdk opt %s --target nvgpu --spec h100 -p promote,schedule | filecheck %s
 
@@ -17,11 +18,12 @@
 // CHECK:           } {mapping = [#gpu.thread<linear_dim_{{[0-9]}}>{{.*}}]}
 // CHECK:           scf.forall (%[[W:.*]]) in ({{[0-9]+}}) {
 // CHECK:             scf.for %{{.*}} = %[[W]] to
+// CHECK-NOT:           scf.for
 // CHECK:               func.call @__pbsdk_mma_0({{.*}}) {no_inline}
 // CHECK:           } {mapping = [#gpu.warp<linear_dim_0>]}
 // CHECK:         } {mapping = [#gpu.block<{{.*}}>], pbsdk.compute_level = "sm"}
 // CHECK-LABEL: func.func private @__pbsdk_mma_0(
-// CHECK-SAME:      memref<16x16xf16, {{.*}}#gpu.address_space<workgroup>>, %{{.*}}: memref<16x8xf16, {{.*}}, %{{.*}}: memref<16x8xf32, {{.*}}#gpu.address_space<workgroup>>)
+// CHECK-SAME:      memref<16x32xf16, {{.*}}#gpu.address_space<workgroup>>, %{{.*}}: memref<32x8xf16, {{.*}}, %{{.*}}: memref<16x8xf32, {{.*}}#gpu.address_space<workgroup>>)
 // CHECK-SAME:      attributes {pbsdk.matrix_unit = "mma.sync.m16n8k16"}
 // CHECK:         linalg.generic
 // CHECK-NOT:     vector.

@@ -362,14 +362,82 @@ class _Mapper:
         if layout is None:
             return False
         unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
-        with ir.InsertionPoint(op), op.location:
-            views = [self.drop_unit_dims(v, 2) for v in op.operands]
-            name = self.mma_function(unit, [v.type for v in views], layout)
-            call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
         c_values = _def_chain(op.operands[2])
-        op.erase()
+        strip = self.k_strip(op, layout)
+        if strip is not None:  # one call for the whole k loop: C's fragments stay in registers across it
+            loop_op, views = strip
+            with ir.InsertionPoint(loop_op), op.location:
+                name = self.mma_function(unit, [v.type for v in views], layout)
+                call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
+            loop_op.erase()
+        else:
+            with ir.InsertionPoint(op), op.location:
+                views = [self.drop_unit_dims(v, 2) for v in op.operands]
+                name = self.mma_function(unit, [v.type for v in views], layout)
+                call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
+            op.erase()
         self.spread_over_warps(call.operation, c_values, block_forall)
         return True
+
+    def k_strip(self, op: ir.Operation, layout: tuple[bool, bool, bool]) -> tuple[ir.Operation, list[ir.Value]] | None:
+        """When ``op`` is the only work of a static ``scf.for`` over k (its body: ``op`` and the subviews
+        of its operands, A's and B's at the loop's k offset), the views of the whole strip — A 16 x K,
+        B K x 8 (or transposed), C as it is — made in front of the loop, and the loop; else None."""
+        loop_op = op.parent
+        if loop_op is None or loop_op.name != "scf.for":
+            return None
+        forop = loop_op.opview
+        iv = forop.induction_variable
+        lo, hi, step = (_static_index(v) for v in (forop.lowerBound, forop.upperBound, forop.step))
+        if lo is None or hi is None or step is None or (hi - lo) % step:
+            return None
+        body = [o.operation for o in loop_op.regions[0].blocks[0].operations][:-1]
+        if any(o != op and o.name != "memref.subview" for o in body):
+            return None
+        views: list[ir.Value] = []
+        for i, v in enumerate(op.operands):
+            owner = v.owner
+            inside = not isinstance(owner, ir.Block) and owner in body
+            if i == 2:  # C: the same view, made in front of the loop
+                if inside and iv in list(owner.operands):
+                    return None
+                views.append(v)
+                continue
+            kdim = (1, 0)[i] if not layout[i] else (0, 1)[i]
+            if not inside or owner.name != "memref.subview":
+                return None
+            sv = owner.opview
+            src_t, t = ir.MemRefType(sv.source.type), ir.MemRefType(v.type)
+            if src_t.rank != 2 or t.rank != 2 or t.shape[kdim] != step:
+                return None
+            offsets = list(sv.offsets)
+            static = list(ir.DenseI64ArrayAttr(sv.attributes["static_offsets"]))
+            dyn = [j for j, o in enumerate(static) if o == ir.ShapedType.get_dynamic_stride_or_offset()]
+            if iv not in offsets or dyn[offsets.index(iv)] != kdim or list(sv.sizes) or list(sv.strides):
+                return None
+            views.append((sv, kdim, offsets))  # type: ignore[arg-type]
+        made: list[ir.Value] = []
+        with ir.InsertionPoint(loop_op), op.location:
+            start = arith.constant(self.index, lo)
+            for v in views:
+                if isinstance(v, ir.Value):
+                    owner = v.owner
+                    if not isinstance(owner, ir.Block) and owner in body:
+                        owner.move_before(loop_op)
+                    made.append(v)
+                    continue
+                sv, kdim, offsets = v  # type: ignore[misc]
+                t = ir.MemRefType(sv.result.type)
+                shape = list(t.shape)
+                shape[kdim] = hi - lo
+                sizes = list(ir.DenseI64ArrayAttr(sv.attributes["static_sizes"]))
+                sizes[kdim] = hi - lo
+                rtype = ir.MemRefType.get(shape, t.element_type, t.layout, t.memory_space)
+                made.append(memref.SubViewOp(rtype, sv.source, [start if o == forop.induction_variable else o
+                                                                 for o in offsets], [], [],
+                                             list(ir.DenseI64ArrayAttr(sv.attributes["static_offsets"])), sizes,
+                                             list(ir.DenseI64ArrayAttr(sv.attributes["static_strides"]))).result)
+        return loop_op, made
 
     def spread_over_warps(self, call: ir.Operation, c_values: set[ir.Value], block_forall: ir.Operation) -> None:
         # the perfect nest of scf.for around the call, outermost first
