@@ -4,7 +4,8 @@ proven numerically without a GPU.
 `emulate` compiles MLIR with the nvgpu target up to its ``schedule`` stage — exactly the IR the GPU
 lowering starts from — then makes that IR host code with as little change as possible:
 
-1. buffers in the workgroup address space become ordinary buffers (one per block iteration, as on the GPU);
+1. buffers in the workgroup address space become ordinary buffers (retyped in place, `drop_workgroup`;
+   one per block iteration, as on the GPU);
 2. every ``scf.forall`` (blocks, warps, threads) becomes a sequential ``scf.for`` — legal because the
    schedule only relies on the barrier after each thread-level loop, which sequential execution implies;
 3. the matrix-unit functions keep their host body (one 16x8x16 ``linalg.matmul``) and are inlined;
@@ -16,7 +17,6 @@ numpy float32 arrays, rounded to bf16 (nearest even) on the way in and widened o
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,8 +25,6 @@ import numpy as np
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.options import Options
-
-_WORKGROUP = re.compile(r",\s*#gpu\.address_space<workgroup>")
 
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
@@ -45,9 +43,16 @@ def round_bf16(x: np.ndarray) -> np.ndarray:
     return from_bf16_bits(to_bf16_bits(np.asarray(x, np.float32)))
 
 
-def host_module_text(scheduled: str) -> str:
-    """The scheduled module's text with the workgroup address space dropped."""
-    return _WORKGROUP.sub("", scheduled)
+def drop_workgroup(module: Any) -> int:
+    """Retype the module's workgroup-space buffers (shared memory) to ordinary host memory."""
+    from mlir import ir
+
+    from pbsdk.targets.nvgpu.build import workgroup
+    from pbsdk.targets.nvgpu.schedule import retype_memory_spaces
+
+    with module.context, ir.Location.unknown():
+        ws = workgroup()
+        return retype_memory_spaces(module.operation, lambda old: None if old is not None and old == ws else old)
 
 
 class EmulatedKernel:
@@ -97,9 +102,10 @@ def emulate(text: str, *, spec: Any = "nvidia/h100", options: Options | Mapping[
     scheduled = str(scheduled_module)
     ctx_notes.update(entry=sctx.notes["entry"], inputs=sctx.notes["inputs"], outputs=sctx.notes["outputs"])
 
-    host = ir.Module.parse(host_module_text(scheduled), ir.Context())
+    host = scheduled_module
     from pbsdk.core.passes import ops_named
 
+    drop_workgroup(host)
     for call in ops_named(host, "func.call"):  # the unit steps' host bodies are inlined here
         if "no_inline" in call.attributes:
             del call.attributes["no_inline"]

@@ -7,7 +7,9 @@ Stages (each a function of the module and the `StageContext`):
   upstream ``transform.gpu.map_forall_to_blocks`` / ``map_nested_forall_to_threads`` (a transform script
   built with `mlir.dialects.transform` builders, run by the interpreter) turn the mapped loops into block
   and thread ids (inserting a barrier after each thread-level loop).
-- ``outline``: ``gpu-kernel-outlining``; all kernels are merged into one ``gpu.module @pbsdk_kernels``;
+- ``outline``: ``gpu-kernel-outlining``; all kernels are merged into one ``gpu.module @pbsdk_kernels``,
+  each marked ``nvvm.minctasm = 1`` (PTX ``.minnctapersm 1``: ptxas need not squeeze registers for
+  more resident blocks than the plan has);
   shared-memory buffers (``memref.alloc`` in the workgroup address space) become module-level
   ``memref.global``s, i.e. static ``.shared`` arrays.
 - ``nvvm``: ``nvvm-attach-target`` with the spec's ``codegen.arch``/``ptx_features`` (and libdevice when
@@ -189,6 +191,10 @@ def outline(module: ir.Module, ctx: StageContext) -> None:
             for op in kmod.regions[0].blocks[0].operations:
                 if op.operation.name == "gpu.func":
                     op.attributes["sym_name"] = ir.StringAttr.get(mod_name)
+                    # One resident block per SM is all a kernel is planned for (the core splits work into
+                    # at most one part per SM): ptxas may then give a thread every register it needs
+                    # rather than spill to fit blocks the grid does not have.
+                    op.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1)
         for launch in ops_named(module, "gpu.launch_func"):
             mod_name = str(launch.attributes["kernel"]).split("::")[0].lstrip("@")
             launch.attributes["kernel"] = ir.SymbolRefAttr.get([KERNEL_MODULE, mod_name])

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mlir import ir, passmanager
@@ -131,22 +131,21 @@ def _is_memref(t: ir.Type) -> bool:
     return isinstance(t, ir.MemRefType)
 
 
-def to_workgroup(root: ir.Operation, spaces: set[int]) -> int:
-    """Retype every memref value under ``root`` in one of the scratchpad ``spaces`` to the workgroup
-    address space (what NVVM lowers to ``.shared``); returns how many values changed."""
-    ws = workgroup()
+def retype_memory_spaces(root: ir.Operation, space: Callable[[ir.Attribute | None], ir.Attribute | None]) -> int:
+    """Give every memref value under ``root`` the memory space ``space(old)`` (unchanged where it returns
+    the old one), function signatures included; returns how many values changed."""
     changed = 0
 
     def retype(v: ir.Value) -> None:
         nonlocal changed
-        t = v.type
-        if not _is_memref(t):
+        if not _is_memref(v.type):
             return
-        mt = ir.MemRefType(t)
-        ms = mt.memory_space
-        if ms is None or not isinstance(ms, ir.IntegerAttr) or ir.IntegerAttr(ms).value not in spaces:
+        mt = ir.MemRefType(v.type)
+        old = mt.memory_space
+        new = space(old)
+        if (new is None and old is None) or (new is not None and old is not None and new == old):
             return
-        v.set_type(ir.MemRefType.get(list(mt.shape), mt.element_type, mt.layout, ws))
+        v.set_type(ir.MemRefType.get(list(mt.shape), mt.element_type, mt.layout, new))
         changed += 1
 
     def visit(op: ir.Operation) -> ir.WalkResult:
@@ -156,10 +155,26 @@ def to_workgroup(root: ir.Operation, spaces: set[int]) -> int:
             for block in region.blocks:
                 for a in block.arguments:
                     retype(a)
+        if op.name == "func.func" and op.regions[0].blocks:
+            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+            args = [a.type for a in op.regions[0].blocks[0].arguments]
+            if args != list(ftype.inputs):
+                op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(args, list(ftype.results)))
         return ir.WalkResult.ADVANCE
 
     root.walk(visit)
     return changed
+
+
+def to_workgroup(root: ir.Operation, spaces: set[int]) -> int:
+    """Retype every memref value under ``root`` in one of the scratchpad ``spaces`` to the workgroup
+    address space (what NVVM lowers to ``.shared``); returns how many values changed."""
+    ws = workgroup()
+
+    def space(old: ir.Attribute | None) -> ir.Attribute | None:
+        return ws if isinstance(old, ir.IntegerAttr) and ir.IntegerAttr(old).value in spaces else old
+
+    return retype_memory_spaces(root, space)
 
 
 def _in_workgroup(t: ir.Type) -> bool:
@@ -363,26 +378,22 @@ class _Mapper:
             return False
         unit = attrs.string(op, attrs.MATRIX_UNIT) or ""
         c_values = _def_chain(op.operands[2])
-        strip = self.k_strip(op, layout)
-        if strip is not None:  # one call for the whole k loop: C's fragments stay in registers across it
-            loop_op, views = strip
-            with ir.InsertionPoint(loop_op), op.location:
-                name = self.mma_function(unit, [v.type for v in views], layout)
-                call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
-            loop_op.erase()
-        else:
+        call = self.k_strip(op, layout, unit)
+        if call is None:
             with ir.InsertionPoint(op), op.location:
                 views = [self.drop_unit_dims(v, 2) for v in op.operands]
                 name = self.mma_function(unit, [v.type for v in views], layout)
-                call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views)
+                call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), views).operation
             op.erase()
-        self.spread_over_warps(call.operation, c_values, block_forall)
+        self.spread_over_warps(call, c_values, block_forall)
         return True
 
-    def k_strip(self, op: ir.Operation, layout: tuple[bool, bool, bool]) -> tuple[ir.Operation, list[ir.Value]] | None:
-        """When ``op`` is the only work of a static ``scf.for`` over k (its body: ``op`` and the subviews
-        of its operands, A's and B's at the loop's k offset), the views of the whole strip — A 16 x K,
-        B K x 8 (or transposed), C as it is — made in front of the loop, and the loop; else None."""
+    def k_strip(self, op: ir.Operation, layout: tuple[bool, bool, bool], unit: str) -> ir.Operation | None:
+        """When ``op`` is the only work of a static ``scf.for`` over k (its body: ``op`` and the subviews of
+        its operands, A's and B's at the loop's k offset), replace the loop's unit steps by calls on strips
+        of `MAX_STRIP_K` (or the whole loop, when shorter: the loop goes) — A 16 x S, B S x 8 (or transposed),
+        C as it is — so that each call keeps C's fragments in registers across its steps. Returns the call
+        (the whole loop's, or inside the loop, whose step becomes S), or None when ``op`` is not so."""
         loop_op = op.parent
         if loop_op is None or loop_op.name != "scf.for":
             return None
@@ -394,14 +405,19 @@ class _Mapper:
         body = [o.operation for o in loop_op.regions[0].blocks[0].operations][:-1]
         if any(o != op and o.name != "memref.subview" for o in body):
             return None
-        views: list[ir.Value] = []
+        total = hi - lo
+        strip = total if total <= MAX_STRIP_K else \
+            max(w for w in range(step, MAX_STRIP_K + 1, step) if total % w == 0)
+        if strip == step:
+            return None  # one unit step per call already
+        parts: list[Any] = []
         for i, v in enumerate(op.operands):
             owner = v.owner
             inside = not isinstance(owner, ir.Block) and owner in body
-            if i == 2:  # C: the same view, made in front of the loop
+            if i == 2:  # C: the same view (made in front of the loop when the loop goes)
                 if inside and iv in list(owner.operands):
                     return None
-                views.append(v)
+                parts.append(v)
                 continue
             kdim = (1, 0)[i] if not layout[i] else (0, 1)[i]
             if not inside or owner.name != "memref.subview":
@@ -415,29 +431,44 @@ class _Mapper:
             dyn = [j for j, o in enumerate(static) if o == ir.ShapedType.get_dynamic_stride_or_offset()]
             if iv not in offsets or dyn[offsets.index(iv)] != kdim or list(sv.sizes) or list(sv.strides):
                 return None
-            views.append((sv, kdim, offsets))  # type: ignore[arg-type]
+            parts.append((sv, kdim, offsets))
+        whole = strip == total
+
+        def view(sv: Any, kdim: int, offsets: list[ir.Value], at: ir.Value) -> ir.Value:
+            t = ir.MemRefType(sv.result.type)
+            shape = list(t.shape)
+            shape[kdim] = strip
+            sizes = list(ir.DenseI64ArrayAttr(sv.attributes["static_sizes"]))
+            sizes[kdim] = strip
+            rtype = ir.MemRefType.get(shape, t.element_type, t.layout, t.memory_space)
+            return memref.SubViewOp(rtype, sv.source, [at if o == iv else o for o in offsets], [], [],
+                                    list(ir.DenseI64ArrayAttr(sv.attributes["static_offsets"])), sizes,
+                                    list(ir.DenseI64ArrayAttr(sv.attributes["static_strides"]))).result
+
         made: list[ir.Value] = []
-        with ir.InsertionPoint(loop_op), op.location:
-            start = arith.constant(self.index, lo)
-            for v in views:
-                if isinstance(v, ir.Value):
-                    owner = v.owner
-                    if not isinstance(owner, ir.Block) and owner in body:
+        with ir.InsertionPoint(loop_op if whole else op), op.location:
+            at = arith.constant(self.index, lo) if whole else iv
+            for p in parts:
+                if isinstance(p, ir.Value):
+                    owner = p.owner
+                    if whole and not isinstance(owner, ir.Block) and owner in body:
                         owner.move_before(loop_op)
-                    made.append(v)
-                    continue
-                sv, kdim, offsets = v  # type: ignore[misc]
-                t = ir.MemRefType(sv.result.type)
-                shape = list(t.shape)
-                shape[kdim] = hi - lo
-                sizes = list(ir.DenseI64ArrayAttr(sv.attributes["static_sizes"]))
-                sizes[kdim] = hi - lo
-                rtype = ir.MemRefType.get(shape, t.element_type, t.layout, t.memory_space)
-                made.append(memref.SubViewOp(rtype, sv.source, [start if o == forop.induction_variable else o
-                                                                 for o in offsets], [], [],
-                                             list(ir.DenseI64ArrayAttr(sv.attributes["static_offsets"])), sizes,
-                                             list(ir.DenseI64ArrayAttr(sv.attributes["static_strides"]))).result)
-        return loop_op, made
+                    made.append(p)
+                else:
+                    sv_p, kdim_p, offsets_p = p
+                    made.append(view(sv_p, kdim_p, offsets_p, at))
+            name = self.mma_function(unit, [v.type for v in made], layout)
+            call = func.CallOp([], ir.FlatSymbolRefAttr.get(name), made).operation
+        if whole:
+            loop_op.erase()
+        else:
+            with ir.InsertionPoint(loop_op), op.location:
+                forop.operation.operands[2] = arith.constant(self.index, strip)
+            olds = [p[0] for p in parts if not isinstance(p, ir.Value)]
+            op.erase()
+            for sv in olds:
+                sv.operation.erase()
+        return call
 
     def spread_over_warps(self, call: ir.Operation, c_values: set[ir.Value], block_forall: ir.Operation) -> None:
         # the perfect nest of scf.for around the call, outermost first
@@ -528,6 +559,10 @@ def _tile_on_threads(module: ir.Module, tagged: list[tuple[int, list[int]]]) -> 
     except Exception as exc:
         raise CompileError(f"tiling onto threads failed: {str(exc).strip()[:2000]}", op="linalg.generic") from exc
 
+
+#: Longest k strip one unit-step call covers (its C fragments stay in registers across the strip; longer
+#: strips unroll into more live fragment registers than a thread has without spilling).
+MAX_STRIP_K = 64
 
 #: Threads per block for the core's staged kernels: four warps.
 BLOCK_THREADS = 128
