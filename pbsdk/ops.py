@@ -27,11 +27,15 @@ __all__ = [
     "attention",
     "broadcast_to",
     "concatenate",
+    "conv1d",
     "conv2d",
+    "conv3d",
+    "conv_transpose",
     "div",
     "equal",
     "erf",
     "exp",
+    "flip",
     "gelu",
     "greater",
     "greater_equal",
@@ -49,6 +53,7 @@ __all__ = [
     "mul",
     "neg",
     "not_equal",
+    "pad",
     "pow",
     "relu",
     "reshape",
@@ -80,7 +85,8 @@ def _group(name: str) -> Iterator[None]:
 
 #: Layout ops folded into a new constant when their operand is one (a frozen weight's transpose would
 #: otherwise be recomputed on every call).
-_FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"])}
+_FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"]),
+             "flip": lambda v, a: np.flip(v, a["axes"])}
 
 
 def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
@@ -426,6 +432,114 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
     return astype(out, t.dtype) if acc != t.dtype else out
 
 
+def _spatial(op: str, name: str, v: Any, n: int, *, low: int = 1) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints, each at least ``low``, as an n-tuple."""
+    items = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
+    if len(items) != n or not builtins.all(isinstance(p, (int, np.integer)) and p >= low for p in items):
+        raise PbsdkError(f"{op}: {name} must be an int >= {low} or {n} of them, got {v!r}")
+    return tuple(int(p) for p in items)
+
+
+def _conv_padding(op: str, v: Any, n: int) -> tuple[tuple[int, int], ...]:
+    """An int, ``n`` ints (both sides) or ``n`` (before, after) pairs, as n pairs."""
+    if isinstance(v, (int, np.integer)) or builtins.all(isinstance(p, (int, np.integer)) for p in v):
+        return tuple((p, p) for p in _spatial(op, "padding", v, n, low=0))
+    pairs = tuple(tuple(p) for p in v)
+    if len(pairs) != n or not builtins.all(len(p) == 2 and builtins.min(p) >= 0 for p in pairs):
+        raise PbsdkError(f"{op}: padding must be an int, {n} ints or {n} (before, after) pairs, got {v!r}")
+    return tuple((int(a), int(b)) for a, b in pairs)
+
+
+def conv1d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """1-D cross-correlation: x (N, C, L), w (O, C/groups, K); run as a conv2d of height 1."""
+    t, k = _operands(x, w)
+    if t.ndim != 3 or k.ndim != 3:
+        raise PbsdkError(f"conv1d: input and weight must be 3-D, got {t.shape} and {k.shape}")
+    (s,), (d,) = _spatial("conv1d", "stride", stride, 1), _spatial("conv1d", "dilation", dilation, 1)
+    (pad,) = _conv_padding("conv1d", padding, 1)
+    out = conv2d(reshape(t, (t.shape[0], t.shape[1], 1, t.shape[2])), reshape(k, (k.shape[0], k.shape[1], 1, k.shape[2])),
+                 stride=(1, s), padding=((0, 0), pad), dilation=(1, d), groups=groups)
+    return reshape(out, (out.shape[0], out.shape[1], out.shape[3]))
+
+
+def conv3d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """3-D cross-correlation: x (N, C, D, H, W), w (O, C/groups, KD, KH, KW).
+
+    Run as one conv2d: the KD depth taps each output depth reads are stacked into the channels
+    ((N*OD, C*KD, H, W), a channel per (group, input channel, tap)) and the weight is viewed as
+    (O, C/groups*KD, KH, KW), so the contraction is one matmul on targets that lower conv2d to one."""
+    t, k = _operands(x, w)
+    if t.ndim != 5 or k.ndim != 5:
+        raise PbsdkError(f"conv3d: input and weight must be 5-D, got {t.shape} and {k.shape}")
+    sd, sh, sw = _spatial("conv3d", "stride", stride, 3)
+    dd, dh, dw = _spatial("conv3d", "dilation", dilation, 3)
+    pads = _conv_padding("conv3d", padding, 3)
+    n, c = t.shape[:2]
+    o, cg, kd = k.shape[:3]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise PbsdkError(f"conv3d: groups={groups} does not fit input {t.shape} and weight {k.shape}")
+    with _group("conv3d"):
+        t = pad(t, ((0, 0), (0, 0), pads[0], (0, 0), (0, 0)))
+        od = (t.shape[2] - dd * (kd - 1) - 1) // sd + 1
+        if od < 1:
+            raise PbsdkError(f"conv3d: kernel depth {kd} (dilation {dd}) does not fit the padded input")
+        h, wd = t.shape[3:]
+        taps = [reshape(slice(t, 2, i * dd, i * dd + sd * (od - 1) + 1, sd), (n, c, 1, od, h, wd))
+                for i in range(kd)]
+        stacked = reshape(concatenate(taps, axis=2), (n, groups, cg, kd, od, h, wd))
+        cols = reshape(transpose(stacked, (0, 4, 1, 2, 3, 5, 6)), (n * od, c * kd, h, wd))
+        out = conv2d(cols, reshape(k, (o, cg * kd) + k.shape[3:]), stride=(sh, sw), padding=pads[1:],
+                     dilation=(dh, dw), groups=groups)
+        return transpose(reshape(out, (n, od) + out.shape[1:]), (0, 2, 1, 3, 4))
+
+
+def _dilate(t: Tensor, factors: Sequence[int]) -> Tensor:
+    """``t`` with ``factors[i] - 1`` zeros inserted between neighbouring elements along axis i (a
+    convolution's input dilation)."""
+    for a, s in enumerate(factors):
+        if s > 1:
+            shape = t.shape
+            col = reshape(t, shape[:a + 1] + (1,) + shape[a + 1:])
+            zeros = broadcast_to(_const(0.0, t.dtype), shape[:a + 1] + (s - 1,) + shape[a + 1:])
+            t = reshape(concatenate([col, zeros], axis=a + 1), shape[:a] + (shape[a] * s,) + shape[a + 1:])
+            t = slice(t, a, 0, (shape[a] - 1) * s + 1)
+    return t
+
+
+def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                   dilation: Any = 1, groups: int = 1) -> Tensor:
+    """Transposed convolution (the gradient of a convolution with respect to its input), 1-D to 3-D:
+    x (N, Cin, *S), w (Cin, Cout/groups, *K), as ``torch.nn.functional.conv_transpose{1,2,3}d``.
+
+    Computed as a plain convolution: zeros inserted between the input's elements (``stride - 1`` of
+    them), the result padded by ``dilation * (K - 1) - padding`` (plus ``output_padding`` after), then
+    convolved with stride 1 by the weight with its spatial axes flipped and its channel axes swapped."""
+    t, k = _operands(x, w)
+    nsp = t.ndim - 2
+    if nsp not in (1, 2, 3) or k.ndim != t.ndim:
+        raise PbsdkError(f"conv_transpose: input and weight must both be 3-D to 5-D, got {t.shape} and {k.shape}")
+    strides = _spatial("conv_transpose", "stride", stride, nsp)
+    dil = _spatial("conv_transpose", "dilation", dilation, nsp)
+    pads = _spatial("conv_transpose", "padding", padding, nsp, low=0)
+    extra = _spatial("conv_transpose", "output_padding", output_padding, nsp, low=0)
+    cin, cout_g = k.shape[:2]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or cin % groups or t.shape[1] != cin:
+        raise PbsdkError(f"conv_transpose: groups={groups} does not fit input {t.shape} and weight {k.shape}")
+    if builtins.any(e >= builtins.max(s, d) for e, s, d in zip(extra, strides, dil)):
+        raise PbsdkError(f"conv_transpose: output_padding {extra} must be smaller than stride or dilation")
+    ksp = k.shape[2:]
+    with _group("conv_transpose"):
+        t = _dilate(t, (1, 1, *strides))
+        edges = [(d * (kk - 1) - p, d * (kk - 1) - p + e) for d, kk, p, e in zip(dil, ksp, pads, extra)]
+        t = _pad(t, ((0, 0), (0, 0), *edges), 0.0)
+        g = int(groups)
+        kt = reshape(k, (g, cin // g, cout_g) + ksp)
+        kt = reshape(transpose(kt, (0, 2, 1) + tuple(range(3, k.ndim + 1))), (g * cout_g, cin // g) + ksp)
+        kt = flip(kt, tuple(range(2, k.ndim)))
+        conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
+        return conv(t, kt, dilation=dil, groups=g)
+
+
 # ------------------------------------------------------------------------- selection, slicing, gathering
 # Masks are float tensors of 0s and 1s (pbsdk's graph is float-only): comparisons produce them and
 # `where` reads any nonzero value as true.
@@ -486,6 +600,43 @@ def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
         return ts[0]
     shape = ts[0].shape[:ax] + (builtins.sum(t.shape[ax] for t in ts),) + ts[0].shape[ax + 1:]
     return _add("concat", [t.value for t in ts], shape, ts[0].dtype, axis=ax)
+
+
+def flip(x: Any, axis: Any = None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (an int, a tuple, or None for all), as ``numpy.flip``."""
+    (t,) = _operands(x)
+    axes = tuple(a for a in _norm_axes("flip", axis, t.ndim) if t.shape[a] > 1)
+    if not axes:
+        return t
+    return _add("flip", [t.value], t.shape, t.dtype, axes=axes)
+
+
+def _pad(t: Tensor, widths: Sequence[tuple[int, int]], value: float) -> Tensor:
+    """``t`` with ``widths[i]`` = (before, after) elements of ``value`` added along axis i; a negative width
+    removes elements instead."""
+    for ax, (lo, hi) in enumerate(widths):
+        if lo < 0 or hi < 0:
+            t = slice(t, ax, builtins.max(-lo, 0), t.shape[ax] - builtins.max(-hi, 0))
+        parts = []
+        for n in (builtins.max(lo, 0), None, builtins.max(hi, 0)):
+            if n is None:
+                parts.append(t)
+            elif n:
+                parts.append(broadcast_to(_const(value, t.dtype), t.shape[:ax] + (n,) + t.shape[ax + 1:]))
+        t = concatenate(parts, axis=ax)
+    return t
+
+
+def pad(x: Any, pad_width: Any, mode: str = "constant", constant_values: float = 0.0) -> Tensor:
+    """``numpy.pad`` in constant mode: ``pad_width`` is an int, a (before, after) pair for every axis, or
+    one (before, after) pair per axis."""
+    (t,) = _operands(x)
+    if mode != "constant":
+        raise UnsupportedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (t.ndim, 2))
+    if (widths < 0).any():
+        raise PbsdkError(f"pad: pad_width must be non-negative, got {pad_width!r}")
+    return _pad(t, [(int(a), int(b)) for a, b in widths], float(constant_values))
 
 
 def take(a: Any, indices: Any, axis: int = 0) -> Tensor:

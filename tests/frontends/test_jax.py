@@ -125,6 +125,14 @@ PRIMITIVES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "conv_grouped_mixed_layout": (lambda x, w: lax.conv_general_dilated(
         x, w, (1, 1), "SAME", feature_group_count=2, dimension_numbers=("NHWC", "OIHW", "NCHW")),
         (_rand(1, 6, 6, 4), _rand(6, 2, 3, 3, seed=1))),
+    "conv1d_3d": (lambda x1, w1, x3, w3: (
+        lax.conv_general_dilated(x1, w1, (2,), ((1, 0),), rhs_dilation=(2,), dimension_numbers=("NCH", "OIH", "NCH")),
+        lax.conv_general_dilated(x3, w3, (1, 2, 1), "SAME", dimension_numbers=("NDHWC", "DHWIO", "NDHWC"))),
+        (_rand(2, 3, 9), _rand(4, 3, 3, seed=1), _rand(1, 4, 5, 4, 2), _rand(3, 2, 3, 2, 3, seed=2))),
+    "conv_transpose": (lambda x, w, x1, w1: (
+        lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
+        lax.conv_general_dilated(x1, w1, (1,), ((0, -1),), lhs_dilation=(3,), dimension_numbers=("NCH", "OIH", "NCH"))),
+        (_rand(1, 4, 5, 3), _rand(3, 3, 3, 2, seed=1), _rand(1, 2, 5), _rand(3, 2, 2, seed=2))),
     "broadcast_reshape_transpose": (lambda a, b: (a[:, None, :] + b.reshape(4, 3)[None].transpose(2, 0, 1)),
                                     (x34, y34)),
     "squeeze_expand_dims": (lambda a: jnp.squeeze(jnp.expand_dims(a, 1) * 2, axis=1), (x34,)),

@@ -460,6 +460,16 @@ class _Emitter:
                                            init=self.empty(out.type), out_results=loops, n_loops=rank,
                                            iterators=["parallel"] * rank, body=body)
 
+    def op_flip(self, node: Node) -> None:
+        # A copy reading each flipped axis backwards (index n - 1 - d).
+        (x,) = node.inputs
+        rank = len(x.shape)
+        loops = dims(rank)
+        src = [loops[i] * -1 + (x.shape[i] - 1) if i in node.attrs["axes"] else loops[i] for i in range(rank)]
+        self.values[node.out.id] = self.generic(ins=[(self.value(x), src)], init=self.empty(node.out.type),
+                                                out_results=loops, n_loops=rank, iterators=["parallel"] * rank,
+                                                body=lambda args: args[0])
+
 
 def _memref(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
@@ -468,7 +478,8 @@ def _memref(t: TensorType) -> ir.MemRefType:
 def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
-    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take"):
+    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
+              "flip"):
         return op
     return "elementwise"
 

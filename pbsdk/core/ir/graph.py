@@ -28,8 +28,8 @@ REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})
 #: Comparisons produce 0/1 masks in their operands' dtype; "select" is where(mask, a, b).
 COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
-#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats).
-MOVE_OPS = frozenset({"select", "slice", "concat", "take"})
+#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal.
+MOVE_OPS = frozenset({"select", "slice", "concat", "take", "flip"})
 ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS
 
 

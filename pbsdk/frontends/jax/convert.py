@@ -400,24 +400,24 @@ def _conv(cx: Context, x: Tensor, w: Tensor, *, window_strides: Sequence[int], p
           lhs_dilation: Sequence[int], rhs_dilation: Sequence[int], dimension_numbers: Any,
           feature_group_count: int, batch_group_count: int, precision: Any = None,
           preferred_element_type: Any = None, out_sharding: Any = None) -> Tensor:
-    """A 2-D convolution as pbsdk's NCHW conv2d (or NHWC, see `NATIVE_NHWC`): the operands are transposed
-    into that layout and the result back to ``out_spec``."""
-    if x.ndim != 4:
-        raise UnsupportedError(f"{x.ndim - 2}-D convolution (only 2-D)")
-    if any(d != 1 for d in lhs_dilation):
-        raise UnsupportedError("input dilation (transposed convolution)")
+    """A 1-D, 2-D or 3-D convolution as pbsdk's NC... conv1d/conv2d/conv3d (2-D: or NHWC, see `NATIVE_NHWC`):
+    the operands are transposed into that layout and the result back to ``out_spec``. Input dilation (a
+    transposed convolution) inserts zeros between the input's elements; negative padding crops."""
+    nsp = x.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise UnsupportedError(f"{nsp}-D convolution (only 1-D to 3-D)")
     if batch_group_count != 1:
         raise UnsupportedError("batch_group_count != 1")
     if any(_is_int(av) or _is_bool(av) for av in cx.in_avals):
         raise UnsupportedError("integer convolution")
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    if any(p < 0 for pair in pads for p in pair):
-        raise UnsupportedError("negative padding")
     lhs_spec, rhs_spec, out_spec = (tuple(int(d) for d in s) for s in dimension_numbers)
     want = cx.out_dtype
     x, w = (ops.astype(t, want) if t.dtype != want else t for t in (x, w))
     # lhs_spec = (batch, feature, spatial...) positions; rhs_spec = (out feature, in feature, spatial...).
-    nhwc = lhs_spec == (0, 3, 1, 2) and NATIVE_NHWC
+    direct = all(d == 1 for d in lhs_dilation) and all(p >= 0 for pair in pads for p in pair)
+    nhwc = nsp == 2 and lhs_spec == (0, 3, 1, 2) and NATIVE_NHWC and direct
+    positions = tuple(range(x.ndim))
     if nhwc:
         xt = ops.transpose(x, (lhs_spec[0], lhs_spec[2], lhs_spec[3], lhs_spec[1]))
         wt = ops.transpose(w, (rhs_spec[2], rhs_spec[3], rhs_spec[1], rhs_spec[0]))
@@ -425,10 +425,14 @@ def _conv(cx: Context, x: Tensor, w: Tensor, *, window_strides: Sequence[int], p
     else:
         xt = ops.transpose(x, lhs_spec)
         wt = ops.transpose(w, rhs_spec)
-        positions = (0, 1, 2, 3)
-    y = ops.conv2d(xt, wt, stride=tuple(window_strides), padding=pads, dilation=tuple(rhs_dilation),
-                   groups=int(feature_group_count), layout="NHWC" if nhwc else "NCHW")
-    perm = [0] * 4
+    if not direct:
+        xt = ops._pad(ops._dilate(xt, (1, 1, *lhs_dilation)), ((0, 0), (0, 0), *pads), 0.0)
+        pads = ((0, 0),) * nsp
+    conv = {1: ops.conv1d, 2: ops.conv2d, 3: ops.conv3d}[nsp]
+    extra = {"layout": "NHWC" if nhwc else "NCHW"} if nsp == 2 else {}
+    y = conv(xt, wt, stride=tuple(window_strides), padding=pads, dilation=tuple(rhs_dilation),
+             groups=int(feature_group_count), **extra)
+    perm = [0] * x.ndim
     for logical, axis in enumerate(out_spec):
         perm[axis] = positions[logical]
     return ops.transpose(y, perm)

@@ -349,16 +349,24 @@ def _addmm(cx: Context, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any 
 @converts("aten.convolution.default")
 def _convolution(cx: Context, x: Any, w: Any, bias: Any, stride: Sequence[int], padding: Sequence[int],
                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+    """1-D, 2-D and 3-D convolutions, plain and transposed (``pbsdk.ops.conv1d/conv2d/conv3d/conv_transpose``)."""
     x, w = _in(cx, _tensor(x, "convolution's input"), _tensor(w, "convolution's weight"))
-    if transposed or x.ndim != 4:
-        raise UnsupportedError("only 2-D, non-transposed convolutions are supported")
-    def pair(v: Sequence[int]) -> tuple[int, int]:
-        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+    nsp = x.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise UnsupportedError(f"{nsp}-D convolution")
 
-    out = ops.conv2d(x, w, stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups)
+    def spatial(v: Sequence[int]) -> tuple[int, ...]:
+        return tuple(v) * nsp if len(v) == 1 else tuple(v)
+
+    if transposed:
+        out = ops.conv_transpose(x, w, stride=spatial(stride), padding=spatial(padding),
+                                 output_padding=spatial(output_padding), dilation=spatial(dilation), groups=groups)
+    else:
+        conv = {1: ops.conv1d, 2: ops.conv2d, 3: ops.conv3d}[nsp]
+        out = conv(x, w, stride=spatial(stride), padding=spatial(padding), dilation=spatial(dilation), groups=groups)
     if bias is not None:
         (bias,) = _in(cx, bias)
-        out = ops.add(out, ops.reshape(bias, (1, -1, 1, 1)))
+        out = ops.add(out, ops.reshape(bias, (1, -1) + (1,) * nsp))
     return out
 
 

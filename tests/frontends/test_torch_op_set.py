@@ -1,0 +1,63 @@
+"""Small torch modules covering the op set real models use (issue #15): each runs through
+``torch.compile(backend="pbsdk")`` with no ATen op falling back and matches eager torch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch import nn
+
+import pbsdk.frontends.torch as pbsdk_torch
+from pbsdk.testing import Tolerance, assert_close
+
+g = torch.Generator().manual_seed(0)
+
+
+def r(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g)
+
+
+class Fn(nn.Module):
+    def __init__(self, fn: Any) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+#: name -> (module, inputs). Modules are in eval mode; parameters are frozen into the kernels.
+MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
+    "conv1d": (nn.Conv1d(3, 4, 3, padding=1, dilation=2), (r(2, 3, 10),)),
+    "conv3d": (nn.Conv3d(4, 6, 3, stride=(1, 2, 1), padding=1, groups=2), (r(1, 4, 5, 6, 6),)),
+    "conv_transpose1d": (nn.ConvTranspose1d(4, 2, 3, stride=2), (r(1, 4, 5),)),
+    "conv_transpose2d": (nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (r(1, 4, 5, 5),)),
+    "conv_transpose3d": (nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, groups=2), (r(1, 4, 3, 4, 4),)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_runs_without_fallback(name: str) -> None:
+    module, args = MODULES[name]
+    module.eval()
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    with torch.no_grad():
+        expected = module(*args)
+        actual = torch.compile(module, backend="pbsdk")(*args)
+    exp = expected if isinstance(expected, tuple) else (expected,)
+    act = actual if isinstance(actual, tuple) else (actual,)
+    assert len(act) == len(exp)
+    for a, e in zip(act, exp):
+        assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)
+        if e.dtype.is_floating_point:
+            assert_close(a.numpy(), e.numpy(), op=name, tol=Tolerance(1e-5, 1e-5))
+        else:
+            assert torch.equal(a, e), (a, e)
+    reports = pbsdk_torch.reports()
+    assert reports and all(rep.fallback_ops == () and rep.failed_partitions == 0 for rep in reports), reports
+    assert sum(rep.compiled_ops for rep in reports) > 0

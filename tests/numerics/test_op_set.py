@@ -1,0 +1,92 @@
+"""The op set real models use (convolutions of every rank and transposed, pooling, norms, activations,
+argmin/argmax, scans, gathers, ...) in ``pbsdk.ops``, against torch's CPU kernels computed in float64,
+through `pbsdk.testing.assert_close` with the tolerance stated per case. One case per op family also runs
+on the template target, where it must move its data through the scratchpad (``bytes:dram->...`` > 0)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.nn.functional as F
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.testing import Tolerance, assert_close
+
+EXACT = Tolerance(0.0, 0.0)
+ROUNDED = Tolerance(1e-6, 1e-6)
+SUMMED = Tolerance(1e-5, 1e-5)  # contractions and reductions of up to a few hundred f32 terms
+
+
+def rand(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed + 7 * len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def reference(tfn: Callable[..., Any], *args: np.ndarray) -> Any:
+    """torch's result in float64, rounded to float32 (or the integer/bool result itself)."""
+    out = tfn(*[torch.from_numpy(a).double() if a.dtype.kind == "f" else torch.from_numpy(a) for a in args])
+    outs = out if isinstance(out, tuple) else (out,)
+    done = tuple(o.float().numpy() if o.dtype.is_floating_point else o.numpy() for o in outs)
+    return done if isinstance(out, tuple) else done[0]
+
+
+#: name -> (pbsdk.ops function, torch reference, inputs, tolerance).
+CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray, ...], Tolerance]] = {
+    "conv1d": (lambda x, w: ops.conv1d(x, w, stride=2, padding=1, dilation=2, groups=2),
+               lambda x, w: F.conv1d(x, w, stride=2, padding=1, dilation=2, groups=2),
+               (rand(2, 4, 9), rand(6, 2, 3, seed=1)), SUMMED),
+    "conv3d": (lambda x, w: ops.conv3d(x, w, stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1), groups=2),
+               lambda x, w: F.conv3d(x, w, stride=(2, 1, 2), padding=(1, 0, 1), dilation=(1, 2, 1), groups=2),
+               (rand(2, 4, 5, 6, 7), rand(6, 2, 3, 2, 3, seed=1)), SUMMED),
+    "conv_transpose1d": (lambda x, w: ops.conv_transpose(x, w, stride=2, padding=2),
+                         lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=2),
+                         (rand(1, 4, 5), rand(4, 2, 3, seed=1)), SUMMED),
+    "conv_transpose2d": (lambda x, w: ops.conv_transpose(x, w, stride=(2, 3), padding=(1, 0), output_padding=(1, 0),
+                                                         dilation=(1, 2), groups=2),
+                         lambda x, w: F.conv_transpose2d(x, w, stride=(2, 3), padding=(1, 0), output_padding=(1, 0),
+                                                         dilation=(1, 2), groups=2),
+                         (rand(2, 4, 5, 6), rand(4, 3, 3, 2, seed=1)), SUMMED),
+    "conv_transpose3d": (lambda x, w: ops.conv_transpose(x, w, stride=2, padding=1),
+                         lambda x, w: F.conv_transpose3d(x, w, stride=2, padding=1),
+                         (rand(1, 4, 3, 4, 3), rand(4, 2, 3, 3, 2, seed=1)), SUMMED),
+    "flip_pad": (lambda x: ops.pad(ops.flip(x, (0, 2)), ((0, 0), (1, 2), (3, 0)), constant_values=2.0),
+                 lambda x: F.pad(torch.flip(x, (0, 2)), (3, 0, 1, 2), value=2.0), (rand(3, 4, 5),), EXACT),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_op_matches_torch(name: str) -> None:
+    fn, tfn, args, tol = CASES[name]
+    got = pbsdk.jit(fn)(*args)
+    expected = reference(tfn, *args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        assert_close(g, e, op=name, tol=tol)
+
+
+#: One case per op family on the template target: name -> (case, what promote-vector or promote staged).
+TEMPLATE: dict[str, str] = {
+    "conv3d": "window",  # grouped: a windowed reduction (ungrouped convs become matmuls)
+    "conv_transpose2d": "window",
+}
+
+
+@pytest.mark.parametrize("name", sorted(TEMPLATE))
+def test_op_runs_through_the_scratchpad_on_template(name: str) -> None:
+    fn, tfn, args, tol = CASES[name]
+    jf = pbsdk.jit(fn, target="template")
+    got = jf(*args)
+    expected = reference(tfn, *args)
+    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
+        assert_close(g, e, op=name, tol=tol)
+    exe = jf.kernel(jf._signature(args))[0].executable
+    moved_in = sum(n for k, n in exe.last_counters.items() if k.startswith("bytes:dram->"))
+    assert moved_in > 0, exe.last_counters
+    staged = exe.resources["contractions"] if TEMPLATE[name] == "contractions" else \
+        exe.resources["vector_ops"].get(TEMPLATE[name], 0)
+    assert staged, exe.resources
