@@ -26,23 +26,31 @@ __all__ = [
     "astype",
     "attention",
     "broadcast_to",
+    "ceil",
     "concatenate",
     "conv1d",
     "conv2d",
     "conv3d",
     "conv_transpose",
+    "cos",
     "div",
     "equal",
     "erf",
     "exp",
+    "expm1",
     "flip",
+    "floor",
     "gelu",
     "greater",
     "greater_equal",
+    "isfinite",
+    "isinf",
+    "isnan",
     "layernorm",
     "less",
     "less_equal",
     "log",
+    "log1p",
     "log_softmax",
     "matmul",
     "max",
@@ -57,16 +65,21 @@ __all__ = [
     "pow",
     "relu",
     "reshape",
+    "round",
     "rsqrt",
     "sigmoid",
+    "sign",
+    "sin",
     "slice",
     "softmax",
     "sqrt",
     "sub",
     "sum",
     "take",
+    "tan",
     "tanh",
     "transpose",
+    "trunc",
     "where",
 ]
 
@@ -187,6 +200,36 @@ def erf(x: Any) -> Tensor: return _unary("erf", x)
 def sqrt(x: Any) -> Tensor: return _unary("sqrt", x)
 def rsqrt(x: Any) -> Tensor: return _unary("rsqrt", x)
 def abs(x: Any) -> Tensor: return _unary("abs", x)
+def log1p(x: Any) -> Tensor: return _unary("log1p", x)
+def expm1(x: Any) -> Tensor: return _unary("expm1", x)
+def sin(x: Any) -> Tensor: return _unary("sin", x)
+def cos(x: Any) -> Tensor: return _unary("cos", x)
+def tan(x: Any) -> Tensor: return _unary("tan", x)
+def floor(x: Any) -> Tensor: return _unary("floor", x)
+def ceil(x: Any) -> Tensor: return _unary("ceil", x)
+def trunc(x: Any) -> Tensor: return _unary("trunc", x)
+def sign(x: Any) -> Tensor: return _unary("sign", x)
+
+
+def round(x: Any) -> Tensor:
+    """Round to the nearest integer, halves to even (``numpy.round`` with ``decimals=0``)."""
+    return _unary("round", x)
+
+
+def isnan(x: Any) -> Tensor:
+    """1 where ``x`` is NaN, else 0 (a mask in ``x``'s dtype)."""
+    (t,) = _operands(x)
+    return not_equal(t, t)
+
+
+def isinf(x: Any) -> Tensor:
+    """1 where ``x`` is +-inf, else 0."""
+    return equal(abs(x), math.inf)
+
+
+def isfinite(x: Any) -> Tensor:
+    """1 where ``x`` is neither infinite nor NaN, else 0."""
+    return less(abs(x), math.inf)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:

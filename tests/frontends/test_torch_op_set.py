@@ -37,6 +37,12 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "conv_transpose1d": (nn.ConvTranspose1d(4, 2, 3, stride=2), (r(1, 4, 5),)),
     "conv_transpose2d": (nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (r(1, 4, 5, 5),)),
     "conv_transpose3d": (nn.ConvTranspose3d(4, 2, 3, stride=2, padding=1, groups=2), (r(1, 4, 3, 4, 4),)),
+    "log1p_expm1_sin_cos": (Fn(lambda x: torch.log1p(x.abs()) + torch.expm1(x) + torch.sin(x) * torch.cos(x)
+                               + torch.tan(x * 0.3)), (r(3, 8),)),
+    "rounding_sign_isnan_isinf": (Fn(lambda x, i: (torch.floor(x * 3) + torch.ceil(x) + torch.round(x * 2)
+                                                   + torch.trunc(x * 3) + torch.sign(x), torch.isnan(x.log()),
+                                                   torch.isinf(1 / x.round()), torch.sign(i))),
+                                  (r(3, 8), torch.tensor([-3, 0, 5]))),
 }
 
 

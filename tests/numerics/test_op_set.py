@@ -57,6 +57,19 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                          (rand(1, 4, 3, 4, 3), rand(4, 2, 3, 3, 2, seed=1)), SUMMED),
     "flip_pad": (lambda x: ops.pad(ops.flip(x, (0, 2)), ((0, 0), (1, 2), (3, 0)), constant_values=2.0),
                  lambda x: F.pad(torch.flip(x, (0, 2)), (3, 0, 1, 2), value=2.0), (rand(3, 4, 5),), EXACT),
+    "log1p_expm1": (lambda x: (ops.log1p(ops.abs(x)), ops.log1p(ops.mul(x, 1e-7)), ops.expm1(x),
+                               ops.expm1(ops.mul(x, 1e-7))),
+                    lambda x: (torch.log1p(x.abs()), torch.log1p(x * 1e-7), torch.expm1(x), torch.expm1(x * 1e-7)),
+                    (np.concatenate([rand(64) * 30, [0.0, -1.0, np.inf, -np.inf, np.nan, 89.0, -104.0]]).astype(np.float32),),
+                    Tolerance(1e-30, 4e-6)),  # relative accuracy near 0 is the point of these two
+    "sin_cos_tan": (lambda x: (ops.sin(x), ops.cos(x), ops.tan(ops.mul(x, 0.5))),
+                    lambda x: (torch.sin(x), torch.cos(x), torch.tan(x * 0.5)), (rand(4, 16) * 4,), Tolerance(1e-6, 1e-5)),
+    "rounding_sign_isnan": (lambda x: (ops.floor(x), ops.ceil(x), ops.round(x), ops.trunc(x), ops.sign(x),
+                                       ops.isnan(x), ops.isinf(x), ops.isfinite(x)),
+                            lambda x: (torch.floor(x), torch.ceil(x), torch.round(x), torch.trunc(x), torch.sign(x).where(~x.isnan(), x),
+                                       torch.isnan(x).double(), torch.isinf(x).double(), torch.isfinite(x).double()),
+                            (np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.0, -0.0, 3.7, -3.7, np.nan, np.inf, -np.inf],
+                                      np.float32),), EXACT),
 }
 
 
@@ -73,6 +86,7 @@ def test_op_matches_torch(name: str) -> None:
 TEMPLATE: dict[str, str] = {
     "conv3d": "window",  # grouped: a windowed reduction (ungrouped convs become matmuls)
     "conv_transpose2d": "window",
+    "log1p_expm1": "elementwise",
 }
 
 

@@ -508,7 +508,8 @@ _SIMPLE: dict[str, Callable[..., ir.Value]] = {
     "minimum": arith.minimumf, "pow": math_d.powf}
 _UNARY: dict[str, Callable[..., ir.Value]] = {
     "neg": arith.negf, "exp": math_d.exp, "log": math_d.log, "tanh": math_d.tanh, "erf": math_d.erf,
-    "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf}
+    "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf, "sin": math_d.sin, "cos": math_d.cos,
+    "tan": math_d.tan, "floor": math_d.floor, "ceil": math_d.ceil, "round": math_d.roundeven, "trunc": math_d.trunc}
 #: Comparisons produce a 0/1 mask; "not_equal" is true for NaN, the others false (IEEE, as numpy).
 _COMPARE = {"equal": "OEQ", "not_equal": "UNE", "less": "OLT", "less_equal": "OLE", "greater": "OGT",
             "greater_equal": "OGE"}
@@ -539,6 +540,24 @@ def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | No
         inner = arith.addf(x[0], arith.mulf(k, x3))
         p = arith.addf(one, math_d.tanh(arith.mulf(c, inner)))
         return arith.mulf(arith.mulf(x[0], half), p)
+    if op == "log1p":  # log(u) * x / (u - 1) with u = 1 + x corrects u's rounding (Goldberg); x where u == 1
+        one, inf = float_constant(1.0, t), float_constant(math.inf, t)
+        u = arith.addf(one, x[0])
+        y = arith.mulf(math_d.log(u), arith.divf(x[0], arith.subf(u, one)))
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, inf), u, y)
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), x[0], y)
+    if op == "expm1":  # (u - 1) * x / log(u) with u = exp(x) (Kahan); x where u == 1, -1 and inf at the ends
+        one, inf = float_constant(1.0, t), float_constant(math.inf, t)
+        u = math_d.exp(x[0])
+        um1 = arith.subf(u, one)
+        y = arith.divf(arith.mulf(um1, x[0]), math_d.log(u))
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, um1, arith.negf(one)), um1, y)
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, inf), u, y)
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), x[0], y)
+    if op == "sign":  # 1, -1, or x itself (0, -0, NaN)
+        one, zero = float_constant(1.0, t), float_constant(0.0, t)
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OLT, x[0], zero), arith.negf(one), x[0])
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x[0], zero), one, y)
     if op in _COMPARE:
         cond = arith.cmpf(getattr(arith.CmpFPredicate, _COMPARE[op]), x[0], x[1])
         one, zero = float_constant(1.0, t), float_constant(0.0, t)

@@ -22,7 +22,8 @@ NUMPY_TO_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16"}
 DTYPE_TO_NUMPY = {v: k for k, v in NUMPY_TO_DTYPE.items()}
 
 UNARY_OPS = frozenset({"neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "erf", "sqrt",
-                       "rsqrt", "abs"})
+                       "rsqrt", "abs", "log1p", "expm1", "sin", "cos", "tan", "floor", "ceil", "round", "trunc",
+                       "sign"})
 BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow"})
 REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
 OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})

@@ -138,7 +138,7 @@ INT_EXACT = {
     "add", "add_any", "sub", "mul", "neg", "max", "min", "abs", "select_n", "clamp", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
-    "integer_pow", "gather",
+    "integer_pow", "gather", "sign",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -205,8 +205,26 @@ def _no_accuracy(fn: Callable[[Tensor], Tensor]) -> Converter:
 
 
 for _n, _u in (("exp", ops.exp), ("log", ops.log), ("tanh", ops.tanh), ("logistic", ops.sigmoid),
-               ("sqrt", ops.sqrt), ("rsqrt", ops.rsqrt)):
+               ("sqrt", ops.sqrt), ("rsqrt", ops.rsqrt), ("log1p", ops.log1p), ("expm1", ops.expm1),
+               ("sin", ops.sin), ("cos", ops.cos), ("tan", ops.tan)):
     converts(_n)(_no_accuracy(_u))
+
+for _n, _u in (("floor", ops.floor), ("ceil", ops.ceil), ("sign", ops.sign)):
+    converts(_n)(lambda cx, x, _u=_u: _u(x))
+
+
+@converts("round")
+def _round(cx: Context, x: Tensor, *, rounding_method: Any) -> Tensor:
+    """``lax.round``: halves away from zero (rounding_method 0) or to even (1, ``jnp.round``)."""
+    if int(rounding_method) == 1:
+        return ops.round(x)
+    t = ops.trunc(x)  # x - t is exact
+    return ops.where(ops.greater_equal(ops.abs(ops.sub(x, t)), 0.5), ops.add(t, ops.sign(x)), t)
+
+
+@converts("is_finite")
+def _is_finite(cx: Context, x: Tensor) -> Tensor:
+    return ops.isfinite(x)
 
 
 @converts("neg")

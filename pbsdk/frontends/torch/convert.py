@@ -95,7 +95,8 @@ _INT_EXACT = {
     "aten.squeeze.dims", "aten.squeeze.default", "aten.clone.default", "aten.alias.default",
     "aten.lift_fresh_copy.default", "aten._to_copy.default", "aten.split_with_sizes.default",
     "aten.split.Tensor", "aten.embedding.default", "aten.index_select.default", "aten.t.default",
-    "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem",
+    "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem", "aten.floor.default",
+    "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -183,7 +184,9 @@ def _div_mode(cx: Context, a: Any, b: Any, *, rounding_mode: str | None = None) 
 
 
 _UNARY = {"neg": ops.neg, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sigmoid": ops.sigmoid,
-          "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs}
+          "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs,
+          "log1p": ops.log1p, "expm1": ops.expm1, "sin": ops.sin, "cos": ops.cos, "tan": ops.tan,
+          "floor": ops.floor, "ceil": ops.ceil, "trunc": ops.trunc}
 
 
 def _unary(f: Any) -> Any:
@@ -195,6 +198,27 @@ def _unary(f: Any) -> Any:
 
 for _n, _uf in _UNARY.items():
     converts(f"aten.{_n}.default")(_unary(_uf))
+
+
+@converts("aten.round.default")
+def _round(cx: Context, x: Any) -> Tensor:
+    return ops.round(*_in(cx, x))
+
+
+@converts("aten.sign.default")
+def _sign(cx: Context, x: Any) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.where(ops.isnan(x), 0.0, ops.sign(x))  # torch's sign of NaN is 0 (numpy's is NaN)
+
+
+@converts("aten.isnan.default")
+def _isnan(cx: Context, x: Any) -> Tensor:
+    return ops.isnan(_tensor(x, "isnan's input"))
+
+
+@converts("aten.isinf.default")
+def _isinf(cx: Context, x: Any) -> Tensor:
+    return ops.isinf(_tensor(x, "isinf's input"))
 
 
 @converts("aten.reciprocal.default")
