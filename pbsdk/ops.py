@@ -27,6 +27,7 @@ __all__ = [
     "attention",
     "broadcast_to",
     "ceil",
+    "celu",
     "concatenate",
     "conv1d",
     "conv2d",
@@ -34,6 +35,7 @@ __all__ = [
     "conv_transpose",
     "cos",
     "div",
+    "elu",
     "equal",
     "erf",
     "exp",
@@ -41,37 +43,49 @@ __all__ = [
     "flip",
     "floor",
     "gelu",
+    "glu",
     "greater",
     "greater_equal",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
     "isfinite",
     "isinf",
     "isnan",
     "layernorm",
+    "leaky_relu",
     "less",
     "less_equal",
     "log",
     "log1p",
     "log_softmax",
+    "logsigmoid",
     "matmul",
     "max",
     "maximum",
     "mean",
     "min",
     "minimum",
+    "mish",
     "mul",
     "neg",
     "not_equal",
     "pad",
     "pow",
     "relu",
+    "relu6",
     "reshape",
     "round",
     "rsqrt",
+    "selu",
     "sigmoid",
     "sign",
+    "silu",
     "sin",
     "slice",
     "softmax",
+    "softplus",
+    "softsign",
     "sqrt",
     "sub",
     "sum",
@@ -697,6 +711,89 @@ def take(a: Any, indices: Any, axis: int = 0) -> Tensor:
         idx = _const(array, "f64")
     shape = t.shape[:ax] + idx.shape + t.shape[ax + 1:]
     return _add("take", [t.value, idx.value], shape, t.dtype, axis=ax)
+
+
+# ------------------------------------------------------------------------------------------ activations
+# The activations of ``torch.nn`` / ``jax.nn``, built from the primitives above.
+
+def silu(x: Any) -> Tensor:
+    """``x * sigmoid(x)`` (swish)."""
+    (t,) = _operands(x)
+    return mul(t, sigmoid(t))
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(t, float(negative_slope)))
+
+
+def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``x`` where positive, else ``alpha * (exp(x) - 1)``."""
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(expm1(t), float(alpha)))
+
+
+def celu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``max(x, 0) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(expm1(mul(t, 1.0 / alpha)), float(alpha)))
+
+
+def selu(x: Any) -> Tensor:
+    return mul(elu(x, 1.6732632423543772848170429916717), 1.0507009873554804934193349852946)
+
+
+def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """``x`` clipped to [min_val, max_val]."""
+    return minimum(maximum(x, float(min_val)), float(max_val))
+
+
+def relu6(x: Any) -> Tensor:
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x: Any) -> Tensor:
+    """``relu6(x + 3) / 6``."""
+    return hardtanh(add(mul(x, 1.0 / 6.0), 0.5), 0.0, 1.0)
+
+
+def hardswish(x: Any) -> Tensor:
+    (t,) = _operands(x)
+    return mul(t, hardsigmoid(t))
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold`` (torch's form)."""
+    (t,) = _operands(x)
+    bx = mul(t, float(beta))
+    return where(greater(bx, float(threshold)), t, mul(log1p(exp(bx)), 1.0 / beta))
+
+
+def logsigmoid(x: Any) -> Tensor:
+    """``log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))`` (no overflow for any x)."""
+    (t,) = _operands(x)
+    return sub(minimum(t, 0.0), log1p(exp(neg(abs(t)))))
+
+
+def softsign(x: Any) -> Tensor:
+    (t,) = _operands(x)
+    return div(t, add(abs(t), 1.0))
+
+
+def mish(x: Any) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    (t,) = _operands(x)
+    return mul(t, tanh(softplus(t)))
+
+
+def glu(x: Any, axis: int = -1) -> Tensor:
+    """Gated linear unit: the first half of ``axis`` times the sigmoid of the second half."""
+    (t,) = _operands(x)
+    (ax,) = _norm_axes("glu", axis, t.ndim)
+    if t.shape[ax] % 2:
+        raise PbsdkError(f"glu: dimension {ax} of {t.shape} must have an even size")
+    half = t.shape[ax] // 2
+    return mul(slice(t, ax, 0, half), sigmoid(slice(t, ax, half)))
 
 
 # ------------------------------------------------------------------------------------------- attention

@@ -108,6 +108,9 @@ PRIMITIVES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
                                             jnp.cos(a), jnp.tan(a)), (x34,)),
     "rounding_sign_isfinite": (lambda a: (jnp.floor(a * 3), jnp.ceil(a * 3), jnp.round(a * 2), lax.round(a * 2),
                                           jnp.sign(a), jnp.isfinite(a / a.round())), (x34,)),
+    "jax_nn_activations": (lambda a: [f(a * 4) for f in (
+        jax.nn.elu, jax.nn.celu, jax.nn.selu, jax.nn.leaky_relu, jax.nn.relu6, jax.nn.hard_tanh, jax.nn.hard_sigmoid,
+        jax.nn.hard_swish, jax.nn.softplus, jax.nn.soft_sign, jax.nn.log_sigmoid, jax.nn.mish, jax.nn.glu)], (x34,)),
     "sqrt_rsqrt_pow": (lambda p, a: jnp.sqrt(p) + lax.rsqrt(p) + jnp.power(p, a), (p34, x34)),
     "integer_pow": (lambda a: a ** 3 - a ** 2 + lax.integer_pow(a + 3.0, -2), (x34,)),
     "square_abs_clip": (lambda a: jnp.square(a) + jnp.abs(a) + jnp.clip(a, -0.5, 0.5), (x34,)),

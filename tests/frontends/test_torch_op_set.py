@@ -30,6 +30,17 @@ class Fn(nn.Module):
         return self.fn(*args)
 
 
+class Each(nn.Module):
+    """Every module applied to the same input; their results as a list."""
+
+    def __init__(self, *modules: nn.Module) -> None:
+        super().__init__()
+        self.each = nn.ModuleList(modules)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [m(x) for m in self.each]
+
+
 #: name -> (module, inputs). Modules are in eval mode; parameters are frozen into the kernels.
 MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "conv1d": (nn.Conv1d(3, 4, 3, padding=1, dilation=2), (r(2, 3, 10),)),
@@ -43,6 +54,14 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
                                                    + torch.trunc(x * 3) + torch.sign(x), torch.isnan(x.log()),
                                                    torch.isinf(1 / x.round()), torch.sign(i))),
                                   (r(3, 8), torch.tensor([-3, 0, 5]))),
+    # every activation module of torch.nn (RReLU in eval mode: the mean slope)
+    "activations": (Each(
+        nn.ELU(0.5), nn.Hardshrink(0.3), nn.Hardsigmoid(), nn.Hardtanh(-0.5, 0.7), nn.Hardswish(), nn.LeakyReLU(0.2),
+        nn.LogSigmoid(), nn.PReLU(), nn.ReLU(), nn.ReLU6(), nn.RReLU().eval(), nn.SELU(), nn.CELU(0.7), nn.GELU(),
+        nn.GELU("tanh"), nn.Sigmoid(), nn.SiLU(), nn.Mish(), nn.Softplus(2.0, 5.0), nn.Softshrink(0.2),
+        nn.Softsign(), nn.Tanh(), nn.Tanhshrink(), nn.Threshold(0.1, 2.0), nn.Softmin(1), nn.Softmax(1),
+        nn.LogSoftmax(1)), (r(4, 8) * 4,)),
+    "glu_softmax2d": (Fn(lambda x: nn.GLU(1)(x) + nn.Softmax2d()(x)[:, :2]), (r(2, 4, 3, 3),)),
 }
 
 
@@ -55,8 +74,8 @@ def test_module_runs_without_fallback(name: str) -> None:
     with torch.no_grad():
         expected = module(*args)
         actual = torch.compile(module, backend="pbsdk")(*args)
-    exp = expected if isinstance(expected, tuple) else (expected,)
-    act = actual if isinstance(actual, tuple) else (actual,)
+    exp = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
+    act = tuple(actual) if isinstance(actual, (tuple, list)) else (actual,)
     assert len(act) == len(exp)
     for a, e in zip(act, exp):
         assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)

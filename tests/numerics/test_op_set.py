@@ -70,6 +70,14 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                                        torch.isnan(x).double(), torch.isinf(x).double(), torch.isfinite(x).double()),
                             (np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.0, -0.0, 3.7, -3.7, np.nan, np.inf, -np.inf],
                                       np.float32),), EXACT),
+    "activations": (lambda x: (ops.silu(x), ops.leaky_relu(x, 0.2), ops.elu(x, 0.7), ops.celu(x, 1.3), ops.selu(x),
+                               ops.hardtanh(x, -0.5, 2.0), ops.relu6(x), ops.hardsigmoid(x), ops.hardswish(x),
+                               ops.softplus(x, 2.0, 10.0), ops.logsigmoid(x), ops.softsign(x), ops.mish(x),
+                               ops.glu(x, 0)),
+                    lambda x: (F.silu(x), F.leaky_relu(x, 0.2), F.elu(x, 0.7), F.celu(x, 1.3), F.selu(x),
+                               F.hardtanh(x, -0.5, 2.0), F.relu6(x), F.hardsigmoid(x), F.hardswish(x),
+                               F.softplus(x, 2.0, 10.0), F.logsigmoid(x), F.softsign(x), F.mish(x), F.glu(x, 0)),
+                    (rand(6, 40) * 8,), Tolerance(1e-6, 1e-5)),
 }
 
 
@@ -87,6 +95,7 @@ TEMPLATE: dict[str, str] = {
     "conv3d": "window",  # grouped: a windowed reduction (ungrouped convs become matmuls)
     "conv_transpose2d": "window",
     "log1p_expm1": "elementwise",
+    "activations": "elementwise",
 }
 
 

@@ -228,8 +228,37 @@ def _reciprocal(cx: Context, x: Any) -> Tensor:
 
 @converts("aten.silu.default")
 def _silu(cx: Context, x: Any) -> Tensor:
+    return ops.silu(*_in(cx, x))
+
+
+@converts("aten.leaky_relu.default")
+def _leaky_relu(cx: Context, x: Any, negative_slope: Any = 0.01) -> Tensor:
     (x,) = _in(cx, x)
-    return ops.mul(x, ops.sigmoid(x))
+    return ops.leaky_relu(x, float(_scalar(negative_slope)))
+
+
+@converts("aten.elu.default")
+def _elu(cx: Context, x: Any, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Tensor:
+    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))`` (ELU, SELU; CELU decomposes to it)."""
+    (x,) = _in(cx, x)
+    negative = ops.mul(ops.expm1(ops.mul(x, float(_scalar(input_scale)))), float(_scalar(alpha)))
+    return ops.mul(ops.where(ops.greater(x, 0.0), x, negative), float(_scalar(scale)))
+
+
+@converts("aten.hardtanh.default")
+def _hardtanh(cx: Context, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.hardtanh(x, float(_scalar(min_val)), float(_scalar(max_val)))
+
+
+@converts("aten.rrelu_with_noise_functional.default")
+def _rrelu(cx: Context, x: Any, noise: Any, lower: Any = 1 / 8, upper: Any = 1 / 3, training: bool = False,
+           generator: Any = None) -> tuple[Tensor, Any]:
+    """RReLU in inference: a leaky ReLU of slope ``(lower + upper) / 2``; the noise passes through."""
+    if training:
+        raise UnsupportedError("rrelu in training mode (random slopes)")
+    (x,) = _in(cx, x)
+    return ops.leaky_relu(x, (float(_scalar(lower)) + float(_scalar(upper))) / 2), noise
 
 
 @converts("aten.gelu.default")
@@ -317,6 +346,11 @@ def _full(cx: Context, shape: Sequence[int], value: Any) -> Tensor:
 @converts("aten.full.default")
 def _full_default(cx: Context, size: Sequence[int], value: Any, **_: Any) -> Tensor:
     return _full(cx, size, value)
+
+
+@converts("aten.empty.memory_format")
+def _empty(cx: Context, size: Sequence[int], **_: Any) -> Tensor:
+    return _full(cx, size, 0.0)  # an empty tensor's contents are unspecified: zeros are as good as any
 
 
 @converts("aten.full_like.default")
