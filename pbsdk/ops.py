@@ -25,6 +25,7 @@ __all__ = [
     "add",
     "astype",
     "attention",
+    "batch_norm",
     "broadcast_to",
     "ceil",
     "celu",
@@ -46,9 +47,11 @@ __all__ = [
     "glu",
     "greater",
     "greater_equal",
+    "group_norm",
     "hardsigmoid",
     "hardswish",
     "hardtanh",
+    "instance_norm",
     "isfinite",
     "isinf",
     "isnan",
@@ -92,6 +95,7 @@ __all__ = [
     "take",
     "tan",
     "tanh",
+    "tile",
     "transpose",
     "trunc",
     "where",
@@ -314,6 +318,21 @@ def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
     return _add("reshape", [t.value], tuple(dims), t.dtype)
 
 
+def tile(x: Any, reps: Sequence[int] | int) -> Tensor:
+    """``x`` repeated ``reps[i]`` times along axis i (``numpy.tile``)."""
+    (t,) = _operands(x)
+    r = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(v) for v in reps)
+    if builtins.any(v < 1 for v in r):
+        raise PbsdkError(f"tile: repetitions must be positive, got {reps!r}")
+    rank = builtins.max(len(r), t.ndim)
+    r = (1,) * (rank - len(r)) + r
+    shape = (1,) * (rank - t.ndim) + t.shape
+    # (r0, s0, r1, s1, ...) by broadcasting a (1, s0, 1, s1, ...) view, then merged pairwise
+    spread = reshape(t, tuple(v for d in shape for v in (1, d)))
+    spread = broadcast_to(spread, tuple(v for rd in zip(r, shape) for v in rd))
+    return reshape(spread, tuple(a * b for a, b in zip(r, shape)))
+
+
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     (t,) = _operands(x)
     out = _broadcast_shape("broadcast_to", t.shape, tuple(shape))
@@ -398,6 +417,61 @@ def layernorm(x: Any, weight: Any = None, bias: Any = None, *, axis: Any = -1, e
         if bias is not None:
             out = add(out, bias)
         return out
+
+
+def _moments(t: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Mean and biased variance over ``axes`` (kept as size-1 dimensions), two-pass."""
+    m = mean(t, axes, keepdims=True)
+    centred = sub(t, m)
+    return m, mean(mul(centred, centred), axes, keepdims=True)
+
+
+def _channel_affine(out: Tensor, weight: Any, bias: Any) -> Tensor:
+    """``out * weight + bias`` with per-channel (axis 1) ``weight`` and ``bias`` (either may be None)."""
+    shape = (1, -1) + (1,) * (out.ndim - 2)
+    if weight is not None:
+        out = mul(out, reshape(_operands(weight)[0], shape))
+    if bias is not None:
+        out = add(out, reshape(_operands(bias)[0], shape))
+    return out
+
+
+def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, *, eps: float = 1e-5) -> Tensor:
+    """Normalise each sample's channels (axis 1) in ``num_groups`` groups over the group's channels and
+    all spatial positions, then scale and shift per channel (``torch.nn.functional.group_norm``)."""
+    (t,) = _operands(x)
+    if t.ndim < 2 or not isinstance(num_groups, (int, np.integer)) or num_groups < 1 or t.shape[1] % num_groups:
+        raise PbsdkError(f"group_norm: {num_groups} groups do not divide the channels of {t.shape}")
+    with _group("group_norm"):
+        n = t.shape[0]
+        grouped = reshape(t, (n, int(num_groups), -1))
+        m, var = _moments(grouped, (2,))
+        out = reshape(mul(sub(grouped, m), rsqrt(add(var, eps))), t.shape)
+        return _channel_affine(out, weight, bias)
+
+
+def instance_norm(x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5) -> Tensor:
+    """Normalise each (sample, channel) over its spatial positions, then scale and shift per channel."""
+    (t,) = _operands(x)
+    if t.ndim < 3:
+        raise PbsdkError(f"instance_norm: input must have spatial dimensions, got {t.shape}")
+    return group_norm(t, t.shape[1], weight, bias, eps=eps)
+
+
+def batch_norm(x: Any, mean: Any = None, var: Any = None, weight: Any = None, bias: Any = None, *,
+               eps: float = 1e-5) -> Tensor:
+    """Normalise each channel (axis 1) with the given statistics (inference), or with the batch's own
+    (biased) statistics over every other axis when ``mean`` and ``var`` are None (training)."""
+    (t,) = _operands(x)
+    if (mean is None) != (var is None):
+        raise PbsdkError("batch_norm: give both mean and var, or neither")
+    with _group("batch_norm"):
+        if mean is None:
+            m, v = _moments(t, tuple(a for a in range(t.ndim) if a != 1))
+        else:
+            shape = (1, -1) + (1,) * (t.ndim - 2)
+            m, v = reshape(_operands(mean)[0], shape), reshape(_operands(var)[0], shape)
+        return _channel_affine(mul(sub(t, m), rsqrt(add(v, eps))), weight, bias)
 
 
 # ---------------------------------------------------------------------------------------- contractions

@@ -41,7 +41,8 @@ class Each(nn.Module):
         return [m(x) for m in self.each]
 
 
-#: name -> (module, inputs). Modules are in eval mode; parameters are frozen into the kernels.
+#: name -> (module, inputs). Modules run in eval mode unless their name says "train"; parameters are frozen
+#: into the kernels.
 MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "conv1d": (nn.Conv1d(3, 4, 3, padding=1, dilation=2), (r(2, 3, 10),)),
     "conv3d": (nn.Conv3d(4, 6, 3, stride=(1, 2, 1), padding=1, groups=2), (r(1, 4, 5, 6, 6),)),
@@ -62,13 +63,18 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
         nn.Softsign(), nn.Tanh(), nn.Tanhshrink(), nn.Threshold(0.1, 2.0), nn.Softmin(1), nn.Softmax(1),
         nn.LogSoftmax(1)), (r(4, 8) * 4,)),
     "glu_softmax2d": (Fn(lambda x: nn.GLU(1)(x) + nn.Softmax2d()(x)[:, :2]), (r(2, 4, 3, 3),)),
+    "group_norm": (nn.GroupNorm(2, 6), (r(2, 6, 3, 5),)),
+    "instance_norm": (Each(nn.Sequential(Fn(lambda x: x[..., 0]), nn.InstanceNorm1d(3)),
+                           nn.InstanceNorm2d(3, affine=True)), (r(2, 3, 4, 5),)),
+    "batch_norm_train": (nn.BatchNorm2d(3), (r(2, 3, 4, 4),)),  # batch statistics, running ones updated
+    "repeat": (Fn(lambda x: x.repeat(2, 1, 3) * 2), (r(3, 4),)),
 }
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_module_runs_without_fallback(name: str) -> None:
     module, args = MODULES[name]
-    module.eval()
+    module.train("train" in name)
     torch._dynamo.reset()
     pbsdk_torch.clear_reports()
     with torch.no_grad():

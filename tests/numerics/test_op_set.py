@@ -78,6 +78,11 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                                F.hardtanh(x, -0.5, 2.0), F.relu6(x), F.hardsigmoid(x), F.hardswish(x),
                                F.softplus(x, 2.0, 10.0), F.logsigmoid(x), F.softsign(x), F.mish(x), F.glu(x, 0)),
                     (rand(6, 40) * 8,), Tolerance(1e-6, 1e-5)),
+    "norms_tile": (lambda x, w, b: (ops.group_norm(x, 2, w, b, eps=1e-3), ops.instance_norm(x, w, b),
+                                    ops.batch_norm(x, None, None, w, b), ops.tile(w, (2, 1, 2))),
+                   lambda x, w, b: (F.group_norm(x, 2, w, b, eps=1e-3), F.instance_norm(x, weight=w, bias=b),
+                                    F.batch_norm(x, None, None, w, b, training=True), w.repeat(2, 1, 2)),
+                   (rand(3, 4, 5, 6) * 3 + 1, rand(4, seed=1), rand(4, seed=2)), SUMMED),
 }
 
 
@@ -96,6 +101,7 @@ TEMPLATE: dict[str, str] = {
     "conv_transpose2d": "window",
     "log1p_expm1": "elementwise",
     "activations": "elementwise",
+    "norms_tile": "reduction",
 }
 
 

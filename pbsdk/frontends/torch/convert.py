@@ -96,7 +96,8 @@ _INT_EXACT = {
     "aten.lift_fresh_copy.default", "aten._to_copy.default", "aten.split_with_sizes.default",
     "aten.split.Tensor", "aten.embedding.default", "aten.index_select.default", "aten.t.default",
     "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem", "aten.floor.default",
-    "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default",
+    "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default", "aten.repeat.default",
+    "aten.copy.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -457,18 +458,48 @@ def _layer_norm(cx: Context, x: Any, shape: Sequence[int], w: Any, b: Any, eps: 
 @converts("aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(cx: Context, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float,
                 eps: float) -> tuple[Any, ...]:
-    (x,) = _in(cx, _tensor(x, "batch_norm's input"))
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-
-    def channel(v: Any) -> Any:
-        return ops.reshape(_in(cx, v)[0], shape)
-
-    out = ops.mul(ops.sub(x, channel(mean)), ops.rsqrt(ops.add(channel(var), eps)))
-    if w is not None:
-        out = ops.mul(out, channel(w))
-    if b is not None:
-        out = ops.add(out, channel(b))
+    (x, mean, var, w, b) = _in(cx, _tensor(x, "batch_norm's input"), mean, var, w, b)
+    out = ops.batch_norm(x, mean, var, w, b, eps=eps)
     return out, None, None  # the saved statistics of training are empty tensors pbsdk cannot return
+
+
+def _stats(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean, biased variance and ``1/sqrt(var + eps)`` over ``axes``, without the kept dimensions."""
+    mean = ops.mean(x, axes)
+    centred = ops.sub(x, ops.mean(x, axes, keepdims=True))
+    var = ops.mean(ops.mul(centred, centred), axes)
+    return mean, var, ops.rsqrt(ops.add(var, eps))
+
+
+@converts("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_functional.default")
+def _batch_norm_training(cx: Context, x: Any, w: Any, b: Any, *args: Any) -> tuple[Any, ...]:
+    """Batch norm with the batch's own statistics (training mode; instance norm is one over (1, N*C, ...)):
+    the output, the saved mean and 1/std; with running statistics (the functional form), their updates
+    ``(1 - momentum) * running + momentum * batch`` (the variance unbiased)."""
+    running, (training, momentum, eps) = (args[:2], args[2:]) if len(args) == 5 else ((None, None), args)
+    if not training:
+        raise UnsupportedError("_native_batch_norm_legit without training uses the no_training overload")
+    (x, w, b) = _in(cx, _tensor(x, "batch_norm's input"), w, b)
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    mean, var, rstd = _stats(x, axes, eps)
+    out = ops.batch_norm(x, mean, var, w, b, eps=eps)
+    if running[0] is None:
+        return out, mean, rstd
+    n = math.prod(x.shape[a] for a in axes)
+    rm, rv = _in(cx, *running)
+    new_mean = ops.add(ops.mul(rm, 1 - momentum), ops.mul(mean, momentum))
+    new_var = ops.add(ops.mul(rv, 1 - momentum), ops.mul(var, momentum * n / max(n - 1, 1)))
+    return out, mean, rstd, new_mean, new_var
+
+
+@converts("aten.native_group_norm.default")
+def _group_norm(cx: Context, x: Any, w: Any, b: Any, n: int, c: int, hw: int, groups: int,
+                eps: float) -> tuple[Tensor, ...]:
+    """Group norm (instance norm with one channel per group); the saved mean and 1/std are (N, groups)."""
+    (x, w, b) = _in(cx, _tensor(x, "group_norm's input"), w, b)
+    out = ops.group_norm(x, groups, w, b, eps=eps)
+    mean, _, rstd = _stats(ops.reshape(x, (n, groups, -1)), (2,), eps)
+    return out, mean, rstd
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -568,6 +599,18 @@ def _expand(cx: Context, x: Any, sizes: Sequence[int], *, implicit: bool = False
     lead = len(sizes) - x.ndim
     shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
     return ops.broadcast_to(x, shape)
+
+
+@converts("aten.repeat.default")
+def _repeat(cx: Context, x: Any, repeats: Sequence[int]) -> Tensor:
+    return ops.tile(_tensor(x, "repeat's input"), tuple(repeats))
+
+
+@converts("aten.copy.default")
+def _copy(cx: Context, x: Any, src: Any, non_blocking: bool = False) -> Tensor:
+    """The functional copy: ``src`` in ``x``'s dtype, broadcast to ``x``'s shape."""
+    (src,) = _in(cx, src)
+    return ops.broadcast_to(src, _tensor(x, "copy's destination").shape)
 
 
 @converts("aten.unsqueeze.default")
