@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
+import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -22,9 +24,12 @@ from pbsdk.frontends.tracing import Tensor, current_graph
 __all__ = [
     "Tensor",
     "abs",
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
     "add",
     "astype",
     "attention",
+    "avg_pool",
     "batch_norm",
     "broadcast_to",
     "ceil",
@@ -65,6 +70,7 @@ __all__ = [
     "logsigmoid",
     "matmul",
     "max",
+    "max_pool",
     "maximum",
     "mean",
     "min",
@@ -92,6 +98,7 @@ __all__ = [
     "sqrt",
     "sub",
     "sum",
+    "sum_pool",
     "take",
     "tan",
     "tanh",
@@ -265,6 +272,15 @@ def astype(x: Tensor, dtype: Any) -> Tensor:
     if name == x.dtype:
         return x
     return _add("cast", [x.value], x.shape, name)
+
+
+#: Integers up to this magnitude are exact in each float dtype.
+_EXACT_INTS = {"bf16": 2 ** 8, "f16": 2 ** 11, "f32": 2 ** 24, "f64": 2 ** 53}
+
+
+def _exact_dtype(dtype: str, count: int) -> str:
+    """The narrowest of ``dtype``, f32 and f64 that holds the indices ``0 .. count - 1`` exactly."""
+    return next(d for d in (dtype, "f32", "f64") if count <= _EXACT_INTS[d])
 
 
 def _acc_dtype(dtype: str) -> str:
@@ -669,6 +685,215 @@ def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_
         kt = flip(kt, tuple(range(2, k.ndim)))
         conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
         return conv(t, kt, dilation=dil, groups=g)
+
+
+# ---------------------------------------------------------------------------------------------- pooling
+# Windowed reductions over the trailing spatial dimensions, built from one strided slice per window tap
+# (as im2col does for conv2d) combined elementwise: the taps fuse into one elementwise op that every
+# target tiles like any other. Windows that tile the input exactly are reshaped and reduced instead.
+
+#: Windows of more taps than this are refused (their graphs would grow with the window).
+MAX_POOL_TAPS = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """A pooling window over the trailing ``len(kernel)`` dimensions of an input of spatial ``size``."""
+
+    size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    out: tuple[int, ...]
+
+    @staticmethod
+    def of(op: str, t: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+           ceil_mode: bool) -> _Window:
+        n = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else t.ndim - 2
+        if not 1 <= n <= t.ndim:
+            raise PbsdkError(f"{op}: a {n}-D window does not fit a tensor of shape {t.shape}")
+        k = _spatial(op, "kernel_size", kernel_size, n)
+        s = k if stride is None or stride == [] else _spatial(op, "stride", stride, n)
+        p = _spatial(op, "padding", padding, n, low=0)
+        d = _spatial(op, "dilation", dilation, n)
+        size = t.shape[t.ndim - n:]
+        out = []
+        for length, kk, ss, pp, dd in zip(size, k, s, p, d):
+            span = length + 2 * pp - dd * (kk - 1) - 1
+            o = (span + (ss - 1 if ceil_mode else 0)) // ss + 1
+            if ceil_mode and (o - 1) * ss >= length + pp:  # the last window must start inside the input
+                o -= 1
+            if span < 0 or o < 1:
+                raise PbsdkError(f"{op}: window {k} (dilation {d}) does not fit the padded input {size}")
+            out.append(o)
+        if math.prod(k) > MAX_POOL_TAPS:
+            raise UnsupportedError(f"{op}: a window of {math.prod(k)} taps (at most {MAX_POOL_TAPS})")
+        return _Window(size, k, s, p, d, tuple(out))
+
+    def starts(self, axis: int) -> np.ndarray:
+        """Where each output's window starts along spatial ``axis``, in unpadded coordinates."""
+        return np.arange(self.out[axis]) * self.stride[axis] - self.padding[axis]
+
+    def taps(self, t: Tensor, value: float) -> Iterator[tuple[tuple[int, ...], Tensor]]:
+        """Each tap's offsets and the input elements it reads for every output: ``t`` padded with
+        ``value`` (enough for the last window), sliced with the stride."""
+        lead = t.ndim - len(self.kernel)
+        hi = [builtins.max(0, (o - 1) * s + d * (k - 1) + 1 - (n + p)) for o, s, d, k, n, p in
+              zip(self.out, self.stride, self.dilation, self.kernel, self.size, self.padding)]
+        padded = _pad(t, [(0, 0)] * lead + list(zip(self.padding, hi)), value)
+        for tap in itertools.product(*(range(k) for k in self.kernel)):
+            view = padded
+            for i, j in enumerate(tap):
+                first = j * self.dilation[i]
+                view = slice(view, lead + i, first, first + (self.out[i] - 1) * self.stride[i] + 1, self.stride[i])
+            yield tap, view
+
+    def tiles_exactly(self) -> bool:
+        """Whether the windows are the input cut into blocks (stride = kernel, no padding or dilation)."""
+        return self.stride == self.kernel and not any(self.padding) and set(self.dilation) == {1} and \
+            builtins.all(n == o * k for n, o, k in zip(self.size, self.out, self.kernel))
+
+    def blocks(self, t: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+        """``t`` reshaped so that each window is its own axes, and those axes."""
+        lead = t.ndim - len(self.kernel)
+        shape = t.shape[:lead] + tuple(v for o, k in zip(self.out, self.kernel) for v in (o, k))
+        return reshape(t, shape), tuple(lead + 2 * i + 1 for i in range(len(self.kernel)))
+
+
+def _tap_sum(win: _Window, t: Tensor) -> Tensor:
+    """The sum of every window (padding reads 0)."""
+    taps = [view for _, view in win.taps(t, 0.0)]
+    total = taps[0]
+    for view in taps[1:]:
+        total = add(total, view)
+    return total
+
+
+def max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, *,
+             ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max over windows of the trailing ``len(kernel_size)`` dimensions (all but the first two when
+    ``kernel_size`` is an int), as ``torch.nn.functional.max_pool{1,2,3}d``: padding reads -inf, NaN
+    propagates. ``return_indices`` also gives each maximum's flat index within its (unpadded) spatial
+    plane, the first one on ties and the last NaN where there is one (torch's rule), as a float tensor."""
+    (t,) = _operands(x)
+    win = _Window.of("max_pool", t, kernel_size, stride, padding, dilation, ceil_mode)
+    with _group("max_pool"):
+        if win.tiles_exactly() and not return_indices:
+            blocks, axes = win.blocks(t)
+            return max(blocks, axes)
+        taps = list(win.taps(t, -math.inf))
+        out = taps[0][1]
+        for _, view in taps[1:]:
+            out = maximum(out, view)
+        if not return_indices:
+            return out
+        # Position of each tap in the spatial plane, per output; where a tap reads padding it never matches.
+        grids = np.meshgrid(*(win.starts(i) for i in range(len(win.kernel))), indexing="ij")
+        plane = np.cumprod((1,) + win.size[:0:-1])[::-1]
+
+        def where_tap(tap: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            pos = [g + j * d for g, j, d in zip(grids, tap, win.dilation)]
+            valid = np.logical_and.reduce([(p >= 0) & (p < n) for p, n in zip(pos, win.size)])
+            return builtins.sum(p * s for p, s in zip(pos, plane)), valid
+
+        # Where nothing matches (a window of -inf), torch's index is the window's first position in the input.
+        first = [np.where(g < 0, g + (-g + d - 1) // d * d, g) for g, d in zip(grids, win.dilation)]
+        idx_dtype = _exact_dtype(t.dtype, math.prod(win.size))
+        index = _const(builtins.sum(p * s for p, s in zip(first, plane)), idx_dtype)
+        for tap, view in reversed(taps):  # the first tap equal to the maximum wins
+            flat, valid = where_tap(tap)
+            hit = equal(view, out)
+            if not valid.all():
+                hit = mul(hit, _const(valid.astype(np.float64), hit.dtype))
+            index = where(hit, _const(flat, idx_dtype), index)
+        for tap, view in taps:  # then the last NaN, which is the maximum where there is one
+            flat, _ = where_tap(tap)
+            index = where(isnan(view), _const(flat, idx_dtype), index)
+        return out, index
+
+
+def avg_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *, ceil_mode: bool = False,
+             count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over windows of the trailing spatial dimensions, as ``torch.nn.functional.avg_pool{1,2,3}d``:
+    padding reads 0 and is counted in the divisor when ``count_include_pad`` (a window running past the
+    padding in ceil mode is not)."""
+    (t,) = _operands(x)
+    win = _Window.of("avg_pool", t, kernel_size, stride, padding, 1, ceil_mode)
+    with _group("avg_pool"):
+        if win.tiles_exactly() and divisor_override is None:
+            blocks, axes = win.blocks(t)
+            return mean(blocks, axes)
+        total = _tap_sum(win, t)
+        if divisor_override is not None:
+            return mul(total, 1.0 / divisor_override)
+        counts = []
+        for i, (n, k, p) in enumerate(zip(win.size, win.kernel, win.padding)):
+            start = win.starts(i)
+            if count_include_pad:
+                counts.append(np.minimum(start + k, n + p) - start)
+            else:
+                counts.append(np.minimum(start + k, n) - np.maximum(start, 0))
+        divisor = np.ones(()) if not counts else np.prod(np.meshgrid(*counts, indexing="ij"), axis=0)
+        if (divisor == divisor.flat[0]).all():
+            return mul(total, 1.0 / float(divisor.flat[0]))
+        return mul(total, _const(1.0 / divisor, t.dtype))
+
+
+def sum_pool(x: Any, kernel_size: Any, stride: Any = None, dilation: Any = 1) -> Tensor:
+    """Sum over (unpadded, possibly dilated) windows of the trailing ``len(kernel_size)`` dimensions."""
+    (t,) = _operands(x)
+    win = _Window.of("sum_pool", t, kernel_size, stride, 0, dilation, False)
+    with _group("sum_pool"):
+        if win.tiles_exactly():
+            blocks, axes = win.blocks(t)
+            return sum(blocks, axes)
+        return _tap_sum(win, t)
+
+
+def _adaptive(op: str, x: Any, output_size: Any, reduce: Any) -> Tensor:
+    """Adaptive pooling over the trailing ``len(output_size)`` dims: output i of an axis of length n
+    reduces elements ``floor(i*n/o) .. ceil((i+1)*n/o) - 1``. Windows of one size are a regular pooling;
+    otherwise, since the windows are products of per-axis ranges, each axis is reduced in turn."""
+    (t,) = _operands(x)
+    sizes = (output_size,) if isinstance(output_size, (int, np.integer)) else tuple(output_size)
+    lead = t.ndim - len(sizes)
+    if lead < 0 or builtins.any(not isinstance(o, (int, np.integer)) or o < 1 for o in sizes):
+        raise PbsdkError(f"{op}: output size {output_size!r} does not fit a tensor of shape {t.shape}")
+    for i, o in enumerate(sizes):
+        ax = lead + i
+        n = t.shape[ax]
+        if o == n:
+            continue
+        if n % o == 0:
+            t = reduce(reshape(t, t.shape[:ax] + (o, n // o) + t.shape[ax + 1:]), ax + 1)
+            continue
+        if o > 64:
+            raise UnsupportedError(f"{op}: {o} uneven windows along one axis (at most 64)")
+        parts = [reduce(slice(t, ax, j * n // o, -(-(j + 1) * n // o)), ax, True) for j in range(o)]
+        t = concatenate(parts, axis=ax)
+    return t
+
+
+def adaptive_avg_pool(x: Any, output_size: Any) -> Tensor:
+    """Mean over adaptive windows (``torch.nn.functional.adaptive_avg_pool{1,2,3}d``)."""
+    with _group("avg_pool"):
+        return _adaptive("adaptive_avg_pool", x, output_size, lambda t, a, k=False: mean(t, a, keepdims=k))
+
+
+def adaptive_max_pool(x: Any, output_size: Any, *, return_indices: bool = False) -> Any:
+    """Max over adaptive windows (``torch.nn.functional.adaptive_max_pool{1,2,3}d``); indices only where
+    the windows tile the input (then it is `max_pool` with kernel = stride = size / output size)."""
+    (t,) = _operands(x)
+    if not return_indices:
+        with _group("max_pool"):
+            return _adaptive("adaptive_max_pool", t, output_size, lambda u, a, k=False: max(u, a, keepdims=k))
+    sizes = (output_size,) if isinstance(output_size, (int, np.integer)) else tuple(output_size)
+    spatial = t.shape[t.ndim - len(sizes):]
+    if builtins.any(n % o for n, o in zip(spatial, sizes)):
+        raise UnsupportedError("adaptive_max_pool: indices of uneven windows")
+    kernel = tuple(n // o for n, o in zip(spatial, sizes))
+    return max_pool(t, kernel, kernel, return_indices=True)
 
 
 # ------------------------------------------------------------------------- selection, slicing, gathering

@@ -140,6 +140,11 @@ PRIMITIVES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
         lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
         lax.conv_general_dilated(x1, w1, (1,), ((0, -1),), lhs_dilation=(3,), dimension_numbers=("NCH", "OIH", "NCH"))),
         (_rand(1, 4, 5, 3), _rand(3, 3, 3, 2, seed=1), _rand(1, 2, 5), _rand(3, 2, 2, seed=2))),
+    "reduce_window_pooling": (lambda x: (
+        lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 1), (0, 0))),
+        lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 2, 1), "VALID"),
+        lax.reduce_window(x, jnp.inf, lax.min, (1, 2, 1, 2), (1, 2, 1, 2), "VALID", window_dilation=(1, 1, 2, 1))),
+        (_rand(2, 7, 6, 4),)),
     "broadcast_reshape_transpose": (lambda a, b: (a[:, None, :] + b.reshape(4, 3)[None].transpose(2, 0, 1)),
                                     (x34, y34)),
     "squeeze_expand_dims": (lambda a: jnp.squeeze(jnp.expand_dims(a, 1) * 2, axis=1), (x34,)),

@@ -68,7 +68,17 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
                            nn.InstanceNorm2d(3, affine=True)), (r(2, 3, 4, 5),)),
     "batch_norm_train": (nn.BatchNorm2d(3), (r(2, 3, 4, 4),)),  # batch statistics, running ones updated
     "repeat": (Fn(lambda x: x.repeat(2, 1, 3) * 2), (r(3, 4),)),
+    "max_pool": (Each(nn.Sequential(nn.Flatten(2), nn.MaxPool1d(3, 2)), nn.MaxPool2d(3, 2, 1), nn.MaxPool2d(2, return_indices=True),
+                      nn.AdaptiveMaxPool2d((2, 3), return_indices=True), nn.AdaptiveMaxPool2d((3, 1))), (r(2, 4, 6, 9),)),
+    "max_pool3d": (nn.MaxPool3d(2, return_indices=True), (r(1, 2, 4, 4, 6),)),
+    "avg_pool": (Each(nn.Sequential(nn.Flatten(2), nn.AvgPool1d(3, 2, 1)), nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
+                      nn.AvgPool3d((2, 3, 2), 1, 1), nn.AdaptiveAvgPool2d((4, 3)), nn.AdaptiveAvgPool3d(2),
+                      nn.LPPool2d(2, 3, 2)), (r(2, 3, 9, 8).abs(),)),
 }
+
+
+def leaves(x: Any) -> list[torch.Tensor]:
+    return [t for v in x for t in leaves(v)] if isinstance(x, (tuple, list)) else [x]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -80,8 +90,7 @@ def test_module_runs_without_fallback(name: str) -> None:
     with torch.no_grad():
         expected = module(*args)
         actual = torch.compile(module, backend="pbsdk")(*args)
-    exp = tuple(expected) if isinstance(expected, (tuple, list)) else (expected,)
-    act = tuple(actual) if isinstance(actual, (tuple, list)) else (actual,)
+    exp, act = leaves(expected), leaves(actual)
     assert len(act) == len(exp)
     for a, e in zip(act, exp):
         assert a.dtype == e.dtype and a.shape == e.shape, (a.dtype, e.dtype, a.shape, e.shape)
@@ -92,3 +101,17 @@ def test_module_runs_without_fallback(name: str) -> None:
     reports = pbsdk_torch.reports()
     assert reports and all(rep.fallback_ops == () and rep.failed_partitions == 0 for rep in reports), reports
     assert sum(rep.compiled_ops for rep in reports) > 0
+
+
+def test_an_unsupported_variant_falls_back_with_the_op_named(caplog: pytest.LogCaptureFixture) -> None:
+    """A pooling window beyond the tap limit is not converted: the op runs in torch, named in the log."""
+    x = r(1, 2, 30, 30)
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    pool = nn.MaxPool2d(25, 1)
+    with torch.no_grad(), caplog.at_level("INFO", logger="pbsdk.torch"):
+        out = torch.compile(lambda t: pool(t * 2) + 1, backend="pbsdk")(x)
+    assert torch.equal(out, pool(x * 2) + 1)
+    assert [rep.fallback_ops for rep in pbsdk_torch.reports()] == [("aten.max_pool2d_with_indices.default",)]
+    assert any("aten.max_pool2d_with_indices.default falls back to torch" in m and "625 taps" in m
+               for m in caplog.messages), caplog.messages

@@ -31,9 +31,22 @@ def rand(*shape: int, seed: int = 0) -> np.ndarray:
 def reference(tfn: Callable[..., Any], *args: np.ndarray) -> Any:
     """torch's result in float64, rounded to float32 (or the integer/bool result itself)."""
     out = tfn(*[torch.from_numpy(a).double() if a.dtype.kind == "f" else torch.from_numpy(a) for a in args])
-    outs = out if isinstance(out, tuple) else (out,)
-    done = tuple(o.float().numpy() if o.dtype.is_floating_point else o.numpy() for o in outs)
-    return done if isinstance(out, tuple) else done[0]
+    def done(o: Any) -> Any:
+        if isinstance(o, (tuple, list)):
+            return tuple(done(v) for v in o)
+        return o.float().numpy() if o.dtype.is_floating_point else o.numpy()
+    return done(out)
+
+
+POOL_INPUT = rand(2, 3, 9, 8)
+POOL_INPUT[0, 0, 1, 1] = np.nan      # propagates, and is the index of its windows
+POOL_INPUT[0, 1, 2, 2] = -np.inf
+POOL_INPUT[1, 2, :3, :3] = 5.0       # ties: the first one is the index
+
+
+def flat(*parts: Any) -> tuple[Any, ...]:
+    """Nested tuples of results as one flat tuple."""
+    return tuple(v for p in parts for v in (flat(*p) if isinstance(p, tuple) else (p,)))
 
 
 #: name -> (pbsdk.ops function, torch reference, inputs, tolerance).
@@ -83,16 +96,45 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                    lambda x, w, b: (F.group_norm(x, 2, w, b, eps=1e-3), F.instance_norm(x, weight=w, bias=b),
                                     F.batch_norm(x, None, None, w, b, training=True), w.repeat(2, 1, 2)),
                    (rand(3, 4, 5, 6) * 3 + 1, rand(4, seed=1), rand(4, seed=2)), SUMMED),
+    "max_pool_indices": (lambda x: (ops.max_pool(x, (3, 3), (2, 2), 1, return_indices=True),
+                                    ops.max_pool(x, (2, 3), (2, 1), (1, 1), (2, 2), ceil_mode=True, return_indices=True),
+                                    ops.max_pool(ops.reshape(x, (2, 3, 72)), (4,), 3, 2, return_indices=True),
+                                    ops.max_pool(ops.slice(x, 2, 0, 8), (2, 2))),
+                         lambda x: (F.max_pool2d(x, 3, 2, 1, return_indices=True),
+                                    F.max_pool2d(x, (2, 3), (2, 1), (1, 1), (2, 2), ceil_mode=True, return_indices=True),
+                                    F.max_pool1d(x.reshape(2, 3, 72), 4, 3, 2, return_indices=True),
+                                    F.max_pool2d(x[:, :, :8], 2)),
+                         (POOL_INPUT,), EXACT),
+    "max_pool2d": (lambda x: ops.max_pool(x, (3, 3), (2, 2), 1, return_indices=True),
+                   lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True), (POOL_INPUT[:1],), EXACT),
+    "max_pool3d": (lambda y: ops.max_pool(y, (3, 2, 3), (2, 2, 2), (1, 0, 1), return_indices=True),
+                   lambda y: F.max_pool3d(y, (3, 2, 3), (2, 2, 2), (1, 0, 1), return_indices=True),
+                   (rand(1, 2, 5, 6, 7),), EXACT),
+    "avg_pool": (lambda x: (ops.avg_pool(x, (3, 3), (2, 2), 1),
+                            ops.avg_pool(x, (3, 2), (2, 2), (1, 1), ceil_mode=True, count_include_pad=False),
+                            ops.avg_pool(x, (3, 2), (2, 2), (1, 1), ceil_mode=True),
+                            ops.avg_pool(x, (3, 3), 1, 1, divisor_override=4), ops.avg_pool(x, 2),
+                            ops.sum_pool(x, (2, 2), (1, 3), (2, 1))),
+                 lambda x: (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True, count_include_pad=False),
+                            F.avg_pool2d(x, (3, 2), 2, 1, ceil_mode=True), F.avg_pool2d(x, 3, 1, 1, divisor_override=4),
+                            F.avg_pool2d(x, 2), sum(x[..., 2 * a:2 * a + 7, b:b + 7:3] for a in (0, 1) for b in (0, 1))),
+                 (rand(2, 3, 9, 8),), ROUNDED),
+    "adaptive_pool": (lambda x: (ops.adaptive_avg_pool(x, (4, 3)), ops.adaptive_max_pool(x, (3, 5)),
+                                 ops.adaptive_max_pool(x, (3, 4), return_indices=True)),
+                      lambda x: (F.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_max_pool2d(x, (3, 5)),
+                                 F.adaptive_max_pool2d(x, (3, 4), return_indices=True)),
+                      (rand(2, 3, 9, 8),), ROUNDED),
 }
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_op_matches_torch(name: str) -> None:
     fn, tfn, args, tol = CASES[name]
-    got = pbsdk.jit(fn)(*args)
-    expected = reference(tfn, *args)
-    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
-        assert_close(g, e, op=name, tol=tol)
+    got = flat(pbsdk.jit(lambda *a: flat(fn(*a)))(*args))
+    expected = flat(reference(tfn, *args))
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert_close(g, e.astype(g.dtype), op=name, tol=tol)
 
 
 #: One case per op family on the template target: name -> (case, what promote-vector or promote staged).
@@ -102,17 +144,18 @@ TEMPLATE: dict[str, str] = {
     "log1p_expm1": "elementwise",
     "activations": "elementwise",
     "norms_tile": "reduction",
+    "max_pool2d": "elementwise",
 }
 
 
 @pytest.mark.parametrize("name", sorted(TEMPLATE))
 def test_op_runs_through_the_scratchpad_on_template(name: str) -> None:
     fn, tfn, args, tol = CASES[name]
-    jf = pbsdk.jit(fn, target="template")
-    got = jf(*args)
-    expected = reference(tfn, *args)
-    for g, e in zip(got if isinstance(got, tuple) else (got,), expected if isinstance(expected, tuple) else (expected,)):
-        assert_close(g, e, op=name, tol=tol)
+    jf = pbsdk.jit(lambda *a: flat(fn(*a)), target="template")
+    got = flat(jf(*args))
+    expected = flat(reference(tfn, *args))
+    for g, e in zip(got, expected):
+        assert_close(g, e.astype(g.dtype), op=name, tol=tol)
     exe = jf.kernel(jf._signature(args))[0].executable
     moved_in = sum(n for k, n in exe.last_counters.items() if k.startswith("bytes:dram->"))
     assert moved_in > 0, exe.last_counters

@@ -528,21 +528,28 @@ def _pad(cx: Context, x: Tensor, value: Tensor, *, padding_config: Sequence[Any]
     fill = _scalar_const(cx, value)
     if fill is None:
         raise UnsupportedError("pad with a computed padding value")
-    for d, (lo, hi, interior) in enumerate(padding_config):
-        lo, hi = int(lo), int(hi)
-        if int(interior):
-            raise UnsupportedError("interior padding")
-        if lo < 0 or hi < 0:
-            x = ops.slice(x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
-        parts = []
-        for count in (max(lo, 0), None, max(hi, 0)):
-            if count is None:
-                parts.append(x)
-            elif count:
-                shape = x.shape[:d] + (count,) + x.shape[d + 1:]
-                parts.append(ops.broadcast_to(cx.const(np.asarray(fill), x.dtype), shape))
-        x = ops.concatenate(parts, axis=d)
-    return x
+    if any(int(interior) for _, _, interior in padding_config):
+        raise UnsupportedError("interior padding")
+    return ops._pad(x, [(int(lo), int(hi)) for lo, hi, _ in padding_config], float(fill))
+
+
+def _reduce_window(pool: Callable[..., Tensor], fill: float) -> Converter:
+    """``reduce_window_max``/``_sum`` (``flax.linen.max_pool``/``avg_pool``, ``lax.reduce_window``): the
+    input padded with ``fill``, then pooled over every dimension (size-1 windows are free)."""
+    def convert(cx: Context, x: Tensor, *, window_dimensions: Sequence[int], window_strides: Sequence[int],
+                padding: Sequence[Any], base_dilation: Sequence[int], window_dilation: Sequence[int]) -> Tensor:
+        if any(int(d) != 1 for d in base_dilation):
+            raise UnsupportedError("reduce_window with base dilation")
+        padded = ops._pad(x, [(int(lo), int(hi)) for lo, hi in padding], fill)
+        return pool(padded, tuple(int(w) for w in window_dimensions), tuple(int(s) for s in window_strides),
+                    tuple(int(d) for d in window_dilation))
+    return convert
+
+
+converts("reduce_window_max")(_reduce_window(lambda t, k, s, d: ops.max_pool(t, k, s, 0, d), -math.inf))
+converts("reduce_window_min")(_reduce_window(
+    lambda t, k, s, d: ops.neg(ops.max_pool(ops.neg(t), k, s, 0, d)), math.inf))
+converts("reduce_window_sum")(_reduce_window(lambda t, k, s, d: ops.sum_pool(t, k, s, d), 0.0))
 
 
 @converts("iota")

@@ -97,7 +97,8 @@ _INT_EXACT = {
     "aten.split.Tensor", "aten.embedding.default", "aten.index_select.default", "aten.t.default",
     "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem", "aten.floor.default",
     "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default", "aten.repeat.default",
-    "aten.copy.default",
+    "aten.copy.default", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+    "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -544,15 +545,39 @@ def _var(cx: Context, x: Any, dim: Any = None, *, correction: Any = None, keepdi
     return ops.mul(ops.sum(ops.mul(centred, centred), axes, keepdims=keepdim), 1.0 / (n - c))
 
 
-@converts("aten._adaptive_avg_pool2d.default")
-def _adaptive_avg_pool2d(cx: Context, x: Any, size: Sequence[int]) -> Tensor:
+def _window(v: Sequence[int], n: int) -> tuple[int, ...]:
+    return tuple(v) * n if len(v) == 1 else tuple(v)
+
+
+@converts("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def _max_pool(cx: Context, x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
+              padding: Sequence[int] = (0,), dilation: Sequence[int] = (1,), ceil_mode: bool = False) -> tuple[Tensor, Tensor]:
+    """Max pooling and the flat indices of the maxima (dead code in the kernel when nothing uses them)."""
+    n = 3 if len(kernel_size) == 3 or (x.ndim == 5 and len(kernel_size) == 1) else 2
+    return ops.max_pool(_tensor(x, "max_pool's input"), _window(kernel_size, n), _window(stride, n) if stride else None,
+                        _window(padding, n), _window(dilation, n), ceil_mode=ceil_mode, return_indices=True)
+
+
+@converts("aten.avg_pool2d.default", "aten.avg_pool3d.default")
+def _avg_pool(cx: Context, x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
+              padding: Sequence[int] = (0,), ceil_mode: bool = False, count_include_pad: bool = True,
+              divisor_override: int | None = None) -> Tensor:
+    n = 3 if len(kernel_size) == 3 or (x.ndim == 5 and len(kernel_size) == 1) else 2
     (x,) = _in(cx, x)
-    n, c, h, w = x.shape
-    oh, ow = size
-    if h % oh or w % ow:
-        raise UnsupportedError("adaptive average pooling with uneven windows")
-    windows = ops.reshape(x, (n, c, oh, h // oh, ow, w // ow))
-    return ops.mean(windows, (3, 5))
+    return ops.avg_pool(x, _window(kernel_size, n), _window(stride, n) if stride else None, _window(padding, n),
+                        ceil_mode=ceil_mode, count_include_pad=count_include_pad, divisor_override=divisor_override)
+
+
+@converts("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
+def _adaptive_avg_pool(cx: Context, x: Any, size: Sequence[int]) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.adaptive_avg_pool(x, tuple(size))
+
+
+@converts("aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default")
+def _adaptive_max_pool(cx: Context, x: Any, size: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Adaptive max pooling with indices: where the windows tile the input (uneven ones fall back)."""
+    return ops.adaptive_max_pool(_tensor(x, "adaptive_max_pool's input"), tuple(size), return_indices=True)
 
 
 # ---------------------------------------------------------------------------------------------- layout
