@@ -27,6 +27,8 @@ __all__ = [
     "adaptive_avg_pool",
     "adaptive_max_pool",
     "add",
+    "argmax",
+    "argmin",
     "astype",
     "attention",
     "avg_pool",
@@ -71,9 +73,11 @@ __all__ = [
     "matmul",
     "max",
     "max_pool",
+    "max_with_index",
     "maximum",
     "mean",
     "min",
+    "min_with_index",
     "minimum",
     "mish",
     "mul",
@@ -395,6 +399,48 @@ def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     count = math.prod(t.shape[a] for a in axes)
     with _group("mean"):
         return mul(sum(t, axes, keepdims), 1.0 / count)
+
+
+def _arg_extreme(op: str, x: Any, axis: int | None, keepdims: bool, largest: bool) -> tuple[Tensor, Tensor]:
+    """The max (or min) along ``axis`` and the index of its first occurrence — of the first NaN where there
+    is one, which is then the extreme (numpy's and torch's rule) — as two reductions: the extreme, then
+    the least index whose element equals it (or is NaN). Indices are floats of a dtype that holds them."""
+    (t,) = _operands(x)
+    if axis is None:
+        t = reshape(t, (math.prod(t.shape),))
+        axis = 0
+    (ax,) = _norm_axes(op, axis, builtins.max(t.ndim, 1))
+    if t.ndim == 0:
+        return t, _const(0.0, t.dtype)
+    n = t.shape[ax]
+    with _group(op):
+        ext = (max if largest else min)(t, ax, keepdims=True)
+        hit = maximum(equal(t, ext), isnan(t))
+        idx_dtype = _exact_dtype(t.dtype, n + 1)
+        iota = _const(np.arange(n, dtype=np.float64).reshape((n,) + (1,) * (t.ndim - 1 - ax)), idx_dtype)
+        index = min(where(hit, iota, float(n)), ax, keepdims=keepdims)
+    return (ext if keepdims else reshape(ext, index.shape)), index
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first maximum along ``axis`` (of the flattened tensor when None), as ``numpy.argmax``
+    (a NaN counts as the maximum), as a float tensor of whole numbers."""
+    return _arg_extreme("argmax", x, axis, keepdims, True)[1]
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first minimum along ``axis``, as ``numpy.argmin``."""
+    return _arg_extreme("argmin", x, axis, keepdims, False)[1]
+
+
+def max_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
+    """``(max, argmax)`` along ``axis`` from one comparison pass (``torch.max(x, dim)``)."""
+    return _arg_extreme("argmax", x, axis, keepdims, True)
+
+
+def min_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
+    """``(min, argmin)`` along ``axis`` (``torch.min(x, dim)``)."""
+    return _arg_extreme("argmin", x, axis, keepdims, False)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:

@@ -140,6 +140,8 @@ PRIMITIVES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
         lax.conv_transpose(x, w, (2, 2), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")),
         lax.conv_general_dilated(x1, w1, (1,), ((0, -1),), lhs_dilation=(3,), dimension_numbers=("NCH", "OIH", "NCH"))),
         (_rand(1, 4, 5, 3), _rand(3, 3, 3, 2, seed=1), _rand(1, 2, 5), _rand(3, 2, 2, seed=2))),
+    "argmax_argmin": (lambda a: (jnp.argmax(a, axis=1), jnp.argmin(a, axis=0), jnp.argmax(a)),
+                      (np.array([[1.0, np.nan, 3.0, 3.0], [2.0, 5.0, 5.0, -1.0], [0.5, 0.5, -2.0, 7.0]], np.float32),)),
     "reduce_window_pooling": (lambda x: (
         lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 1), (0, 0))),
         lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 2, 1), "VALID"),

@@ -74,6 +74,10 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "avg_pool": (Each(nn.Sequential(nn.Flatten(2), nn.AvgPool1d(3, 2, 1)), nn.AvgPool2d(3, 2, 1, ceil_mode=True, count_include_pad=False),
                       nn.AvgPool3d((2, 3, 2), 1, 1), nn.AdaptiveAvgPool2d((4, 3)), nn.AdaptiveAvgPool3d(2),
                       nn.LPPool2d(2, 3, 2)), (r(2, 3, 9, 8).abs(),)),
+    "min_max_argmin_argmax": (Fn(lambda x, i: (torch.min(x, 1), torch.max(x, 0, keepdim=True), torch.argmax(x, -1),
+                                               torch.argmin(x), x.max(), x.min(), torch.max(i, 1), torch.argmax(i, 0))),
+                              (torch.tensor([[1.0, float("nan"), 3.0, 3.0], [2.0, 5.0, 5.0, -1.0]]),
+                               torch.tensor([[4, 2, 4], [-1, 7, 7]]))),
 }
 
 

@@ -44,6 +44,11 @@ POOL_INPUT[0, 1, 2, 2] = -np.inf
 POOL_INPUT[1, 2, :3, :3] = 5.0       # ties: the first one is the index
 
 
+ARG_INPUT = np.round(rand(5, 7) * 2)  # ties
+ARG_INPUT[1, 3] = ARG_INPUT[1, 5] = np.nan  # the first NaN is the extreme
+ARG_INPUT[4, 0] = -np.inf
+
+
 def flat(*parts: Any) -> tuple[Any, ...]:
     """Nested tuples of results as one flat tuple."""
     return tuple(v for p in parts for v in (flat(*p) if isinstance(p, tuple) else (p,)))
@@ -124,6 +129,11 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                       lambda x: (F.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_max_pool2d(x, (3, 5)),
                                  F.adaptive_max_pool2d(x, (3, 4), return_indices=True)),
                       (rand(2, 3, 9, 8),), ROUNDED),
+    "argmax_argmin": (lambda x: (ops.argmax(x, 1), ops.argmin(x, 0, keepdims=True), ops.argmax(x),
+                                 ops.max_with_index(x, 1), ops.min_with_index(x, -1, keepdims=True)),
+                      lambda x: (torch.argmax(x, 1), torch.argmin(x, 0, keepdim=True), torch.argmax(x),
+                                 torch.max(x, 1), torch.min(x, -1, keepdim=True)),
+                      (ARG_INPUT,), EXACT),
 }
 
 
@@ -145,6 +155,7 @@ TEMPLATE: dict[str, str] = {
     "activations": "elementwise",
     "norms_tile": "reduction",
     "max_pool2d": "elementwise",
+    "argmax_argmin": "reduction",
 }
 
 

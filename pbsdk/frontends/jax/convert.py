@@ -138,7 +138,7 @@ INT_EXACT = {
     "add", "add_any", "sub", "mul", "neg", "max", "min", "abs", "select_n", "clamp", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
-    "integer_pow", "gather", "sign",
+    "integer_pow", "gather", "sign", "argmax", "argmin",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -361,6 +361,18 @@ def _reduction(fn: Callable[..., Tensor]) -> Converter:
 converts("reduce_sum")(_reduction(ops.sum))
 converts("reduce_max")(_reduction(ops.max))
 converts("reduce_min")(_reduction(ops.min))
+
+
+def _arg_extreme(fn: Callable[..., Tensor]) -> Converter:
+    """The first extreme's index along the one axis (a NaN is the extreme), as XLA computes it."""
+    def convert(cx: Context, x: Tensor, *, axes: Sequence[int], index_dtype: Any) -> Tensor:
+        (axis,) = axes
+        return fn(x, int(axis))
+    return convert
+
+
+converts("argmax")(_arg_extreme(ops.argmax))
+converts("argmin")(_arg_extreme(ops.argmin))
 
 
 @converts("reduce_or")

@@ -62,6 +62,7 @@ class Context:
         self.consts: dict[int, np.ndarray] = {}
         self.transposes: dict[int, Tensor] = {}
         self.meta: Any = None
+        self.target: Any = None  # the node's OpOverload, for converters shared by several overloads
 
     @property
     def out_dtype(self) -> str:
@@ -98,7 +99,8 @@ _INT_EXACT = {
     "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem", "aten.floor.default",
     "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default", "aten.repeat.default",
     "aten.copy.default", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
-    "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default",
+    "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", "aten.max.dim", "aten.min.dim",
+    "aten.argmax.default", "aten.argmin.default", "aten.max.default", "aten.min.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -527,6 +529,27 @@ def _amin(cx: Context, x: Any, dim: Any = (), keepdim: bool = False) -> Tensor:
     return ops.min(x, _dims(x, dim), keepdims=keepdim)
 
 
+@converts("aten.max.dim", "aten.min.dim")
+def _max_min_dim(cx: Context, x: Any, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """Values and indices of the extremes along ``dim`` (the first one; a NaN is the extreme)."""
+    largest = "max" in op_name(cx.target)
+    return (ops.max_with_index if largest else ops.min_with_index)(_tensor(x, "the input"), dim, keepdim)
+
+
+@converts("aten.argmax.default", "aten.argmin.default")
+def _argmax(cx: Context, x: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    x = _tensor(x, "the input")
+    fn = ops.argmax if "argmax" in op_name(cx.target) else ops.argmin
+    if dim is None and keepdim:
+        return ops.reshape(fn(x), (1,) * x.ndim)
+    return fn(x, dim, keepdims=keepdim)
+
+
+@converts("aten.max.default", "aten.min.default")
+def _max_min_all(cx: Context, x: Any) -> Tensor:
+    return (ops.max if "max" in op_name(cx.target) else ops.min)(_tensor(x, "the input"))
+
+
 @converts("aten.any.dim", "aten.any.dims", "aten.any.default")
 def _any(cx: Context, x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     mask = ops.astype(ops.not_equal(x, 0.0), "f32")
@@ -781,6 +804,7 @@ def convert_node(cx: Context, node: torch.fx.Node, env: dict[torch.fx.Node, Any]
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     cx.meta = node.meta.get("val")
+    cx.target = node.target
     if cx.meta is None:
         raise UnsupportedError(f"{name}: the node has no recorded shape", op=name)
     try:
