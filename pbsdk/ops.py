@@ -42,6 +42,10 @@ __all__ = [
     "conv3d",
     "conv_transpose",
     "cos",
+    "cummax",
+    "cummin",
+    "cumprod",
+    "cumsum",
     "div",
     "elu",
     "equal",
@@ -85,6 +89,7 @@ __all__ = [
     "not_equal",
     "pad",
     "pow",
+    "prod",
     "relu",
     "relu6",
     "reshape",
@@ -393,6 +398,11 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce("reduce_min", "min", x, axis, keepdims)
 
 
+def prod(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Product over ``axis`` (``numpy.prod``)."""
+    return _reduce("reduce_prod", "prod", x, axis, keepdims)
+
+
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     (t,) = _operands(x)
     axes = _norm_axes("mean", axis, t.ndim)
@@ -441,6 +451,53 @@ def max_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, T
 def min_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
     """``(min, argmin)`` along ``axis`` (``torch.min(x, dim)``)."""
     return _arg_extreme("argmin", x, axis, keepdims, False)
+
+
+def _scan(op: str, x: Any, axis: int | None, combine: Any, identity: float, reverse: bool = False) -> Tensor:
+    """Inclusive scan along ``axis`` (the flattened tensor when None) in ceil(log2 n) steps
+    (Hillis–Steele): step k combines every element with the one 2**k before it (``identity`` before the
+    start). Each step is a shifted view and one elementwise op, which every target tiles."""
+    (t,) = _operands(x)
+    if axis is None:
+        t = reshape(t, (math.prod(t.shape),))
+        axis = 0
+    if t.ndim == 0:
+        return t
+    (ax,) = _norm_axes(op, axis, t.ndim)
+    n = t.shape[ax]
+    with _group(op):
+        if reverse:
+            t = flip(t, ax)
+        shift = 1
+        while shift < n:
+            widths = [(shift, 0) if i == ax else (0, 0) for i in range(t.ndim)]
+            t = combine(t, _pad(slice(t, ax, 0, n - shift), widths, identity))
+            shift *= 2
+        return flip(t, ax) if reverse else t
+
+
+def cumsum(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Cumulative sum along ``axis`` (``numpy.cumsum``); ``reverse`` sums from the end. Half-precision
+    inputs are summed in f32."""
+    (t,) = _operands(x)
+    acc = _acc_dtype(t.dtype)
+    out = _scan("cumsum", astype(t, acc), axis, add, 0.0, reverse)
+    return astype(out, t.dtype)
+
+
+def cumprod(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Cumulative product along ``axis`` (``numpy.cumprod``)."""
+    return _scan("cumprod", x, axis, mul, 1.0, reverse)
+
+
+def cummax(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Running maximum along ``axis`` (``numpy.maximum.accumulate``; NaN propagates)."""
+    return _scan("cummax", x, axis, maximum, -math.inf, reverse)
+
+
+def cummin(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Running minimum along ``axis``."""
+    return _scan("cummin", x, axis, minimum, math.inf, reverse)
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:

@@ -78,6 +78,9 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
                                                torch.argmin(x), x.max(), x.min(), torch.max(i, 1), torch.argmax(i, 0))),
                               (torch.tensor([[1.0, float("nan"), 3.0, 3.0], [2.0, 5.0, 5.0, -1.0]]),
                                torch.tensor([[4, 2, 4], [-1, 7, 7]]))),
+    "cumsum_cumprod_prod": (Fn(lambda x, i: (torch.cumsum(x, 1), torch.cumprod(x, 0), torch.prod(x, 1), x.prod(),
+                                             torch.cumsum(i, 0))),
+                            (r(5, 33) * 0.2 + 1, torch.tensor([[1, 2], [3, -4], [5, 6]]))),
 }
 
 

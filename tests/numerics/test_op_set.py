@@ -134,6 +134,12 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                       lambda x: (torch.argmax(x, 1), torch.argmin(x, 0, keepdim=True), torch.argmax(x),
                                  torch.max(x, 1), torch.min(x, -1, keepdim=True)),
                       (ARG_INPUT,), EXACT),
+    "cumsum_prod": (lambda x: (ops.cumsum(x, 1), ops.cumsum(x), ops.cumsum(x, 0, reverse=True), ops.cumprod(x, -1),
+                               ops.cummax(x, 1), ops.cummin(x, 0), ops.prod(x, 1), ops.prod(x, keepdims=True)),
+                    lambda x: (torch.cumsum(x, 1), torch.cumsum(x.flatten(), 0), torch.cumsum(x.flip(0), 0).flip(0),
+                               torch.cumprod(x, -1), torch.cummax(x, 1).values, torch.cummin(x, 0).values,
+                               torch.prod(x, 1), torch.prod(x).reshape(1, 1)),
+                    (rand(6, 37) * 0.3 + 1,), Tolerance(1e-5, 1e-5)),
 }
 
 
@@ -156,6 +162,7 @@ TEMPLATE: dict[str, str] = {
     "norms_tile": "reduction",
     "max_pool2d": "elementwise",
     "argmax_argmin": "reduction",
+    "cumsum_prod": "elementwise",
 }
 
 

@@ -174,9 +174,9 @@ class _Emitter:
         rank = len(x.shape)
         loops = dims(rank)
         kind = node.op.removeprefix("reduce_")
-        init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf}[kind]
+        init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}[kind]
         init = self.filled(out.type, init_value)
-        combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf}[kind]
+        combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf, "prod": arith.mulf}[kind]
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length),

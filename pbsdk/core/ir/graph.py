@@ -25,7 +25,7 @@ UNARY_OPS = frozenset({"neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "
                        "rsqrt", "abs", "log1p", "expm1", "sin", "cos", "tan", "floor", "ceil", "round", "trunc",
                        "sign"})
 BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow"})
-REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
 OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})
 #: Comparisons produce 0/1 masks in their operands' dtype; "select" is where(mask, a, b).
 COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})

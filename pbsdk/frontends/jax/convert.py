@@ -138,7 +138,7 @@ INT_EXACT = {
     "add", "add_any", "sub", "mul", "neg", "max", "min", "abs", "select_n", "clamp", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
-    "integer_pow", "gather", "sign", "argmax", "argmin",
+    "integer_pow", "gather", "sign", "argmax", "argmin", "cumsum", "cummax", "cummin",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -373,6 +373,19 @@ def _arg_extreme(fn: Callable[..., Tensor]) -> Converter:
 
 converts("argmax")(_arg_extreme(ops.argmax))
 converts("argmin")(_arg_extreme(ops.argmin))
+
+
+converts("reduce_prod")(_reduction(ops.prod))
+
+
+def _cumulative(fn: Callable[..., Tensor]) -> Converter:
+    def convert(cx: Context, x: Tensor, *, axis: int, reverse: bool) -> Tensor:
+        return fn(x, int(axis), reverse=bool(reverse))
+    return convert
+
+
+for _n, _s in (("cumsum", ops.cumsum), ("cumprod", ops.cumprod), ("cummax", ops.cummax), ("cummin", ops.cummin)):
+    converts(_n)(_cumulative(_s))
 
 
 @converts("reduce_or")

@@ -100,7 +100,7 @@ _INT_EXACT = {
     "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default", "aten.repeat.default",
     "aten.copy.default", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
     "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", "aten.max.dim", "aten.min.dim",
-    "aten.argmax.default", "aten.argmin.default", "aten.max.default", "aten.min.default",
+    "aten.argmax.default", "aten.argmin.default", "aten.max.default", "aten.min.default", "aten.cumsum.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -548,6 +548,22 @@ def _argmax(cx: Context, x: Any, dim: int | None = None, keepdim: bool = False) 
 @converts("aten.max.default", "aten.min.default")
 def _max_min_all(cx: Context, x: Any) -> Tensor:
     return (ops.max if "max" in op_name(cx.target) else ops.min)(_tensor(x, "the input"))
+
+
+@converts("aten.cumsum.default")
+def _cumsum(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    return ops.cumsum(*_in(cx, x), dim)
+
+
+@converts("aten.cumprod.default")
+def _cumprod(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    return ops.cumprod(*_in(cx, x), dim)
+
+
+@converts("aten.prod.dim_int", "aten.prod.default")
+def _prod(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.prod(x, _dims(x, dim), keepdims=keepdim)
 
 
 @converts("aten.any.dim", "aten.any.dims", "aten.any.default")
