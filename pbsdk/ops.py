@@ -114,6 +114,7 @@ __all__ = [
     "tile",
     "transpose",
     "trunc",
+    "vector_norm",
     "where",
 ]
 
@@ -498,6 +499,25 @@ def cummax(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
 def cummin(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
     """Running minimum along ``axis``."""
     return _scan("cummin", x, axis, minimum, math.inf, reverse)
+
+
+def vector_norm(x: Any, ord: float = 2, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The vector ``ord``-norm over ``axis`` (every axis when None), as ``numpy.linalg.vector_norm``:
+    ``sum(|x|**ord)**(1/ord)``; ``inf``/``-inf`` the largest/smallest ``|x|``, 0 the count of nonzeros."""
+    (t,) = _operands(x)
+    a = abs(t)
+    with _group("vector_norm"):
+        if ord == math.inf:
+            return max(a, axis, keepdims)
+        if ord == -math.inf:
+            return min(a, axis, keepdims)
+        if ord == 0:
+            return sum(not_equal(t, 0.0), axis, keepdims)
+        if ord == 1:
+            return sum(a, axis, keepdims)
+        if ord == 2:
+            return sqrt(sum(mul(t, t), axis, keepdims))
+        return pow(sum(pow(a, float(ord)), axis, keepdims), 1.0 / float(ord))
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:

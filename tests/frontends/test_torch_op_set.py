@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F
 from torch import nn
 
 import pbsdk.frontends.torch as pbsdk_torch
@@ -81,6 +82,8 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "cumsum_cumprod_prod": (Fn(lambda x, i: (torch.cumsum(x, 1), torch.cumprod(x, 0), torch.prod(x, 1), x.prod(),
                                              torch.cumsum(i, 0))),
                             (r(5, 33) * 0.2 + 1, torch.tensor([[1, 2], [3, -4], [5, 6]]))),
+    "norms": (Fn(lambda x: (torch.linalg.vector_norm(x, dim=1), x.norm(p=1, dim=-1, keepdim=True), x.norm(),
+                            torch.linalg.vector_norm(x, float("inf"), (0, 1)), F.normalize(x, dim=1))), (r(3, 4, 5),)),
 }
 
 

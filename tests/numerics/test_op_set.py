@@ -49,6 +49,10 @@ ARG_INPUT[1, 3] = ARG_INPUT[1, 5] = np.nan  # the first NaN is the extreme
 ARG_INPUT[4, 0] = -np.inf
 
 
+NORMS = [(2, None, False), (2, 1, True), (1, (0, 2), False), (np.inf, -1, False), (-np.inf, 0, False),
+         (0, 1, False), (3.5, 2, True)]
+
+
 def flat(*parts: Any) -> tuple[Any, ...]:
     """Nested tuples of results as one flat tuple."""
     return tuple(v for p in parts for v in (flat(*p) if isinstance(p, tuple) else (p,)))
@@ -140,6 +144,9 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                                torch.cumprod(x, -1), torch.cummax(x, 1).values, torch.cummin(x, 0).values,
                                torch.prod(x, 1), torch.prod(x).reshape(1, 1)),
                     (rand(6, 37) * 0.3 + 1,), Tolerance(1e-5, 1e-5)),
+    "vector_norm": (lambda x: tuple(ops.vector_norm(x, o, a, k) for o, a, k in NORMS),
+                    lambda x: tuple(torch.linalg.vector_norm(x, o, a, k) for o, a, k in NORMS),
+                    (rand(4, 5, 6),), Tolerance(1e-6, 1e-5)),
 }
 
 
@@ -163,6 +170,7 @@ TEMPLATE: dict[str, str] = {
     "max_pool2d": "elementwise",
     "argmax_argmin": "reduction",
     "cumsum_prod": "elementwise",
+    "vector_norm": "reduction",
 }
 
 

@@ -566,6 +566,13 @@ def _prod(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype:
     return ops.prod(x, _dims(x, dim), keepdims=keepdim)
 
 
+@converts("aten.linalg_vector_norm.default")
+def _vector_norm(cx: Context, x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+                 dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.vector_norm(x, float(_scalar(ord)), _dims(x, dim), keepdims=keepdim)
+
+
 @converts("aten.any.dim", "aten.any.dims", "aten.any.default")
 def _any(cx: Context, x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     mask = ops.astype(ops.not_equal(x, 0.0), "f32")
