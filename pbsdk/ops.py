@@ -33,6 +33,10 @@ __all__ = [
     "attention",
     "avg_pool",
     "batch_norm",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "broadcast_to",
     "ceil",
     "celu",
@@ -54,6 +58,8 @@ __all__ = [
     "expm1",
     "flip",
     "floor",
+    "floor_divide",
+    "fmod",
     "gelu",
     "glu",
     "greater",
@@ -90,9 +96,12 @@ __all__ = [
     "pad",
     "pow",
     "prod",
+    "put_along_axis",
     "relu",
     "relu6",
+    "remainder",
     "reshape",
+    "roll",
     "round",
     "rsqrt",
     "selu",
@@ -105,10 +114,12 @@ __all__ = [
     "softplus",
     "softsign",
     "sqrt",
+    "stack",
     "sub",
     "sum",
     "sum_pool",
     "take",
+    "take_along_axis",
     "tan",
     "tanh",
     "tile",
@@ -225,6 +236,35 @@ def div(a: Any, b: Any) -> Tensor: return _binary("div", a, b)
 def maximum(a: Any, b: Any) -> Tensor: return _binary("maximum", a, b)
 def minimum(a: Any, b: Any) -> Tensor: return _binary("minimum", a, b)
 def pow(a: Any, b: Any) -> Tensor: return _binary("pow", a, b)
+def fmod(a: Any, b: Any) -> Tensor: return _binary("fmod", a, b)
+def bitwise_and(a: Any, b: Any) -> Tensor: return _binary("bitwise_and", a, b)
+def bitwise_or(a: Any, b: Any) -> Tensor: return _binary("bitwise_or", a, b)
+def bitwise_xor(a: Any, b: Any) -> Tensor: return _binary("bitwise_xor", a, b)
+
+
+def remainder(a: Any, b: Any) -> Tensor:
+    """``a mod b`` with the sign of ``b`` (numpy's and Python's ``%``; ``fmod`` has ``a``'s sign)."""
+    x, y = _operands(a, b)
+    r = fmod(x, y)
+    wrong_sign = mul(not_equal(r, 0.0), not_equal(less(r, 0.0), less(y, 0.0)))
+    return where(wrong_sign, add(r, y), r)
+
+
+def floor_divide(a: Any, b: Any) -> Tensor:
+    """``floor(a / b)`` computed as ``(a - remainder(a, b)) / b``: exact for whole numbers (torch's
+    formula for floats, with its rounding of the quotient)."""
+    x, y = _operands(a, b)
+    q = div(sub(x, remainder(x, y)), y)
+    fq = floor(q)
+    fq = where(greater(sub(q, fq), 0.5), add(fq, 1.0), fq)
+    return where(equal(y, 0.0), div(x, y), fq)  # x / 0: +-inf or NaN, as the plain quotient
+
+
+def bitwise_not(x: Any) -> Tensor:
+    """``~x`` of whole numbers (two's complement: ``-x - 1``)."""
+    return sub(neg(x), 1.0)
+
+
 def neg(x: Any) -> Tensor: return _unary("neg", x)
 def exp(x: Any) -> Tensor: return _unary("exp", x)
 def log(x: Any) -> Tensor: return _unary("log", x)
@@ -1133,6 +1173,98 @@ def take(a: Any, indices: Any, axis: int = 0) -> Tensor:
         idx = _const(array, "f64")
     shape = t.shape[:ax] + idx.shape + t.shape[ax + 1:]
     return _add("take", [t.value, idx.value], shape, t.dtype, axis=ax)
+
+
+def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
+    """``numpy.take_along_axis`` (``torch.gather``): ``out[..., i, ...] = arr[..., indices[..., i, ...], ...]``
+    along ``axis``; ``indices`` has ``arr``'s rank and, off ``axis``, dimensions no larger than ``arr``'s.
+    Out-of-range indices are clipped, so the kernel never reads outside ``arr``."""
+    (t,) = _operands(arr)
+    idx = indices if isinstance(indices, Tensor) else _const(np.asarray(indices), "f64")
+    (ax,) = _norm_axes("take_along_axis", axis, t.ndim)
+    if idx.ndim != t.ndim or builtins.any(i > d for k, (i, d) in enumerate(zip(idx.shape, t.shape)) if k != ax):
+        raise PbsdkError(f"take_along_axis: indices of shape {idx.shape} do not fit an array of shape {t.shape}")
+    return _add("take_along", [t.value, idx.value], idx.shape, t.dtype, axis=ax)
+
+
+#: put_along_axis compares every index with every position: at most this many comparisons.
+MAX_SCATTER_PAIRS = 1 << 24
+
+
+def put_along_axis(arr: Any, indices: Any, values: Any, axis: int, *, reduce: str | None = None) -> Tensor:
+    """``arr`` with ``values`` written at ``indices`` along ``axis`` (``numpy.put_along_axis``, returning a
+    new tensor; ``torch.scatter``): ``reduce=None`` writes (where several indices name one place, the last
+    one's value), ``"add"`` adds them all (``torch.scatter_add``). ``indices`` may be smaller than ``arr``
+    off ``axis``; ``values`` broadcasts to it; indices outside ``arr`` write nothing.
+
+    Computed densely: position p along ``axis`` takes the values whose index equals p (one comparison per
+    (position, index) pair), so it is meant for modest sizes (at most `MAX_SCATTER_PAIRS` pairs)."""
+    (t,) = _operands(arr)
+    idx = indices if isinstance(indices, Tensor) else _const(np.asarray(indices), "f64")
+    (ax,) = _norm_axes("put_along_axis", axis, t.ndim)
+    if reduce not in (None, "add"):
+        raise UnsupportedError(f"put_along_axis: reduce={reduce!r} (None or 'add')")
+    if idx.ndim != t.ndim or builtins.any(i > d for k, (i, d) in enumerate(zip(idx.shape, t.shape)) if k != ax):
+        raise PbsdkError(f"put_along_axis: indices of shape {idx.shape} do not fit an array of shape {t.shape}")
+    n, m = t.shape[ax], idx.shape[ax]
+    if n * math.prod(idx.shape) > MAX_SCATTER_PAIRS:
+        raise UnsupportedError(f"put_along_axis: {n} positions x {math.prod(idx.shape)} indices is too many pairs")
+    with _group("put_along_axis"):
+        vals = astype(values, t.dtype) if isinstance(values, Tensor) else _operands(values, t)[0]
+        for k, (v, i) in enumerate(zip(vals.shape, idx.shape)):
+            if vals.ndim == idx.ndim and v > i:  # torch reads only the values the indices cover
+                vals = slice(vals, k, 0, i)
+        vals = broadcast_to(vals, idx.shape)
+        # hit[..., p, i, ...] = indices[..., i, ...] == p, with a new axis for the positions p before `axis`
+        grid = idx.shape[:ax] + (1,) + idx.shape[ax:]
+        pos_dtype = _exact_dtype(t.dtype, n + m)
+        positions = _const(np.arange(n, dtype=np.float64).reshape((n, 1) + (1,) * (t.ndim - 1 - ax)), pos_dtype)
+        hit = equal(reshape(astype(idx, pos_dtype) if idx.dtype != pos_dtype else idx, grid), positions)
+        if reduce == "add":
+            written = sum(mul(astype(hit, t.dtype), reshape(vals, grid)), ax + 1)
+            mask = None
+        else:
+            mask = max(hit, ax + 1)
+            order = _const(np.arange(m, dtype=np.float64).reshape((m,) + (1,) * (t.ndim - 1 - ax)), pos_dtype)
+            last = max(mul(hit, order), ax + 1)  # the last index naming each position (0 where none does)
+            written = take_along_axis(vals, last, ax)
+        widths = [(0, d - i) for d, i in zip(t.shape, written.shape)]
+        if builtins.any(w for _, w in widths):  # indices smaller than arr: nothing written beyond them
+            written = _pad(written, widths, 0.0)
+            mask = None if mask is None else _pad(mask, widths, 0.0)
+        return add(t, written) if mask is None else where(mask, written, t)
+
+
+def _wrapped(indices: Tensor, n: int) -> Tensor:
+    """Negative indices counted from the end (``i + n``)."""
+    return where(less(indices, 0.0), add(indices, float(n)), indices)
+
+
+def roll(x: Any, shift: int | Sequence[int], axis: Any = None) -> Tensor:
+    """``numpy.roll``: elements shifted by ``shift`` along ``axis`` (the flattened tensor when None), wrapping."""
+    (t,) = _operands(x)
+    if axis is None:
+        return reshape(roll(reshape(t, (math.prod(t.shape),)), shift, 0), t.shape)
+    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if len(shifts) != len(axes):
+        raise PbsdkError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    for s, a in zip(shifts, axes):
+        (ax,) = _norm_axes("roll", a, t.ndim)
+        k = int(s) % t.shape[ax]
+        if k:
+            n = t.shape[ax]
+            t = concatenate([slice(t, ax, n - k), slice(t, ax, 0, n - k)], axis=ax)
+    return t
+
+
+def stack(xs: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new ``axis`` (``numpy.stack``)."""
+    ts = _operands(*xs)
+    if not ts:
+        raise PbsdkError("stack: needs at least one tensor")
+    (ax,) = _norm_axes("stack", axis, ts[0].ndim + 1)
+    return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in ts], axis=ax)
 
 
 # ------------------------------------------------------------------------------------------ activations

@@ -145,6 +145,10 @@ PRIMITIVES: dict[str, tuple[Callable[..., Any], tuple[Any, ...]]] = {
     "cumulative": (lambda a: (jnp.cumsum(a, axis=1), lax.cumsum(a, axis=0, reverse=True), jnp.cumprod(a, axis=1),
                               lax.cummax(a, axis=1), lax.cummin(a, axis=0, reverse=True), jnp.prod(a, axis=0)),
                    (_rand(5, 13),)),
+    "integer_and_bitwise": (lambda i, j, a: (i // j, i % j, lax.rem(i, j), lax.div(i, j), i & j, i | j, i ^ j, ~i,
+                                             jnp.fmod(a, 0.7), a // 0.3, (i > 0) ^ (j > 0)),
+                            (np.array([[7, -7, 9, 0], [-3, 12, 5, -1]], np.int32),
+                             np.array([[2, 2, -4, 3], [5, -5, 3, 7]], np.int32), x34 * 3)),
     "reduce_window_pooling": (lambda x: (
         lax.reduce_window(x, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1), ((0, 0), (1, 1), (0, 1), (0, 0))),
         lax.reduce_window(x, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 2, 1), "VALID"),

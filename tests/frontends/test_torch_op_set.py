@@ -84,6 +84,19 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
                             (r(5, 33) * 0.2 + 1, torch.tensor([[1, 2], [3, -4], [5, 6]]))),
     "norms": (Fn(lambda x: (torch.linalg.vector_norm(x, dim=1), x.norm(p=1, dim=-1, keepdim=True), x.norm(),
                             torch.linalg.vector_norm(x, float("inf"), (0, 1)), F.normalize(x, dim=1))), (r(3, 4, 5),)),
+    "gather_scatter_index": (Fn(lambda x, i, j: (
+        torch.gather(x, 1, i), x.scatter(1, i, 2.5), x.scatter_add(1, i, x[:, :2] * 3),
+        torch.zeros(6, 6).scatter_add(0, i[:3], x[:3, :2]), x[i[:, 0]], x[:, j], x[i[:, 0], i[:, 1]],
+        torch.index_select(x, 1, j.abs()))), (r(4, 6), torch.tensor([[0, 3], [1, 1], [2, 0], [3, 3]]), torch.tensor([5, -1, 0]))),
+    "cat_stack_flip_pad_roll_clamp": (Fn(lambda x, y: (
+        torch.cat([x, y], -1), torch.stack([x, x * 2], 1), torch.flip(x, (0, 2)), F.pad(x, (1, 2, 0, 1), value=0.5),
+        torch.roll(x, (1, -2), (1, 2)), torch.roll(x, 3), torch.clamp(x, y[..., :1], y[..., 1:2] + 1),
+        torch.clamp_min(x, y[..., :1]))), (r(2, 3, 4), r(2, 3, 2))),
+    "integer_and_boolean_ops": (Fn(lambda i, j, x: (
+        i // j, i % j, torch.fmod(i, j), torch.div(i, j, rounding_mode="trunc"), i & j, i | j, i ^ j, ~i, i.sum(1),
+        (i > 0) & (j > 0), (i > 0) | (j > 0), (i > 0) ^ (j > 0), ~(i > 0), torch.logical_xor(i, j), x // 0.3,
+        x % -1.5, torch.fmod(x, 0.7))),
+        (torch.tensor([[7, -7, 9, 0], [-3, 12, 5, -1]]), torch.tensor([[2, 2, -4, 3], [5, -5, 3, 7]]), r(2, 4) * 3)),
 }
 
 

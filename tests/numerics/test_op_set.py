@@ -147,6 +147,22 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
     "vector_norm": (lambda x: tuple(ops.vector_norm(x, o, a, k) for o, a, k in NORMS),
                     lambda x: tuple(torch.linalg.vector_norm(x, o, a, k) for o, a, k in NORMS),
                     (rand(4, 5, 6),), Tolerance(1e-6, 1e-5)),
+    "gather_scatter": (lambda x, i: (ops.take_along_axis(x, i, 1), ops.put_along_axis(x, i, 2.5, 1),
+                                     ops.put_along_axis(x, i, ops.mul(x, 3.0), 1, reduce="add"),
+                                     ops.put_along_axis(ops.slice(x, 1, 0, 4), i, ops.slice(x, 1, 2, 4), 0)),
+                       lambda x, i: (torch.gather(x, 1, i.long()), x.scatter(1, i.long(), 2.5),
+                                     x.scatter_add(1, i.long(), x * 3), x[:, :4].scatter(0, i.long(), x[:, 2:4])),
+                       (rand(4, 6), np.array([[0, 3], [1, 1], [2, 0], [3, 3]], np.float32)), ROUNDED),
+    "flip_roll_stack": (lambda x: (ops.roll(x, (1, -2), (0, 2)), ops.roll(x, 7), ops.stack([x, ops.flip(x, 1)], 1)),
+                        lambda x: (torch.roll(x, (1, -2), (0, 2)), torch.roll(x, 7), torch.stack([x, x.flip(1)], 1)),
+                        (rand(3, 4, 5),), EXACT),
+    "integer_ops": (lambda a, b: (ops.fmod(a, b), ops.remainder(a, b), ops.floor_divide(a, b), ops.bitwise_and(a, b),
+                                  ops.bitwise_or(a, b), ops.bitwise_xor(a, b), ops.bitwise_not(a)),
+                    lambda a, b: (torch.fmod(a, b), torch.remainder(a, b), a // b, *(
+                        f(a.long(), b.long()).double() for f in (torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor)),
+                        (~a.long()).double()),
+                    (np.array([7, -7, 9, 0, -3, 12, 5, -1, 1e6 + 3], np.float32),
+                     np.array([2, 2, -4, 3, 5, -5, 3, 7, 10], np.float32)), EXACT),
 }
 
 
@@ -171,6 +187,7 @@ TEMPLATE: dict[str, str] = {
     "argmax_argmin": "reduction",
     "cumsum_prod": "elementwise",
     "vector_norm": "reduction",
+    "gather_scatter": "reduction",  # put_along_axis's compares and sums; the gathers themselves stay in dram
 }
 
 

@@ -460,6 +460,29 @@ class _Emitter:
                                            init=self.empty(out.type), out_results=loops, n_loops=rank,
                                            iterators=["parallel"] * rank, body=body)
 
+    def op_take_along(self, node: Node) -> None:
+        # Loops over the output (the index operand's shape); each index, clipped to [0, n-1] as in
+        # op_take, replaces the output's coordinate along the axis to extract from the source.
+        src, idx = node.inputs
+        axis = node.attrs["axis"]
+        out = node.out
+        rank = len(out.shape)
+        loops = dims(rank)
+        it = element_type(idx.dtype)
+        src_v = self.value(src)
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            lo = float_constant(0.0, it)
+            hi = float_constant(float(src.shape[axis] - 1), it)
+            clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
+            ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+            coords = [ix if d == axis else linalg.IndexOp(d).result for d in range(rank)]
+            return tensor.ExtractOp(src_v, coords).result
+
+        self.values[out.id] = self.generic(ins=[(self.value(idx), loops)], init=self.empty(out.type),
+                                           out_results=loops, n_loops=rank, iterators=["parallel"] * rank,
+                                           body=body)
+
     def op_flip(self, node: Node) -> None:
         # A copy reading each flipped axis backwards (index n - 1 - d).
         (x,) = node.inputs
@@ -479,7 +502,7 @@ def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
     if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
-              "flip"):
+              "take_along", "flip"):
         return op
     return "elementwise"
 
@@ -505,7 +528,10 @@ def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> Callable[[Sequence[ir.Val
 
 _SIMPLE: dict[str, Callable[..., ir.Value]] = {
     "add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.divf, "maximum": arith.maximumf,
-    "minimum": arith.minimumf, "pow": math_d.powf}
+    "minimum": arith.minimumf, "pow": math_d.powf, "fmod": arith.remf}
+#: Bitwise ops on whole numbers carried as floats: computed on i64 and converted back.
+_BITWISE: dict[str, Callable[..., ir.Value]] = {
+    "bitwise_and": arith.andi, "bitwise_or": arith.ori, "bitwise_xor": arith.xori}
 _UNARY: dict[str, Callable[..., ir.Value]] = {
     "neg": arith.negf, "exp": math_d.exp, "log": math_d.log, "tanh": math_d.tanh, "erf": math_d.erf,
     "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf, "sin": math_d.sin, "cos": math_d.cos,
@@ -540,6 +566,10 @@ def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | No
         inner = arith.addf(x[0], arith.mulf(k, x3))
         p = arith.addf(one, math_d.tanh(arith.mulf(c, inner)))
         return arith.mulf(arith.mulf(x[0], half), p)
+    if op in _BITWISE:
+        i64 = ir.IntegerType.get_signless(64)
+        y = _BITWISE[op](arith.fptosi(i64, x[0]), arith.fptosi(i64, x[1]))
+        return arith.sitofp(t, y)
     if op == "log1p":  # log(u) * x / (u - 1) with u = 1 + x corrects u's rounding (Goldberg); x where u == 1
         one, inf = float_constant(1.0, t), float_constant(math.inf, t)
         u = arith.addf(one, x[0])

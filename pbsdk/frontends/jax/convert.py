@@ -138,7 +138,8 @@ INT_EXACT = {
     "add", "add_any", "sub", "mul", "neg", "max", "min", "abs", "select_n", "clamp", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
-    "integer_pow", "gather", "sign", "argmax", "argmin", "cumsum", "cummax", "cummin",
+    "integer_pow", "gather", "sign", "argmax", "argmin", "cumsum", "cummax", "cummin", "rem", "div", "and", "or",
+    "xor", "not",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -175,8 +176,19 @@ def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
     return convert
 
 
-for _n, _f in (("add", ops.add), ("add_any", ops.add), ("sub", ops.sub), ("mul", ops.mul), ("div", ops.div), ("pow", ops.pow)):
+def _int_div(a: Any, b: Any) -> Tensor:
+    """Integer division rounding toward zero, exact on whole numbers: ``(a - fmod(a, b)) / b``."""
+    return ops.div(ops.sub(a, ops.fmod(a, b)), b)
+
+
+for _n, _f in (("add", ops.add), ("add_any", ops.add), ("sub", ops.sub), ("mul", ops.mul), ("pow", ops.pow),
+               ("rem", ops.fmod)):
     converts(_n)(_binary(_f))
+
+
+@converts("div")
+def _div(cx: Context, a: Tensor, b: Tensor) -> Tensor:
+    return _binary(_int_div if _is_int(cx.out_avals[0]) else ops.div)(cx, a, b)
 
 
 def _extremum(fn: Callable[[Any, Any], Tensor], neutral: float) -> Converter:
@@ -298,28 +310,21 @@ def _bool_only(cx: Context, what: str) -> None:
         raise UnsupportedError(f"{what} on integers is bitwise")
 
 
-@converts("and")
-def _and(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "and")
-    return ops.mul(a, b)
+def _logical(on_bools: Callable[[Tensor, Tensor], Tensor], on_ints: Callable[[Tensor, Tensor], Tensor]) -> Converter:
+    """``and``/``or``/``xor``: logical on booleans (0/1 masks), bitwise on integers."""
+    def convert(cx: Context, a: Tensor, b: Tensor) -> Tensor:
+        return (on_bools if all(_is_bool(av) for av in cx.in_avals) else on_ints)(a, b)
+    return convert
 
 
-@converts("or")
-def _or(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "or")
-    return ops.maximum(a, b)
-
-
-@converts("xor")
-def _xor(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "xor")
-    return ops.not_equal(a, b)
+converts("and")(_logical(ops.mul, ops.bitwise_and))
+converts("or")(_logical(ops.maximum, ops.bitwise_or))
+converts("xor")(_logical(ops.not_equal, ops.bitwise_xor))
 
 
 @converts("not")
 def _not(cx: Context, x: Tensor) -> Tensor:
-    _bool_only(cx, "not")
-    return ops.equal(x, 0.0)
+    return ops.equal(x, 0.0) if _is_bool(cx.in_avals[0]) else ops.bitwise_not(x)
 
 
 @converts("select_n")

@@ -101,6 +101,12 @@ _INT_EXACT = {
     "aten.copy.default", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
     "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", "aten.max.dim", "aten.min.dim",
     "aten.argmax.default", "aten.argmin.default", "aten.max.default", "aten.min.default", "aten.cumsum.default",
+    "aten.gather.default", "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.index.Tensor",
+    "aten.flip.default", "aten.roll.default", "aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor",
+    "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.div.Tensor_mode",
+    "aten.div.Scalar_mode", "aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_or.Tensor",
+    "aten.bitwise_or.Scalar", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_not.default",
+    "aten.sum.dim_IntList", "aten.sum.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -180,11 +186,40 @@ def _div(cx: Context, a: Any, b: Any) -> Tensor:
     return ops.div(a, b)
 
 
-@converts("aten.div.Tensor_mode")
+@converts("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div_mode(cx: Context, a: Any, b: Any, *, rounding_mode: str | None = None) -> Tensor:
-    if rounding_mode is not None:
+    """Division rounded toward -inf (``//``) or toward zero; integer operands exactly."""
+    if rounding_mode is None:
+        return _div(cx, a, b)
+    a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+    if rounding_mode == "floor":
+        return ops.floor_divide(a, b)
+    if rounding_mode != "trunc":
         raise UnsupportedError(f"div with rounding_mode={rounding_mode!r}")
-    return _div(cx, a, b)
+    if cx.out_dtype == "f64" and _int_result(cx):
+        return ops.div(ops.sub(a, ops.fmod(a, b)), b)  # exact on whole numbers
+    return ops.trunc(ops.div(a, b))
+
+
+def _int_result(cx: Context) -> bool:
+    val = cx.meta[0] if isinstance(cx.meta, (tuple, list)) else cx.meta
+    return val.dtype in _INTS
+
+
+for _n, _f in (("fmod", ops.fmod), ("remainder", ops.remainder), ("bitwise_and", ops.bitwise_and),
+               ("bitwise_or", ops.bitwise_or), ("bitwise_xor", ops.bitwise_xor)):
+    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_binary(_f))
+
+
+@converts("aten.bitwise_not.default")
+def _bitwise_not(cx: Context, x: Any) -> Tensor:
+    x = _tensor(x, "bitwise_not's input")
+    return ops.sub(1.0, x) if cx.meta.dtype == torch.bool else ops.bitwise_not(x)
+
+
+@converts("aten.logical_xor.default")
+def _logical_xor(cx: Context, a: Any, b: Any) -> Tensor:
+    return ops.not_equal(ops.astype(ops.not_equal(a, 0.0), "f32"), ops.astype(ops.not_equal(b, 0.0), "f32"))
 
 
 _UNARY = {"neg": ops.neg, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sigmoid": ops.sigmoid,
@@ -289,13 +324,16 @@ def _pow(cx: Context, x: Any, e: Any) -> Tensor:
     return ops.pow(*_in(cx, x, e))
 
 
-@converts("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default")
+@converts("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default", "aten.clamp.Tensor",
+          "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
 def _clamp(cx: Context, x: Any, lo: Any = None, hi: Any = None) -> Tensor:
-    (x,) = _in(cx, x)
+    if "clamp_max" in op_name(cx.target):
+        lo, hi = None, lo
+    (x, lo, hi) = _in(cx, x, lo, hi)
     if lo is not None:
-        x = ops.maximum(x, _scalar(lo))
+        x = ops.maximum(x, lo if isinstance(lo, Tensor) else _scalar(lo))
     if hi is not None:
-        x = ops.minimum(x, _scalar(hi))
+        x = ops.minimum(x, hi if isinstance(hi, Tensor) else _scalar(hi))
     return x
 
 
@@ -552,12 +590,14 @@ def _max_min_all(cx: Context, x: Any) -> Tensor:
 
 @converts("aten.cumsum.default")
 def _cumsum(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
-    return ops.cumsum(*_in(cx, x), dim)
+    (x,) = _in(cx, x)
+    return ops.cumsum(x, dim)
 
 
 @converts("aten.cumprod.default")
 def _cumprod(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
-    return ops.cumprod(*_in(cx, x), dim)
+    (x,) = _in(cx, x)
+    return ops.cumprod(x, dim)
 
 
 @converts("aten.prod.dim_int", "aten.prod.default")
@@ -778,6 +818,52 @@ def _embedding(cx: Context, w: Any, idx: Any, padding_idx: int = -1, scale_grad_
 @converts("aten.index_select.default")
 def _index_select(cx: Context, x: Any, dim: int, idx: Any) -> Tensor:
     return ops.take(_tensor(x, "index_select's input"), _tensor(idx, "index_select's index"), axis=dim)
+
+
+@converts("aten.gather.default")
+def _gather(cx: Context, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Tensor:
+    return ops.take_along_axis(_tensor(x, "gather's input"), _tensor(index, "gather's index"), dim)
+
+
+@converts("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default")
+def _scatter(cx: Context, x: Any, dim: int, index: Any, src: Any, *, reduce: str | None = None) -> Tensor:
+    if reduce is not None:
+        raise UnsupportedError(f"scatter with reduce={reduce!r}")
+    (x,) = _in(cx, x)
+    src = _in(cx, src)[0] if isinstance(src, Tensor) else float(_scalar(src))
+    add = "scatter_add" in op_name(cx.target)
+    return ops.put_along_axis(x, _tensor(index, "scatter's index"), src, dim, reduce="add" if add else None)
+
+
+@converts("aten.index.Tensor")
+def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
+    """``x[..., i, j, ...]`` with index tensors on adjacent dimensions (None elsewhere): those dimensions
+    are flattened into one, indexed by the linear index (negative indices count from the end)."""
+    x = _tensor(x, "index's input")
+    where = [k for k, i in enumerate(indices) if i is not None]
+    if not where or where != list(range(where[0], where[-1] + 1)):
+        raise UnsupportedError("index with index tensors on non-adjacent dimensions")
+    first, last = where[0], where[-1] + 1
+    shape = ops._broadcast_shape("index", *(indices[k].shape for k in where))
+    linear: Tensor | None = None
+    for k in where:
+        ik = ops.broadcast_to(_tensor(indices[k], "an index"), shape)
+        ik = ops._wrapped(ik if ik.dtype == "f64" else ops.astype(ik, "f64"), x.shape[k])
+        linear = ik if linear is None else ops.add(ops.mul(linear, float(x.shape[k])), ik)
+    assert linear is not None
+    flat = ops.reshape(x, x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
+    return ops.take(flat, linear, axis=first)
+
+
+@converts("aten.flip.default")
+def _flip(cx: Context, x: Any, dims: Sequence[int]) -> Tensor:
+    x = _tensor(x, "flip's input")
+    return _layout(cx, x, lambda a: np.flip(a, tuple(dims)), lambda t: ops.flip(t, tuple(dims)))
+
+
+@converts("aten.roll.default")
+def _roll(cx: Context, x: Any, shifts: Sequence[int], dims: Sequence[int] = ()) -> Tensor:
+    return ops.roll(_tensor(x, "roll's input"), tuple(shifts), tuple(dims) if dims else None)
 
 
 @converts("getitem")
