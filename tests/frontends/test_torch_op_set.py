@@ -97,6 +97,12 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
         (i > 0) & (j > 0), (i > 0) | (j > 0), (i > 0) ^ (j > 0), ~(i > 0), torch.logical_xor(i, j), x // 0.3,
         x % -1.5, torch.fmod(x, 0.7))),
         (torch.tensor([[7, -7, 9, 0], [-3, 12, 5, -1]]), torch.tensor([[2, 2, -4, 3], [5, -5, 3, 7]]), r(2, 4) * 3)),
+    # GPT-2 with an empty KV cache: torch.cat of a (B, H, 0, D) past and the new keys
+    "cat_empty_kv_cache": (Fn(lambda k, past: torch.softmax(torch.cat([past, k], dim=-2) @ k.transpose(-1, -2), -1)),
+                           (r(1, 2, 5, 4), torch.zeros(1, 2, 0, 4))),
+    # Llama's rotary embedding: cos/sin of position x inverse frequency, rotate_half by cat
+    "rope": (Fn(lambda q, inv: (lambda emb: q * emb.cos() + torch.cat((-q[..., 2:], q[..., :2]), -1) * emb.sin())(
+        torch.cat([torch.arange(6).float()[:, None] * inv[None]] * 2, -1))), (r(1, 2, 6, 4), torch.rand(2))),
 }
 
 

@@ -13,6 +13,7 @@ such values accept integer results (`_INT_EXACT`); the partition boundary conver
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -79,6 +80,21 @@ class Context:
 
     def const_of(self, x: Any) -> np.ndarray | None:
         return self.consts.get(x.value.id) if isinstance(x, Tensor) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Empty:
+    """An operand with no elements (a KV cache before the first token): not a kernel input; converters that
+    can ignore it (``cat``) do, any other refuses it."""
+
+    shape: tuple[int, ...]
+
+
+def operand(graph: Graph, meta: Any) -> Tensor | Empty:
+    """A partition's (or a tried node's) operand of the recorded type ``meta``: a kernel input, or `Empty`."""
+    if isinstance(meta, torch.Tensor) and meta.numel() == 0 and all(isinstance(d, int) for d in meta.shape):
+        return Empty(tuple(meta.shape))
+    return Tensor(graph.add("input", [], value_type(meta)), graph)
 
 
 Converter = Callable[..., Any]
@@ -759,7 +775,8 @@ def _to_copy(cx: Context, x: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor
 
 @converts("aten.cat.default")
 def _cat(cx: Context, xs: Sequence[Any], dim: int = 0) -> Tensor:
-    return ops.concatenate(_in(cx, *xs), axis=dim)
+    # Operands without elements add nothing (torch.cat accepts them, a past KV cache of length 0 is one).
+    return ops.concatenate(_in(cx, *(x for x in xs if not isinstance(x, Empty))), axis=dim)
 
 
 @converts("aten.slice.Tensor")
@@ -958,7 +975,7 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
                     env[n] = tuple(Tensor(graph.add("input", [], value_type(m)), graph) if m is not None
                                    and isinstance(m, torch.Tensor) and m.numel() else None for m in meta)
                 else:
-                    env[n] = Tensor(graph.add("input", [], value_type(meta)), graph)
+                    env[n] = operand(graph, meta)
             convert_node(cx, node, env)
     except UnsupportedError as exc:
         return False, exc.reason
