@@ -31,6 +31,11 @@ class Fn(nn.Module):
         return self.fn(*args)
 
 
+def rope(q: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    half = q.shape[-1] // 2
+    return q * emb.cos() + torch.cat((-q[..., half:], q[..., :half]), -1) * emb.sin()
+
+
 class Each(nn.Module):
     """Every module applied to the same input; their results as a list."""
 
@@ -101,8 +106,8 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     "cat_empty_kv_cache": (Fn(lambda k, past: torch.softmax(torch.cat([past, k], dim=-2) @ k.transpose(-1, -2), -1)),
                            (r(1, 2, 5, 4), torch.zeros(1, 2, 0, 4))),
     # Llama's rotary embedding: cos/sin of position x inverse frequency, rotate_half by cat
-    "rope": (Fn(lambda q, inv: (lambda emb: q * emb.cos() + torch.cat((-q[..., 2:], q[..., :2]), -1) * emb.sin())(
-        torch.cat([torch.arange(6).float()[:, None] * inv[None]] * 2, -1))), (r(1, 2, 6, 4), torch.rand(2))),
+    "rope": (Fn(lambda q, inv: rope(q, torch.cat([torch.arange(6).float()[:, None] * inv[None]] * 2, -1))),
+             (r(1, 2, 6, 4), torch.rand(2))),
 }
 
 
