@@ -144,6 +144,7 @@ CASES: dict[str, tuple[Callable[..., Any], Callable[..., Any], tuple[np.ndarray,
                                torch.cumprod(x, -1), torch.cummax(x, 1).values, torch.cummin(x, 0).values,
                                torch.prod(x, 1), torch.prod(x).reshape(1, 1)),
                     (rand(6, 37) * 0.3 + 1,), Tolerance(1e-5, 1e-5)),
+    "cumsum": (lambda x: ops.cumsum(x, 1), lambda x: torch.cumsum(x, 1), (rand(4, 9),), Tolerance(1e-6, 1e-6)),
     "vector_norm": (lambda x: tuple(ops.vector_norm(x, o, a, k) for o, a, k in NORMS),
                     lambda x: tuple(torch.linalg.vector_norm(x, o, a, k) for o, a, k in NORMS),
                     (rand(4, 5, 6),), Tolerance(1e-6, 1e-5)),
@@ -180,13 +181,15 @@ def test_op_matches_torch(name: str) -> None:
 TEMPLATE: dict[str, str] = {
     "conv3d": "window",  # grouped: a windowed reduction (ungrouped convs become matmuls)
     "conv_transpose2d": "window",
+    "conv_transpose1d": "contractions",  # ungrouped: a matmul on the matrix unit's tiles
     "log1p_expm1": "elementwise",
     "activations": "elementwise",
     "norms_tile": "reduction",
     "max_pool2d": "elementwise",
     "argmax_argmin": "reduction",
-    "cumsum_prod": "elementwise",
+    "cumsum": "elementwise",
     "vector_norm": "reduction",
+    "integer_ops": "elementwise",
     "gather_scatter": "reduction",  # put_along_axis's compares and sums; the gathers themselves stay in dram
 }
 
