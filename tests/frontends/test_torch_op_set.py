@@ -36,6 +36,19 @@ def rope(q: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
     return q * emb.cos() + torch.cat((-q[..., half:], q[..., :half]), -1) * emb.sin()
 
 
+def index_put_slice_scatter(x: torch.Tensor, i: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """In-place writes as models make them (functionalised into index_put / slice_scatter / select_scatter)."""
+    a = x.clone()
+    a[i] = x[0] * 3
+    a[:, i] += 1.0
+    a[x > 0.5] = -1.0
+    b = x.clone()
+    b[:, ::2] = 0.5
+    b[1] = x[2]
+    b[:, :, 3:5] = x[:, :, :2] * 2  # a KV-cache write
+    return a, b
+
+
 class Each(nn.Module):
     """Every module applied to the same input; their results as a list."""
 
@@ -108,6 +121,7 @@ MODULES: dict[str, tuple[nn.Module, tuple[Any, ...]]] = {
     # Llama's rotary embedding: cos/sin of position x inverse frequency, rotate_half by cat
     "rope": (Fn(lambda q, inv: rope(q, torch.cat([torch.arange(6).float()[:, None] * inv[None]] * 2, -1))),
              (r(1, 2, 6, 4), torch.rand(2))),
+    "index_put_slice_scatter": (Fn(index_put_slice_scatter), (r(4, 5, 6), torch.tensor([2, 0, -1]))),
 }
 
 

@@ -122,7 +122,8 @@ _INT_EXACT = {
     "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.div.Tensor_mode",
     "aten.div.Scalar_mode", "aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_or.Tensor",
     "aten.bitwise_or.Scalar", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_not.default",
-    "aten.sum.dim_IntList", "aten.sum.default",
+    "aten.sum.dim_IntList", "aten.sum.default", "aten.index_put.default", "aten.slice_scatter.default",
+    "aten.select_scatter.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -870,6 +871,57 @@ def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
     assert linear is not None
     flat = ops.reshape(x, x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
     return ops.take(flat, linear, axis=first)
+
+
+@converts("aten.index_put.default")
+def _index_put(cx: Context, x: Any, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
+    """``x[..., i] = v`` (``+=`` when ``accumulate``) with one index tensor: 1-D integer indices along its
+    dimension (`pbsdk.ops.put_along_axis`), or a boolean mask with one value (a masked fill)."""
+    (x, values) = _in(cx, _tensor(x, "index_put's input"), _tensor(values, "index_put's values"))
+    where = [k for k, i in enumerate(indices) if i is not None]
+    if len(where) != 1:
+        raise UnsupportedError("index_put with more than one index tensor")
+    d = where[0]
+    idx = _tensor(indices[d], "index_put's index")
+    if idx.dtype == "f32":  # a boolean mask (integers are carried as f64)
+        if math.prod(values.shape) != 1 or x.shape[d:d + idx.ndim] != idx.shape:
+            raise UnsupportedError("index_put with a mask and more than one value")
+        mask = ops.reshape(idx, idx.shape + (1,) * (x.ndim - d - idx.ndim))
+        value = ops.reshape(values, ())
+        return ops.add(x, ops.where(mask, value, 0.0)) if accumulate else ops.where(mask, value, x)
+    if idx.ndim != 1:
+        raise UnsupportedError("index_put with a multi-dimensional index")
+    shape = x.shape[:d] + idx.shape + x.shape[d + 1:]
+    spread = ops.broadcast_to(ops.reshape(ops._wrapped(idx, x.shape[d]), idx.shape + (1,) * (x.ndim - d - 1)), shape)
+    return ops.put_along_axis(x, spread, ops.broadcast_to(values, shape), d, reduce="add" if accumulate else None)
+
+
+@converts("aten.slice_scatter.default")
+def _slice_scatter(cx: Context, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
+                   step: int = 1) -> Tensor:
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src`` (a KV-cache write): the kept parts
+    and ``src`` concatenated; with a step, written at the positions as `pbsdk.ops.put_along_axis`."""
+    (x, src) = _in(cx, _tensor(x, "slice_scatter's input"), _tensor(src, "slice_scatter's source"))
+    d = dim % x.ndim
+    positions = range(*slice(start, end if end is None or end < 2 ** 62 else None, step).indices(x.shape[d]))
+    if len(positions) != src.shape[d]:
+        raise UnsupportedError(f"slice_scatter: {len(positions)} positions for a source of {src.shape[d]}")
+    if step == 1:
+        lo, hi = positions.start, positions.stop
+        parts = ([ops.slice(x, d, 0, lo)] if lo > 0 else []) + [src] + \
+            ([ops.slice(x, d, hi)] if hi < x.shape[d] else [])
+        return ops.concatenate(parts, axis=d)
+    idx = cx.const(np.asarray(positions, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - d - 1)), "f64")
+    return ops.put_along_axis(x, ops.broadcast_to(idx, src.shape), src, d)
+
+
+@converts("aten.select_scatter.default")
+def _select_scatter(cx: Context, x: Any, src: Any, dim: int, index: int) -> Tensor:
+    x = _tensor(x, "select_scatter's input")
+    d = dim % x.ndim
+    i = index % x.shape[d]
+    src = ops.reshape(_tensor(src, "select_scatter's source"), x.shape[:d] + (1,) + x.shape[d + 1:])
+    return _slice_scatter(cx, x, src, d, i, i + 1)
 
 
 @converts("aten.flip.default")
