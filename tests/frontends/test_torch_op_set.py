@@ -163,3 +163,24 @@ def test_an_unsupported_variant_falls_back_with_the_op_named(caplog: pytest.LogC
     assert [rep.fallback_ops for rep in pbsdk_torch.reports()] == [("aten.max_pool2d_with_indices.default",)]
     assert any("aten.max_pool2d_with_indices.default falls back to torch" in m and "625 taps" in m
                for m in caplog.messages), caplog.messages
+
+
+def test_training_batch_norm_updates_running_statistics() -> None:
+    """Batch statistics over several non-trailing axes (N and L of an (N, C, L) input), the running ones
+    updated in place (the functional overload plus torch's copy back)."""
+    x, w, b = r(5, 5, 5) * 5, r(5), r(5)
+    stats = [r(5), r(5).abs()]
+    mine = [t.clone() for t in stats]
+
+    def fn(x: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.5, eps=0.6)
+
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    with torch.no_grad():
+        expected = fn(x, *stats)
+        actual = torch.compile(fn, backend="pbsdk")(x, *mine)
+    assert_close(actual.numpy(), expected.numpy(), op="batch_norm", tol=Tolerance(1e-5, 1e-5))
+    for a, e in zip(mine, stats):
+        assert_close(a.numpy(), e.numpy(), op="batch_norm", tol=Tolerance(1e-5, 1e-5))
+    assert all(rep.fallback_ops == () and rep.failed_partitions == 0 for rep in pbsdk_torch.reports())
