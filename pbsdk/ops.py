@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
+import itertools
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -22,46 +24,108 @@ from pbsdk.frontends.tracing import Tensor, current_graph
 __all__ = [
     "Tensor",
     "abs",
+    "adaptive_avg_pool",
+    "adaptive_max_pool",
     "add",
+    "argmax",
+    "argmin",
     "astype",
     "attention",
+    "avg_pool",
+    "batch_norm",
+    "bitwise_and",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
     "broadcast_to",
+    "ceil",
+    "celu",
     "concatenate",
+    "conv1d",
     "conv2d",
+    "conv3d",
+    "conv_transpose",
+    "cos",
+    "cummax",
+    "cummin",
+    "cumprod",
+    "cumsum",
     "div",
+    "elu",
     "equal",
     "erf",
     "exp",
+    "expm1",
+    "flip",
+    "floor",
+    "floor_divide",
+    "fmod",
     "gelu",
+    "glu",
     "greater",
     "greater_equal",
+    "group_norm",
+    "hardsigmoid",
+    "hardswish",
+    "hardtanh",
+    "instance_norm",
+    "isfinite",
+    "isinf",
+    "isnan",
     "layernorm",
+    "leaky_relu",
     "less",
     "less_equal",
     "log",
+    "log1p",
     "log_softmax",
+    "logsigmoid",
     "matmul",
     "max",
+    "max_pool",
+    "max_with_index",
     "maximum",
     "mean",
     "min",
+    "min_with_index",
     "minimum",
+    "mish",
     "mul",
     "neg",
     "not_equal",
+    "pad",
     "pow",
+    "prod",
+    "put_along_axis",
     "relu",
+    "relu6",
+    "remainder",
     "reshape",
+    "roll",
+    "round",
     "rsqrt",
+    "selu",
     "sigmoid",
+    "sign",
+    "silu",
+    "sin",
     "slice",
     "softmax",
+    "softplus",
+    "softsign",
     "sqrt",
+    "stack",
     "sub",
     "sum",
+    "sum_pool",
     "take",
+    "take_along_axis",
+    "tan",
     "tanh",
+    "tile",
     "transpose",
+    "trunc",
+    "vector_norm",
     "where",
 ]
 
@@ -80,7 +144,8 @@ def _group(name: str) -> Iterator[None]:
 
 #: Layout ops folded into a new constant when their operand is one (a frozen weight's transpose would
 #: otherwise be recomputed on every call).
-_FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"])}
+_FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"]),
+             "flip": lambda v, a: np.flip(v, a["axes"])}
 
 
 def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
@@ -171,6 +236,35 @@ def div(a: Any, b: Any) -> Tensor: return _binary("div", a, b)
 def maximum(a: Any, b: Any) -> Tensor: return _binary("maximum", a, b)
 def minimum(a: Any, b: Any) -> Tensor: return _binary("minimum", a, b)
 def pow(a: Any, b: Any) -> Tensor: return _binary("pow", a, b)
+def fmod(a: Any, b: Any) -> Tensor: return _binary("fmod", a, b)
+def bitwise_and(a: Any, b: Any) -> Tensor: return _binary("bitwise_and", a, b)
+def bitwise_or(a: Any, b: Any) -> Tensor: return _binary("bitwise_or", a, b)
+def bitwise_xor(a: Any, b: Any) -> Tensor: return _binary("bitwise_xor", a, b)
+
+
+def remainder(a: Any, b: Any) -> Tensor:
+    """``a mod b`` with the sign of ``b`` (numpy's and Python's ``%``; ``fmod`` has ``a``'s sign)."""
+    x, y = _operands(a, b)
+    r = fmod(x, y)
+    wrong_sign = mul(not_equal(r, 0.0), not_equal(less(r, 0.0), less(y, 0.0)))
+    return where(wrong_sign, add(r, y), r)
+
+
+def floor_divide(a: Any, b: Any) -> Tensor:
+    """``floor(a / b)`` computed as ``(a - remainder(a, b)) / b``: exact for whole numbers (torch's
+    formula for floats, with its rounding of the quotient)."""
+    x, y = _operands(a, b)
+    q = div(sub(x, remainder(x, y)), y)
+    fq = floor(q)
+    fq = where(greater(sub(q, fq), 0.5), add(fq, 1.0), fq)
+    return where(equal(y, 0.0), div(x, y), fq)  # x / 0: +-inf or NaN, as the plain quotient
+
+
+def bitwise_not(x: Any) -> Tensor:
+    """``~x`` of whole numbers (two's complement: ``-x - 1``)."""
+    return sub(neg(x), 1.0)
+
+
 def neg(x: Any) -> Tensor: return _unary("neg", x)
 def exp(x: Any) -> Tensor: return _unary("exp", x)
 def log(x: Any) -> Tensor: return _unary("log", x)
@@ -181,6 +275,36 @@ def erf(x: Any) -> Tensor: return _unary("erf", x)
 def sqrt(x: Any) -> Tensor: return _unary("sqrt", x)
 def rsqrt(x: Any) -> Tensor: return _unary("rsqrt", x)
 def abs(x: Any) -> Tensor: return _unary("abs", x)
+def log1p(x: Any) -> Tensor: return _unary("log1p", x)
+def expm1(x: Any) -> Tensor: return _unary("expm1", x)
+def sin(x: Any) -> Tensor: return _unary("sin", x)
+def cos(x: Any) -> Tensor: return _unary("cos", x)
+def tan(x: Any) -> Tensor: return _unary("tan", x)
+def floor(x: Any) -> Tensor: return _unary("floor", x)
+def ceil(x: Any) -> Tensor: return _unary("ceil", x)
+def trunc(x: Any) -> Tensor: return _unary("trunc", x)
+def sign(x: Any) -> Tensor: return _unary("sign", x)
+
+
+def round(x: Any) -> Tensor:
+    """Round to the nearest integer, halves to even (``numpy.round`` with ``decimals=0``)."""
+    return _unary("round", x)
+
+
+def isnan(x: Any) -> Tensor:
+    """1 where ``x`` is NaN, else 0 (a mask in ``x``'s dtype)."""
+    (t,) = _operands(x)
+    return not_equal(t, t)
+
+
+def isinf(x: Any) -> Tensor:
+    """1 where ``x`` is +-inf, else 0."""
+    return equal(abs(x), math.inf)
+
+
+def isfinite(x: Any) -> Tensor:
+    """1 where ``x`` is neither infinite nor NaN, else 0."""
+    return less(abs(x), math.inf)
 
 
 def gelu(x: Any, approximate: str = "none") -> Tensor:
@@ -198,6 +322,15 @@ def astype(x: Tensor, dtype: Any) -> Tensor:
     if name == x.dtype:
         return x
     return _add("cast", [x.value], x.shape, name)
+
+
+#: Integers up to this magnitude are exact in each float dtype.
+_EXACT_INTS = {"bf16": 2 ** 8, "f16": 2 ** 11, "f32": 2 ** 24, "f64": 2 ** 53}
+
+
+def _exact_dtype(dtype: str, count: int) -> str:
+    """The narrowest of ``dtype``, f32 and f64 that holds the indices ``0 .. count - 1`` exactly."""
+    return next(d for d in (dtype, "f32", "f64") if count <= _EXACT_INTS[d])
 
 
 def _acc_dtype(dtype: str) -> str:
@@ -251,6 +384,21 @@ def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
     return _add("reshape", [t.value], tuple(dims), t.dtype)
 
 
+def tile(x: Any, reps: Sequence[int] | int) -> Tensor:
+    """``x`` repeated ``reps[i]`` times along axis i (``numpy.tile``)."""
+    (t,) = _operands(x)
+    r = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(v) for v in reps)
+    if builtins.any(v < 1 for v in r):
+        raise PbsdkError(f"tile: repetitions must be positive, got {reps!r}")
+    rank = builtins.max(len(r), t.ndim)
+    r = (1,) * (rank - len(r)) + r
+    shape = (1,) * (rank - t.ndim) + t.shape
+    # (r0, s0, r1, s1, ...) by broadcasting a (1, s0, 1, s1, ...) view, then merged pairwise
+    spread = reshape(t, tuple(v for d in shape for v in (1, d)))
+    spread = broadcast_to(spread, tuple(v for rd in zip(r, shape) for v in rd))
+    return reshape(spread, tuple(a * b for a, b in zip(r, shape)))
+
+
 def broadcast_to(x: Tensor, shape: Sequence[int]) -> Tensor:
     (t,) = _operands(x)
     out = _broadcast_shape("broadcast_to", t.shape, tuple(shape))
@@ -291,12 +439,125 @@ def min(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     return _reduce("reduce_min", "min", x, axis, keepdims)
 
 
+def prod(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """Product over ``axis`` (``numpy.prod``)."""
+    return _reduce("reduce_prod", "prod", x, axis, keepdims)
+
+
 def mean(x: Any, axis: Any = None, keepdims: bool = False) -> Tensor:
     (t,) = _operands(x)
     axes = _norm_axes("mean", axis, t.ndim)
     count = math.prod(t.shape[a] for a in axes)
     with _group("mean"):
         return mul(sum(t, axes, keepdims), 1.0 / count)
+
+
+def _arg_extreme(op: str, x: Any, axis: int | None, keepdims: bool, largest: bool) -> tuple[Tensor, Tensor]:
+    """The max (or min) along ``axis`` and the index of its first occurrence — of the first NaN where there
+    is one, which is then the extreme (numpy's and torch's rule) — as two reductions: the extreme, then
+    the least index whose element equals it (or is NaN). Indices are floats of a dtype that holds them."""
+    (t,) = _operands(x)
+    if axis is None:
+        t = reshape(t, (math.prod(t.shape),))
+        axis = 0
+    (ax,) = _norm_axes(op, axis, builtins.max(t.ndim, 1))
+    if t.ndim == 0:
+        return t, _const(0.0, t.dtype)
+    n = t.shape[ax]
+    with _group(op):
+        ext = (max if largest else min)(t, ax, keepdims=True)
+        hit = maximum(equal(t, ext), isnan(t))
+        idx_dtype = _exact_dtype(t.dtype, n + 1)
+        iota = _const(np.arange(n, dtype=np.float64).reshape((n,) + (1,) * (t.ndim - 1 - ax)), idx_dtype)
+        index = min(where(hit, iota, float(n)), ax, keepdims=keepdims)
+    return (ext if keepdims else reshape(ext, index.shape)), index
+
+
+def argmax(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first maximum along ``axis`` (of the flattened tensor when None), as ``numpy.argmax``
+    (a NaN counts as the maximum), as a float tensor of whole numbers."""
+    return _arg_extreme("argmax", x, axis, keepdims, True)[1]
+
+
+def argmin(x: Any, axis: int | None = None, keepdims: bool = False) -> Tensor:
+    """Index of the first minimum along ``axis``, as ``numpy.argmin``."""
+    return _arg_extreme("argmin", x, axis, keepdims, False)[1]
+
+
+def max_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
+    """``(max, argmax)`` along ``axis`` from one comparison pass (``torch.max(x, dim)``)."""
+    return _arg_extreme("argmax", x, axis, keepdims, True)
+
+
+def min_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
+    """``(min, argmin)`` along ``axis`` (``torch.min(x, dim)``)."""
+    return _arg_extreme("argmin", x, axis, keepdims, False)
+
+
+def _scan(op: str, x: Any, axis: int | None, combine: Any, identity: float, reverse: bool = False) -> Tensor:
+    """Inclusive scan along ``axis`` (the flattened tensor when None) in ceil(log2 n) steps
+    (Hillis–Steele): step k combines every element with the one 2**k before it (``identity`` before the
+    start). Each step is a shifted view and one elementwise op, which every target tiles."""
+    (t,) = _operands(x)
+    if axis is None:
+        t = reshape(t, (math.prod(t.shape),))
+        axis = 0
+    if t.ndim == 0:
+        return t
+    (ax,) = _norm_axes(op, axis, t.ndim)
+    n = t.shape[ax]
+    with _group(op):
+        if reverse:
+            t = flip(t, ax)
+        shift = 1
+        while shift < n:
+            widths = [(shift, 0) if i == ax else (0, 0) for i in range(t.ndim)]
+            t = combine(t, _pad(slice(t, ax, 0, n - shift), widths, identity))
+            shift *= 2
+        return flip(t, ax) if reverse else t
+
+
+def cumsum(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Cumulative sum along ``axis`` (``numpy.cumsum``); ``reverse`` sums from the end. Half-precision
+    inputs are summed in f32."""
+    (t,) = _operands(x)
+    acc = _acc_dtype(t.dtype)
+    out = _scan("cumsum", astype(t, acc), axis, add, 0.0, reverse)
+    return astype(out, t.dtype)
+
+
+def cumprod(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Cumulative product along ``axis`` (``numpy.cumprod``)."""
+    return _scan("cumprod", x, axis, mul, 1.0, reverse)
+
+
+def cummax(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Running maximum along ``axis`` (``numpy.maximum.accumulate``; NaN propagates)."""
+    return _scan("cummax", x, axis, maximum, -math.inf, reverse)
+
+
+def cummin(x: Any, axis: int | None = None, *, reverse: bool = False) -> Tensor:
+    """Running minimum along ``axis``."""
+    return _scan("cummin", x, axis, minimum, math.inf, reverse)
+
+
+def vector_norm(x: Any, ord: float = 2, axis: Any = None, keepdims: bool = False) -> Tensor:
+    """The vector ``ord``-norm over ``axis`` (every axis when None), as ``numpy.linalg.vector_norm``:
+    ``sum(|x|**ord)**(1/ord)``; ``inf``/``-inf`` the largest/smallest ``|x|``, 0 the count of nonzeros."""
+    (t,) = _operands(x)
+    a = abs(t)
+    with _group("vector_norm"):
+        if ord == math.inf:
+            return max(a, axis, keepdims)
+        if ord == -math.inf:
+            return min(a, axis, keepdims)
+        if ord == 0:
+            return sum(not_equal(t, 0.0), axis, keepdims)
+        if ord == 1:
+            return sum(a, axis, keepdims)
+        if ord == 2:
+            return sqrt(sum(mul(t, t), axis, keepdims))
+        return pow(sum(pow(a, float(ord)), axis, keepdims), 1.0 / float(ord))
 
 
 def softmax(x: Any, axis: int = -1) -> Tensor:
@@ -335,6 +596,61 @@ def layernorm(x: Any, weight: Any = None, bias: Any = None, *, axis: Any = -1, e
         if bias is not None:
             out = add(out, bias)
         return out
+
+
+def _moments(t: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+    """Mean and biased variance over ``axes`` (kept as size-1 dimensions), two-pass."""
+    m = mean(t, axes, keepdims=True)
+    centred = sub(t, m)
+    return m, mean(mul(centred, centred), axes, keepdims=True)
+
+
+def _channel_affine(out: Tensor, weight: Any, bias: Any) -> Tensor:
+    """``out * weight + bias`` with per-channel (axis 1) ``weight`` and ``bias`` (either may be None)."""
+    shape = (1, -1) + (1,) * (out.ndim - 2)
+    if weight is not None:
+        out = mul(out, reshape(_operands(weight)[0], shape))
+    if bias is not None:
+        out = add(out, reshape(_operands(bias)[0], shape))
+    return out
+
+
+def group_norm(x: Any, num_groups: int, weight: Any = None, bias: Any = None, *, eps: float = 1e-5) -> Tensor:
+    """Normalise each sample's channels (axis 1) in ``num_groups`` groups over the group's channels and
+    all spatial positions, then scale and shift per channel (``torch.nn.functional.group_norm``)."""
+    (t,) = _operands(x)
+    if t.ndim < 2 or not isinstance(num_groups, (int, np.integer)) or num_groups < 1 or t.shape[1] % num_groups:
+        raise PbsdkError(f"group_norm: {num_groups} groups do not divide the channels of {t.shape}")
+    with _group("group_norm"):
+        n = t.shape[0]
+        grouped = reshape(t, (n, int(num_groups), -1))
+        m, var = _moments(grouped, (2,))
+        out = reshape(mul(sub(grouped, m), rsqrt(add(var, eps))), t.shape)
+        return _channel_affine(out, weight, bias)
+
+
+def instance_norm(x: Any, weight: Any = None, bias: Any = None, *, eps: float = 1e-5) -> Tensor:
+    """Normalise each (sample, channel) over its spatial positions, then scale and shift per channel."""
+    (t,) = _operands(x)
+    if t.ndim < 3:
+        raise PbsdkError(f"instance_norm: input must have spatial dimensions, got {t.shape}")
+    return group_norm(t, t.shape[1], weight, bias, eps=eps)
+
+
+def batch_norm(x: Any, mean: Any = None, var: Any = None, weight: Any = None, bias: Any = None, *,
+               eps: float = 1e-5) -> Tensor:
+    """Normalise each channel (axis 1) with the given statistics (inference), or with the batch's own
+    (biased) statistics over every other axis when ``mean`` and ``var`` are None (training)."""
+    (t,) = _operands(x)
+    if (mean is None) != (var is None):
+        raise PbsdkError("batch_norm: give both mean and var, or neither")
+    with _group("batch_norm"):
+        if mean is None:
+            m, v = _moments(t, tuple(a for a in range(t.ndim) if a != 1))
+        else:
+            shape = (1, -1) + (1,) * (t.ndim - 2)
+            m, v = reshape(_operands(mean)[0], shape), reshape(_operands(var)[0], shape)
+        return _channel_affine(mul(sub(t, m), rsqrt(add(v, eps))), weight, bias)
 
 
 # ---------------------------------------------------------------------------------------- contractions
@@ -426,6 +742,323 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
     return astype(out, t.dtype) if acc != t.dtype else out
 
 
+def _spatial(op: str, name: str, v: Any, n: int, *, low: int = 1) -> tuple[int, ...]:
+    """An int or a sequence of ``n`` ints, each at least ``low``, as an n-tuple."""
+    items = (v,) * n if isinstance(v, (int, np.integer)) else tuple(v)
+    if len(items) != n or not builtins.all(isinstance(p, (int, np.integer)) and p >= low for p in items):
+        raise PbsdkError(f"{op}: {name} must be an int >= {low} or {n} of them, got {v!r}")
+    return tuple(int(p) for p in items)
+
+
+def _conv_padding(op: str, v: Any, n: int) -> tuple[tuple[int, int], ...]:
+    """An int, ``n`` ints (both sides) or ``n`` (before, after) pairs, as n pairs."""
+    if isinstance(v, (int, np.integer)) or builtins.all(isinstance(p, (int, np.integer)) for p in v):
+        return tuple((p, p) for p in _spatial(op, "padding", v, n, low=0))
+    pairs = tuple(tuple(p) for p in v)
+    if len(pairs) != n or not builtins.all(len(p) == 2 and builtins.min(p) >= 0 for p in pairs):
+        raise PbsdkError(f"{op}: padding must be an int, {n} ints or {n} (before, after) pairs, got {v!r}")
+    return tuple((int(a), int(b)) for a, b in pairs)
+
+
+def conv1d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """1-D cross-correlation: x (N, C, L), w (O, C/groups, K); run as a conv2d of height 1."""
+    t, k = _operands(x, w)
+    if t.ndim != 3 or k.ndim != 3:
+        raise PbsdkError(f"conv1d: input and weight must be 3-D, got {t.shape} and {k.shape}")
+    (s,), (d,) = _spatial("conv1d", "stride", stride, 1), _spatial("conv1d", "dilation", dilation, 1)
+    (pad,) = _conv_padding("conv1d", padding, 1)
+    out = conv2d(reshape(t, (t.shape[0], t.shape[1], 1, t.shape[2])), reshape(k, (k.shape[0], k.shape[1], 1, k.shape[2])),
+                 stride=(1, s), padding=((0, 0), pad), dilation=(1, d), groups=groups)
+    return reshape(out, (out.shape[0], out.shape[1], out.shape[3]))
+
+
+def conv3d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    """3-D cross-correlation: x (N, C, D, H, W), w (O, C/groups, KD, KH, KW).
+
+    Run as one conv2d: the KD depth taps each output depth reads are stacked into the channels
+    ((N*OD, C*KD, H, W), a channel per (group, input channel, tap)) and the weight is viewed as
+    (O, C/groups*KD, KH, KW), so the contraction is one matmul on targets that lower conv2d to one."""
+    t, k = _operands(x, w)
+    if t.ndim != 5 or k.ndim != 5:
+        raise PbsdkError(f"conv3d: input and weight must be 5-D, got {t.shape} and {k.shape}")
+    sd, sh, sw = _spatial("conv3d", "stride", stride, 3)
+    dd, dh, dw = _spatial("conv3d", "dilation", dilation, 3)
+    pads = _conv_padding("conv3d", padding, 3)
+    n, c = t.shape[:2]
+    o, cg, kd = k.shape[:3]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or c % groups or o % groups or cg * groups != c:
+        raise PbsdkError(f"conv3d: groups={groups} does not fit input {t.shape} and weight {k.shape}")
+    with _group("conv3d"):
+        t = pad(t, ((0, 0), (0, 0), pads[0], (0, 0), (0, 0)))
+        od = (t.shape[2] - dd * (kd - 1) - 1) // sd + 1
+        if od < 1:
+            raise PbsdkError(f"conv3d: kernel depth {kd} (dilation {dd}) does not fit the padded input")
+        h, wd = t.shape[3:]
+        taps = [reshape(slice(t, 2, i * dd, i * dd + sd * (od - 1) + 1, sd), (n, c, 1, od, h, wd))
+                for i in range(kd)]
+        stacked = reshape(concatenate(taps, axis=2), (n, groups, cg, kd, od, h, wd))
+        cols = reshape(transpose(stacked, (0, 4, 1, 2, 3, 5, 6)), (n * od, c * kd, h, wd))
+        out = conv2d(cols, reshape(k, (o, cg * kd) + k.shape[3:]), stride=(sh, sw), padding=pads[1:],
+                     dilation=(dh, dw), groups=groups)
+        return transpose(reshape(out, (n, od) + out.shape[1:]), (0, 2, 1, 3, 4))
+
+
+def _dilate(t: Tensor, factors: Sequence[int]) -> Tensor:
+    """``t`` with ``factors[i] - 1`` zeros inserted between neighbouring elements along axis i (a
+    convolution's input dilation)."""
+    for a, s in enumerate(factors):
+        if s > 1:
+            shape = t.shape
+            col = reshape(t, shape[:a + 1] + (1,) + shape[a + 1:])
+            zeros = broadcast_to(_const(0.0, t.dtype), shape[:a + 1] + (s - 1,) + shape[a + 1:])
+            t = reshape(concatenate([col, zeros], axis=a + 1), shape[:a] + (shape[a] * s,) + shape[a + 1:])
+            t = slice(t, a, 0, (shape[a] - 1) * s + 1)
+    return t
+
+
+def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                   dilation: Any = 1, groups: int = 1) -> Tensor:
+    """Transposed convolution (the gradient of a convolution with respect to its input), 1-D to 3-D:
+    x (N, Cin, *S), w (Cin, Cout/groups, *K), as ``torch.nn.functional.conv_transpose{1,2,3}d``.
+
+    Computed as a plain convolution: zeros inserted between the input's elements (``stride - 1`` of
+    them), the result padded by ``dilation * (K - 1) - padding`` (plus ``output_padding`` after), then
+    convolved with stride 1 by the weight with its spatial axes flipped and its channel axes swapped."""
+    t, k = _operands(x, w)
+    nsp = t.ndim - 2
+    if nsp not in (1, 2, 3) or k.ndim != t.ndim:
+        raise PbsdkError(f"conv_transpose: input and weight must both be 3-D to 5-D, got {t.shape} and {k.shape}")
+    strides = _spatial("conv_transpose", "stride", stride, nsp)
+    dil = _spatial("conv_transpose", "dilation", dilation, nsp)
+    pads = _spatial("conv_transpose", "padding", padding, nsp, low=0)
+    extra = _spatial("conv_transpose", "output_padding", output_padding, nsp, low=0)
+    cin, cout_g = k.shape[:2]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or cin % groups or t.shape[1] != cin:
+        raise PbsdkError(f"conv_transpose: groups={groups} does not fit input {t.shape} and weight {k.shape}")
+    if builtins.any(e >= builtins.max(s, d) for e, s, d in zip(extra, strides, dil)):
+        raise PbsdkError(f"conv_transpose: output_padding {extra} must be smaller than stride or dilation")
+    ksp = k.shape[2:]
+    with _group("conv_transpose"):
+        t = _dilate(t, (1, 1, *strides))
+        edges = [(d * (kk - 1) - p, d * (kk - 1) - p + e) for d, kk, p, e in zip(dil, ksp, pads, extra)]
+        t = _pad(t, ((0, 0), (0, 0), *edges), 0.0)
+        g = int(groups)
+        kt = reshape(k, (g, cin // g, cout_g) + ksp)
+        kt = reshape(transpose(kt, (0, 2, 1) + tuple(range(3, k.ndim + 1))), (g * cout_g, cin // g) + ksp)
+        kt = flip(kt, tuple(range(2, k.ndim)))
+        conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
+        return conv(t, kt, dilation=dil, groups=g)
+
+
+# ---------------------------------------------------------------------------------------------- pooling
+# Windowed reductions over the trailing spatial dimensions, built from one strided slice per window tap
+# (as im2col does for conv2d) combined elementwise: the taps fuse into one elementwise op that every
+# target tiles like any other. Windows that tile the input exactly are reshaped and reduced instead.
+
+#: Windows of more taps than this are refused (their graphs would grow with the window).
+MAX_POOL_TAPS = 512
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """A pooling window over the trailing ``len(kernel)`` dimensions of an input of spatial ``size``."""
+
+    size: tuple[int, ...]
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...]
+    padding: tuple[int, ...]
+    dilation: tuple[int, ...]
+    out: tuple[int, ...]
+
+    @staticmethod
+    def of(op: str, t: Tensor, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+           ceil_mode: bool) -> _Window:
+        n = len(kernel_size) if isinstance(kernel_size, (tuple, list)) else t.ndim - 2
+        if not 1 <= n <= t.ndim:
+            raise PbsdkError(f"{op}: a {n}-D window does not fit a tensor of shape {t.shape}")
+        k = _spatial(op, "kernel_size", kernel_size, n)
+        s = k if stride is None or stride == [] else _spatial(op, "stride", stride, n)
+        p = _spatial(op, "padding", padding, n, low=0)
+        d = _spatial(op, "dilation", dilation, n)
+        size = t.shape[t.ndim - n:]
+        out = []
+        for length, kk, ss, pp, dd in zip(size, k, s, p, d):
+            span = length + 2 * pp - dd * (kk - 1) - 1
+            o = (span + (ss - 1 if ceil_mode else 0)) // ss + 1
+            if ceil_mode and (o - 1) * ss >= length + pp:  # the last window must start inside the input
+                o -= 1
+            if span < 0 or o < 1:
+                raise PbsdkError(f"{op}: window {k} (dilation {d}) does not fit the padded input {size}")
+            out.append(o)
+        if math.prod(k) > MAX_POOL_TAPS:
+            raise UnsupportedError(f"{op}: a window of {math.prod(k)} taps (at most {MAX_POOL_TAPS})")
+        return _Window(size, k, s, p, d, tuple(out))
+
+    def starts(self, axis: int) -> np.ndarray:
+        """Where each output's window starts along spatial ``axis``, in unpadded coordinates."""
+        return np.arange(self.out[axis]) * self.stride[axis] - self.padding[axis]
+
+    def taps(self, t: Tensor, value: float) -> Iterator[tuple[tuple[int, ...], Tensor]]:
+        """Each tap's offsets and the input elements it reads for every output: ``t`` padded with
+        ``value`` (enough for the last window), sliced with the stride."""
+        lead = t.ndim - len(self.kernel)
+        hi = [builtins.max(0, (o - 1) * s + d * (k - 1) + 1 - (n + p)) for o, s, d, k, n, p in
+              zip(self.out, self.stride, self.dilation, self.kernel, self.size, self.padding)]
+        padded = _pad(t, [(0, 0)] * lead + list(zip(self.padding, hi)), value)
+        for tap in itertools.product(*(range(k) for k in self.kernel)):
+            view = padded
+            for i, j in enumerate(tap):
+                first = j * self.dilation[i]
+                view = slice(view, lead + i, first, first + (self.out[i] - 1) * self.stride[i] + 1, self.stride[i])
+            yield tap, view
+
+    def tiles_exactly(self) -> bool:
+        """Whether the windows are the input cut into blocks (stride = kernel, no padding or dilation)."""
+        return self.stride == self.kernel and not any(self.padding) and set(self.dilation) == {1} and \
+            builtins.all(n == o * k for n, o, k in zip(self.size, self.out, self.kernel))
+
+    def blocks(self, t: Tensor) -> tuple[Tensor, tuple[int, ...]]:
+        """``t`` reshaped so that each window is its own axes, and those axes."""
+        lead = t.ndim - len(self.kernel)
+        shape = t.shape[:lead] + tuple(v for o, k in zip(self.out, self.kernel) for v in (o, k))
+        return reshape(t, shape), tuple(lead + 2 * i + 1 for i in range(len(self.kernel)))
+
+
+def _tap_sum(win: _Window, t: Tensor) -> Tensor:
+    """The sum of every window (padding reads 0)."""
+    taps = [view for _, view in win.taps(t, 0.0)]
+    total = taps[0]
+    for view in taps[1:]:
+        total = add(total, view)
+    return total
+
+
+def max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1, *,
+             ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    """Max over windows of the trailing ``len(kernel_size)`` dimensions (all but the first two when
+    ``kernel_size`` is an int), as ``torch.nn.functional.max_pool{1,2,3}d``: padding reads -inf, NaN
+    propagates. ``return_indices`` also gives each maximum's flat index within its (unpadded) spatial
+    plane, the first one on ties and the last NaN where there is one (torch's rule), as a float tensor."""
+    (t,) = _operands(x)
+    win = _Window.of("max_pool", t, kernel_size, stride, padding, dilation, ceil_mode)
+    with _group("max_pool"):
+        if win.tiles_exactly() and not return_indices:
+            blocks, axes = win.blocks(t)
+            return max(blocks, axes)
+        taps = list(win.taps(t, -math.inf))
+        out = taps[0][1]
+        for _, view in taps[1:]:
+            out = maximum(out, view)
+        if not return_indices:
+            return out
+        # Position of each tap in the spatial plane, per output; where a tap reads padding it never matches.
+        grids = np.meshgrid(*(win.starts(i) for i in range(len(win.kernel))), indexing="ij")
+        plane = np.cumprod((1,) + win.size[:0:-1])[::-1]
+
+        def where_tap(tap: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+            pos = [g + j * d for g, j, d in zip(grids, tap, win.dilation)]
+            valid = np.logical_and.reduce([(p >= 0) & (p < n) for p, n in zip(pos, win.size)])
+            return builtins.sum(p * s for p, s in zip(pos, plane)), valid
+
+        # Where nothing matches (a window of -inf), torch's index is the window's first position in the input.
+        first = [np.where(g < 0, g + (-g + d - 1) // d * d, g) for g, d in zip(grids, win.dilation)]
+        idx_dtype = _exact_dtype(t.dtype, math.prod(win.size))
+        index = _const(builtins.sum(p * s for p, s in zip(first, plane)), idx_dtype)
+        for tap, view in reversed(taps):  # the first tap equal to the maximum wins
+            flat, valid = where_tap(tap)
+            hit = equal(view, out)
+            if not valid.all():
+                hit = mul(hit, _const(valid.astype(np.float64), hit.dtype))
+            index = where(hit, _const(flat, idx_dtype), index)
+        for tap, view in taps:  # then the last NaN, which is the maximum where there is one
+            flat, _ = where_tap(tap)
+            index = where(isnan(view), _const(flat, idx_dtype), index)
+        return out, index
+
+
+def avg_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *, ceil_mode: bool = False,
+             count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
+    """Mean over windows of the trailing spatial dimensions, as ``torch.nn.functional.avg_pool{1,2,3}d``:
+    padding reads 0 and is counted in the divisor when ``count_include_pad`` (a window running past the
+    padding in ceil mode is not)."""
+    (t,) = _operands(x)
+    win = _Window.of("avg_pool", t, kernel_size, stride, padding, 1, ceil_mode)
+    with _group("avg_pool"):
+        if win.tiles_exactly() and divisor_override is None:
+            blocks, axes = win.blocks(t)
+            return mean(blocks, axes)
+        total = _tap_sum(win, t)
+        if divisor_override is not None:
+            return mul(total, 1.0 / divisor_override)
+        counts = []
+        for i, (n, k, p) in enumerate(zip(win.size, win.kernel, win.padding)):
+            start = win.starts(i)
+            if count_include_pad:
+                counts.append(np.minimum(start + k, n + p) - start)
+            else:
+                counts.append(np.minimum(start + k, n) - np.maximum(start, 0))
+        divisor = np.ones(()) if not counts else np.prod(np.meshgrid(*counts, indexing="ij"), axis=0)
+        if (divisor == divisor.flat[0]).all():
+            return mul(total, 1.0 / float(divisor.flat[0]))
+        return mul(total, _const(1.0 / divisor, t.dtype))
+
+
+def sum_pool(x: Any, kernel_size: Any, stride: Any = None, dilation: Any = 1) -> Tensor:
+    """Sum over (unpadded, possibly dilated) windows of the trailing ``len(kernel_size)`` dimensions."""
+    (t,) = _operands(x)
+    win = _Window.of("sum_pool", t, kernel_size, stride, 0, dilation, False)
+    with _group("sum_pool"):
+        if win.tiles_exactly():
+            blocks, axes = win.blocks(t)
+            return sum(blocks, axes)
+        return _tap_sum(win, t)
+
+
+def _adaptive(op: str, x: Any, output_size: Any, reduce: Any) -> Tensor:
+    """Adaptive pooling over the trailing ``len(output_size)`` dims: output i of an axis of length n
+    reduces elements ``floor(i*n/o) .. ceil((i+1)*n/o) - 1``. Windows of one size are a regular pooling;
+    otherwise, since the windows are products of per-axis ranges, each axis is reduced in turn."""
+    (t,) = _operands(x)
+    sizes = (output_size,) if isinstance(output_size, (int, np.integer)) else tuple(output_size)
+    lead = t.ndim - len(sizes)
+    if lead < 0 or builtins.any(not isinstance(o, (int, np.integer)) or o < 1 for o in sizes):
+        raise PbsdkError(f"{op}: output size {output_size!r} does not fit a tensor of shape {t.shape}")
+    for i, o in enumerate(sizes):
+        ax = lead + i
+        n = t.shape[ax]
+        if o == n:
+            continue
+        if n % o == 0:
+            t = reduce(reshape(t, t.shape[:ax] + (o, n // o) + t.shape[ax + 1:]), ax + 1)
+            continue
+        if o > 64:
+            raise UnsupportedError(f"{op}: {o} uneven windows along one axis (at most 64)")
+        parts = [reduce(slice(t, ax, j * n // o, -(-(j + 1) * n // o)), ax, True) for j in range(o)]
+        t = concatenate(parts, axis=ax)
+    return t
+
+
+def adaptive_avg_pool(x: Any, output_size: Any) -> Tensor:
+    """Mean over adaptive windows (``torch.nn.functional.adaptive_avg_pool{1,2,3}d``)."""
+    with _group("avg_pool"):
+        return _adaptive("adaptive_avg_pool", x, output_size, lambda t, a, k=False: mean(t, a, keepdims=k))
+
+
+def adaptive_max_pool(x: Any, output_size: Any, *, return_indices: bool = False) -> Any:
+    """Max over adaptive windows (``torch.nn.functional.adaptive_max_pool{1,2,3}d``); indices only where
+    the windows tile the input (then it is `max_pool` with kernel = stride = size / output size)."""
+    (t,) = _operands(x)
+    if not return_indices:
+        with _group("max_pool"):
+            return _adaptive("adaptive_max_pool", t, output_size, lambda u, a, k=False: max(u, a, keepdims=k))
+    sizes = (output_size,) if isinstance(output_size, (int, np.integer)) else tuple(output_size)
+    spatial = t.shape[t.ndim - len(sizes):]
+    if builtins.any(n % o for n, o in zip(spatial, sizes)):
+        raise UnsupportedError("adaptive_max_pool: indices of uneven windows")
+    kernel = tuple(n // o for n, o in zip(spatial, sizes))
+    return max_pool(t, kernel, kernel, return_indices=True)
+
+
 # ------------------------------------------------------------------------- selection, slicing, gathering
 # Masks are float tensors of 0s and 1s (pbsdk's graph is float-only): comparisons produce them and
 # `where` reads any nonzero value as true.
@@ -488,6 +1121,43 @@ def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
     return _add("concat", [t.value for t in ts], shape, ts[0].dtype, axis=ax)
 
 
+def flip(x: Any, axis: Any = None) -> Tensor:
+    """Reverse the order of elements along ``axis`` (an int, a tuple, or None for all), as ``numpy.flip``."""
+    (t,) = _operands(x)
+    axes = tuple(a for a in _norm_axes("flip", axis, t.ndim) if t.shape[a] > 1)
+    if not axes:
+        return t
+    return _add("flip", [t.value], t.shape, t.dtype, axes=axes)
+
+
+def _pad(t: Tensor, widths: Sequence[tuple[int, int]], value: float) -> Tensor:
+    """``t`` with ``widths[i]`` = (before, after) elements of ``value`` added along axis i; a negative width
+    removes elements instead."""
+    for ax, (lo, hi) in enumerate(widths):
+        if lo < 0 or hi < 0:
+            t = slice(t, ax, builtins.max(-lo, 0), t.shape[ax] - builtins.max(-hi, 0))
+        parts = []
+        for n in (builtins.max(lo, 0), None, builtins.max(hi, 0)):
+            if n is None:
+                parts.append(t)
+            elif n:
+                parts.append(broadcast_to(_const(value, t.dtype), t.shape[:ax] + (n,) + t.shape[ax + 1:]))
+        t = concatenate(parts, axis=ax)
+    return t
+
+
+def pad(x: Any, pad_width: Any, mode: str = "constant", constant_values: float = 0.0) -> Tensor:
+    """``numpy.pad`` in constant mode: ``pad_width`` is an int, a (before, after) pair for every axis, or
+    one (before, after) pair per axis."""
+    (t,) = _operands(x)
+    if mode != "constant":
+        raise UnsupportedError(f"pad: mode {mode!r} (only 'constant' is supported)")
+    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (t.ndim, 2))
+    if (widths < 0).any():
+        raise PbsdkError(f"pad: pad_width must be non-negative, got {pad_width!r}")
+    return _pad(t, [(int(a), int(b)) for a, b in widths], float(constant_values))
+
+
 def take(a: Any, indices: Any, axis: int = 0) -> Tensor:
     """``numpy.take(a, indices, axis, mode="clip")``: gather along ``axis``. ``indices`` is a float tensor
     (or an integer array) of whole numbers; out-of-range indices are clipped to the valid range, so the
@@ -503,6 +1173,181 @@ def take(a: Any, indices: Any, axis: int = 0) -> Tensor:
         idx = _const(array, "f64")
     shape = t.shape[:ax] + idx.shape + t.shape[ax + 1:]
     return _add("take", [t.value, idx.value], shape, t.dtype, axis=ax)
+
+
+def take_along_axis(arr: Any, indices: Any, axis: int) -> Tensor:
+    """``numpy.take_along_axis`` (``torch.gather``): ``out[..., i, ...] = arr[..., indices[..., i, ...], ...]``
+    along ``axis``; ``indices`` has ``arr``'s rank and, off ``axis``, dimensions no larger than ``arr``'s.
+    Out-of-range indices are clipped, so the kernel never reads outside ``arr``."""
+    (t,) = _operands(arr)
+    idx = indices if isinstance(indices, Tensor) else _const(np.asarray(indices), "f64")
+    (ax,) = _norm_axes("take_along_axis", axis, t.ndim)
+    if idx.ndim != t.ndim or builtins.any(i > d for k, (i, d) in enumerate(zip(idx.shape, t.shape)) if k != ax):
+        raise PbsdkError(f"take_along_axis: indices of shape {idx.shape} do not fit an array of shape {t.shape}")
+    return _add("take_along", [t.value, idx.value], idx.shape, t.dtype, axis=ax)
+
+
+#: put_along_axis compares every index with every position: at most this many comparisons.
+MAX_SCATTER_PAIRS = 1 << 24
+
+
+def put_along_axis(arr: Any, indices: Any, values: Any, axis: int, *, reduce: str | None = None) -> Tensor:
+    """``arr`` with ``values`` written at ``indices`` along ``axis`` (``numpy.put_along_axis``, returning a
+    new tensor; ``torch.scatter``): ``reduce=None`` writes (where several indices name one place, the last
+    one's value), ``"add"`` adds them all (``torch.scatter_add``). ``indices`` may be smaller than ``arr``
+    off ``axis``; ``values`` broadcasts to it; indices outside ``arr`` write nothing.
+
+    Computed densely: position p along ``axis`` takes the values whose index equals p (one comparison per
+    (position, index) pair), so it is meant for modest sizes (at most `MAX_SCATTER_PAIRS` pairs)."""
+    (t,) = _operands(arr)
+    idx = indices if isinstance(indices, Tensor) else _const(np.asarray(indices), "f64")
+    (ax,) = _norm_axes("put_along_axis", axis, t.ndim)
+    if reduce not in (None, "add"):
+        raise UnsupportedError(f"put_along_axis: reduce={reduce!r} (None or 'add')")
+    if idx.ndim != t.ndim or builtins.any(i > d for k, (i, d) in enumerate(zip(idx.shape, t.shape)) if k != ax):
+        raise PbsdkError(f"put_along_axis: indices of shape {idx.shape} do not fit an array of shape {t.shape}")
+    n, m = t.shape[ax], idx.shape[ax]
+    if n * math.prod(idx.shape) > MAX_SCATTER_PAIRS:
+        raise UnsupportedError(f"put_along_axis: {n} positions x {math.prod(idx.shape)} indices is too many pairs")
+    with _group("put_along_axis"):
+        vals = astype(values, t.dtype) if isinstance(values, Tensor) else _operands(values, t)[0]
+        for k, (v, i) in enumerate(zip(vals.shape, idx.shape)):
+            if vals.ndim == idx.ndim and v > i:  # torch reads only the values the indices cover
+                vals = slice(vals, k, 0, i)
+        vals = broadcast_to(vals, idx.shape)
+        # hit[..., p, i, ...] = indices[..., i, ...] == p, with a new axis for the positions p before `axis`
+        grid = idx.shape[:ax] + (1,) + idx.shape[ax:]
+        pos_dtype = _exact_dtype(t.dtype, n + m)
+        positions = _const(np.arange(n, dtype=np.float64).reshape((n, 1) + (1,) * (t.ndim - 1 - ax)), pos_dtype)
+        hit = equal(reshape(astype(idx, pos_dtype) if idx.dtype != pos_dtype else idx, grid), positions)
+        if reduce == "add":
+            written = sum(mul(astype(hit, t.dtype), reshape(vals, grid)), ax + 1)
+            mask = None
+        else:
+            mask = max(hit, ax + 1)
+            order = _const(np.arange(m, dtype=np.float64).reshape((m,) + (1,) * (t.ndim - 1 - ax)), pos_dtype)
+            last = max(mul(hit, order), ax + 1)  # the last index naming each position (0 where none does)
+            written = take_along_axis(vals, last, ax)
+        widths = [(0, d - i) for d, i in zip(t.shape, written.shape)]
+        if builtins.any(w for _, w in widths):  # indices smaller than arr: nothing written beyond them
+            written = _pad(written, widths, 0.0)
+            mask = None if mask is None else _pad(mask, widths, 0.0)
+        return add(t, written) if mask is None else where(mask, written, t)
+
+
+def _wrapped(indices: Tensor, n: int) -> Tensor:
+    """Negative indices counted from the end (``i + n``)."""
+    return where(less(indices, 0.0), add(indices, float(n)), indices)
+
+
+def roll(x: Any, shift: int | Sequence[int], axis: Any = None) -> Tensor:
+    """``numpy.roll``: elements shifted by ``shift`` along ``axis`` (the flattened tensor when None), wrapping."""
+    (t,) = _operands(x)
+    if axis is None:
+        return reshape(roll(reshape(t, (math.prod(t.shape),)), shift, 0), t.shape)
+    shifts = (shift,) if isinstance(shift, (int, np.integer)) else tuple(shift)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    if len(shifts) != len(axes):
+        raise PbsdkError(f"roll: {len(shifts)} shifts for {len(axes)} axes")
+    for s, a in zip(shifts, axes):
+        (ax,) = _norm_axes("roll", a, t.ndim)
+        k = int(s) % t.shape[ax]
+        if k:
+            n = t.shape[ax]
+            t = concatenate([slice(t, ax, n - k), slice(t, ax, 0, n - k)], axis=ax)
+    return t
+
+
+def stack(xs: Sequence[Any], axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new ``axis`` (``numpy.stack``)."""
+    ts = _operands(*xs)
+    if not ts:
+        raise PbsdkError("stack: needs at least one tensor")
+    (ax,) = _norm_axes("stack", axis, ts[0].ndim + 1)
+    return concatenate([reshape(t, t.shape[:ax] + (1,) + t.shape[ax:]) for t in ts], axis=ax)
+
+
+# ------------------------------------------------------------------------------------------ activations
+# The activations of ``torch.nn`` / ``jax.nn``, built from the primitives above.
+
+def silu(x: Any) -> Tensor:
+    """``x * sigmoid(x)`` (swish)."""
+    (t,) = _operands(x)
+    return mul(t, sigmoid(t))
+
+
+def leaky_relu(x: Any, negative_slope: float = 0.01) -> Tensor:
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(t, float(negative_slope)))
+
+
+def elu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``x`` where positive, else ``alpha * (exp(x) - 1)``."""
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(expm1(t), float(alpha)))
+
+
+def celu(x: Any, alpha: float = 1.0) -> Tensor:
+    """``max(x, 0) + min(0, alpha * (exp(x / alpha) - 1))``."""
+    (t,) = _operands(x)
+    return where(greater(t, 0.0), t, mul(expm1(mul(t, 1.0 / alpha)), float(alpha)))
+
+
+def selu(x: Any) -> Tensor:
+    return mul(elu(x, 1.6732632423543772848170429916717), 1.0507009873554804934193349852946)
+
+
+def hardtanh(x: Any, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """``x`` clipped to [min_val, max_val]."""
+    return minimum(maximum(x, float(min_val)), float(max_val))
+
+
+def relu6(x: Any) -> Tensor:
+    return hardtanh(x, 0.0, 6.0)
+
+
+def hardsigmoid(x: Any) -> Tensor:
+    """``relu6(x + 3) / 6``."""
+    return hardtanh(add(mul(x, 1.0 / 6.0), 0.5), 0.0, 1.0)
+
+
+def hardswish(x: Any) -> Tensor:
+    (t,) = _operands(x)
+    return mul(t, hardsigmoid(t))
+
+
+def softplus(x: Any, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """``log(1 + exp(beta * x)) / beta``, and ``x`` itself where ``beta * x > threshold`` (torch's form)."""
+    (t,) = _operands(x)
+    bx = mul(t, float(beta))
+    return where(greater(bx, float(threshold)), t, mul(log1p(exp(bx)), 1.0 / beta))
+
+
+def logsigmoid(x: Any) -> Tensor:
+    """``log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))`` (no overflow for any x)."""
+    (t,) = _operands(x)
+    return sub(minimum(t, 0.0), log1p(exp(neg(abs(t)))))
+
+
+def softsign(x: Any) -> Tensor:
+    (t,) = _operands(x)
+    return div(t, add(abs(t), 1.0))
+
+
+def mish(x: Any) -> Tensor:
+    """``x * tanh(softplus(x))``."""
+    (t,) = _operands(x)
+    return mul(t, tanh(softplus(t)))
+
+
+def glu(x: Any, axis: int = -1) -> Tensor:
+    """Gated linear unit: the first half of ``axis`` times the sigmoid of the second half."""
+    (t,) = _operands(x)
+    (ax,) = _norm_axes("glu", axis, t.ndim)
+    if t.shape[ax] % 2:
+        raise PbsdkError(f"glu: dimension {ax} of {t.shape} must have an even size")
+    half = t.shape[ax] // 2
+    return mul(slice(t, ax, 0, half), sigmoid(slice(t, ax, half)))
 
 
 # ------------------------------------------------------------------------------------------- attention

@@ -83,19 +83,19 @@ def test_parameters_as_inputs_and_mutation_after_freezing() -> None:
         assert_close(frozen(x).numpy(), model(x).numpy(), op="mlp", tol=TOLERANCES["mlp"])
 
 
-class _WithMaxPool(nn.Module):
+class _WithSort(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3, padding=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.max_pool2d(F.relu(self.conv(x)), 2)  # max_pool2d_with_indices has no converter
-        return torch.cumsum(y, dim=-1).tanh()      # nor has cumsum
+        y = torch.sort(F.relu(self.conv(x)), dim=-1).values  # sort has no converter
+        return torch.logcumsumexp(y, dim=-1).tanh()          # nor has logcumsumexp
 
 
 def test_unsupported_ops_fall_back_with_one_log_line_each(caplog: pytest.LogCaptureFixture) -> None:
     torch.manual_seed(2)
-    model = _WithMaxPool().eval()
+    model = _WithSort().eval()
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="pbsdk"):
         actual = _compiled(model)(x)
@@ -103,11 +103,11 @@ def test_unsupported_ops_fall_back_with_one_log_line_each(caplog: pytest.LogCapt
     assert_close(actual.numpy(), expected.numpy(), op="conv2d", tol=Tolerance(1e-5, 1e-5))
     lines = [r.getMessage() for r in caplog.records if "falls back" in r.getMessage()]
     assert len(lines) == 2, lines
-    assert any("max_pool2d_with_indices" in line for line in lines)
-    assert any("cumsum" in line for line in lines)
+    assert any("aten.sort.default" in line for line in lines)
+    assert any("aten.logcumsumexp.default" in line for line in lines)
     (report,) = pbsdk_torch.reports()
-    assert sorted(report.fallback_ops) == ["aten.cumsum.default", "aten.max_pool2d_with_indices.default"]
-    assert report.partitions == 2  # conv+relu before the pool, tanh after the cumsum
+    assert sorted(report.fallback_ops) == ["aten.logcumsumexp.default", "aten.sort.default"]
+    assert report.partitions == 2  # conv+relu before the sort, tanh after logcumsumexp
 
 
 def test_dynamic_shapes_compile_per_shape_up_to_the_limit(caplog: pytest.LogCaptureFixture) -> None:

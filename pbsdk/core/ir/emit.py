@@ -173,9 +173,9 @@ class _Emitter:
         rank = len(x.shape)
         loops = dims(rank)
         kind = node.op.removeprefix("reduce_")
-        init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf}[kind]
+        init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}[kind]
         init = self.filled(out.type, init_value)
-        combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf}[kind]
+        combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf, "prod": arith.mulf}[kind]
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length),
@@ -459,6 +459,39 @@ class _Emitter:
                                            init=self.empty(out.type), out_results=loops, n_loops=rank,
                                            iterators=["parallel"] * rank, body=body)
 
+    def op_take_along(self, node: Node) -> None:
+        # Loops over the output (the index operand's shape); each index, clipped to [0, n-1] as in
+        # op_take, replaces the output's coordinate along the axis to extract from the source.
+        src, idx = node.inputs
+        axis = node.attrs["axis"]
+        out = node.out
+        rank = len(out.shape)
+        loops = dims(rank)
+        it = element_type(idx.dtype)
+        src_v = self.value(src)
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            lo = float_constant(0.0, it)
+            hi = float_constant(float(src.shape[axis] - 1), it)
+            clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
+            ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+            coords = [ix if d == axis else linalg.IndexOp(d).result for d in range(rank)]
+            return tensor.ExtractOp(src_v, coords).result
+
+        self.values[out.id] = self.generic(ins=[(self.value(idx), loops)], init=self.empty(out.type),
+                                           out_results=loops, n_loops=rank, iterators=["parallel"] * rank,
+                                           body=body)
+
+    def op_flip(self, node: Node) -> None:
+        # A copy reading each flipped axis backwards (index n - 1 - d).
+        (x,) = node.inputs
+        rank = len(x.shape)
+        loops = dims(rank)
+        src = [loops[i] * -1 + (x.shape[i] - 1) if i in node.attrs["axes"] else loops[i] for i in range(rank)]
+        self.values[node.out.id] = self.generic(ins=[(self.value(x), src)], init=self.empty(node.out.type),
+                                                out_results=loops, n_loops=rank, iterators=["parallel"] * rank,
+                                                body=lambda args: args[0])
+
 
 def _memref(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
@@ -467,7 +500,8 @@ def _memref(t: TensorType) -> ir.MemRefType:
 def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
-    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take"):
+    if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
+              "take_along", "flip"):
         return op
     return "elementwise"
 
@@ -493,10 +527,14 @@ def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> Callable[[Sequence[ir.Val
 
 _SIMPLE: dict[str, Callable[..., ir.Value]] = {
     "add": arith.addf, "sub": arith.subf, "mul": arith.mulf, "div": arith.divf, "maximum": arith.maximumf,
-    "minimum": arith.minimumf, "pow": math_d.powf}
+    "minimum": arith.minimumf, "pow": math_d.powf, "fmod": arith.remf}
+#: Bitwise ops on whole numbers carried as floats: computed on i64 and converted back.
+_BITWISE: dict[str, Callable[..., ir.Value]] = {
+    "bitwise_and": arith.andi, "bitwise_or": arith.ori, "bitwise_xor": arith.xori}
 _UNARY: dict[str, Callable[..., ir.Value]] = {
     "neg": arith.negf, "exp": math_d.exp, "log": math_d.log, "tanh": math_d.tanh, "erf": math_d.erf,
-    "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf}
+    "sqrt": math_d.sqrt, "rsqrt": math_d.rsqrt, "abs": math_d.absf, "sin": math_d.sin, "cos": math_d.cos,
+    "tan": math_d.tan, "floor": math_d.floor, "ceil": math_d.ceil, "round": math_d.roundeven, "trunc": math_d.trunc}
 #: Comparisons produce a 0/1 mask; "not_equal" is true for NaN, the others false (IEEE, as numpy).
 _COMPARE = {"equal": "OEQ", "not_equal": "UNE", "less": "OLT", "less_equal": "OLE", "greater": "OGT",
             "greater_equal": "OGE"}
@@ -527,6 +565,28 @@ def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | No
         inner = arith.addf(x[0], arith.mulf(k, x3))
         p = arith.addf(one, math_d.tanh(arith.mulf(c, inner)))
         return arith.mulf(arith.mulf(x[0], half), p)
+    if op in _BITWISE:
+        i64 = ir.IntegerType.get_signless(64)
+        y = _BITWISE[op](arith.fptosi(i64, x[0]), arith.fptosi(i64, x[1]))
+        return arith.sitofp(t, y)
+    if op == "log1p":  # log(u) * x / (u - 1) with u = 1 + x corrects u's rounding (Goldberg); x where u == 1
+        one, inf = float_constant(1.0, t), float_constant(math.inf, t)
+        u = arith.addf(one, x[0])
+        y = arith.mulf(math_d.log(u), arith.divf(x[0], arith.subf(u, one)))
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, inf), u, y)
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), x[0], y)
+    if op == "expm1":  # (u - 1) * x / log(u) with u = exp(x) (Kahan); x where u == 1, -1 and inf at the ends
+        one, inf = float_constant(1.0, t), float_constant(math.inf, t)
+        u = math_d.exp(x[0])
+        um1 = arith.subf(u, one)
+        y = arith.divf(arith.mulf(um1, x[0]), math_d.log(u))
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, um1, arith.negf(one)), um1, y)
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, inf), u, y)
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), x[0], y)
+    if op == "sign":  # 1, -1, or x itself (0, -0, NaN)
+        one, zero = float_constant(1.0, t), float_constant(0.0, t)
+        y = arith.select(arith.cmpf(arith.CmpFPredicate.OLT, x[0], zero), arith.negf(one), x[0])
+        return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x[0], zero), one, y)
     if op in _COMPARE:
         cond = arith.cmpf(getattr(arith.CmpFPredicate, _COMPARE[op]), x[0], x[1])
         one, zero = float_constant(1.0, t), float_constant(0.0, t)

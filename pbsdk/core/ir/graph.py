@@ -22,14 +22,16 @@ NUMPY_TO_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16"}
 DTYPE_TO_NUMPY = {v: k for k, v in NUMPY_TO_DTYPE.items()}
 
 UNARY_OPS = frozenset({"neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "erf", "sqrt",
-                       "rsqrt", "abs"})
-BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow"})
-REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min"})
+                       "rsqrt", "abs", "log1p", "expm1", "sin", "cos", "tan", "floor", "ceil", "round", "trunc",
+                       "sign"})
+BINARY_OPS = frozenset({"add", "sub", "mul", "div", "maximum", "minimum", "pow", "fmod", "bitwise_and",
+                        "bitwise_or", "bitwise_xor"})
+REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"})
 OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})
 #: Comparisons produce 0/1 masks in their operands' dtype; "select" is where(mask, a, b).
 COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
-#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats).
-MOVE_OPS = frozenset({"select", "slice", "concat", "take"})
+#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal.
+MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"})
 ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS
 
 

@@ -138,7 +138,8 @@ INT_EXACT = {
     "add", "add_any", "sub", "mul", "neg", "max", "min", "abs", "select_n", "clamp", "broadcast_in_dim", "reshape",
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
-    "integer_pow", "gather",
+    "integer_pow", "gather", "sign", "argmax", "argmin", "cumsum", "cummax", "cummin", "rem", "div", "and", "or",
+    "xor", "not",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -175,8 +176,19 @@ def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
     return convert
 
 
-for _n, _f in (("add", ops.add), ("add_any", ops.add), ("sub", ops.sub), ("mul", ops.mul), ("div", ops.div), ("pow", ops.pow)):
+def _int_div(a: Any, b: Any) -> Tensor:
+    """Integer division rounding toward zero, exact on whole numbers: ``(a - fmod(a, b)) / b``."""
+    return ops.div(ops.sub(a, ops.fmod(a, b)), b)
+
+
+for _n, _f in (("add", ops.add), ("add_any", ops.add), ("sub", ops.sub), ("mul", ops.mul), ("pow", ops.pow),
+               ("rem", ops.fmod)):
     converts(_n)(_binary(_f))
+
+
+@converts("div")
+def _div(cx: Context, a: Tensor, b: Tensor) -> Tensor:
+    return _binary(_int_div if _is_int(cx.out_avals[0]) else ops.div)(cx, a, b)
 
 
 def _extremum(fn: Callable[[Any, Any], Tensor], neutral: float) -> Converter:
@@ -205,8 +217,26 @@ def _no_accuracy(fn: Callable[[Tensor], Tensor]) -> Converter:
 
 
 for _n, _u in (("exp", ops.exp), ("log", ops.log), ("tanh", ops.tanh), ("logistic", ops.sigmoid),
-               ("sqrt", ops.sqrt), ("rsqrt", ops.rsqrt)):
+               ("sqrt", ops.sqrt), ("rsqrt", ops.rsqrt), ("log1p", ops.log1p), ("expm1", ops.expm1),
+               ("sin", ops.sin), ("cos", ops.cos), ("tan", ops.tan)):
     converts(_n)(_no_accuracy(_u))
+
+for _n, _u in (("floor", ops.floor), ("ceil", ops.ceil), ("sign", ops.sign)):
+    converts(_n)(lambda cx, x, _u=_u: _u(x))
+
+
+@converts("round")
+def _round(cx: Context, x: Tensor, *, rounding_method: Any) -> Tensor:
+    """``lax.round``: halves away from zero (rounding_method 0) or to even (1, ``jnp.round``)."""
+    if int(rounding_method) == 1:
+        return ops.round(x)
+    t = ops.trunc(x)  # x - t is exact
+    return ops.where(ops.greater_equal(ops.abs(ops.sub(x, t)), 0.5), ops.add(t, ops.sign(x)), t)
+
+
+@converts("is_finite")
+def _is_finite(cx: Context, x: Tensor) -> Tensor:
+    return ops.isfinite(x)
 
 
 @converts("neg")
@@ -280,28 +310,21 @@ def _bool_only(cx: Context, what: str) -> None:
         raise UnsupportedError(f"{what} on integers is bitwise")
 
 
-@converts("and")
-def _and(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "and")
-    return ops.mul(a, b)
+def _logical(on_bools: Callable[[Tensor, Tensor], Tensor], on_ints: Callable[[Tensor, Tensor], Tensor]) -> Converter:
+    """``and``/``or``/``xor``: logical on booleans (0/1 masks), bitwise on integers."""
+    def convert(cx: Context, a: Tensor, b: Tensor) -> Tensor:
+        return (on_bools if all(_is_bool(av) for av in cx.in_avals) else on_ints)(a, b)
+    return convert
 
 
-@converts("or")
-def _or(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "or")
-    return ops.maximum(a, b)
-
-
-@converts("xor")
-def _xor(cx: Context, a: Tensor, b: Tensor) -> Tensor:
-    _bool_only(cx, "xor")
-    return ops.not_equal(a, b)
+converts("and")(_logical(ops.mul, ops.bitwise_and))
+converts("or")(_logical(ops.maximum, ops.bitwise_or))
+converts("xor")(_logical(ops.not_equal, ops.bitwise_xor))
 
 
 @converts("not")
 def _not(cx: Context, x: Tensor) -> Tensor:
-    _bool_only(cx, "not")
-    return ops.equal(x, 0.0)
+    return ops.equal(x, 0.0) if _is_bool(cx.in_avals[0]) else ops.bitwise_not(x)
 
 
 @converts("select_n")
@@ -343,6 +366,31 @@ def _reduction(fn: Callable[..., Tensor]) -> Converter:
 converts("reduce_sum")(_reduction(ops.sum))
 converts("reduce_max")(_reduction(ops.max))
 converts("reduce_min")(_reduction(ops.min))
+
+
+def _arg_extreme(fn: Callable[..., Tensor]) -> Converter:
+    """The first extreme's index along the one axis (a NaN is the extreme), as XLA computes it."""
+    def convert(cx: Context, x: Tensor, *, axes: Sequence[int], index_dtype: Any) -> Tensor:
+        (axis,) = axes
+        return fn(x, int(axis))
+    return convert
+
+
+converts("argmax")(_arg_extreme(ops.argmax))
+converts("argmin")(_arg_extreme(ops.argmin))
+
+
+converts("reduce_prod")(_reduction(ops.prod))
+
+
+def _cumulative(fn: Callable[..., Tensor]) -> Converter:
+    def convert(cx: Context, x: Tensor, *, axis: int, reverse: bool) -> Tensor:
+        return fn(x, int(axis), reverse=bool(reverse))
+    return convert
+
+
+for _n, _s in (("cumsum", ops.cumsum), ("cumprod", ops.cumprod), ("cummax", ops.cummax), ("cummin", ops.cummin)):
+    converts(_n)(_cumulative(_s))
 
 
 @converts("reduce_or")
@@ -400,24 +448,24 @@ def _conv(cx: Context, x: Tensor, w: Tensor, *, window_strides: Sequence[int], p
           lhs_dilation: Sequence[int], rhs_dilation: Sequence[int], dimension_numbers: Any,
           feature_group_count: int, batch_group_count: int, precision: Any = None,
           preferred_element_type: Any = None, out_sharding: Any = None) -> Tensor:
-    """A 2-D convolution as pbsdk's NCHW conv2d (or NHWC, see `NATIVE_NHWC`): the operands are transposed
-    into that layout and the result back to ``out_spec``."""
-    if x.ndim != 4:
-        raise UnsupportedError(f"{x.ndim - 2}-D convolution (only 2-D)")
-    if any(d != 1 for d in lhs_dilation):
-        raise UnsupportedError("input dilation (transposed convolution)")
+    """A 1-D, 2-D or 3-D convolution as pbsdk's NC... conv1d/conv2d/conv3d (2-D: or NHWC, see `NATIVE_NHWC`):
+    the operands are transposed into that layout and the result back to ``out_spec``. Input dilation (a
+    transposed convolution) inserts zeros between the input's elements; negative padding crops."""
+    nsp = x.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise UnsupportedError(f"{nsp}-D convolution (only 1-D to 3-D)")
     if batch_group_count != 1:
         raise UnsupportedError("batch_group_count != 1")
     if any(_is_int(av) or _is_bool(av) for av in cx.in_avals):
         raise UnsupportedError("integer convolution")
     pads = tuple((int(lo), int(hi)) for lo, hi in padding)
-    if any(p < 0 for pair in pads for p in pair):
-        raise UnsupportedError("negative padding")
     lhs_spec, rhs_spec, out_spec = (tuple(int(d) for d in s) for s in dimension_numbers)
     want = cx.out_dtype
     x, w = (ops.astype(t, want) if t.dtype != want else t for t in (x, w))
     # lhs_spec = (batch, feature, spatial...) positions; rhs_spec = (out feature, in feature, spatial...).
-    nhwc = lhs_spec == (0, 3, 1, 2) and NATIVE_NHWC
+    direct = all(d == 1 for d in lhs_dilation) and all(p >= 0 for pair in pads for p in pair)
+    nhwc = nsp == 2 and lhs_spec == (0, 3, 1, 2) and NATIVE_NHWC and direct
+    positions = tuple(range(x.ndim))
     if nhwc:
         xt = ops.transpose(x, (lhs_spec[0], lhs_spec[2], lhs_spec[3], lhs_spec[1]))
         wt = ops.transpose(w, (rhs_spec[2], rhs_spec[3], rhs_spec[1], rhs_spec[0]))
@@ -425,10 +473,14 @@ def _conv(cx: Context, x: Tensor, w: Tensor, *, window_strides: Sequence[int], p
     else:
         xt = ops.transpose(x, lhs_spec)
         wt = ops.transpose(w, rhs_spec)
-        positions = (0, 1, 2, 3)
-    y = ops.conv2d(xt, wt, stride=tuple(window_strides), padding=pads, dilation=tuple(rhs_dilation),
-                   groups=int(feature_group_count), layout="NHWC" if nhwc else "NCHW")
-    perm = [0] * 4
+    if not direct:
+        xt = ops._pad(ops._dilate(xt, (1, 1, *lhs_dilation)), ((0, 0), (0, 0), *pads), 0.0)
+        pads = ((0, 0),) * nsp
+    conv = {1: ops.conv1d, 2: ops.conv2d, 3: ops.conv3d}[nsp]
+    extra = {"layout": "NHWC" if nhwc else "NCHW"} if nsp == 2 else {}
+    y = conv(xt, wt, stride=tuple(window_strides), padding=pads, dilation=tuple(rhs_dilation),
+             groups=int(feature_group_count), **extra)
+    perm = [0] * x.ndim
     for logical, axis in enumerate(out_spec):
         perm[axis] = positions[logical]
     return ops.transpose(y, perm)
@@ -506,21 +558,28 @@ def _pad(cx: Context, x: Tensor, value: Tensor, *, padding_config: Sequence[Any]
     fill = _scalar_const(cx, value)
     if fill is None:
         raise UnsupportedError("pad with a computed padding value")
-    for d, (lo, hi, interior) in enumerate(padding_config):
-        lo, hi = int(lo), int(hi)
-        if int(interior):
-            raise UnsupportedError("interior padding")
-        if lo < 0 or hi < 0:
-            x = ops.slice(x, d, max(-lo, 0), x.shape[d] - max(-hi, 0))
-        parts = []
-        for count in (max(lo, 0), None, max(hi, 0)):
-            if count is None:
-                parts.append(x)
-            elif count:
-                shape = x.shape[:d] + (count,) + x.shape[d + 1:]
-                parts.append(ops.broadcast_to(cx.const(np.asarray(fill), x.dtype), shape))
-        x = ops.concatenate(parts, axis=d)
-    return x
+    if any(int(interior) for _, _, interior in padding_config):
+        raise UnsupportedError("interior padding")
+    return ops._pad(x, [(int(lo), int(hi)) for lo, hi, _ in padding_config], float(fill))
+
+
+def _reduce_window(pool: Callable[..., Tensor], fill: float) -> Converter:
+    """``reduce_window_max``/``_sum`` (``flax.linen.max_pool``/``avg_pool``, ``lax.reduce_window``): the
+    input padded with ``fill``, then pooled over every dimension (size-1 windows are free)."""
+    def convert(cx: Context, x: Tensor, *, window_dimensions: Sequence[int], window_strides: Sequence[int],
+                padding: Sequence[Any], base_dilation: Sequence[int], window_dilation: Sequence[int]) -> Tensor:
+        if any(int(d) != 1 for d in base_dilation):
+            raise UnsupportedError("reduce_window with base dilation")
+        padded = ops._pad(x, [(int(lo), int(hi)) for lo, hi in padding], fill)
+        return pool(padded, tuple(int(w) for w in window_dimensions), tuple(int(s) for s in window_strides),
+                    tuple(int(d) for d in window_dilation))
+    return convert
+
+
+converts("reduce_window_max")(_reduce_window(lambda t, k, s, d: ops.max_pool(t, k, s, 0, d), -math.inf))
+converts("reduce_window_min")(_reduce_window(
+    lambda t, k, s, d: ops.neg(ops.max_pool(ops.neg(t), k, s, 0, d)), math.inf))
+converts("reduce_window_sum")(_reduce_window(lambda t, k, s, d: ops.sum_pool(t, k, s, d), 0.0))
 
 
 @converts("iota")

@@ -13,6 +13,7 @@ such values accept integer results (`_INT_EXACT`); the partition boundary conver
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -62,6 +63,7 @@ class Context:
         self.consts: dict[int, np.ndarray] = {}
         self.transposes: dict[int, Tensor] = {}
         self.meta: Any = None
+        self.target: Any = None  # the node's OpOverload, for converters shared by several overloads
 
     @property
     def out_dtype(self) -> str:
@@ -80,6 +82,21 @@ class Context:
         return self.consts.get(x.value.id) if isinstance(x, Tensor) else None
 
 
+@dataclasses.dataclass(frozen=True)
+class Empty:
+    """An operand with no elements (a KV cache before the first token): not a kernel input; converters that
+    can ignore it (``cat``) do, any other refuses it."""
+
+    shape: tuple[int, ...]
+
+
+def operand(graph: Graph, meta: Any) -> Tensor | Empty:
+    """A partition's (or a tried node's) operand of the recorded type ``meta``: a kernel input, or `Empty`."""
+    if isinstance(meta, torch.Tensor) and meta.numel() == 0 and all(isinstance(d, int) for d in meta.shape):
+        return Empty(tuple(meta.shape))
+    return Tensor(graph.add("input", [], value_type(meta)), graph)
+
+
 Converter = Callable[..., Any]
 CONVERTERS: dict[str, Converter] = {}
 
@@ -95,7 +112,18 @@ _INT_EXACT = {
     "aten.squeeze.dims", "aten.squeeze.default", "aten.clone.default", "aten.alias.default",
     "aten.lift_fresh_copy.default", "aten._to_copy.default", "aten.split_with_sizes.default",
     "aten.split.Tensor", "aten.embedding.default", "aten.index_select.default", "aten.t.default",
-    "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem",
+    "aten.transpose.int", "aten.amax.default", "aten.amin.default", "getitem", "aten.floor.default",
+    "aten.ceil.default", "aten.round.default", "aten.trunc.default", "aten.sign.default", "aten.repeat.default",
+    "aten.copy.default", "aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default",
+    "aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default", "aten.max.dim", "aten.min.dim",
+    "aten.argmax.default", "aten.argmin.default", "aten.max.default", "aten.min.default", "aten.cumsum.default",
+    "aten.gather.default", "aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default", "aten.index.Tensor",
+    "aten.flip.default", "aten.roll.default", "aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor",
+    "aten.fmod.Tensor", "aten.fmod.Scalar", "aten.remainder.Tensor", "aten.remainder.Scalar", "aten.div.Tensor_mode",
+    "aten.div.Scalar_mode", "aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_or.Tensor",
+    "aten.bitwise_or.Scalar", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_not.default",
+    "aten.sum.dim_IntList", "aten.sum.default", "aten.index_put.default", "aten.slice_scatter.default",
+    "aten.select_scatter.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -175,15 +203,46 @@ def _div(cx: Context, a: Any, b: Any) -> Tensor:
     return ops.div(a, b)
 
 
-@converts("aten.div.Tensor_mode")
+@converts("aten.div.Tensor_mode", "aten.div.Scalar_mode")
 def _div_mode(cx: Context, a: Any, b: Any, *, rounding_mode: str | None = None) -> Tensor:
-    if rounding_mode is not None:
+    """Division rounded toward -inf (``//``) or toward zero; integer operands exactly."""
+    if rounding_mode is None:
+        return _div(cx, a, b)
+    a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+    if rounding_mode == "floor":
+        return ops.floor_divide(a, b)
+    if rounding_mode != "trunc":
         raise UnsupportedError(f"div with rounding_mode={rounding_mode!r}")
-    return _div(cx, a, b)
+    if cx.out_dtype == "f64" and _int_result(cx):
+        return ops.div(ops.sub(a, ops.fmod(a, b)), b)  # exact on whole numbers
+    return ops.trunc(ops.div(a, b))
+
+
+def _int_result(cx: Context) -> bool:
+    val = cx.meta[0] if isinstance(cx.meta, (tuple, list)) else cx.meta
+    return val.dtype in _INTS
+
+
+for _n, _f in (("fmod", ops.fmod), ("remainder", ops.remainder), ("bitwise_and", ops.bitwise_and),
+               ("bitwise_or", ops.bitwise_or), ("bitwise_xor", ops.bitwise_xor)):
+    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_binary(_f))
+
+
+@converts("aten.bitwise_not.default")
+def _bitwise_not(cx: Context, x: Any) -> Tensor:
+    x = _tensor(x, "bitwise_not's input")
+    return ops.sub(1.0, x) if cx.meta.dtype == torch.bool else ops.bitwise_not(x)
+
+
+@converts("aten.logical_xor.default")
+def _logical_xor(cx: Context, a: Any, b: Any) -> Tensor:
+    return ops.not_equal(ops.astype(ops.not_equal(a, 0.0), "f32"), ops.astype(ops.not_equal(b, 0.0), "f32"))
 
 
 _UNARY = {"neg": ops.neg, "exp": ops.exp, "log": ops.log, "tanh": ops.tanh, "sigmoid": ops.sigmoid,
-          "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs}
+          "relu": ops.relu, "erf": ops.erf, "sqrt": ops.sqrt, "rsqrt": ops.rsqrt, "abs": ops.abs,
+          "log1p": ops.log1p, "expm1": ops.expm1, "sin": ops.sin, "cos": ops.cos, "tan": ops.tan,
+          "floor": ops.floor, "ceil": ops.ceil, "trunc": ops.trunc}
 
 
 def _unary(f: Any) -> Any:
@@ -197,6 +256,27 @@ for _n, _uf in _UNARY.items():
     converts(f"aten.{_n}.default")(_unary(_uf))
 
 
+@converts("aten.round.default")
+def _round(cx: Context, x: Any) -> Tensor:
+    return ops.round(*_in(cx, x))
+
+
+@converts("aten.sign.default")
+def _sign(cx: Context, x: Any) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.where(ops.isnan(x), 0.0, ops.sign(x))  # torch's sign of NaN is 0 (numpy's is NaN)
+
+
+@converts("aten.isnan.default")
+def _isnan(cx: Context, x: Any) -> Tensor:
+    return ops.isnan(_tensor(x, "isnan's input"))
+
+
+@converts("aten.isinf.default")
+def _isinf(cx: Context, x: Any) -> Tensor:
+    return ops.isinf(_tensor(x, "isinf's input"))
+
+
 @converts("aten.reciprocal.default")
 def _reciprocal(cx: Context, x: Any) -> Tensor:
     return ops.div(1.0, *_in(cx, x))
@@ -204,8 +284,37 @@ def _reciprocal(cx: Context, x: Any) -> Tensor:
 
 @converts("aten.silu.default")
 def _silu(cx: Context, x: Any) -> Tensor:
+    return ops.silu(*_in(cx, x))
+
+
+@converts("aten.leaky_relu.default")
+def _leaky_relu(cx: Context, x: Any, negative_slope: Any = 0.01) -> Tensor:
     (x,) = _in(cx, x)
-    return ops.mul(x, ops.sigmoid(x))
+    return ops.leaky_relu(x, float(_scalar(negative_slope)))
+
+
+@converts("aten.elu.default")
+def _elu(cx: Context, x: Any, alpha: Any = 1.0, scale: Any = 1.0, input_scale: Any = 1.0) -> Tensor:
+    """``scale * (x if x > 0 else alpha * (exp(input_scale * x) - 1))`` (ELU, SELU; CELU decomposes to it)."""
+    (x,) = _in(cx, x)
+    negative = ops.mul(ops.expm1(ops.mul(x, float(_scalar(input_scale)))), float(_scalar(alpha)))
+    return ops.mul(ops.where(ops.greater(x, 0.0), x, negative), float(_scalar(scale)))
+
+
+@converts("aten.hardtanh.default")
+def _hardtanh(cx: Context, x: Any, min_val: Any = -1.0, max_val: Any = 1.0) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.hardtanh(x, float(_scalar(min_val)), float(_scalar(max_val)))
+
+
+@converts("aten.rrelu_with_noise_functional.default")
+def _rrelu(cx: Context, x: Any, noise: Any, lower: Any = 1 / 8, upper: Any = 1 / 3, training: bool = False,
+           generator: Any = None) -> tuple[Tensor, Any]:
+    """RReLU in inference: a leaky ReLU of slope ``(lower + upper) / 2``; the noise passes through."""
+    if training:
+        raise UnsupportedError("rrelu in training mode (random slopes)")
+    (x,) = _in(cx, x)
+    return ops.leaky_relu(x, (float(_scalar(lower)) + float(_scalar(upper))) / 2), noise
 
 
 @converts("aten.gelu.default")
@@ -232,13 +341,16 @@ def _pow(cx: Context, x: Any, e: Any) -> Tensor:
     return ops.pow(*_in(cx, x, e))
 
 
-@converts("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default")
+@converts("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default", "aten.clamp.Tensor",
+          "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
 def _clamp(cx: Context, x: Any, lo: Any = None, hi: Any = None) -> Tensor:
-    (x,) = _in(cx, x)
+    if "clamp_max" in op_name(cx.target):
+        lo, hi = None, lo
+    (x, lo, hi) = _in(cx, x, lo, hi)
     if lo is not None:
-        x = ops.maximum(x, _scalar(lo))
+        x = ops.maximum(x, lo if isinstance(lo, Tensor) else _scalar(lo))
     if hi is not None:
-        x = ops.minimum(x, _scalar(hi))
+        x = ops.minimum(x, hi if isinstance(hi, Tensor) else _scalar(hi))
     return x
 
 
@@ -295,6 +407,11 @@ def _full_default(cx: Context, size: Sequence[int], value: Any, **_: Any) -> Ten
     return _full(cx, size, value)
 
 
+@converts("aten.empty.memory_format")
+def _empty(cx: Context, size: Sequence[int], **_: Any) -> Tensor:
+    return _full(cx, size, 0.0)  # an empty tensor's contents are unspecified: zeros are as good as any
+
+
 @converts("aten.full_like.default")
 def _full_like(cx: Context, x: Any, value: Any, **_: Any) -> Tensor:
     return _full(cx, _tensor(x, "full_like's input").shape, value)
@@ -349,16 +466,24 @@ def _addmm(cx: Context, bias: Any, a: Any, b: Any, *, beta: Any = 1, alpha: Any 
 @converts("aten.convolution.default")
 def _convolution(cx: Context, x: Any, w: Any, bias: Any, stride: Sequence[int], padding: Sequence[int],
                  dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
+    """1-D, 2-D and 3-D convolutions, plain and transposed (``pbsdk.ops.conv1d/conv2d/conv3d/conv_transpose``)."""
     x, w = _in(cx, _tensor(x, "convolution's input"), _tensor(w, "convolution's weight"))
-    if transposed or x.ndim != 4:
-        raise UnsupportedError("only 2-D, non-transposed convolutions are supported")
-    def pair(v: Sequence[int]) -> tuple[int, int]:
-        return (v[0], v[0]) if len(v) == 1 else (v[0], v[1])
+    nsp = x.ndim - 2
+    if nsp not in (1, 2, 3):
+        raise UnsupportedError(f"{nsp}-D convolution")
 
-    out = ops.conv2d(x, w, stride=pair(stride), padding=pair(padding), dilation=pair(dilation), groups=groups)
+    def spatial(v: Sequence[int]) -> tuple[int, ...]:
+        return tuple(v) * nsp if len(v) == 1 else tuple(v)
+
+    if transposed:
+        out = ops.conv_transpose(x, w, stride=spatial(stride), padding=spatial(padding),
+                                 output_padding=spatial(output_padding), dilation=spatial(dilation), groups=groups)
+    else:
+        conv = {1: ops.conv1d, 2: ops.conv2d, 3: ops.conv3d}[nsp]
+        out = conv(x, w, stride=spatial(stride), padding=spatial(padding), dilation=spatial(dilation), groups=groups)
     if bias is not None:
         (bias,) = _in(cx, bias)
-        out = ops.add(out, ops.reshape(bias, (1, -1, 1, 1)))
+        out = ops.add(out, ops.reshape(bias, (1, -1) + (1,) * nsp))
     return out
 
 
@@ -391,18 +516,51 @@ def _layer_norm(cx: Context, x: Any, shape: Sequence[int], w: Any, b: Any, eps: 
 @converts("aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(cx: Context, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float,
                 eps: float) -> tuple[Any, ...]:
-    (x,) = _in(cx, _tensor(x, "batch_norm's input"))
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-
-    def channel(v: Any) -> Any:
-        return ops.reshape(_in(cx, v)[0], shape)
-
-    out = ops.mul(ops.sub(x, channel(mean)), ops.rsqrt(ops.add(channel(var), eps)))
-    if w is not None:
-        out = ops.mul(out, channel(w))
-    if b is not None:
-        out = ops.add(out, channel(b))
+    (x, mean, var, w, b) = _in(cx, _tensor(x, "batch_norm's input"), mean, var, w, b)
+    out = ops.batch_norm(x, mean, var, w, b, eps=eps)
     return out, None, None  # the saved statistics of training are empty tensors pbsdk cannot return
+
+
+def _stats(x: Tensor, axes: tuple[int, ...], eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """Mean, biased variance and ``1/sqrt(var + eps)`` over ``axes``, without the kept dimensions."""
+    mean = ops.mean(x, axes)
+    centred = ops.sub(x, ops.mean(x, axes, keepdims=True))
+    var = ops.mean(ops.mul(centred, centred), axes)
+    return mean, var, ops.rsqrt(ops.add(var, eps))
+
+
+@converts("aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_functional.default")
+def _batch_norm_training(cx: Context, x: Any, w: Any, b: Any, *args: Any) -> tuple[Any, ...]:
+    """Batch norm with the batch's own statistics (training mode; instance norm is one over (1, N*C, ...)):
+    the output, the saved mean and 1/std; with running statistics (the functional form), their updates
+    ``(1 - momentum) * running + momentum * batch`` (the variance unbiased)."""
+    running, (training, momentum, eps) = (args[:2], args[2:]) if len(args) == 5 else ((None, None), args)
+    if not training:
+        raise UnsupportedError("_native_batch_norm_legit without training uses the no_training overload")
+    (x, w, b) = _in(cx, _tensor(x, "batch_norm's input"), w, b)
+    axes = tuple(a for a in range(x.ndim) if a != 1)
+    # The output normalises with statistics of its own and the saved ones are separate reductions: the
+    # core's row fusion mis-compiles a reduction over non-trailing axes that is both a kernel output and
+    # broadcast into another op (a known core bug, not fixed here).
+    out = ops.batch_norm(x, None, None, w, b, eps=eps)
+    mean, var, rstd = _stats(x, axes, eps)
+    if running[0] is None:
+        return out, mean, rstd
+    n = math.prod(x.shape[a] for a in axes)
+    rm, rv = _in(cx, *running)
+    new_mean = ops.add(ops.mul(rm, 1 - momentum), ops.mul(mean, momentum))
+    new_var = ops.add(ops.mul(rv, 1 - momentum), ops.mul(var, momentum * n / max(n - 1, 1)))
+    return out, mean, rstd, new_mean, new_var
+
+
+@converts("aten.native_group_norm.default")
+def _group_norm(cx: Context, x: Any, w: Any, b: Any, n: int, c: int, hw: int, groups: int,
+                eps: float) -> tuple[Tensor, ...]:
+    """Group norm (instance norm with one channel per group); the saved mean and 1/std are (N, groups)."""
+    (x, w, b) = _in(cx, _tensor(x, "group_norm's input"), w, b)
+    out = ops.group_norm(x, groups, w, b, eps=eps)
+    mean, _, rstd = _stats(ops.reshape(x, (n, groups, -1)), (2,), eps)
+    return out, mean, rstd
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -429,6 +587,52 @@ def _amin(cx: Context, x: Any, dim: Any = (), keepdim: bool = False) -> Tensor:
     return ops.min(x, _dims(x, dim), keepdims=keepdim)
 
 
+@converts("aten.max.dim", "aten.min.dim")
+def _max_min_dim(cx: Context, x: Any, dim: int, keepdim: bool = False) -> tuple[Tensor, Tensor]:
+    """Values and indices of the extremes along ``dim`` (the first one; a NaN is the extreme)."""
+    largest = "max" in op_name(cx.target)
+    return (ops.max_with_index if largest else ops.min_with_index)(_tensor(x, "the input"), dim, keepdim)
+
+
+@converts("aten.argmax.default", "aten.argmin.default")
+def _argmax(cx: Context, x: Any, dim: int | None = None, keepdim: bool = False) -> Tensor:
+    x = _tensor(x, "the input")
+    fn = ops.argmax if "argmax" in op_name(cx.target) else ops.argmin
+    if dim is None and keepdim:
+        return ops.reshape(fn(x), (1,) * x.ndim)
+    return fn(x, dim, keepdims=keepdim)
+
+
+@converts("aten.max.default", "aten.min.default")
+def _max_min_all(cx: Context, x: Any) -> Tensor:
+    return (ops.max if "max" in op_name(cx.target) else ops.min)(_tensor(x, "the input"))
+
+
+@converts("aten.cumsum.default")
+def _cumsum(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.cumsum(x, dim)
+
+
+@converts("aten.cumprod.default")
+def _cumprod(cx: Context, x: Any, dim: int, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.cumprod(x, dim)
+
+
+@converts("aten.prod.dim_int", "aten.prod.default")
+def _prod(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.prod(x, _dims(x, dim), keepdims=keepdim)
+
+
+@converts("aten.linalg_vector_norm.default")
+def _vector_norm(cx: Context, x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+                 dtype: Any = None) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.vector_norm(x, float(_scalar(ord)), _dims(x, dim), keepdims=keepdim)
+
+
 @converts("aten.any.dim", "aten.any.dims", "aten.any.default")
 def _any(cx: Context, x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
     mask = ops.astype(ops.not_equal(x, 0.0), "f32")
@@ -447,15 +651,39 @@ def _var(cx: Context, x: Any, dim: Any = None, *, correction: Any = None, keepdi
     return ops.mul(ops.sum(ops.mul(centred, centred), axes, keepdims=keepdim), 1.0 / (n - c))
 
 
-@converts("aten._adaptive_avg_pool2d.default")
-def _adaptive_avg_pool2d(cx: Context, x: Any, size: Sequence[int]) -> Tensor:
+def _window(v: Sequence[int], n: int) -> tuple[int, ...]:
+    return tuple(v) * n if len(v) == 1 else tuple(v)
+
+
+@converts("aten.max_pool2d_with_indices.default", "aten.max_pool3d_with_indices.default")
+def _max_pool(cx: Context, x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
+              padding: Sequence[int] = (0,), dilation: Sequence[int] = (1,), ceil_mode: bool = False) -> tuple[Tensor, Tensor]:
+    """Max pooling and the flat indices of the maxima (dead code in the kernel when nothing uses them)."""
+    n = 3 if len(kernel_size) == 3 or (x.ndim == 5 and len(kernel_size) == 1) else 2
+    return ops.max_pool(_tensor(x, "max_pool's input"), _window(kernel_size, n), _window(stride, n) if stride else None,
+                        _window(padding, n), _window(dilation, n), ceil_mode=ceil_mode, return_indices=True)
+
+
+@converts("aten.avg_pool2d.default", "aten.avg_pool3d.default")
+def _avg_pool(cx: Context, x: Any, kernel_size: Sequence[int], stride: Sequence[int] = (),
+              padding: Sequence[int] = (0,), ceil_mode: bool = False, count_include_pad: bool = True,
+              divisor_override: int | None = None) -> Tensor:
+    n = 3 if len(kernel_size) == 3 or (x.ndim == 5 and len(kernel_size) == 1) else 2
     (x,) = _in(cx, x)
-    n, c, h, w = x.shape
-    oh, ow = size
-    if h % oh or w % ow:
-        raise UnsupportedError("adaptive average pooling with uneven windows")
-    windows = ops.reshape(x, (n, c, oh, h // oh, ow, w // ow))
-    return ops.mean(windows, (3, 5))
+    return ops.avg_pool(x, _window(kernel_size, n), _window(stride, n) if stride else None, _window(padding, n),
+                        ceil_mode=ceil_mode, count_include_pad=count_include_pad, divisor_override=divisor_override)
+
+
+@converts("aten._adaptive_avg_pool2d.default", "aten._adaptive_avg_pool3d.default")
+def _adaptive_avg_pool(cx: Context, x: Any, size: Sequence[int]) -> Tensor:
+    (x,) = _in(cx, x)
+    return ops.adaptive_avg_pool(x, tuple(size))
+
+
+@converts("aten.adaptive_max_pool2d.default", "aten.adaptive_max_pool3d.default")
+def _adaptive_max_pool(cx: Context, x: Any, size: Sequence[int]) -> tuple[Tensor, Tensor]:
+    """Adaptive max pooling with indices: where the windows tile the input (uneven ones fall back)."""
+    return ops.adaptive_max_pool(_tensor(x, "adaptive_max_pool's input"), tuple(size), return_indices=True)
 
 
 # ---------------------------------------------------------------------------------------------- layout
@@ -504,6 +732,18 @@ def _expand(cx: Context, x: Any, sizes: Sequence[int], *, implicit: bool = False
     return ops.broadcast_to(x, shape)
 
 
+@converts("aten.repeat.default")
+def _repeat(cx: Context, x: Any, repeats: Sequence[int]) -> Tensor:
+    return ops.tile(_tensor(x, "repeat's input"), tuple(repeats))
+
+
+@converts("aten.copy.default")
+def _copy(cx: Context, x: Any, src: Any, non_blocking: bool = False) -> Tensor:
+    """The functional copy: ``src`` in ``x``'s dtype, broadcast to ``x``'s shape."""
+    (src,) = _in(cx, src)
+    return ops.broadcast_to(src, _tensor(x, "copy's destination").shape)
+
+
 @converts("aten.unsqueeze.default")
 def _unsqueeze(cx: Context, x: Any, dim: int) -> Tensor:
     dim = dim % (x.ndim + 1)
@@ -539,7 +779,8 @@ def _to_copy(cx: Context, x: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor
 
 @converts("aten.cat.default")
 def _cat(cx: Context, xs: Sequence[Any], dim: int = 0) -> Tensor:
-    return ops.concatenate(_in(cx, *xs), axis=dim)
+    # Operands without elements add nothing (torch.cat accepts them, a past KV cache of length 0 is one).
+    return ops.concatenate(_in(cx, *(x for x in xs if not isinstance(x, Empty))), axis=dim)
 
 
 @converts("aten.slice.Tensor")
@@ -600,6 +841,103 @@ def _index_select(cx: Context, x: Any, dim: int, idx: Any) -> Tensor:
     return ops.take(_tensor(x, "index_select's input"), _tensor(idx, "index_select's index"), axis=dim)
 
 
+@converts("aten.gather.default")
+def _gather(cx: Context, x: Any, dim: int, index: Any, *, sparse_grad: bool = False) -> Tensor:
+    return ops.take_along_axis(_tensor(x, "gather's input"), _tensor(index, "gather's index"), dim)
+
+
+@converts("aten.scatter.src", "aten.scatter.value", "aten.scatter_add.default")
+def _scatter(cx: Context, x: Any, dim: int, index: Any, src: Any, *, reduce: str | None = None) -> Tensor:
+    if reduce is not None:
+        raise UnsupportedError(f"scatter with reduce={reduce!r}")
+    (x,) = _in(cx, x)
+    src = _in(cx, src)[0] if isinstance(src, Tensor) else float(_scalar(src))
+    add = "scatter_add" in op_name(cx.target)
+    return ops.put_along_axis(x, _tensor(index, "scatter's index"), src, dim, reduce="add" if add else None)
+
+
+@converts("aten.index.Tensor")
+def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
+    """``x[..., i, j, ...]`` with index tensors on adjacent dimensions (None elsewhere): those dimensions
+    are flattened into one, indexed by the linear index (negative indices count from the end)."""
+    x = _tensor(x, "index's input")
+    where = [k for k, i in enumerate(indices) if i is not None]
+    if not where or where != list(range(where[0], where[-1] + 1)):
+        raise UnsupportedError("index with index tensors on non-adjacent dimensions")
+    first, last = where[0], where[-1] + 1
+    shape = ops._broadcast_shape("index", *(indices[k].shape for k in where))
+    linear: Tensor | None = None
+    for k in where:
+        ik = ops.broadcast_to(_tensor(indices[k], "an index"), shape)
+        ik = ops._wrapped(ik if ik.dtype == "f64" else ops.astype(ik, "f64"), x.shape[k])
+        linear = ik if linear is None else ops.add(ops.mul(linear, float(x.shape[k])), ik)
+    assert linear is not None
+    flat = ops.reshape(x, x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
+    return ops.take(flat, linear, axis=first)
+
+
+@converts("aten.index_put.default")
+def _index_put(cx: Context, x: Any, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
+    """``x[..., i] = v`` (``+=`` when ``accumulate``) with one index tensor: 1-D integer indices along its
+    dimension (`pbsdk.ops.put_along_axis`), or a boolean mask with one value (a masked fill)."""
+    (x, values) = _in(cx, _tensor(x, "index_put's input"), _tensor(values, "index_put's values"))
+    where = [k for k, i in enumerate(indices) if i is not None]
+    if len(where) != 1:
+        raise UnsupportedError("index_put with more than one index tensor")
+    d = where[0]
+    idx = _tensor(indices[d], "index_put's index")
+    if idx.dtype == "f32":  # a boolean mask (integers are carried as f64)
+        if math.prod(values.shape) != 1 or x.shape[d:d + idx.ndim] != idx.shape:
+            raise UnsupportedError("index_put with a mask and more than one value")
+        mask = ops.reshape(idx, idx.shape + (1,) * (x.ndim - d - idx.ndim))
+        value = ops.reshape(values, ())
+        return ops.add(x, ops.where(mask, value, 0.0)) if accumulate else ops.where(mask, value, x)
+    if idx.ndim != 1:
+        raise UnsupportedError("index_put with a multi-dimensional index")
+    shape = x.shape[:d] + idx.shape + x.shape[d + 1:]
+    spread = ops.broadcast_to(ops.reshape(ops._wrapped(idx, x.shape[d]), idx.shape + (1,) * (x.ndim - d - 1)), shape)
+    return ops.put_along_axis(x, spread, ops.broadcast_to(values, shape), d, reduce="add" if accumulate else None)
+
+
+@converts("aten.slice_scatter.default")
+def _slice_scatter(cx: Context, x: Any, src: Any, dim: int = 0, start: Any = None, end: Any = None,
+                   step: int = 1) -> Tensor:
+    """``x`` with ``x[start:end:step]`` along ``dim`` replaced by ``src`` (a KV-cache write): the kept parts
+    and ``src`` concatenated; with a step, written at the positions as `pbsdk.ops.put_along_axis`."""
+    (x, src) = _in(cx, _tensor(x, "slice_scatter's input"), _tensor(src, "slice_scatter's source"))
+    d = dim % x.ndim
+    positions = range(*slice(start, end if end is None or end < 2 ** 62 else None, step).indices(x.shape[d]))
+    if len(positions) != src.shape[d]:
+        raise UnsupportedError(f"slice_scatter: {len(positions)} positions for a source of {src.shape[d]}")
+    if step == 1:
+        lo, hi = positions.start, positions.stop
+        parts = ([ops.slice(x, d, 0, lo)] if lo > 0 else []) + [src] + \
+            ([ops.slice(x, d, hi)] if hi < x.shape[d] else [])
+        return ops.concatenate(parts, axis=d)
+    idx = cx.const(np.asarray(positions, dtype=np.float64).reshape((-1,) + (1,) * (x.ndim - d - 1)), "f64")
+    return ops.put_along_axis(x, ops.broadcast_to(idx, src.shape), src, d)
+
+
+@converts("aten.select_scatter.default")
+def _select_scatter(cx: Context, x: Any, src: Any, dim: int, index: int) -> Tensor:
+    x = _tensor(x, "select_scatter's input")
+    d = dim % x.ndim
+    i = index % x.shape[d]
+    src = ops.reshape(_tensor(src, "select_scatter's source"), x.shape[:d] + (1,) + x.shape[d + 1:])
+    return _slice_scatter(cx, x, src, d, i, i + 1)
+
+
+@converts("aten.flip.default")
+def _flip(cx: Context, x: Any, dims: Sequence[int]) -> Tensor:
+    x = _tensor(x, "flip's input")
+    return _layout(cx, x, lambda a: np.flip(a, tuple(dims)), lambda t: ops.flip(t, tuple(dims)))
+
+
+@converts("aten.roll.default")
+def _roll(cx: Context, x: Any, shifts: Sequence[int], dims: Sequence[int] = ()) -> Tensor:
+    return ops.roll(_tensor(x, "roll's input"), tuple(shifts), tuple(dims) if dims else None)
+
+
 @converts("getitem")
 def _getitem(cx: Context, xs: Any, i: int) -> Any:
     item = xs[i]
@@ -647,6 +985,7 @@ def convert_node(cx: Context, node: torch.fx.Node, env: dict[torch.fx.Node, Any]
     args = torch.fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     cx.meta = node.meta.get("val")
+    cx.target = node.target
     if cx.meta is None:
         raise UnsupportedError(f"{name}: the node has no recorded shape", op=name)
     try:
@@ -691,7 +1030,7 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
                     env[n] = tuple(Tensor(graph.add("input", [], value_type(m)), graph) if m is not None
                                    and isinstance(m, torch.Tensor) and m.numel() else None for m in meta)
                 else:
-                    env[n] = Tensor(graph.add("input", [], value_type(meta)), graph)
+                    env[n] = operand(graph, meta)
             convert_node(cx, node, env)
     except UnsupportedError as exc:
         return False, exc.reason

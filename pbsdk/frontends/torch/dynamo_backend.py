@@ -50,6 +50,7 @@ from pbsdk.frontends.torch.convert import (
     graph_dtype,
     node_supported,
     op_name,
+    operand,
     value_type,
 )
 from pbsdk.frontends.tracing import Tensor, tracing
@@ -145,7 +146,8 @@ class CompiledPartition(torch.nn.Module):
         self._frozen = dict(frozen)  # placeholder position -> real tensor
         self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-        self._in_dtypes = [value_type(n.meta["val"]).dtype for n in placeholders]
+        # Empty operands (`convert.Empty`) are not kernel inputs: no dtype to convert them to.
+        self._in_dtypes = [value_type(n.meta["val"]).dtype if n.meta["val"].numel() else "" for n in placeholders]
         (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
         result = out_node.args[0]
         self._single = not isinstance(result, (tuple, list))
@@ -268,7 +270,11 @@ def lower_partition(sub: torch.fx.GraphModule,
         for node in sub.graph.nodes:
             if node.op == "placeholder":
                 i, position = position, position + 1
-                vt = value_type(node.meta["val"])
+                meta = node.meta["val"]
+                if isinstance(meta, torch.Tensor) and meta.numel() == 0:
+                    env[node] = operand(graph, meta)  # Empty: no data, not a kernel input
+                    continue
+                vt = value_type(meta)
                 if i in frozen:
                     value = frozen[i].detach().to(torch.float64 if vt.dtype == "f64" else frozen[i].dtype)
                     if value.dtype == torch.bool:
