@@ -56,3 +56,18 @@ def test_switch_off() -> None:
     f = pbsdk.jit(lambda a: ops.softmax(a), options={"fuse_rows": False})
     assert "__pbsdk_rows" not in _ir(f, x)
     assert_close(f(x), ref.softmax(x), op="softmax", reduction_size=512)
+
+
+def test_a_reduction_read_through_a_reshape_is_not_fused_with_its_writer() -> None:
+    """A reduction over non-trailing axes that is a kernel output and is read, reshaped, by the next op: the
+    reshape is a view of the buffer the run writes, so the two cannot run row by row together."""
+    x = RNG.standard_normal((5, 5, 5)).astype(np.float32)
+
+    def fn(a):  # type: ignore[no-untyped-def]
+        m = ops.mean(a, (0, 2))
+        return ops.sub(a, ops.reshape(m, (1, 5, 1))), m
+
+    got, mean = pbsdk.jit(fn, options={"cache": False})(x)
+    want = x.astype(np.float64).mean((0, 2)).astype(np.float32)
+    assert_close(mean, want, op="mean", reduction_size=25)
+    assert_close(got, (x - want.reshape(1, 5, 1)).astype(np.float32), op="mean", reduction_size=25)

@@ -77,6 +77,18 @@ def _row_operands(op: ir.Operation, rows: int) -> tuple[list[int], list[int]] | 
     return row_idx, other
 
 
+#: Ops whose result is a view of their first operand's buffer.
+_VIEWS = ("memref.expand_shape", "memref.collapse_shape", "memref.cast", "memref.subview",
+          "memref.reinterpret_cast", "memref.transpose")
+
+
+def _root(v: ir.Value) -> ir.Value:
+    """The buffer ``v`` is a view of (``v`` itself when it is not a view)."""
+    while not isinstance(v.owner, ir.Block) and v.owner.name in _VIEWS:
+        v = v.owner.operands[0]
+    return v
+
+
 def _num_inputs(op: ir.Operation) -> int:
     seg = op.attributes["operandSegmentSizes"]
     return int(ir.DenseI32ArrayAttr(seg)[0])
@@ -149,9 +161,10 @@ class FuseRows:
             ops_vals = list(op.operands)
             outs = [ops_vals[i] for i in row_idx if i >= len(ops_vals) - (1 if op.name != "linalg.generic" else
                                                                           len(ops_vals) - _num_inputs(op))]
-            # A whole-buffer operand must not be written in the run, and a row operand must not be read whole.
-            if any(any(ops_vals[i] == w for w in written) for i in other) or \
-               any(any(v == x for x in others) for v in outs):
+            # A whole-buffer operand must not be written in the run, and a row operand must not be read whole
+            # (compared by the buffer under any views: a reshape of a written buffer is that buffer).
+            if any(any(_root(ops_vals[i]) == _root(w) for w in written) for i in other) or \
+               any(any(_root(v) == _root(x) for x in others) for v in outs):
                 flush()
                 split = _row_operands(op, r)
                 if split is None:

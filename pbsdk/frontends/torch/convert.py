@@ -539,11 +539,8 @@ def _batch_norm_training(cx: Context, x: Any, w: Any, b: Any, *args: Any) -> tup
         raise UnsupportedError("_native_batch_norm_legit without training uses the no_training overload")
     (x, w, b) = _in(cx, _tensor(x, "batch_norm's input"), w, b)
     axes = tuple(a for a in range(x.ndim) if a != 1)
-    # The output normalises with statistics of its own and the saved ones are separate reductions: the
-    # core's row fusion mis-compiles a reduction over non-trailing axes that is both a kernel output and
-    # broadcast into another op (a known core bug, not fixed here).
-    out = ops.batch_norm(x, None, None, w, b, eps=eps)
     mean, var, rstd = _stats(x, axes, eps)
+    out = ops.batch_norm(x, mean, var, w, b, eps=eps)  # one set of statistics, also the saved outputs
     if running[0] is None:
         return out, mean, rstd
     n = math.prod(x.shape[a] for a in axes)
