@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.errors import PbsdkError, UnsupportedError
-from pbsdk.core.ir.graph import FLOAT_DTYPES, NUMPY_TO_DTYPE, TensorType, Value
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, FLOAT_DTYPES, INLINE_LIMIT, NUMPY_TO_DTYPE, TensorType, Value
 from pbsdk.frontends.tracing import Tensor, current_graph
 
 __all__ = [
@@ -116,7 +116,12 @@ def _const(value: Any, dtype: str) -> Tensor:
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
     if any(d == 0 for d in array.shape):
         raise PbsdkError(f"constant of shape {array.shape} has an empty dimension")
-    return _add("const", [], array.shape, dtype, value=array.astype(np.float64))
+    # A snapshot: later changes to ``value`` do not reach the kernel. Small constants are held in float64
+    # (folding reads them), large ones (frozen weights) in the graph's dtype, not widened.
+    wide = array.size <= INLINE_LIMIT or dtype not in DTYPE_TO_NUMPY
+    held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C", copy=True)
+    held.flags.writeable = False
+    return _add("const", [], array.shape, dtype, value=held)
 
 
 def _operands(*xs: Any) -> list[Tensor]:

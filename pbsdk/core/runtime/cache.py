@@ -1,6 +1,7 @@
 """The on-disk compilation cache: final `Artifact`s keyed by everything that determines them.
 
-A key is the sha256 of: the input MLIR text, the ChipSpec's canonical JSON, the target's name and class
+A key is the sha256 of: the input MLIR text, a blake2b digest of each constant operand's bytes (with its
+shape and dtype; the bytes are hashed, never printed), the ChipSpec's canonical JSON, the target's name and class
 (qualified name plus a hash of its module's source), the parsed options (`Options.cache_key`: every
 field, the target's too, without ``cache``), pbsdk's
 version and a hash of its own sources (an editable install changes code without changing the version),
@@ -9,8 +10,14 @@ artifact (the LLVM JIT on cpu) remains.
 
 One entry is one file ``<key>.pbsdk-artifact``::
 
-    PBSDKCACHE 1 <sha256 of body> <body length>\\n
-    <body> = <JSON: kind, entry, inputs, outputs, metadata, payload type>\\n<payload bytes>
+    PBSDKCACHE 2 <sha256 of body> <body length>\\n
+    <body> = <JSON: kind, entry, inputs, outputs, metadata, payload type, constants>\\n<payload bytes>
+    <constant 0's bytes>, <constant 1's bytes>, ...   (each at a 64-byte aligned file offset)
+
+The constants (`Artifact.constants`, frozen weights) are stored as their raw bytes after the body, each
+described in the JSON by shape, dtype, file offset, size and blake2b digest. A hit maps the file
+(copy-on-write) and returns the constants as read-only arrays over the mapping, verified against their
+digests: no parsing, no copy into the process's own memory.
 
 Writes go to a temporary file in the cache directory, are flushed and ``os.replace``-d into place, so a
 reader sees a whole entry or none, and processes compiling the same kernel at once are safe (last writer
@@ -29,6 +36,7 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
+import mmap
 import os
 import sys
 import tempfile
@@ -37,15 +45,18 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from pbsdk.core.target import Artifact
 
 if TYPE_CHECKING:
     from pbsdk.core.compiler import CompileRequest
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _MAGIC = b"PBSDKCACHE"
 _SUFFIX = ".pbsdk-artifact"
 _MAX_HEADER = 256
+_ALIGN = 64
 
 
 class CacheWarning(UserWarning):
@@ -102,14 +113,22 @@ def _target_fingerprint(cls: type) -> str:
     return _source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", compute)
 
 
-def cache_key(text: str, request: CompileRequest) -> str:
-    """The hex sha256 naming the artifact that compiling ``text`` under ``request`` produces."""
+def constant_digest(array: np.ndarray) -> str:
+    """A hex blake2b digest of a C-order array's bytes (read in place, never converted to text)."""
+    data = np.ascontiguousarray(array)
+    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=20).hexdigest()
+
+
+def cache_key(text: str, request: CompileRequest, constants: tuple[np.ndarray, ...] = ()) -> str:
+    """The hex sha256 naming the artifact that compiling ``text`` (with the entry's ``constants``) under
+    ``request`` produces."""
     import pbsdk
 
     cls = type(request.target)
     parts = {
         "format": FORMAT_VERSION,
         "text": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+        "constants": [[list(c.shape), c.dtype.str, constant_digest(c)] for c in constants],
         "spec": request.spec.model_dump_json(),
         "target": request.target.name,
         "target_class": f"{cls.__module__}.{cls.__qualname__}",
@@ -134,26 +153,58 @@ def _tupled(sig: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
     return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in sig)
 
 
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
 def encode(artifact: Artifact) -> bytes | None:
     """The entry's bytes, or None if the artifact cannot be stored (metadata that JSON cannot hold)."""
+    pieces = encode_pieces(artifact)
+    return None if pieces is None else b"".join(pieces)
+
+
+def encode_pieces(artifact: Artifact) -> list[bytes | memoryview] | None:
+    """The entry's bytes as pieces to write in order (the constants' own memory, not copies of it), or
+    None if the artifact cannot be stored."""
     payload = artifact.payload
     is_bytes = isinstance(payload, (bytes, bytearray))
+    data = payload if isinstance(payload, bytes) else payload.encode("utf-8", "surrogatepass")
+    arrays = [np.ascontiguousarray(c) for c in artifact.constants]
     try:
-        meta = json.dumps({
+        described = [{"shape": list(a.shape), "dtype": a.dtype.str, "size": a.nbytes,
+                      "blake2b": constant_digest(a)} for a in arrays]
+        meta = {
             "kind": artifact.kind, "entry": artifact.entry,
             "inputs": [[list(s), d] for s, d in artifact.inputs],
             "outputs": [[list(s), d] for s, d in artifact.outputs],
             "metadata": dict(artifact.metadata), "payload": "bytes" if is_bytes else "str",
-        }, sort_keys=True, allow_nan=False)
+            "constants": described,
+        }
+        # The constants' offsets depend on the body's length, which depends on the offsets' digits: lay
+        # them out after a body long enough for any offset (padding the JSON), then fill them in.
+        body_len = len(json.dumps(meta, sort_keys=True, allow_nan=False)) + 1 + len(data) + 32 * len(arrays) + 96
+        offset = _aligned(body_len + _MAX_HEADER)
+        for d, a in zip(described, arrays):
+            d["offset"] = offset
+            offset = _aligned(offset + a.nbytes)
+        text = json.dumps(meta, sort_keys=True, allow_nan=False).encode()
     except (TypeError, ValueError):
         return None
-    data = payload if isinstance(payload, bytes) else payload.encode("utf-8", "surrogatepass")
-    body = meta.encode() + b"\n" + data
+    body = text + b"\n" + data
     header = b"%s %d %s %d\n" % (_MAGIC, FORMAT_VERSION, hashlib.sha256(body).hexdigest().encode(), len(body))
-    return header + body
+    pieces: list[bytes | memoryview] = [header, body]
+    position = len(header) + len(body)
+    for d, a in zip(described, arrays):
+        if position > d["offset"]:
+            return None  # cannot happen with the margin above; never write a wrong layout
+        pieces.append(b"\0" * (d["offset"] - position))
+        pieces.append(memoryview(a).cast("B"))
+        position = d["offset"] + a.nbytes
+    return pieces
 
 
-def decode(blob: bytes) -> Artifact:
+def decode(blob: bytes | mmap.mmap) -> Artifact:
+    """The artifact in an entry's bytes (its constants: read-only arrays over ``blob``'s memory)."""
     end = blob.find(b"\n", 0, _MAX_HEADER)
     if end < 0:
         raise _Corrupt("no header")
@@ -166,7 +217,7 @@ def decode(blob: bytes) -> Artifact:
         raise _Corrupt("bad header") from None
     if version != FORMAT_VERSION:
         raise _Corrupt(f"format version {version}, expected {FORMAT_VERSION}")
-    body = blob[end + 1:]
+    body = blob[end + 1:end + 1 + length]
     if len(body) != length:
         raise _Corrupt(f"truncated: body is {len(body)} bytes, header says {length}")
     if hashlib.sha256(body).hexdigest() != digest:
@@ -176,9 +227,20 @@ def decode(blob: bytes) -> Artifact:
         meta = json.loads(body[:split])
         data = body[split + 1:]
         payload: str | bytes = data if meta["payload"] == "bytes" else data.decode("utf-8", "surrogatepass")
+        constants = []
+        view = memoryview(blob)
+        for d in meta["constants"]:
+            lo, size = int(d["offset"]), int(d["size"])
+            if lo + size > len(blob):
+                raise _Corrupt(f"truncated: a constant ends past the file ({lo + size} > {len(blob)} bytes)")
+            array = np.frombuffer(view[lo:lo + size], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+            if constant_digest(array) != d["blake2b"]:
+                raise _Corrupt("a constant fails its checksum")
+            array.flags.writeable = False
+            constants.append(array)
         return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
                         inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
-                        metadata=dict(meta["metadata"]))
+                        metadata=dict(meta["metadata"]), constants=tuple(constants))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise _Corrupt(f"unparseable body: {exc}") from None
 
@@ -211,7 +273,7 @@ class CompileCache:
     def get(self, key: str) -> Artifact | None:
         path = self.path(key)
         try:
-            blob = path.read_bytes()
+            blob = _map(path)
         except (FileNotFoundError, NotADirectoryError):
             self.stats.misses += 1
             return None
@@ -237,7 +299,7 @@ class CompileCache:
     def put(self, key: str, artifact: Artifact) -> bool:
         """Store ``artifact`` atomically. Returns False (and stores nothing) when it cannot be stored."""
         path = self.path(key)
-        blob = encode(artifact)
+        blob = encode_pieces(artifact)
         if blob is None:
             return False
         tmp = None
@@ -245,7 +307,8 @@ class CompileCache:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.dir)
             with os.fdopen(fd, "wb") as f:
-                f.write(blob)
+                for piece in blob:
+                    f.write(piece)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, path)
@@ -296,6 +359,16 @@ class CompileCache:
         except OSError:
             pass
         return removed
+
+
+def _map(path: Path) -> mmap.mmap | bytes:
+    """The file's bytes, mapped copy-on-write (its constants are then read straight from the page cache;
+    nothing is ever written back); an empty file as ``b""``."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
 
 
 def _off(value: str | None) -> bool:

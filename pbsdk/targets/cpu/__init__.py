@@ -55,7 +55,8 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
     with module.context:
         text = str(llvm_dialect.translate_module_to_llvmir(module.operation))
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
-                    outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", [])})
+                    outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", [])},
+                    constants=ctx.constants)
 
 
 _llvm_lock = threading.Lock()
@@ -145,6 +146,25 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = ()) 
     return engine, address, addresses
 
 
+class EntryCall:
+    """The JIT-compiled entry of ``artifact`` at ``address`` as a call on the addresses of its inputs then
+    its outputs: the constants' addresses (`Artifact.constants`, held here) are bound in between."""
+
+    def __init__(self, artifact: Artifact, address: int) -> None:
+        self._constants = tuple(np.asarray(c) for c in artifact.constants)  # keeps their memory alive
+        self._bound = tuple(c.ctypes.data for c in self._constants)
+        self._n_inputs = len(artifact.inputs)
+        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs)
+        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
+
+    def __call__(self, pointers: Sequence[int]) -> None:
+        if self._bound:
+            n = self._n_inputs
+            self._fn(*pointers[:n], *self._bound, *pointers[n:])
+        else:
+            self._fn(*pointers)
+
+
 class CpuExecutable(Executable):
     """A JIT-compiled kernel in this process. Owns its engine; the code is freed with the object."""
 
@@ -155,15 +175,14 @@ class CpuExecutable(Executable):
         if forks:
             mod.link_in(parse_llvm_ir(fork_glue(forks, threaded=_openmp_available()), "the parallel glue"))
         self._engine, address, _ = jit_in_process(mod, tm, artifact.entry)
-        n_args = len(artifact.inputs) + len(artifact.outputs)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
+        self._fn = EntryCall(artifact, address)
         self.optimized_ir = str(mod)
 
     def run(self, buffers: Sequence[np.ndarray]) -> None:
-        self._fn(*[b.ctypes.data for b in buffers])
+        self._fn([b.ctypes.data for b in buffers])
 
     def run_pointers(self, pointers: Sequence[int]) -> None:  # type: ignore[override]
-        self._fn(*pointers)
+        self._fn(pointers)
 
 
 class CpuTarget(Target):

@@ -401,7 +401,8 @@ def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
     payload = getattr(hooks, "final_emission", default_hooks.final_emission)(module, ctx.spec)
     return Artifact(kind="llvm-ir", payload=payload, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"],
-                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx)})
+                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx)},
+                    constants=ctx.constants)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -416,7 +417,7 @@ class TemplateExecutable(Executable):
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
         # The emulation runs on the host: the cpu target's JIT, for the host's own CPU (the spec is the
         # emulated chip's).
-        from pbsdk.targets.cpu import _llvm, jit_in_process, parse_llvm_ir
+        from pbsdk.targets.cpu import EntryCall, _llvm, jit_in_process, parse_llvm_ir
 
         llvm = _llvm()
         self.names: list[str] = list(artifact.metadata.get("counters", []))
@@ -430,8 +431,7 @@ class TemplateExecutable(Executable):
                                                           [COUNTERS_GLOBAL] if self.names else [])
         counters = globals_[0] if globals_ else 0
         self._counters = (ctypes.c_int64 * MAX_COUNTERS).from_address(counters) if counters else None
-        n_args = len(artifact.inputs) + len(artifact.outputs)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
+        self._fn = EntryCall(artifact, address)
         self._run_lock = threading.Lock()  # the counters are per kernel, so runs of one kernel serialise
 
     def run(self, buffers: Sequence[np.ndarray]) -> None:
@@ -441,6 +441,6 @@ class TemplateExecutable(Executable):
         with self._run_lock:
             if self._counters is not None:
                 ctypes.memset(self._counters, 0, ctypes.sizeof(self._counters))
-            self._fn(*pointers)
+            self._fn(pointers)
             if self._counters is not None:
                 self.last_counters = {n: int(self._counters[i]) for i, n in enumerate(self.names)}
