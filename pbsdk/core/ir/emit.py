@@ -113,7 +113,13 @@ class _Emitter:
 
     # -- helpers --------------------------------------------------------------------------------------
     def value(self, v: Value) -> ir.Value:
-        return self.values[v.id]
+        found = self.values.get(v.id)
+        if found is None:
+            # A constant is built where it is first used (`op_const`): one only read transposed (a
+            # frozen nn.Linear weight, `row_major`) is then never an operand in its original layout.
+            node = self.producers[v.id]
+            found = self.values[v.id] = self.constant(np.asarray(node.attrs["value"]), v.type, v.id)
+        return found
 
     def empty(self, t: TensorType) -> ir.Value:
         return tensor.EmptyOp(list(t.shape), element_type(t.dtype)).result
@@ -202,7 +208,7 @@ class _Emitter:
                                                              out.result, restrict=True, writable=True).result
 
     def op_const(self, node: Node) -> None:
-        self.values[node.out.id] = self.constant(np.asarray(node.attrs["value"]), node.out.type, node.out.id)
+        """Nothing here: `value` builds a constant at its first use."""
 
     def op_elementwise(self, node: Node) -> None:
         out = node.out
