@@ -156,3 +156,28 @@ def test_constants_that_do_not_match_the_entry_are_refused() -> None:
         compile_text(program.text, request)
     with pytest.raises(CompileError, match="constant 0 is a f64 array"):
         compile_text(program.text, request, constants=(W.astype(np.float64),))
+
+
+@pytest.mark.parametrize("target", ["cpu", "template"])
+def test_a_second_load_maps_the_cached_machine_code(target: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import pbsdk.targets.cpu as cpu
+
+    monkeypatch.setenv("PBSDK_CACHE_DIR", str(tmp_path))
+    graph, _ = trace(_layer(W), (TensorType((4, K), "f32"),))
+    program = emit_program(graph)
+    request = resolve(target, None, None)
+    artifact = compile_text(program.text, request, constants=program.constants)
+    request.target.load(artifact, request.spec)
+    assert len(list(tmp_path.glob("*.pbsdk-object"))) == 1
+
+    def no_llvm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("the object cache was not used")
+
+    monkeypatch.setattr(cpu, "jit_in_process", no_llvm)
+    executable = request.target.load(compile_text(program.text, request, constants=program.constants), request.spec)
+    out = np.empty((4, 256), np.float32)
+    executable.run([X, out])
+    assert_close(out, reference.relu(reference.add(reference.matmul(X, W), BIAS)), op="matmul", reduction_size=K)
+    if target == "template":  # the counters global resolves in the mapped object too
+        assert sum(executable.last_counters.values()) > 0  # type: ignore[attr-defined]

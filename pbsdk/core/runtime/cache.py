@@ -24,6 +24,10 @@ reader sees a whole entry or none, and processes compiling the same kernel at on
 wins; the entries are identical). An entry whose header, checksum or body does not parse is reported with
 a warning naming the file, deleted and rebuilt.
 
+The host JITs (cpu, template) keep the machine code they generate next to the entries, one file
+``<hash of the LLVM IR and the machine>.pbsdk-object`` (sha256 of the object, then its bytes), so a hit
+maps code instead of running LLVM's optimiser and back end again (`CompileCache.get_object`).
+
 Configuration: ``PBSDK_CACHE_DIR`` (default ``~/.cache/pbsdk``); ``PBSDK_CACHE=0`` or
 ``PBSDK_DISABLE_CACHE=1`` turn the cache off, as does ``options={"cache": False}`` for one compilation.
 ``PBSDK_DUMP_DIR`` also bypasses it (a dump needs the stages to run).
@@ -55,6 +59,7 @@ if TYPE_CHECKING:
 FORMAT_VERSION = 2
 _MAGIC = b"PBSDKCACHE"
 _SUFFIX = ".pbsdk-artifact"
+_OBJECT_SUFFIX = ".pbsdk-object"
 _MAX_HEADER = 256
 _ALIGN = 64
 
@@ -302,6 +307,35 @@ class CompileCache:
         blob = encode_pieces(artifact)
         if blob is None:
             return False
+        if not self._write(key, path, blob):
+            return False
+        self.stats.stores += 1
+        return True
+
+    def get_object(self, key: str) -> bytes | None:
+        """The machine code a host JIT stored under ``key`` (`put_object`), or None. A file whose checksum
+        fails is removed (and reported like a corrupt entry)."""
+        path = self.path(key).with_suffix(_OBJECT_SUFFIX)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        digest, obj = data[:32], data[32:]
+        if hashlib.sha256(obj).digest() != digest:
+            warnings.warn(f"pbsdk cache: corrupt object file {path}; removed, it will be rebuilt", CacheWarning,
+                          stacklevel=2)
+            try:
+                path.unlink()
+            except OSError:
+                pass
+            return None
+        return obj
+
+    def put_object(self, key: str, obj: bytes) -> bool:
+        """Store a host JIT's object file under ``key`` (a hash of its LLVM IR and machine), atomically."""
+        return self._write(key, self.path(key).with_suffix(_OBJECT_SUFFIX), [hashlib.sha256(obj).digest(), obj])
+
+    def _write(self, key: str, path: Path, blob: list[bytes | memoryview]) -> bool:
         tmp = None
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -314,7 +348,7 @@ class CompileCache:
             os.replace(tmp, path)
             tmp = None
         except OSError as exc:
-            warnings.warn(f"pbsdk cache: cannot write {path}: {exc}", CacheWarning, stacklevel=2)
+            warnings.warn(f"pbsdk cache: cannot write {path}: {exc}", CacheWarning, stacklevel=3)
             return False
         finally:
             if tmp is not None:
@@ -322,7 +356,6 @@ class CompileCache:
                     os.unlink(tmp)
                 except OSError:
                     pass
-        self.stats.stores += 1
         return True
 
     def _entries(self) -> list[Path]:
@@ -331,23 +364,35 @@ class CompileCache:
         except OSError:
             return []
 
+    def _objects(self) -> list[Path]:
+        try:
+            return [p for p in self.dir.iterdir() if p.name.endswith(_OBJECT_SUFFIX)]
+        except OSError:
+            return []
+
     def info(self) -> dict[str, Any]:
         entries = self._entries()
+        objects = self._objects()
         size = 0
-        for p in entries:
+        for p in entries + objects:
             try:
                 size += p.stat().st_size
             except OSError:
                 pass
-        return {"dir": str(self.dir), "entries": len(entries), "bytes": size}
+        return {"dir": str(self.dir), "entries": len(entries), "objects": len(objects), "bytes": size}
 
     def clear(self) -> int:
-        """Remove every entry (and stale temporary files); returns the number of entries removed."""
+        """Remove every entry, object file and stale temporary file; returns the number of entries removed."""
         removed = 0
         for p in self._entries():
             try:
                 p.unlink()
                 removed += 1
+            except OSError:
+                pass
+        for p in self._objects():
+            try:
+                p.unlink()
             except OSError:
                 pass
         try:
@@ -402,6 +447,10 @@ def get_cache() -> CompileCache | None:
 def cache_for(request: CompileRequest) -> CompileCache | None:
     """The cache to use for ``request``: None if disabled by the environment, by ``options["cache"]``
     being false, or because ``PBSDK_DUMP_DIR`` asks for every stage's output."""
-    if not request.options.cache or os.environ.get("PBSDK_DUMP_DIR"):
-        return None
-    return get_cache()
+    return get_cache() if caching(request.options) else None
+
+
+def caching(options: Any) -> bool:
+    """Whether a compilation with ``options`` may use the cache (``options.cache``, no ``PBSDK_DUMP_DIR``);
+    the environment may still disable it (`get_cache`)."""
+    return bool(options.cache) and not os.environ.get("PBSDK_DUMP_DIR")

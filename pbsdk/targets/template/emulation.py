@@ -398,10 +398,13 @@ def resources(ctx: StageContext) -> dict[str, Any]:
 
 
 def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
+    from pbsdk.core.runtime.cache import caching
+
     payload = getattr(hooks, "final_emission", default_hooks.final_emission)(module, ctx.spec)
     return Artifact(kind="llvm-ir", payload=payload, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"],
-                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx)},
+                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx),
+                              "object_cache": caching(ctx.options)},
                     constants=ctx.constants)
 
 
@@ -417,18 +420,15 @@ class TemplateExecutable(Executable):
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
         # The emulation runs on the host: the cpu target's JIT, for the host's own CPU (the spec is the
         # emulated chip's).
-        from pbsdk.targets.cpu import EntryCall, _llvm, jit_in_process, parse_llvm_ir
+        from pbsdk.targets.cpu import EntryCall, jit_cached
 
-        llvm = _llvm()
         self.names: list[str] = list(artifact.metadata.get("counters", []))
         self.resources: Mapping[str, Any] = artifact.metadata.get("resources", {})
         self.last_counters: dict[str, int] = {}
-        mod = parse_llvm_ir(artifact.payload)
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                          opt=3, codemodel="jitdefault")
-        self._engine, address, globals_ = jit_in_process(mod, tm, artifact.entry,
-                                                          [COUNTERS_GLOBAL] if self.names else [])
+        payload = artifact.payload if isinstance(artifact.payload, str) else artifact.payload.decode()
+        self._engine, address, globals_ = jit_cached([payload], None, artifact.entry,
+                                                      [COUNTERS_GLOBAL] if self.names else [],
+                                                      use_cache=bool(artifact.metadata.get("object_cache", True)))
         counters = globals_[0] if globals_ else 0
         self._counters = (ctypes.c_int64 * MAX_COUNTERS).from_address(counters) if counters else None
         self._fn = EntryCall(artifact, address)
