@@ -201,7 +201,7 @@ def _run(name: str, cache: str, pbsdk: str | None, timeout: float) -> dict[str, 
     root = pbsdk or str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", name], env=env, capture_output=True,
+        done = subprocess.run([sys.executable, __file__, "--child", name], check=False, env=env, capture_output=True,
                               text=True, timeout=timeout, cwd=root)
     except subprocess.TimeoutExpired:
         return {"model": name, "error": f"timed out after {timeout:.0f} s"}

@@ -110,7 +110,10 @@ def _wider(a: str, b: str) -> str:
     return a if order.index(a) >= order.index(b) else b
 
 
-def _const(value: Any, dtype: str) -> Tensor:
+def _const(value: Any, dtype: str, *, copy: bool = True) -> Tensor:
+    """A constant of ``value`` in ``dtype``. ``copy=False`` (a frontend whose arrays cannot change behind
+    the kernel's back, e.g. torch's frozen parameters, which it checks on every call) holds a large
+    ``value`` of the right dtype without copying it."""
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
@@ -119,8 +122,10 @@ def _const(value: Any, dtype: str) -> Tensor:
     # A snapshot: later changes to ``value`` do not reach the kernel. Small constants are held in float64
     # (folding reads them), large ones (frozen weights) in the graph's dtype, not widened.
     wide = array.size <= INLINE_LIMIT or dtype not in DTYPE_TO_NUMPY
-    held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C", copy=True)
-    held.flags.writeable = False
+    held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C", copy=copy or wide)
+    if held.flags.writeable:
+        held = held.view()
+        held.flags.writeable = False
     return _add("const", [], array.shape, dtype, value=held)
 
 

@@ -166,7 +166,7 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
         cache = cache_for(request)
         if cache is not None:
             key = cache_key(text, request, consts)
-            hit = cache.get(key)
+            hit = cache.get(key, consts)
             if hit is not None:
                 return hit
     context = ir.Context()

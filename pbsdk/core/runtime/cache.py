@@ -121,7 +121,7 @@ def _target_fingerprint(cls: type) -> str:
 def constant_digest(array: np.ndarray) -> str:
     """A hex blake2b digest of a C-order array's bytes (read in place, never converted to text)."""
     data = np.ascontiguousarray(array)
-    return hashlib.blake2b(memoryview(data).cast("B"), digest_size=20).hexdigest()
+    return hashlib.blake2b(data.data.cast("B"), digest_size=20).hexdigest()
 
 
 def cache_key(text: str, request: CompileRequest, constants: tuple[np.ndarray, ...] = ()) -> str:
@@ -203,13 +203,15 @@ def encode_pieces(artifact: Artifact) -> list[bytes | memoryview] | None:
         if position > d["offset"]:
             return None  # cannot happen with the margin above; never write a wrong layout
         pieces.append(b"\0" * (d["offset"] - position))
-        pieces.append(memoryview(a).cast("B"))
+        pieces.append(a.data.cast("B"))
         position = d["offset"] + a.nbytes
     return pieces
 
 
-def decode(blob: bytes | mmap.mmap) -> Artifact:
-    """The artifact in an entry's bytes (its constants: read-only arrays over ``blob``'s memory)."""
+def decode(blob: bytes | mmap.mmap, constants: tuple[np.ndarray, ...] | None = None) -> Artifact:
+    """The artifact in an entry's bytes. Its constants: ``constants`` when the caller has them (the key
+    it looked up hashes their bytes, so the stored ones are equal: they are neither read nor checked),
+    else read-only arrays over ``blob``'s memory, checked against their digests."""
     end = blob.find(b"\n", 0, _MAX_HEADER)
     if end < 0:
         raise _Corrupt("no header")
@@ -232,7 +234,17 @@ def decode(blob: bytes | mmap.mmap) -> Artifact:
         meta = json.loads(body[:split])
         data = body[split + 1:]
         payload: str | bytes = data if meta["payload"] == "bytes" else data.decode("utf-8", "surrogatepass")
-        constants = []
+        if constants is not None:
+            described = [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in meta["constants"]]
+            if described != [(c.shape, c.dtype) for c in constants]:
+                raise _Corrupt("the stored constants' shapes or dtypes differ from the ones looked up")
+            end = max((int(d["offset"]) + int(d["size"]) for d in meta["constants"]), default=0)
+            if end > len(blob):
+                raise _Corrupt(f"truncated: the constants end at byte {end}, the file has {len(blob)}")
+            return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
+                            inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
+                            metadata=dict(meta["metadata"]), constants=constants)
+        loaded = []
         view = memoryview(blob)
         for d in meta["constants"]:
             lo, size = int(d["offset"]), int(d["size"])
@@ -242,10 +254,10 @@ def decode(blob: bytes | mmap.mmap) -> Artifact:
             if constant_digest(array) != d["blake2b"]:
                 raise _Corrupt("a constant fails its checksum")
             array.flags.writeable = False
-            constants.append(array)
+            loaded.append(array)
         return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
                         inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
-                        metadata=dict(meta["metadata"]), constants=tuple(constants))
+                        metadata=dict(meta["metadata"]), constants=tuple(loaded))
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise _Corrupt(f"unparseable body: {exc}") from None
 
@@ -275,7 +287,9 @@ class CompileCache:
             raise ValueError(f"not a cache key: {key!r}")
         return self.dir / f"{key}{_SUFFIX}"
 
-    def get(self, key: str) -> Artifact | None:
+    def get(self, key: str, constants: tuple[np.ndarray, ...] | None = None) -> Artifact | None:
+        """The artifact stored under ``key``, or None. ``constants``: the ones whose digests the key was
+        made from (`cache_key`), returned in the artifact instead of reading the stored copies."""
         path = self.path(key)
         try:
             blob = _map(path)
@@ -287,7 +301,7 @@ class CompileCache:
             self.stats.misses += 1
             return None
         try:
-            artifact = decode(blob)
+            artifact = decode(blob, constants)
         except _Corrupt as exc:
             self.stats.corrupt += 1
             self.stats.misses += 1

@@ -71,8 +71,8 @@ class Context:
             raise UnsupportedError(f"result dtype {val.dtype} is not supported")
         return dt
 
-    def const(self, array: np.ndarray, dtype: str) -> Tensor:
-        t = ops._const(array, dtype)
+    def const(self, array: np.ndarray, dtype: str, *, copy: bool = True) -> Tensor:
+        t = ops._const(array, dtype, copy=copy)
         self.consts[t.value.id] = np.asarray(array)
         return t
 

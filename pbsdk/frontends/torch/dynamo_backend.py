@@ -274,7 +274,9 @@ def lower_partition(sub: torch.fx.GraphModule,
                     value = frozen[i].detach().to(torch.float64 if vt.dtype == "f64" else frozen[i].dtype)
                     if value.dtype == torch.bool:
                         value = value.to(torch.float32)
-                    env[node] = cx.const(value.numpy(), vt.dtype)
+                    # Not copied: the partition checks these tensors on every call and recompiles
+                    # if one changed, so the kernel may read the parameters' own memory.
+                    env[node] = cx.const(value.numpy(), vt.dtype, copy=False)
                 else:
                     env[node] = Tensor(graph.add("input", [], vt), graph)
                     inputs.append(i)
