@@ -19,6 +19,7 @@ import numpy as np
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.options import Options
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
+from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.pipeline import Stage, StageContext
@@ -273,7 +274,7 @@ class CpuTarget(Target):
 
     def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
         """The stages that decide how the host runs the kernels: the fused attention kernels, packed matmul
-        kernels, row fusion, the fork onto the cores."""
+        kernels, row fusion, one copy of each repeated kernel, the fork onto the cores."""
         return (
             Stage("attention", fn=AttentionKernels().apply,
                   description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
@@ -281,6 +282,8 @@ class CpuTarget(Target):
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
+            Stage("dedupe-functions", fn=DedupeFunctions().apply,
+                  description="kernels of repeated layers (identical but for their names) built once"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
         )
