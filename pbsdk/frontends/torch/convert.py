@@ -465,7 +465,9 @@ def _layout(cx: Context, x: Any, fn: Callable[[np.ndarray], np.ndarray], traced:
     x = _tensor(x, "the input")
     value = cx.const_of(x)
     if value is not None and value.size == math.prod(x.shape):
-        return cx.const(np.ascontiguousarray(fn(value.reshape(x.shape))), x.dtype)
+        # A fresh array or a view of a frozen parameter (which the partition checks on every call): held
+        # without another copy.
+        return cx.const(np.ascontiguousarray(fn(value.reshape(x.shape))), x.dtype, copy=False)
     return traced(x)
 
 
