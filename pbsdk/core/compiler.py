@@ -159,13 +159,14 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     their bytes go to the artifact, never into IR. A full compilation goes through the on-disk cache
     (`pbsdk.core.runtime.cache`; the key hashes the constants' bytes): a hit skips every stage."""
     consts = tuple(constants)
-    cache = key = None
+    cache = key = digests = None
     if stop_after is None:
-        from pbsdk.core.runtime.cache import cache_for, cache_key
+        from pbsdk.core.runtime.cache import cache_for, cache_key, constant_digests
 
         cache = cache_for(request)
         if cache is not None:
-            key = cache_key(text, request, consts)
+            digests = constant_digests(consts)  # once: for the key, and for the stored entry
+            key = cache_key(text, request, consts, digests=digests)
             hit = cache.get(key, consts)
             if hit is not None:
                 return hit
@@ -179,5 +180,5 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
     if cache is not None and key is not None:
-        cache.put(key, result)
+        cache.put(key, result, digests if result.constants is ctx.constants else None)
     return result

@@ -73,3 +73,31 @@ func.func private @inner1(%x: memref<4xf32>) {
 }
 func.func private @ext0(memref<4xf32>)
 func.func private @ext1(memref<4xf32>)
+
+// -----
+
+// Fused attention declarations with one descriptor are one kernel; with another, or without one, not.
+// CHECK-LABEL: func.func @attn(
+// CHECK:         call @a0(
+// CHECK-NEXT:    call @a0(
+// CHECK-NEXT:    call @a2(
+// CHECK-NEXT:    call @x0(
+// CHECK-NEXT:    call @x1(
+// CHECK:       func.func private @a0(
+// CHECK-NOT:   func.func private @a1(
+// CHECK:       func.func private @a2(
+// CHECK:       func.func private @x0(
+// CHECK:       func.func private @x1(
+func.func @attn(%a: memref<4xf32>) {
+  call @a0(%a) : (memref<4xf32>) -> ()
+  call @a1(%a) : (memref<4xf32>) -> ()
+  call @a2(%a) : (memref<4xf32>) -> ()
+  call @x0(%a) : (memref<4xf32>) -> ()
+  call @x1(%a) : (memref<4xf32>) -> ()
+  return
+}
+func.func private @a0(memref<4xf32>) attributes {pbsdk.attention = "{\"d\": 1}"}
+func.func private @a1(memref<4xf32>) attributes {pbsdk.attention = "{\"d\": 1}"}
+func.func private @a2(memref<4xf32>) attributes {pbsdk.attention = "{\"d\": 2}"}
+func.func private @x0(memref<4xf32>)
+func.func private @x1(memref<4xf32>)

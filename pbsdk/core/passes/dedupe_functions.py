@@ -3,10 +3,13 @@
 A model repeats its layers: ResNet-50's 16 bottleneck blocks are 53 convolutions of about 20 distinct
 shapes, and GPT-2's 12 blocks are one block twelve times. With the weights passed as operands (never
 printed), the kernels the core isolates for repeated layers — ``@__pbsdk_contractionN`` with their
-epilogues — are identical but for their names, and each would otherwise be built, optimised and
-compiled to machine code again. Two private functions with a body are the same when their printed forms
-are equal with their own names blanked; every call of a duplicate then calls the first one, and the
-duplicate is erased. Repeated until nothing merges, so callers of merged functions merge in turn.
+epilogues, fused attention declarations ``@__pbsdk_attnN`` — are identical but for their names, and each
+would otherwise be built, optimised and compiled to machine code again. Two private functions are the
+same when their printed forms are equal with their own names blanked: functions with a body, and
+declarations that carry a ``pbsdk.attention`` descriptor (whose body the target builds from it alone;
+other declarations are distinct external symbols). Every call of a duplicate then calls the first one,
+and the duplicate is erased. Repeated until nothing merges, so callers of merged functions merge in turn.
+Run early (small functions print fast), it also saves the stages after it their work on duplicates.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import dataclasses
 from typing import Any
 
 from mlir import ir
+
+from pbsdk.core.ir import attributes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +37,9 @@ def _merge_once(module: ir.Module) -> bool:
     groups: dict[str, list[tuple[str, ir.Operation]]] = {}
     for op in module.body.operations:
         op = op.operation
-        if op.name != "func.func" or len(op.regions[0].blocks) == 0:
+        if op.name != "func.func":
+            continue
+        if len(op.regions[0].blocks) == 0 and not attributes.has(op, attributes.ATTENTION):
             continue
         if "sym_visibility" not in op.attributes or ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
             continue

@@ -273,17 +273,17 @@ class CpuTarget(Target):
         return self.scheduling_stages(spec, options) + lowering_stages(spec, options)
 
     def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
-        """The stages that decide how the host runs the kernels: the fused attention kernels, packed matmul
-        kernels, row fusion, one copy of each repeated kernel, the fork onto the cores."""
+        """The stages that decide how the host runs the kernels: one copy of each repeated kernel, the fused
+        attention kernels, packed matmul kernels, row fusion, the fork onto the cores."""
         return (
+            Stage("dedupe-functions", fn=DedupeFunctions().apply,
+                  description="kernels of repeated layers (identical but for their names) built once"),
             Stage("attention", fn=AttentionKernels().apply,
                   description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
-            Stage("dedupe-functions", fn=DedupeFunctions().apply,
-                  description="kernels of repeated layers (identical but for their names) built once"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
         )
