@@ -51,7 +51,8 @@ class Artifact:
     inputs: tuple[tuple[tuple[int, ...], str], ...]
     outputs: tuple[tuple[tuple[int, ...], str], ...]
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    constants: tuple[Any, ...] = ()
+    #: Not compared by ``==`` (numpy arrays have no truth value); the cache key hashes their bytes.
+    constants: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
 
 
 class Executable(abc.ABC):
