@@ -8,7 +8,7 @@ several threads), the ChipSpec's canonical JSON, the target's name and class
 field, the target's too, without ``cache``), pbsdk's
 version and a hash of its own sources (an editable install changes code without changing the version),
 the MLIR bindings' version and llvmlite's version. A hit skips the whole MLIR pipeline; only loading the
-artifact (the LLVM JIT on cpu) remains.
+artifact remains (on the host targets, mapping machine code the JIT stored: see below).
 
 One entry is one file ``<key>.pbsdk-artifact``::
 
@@ -17,9 +17,10 @@ One entry is one file ``<key>.pbsdk-artifact``::
     <constant 0's bytes>, <constant 1's bytes>, ...   (each at a 64-byte aligned file offset)
 
 The constants (`Artifact.constants`, frozen weights) are stored as their raw bytes after the body, each
-described in the JSON by shape, dtype, file offset, size and sha256 digest. A hit maps the file
-(copy-on-write) and returns the constants as read-only arrays over the mapping, verified against their
-digests: no parsing, no copy into the process's own memory.
+described in the JSON by shape, dtype, file offset, size and sha256 digest. A compilation's hit keeps
+the caller's own constants (the key hashed exactly those bytes), so the stored copy is not even read;
+`CompileCache.get` without them maps the file (copy-on-write) and returns the constants as read-only
+arrays over the mapping, verified against their digests: no parsing, no copy into the process's memory.
 
 Writes go to a temporary file in the cache directory, are flushed and ``os.replace``-d into place, so a
 reader sees a whole entry or none, and processes compiling the same kernel at once are safe (last writer
