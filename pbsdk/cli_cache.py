@@ -22,6 +22,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             print(f"dir      {info['dir']}")
             print(f"enabled  {'yes' if enabled else 'no (PBSDK_CACHE=0 or PBSDK_DISABLE_CACHE=1)'}")
             print(f"entries  {info['entries']}")
+            print(f"objects  {info['objects']} (host JIT machine code)")
             print(f"bytes    {info['bytes']}")
         return 0
     if args.cache_cmd == "clear":

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.errors import PbsdkError, UnsupportedError
-from pbsdk.core.ir.graph import FLOAT_DTYPES, NUMPY_TO_DTYPE, TensorType, Value
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, FLOAT_DTYPES, INLINE_LIMIT, NUMPY_TO_DTYPE, TensorType, Value
 from pbsdk.frontends.tracing import Tensor, current_graph
 
 __all__ = [
@@ -175,13 +175,23 @@ def _wider(a: str, b: str) -> str:
     return a if order.index(a) >= order.index(b) else b
 
 
-def _const(value: Any, dtype: str) -> Tensor:
+def _const(value: Any, dtype: str, *, copy: bool = True) -> Tensor:
+    """A constant of ``value`` in ``dtype``. ``copy=False`` (a frontend whose arrays cannot change behind
+    the kernel's back, e.g. torch's frozen parameters, which it checks on every call) holds a large
+    ``value`` of the right dtype without copying it."""
     array = np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
     if any(d == 0 for d in array.shape):
         raise PbsdkError(f"constant of shape {array.shape} has an empty dimension")
-    return _add("const", [], array.shape, dtype, value=array.astype(np.float64))
+    # A snapshot: later changes to ``value`` do not reach the kernel. Small constants are held in float64
+    # (folding reads them), large ones (frozen weights) in the graph's dtype, not widened.
+    wide = array.size <= INLINE_LIMIT or dtype not in DTYPE_TO_NUMPY
+    held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C", copy=copy or wide)
+    if held.flags.writeable:
+        held = held.view()
+        held.flags.writeable = False
+    return _add("const", [], array.shape, dtype, value=held)
 
 
 def _operands(*xs: Any) -> list[Tensor]:

@@ -7,9 +7,10 @@ The core's stages are target-independent; the target's follow. Every compilation
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from mlir import ir
 
 from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
@@ -64,13 +65,40 @@ def _read_signature(module: ir.Module, ctx: StageContext) -> None:
         return tuple(out)
 
     ctx.notes["entry"] = ir.StringAttr(func.attributes["sym_name"]).value
-    ctx.notes["inputs"] = describe(ftype.inputs, "argument")
+    arguments = describe(ftype.inputs, "argument")
+    n_inputs = _check_constants(func, arguments, ctx.constants)
+    ctx.notes["inputs"] = arguments[:n_inputs]
     ctx.notes["outputs"] = describe(ftype.results, "result")
     if not ctx.notes["outputs"]:
         raise UnsupportedError("the entry function returns nothing", op="func.func")
     for dtype in {d for _, d in ctx.notes["inputs"] + ctx.notes["outputs"]}:
         if hasattr(ctx.spec, "supports") and not ctx.spec.supports(dtype):
             raise UnsupportedError(f"dtype {dtype} is not supported by chip spec '{ctx.spec.name}'")
+
+
+def _check_constants(func: Any, arguments: tuple[tuple[tuple[int, ...], str], ...],
+                     constants: tuple[Any, ...]) -> int:
+    """How many of the entry's arguments are user inputs: those before its constant operands (arguments
+    marked ``pbsdk.constant = i``, which must be the last ones, one per constant in order, each of its
+    array's shape and dtype)."""
+    from pbsdk.core.ir import attributes
+    from pbsdk.core.ir.graph import NUMPY_TO_DTYPE
+
+    marks = [attributes.arg_i64(func, i, attributes.CONSTANT) for i in range(len(arguments))]
+    n_inputs = len(arguments) - len(constants)
+    expected = [None] * n_inputs + list(range(len(constants)))
+    if n_inputs < 0 or marks != expected:
+        raise CompileError(f"the entry function's constant operands ({attributes.CONSTANT} on arguments "
+                           f"{[i for i, m in enumerate(marks) if m is not None]}) do not match the "
+                           f"{len(constants)} constant(s) given: they must be its last arguments, "
+                           f"numbered 0, 1, ... in order", op="func.func")
+    for i, array in enumerate(constants):
+        shape, dtype = arguments[n_inputs + i]
+        got = (tuple(array.shape), NUMPY_TO_DTYPE.get(array.dtype.name, str(array.dtype)))
+        if got != (shape, dtype) or not array.flags.c_contiguous:
+            raise CompileError(f"constant {i} is a {got[1]} array of shape {got[0]}; its argument is "
+                               f"{shape} {dtype} (C order)", op="func.func")
+    return n_inputs
 
 
 #: The target-independent stages, in order. Targets append theirs.
@@ -123,19 +151,23 @@ def pipeline_for(request: CompileRequest) -> Pipeline:
     return Pipeline(CORE_STAGES + tuple(request.target.stages(request.spec, request.options)))
 
 
-def compile_text(text: str, request: CompileRequest, *, stop_after: str | None = None) -> Any:
+def compile_text(text: str, request: CompileRequest, *, stop_after: str | None = None,
+                 constants: Sequence[np.ndarray] = ()) -> Any:
     """Parse and compile MLIR text. Returns the final `Artifact`, or the IR after ``stop_after``.
 
-    A full compilation goes through the on-disk cache (`pbsdk.core.runtime.cache`): a hit skips every
-    stage."""
-    cache = key = None
+    ``constants`` are the arrays of the entry's ``pbsdk.constant`` arguments (`pbsdk.core.ir.emit.Program`):
+    their bytes go to the artifact, never into IR. A full compilation goes through the on-disk cache
+    (`pbsdk.core.runtime.cache`; the key hashes the constants' bytes): a hit skips every stage."""
+    consts = tuple(constants)
+    cache = key = digests = None
     if stop_after is None:
-        from pbsdk.core.runtime.cache import cache_for, cache_key
+        from pbsdk.core.runtime.cache import cache_for, cache_key, constant_digests
 
         cache = cache_for(request)
         if cache is not None:
-            key = cache_key(text, request)
-            hit = cache.get(key)
+            digests = constant_digests(consts)  # once: for the key, and for the stored entry
+            key = cache_key(text, request, consts, digests=digests)
+            hit = cache.get(key, consts)
             if hit is not None:
                 return hit
     context = ir.Context()
@@ -143,10 +175,10 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
         module = ir.Module.parse(text, context)
     except Exception as exc:
         raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from exc
-    ctx = StageContext(request.spec, request.options)
+    ctx = StageContext(request.spec, request.options, constants=consts)
     result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
     if cache is not None and key is not None:
-        cache.put(key, result)
+        cache.put(key, result, digests if result.constants is ctx.constants else None)
     return result

@@ -32,11 +32,14 @@ StageFn = Callable[[Any, "StageContext"], Any]
 
 @dataclasses.dataclass
 class StageContext:
-    """Mutable notes shared by the stages of one compilation."""
+    """Mutable notes shared by the stages of one compilation. ``constants``: the entry function's
+    constant operands (numpy arrays, by their ``pbsdk.constant`` index), handed to the driver next to
+    the module; the final stage puts them in its `Artifact` (or builds them into its payload)."""
 
     spec: Any
     options: Options = DEFAULT
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    constants: tuple[Any, ...] = ()
 
     def __post_init__(self) -> None:
         # A mapping of core option keys (tools, tests) is parsed; a target's keys need `Target.parse_options`.

@@ -37,6 +37,12 @@ class Artifact:
     ``payload`` is its text or bytes. ``entry`` is the symbol to call. ``inputs``/``outputs`` are the
     (shape, dtype-name) of each argument in call order: inputs first, then outputs (destination-passing
     style, static shapes, bare pointers).
+
+    ``constants`` are the entry's constant operands (frozen weights: C-order, read-only numpy arrays
+    of the argument's dtype), which the code reads through pointers rather than holding them in its
+    payload: the entry symbol takes ``inputs``, then ``constants``, then ``outputs``, and the loader binds
+    the constants once, so a caller passes inputs and outputs only. A target that builds them into its
+    payload instead (nvgpu's bundle) leaves this empty.
     """
 
     kind: str
@@ -45,6 +51,8 @@ class Artifact:
     inputs: tuple[tuple[tuple[int, ...], str], ...]
     outputs: tuple[tuple[tuple[int, ...], str], ...]
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    #: Not compared by ``==`` (numpy arrays have no truth value); the cache key hashes their bytes.
+    constants: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
 
 
 class Executable(abc.ABC):

@@ -11,7 +11,7 @@ import numpy as np
 
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import ArgumentError, PbsdkError
-from pbsdk.core.ir.emit import emit_graph
+from pbsdk.core.ir.emit import emit_graph, emit_program
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.core.runtime.kernel import Kernel
 from pbsdk.core.spec import ChipSpec
@@ -69,7 +69,9 @@ class JitFunction:
         return tuple(input_type(a, i) for i, a in enumerate(args))
 
     def lower(self, *args: Any) -> str:
-        """The MLIR (linalg on tensors) this function traces to for these arguments."""
+        """The MLIR (linalg on tensors) this function traces to for these arguments, self-contained: every
+        constant printed inline, so the text compiles alone (a compilation of the function itself passes
+        large constants as operands, `pbsdk.core.ir.emit.emit_program`)."""
         graph, _ = trace(self.fn, self._signature(args))
         return emit_graph(graph, spec=self.request.spec, options=self.request.options,
                           forms=self.request.target.attention_forms)
@@ -98,9 +100,9 @@ class JitFunction:
             found = self._kernels.get(sig)
             if found is None:
                 graph, multiple = trace(self.fn, sig)
-                artifact = compile_text(emit_graph(graph, spec=self.request.spec, options=self.request.options,
-                          forms=self.request.target.attention_forms),
-                                        self.request)
+                program = emit_program(graph, spec=self.request.spec, options=self.request.options,
+                                       forms=self.request.target.attention_forms)
+                artifact = compile_text(program.text, self.request, constants=program.constants)
                 executable = self.request.target.load(artifact, self.request.spec)
                 found = (Kernel(artifact, executable, name=self.fn.__name__), multiple)
                 self._kernels[sig] = found

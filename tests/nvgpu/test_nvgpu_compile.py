@@ -234,6 +234,25 @@ def test_constant_tensors_travel_in_the_artifact() -> None:
     used = {a["buffer"] for launch in header["launches"] for a in launch["args"]}
     assert header["buffers"].index(consts[0]) in used
 
+    # A large weight is a constant operand of the entry (never printed); the bundle carries its bytes
+    # as a 'const' blob, and the bundle's arguments are the input and the output alone.
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.core.ir.emit import emit_program
+
+    big = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    graph, _ = trace(lambda a: ops.add(a, big) * 2.0, (TensorType((64, 48), "f32"),))
+    program = emit_program(graph)
+    assert len(program.constants) == 1 and len(program.text) < 3000
+    art = compile_text(program.text, resolve("nvgpu", "nvidia/h100", {"cache": False, "ptxas": False}),
+                       constants=program.constants)
+    assert art.constants == () and art.inputs == (((64, 48), "f32"),)
+    header, blobs = read(art.payload)
+    assert [b["role"] for b in header["buffers"][:2]] == ["arg", "arg"]
+    consts = [b for b in header["buffers"] if b["role"] == "const"]
+    assert len(consts) == 1 and np.array_equal(np.frombuffer(blobs[consts[0]["blob"]], np.float32).reshape(64, 48), big)
+    used = {a["buffer"] for launch in header["launches"] for a in launch["args"]}
+    assert {0, 1, header["buffers"].index(consts[0])} <= used
+
     q = TensorType((1, 2, 17, 64), "f16")
     graph, _ = trace(lambda x, y, z: ops.attention(x, y, z, causal=True), (q, q, q))
     header, blobs = read(_compile(emit_graph(graph), "nvidia/h100", ptxas=False).payload)

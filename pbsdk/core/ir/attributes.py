@@ -74,6 +74,10 @@ C_TRANSPOSED = "pbsdk.c_transposed"
 KERNEL = "pbsdk.kernel"
 LAUNCH = "pbsdk.launch"
 SINGLE_THREAD = "pbsdk.single_thread"
+#: An argument of the entry function that is a constant operand, not a user input: the value is its
+#: index among the constants handed to the driver next to the module (`pbsdk.core.compiler.compile_text`),
+#: whose bytes never become IR (an argument attribute: `set_arg_i64`, `arg_i64`).
+CONSTANT = "pbsdk.constant"
 
 _DEFS = (
     AttributeDef(MATRIX_UNIT, "string", "one matrix-unit instruction of the named unit"),
@@ -93,6 +97,7 @@ _DEFS = (
     AttributeDef(KERNEL, "i64", "nvgpu: a kernel root's index"),
     AttributeDef(LAUNCH, "i64", "nvgpu: a launch's index"),
     AttributeDef(SINGLE_THREAD, "unit", "nvgpu: run by one thread"),
+    AttributeDef(CONSTANT, "i64", "an entry function argument that is constant operand i (argument attribute)"),
 )
 
 #: Every pbsdk attribute by name.
@@ -199,6 +204,40 @@ def i64(op: ir.Operation | ir.OpView, name: str) -> int | None:
     if name not in op.attributes:
         return None
     return ir.IntegerAttr(op.attributes[name]).value
+
+
+def set_arg_i64(fn: ir.Operation | ir.OpView, index: int, name: str, value: int, *,
+                also: dict[str, ir.Attribute] | None = None) -> None:
+    """Set i64 argument attribute ``name`` on argument ``index`` of function ``fn`` (with the other
+    attributes in ``also``, e.g. upstream ``bufferization.writable``), keeping its other attributes."""
+    _known(name, "i64")
+    with fn.context:
+        n = len(ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value).inputs)
+        old = ir.ArrayAttr(fn.attributes["arg_attrs"]) if "arg_attrs" in fn.attributes else None
+        dicts = []
+        for i in range(n):
+            entries = {} if old is None or i >= len(old) else _entries(ir.DictAttr(old[i]))
+            if i == index:
+                entries.update(also or {})
+                entries[name] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+            dicts.append(ir.DictAttr.get(entries))
+        fn.attributes["arg_attrs"] = ir.ArrayAttr.get(dicts)
+
+
+def arg_i64(fn: ir.Operation | ir.OpView, index: int, name: str) -> int | None:
+    """The i64 argument attribute ``name`` of argument ``index`` of ``fn``, or None when it is absent."""
+    _known(name, "i64")
+    if "arg_attrs" not in fn.attributes:
+        return None
+    dicts = ir.ArrayAttr(fn.attributes["arg_attrs"])
+    if index >= len(dicts):
+        return None
+    d = ir.DictAttr(dicts[index])
+    return ir.IntegerAttr(d[name]).value if name in d else None
+
+
+def _entries(d: ir.DictAttr) -> dict[str, ir.Attribute]:
+    return {d[i].name: d[i].attr for i in range(len(d))}
 
 
 def _known(name: str, kind: str) -> None:

@@ -6,12 +6,21 @@ named ops where they say the same thing: ``linalg.matmul``, ``linalg.batch_matmu
 so the rest of the pipeline — fusion, tiling, bufferization — is upstream MLIR working on upstream ops.
 Half-precision elementwise math is computed in f32 inside the op body and rounded once on the way out.
 
-`build_graph` returns the ``ir.Module``; `emit_graph` returns its text (what the frontends hand to
-`pbsdk.core.compiler.compile_text`).
+Constants: a graph constant of more than `INLINE_LIMIT` values that are not all equal (a frozen
+weight) never becomes IR. With a ``constants`` list (`build_graph`) or through `emit_program`, it becomes
+an argument of the entry function after the user inputs, marked ``pbsdk.constant = i`` (its index in the
+list) and ``bufferization.writable = false``, and its array goes to the list: the bytes travel next to the
+module to the driver, the cache and the loader, which binds them (`pbsdk.core.target.Artifact.constants`).
+Small and splat constants stay ``arith.constant``s, so folding still sees them. `emit_graph` (text for
+reading and for tools that take text alone) prints every constant inline.
+
+`build_graph` returns the ``ir.Module``; `emit_program` its text and constants (what the frontends hand
+to `pbsdk.core.compiler.compile_text`); `emit_graph` the text alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,7 +43,7 @@ from pbsdk.core.ir.builder import (
     reassociation,
     tensor_type,
 )
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, TensorType, Value
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
 from pbsdk.core.options import Options, as_options
 
 
@@ -49,12 +58,29 @@ def _broadcast_results(in_shape: tuple[int, ...], out_shape: tuple[int, ...],
     return [0 if d == 1 and out_shape[offset + i] != 1 else loops[offset + i] for i, d in enumerate(in_shape)]
 
 
+def constant_data(array: np.ndarray, t: TensorType) -> np.ndarray:
+    """``array`` as a read-only C-order array of ``t``'s shape and dtype; no copy when it already is."""
+    data = np.ascontiguousarray(np.asarray(array).astype(DTYPE_TO_NUMPY[t.dtype], copy=False).reshape(t.shape))
+    if data.flags.writeable:
+        data = data.view()
+        data.flags.writeable = False
+    return data
+
+
+def _external(array: np.ndarray, t: TensorType) -> bool:
+    """Whether a constant becomes an operand: large, of a dtype numpy holds, and not one repeated value."""
+    if array.size <= INLINE_LIMIT or t.dtype not in DTYPE_TO_NUMPY:
+        return False
+    flat = np.asarray(array).reshape(-1)
+    return not bool(np.all(flat == flat[0]))
+
+
 def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
     """A dense constant of ``array`` (any shape holding ``t.size`` values) converted to ``t``'s dtype: a
     splat when it holds one value."""
-    if array.size == 1:
+    if array.size == 1 or (array.size > INLINE_LIMIT and t.dtype in DTYPE_TO_NUMPY and not _external(array, t)):
         return ir.DenseElementsAttr.get_splat(tensor_type(t.shape, t.dtype),
-                                              ir.FloatAttr.get(element_type(t.dtype), float(array.reshape(()))))
+                                              ir.FloatAttr.get(element_type(t.dtype), float(array.reshape(-1)[0])))
     data = np.ascontiguousarray(array.astype(DTYPE_TO_NUMPY[t.dtype]).reshape(t.shape))
     return ir.DenseElementsAttr.get(data, type=element_type(t.dtype))
 
@@ -64,8 +90,12 @@ class _Emitter:
     effect): one op method per graph op, each building at the current insertion point and recording the
     ``ir.Value`` of its node's result."""
 
-    def __init__(self, graph: Graph, module: ir.Module, func_name: str, fused: Sequence[Any] = ()) -> None:
+    def __init__(self, graph: Graph, module: ir.Module, func_name: str, fused: Sequence[Any] = (),
+                 constants: list[np.ndarray] | None = None) -> None:
         self.graph = graph
+        # Large constants become entry arguments (`constant`) when a list collects their arrays.
+        self.constants = constants
+        self.constant_values: dict[Any, ir.Value] = {}
         ftype = ir.FunctionType.get([tensor_type(v.shape, v.dtype) for v in graph.inputs],
                                     [tensor_type(v.shape, v.dtype) for v in graph.outputs])
         with ir.InsertionPoint(module.body):
@@ -82,10 +112,33 @@ class _Emitter:
 
     # -- helpers --------------------------------------------------------------------------------------
     def value(self, v: Value) -> ir.Value:
-        return self.values[v.id]
+        found = self.values.get(v.id)
+        if found is None:
+            # A constant is built where it is first used (`op_const`): one only read transposed (a
+            # frozen nn.Linear weight, `row_major`) is then never an operand in its original layout.
+            node = self.producers[v.id]
+            found = self.values[v.id] = self.constant(np.asarray(node.attrs["value"]), v.type, v.id)
+        return found
 
     def empty(self, t: TensorType) -> ir.Value:
         return tensor.EmptyOp(list(t.shape), element_type(t.dtype)).result
+
+    def constant(self, array: np.ndarray, t: TensorType, key: Any) -> ir.Value:
+        """The constant ``array`` of type ``t`` (one value per ``key``): an ``arith.constant``, or, when it is
+        `_external` and constants are collected, a new entry argument marked ``pbsdk.constant``."""
+        found = self.constant_values.get(key)
+        if found is not None:
+            return found
+        if self.constants is not None and _external(array, t):
+            index = len(self.constants)
+            self.constants.append(constant_data(array, t))
+            value: ir.Value = self.entry.entry_block.add_argument(tensor_type(t.shape, t.dtype),
+                                                                   ir.Location.unknown())
+            self.constant_args.append(index)
+        else:
+            value = arith.ConstantOp(tensor_type(t.shape, t.dtype), _dense(np.asarray(array), t)).result
+        self.constant_values[key] = value
+        return value
 
     def filled(self, t: TensorType, value: float) -> ir.Value:
         init = self.empty(t)
@@ -106,6 +159,7 @@ class _Emitter:
         block = self.entry.add_entry_block()
         for v, arg in zip(g.inputs, block.arguments):
             self.values[v.id] = arg
+        self.constant_args: list[int] = []
         with ir.InsertionPoint(block):
             for node in g.live_nodes():
                 if node.out.id in self.fused:
@@ -113,6 +167,16 @@ class _Emitter:
                 elif node.op != "input" and node.out.id not in self.skipped:
                     getattr(self, "op_" + _method(node.op))(node)
             func.ReturnOp([self.value(v) for v in g.outputs])
+        if self.constant_args:
+            # The constant operands were appended to the block as they were met: the function takes them
+            # after the inputs, read-only (bufferization copies before writing into one).
+            results = ir.FunctionType(ir.TypeAttr(self.entry.attributes["function_type"]).value).results
+            self.entry.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get([a.type for a in block.arguments], list(results)))
+            n_inputs = len(g.inputs)
+            read_only = {"bufferization.writable": ir.BoolAttr.get(False)}
+            for i, index in enumerate(self.constant_args):
+                attributes.set_arg_i64(self.entry, n_inputs + i, attributes.CONSTANT, index, also=read_only)
 
     def op_attention(self, match: Any, plan: Any) -> None:
         """A fused attention: a call of ``@__pbsdk_attnN(Q, K, V[, M], O)`` on the operands' buffers.
@@ -143,9 +207,7 @@ class _Emitter:
                                                              out.result, restrict=True, writable=True).result
 
     def op_const(self, node: Node) -> None:
-        t = node.out.type
-        self.values[node.out.id] = arith.ConstantOp(tensor_type(t.shape, t.dtype),
-                                                    _dense(np.asarray(node.attrs["value"]), t)).result
+        """Nothing here: `value` builds a constant at its first use."""
 
     def op_elementwise(self, node: Node) -> None:
         out = node.out
@@ -248,7 +310,7 @@ class _Emitter:
         src = self.producers.get(v.id)
         if src is not None and src.op == "const" and np.asarray(src.attrs["value"]).shape == v.shape:
             value = np.swapaxes(np.asarray(src.attrs["value"]), -1, -2)
-            return arith.ConstantOp(tensor_type(shape, v.dtype), _dense(value, t)).result, t
+            return self.constant(value, t, (v.id, "transposed")), t
         perm = [*range(len(shape) - 2), len(shape) - 1, len(shape) - 2]
         return linalg.transpose(self.value(v), outs=[self.empty(t)], permutation=perm).results[0], t
 
@@ -627,9 +689,12 @@ def _fused_attention(graph: Graph, spec: Any, options: Options | Mapping[str, An
 
 def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
                 options: Options | Mapping[str, Any] | None = None, forms: Sequence[str] | None = None,
-                context: ir.Context | None = None) -> ir.Module:
+                context: ir.Context | None = None, constants: list[np.ndarray] | None = None) -> ir.Module:
     """The graph as a module holding one public ``func.func`` taking and returning static-shaped tensors,
     built in ``context`` (a new one by default).
+
+    With a ``constants`` list, large constants become entry arguments after the inputs (see the module's
+    docstring) and their arrays are appended to it; without one, every constant is inline.
 
     With a ``spec``, attention patterns the planner fuses (`pbsdk.core.ir.attention`,
     option ``fuse_attention``, default True) become one fused kernel each, in one of ``forms``
@@ -639,7 +704,7 @@ def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     fused = _fused_attention(graph, spec, options, forms)
     with context or ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
-        _Emitter(graph, module, func_name, fused).run()
+        _Emitter(graph, module, func_name, fused, constants).run()
         try:
             module.operation.verify()
         except ir.MLIRError as exc:
@@ -653,3 +718,24 @@ def emit_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     affine maps as ``#map`` aliases)."""
     module = build_graph(graph, func_name=func_name, spec=spec, options=options, forms=forms)
     return module.operation.get_asm(assume_verified=True)  # build_graph has verified it
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Program:
+    """An emitted graph: the module's text, whose entry takes the inputs then ``constants`` (the arrays
+    of its ``pbsdk.constant`` arguments, in order), which `pbsdk.core.compiler.compile_text` takes
+    next to it."""
+
+    text: str
+    constants: tuple[np.ndarray, ...] = ()
+
+
+def emit_program(graph: Graph, *, func_name: str = "main", spec: Any = None,
+                 options: Options | Mapping[str, Any] | None = None,
+                 forms: Sequence[str] | None = None) -> Program:
+    """The graph's module text with its large constants as operands (`build_graph` with a list), so the
+    text stays small whatever the weights weigh."""
+    constants: list[np.ndarray] = []
+    module = build_graph(graph, func_name=func_name, spec=spec, options=options, forms=forms,
+                         constants=constants)
+    return Program(module.operation.get_asm(assume_verified=True), tuple(constants))

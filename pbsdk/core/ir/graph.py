@@ -33,6 +33,10 @@ COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", 
 #: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal.
 MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"})
 ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS
+#: A constant of more values than this is "large": the graph holds it in its own dtype (not widened to
+#: float64), and emission passes it to the kernel as an operand instead of printing it
+#: (`pbsdk.core.ir.emit`).
+INLINE_LIMIT = 1024
 
 
 @dataclasses.dataclass(frozen=True)

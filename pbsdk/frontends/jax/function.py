@@ -38,7 +38,7 @@ from jax.extend import core as jcore
 
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import PbsdkError, UnsupportedError
-from pbsdk.core.ir.emit import emit_graph
+from pbsdk.core.ir.emit import emit_graph, emit_program
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
 from pbsdk.core.runtime.kernel import Kernel
 from pbsdk.core.spec import ChipSpec
@@ -436,9 +436,9 @@ class Plan:
         graph.outputs = [env[r].value for r in kernel_outputs]
         if not kernel_outputs:
             raise UnsupportedError("the kernel would compute nothing that is used")
-        artifact = compile_text(emit_graph(graph, func_name=name, spec=request.spec, options=request.options,
-                                           forms=request.target.attention_forms),
-                                request)
+        emitted = emit_program(graph, func_name=name, spec=request.spec, options=request.options,
+                               forms=request.target.attention_forms)
+        artifact = compile_text(emitted.text, request, constants=emitted.constants)
         kernel = Kernel(artifact, request.target.load(artifact, request.spec), name=name)
         return KernelStage(kernel, graph, inputs, [env[r].dtype for r in inputs], kernel_outputs,
                            [program.avals[r] for r in kernel_outputs], aliases, len(run_steps))

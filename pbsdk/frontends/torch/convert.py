@@ -73,8 +73,8 @@ class Context:
             raise UnsupportedError(f"result dtype {val.dtype} is not supported")
         return dt
 
-    def const(self, array: np.ndarray, dtype: str) -> Tensor:
-        t = ops._const(array, dtype)
+    def const(self, array: np.ndarray, dtype: str, *, copy: bool = True) -> Tensor:
+        t = ops._const(array, dtype, copy=copy)
         self.consts[t.value.id] = np.asarray(array)
         return t
 
@@ -690,7 +690,9 @@ def _layout(cx: Context, x: Any, fn: Callable[[np.ndarray], np.ndarray], traced:
     x = _tensor(x, "the input")
     value = cx.const_of(x)
     if value is not None and value.size == math.prod(x.shape):
-        return cx.const(np.ascontiguousarray(fn(value.reshape(x.shape))), x.dtype)
+        # A fresh array or a view of a frozen parameter (which the partition checks on every call): held
+        # without another copy.
+        return cx.const(np.ascontiguousarray(fn(value.reshape(x.shape))), x.dtype, copy=False)
     return traced(x)
 
 

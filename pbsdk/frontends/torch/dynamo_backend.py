@@ -40,7 +40,7 @@ from torch.fx.passes.operator_support import OperatorSupportBase
 
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import PbsdkError
-from pbsdk.core.ir.emit import emit_graph
+from pbsdk.core.ir.emit import emit_program
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
 from pbsdk.core.runtime.kernel import Kernel
 from pbsdk.frontends.torch.convert import (
@@ -202,10 +202,11 @@ class CompiledPartition(torch.nn.Module):
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
         graph, inputs = lower_partition(self.sub, frozen)
-        text = emit_graph(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
-                          forms=self.request.target.attention_forms)
-        self.fused_attention = len(re.findall(r"func\.func private @__pbsdk_attn\d+\(", text))
-        artifact = compile_text(text, self.request)
+        program = emit_program(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
+                               forms=self.request.target.attention_forms)
+        del graph  # the constants' arrays live on in the program alone
+        self.fused_attention = len(re.findall(r"func\.func private @__pbsdk_attn\d+\(", program.text))
+        artifact = compile_text(program.text, self.request, constants=program.constants)
         executable = self.request.target.load(artifact, self.request.spec)
         return Kernel(artifact, executable, name=self.name), inputs
 
@@ -279,7 +280,9 @@ def lower_partition(sub: torch.fx.GraphModule,
                     value = frozen[i].detach().to(torch.float64 if vt.dtype == "f64" else frozen[i].dtype)
                     if value.dtype == torch.bool:
                         value = value.to(torch.float32)
-                    env[node] = cx.const(value.numpy(), vt.dtype)
+                    # Not copied: the partition checks these tensors on every call and recompiles
+                    # if one changed, so the kernel may read the parameters' own memory.
+                    env[node] = cx.const(value.numpy(), vt.dtype, copy=False)
                 else:
                     env[node] = Tensor(graph.add("input", [], vt), graph)
                     inputs.append(i)

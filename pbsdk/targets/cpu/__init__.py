@@ -19,6 +19,7 @@ import numpy as np
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.options import Options
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
+from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.pipeline import Stage, StageContext
@@ -51,11 +52,15 @@ def _check_llvm_only(module: Any) -> None:
 def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
     from mlir.dialects import llvm as llvm_dialect
 
+    from pbsdk.core.runtime.cache import caching
+
     _check_llvm_only(module)
     with module.context:
         text = str(llvm_dialect.translate_module_to_llvmir(module.operation))
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
-                    outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", [])})
+                    outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", []),
+                                                            "object_cache": caching(ctx.options)},
+                    constants=ctx.constants)
 
 
 _llvm_lock = threading.Lock()
@@ -74,15 +79,23 @@ def _llvm() -> Any:
     return llvm
 
 
-def target_machine(spec: ChipSpec) -> Any:
-    """An llvmlite TargetMachine for the spec's codegen triple/cpu/features (the host's when unset)."""
+def machine(spec: ChipSpec | None) -> tuple[str, str, str]:
+    """(triple, cpu, features) of the spec's codegen (the host's where unset; the host's for None)."""
     llvm = _llvm()
-    codegen = dict(spec.codegen)
+    codegen = dict(spec.codegen) if spec is not None else {}
     triple = codegen.get("triple") or llvm.get_process_triple()
     cpu = codegen.get("cpu") or llvm.get_host_cpu_name()
     features = codegen.get("features")
     if features is None:
         features = llvm.get_host_cpu_features().flatten()
+    return triple, cpu, features
+
+
+def target_machine(spec: ChipSpec | None) -> Any:
+    """An llvmlite TargetMachine for the spec's codegen triple/cpu/features (the host's when unset, or
+    for None)."""
+    llvm = _llvm()
+    triple, cpu, features = machine(spec)
     target = llvm.Target.from_triple(triple)
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
 
@@ -120,10 +133,12 @@ def parse_llvm_ir(text: str | bytes, what: str = "the module") -> Any:
     return mod
 
 
-def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = ()) -> tuple[Any, int, list[int]]:
+def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), *,
+                   object_sink: Any = None) -> tuple[Any, int, list[int]]:
     """Optimise ``mod`` (O3) for ``tm`` and JIT it with MCJIT: (engine, address of ``entry``, addresses of
     ``globals_``). Every external the code calls must resolve in this process (libm, libc); otherwise
-    MCJIT would jump to address 0 at run time, so that is a `CompileError` first."""
+    MCJIT would jump to address 0 at run time, so that is a `CompileError` first. ``object_sink``, if
+    given, receives the object file's bytes that MCJIT generated."""
     llvm = _llvm()
     missing = [f.name for f in mod.functions
                if f.is_declaration and not f.name.startswith("llvm.") and not _resolvable(f.name)]
@@ -137,6 +152,8 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = ()) 
     pb.getModulePassManager().run(mod, pb)
     with _llvm_lock:
         engine = llvm.create_mcjit_compiler(mod, tm)
+        if object_sink is not None:
+            engine.set_object_cache(notify_func=lambda _module, data: object_sink(bytes(data)))
         engine.finalize_object()
         address = engine.get_function_address(entry)
         addresses = [engine.get_global_value_address(g) for g in globals_]
@@ -145,25 +162,99 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = ()) 
     return engine, address, addresses
 
 
+def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_: Sequence[str] = (), *,
+               use_cache: bool = True) -> tuple[Any, int, list[int]]:
+    """`jit_in_process` of the LLVM IR ``texts`` (linked into the first) for ``spec``'s machine, through
+    the on-disk cache's object files (`pbsdk.core.runtime.cache.CompileCache.get_object`): the machine code
+    of identical IR for the same machine is optimised and generated once, and a later load maps it
+    (which makes a cache hit of a large model cheap: the LLVM back end is most of a cold compile).
+    ``use_cache``: False where the compilation was not to use the cache (the artifact's
+    ``object_cache``)."""
+    import hashlib
+
+    import llvmlite
+
+    from pbsdk.core.runtime.cache import get_cache
+
+    llvm = _llvm()
+    tm = target_machine(spec)
+    h = hashlib.sha256(repr((machine(spec), llvmlite.__version__, entry, list(globals_))).encode())
+    for text in texts:
+        h.update(b"\0" + hashlib.sha256(text.encode()).digest())
+    key = h.hexdigest()
+    cache = get_cache() if use_cache else None
+    obj = cache.get_object(key) if cache is not None else None
+    if obj is not None:
+        with _llvm_lock:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+            engine.finalize_object()
+            address = engine.get_function_address(entry)
+            addresses = [engine.get_global_value_address(g) for g in globals_]
+        if address:
+            return engine, address, addresses
+    mod = parse_llvm_ir(texts[0])
+    for text in texts[1:]:
+        mod.link_in(parse_llvm_ir(text, "the parallel glue"))
+    made: list[bytes] = []
+    engine, address, addresses = jit_in_process(mod, tm, entry, globals_, object_sink=made.append)
+    if cache is not None and made:
+        cache.put_object(key, made[0])
+    return engine, address, addresses
+
+
+class EntryCall:
+    """The JIT-compiled entry of ``artifact`` at ``address`` as a call on the addresses of its inputs then
+    its outputs: the constants' addresses (`Artifact.constants`, held here) are bound in between."""
+
+    def __init__(self, artifact: Artifact, address: int) -> None:
+        self._constants = tuple(np.asarray(c) for c in artifact.constants)  # keeps their memory alive
+        self._bound = tuple(c.ctypes.data for c in self._constants)
+        self._n_inputs = len(artifact.inputs)
+        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs)
+        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
+
+    def __call__(self, pointers: Sequence[int]) -> None:
+        if self._bound:
+            n = self._n_inputs
+            self._fn(*pointers[:n], *self._bound, *pointers[n:])
+        else:
+            self._fn(*pointers)
+
+
 class CpuExecutable(Executable):
     """A JIT-compiled kernel in this process. Owns its engine; the code is freed with the object."""
 
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
-        tm = target_machine(spec)
-        mod = parse_llvm_ir(artifact.payload)
+        payload = artifact.payload if isinstance(artifact.payload, str) else artifact.payload.decode()
+        texts = [payload]
         forks = artifact.metadata.get("forks", [])
         if forks:
-            mod.link_in(parse_llvm_ir(fork_glue(forks, threaded=_openmp_available()), "the parallel glue"))
-        self._engine, address, _ = jit_in_process(mod, tm, artifact.entry)
-        n_args = len(artifact.inputs) + len(artifact.outputs)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
-        self.optimized_ir = str(mod)
+            texts.append(fork_glue(forks, threaded=_openmp_available()))
+        self._texts, self._spec = texts, spec
+        self._engine, address, _ = jit_cached(texts, spec, artifact.entry,
+                                              use_cache=bool(artifact.metadata.get("object_cache", True)))
+        self._fn = EntryCall(artifact, address)
+
+    @property
+    def optimized_ir(self) -> str:
+        """The LLVM IR after the O3 pipeline the JIT ran (recomputed: a load from the object cache runs
+        none)."""
+        llvm = _llvm()
+        tm = target_machine(self._spec)
+        mod = parse_llvm_ir(self._texts[0])
+        for text in self._texts[1:]:
+            mod.link_in(parse_llvm_ir(text, "the parallel glue"))
+        mod.triple, mod.data_layout = tm.triple, str(tm.target_data)
+        pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
+        pb.getModulePassManager().run(mod, pb)
+        return str(mod)
 
     def run(self, buffers: Sequence[np.ndarray]) -> None:
-        self._fn(*[b.ctypes.data for b in buffers])
+        self._fn([b.ctypes.data for b in buffers])
 
     def run_pointers(self, pointers: Sequence[int]) -> None:  # type: ignore[override]
-        self._fn(*pointers)
+        self._fn(pointers)
 
 
 class CpuTarget(Target):
@@ -182,9 +273,11 @@ class CpuTarget(Target):
         return self.scheduling_stages(spec, options) + lowering_stages(spec, options)
 
     def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
-        """The stages that decide how the host runs the kernels: the fused attention kernels, packed matmul
-        kernels, row fusion, the fork onto the cores."""
+        """The stages that decide how the host runs the kernels: one copy of each repeated kernel, the fused
+        attention kernels, packed matmul kernels, row fusion, the fork onto the cores."""
         return (
+            Stage("dedupe-functions", fn=DedupeFunctions().apply,
+                  description="kernels of repeated layers (identical but for their names) built once"),
             Stage("attention", fn=AttentionKernels().apply,
                   description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
             Stage("pack-contractions", fn=PackContractions().apply,

@@ -29,6 +29,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from pbsdk.core.errors import CompileError, OptionsError, TargetError
 from pbsdk.core.options import Options, TargetOptions
 from pbsdk.core.target import Artifact, Executable, Target
@@ -78,7 +80,7 @@ def _artifact(_binary: Any, ctx: StageContext) -> Artifact:
     from pbsdk.targets.nvgpu.lower import arch_of
 
     arch, features = arch_of(ctx.spec)
-    plan = ctx.notes["nvgpu.plan"]
+    plan = _embed_constants(ctx.notes["nvgpu.plan"], len(ctx.notes["inputs"]), ctx.constants)
     header = {
         "target": "nvgpu", "spec": ctx.spec.name, "arch": arch, "ptx_features": features,
         "pbsdk": getattr(pbsdk, "__version__", "?"), "entry": ctx.notes["entry"],
@@ -95,6 +97,36 @@ def _artifact(_binary: Any, ctx: StageContext) -> Artifact:
     meta = {k: v for k, v in header.items() if k not in ("inputs", "outputs", "entry")}
     return Artifact(kind=ARTIFACT_KIND, payload=data, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"], metadata=meta)
+
+
+def _embed_constants(plan: dict[str, Any], n_inputs: int, constants: Sequence[Any]) -> dict[str, Any]:
+    """The launch plan with the entry's constant operands (its arguments after the inputs, `pbsdk.constant`)
+    turned into ``"const"`` buffers whose bytes are blobs of the bundle, uploaded once at load like the
+    module's own constants: the bundle's arguments are then the inputs and outputs alone."""
+    if not constants:
+        return plan
+    n_c = len(constants)
+    n_args = sum(1 for b in plan["buffers"] if b["role"] == "arg")
+    n_out = n_args - n_inputs - n_c
+
+    def moved(i: int) -> int:
+        if i < n_inputs or i >= n_args:
+            return i
+        if i < n_inputs + n_c:
+            return n_inputs + n_out + (i - n_inputs)
+        return i - n_c
+
+    old = plan["buffers"]
+    buffers = [old[i] for i in range(n_inputs)] + [old[i] for i in range(n_inputs + n_c, n_args)]
+    consts = dict(plan.get("consts", {}))
+    for k, array in enumerate(constants):
+        blob = f"const:arg{k}"
+        consts[blob] = np.ascontiguousarray(array).tobytes()
+        buffers.append(dict(old[n_inputs + k], role="const", blob=blob))
+    buffers += old[n_args:]
+    launches = [dict(launch, args=[dict(a, buffer=moved(int(a["buffer"]))) for a in launch["args"]])
+                for launch in plan["launches"]]
+    return dict(plan, buffers=buffers, launches=launches, consts=consts)
 
 
 class NvgpuExecutable(Executable):

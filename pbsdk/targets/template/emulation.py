@@ -398,10 +398,14 @@ def resources(ctx: StageContext) -> dict[str, Any]:
 
 
 def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
+    from pbsdk.core.runtime.cache import caching
+
     payload = getattr(hooks, "final_emission", default_hooks.final_emission)(module, ctx.spec)
     return Artifact(kind="llvm-ir", payload=payload, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"],
-                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx)})
+                    metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx),
+                              "object_cache": caching(ctx.options)},
+                    constants=ctx.constants)
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -416,22 +420,18 @@ class TemplateExecutable(Executable):
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
         # The emulation runs on the host: the cpu target's JIT, for the host's own CPU (the spec is the
         # emulated chip's).
-        from pbsdk.targets.cpu import _llvm, jit_in_process, parse_llvm_ir
+        from pbsdk.targets.cpu import EntryCall, jit_cached
 
-        llvm = _llvm()
         self.names: list[str] = list(artifact.metadata.get("counters", []))
         self.resources: Mapping[str, Any] = artifact.metadata.get("resources", {})
         self.last_counters: dict[str, int] = {}
-        mod = parse_llvm_ir(artifact.payload)
-        target = llvm.Target.from_triple(llvm.get_process_triple())
-        tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
-                                          opt=3, codemodel="jitdefault")
-        self._engine, address, globals_ = jit_in_process(mod, tm, artifact.entry,
-                                                          [COUNTERS_GLOBAL] if self.names else [])
+        payload = artifact.payload if isinstance(artifact.payload, str) else artifact.payload.decode()
+        self._engine, address, globals_ = jit_cached([payload], None, artifact.entry,
+                                                      [COUNTERS_GLOBAL] if self.names else [],
+                                                      use_cache=bool(artifact.metadata.get("object_cache", True)))
         counters = globals_[0] if globals_ else 0
         self._counters = (ctypes.c_int64 * MAX_COUNTERS).from_address(counters) if counters else None
-        n_args = len(artifact.inputs) + len(artifact.outputs)
-        self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
+        self._fn = EntryCall(artifact, address)
         self._run_lock = threading.Lock()  # the counters are per kernel, so runs of one kernel serialise
 
     def run(self, buffers: Sequence[np.ndarray]) -> None:
@@ -441,6 +441,6 @@ class TemplateExecutable(Executable):
         with self._run_lock:
             if self._counters is not None:
                 ctypes.memset(self._counters, 0, ctypes.sizeof(self._counters))
-            self._fn(*pointers)
+            self._fn(pointers)
             if self._counters is not None:
                 self.last_counters = {n: int(self._counters[i]) for i, n in enumerate(self.names)}
