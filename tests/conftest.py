@@ -29,3 +29,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
         if "gpu" in item.keywords and not has_gpu:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``[n]``: how many times a compilation ran the MLIR pipeline since the test began (a cache hit runs
+    none)."""
+    from pbsdk.core import compiler
+
+    runs = [0]
+    real = compiler.pipeline_for
+
+    def counting(request):  # type: ignore[no-untyped-def]
+        runs[0] += 1
+        return real(request)
+
+    monkeypatch.setattr(compiler, "pipeline_for", counting)
+    return runs

@@ -11,7 +11,6 @@ import pytest
 
 import pbsdk
 from pbsdk import ops
-from pbsdk.core import compiler
 from pbsdk.core.compiler import compile_text, resolve
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes
@@ -84,16 +83,10 @@ def test_numerics_with_constant_operands(target: str) -> None:
 
 @pytest.mark.parametrize("target", ["cpu", "template"])
 def test_the_cache_keys_on_the_bytes_and_round_trips_them(target: str, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          pipeline_runs: list[int]) -> None:
     monkeypatch.setenv("PBSDK_CACHE_DIR", str(tmp_path))
-    runs = [0]
-    real = compiler.pipeline_for
-
-    def counting(request):  # type: ignore[no-untyped-def]
-        runs[0] += 1
-        return real(request)
-
-    monkeypatch.setattr(compiler, "pipeline_for", counting)
+    runs = pipeline_runs
     sig = (TensorType((4, K), "f32"),)
     request = resolve(target, None, None)
     graph, _ = trace(_layer(W), sig)

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import pbsdk
-from pbsdk.core import compiler
 from pbsdk.core.compiler import compile_text, resolve
 from pbsdk.core.errors import OptionsError
 from pbsdk.core.runtime import cache as cache_mod
@@ -27,18 +26,6 @@ func.func @add(%a: tensor<4x8xf32>, %b: tensor<4x8xf32>) -> tensor<4x8xf32> {
   return %r : tensor<4x8xf32>
 }
 """
-
-
-def _count_pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    runs = [0]
-    real = compiler.pipeline_for
-
-    def counting(request):  # type: ignore[no-untyped-def]
-        runs[0] += 1
-        return real(request)
-
-    monkeypatch.setattr(compiler, "pipeline_for", counting)
-    return runs
 
 
 def _check_add(kernel: pbsdk.core.runtime.kernel.Kernel) -> None:  # type: ignore[name-defined]
@@ -96,8 +83,8 @@ def test_round_trip_of_str_and_bytes_payloads(tmp_path: Path) -> None:
     assert not c.put("cd" * 32, Artifact("k", "p", "e", (), (), {"obj": object()}))
 
 
-def test_hit_skips_the_pipeline_and_runs(monkeypatch: pytest.MonkeyPatch, private_cache: Path) -> None:
-    runs = _count_pipeline_runs(monkeypatch)
+def test_hit_skips_the_pipeline_and_runs(private_cache: Path, pipeline_runs: list[int]) -> None:
+    runs = pipeline_runs
     k1 = pbsdk.compile_mlir(ADD)
     assert runs[0] == 1 and get_cache().info()["entries"] == 1
     k2 = pbsdk.compile_mlir(ADD)
@@ -111,7 +98,7 @@ def test_hit_skips_the_pipeline_and_runs(monkeypatch: pytest.MonkeyPatch, privat
 
 @pytest.mark.parametrize("how", ["env0", "env_disable", "option", "dump"])
 def test_cache_can_be_disabled(how: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                               private_cache: Path) -> None:
+                               private_cache: Path, pipeline_runs: list[int]) -> None:
     options = None
     if how == "env0":
         monkeypatch.setenv("PBSDK_CACHE", "0")
@@ -121,7 +108,7 @@ def test_cache_can_be_disabled(how: str, monkeypatch: pytest.MonkeyPatch, tmp_pa
         options = {"cache": False}
     else:
         monkeypatch.setenv("PBSDK_DUMP_DIR", str(tmp_path / "dump"))
-    runs = _count_pipeline_runs(monkeypatch)
+    runs = pipeline_runs
     for _ in range(2):
         _check_add(pbsdk.compile_mlir(ADD, options=options))
     assert runs[0] == 2
@@ -140,8 +127,8 @@ def _corruptions() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("kind", list(_corruptions()))
-def test_corrupt_entry_is_reported_removed_and_rebuilt(kind: str, monkeypatch: pytest.MonkeyPatch,
-                                                       private_cache: Path) -> None:
+def test_corrupt_entry_is_reported_removed_and_rebuilt(kind: str, private_cache: Path,
+                                                       pipeline_runs: list[int]) -> None:
     pbsdk.compile_mlir(ADD)
     (entry,) = list(private_cache.glob("*.pbsdk-artifact"))
     blob = entry.read_bytes()
@@ -152,7 +139,8 @@ def test_corrupt_entry_is_reported_removed_and_rebuilt(kind: str, monkeypatch: p
     else:
         new = _corruptions()[kind](blob)  # type: ignore[operator]
     entry.write_bytes(new)
-    runs = _count_pipeline_runs(monkeypatch)
+    runs = pipeline_runs
+    runs[0] = 0  # count from here: the compile above wrote the entry
     with pytest.warns(CacheWarning, match=str(entry.name)):
         kernel = pbsdk.compile_mlir(ADD)
     _check_add(kernel)
@@ -245,8 +233,8 @@ def test_cli_cache_info_and_clear(private_cache: Path) -> None:
     assert json.loads(_cli("cache", "info", "--json", env=env).stdout)["entries"] == 0
 
 
-def test_jit_uses_the_cache_across_functions(monkeypatch: pytest.MonkeyPatch) -> None:
-    runs = _count_pipeline_runs(monkeypatch)
+def test_jit_uses_the_cache_across_functions(pipeline_runs: list[int]) -> None:
+    runs = pipeline_runs
 
     def f(x):  # type: ignore[no-untyped-def]
         return pbsdk.ops.softmax(x * 2.0, axis=-1)
