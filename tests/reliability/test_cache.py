@@ -245,3 +245,4 @@ def test_jit_uses_the_cache_across_functions(pipeline_runs: list[int]) -> None:
     assert runs[0] == 1
     np.testing.assert_array_equal(y1, y2)
     assert cache_mod.get_cache().stats.hits >= 1
+
