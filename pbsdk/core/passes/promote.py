@@ -258,6 +258,14 @@ def check_capacity(level: str, live: Sequence[Buffer], cap: int, op: str = "lina
                 f"buffers need {sum(x.bytes for x in live)} B ({listing}), its capacity is {cap} B", op=op)
 
 
+def with_units(spec: ChipSpec, units: Sequence[str] | None) -> ChipSpec:
+    """``spec`` with only the matrix units named ``units`` (a target's: those it lowers); ``spec`` itself for
+    None."""
+    if units is None:
+        return spec
+    return spec.model_copy(update={"matrix_units": [u for u in spec.matrix_units if u.name in units]})
+
+
 def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options: Options | Mapping[str, Any] | None,
                   tiles: Mapping[str, tuple[int, int, int]] | None = None,
                   accumulator_in_registers: bool = True) -> Promotion:
@@ -552,9 +560,7 @@ class PromoteToScratchpad:
     def apply(self, module: ir.Module, ctx: Any) -> None:
         from mlir import passmanager
 
-        spec: ChipSpec = ctx.spec
-        if self.units is not None:
-            spec = spec.model_copy(update={"matrix_units": [u for u in spec.matrix_units if u.name in self.units]})
+        spec = with_units(ctx.spec, self.units)
         options = ctx.options
         # Kernels the core already staged (fused attention: ``pbsdk.attention`` functions) keep their
         # marked copies and unit ops as they are.

@@ -44,7 +44,7 @@ from mlir.dialects import affine, linalg, memref, scf
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes
 from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.promote import Buffer, bytes_per_level, check_capacity, is_mac, parts_of
+from pbsdk.core.passes.promote import Buffer, bytes_per_level, check_capacity, is_mac, parts_of, with_units
 from pbsdk.core.plan.vector_tiles import (
     Access,
     Term,
@@ -609,9 +609,7 @@ class PromoteVectorOps:
     units: tuple[str, ...] | None = None
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        spec: ChipSpec = ctx.spec
-        if self.units is not None:
-            spec = spec.model_copy(update={"matrix_units": [u for u in spec.matrix_units if u.name in self.units]})
+        spec = with_units(ctx.spec, self.units)
         options = getattr(ctx, "options", None)
         records: list[VectorStaging | KernelBuffers] = ctx.notes.setdefault("promote_vector", [])
         level_names = [m.name for m in spec.memory]

@@ -1,40 +1,37 @@
-"""Small builders for nvgpu's stages (`schedule.py`, `lower.py`): shared-memory
-types, ``scf.forall`` nests with their GPU mapping, ``scf.if`` with a value, subviews — all with the MLIR
-bindings at the current insertion point — and `apply_transform`, which builds a transform-dialect script
-with `mlir.dialects.transform` builders and runs it with the interpreter (`schedule.py`, `lower.py`)."""
+"""Small builders for nvgpu's stages (`schedule.py`, `lower.py`): the workgroup address space, GPU loop
+mappings, ``scf.forall`` with a mapping — at the current insertion point — and `apply_transform`, which
+builds a transform-dialect script with `mlir.dialects.transform` builders and runs it with the
+interpreter."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from mlir import ir
-from mlir.dialects import memref, scf, transform
+from mlir.dialects import scf, transform
 from mlir.dialects.transform import interpreter, structured
 
 WORKGROUP = "#gpu.address_space<workgroup>"
-LINEAR = ("#gpu.thread<linear_dim_0>",)
 
 
 def workgroup() -> ir.Attribute:
     return ir.Attribute.parse(WORKGROUP)
 
 
-def smem_type(shape: Sequence[int], elem: ir.Type) -> ir.MemRefType:
-    """An identity-layout buffer in shared memory."""
-    return ir.MemRefType.get(list(shape), elem, memory_space=workgroup())
+def _mapping(names: Sequence[str]) -> ir.ArrayAttr:
+    # The bindings have no builders for the GPU mapping attributes: they are parsed, one name each.
+    return ir.ArrayAttr.get([ir.Attribute.parse(f"#gpu.{n}") for n in names])
 
 
-def view_type(rows: int, cols: int, stride: int, elem: ir.Type, *, offset: bool = True) -> ir.MemRefType:
-    """A rows x cols view of a shared tile whose rows are ``stride`` elements apart (dynamic offset unless
-    ``offset`` is False, then 0)."""
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    layout = ir.StridedLayoutAttr.get(dyn if offset else 0, [stride, 1])
-    return ir.MemRefType.get([rows, cols], elem, layout, workgroup())
+def axis_mapping(kind: str, n: int) -> ir.ArrayAttr:
+    """A forall mapping of ``n`` loops onto ``#gpu.<kind><z|y|x>`` (``kind``: block, thread), innermost x."""
+    return _mapping([f"{kind}<{a}>" for a in "zyx"[3 - n:]])
 
 
-def mapping_attr(*attrs: str) -> ir.ArrayAttr:
-    return ir.ArrayAttr.get([ir.Attribute.parse(a) for a in attrs])
+def linear_mapping(kind: str, n: int) -> ir.ArrayAttr:
+    """A forall mapping of ``n`` loops onto ``#gpu.<kind><linear_dim_i>`` (``kind``: thread, warp), the
+    innermost loop on ``linear_dim_0``."""
+    return _mapping([f"{kind}<linear_dim_{n - 1 - i}>" for i in range(n)])
 
 
 def forall(bounds: Sequence[int], mapping: ir.ArrayAttr) -> scf.ForallOp:
@@ -43,33 +40,6 @@ def forall(bounds: Sequence[int], mapping: ir.ArrayAttr) -> scf.ForallOp:
     op = scf.ForallOp([0] * len(bounds), list(bounds), [1] * len(bounds))
     op.attributes["mapping"] = mapping
     return op
-
-
-@contextmanager
-def in_forall(bounds: Sequence[int], *mapping: str) -> Iterator[list[ir.Value]]:
-    """An ``scf.forall`` over ``bounds`` with ``mapping``; the body is built inside the ``with`` block."""
-    op = forall(bounds, mapping_attr(*mapping))
-    with ir.InsertionPoint(op.body):
-        yield list(op.body.arguments)
-        scf.InParallelOp()
-
-
-def if_else(cond: ir.Value, result: ir.Type, then: Callable[[], ir.Value], other: ir.Value) -> ir.Value:
-    """``scf.if cond -> (result) { yield then() } else { yield other }``."""
-    op = scf.IfOp(cond, [result], has_else=True)
-    with ir.InsertionPoint(op.then_block):
-        scf.YieldOp([then()])
-    with ir.InsertionPoint(op.else_block):
-        scf.YieldOp([other])
-    return op.results[0]
-
-
-def subview(src: ir.Value, offsets: Sequence[ir.Value | int], sizes: Sequence[int], ty: ir.MemRefType) -> ir.Value:
-    """``memref.subview src[offsets] [sizes] [1, ...]`` of type ``ty`` (int offsets are static)."""
-    dyn = ir.ShapedType.get_dynamic_stride_or_offset()
-    return memref.SubViewOp(ty, src, [o for o in offsets if not isinstance(o, int)], [], [],
-                            [o if isinstance(o, int) else dyn for o in offsets], list(sizes),
-                            [1] * len(sizes)).result
 
 
 def apply_transform(module: ir.Module, body: Callable[[ir.Value], None]) -> None:

@@ -40,12 +40,11 @@ from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
-from pbsdk.targets.nvgpu.build import apply_transform, match_tagged
+from pbsdk.targets.nvgpu.build import apply_transform, match_tagged, workgroup
 from pbsdk.targets.nvgpu.mma import mma_gpu_function
 from pbsdk.targets.nvgpu.schedule import entry_function, run_passes
 
 KERNEL_MODULE = "pbsdk_kernels"
-WORKGROUP = "#gpu.address_space<workgroup>"
 
 
 def _ub(op: ir.Operation) -> list[int]:
@@ -162,7 +161,7 @@ def _globalise_shared(module: ir.Module, kmod: ir.Operation) -> None:
     body = kmod.regions[0].blocks[0]
     for count, alloc in enumerate(ops_named(kmod, "memref.alloc")):
         t = ir.MemRefType(alloc.results[0].type)
-        if WORKGROUP not in str(t):
+        if t.memory_space is None or t.memory_space != workgroup():
             raise UnsupportedError(f"a kernel allocates {t} in global memory (only shared-memory buffers "
                                    "may be allocated inside kernels)", op="memref.alloc")
         name = f"__pbsdk_smem_{count}"

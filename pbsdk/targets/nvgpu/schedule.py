@@ -41,10 +41,10 @@ from pbsdk.core.passes import ops_named
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
 from pbsdk.targets.nvgpu.build import (
-    LINEAR,
     apply_transform,
+    axis_mapping,
     forall,
-    mapping_attr,
+    linear_mapping,
     match_tagged,
     workgroup,
 )
@@ -89,11 +89,6 @@ def loop_extents(op: ir.Operation) -> tuple[list[int], list[str]]:
     return [int(e) for e in extents if e is not None], iterators
 
 
-def _mapping_attr(kind: str, n: int) -> list[str]:
-    axes = ["z", "y", "x"][3 - n:]
-    return [f"#gpu.{kind}<{a}>" for a in axes]
-
-
 def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> None:
     """One transform script: block tiles then one point per thread, for every tagged op."""
     if not mappings:
@@ -108,9 +103,9 @@ def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> N
                 block[d] = t
             op = match_tagged(root, attrs.KERNEL, tag)
             blocks = structured.TileUsingForallOp(any_op, any_op, op, tile_sizes=block,
-                                                  mapping=mapping_attr(*_mapping_attr("block", len(lm.dims))))
+                                                  mapping=axis_mapping("block", len(lm.dims)))
             structured.TileUsingForallOp(any_op, any_op, blocks.tiled_op, num_threads=block,
-                                         mapping=mapping_attr(*_mapping_attr("thread", len(lm.dims))))
+                                         mapping=axis_mapping("thread", len(lm.dims)))
 
     try:
         apply_transform(module, script)
@@ -178,8 +173,8 @@ def to_workgroup(root: ir.Operation, spaces: set[int]) -> int:
 
 
 def _in_workgroup(t: ir.Type) -> bool:
-    return _is_memref(t) and ir.MemRefType(t).memory_space is not None and \
-        str(ir.MemRefType(t).memory_space) == str(workgroup())
+    space = ir.MemRefType(t).memory_space if _is_memref(t) else None
+    return space is not None and space == workgroup()
 
 
 def wrap_unsplit_kernels(entry: ir.Operation, level: str) -> int:
@@ -211,7 +206,7 @@ def wrap_unsplit_kernels(entry: ir.Operation, level: str) -> int:
             i += 1
     for lo, hi in groups:
         with ir.InsertionPoint(ops[lo]), ops[lo].location:
-            loop_op = forall([1], mapping_attr("#gpu.block<x>"))
+            loop_op = forall([1], axis_mapping("block", 1))
             attrs.set_string(loop_op, attrs.COMPUTE_LEVEL, level)
             with ir.InsertionPoint(loop_op.body):
                 term = scf.InParallelOp()
@@ -495,7 +490,7 @@ class _Mapper:
         anchor = prefix[0][0] if prefix else (nest[0] if nest else None)
         index = self.index
         with (ir.InsertionPoint(anchor) if anchor is not None else ir.InsertionPoint(call)), call.location:
-            wl = forall([warps], mapping_attr("#gpu.warp<linear_dim_0>"))
+            wl = forall([warps], linear_mapping("warp", 1))
             with ir.InsertionPoint(wl.body):
                 (w,) = wl.body.arguments
                 lin_loop = scf.ForOp(w, arith.constant(index, total), arith.constant(index, warps))
@@ -531,7 +526,7 @@ class _Mapper:
         split = list(thread_split(*_loop_dims(op), self.threads))
         if not any(split):
             with ir.InsertionPoint(op), op.location:
-                one = forall([1], mapping_attr(*LINEAR))
+                one = forall([1], linear_mapping("thread", 1))
                 with ir.InsertionPoint(one.body):
                     term = scf.InParallelOp()
             op.move_before(term)
@@ -551,8 +546,7 @@ def _tile_on_threads(module: ir.Module, tagged: list[tuple[int, list[int]]]) -> 
             mapped = sum(1 for t in split if t)
             op = match_tagged(root, attrs.KERNEL, tag)
             structured.TileUsingForallOp(any_op, any_op, op, num_threads=split,
-                                         mapping=mapping_attr(*[f"#gpu.thread<linear_dim_{mapped - 1 - i}>"
-                                                                for i in range(mapped)]))
+                                         mapping=linear_mapping("thread", mapped))
 
     try:
         apply_transform(module, script)
@@ -602,7 +596,7 @@ class Schedule:
                     if len(grid) > 3:
                         raise UnsupportedError(f"{len(grid)} parallel loops over the {level}s (blocks take at most "
                                                "3)", op="scf.forall")
-                    op.attributes["mapping"] = mapping_attr(*[f"#gpu.block<{a}>" for a in "zyx"[3 - len(grid):]])
+                    op.attributes["mapping"] = axis_mapping("block", len(grid))
                     units = thread_ops = 0
                     for inner in _structured(op):
                         if attrs.has(inner, attrs.MATRIX_UNIT) and mapper.to_warps(inner, op):
