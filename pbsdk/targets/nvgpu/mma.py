@@ -85,6 +85,10 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
                 return vector.load(pair, mem, [row, col])
             return vector.from_elements(pair, [memref.load(mem, [row, col]), memref.load(mem, [row, idx(col, 1)])])
 
+        def pair_down_column(mem: ir.Value, row: ir.Value, next_row: ir.Value, col: ir.Value) -> ir.Value:
+            """mem[row][col], mem[next_row][col] (the next row) as one vector: two scalar loads."""
+            return vector.from_elements(pair, [memref.load(mem, [row, col]), memref.load(mem, [next_row, col])])
+
         def pack(v: ir.Value) -> ir.Value:
             if not packed:
                 return v
@@ -102,8 +106,7 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
             acc = [memref.load(c, list(at)) for at in c_at]
             for k0 in range(0, k, 16):
                 lo, hi = kcols[k0]
-                a_regs = [pack(vector.from_elements(pair, [memref.load(a, [cc, row]), memref.load(a, [idx(cc, 1), row])])
-                               if a_transposed else pair_along_rows(a, row, cc))
+                a_regs = [pack(pair_down_column(a, cc, idx(cc, 1), row) if a_transposed else pair_along_rows(a, row, cc))
                           for row, cc in ((g, lo), (g8, lo), (g, hi), (g8, hi))]
                 b_regs = []
                 r0, r1, r8, r9 = krows[k0]
@@ -111,9 +114,7 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
                     if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load where Bᵀ's rows are contiguous
                         bl = pair_along_rows(b, col, k_lo)
                     else:
-                        bx = memref.load(b, [k_lo, col])
-                        by = memref.load(b, [k_hi, col])
-                        bl = vector.from_elements(pair, [bx, by])
+                        bl = pair_down_column(b, k_lo, k_hi, col)
                     b_regs.append(pack(bl))
                 d = nvvm.mma_sync(result, ir.Attribute.parse("#nvvm.shape<m = 16, n = 8, k = 16>"),
                                   ir.Attribute.parse("#nvvm.mma_layout<row>"),
