@@ -1395,8 +1395,10 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
             kt, vt = expand(kt), expand(vt)
         s = mul(matmul(qt, kt, transpose_b=True), 1.0 / math.sqrt(d) if scale is None else float(scale))
         if causal:
-            rows = _const(np.arange(sq, dtype=np.float64).reshape(sq, 1), s.dtype)
-            cols = _const(np.arange(sk, dtype=np.float64).reshape(1, sk), s.dtype)
+            # Positions in f32 (exact to 2**24), not the scores' dtype: f16 holds integers exactly only
+            # to 2048 and bf16 to 256, past which neighbouring keys would compare equal.
+            rows = _const(np.arange(sq, dtype=np.float64).reshape(sq, 1), "f32")
+            cols = _const(np.arange(sk, dtype=np.float64).reshape(1, sk), "f32")
             s = where(greater(cols, rows), -math.inf, s)
         if mask is not None:
             s = add(s, mask)

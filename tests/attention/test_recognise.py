@@ -158,3 +158,27 @@ def test_non_causal_pattern_is_refused():
     masked[0, 2] = True
     assert causal_offset(masked) is None
     assert not math.isnan(0.0)
+
+
+@pytest.mark.parametrize("dtype, s", [("f16", 4096), ("bf16", 512)])
+def test_causal_positions_past_the_dtypes_exact_integers(dtype, s):
+    """ops.attention compares positions in f32, so its causal mask stays exact (and fused) where the scores'
+    dtype cannot count that far."""
+    graph, _ = trace(lambda q, k, v: ops.attention(q, k, v, causal=True),
+                     tuple(TensorType((1, s, 16), dtype) for _ in range(3)))
+    why: list[str] = []
+    (m,) = find_attention(graph, why)
+    assert m.op.causal and m.op.causal_offset == 0
+
+
+def test_a_mask_rounded_by_its_dtype_is_not_called_causal():
+    """Positions built in bf16 collide past 256 (257 rounds to 256): the kernel's mask is not causal there,
+    so the recogniser must not fuse it as if it were."""
+    def f(q, k, v):
+        s = ops.matmul(q, k, transpose_b=True)
+        rows = ops._const(np.arange(512.0).reshape(512, 1), "bf16")  # what ops.attention once built
+        cols = ops._const(np.arange(512.0).reshape(1, 512), "bf16")
+        return ops.softmax(ops.where(ops.greater(cols, rows), -math.inf, s), -1) @ v
+    graph, _ = trace(f, tuple(TensorType((512, 16), "bf16") for _ in range(3)))
+    why: list[str] = []
+    assert find_attention(graph, why) == []

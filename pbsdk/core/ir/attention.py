@@ -193,13 +193,28 @@ _FOLD_COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, 
 MAX_FOLD_ELEMENTS = 1 << 25
 
 
+def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
+    """``values`` as ``dtype`` holds them (f16 keeps integers exact only to 2048, bf16 to 256), in float64:
+    what the kernel computes with, so a pattern is recognised only where the kernel has it."""
+    if dtype == "f16":
+        return values.astype(np.float16).astype(np.float64)
+    if dtype in ("f32", "bf16"):
+        x = values.astype(np.float32)
+        if dtype == "bf16":  # round to nearest even on the upper 16 bits (finite values; nan/inf unchanged)
+            bits = x.view(np.uint32).astype(np.uint64)
+            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
+            x = np.where(np.isfinite(x), rounded.view(np.float32), x)
+        return x.astype(np.float64)
+    return values
+
+
 def _fold(v: Value, producers: Mapping[int, Node], depth: int = 0) -> np.ndarray | None:
     """The value of ``v`` when it is computed from constants only (else None)."""
     node = producers.get(v.id)
     if node is None or depth > 32 or v.type.size > MAX_FOLD_ELEMENTS:
         return None
     if node.op == "const":
-        return np.broadcast_to(np.asarray(node.attrs["value"], dtype=np.float64), v.shape)
+        return np.broadcast_to(_rounded(np.asarray(node.attrs["value"], dtype=np.float64), v.type.dtype), v.shape)
     args = []
     for x in node.inputs:
         a = _fold(x, producers, depth + 1)
@@ -214,7 +229,7 @@ def _fold(v: Value, producers: Mapping[int, Node], depth: int = 0) -> np.ndarray
         if node.op == "transpose":
             return np.transpose(args[0], node.attrs["perm"])
         if node.op == "cast":
-            return args[0]
+            return _rounded(args[0], v.type.dtype)
         if node.op == "neg":
             return -args[0]
         if node.op in _FOLD_BINARY:
