@@ -247,6 +247,11 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         attn = Attention(b, sq, sk, d, d, args.dtype, causal_offset=0 if args.causal else None)
         print(f"spec {spec.name}")
         print(format_attention_plan(f"attention {b}x{sq}x{sk}x{d}", plan_attention(spec, attn, options)))
+        if args.modelled:
+            from pbsdk import ops as pops
+
+            types = [((b, sq, d), args.dtype), ((b, sk, d), args.dtype), ((b, sk, d), args.dtype)]
+            _print_modelled(lambda q, k, v: pops.attention(q, k, v, causal=args.causal), types, spec, options)
         return 0
     if args.matmul:
         m, n, k = args.matmul
@@ -265,7 +270,70 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     print(f"spec {spec.name}")
     for title, op in ops:
         print(format_plan(title, plan_contraction(spec, op, options)))  # type: ignore[arg-type]
+    if args.modelled:
+        if args.matmul:
+            from pbsdk import ops as pops
+
+            m, n, k = args.matmul
+            lead = (args.batch,) if args.batch > 1 else ()
+            types = [(lead + (m, k), args.dtype), (lead + (k, n), args.dtype)]
+            _print_modelled(lambda a, b: pops.matmul(a, b), types, spec, options)
+        else:
+            _print_modelled(None, text, spec, options)
     return 0
+
+
+def _print_modelled(fn: Any, what: Any, spec: Any, options: dict[str, Any]) -> None:
+    """Run the program on ``spec``'s emulation (template target) and print its modelled time next to the
+    planner's prediction."""
+    from pbsdk.emulation import emulate, emulate_mlir
+
+    run = emulate(fn, what, spec=spec, options=options) if fn is not None else \
+        emulate_mlir(what, spec=spec, options=options)
+    t = run.modelled
+    terms = ", ".join(f"{name} {sec * 1e6:.2f} us" for name, sec in t.terms)
+    print(f"modelled on {spec.name} (template emulation, {t.cores} core(s), "
+          f"{'copies under compute' if t.overlapped else 'copies then compute'}): {t.seconds * 1e6:.2f} us, "
+          f"bound by {t.bound}; matrix units busy {t.matrix_unit_utilisation:.0%}")
+    print(f"  terms          {terms}")
+    if run.planner_estimate_seconds is not None:
+        print(f"  planner        {run.planner_estimate_seconds * 1e6:.2f} us "
+              f"(modelled / planner = {t.seconds / max(run.planner_estimate_seconds, 1e-15):.2f})")
+
+
+def _cmd_dse(args: argparse.Namespace) -> int:
+    from pbsdk import dse
+
+    out = Path(args.out)
+    if args.merge:
+        reports = []
+        for f in args.merge:
+            try:
+                reports.append(json.loads(Path(f).read_text()))
+            except (OSError, ValueError) as exc:
+                raise PbsdkError(f"cannot read the report {f}: {exc}") from None
+        report = dse.merge_reports(reports)
+    else:
+        if not args.spec or not args.model or not args.vary:
+            raise PbsdkError("dse needs --spec, --model and at least one --vary FIELD=V1,V2,... (or --merge)")
+        try:
+            index, count = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            raise PbsdkError(f"--shard {args.shard!r}: expected I/N, e.g. 0/4") from None
+        report = dse.explore(args.spec, [dse.parse_vary(v) for v in args.vary], args.model, jobs=args.jobs,
+                             shard=(index, count))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "dse.json").write_text(json.dumps(report, indent=2))
+    print(dse.format_table(report))
+    print(f"wrote {out / 'dse.json'}", end="")
+    if report["shard"][1] == 1:
+        try:
+            print(f" and {dse.plot(report, out / 'dse.png')}")
+        except ImportError:
+            print(" (no plot: matplotlib is not installed)")
+    else:
+        print(f" (shard {report['shard'][0]}/{report['shard'][1]}: merge the shards' reports with --merge)")
+    return 0 if all("error" not in r for r in report["variants"]) else 1
 
 
 def _cmd_conform(args: argparse.Namespace) -> int:
@@ -364,7 +432,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=["exact", "tf32", "mixed"], default="exact",
                    help="matmul precision policy: which operand dtypes f32 contractions may use")
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: host)")
+    p.add_argument("--modelled", action="store_true",
+                   help="also run the program on the spec's emulation (template target) and print the time "
+                        "the chip would take, from its counters, next to the planner's prediction")
     p.set_defaults(func=_cmd_explain)
+
+    p = sub.add_parser("dse", help="design-space exploration: a program on variants of a spec, through the "
+                                   "emulation (modelled time, bytes per level, matrix-unit use); docs/dse.md")
+    p.add_argument("--spec", help="preset name or YAML path of the base spec")
+    p.add_argument("--vary", action="append", default=[], metavar="FIELD=V1,V2,...",
+                   help="a spec field and its values, e.g. memory.spm.size_bytes=131072,262144 (repeatable: "
+                        "every combination runs)")
+    p.add_argument("--model", help="gpt2-block, resnet-block (NAME:key=value,... overrides, e.g. "
+                                   "gpt2-block:seq=256), matmul:M,N,K[,dtype], or a .mlir file")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="variants run in parallel (processes)")
+    p.add_argument("--shard", default="0/1", metavar="I/N", help="run every N-th variant from the I-th (to split "
+                   "a sweep over machines; --merge joins the reports)")
+    p.add_argument("--merge", nargs="+", metavar="JSON", help="merge shard reports of one sweep instead of running")
+    p.add_argument("--out", default="dse-out", help="directory for dse.json and dse.png (default dse-out)")
+    p.set_defaults(func=_cmd_dse)
 
     p = sub.add_parser("conform", help="run the spec-driven conformance suite on a target")
     p.add_argument("--target", default="cpu")

@@ -12,6 +12,7 @@ import numpy as np
 
 from pbsdk.conformance.cases import Case
 from pbsdk.core.errors import DeviceUnavailableError
+from pbsdk.core.plan.chip_time import modelled_time
 from pbsdk.core.spec import ChipSpec
 from pbsdk.testing import assert_close, max_error, tolerance
 
@@ -53,7 +54,22 @@ def _reported(kernel: Any) -> dict[str, Any] | None:
                                for c in static.get("contractions", [])]
         if "cores" in static:
             out["cores"] = static["cores"]
+        estimates = [c["estimate_seconds"] for c in static.get("contractions", []) if "estimate_seconds" in c]
+        if estimates:  # the planner's prediction, next to the modelled time below
+            out["planner_estimate_seconds"] = sum(estimates)
     return out
+
+
+def _with_modelled_time(resources: dict[str, Any] | None, executable: Any, spec: ChipSpec) -> None:
+    """Add ``modelled``: the run's time on ``spec`` from its counters (`pbsdk.core.plan.chip_time`)."""
+    if resources is None or not resources.get("counters"):
+        return
+    counters = resources["counters"]
+    static = getattr(executable, "resources", None) or {}
+    try:
+        resources["modelled"] = modelled_time(spec, counters, static).as_dict()
+    except ValueError as exc:  # a counter the spec cannot price (e.g. a unit it does not list)
+        resources["modelled"] = {"error": str(exc)}
 
 
 def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None) -> str:
@@ -135,6 +151,7 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate:
         return CaseResult(case.name, "error", case.why, time.perf_counter() - t0,
                           message=f"{type(exc).__name__}: {exc}"[:2000])
     resources = _reported(kernel)
+    _with_modelled_time(resources, getattr(kernel, "executable", None), spec)
     check = check_resources(case, spec, resources)
     expected = case.reference(*inputs)
     elapsed = time.perf_counter() - t0
@@ -202,4 +219,7 @@ def resource_summary(result: CaseResult) -> str:
     parts += [f"vector@{k.split(':', 1)[1]} {n} pts" for k, n in counters.items() if k.startswith("vector:")]
     if result.resources.get("cores", 1) > 1:
         parts.append(f"{result.resources['cores']} cores")
+    modelled = result.resources.get("modelled") or {}
+    if "seconds" in modelled:
+        parts.append(f"modelled {modelled['seconds'] * 1e6:.2f} us ({modelled['bound']})")
     return ", ".join(parts) or "no scratchpad, no matrix unit"

@@ -26,6 +26,7 @@ from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
+from pbsdk.core.plan.chip_time import ModelledTime, modelled_time
 from pbsdk.core.spec import ChipSpec, MemoryLevel
 from pbsdk.core.target import Artifact, Executable
 from pbsdk.targets.template import hooks as default_hooks
@@ -92,10 +93,29 @@ def _maps_and_iterators(op: ir.Operation) -> tuple[tuple[ir.AffineMap, ...], tup
     return maps, its
 
 
+def compute_level_parts(module: ir.Module) -> int:
+    """The most iterations of any ``scf.forall`` over a compute level (``pbsdk.compute_level``) with static
+    bounds: how many units of the chip the widest kernel keeps busy (1 without one)."""
+    most = 1
+    for op in ops_named(module, "scf.forall"):
+        if not attrs.has(op, attrs.COMPUTE_LEVEL):
+            continue
+        try:
+            lbs, ubs, steps = (list(ir.DenseI64ArrayAttr(op.attributes[n]))
+                               for n in ("staticLowerBound", "staticUpperBound", "staticStep"))
+        except (KeyError, ValueError):
+            continue
+        if any(v == ir.ShapedType.get_dynamic_size() for v in (*lbs, *ubs, *steps)):
+            continue
+        most = max(most, math.prod(max(0, -(-(u - lo) // st)) for lo, u, st in zip(lbs, ubs, steps)))
+    return most
+
+
 def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
     """Replace every ``pbsdk.matrix_unit`` op by a call to a function the ``matrix_unit_op`` hook built."""
     spec: ChipSpec = ctx.spec
     hook = _hook(hooks, "matrix_unit_op")
+    ctx.notes["forall_parts"] = compute_level_parts(module)
     declare_counters(module)
     made: dict[tuple[Any, ...], func.FuncOp] = {}
     for op in ops_named(module, "linalg.generic"):
@@ -384,7 +404,9 @@ def resources(ctx: StageContext) -> dict[str, Any]:
                              "n": p.op.extent("n"), "k": p.op.extent("k"), "dtype": p.op.dtypes[0],
                              "compute": u.kind, "unit": u.name if u.kind == "matrix-unit" else None,
                              "tiles": {lv: list(t) for lv, t in p.levels}, "notes": list(p.notes),
-                             "parallel": [list(x) for x in p.parallel]})
+                             "parallel": [list(x) for x in p.parallel],
+                             "estimate_seconds": p.plan.estimate.seconds, "estimate_bound": p.plan.estimate.bound,
+                             "double_buffered": any(t.double_buffered for t in p.plan.levels)})
     # Other ops staged by the core's promote-vector pass (one at a time: their buffers live per op).
     staged: dict[str, int] = {}
     for s in ctx.notes.get("promote_vector", []):
@@ -392,9 +414,10 @@ def resources(ctx: StageContext) -> dict[str, Any]:
             peak[level] = max(peak.get(level, 0), used)
         staged[s.kind] = staged.get(s.kind, 0) + 1
     caps = {m.name: capacity(m, ctx.options) for m in spec.scratchpads()}
-    cores = max([getattr(r, "parts", 1) for r in [*promos, *ctx.notes.get("promote_vector", [])]], default=1)
+    cores = max([getattr(r, "parts", 1) for r in [*promos, *ctx.notes.get("promote_vector", [])]]
+                + [min(ctx.notes.get("forall_parts", 1), spec.compute[0].count)], default=1)
     return {"scratchpad_bytes": peak, "capacity_bytes": caps, "contractions": contractions, "vector_ops": staged,
-            "cores": cores}
+            "cores": cores, "double_buffered": any(c["double_buffered"] for c in contractions)}
 
 
 def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
@@ -414,8 +437,9 @@ class TemplateExecutable(Executable):
     """The emulated chip: JIT-compiled host code plus its counters.
 
     After every `run`, ``last_counters`` maps each counter name (``matrix_unit:<unit>``,
-    ``bytes:<from>-><to>``) to its value for that run; ``resources`` is the compile-time record
-    (scratchpad bytes per level, each contraction's compute)."""
+    ``bytes:<from>-><to>``, ``vector:<level>``) to its value for that run and `last_time` is the time
+    that run would take on the chip (`pbsdk.core.plan.chip_time`); ``resources`` is the compile-time
+    record (scratchpad bytes per level, each contraction's compute and planner estimate)."""
 
     def __init__(self, artifact: Artifact, spec: ChipSpec) -> None:
         # The emulation runs on the host: the cpu target's JIT, for the host's own CPU (the spec is the
@@ -425,6 +449,7 @@ class TemplateExecutable(Executable):
         self.names: list[str] = list(artifact.metadata.get("counters", []))
         self.resources: Mapping[str, Any] = artifact.metadata.get("resources", {})
         self.last_counters: dict[str, int] = {}
+        self.spec = spec
         payload = artifact.payload if isinstance(artifact.payload, str) else artifact.payload.decode()
         self._engine, address, globals_ = jit_cached([payload], None, artifact.entry,
                                                       [COUNTERS_GLOBAL] if self.names else [],
@@ -444,3 +469,11 @@ class TemplateExecutable(Executable):
             self._fn(pointers)
             if self._counters is not None:
                 self.last_counters = {n: int(self._counters[i]) for i, n in enumerate(self.names)}
+
+    @property
+    def last_time(self) -> ModelledTime | None:
+        """The last run's modelled time on the chip (None before the first run or without counters)."""
+        if not self.last_counters:
+            return None
+        return modelled_time(self.spec, self.last_counters, self.resources)
+

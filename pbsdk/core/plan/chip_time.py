@@ -1,0 +1,159 @@
+"""The time a run would take on the chip a spec describes, from what the emulation counted.
+
+The template target (and every target scaffolded from it) counts, per run, the matrix-unit instructions
+issued (``matrix_unit:<unit>``), the elements its vector steps computed at each level
+(``vector:<level>``) and the bytes each DMA moved between two levels (``bytes:<from>-><to>``). `model_time`
+turns those counters into seconds on the chip, from the spec alone:
+
+- **matrix units**: instructions / (instructions per second of one unit x the units the run used). One
+  unit's rate is the spec's ``peak_tflops`` for its operand dtype, divided by the instruction's
+  ``2*m*n*k`` and by the number of units on the chip (one per instance of its ``scope``).
+- **vector steps**: elements / (lanes x ``fma_per_cycle`` x clock x cores used), lanes for 32-bit
+  elements (``width_bits / 32``). Without a vector unit, one element per cycle per core.
+- **DMA**: each level's port moves the bytes of every transfer that starts or ends there at its
+  ``bandwidth_gbps`` (per instance: a core-scoped level has one port per core in use); the copies run
+  on ``dma_channels`` channels per core (the outermost compute level's ``limits``, default 1). With two
+  or more, the levels' ports work at once and the slowest sets the pace; with one, transfers follow each
+  other and their times add up.
+- **overlap**: when the plan double-buffers its tiles, copies run under compute and the run takes the
+  larger of the two; otherwise (and by default) copy and compute alternate and their times add up.
+  Matrix-unit and vector work are added: in the kernels pbsdk generates, one waits for the other.
+
+The clock is ``clock_ghz``; a spec without it gets the clock its f32 peak implies on the vector unit
+(``peak / (2 x lanes x fma_per_cycle x cores)``), else 1 GHz.
+
+What it leaves out, by design (the counters do not see it): scalar code outside staged ops, reads and
+writes that ops make in main memory without a DMA, instruction issue and synchronisation overheads,
+bank conflicts. The terms say where the time goes; `ModelledTime.bound` names the largest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from pbsdk.core.spec import ChipSpec, MatrixUnit
+
+#: Counter-name prefixes the model reads (the template target's `Counter` names).
+MATRIX_UNIT, VECTOR, BYTES = "matrix_unit:", "vector:", "bytes:"
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelledTime:
+    """A run's time on the chip: ``seconds`` in all, ``bound`` the largest term, ``terms`` (name,
+    seconds) as the model adds them up (``matrix_unit:<unit>``, ``vector:<level>``, ``dma:<level>`` per
+    port, or ``dma:<from>-><to>`` per transfer with one channel), ``compute_seconds``/``dma_seconds``
+    the two sides, ``matrix_unit_utilisation`` the share of ``seconds`` the used matrix units are busy."""
+
+    seconds: float
+    bound: str
+    terms: tuple[tuple[str, float], ...]
+    compute_seconds: float
+    dma_seconds: float
+    overlapped: bool
+    cores: int
+    clock_ghz: float
+    matrix_unit_utilisation: float
+
+    def as_dict(self) -> dict[str, object]:
+        return {"seconds": self.seconds, "bound": self.bound, "terms": dict(self.terms),
+                "compute_seconds": self.compute_seconds, "dma_seconds": self.dma_seconds,
+                "overlapped": self.overlapped, "cores": self.cores, "clock_ghz": self.clock_ghz,
+                "matrix_unit_utilisation": self.matrix_unit_utilisation}
+
+
+def clock_hz(spec: ChipSpec) -> float:
+    """The spec's clock, or the one its f32 peak implies on the vector unit (1 GHz without either)."""
+    if spec.clock_ghz:
+        return spec.clock_ghz * 1e9
+    peak = {str(k): v for k, v in spec.peak_tflops.items()}.get("f32")
+    if peak and spec.vector is not None:
+        per_cycle = 2 * spec.vector.lanes("f32") * spec.vector.fma_per_cycle * spec.compute[0].count
+        return peak * 1e12 / per_cycle
+    return 1e9
+
+
+def unit_rate(spec: ChipSpec, unit: MatrixUnit) -> float:
+    """Instructions per second of one instance of ``unit`` (spec peak for its operand dtype, shared by
+    every instance of its scope)."""
+    peaks = {str(k): v for k, v in spec.peak_tflops.items()}
+    peak = peaks.get(unit.operand_dtype) or max(peaks.values(), default=1.0)
+    return peak * 1e12 / unit.flops / spec.total_units(unit.scope)
+
+
+def _units_used(spec: ChipSpec, scope: str, cores: int) -> int:
+    """Instances of ``scope`` inside ``cores`` units of the outermost compute level."""
+    per_core = spec.total_units(scope) // spec.compute[0].count if scope != "device" else 0
+    if scope == "device" or per_core == 0:
+        return 1
+    return max(1, min(spec.total_units(scope), cores * per_core))
+
+
+def model_time(spec: ChipSpec, counters: Mapping[str, int], *, cores: int = 1, double_buffered: bool = False,
+               unit_dtypes: Mapping[str, str] | None = None) -> ModelledTime:
+    """The run's time on ``spec`` from its ``counters``, spread over ``cores`` units of the outermost
+    compute level (what the kernel's ``scf.forall`` used). ``unit_dtypes`` picks, for a unit name the
+    spec lists for several dtypes, the one the run used (default: the first listed)."""
+    cores = max(1, min(int(cores), spec.compute[0].count))
+    clock = clock_hz(spec)
+    dtypes = dict(unit_dtypes or {})
+    compute: list[tuple[str, float]] = []
+    unit_busy = 0.0
+    transfers: dict[tuple[str, str], int] = {}
+    for name, value in sorted(counters.items()):
+        if value <= 0:
+            continue
+        if name.startswith(MATRIX_UNIT):
+            unit_name = name[len(MATRIX_UNIT):]
+            units = [u for u in spec.matrix_units if u.name == unit_name]
+            if not units:
+                raise ValueError(f"counter {name!r}: {spec.name} has no matrix unit {unit_name!r}")
+            unit = next((u for u in units if u.operand_dtype == dtypes.get(unit_name)), units[0])
+            seconds = value / (unit_rate(spec, unit) * _units_used(spec, unit.scope, cores))
+            compute.append((name, seconds))
+            unit_busy += seconds
+        elif name.startswith(VECTOR):
+            if spec.vector is not None:
+                per_cycle = spec.vector.lanes("f32") * spec.vector.fma_per_cycle
+            else:
+                per_cycle = 1
+            compute.append((name, value / (per_cycle * clock * cores)))
+        elif name.startswith(BYTES):
+            src, _, dst = name[len(BYTES):].partition("->")
+            transfers[(src, dst)] = transfers.get((src, dst), 0) + value
+    channels = int(spec.compute[0].limits.get("dma_channels", 1) or 1)
+    dma: list[tuple[str, float]] = []
+    if channels >= 2:  # every level's port at once: each moves what starts or ends there
+        served: dict[str, int] = {}
+        for (src, dst), n in transfers.items():
+            for level in (src, dst):
+                served[level] = served.get(level, 0) + n
+        dma = [(f"dma:{lv}", n / _bandwidth(spec, lv, cores)) for lv, n in sorted(served.items())]
+        dma_seconds = max((s for _, s in dma), default=0.0)
+    else:  # one channel: one transfer at a time, each at its slower port
+        dma = [(f"dma:{src}->{dst}", n / min(_bandwidth(spec, src, cores), _bandwidth(spec, dst, cores)))
+               for (src, dst), n in sorted(transfers.items())]
+        dma_seconds = sum(s for _, s in dma)
+    compute_seconds = sum(s for _, s in compute)
+    total = max(compute_seconds, dma_seconds) if double_buffered else compute_seconds + dma_seconds
+    terms = tuple(compute + dma)
+    bound = max(terms, key=lambda t: t[1])[0] if terms else "nothing"
+    return ModelledTime(seconds=total, bound=bound, terms=terms, compute_seconds=compute_seconds,
+                        dma_seconds=dma_seconds, overlapped=double_buffered, cores=cores, clock_ghz=clock / 1e9,
+                        matrix_unit_utilisation=unit_busy / total if total > 0 else 0.0)
+
+
+def modelled_time(spec: ChipSpec, counters: Mapping[str, int], resources: Mapping[str, Any]) -> ModelledTime:
+    """`model_time` of one run, with the cores, double buffering and unit dtypes from the target's
+    compile-time ``resources`` record (the template target's: ``cores``, ``double_buffered``,
+    ``contractions`` with ``unit`` and ``dtype``)."""
+    units = {c["unit"]: c["dtype"] for c in resources.get("contractions", ()) if c.get("unit")}
+    return model_time(spec, counters, cores=int(resources.get("cores", 1)),
+                      double_buffered=bool(resources.get("double_buffered", False)), unit_dtypes=units)
+
+
+def _bandwidth(spec: ChipSpec, level: str, cores: int) -> float:
+    """Bytes per second through ``level``'s ports with ``cores`` cores at work."""
+    lv = spec.memory_level(level)
+    return lv.bandwidth_gbps * 1e9 * _units_used(spec, lv.scope, cores)

@@ -1,0 +1,143 @@
+"""The modelled time on the chip (pbsdk.core.plan.chip_time) and the DSE sweep's planning (pbsdk.dse): no IR."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbsdk.core.errors import PbsdkError, SpecError
+from pbsdk.core.plan.chip_time import clock_hz, model_time, modelled_time, unit_rate
+from pbsdk.core.spec import load_spec
+from pbsdk.dse import Vary, merge_reports, parse_vary, variants
+
+NPU = load_spec("example/npu")  # 4 cores at 1 GHz; mxu 32x32x32 bf16 at 16.384 TFLOP/s chip-wide; dram 100 GB/s
+
+
+def test_one_matrix_unit_instruction_takes_the_cycles_the_peak_implies():
+    mxu = NPU.matrix_units[0]
+    # 16.384 TFLOP/s over 4 cores, 65536 FLOP per instruction: one instruction per 16 cycles per core.
+    assert unit_rate(NPU, mxu) == pytest.approx(1e9 / 16)
+    t = model_time(NPU, {"matrix_unit:mxu": 4000}, cores=4)
+    assert t.seconds == pytest.approx(1000 * 16e-9) and t.bound == "matrix_unit:mxu"
+    assert t.matrix_unit_utilisation == pytest.approx(1.0)
+    # On one core the same work takes four times as long.
+    assert model_time(NPU, {"matrix_unit:mxu": 4000}, cores=1).seconds == pytest.approx(4 * t.seconds)
+
+
+def test_i8_instructions_of_a_unit_sharing_its_name_use_the_i8_peak():
+    i8 = model_time(NPU, {"matrix_unit:mxu": 100}, cores=1, unit_dtypes={"mxu": "i8"})
+    bf16 = model_time(NPU, {"matrix_unit:mxu": 100}, cores=1, unit_dtypes={"mxu": "bf16"})
+    # The i8 instruction does twice the MACs (k 64) at twice the peak: the same time per instruction.
+    assert i8.seconds == pytest.approx(bf16.seconds)
+
+
+def test_vector_elements_at_lanes_per_cycle():
+    # 512-bit vector unit: 16 f32 lanes, one per cycle, 1 GHz.
+    t = model_time(NPU, {"vector:spm": 16_000}, cores=1)
+    assert t.seconds == pytest.approx(1e-6) and t.bound == "vector:spm"
+
+
+def test_dma_with_several_channels_is_paced_by_the_busiest_port():
+    # 4 dma channels per core: dram (100 GB/s, device-wide) serves 1 MB; spm (256 GB/s per core) 1 MB.
+    t = model_time(NPU, {"bytes:dram->spm": 1_000_000}, cores=1)
+    assert dict(t.terms)["dma:dram"] == pytest.approx(1e-5)
+    assert dict(t.terms)["dma:spm"] == pytest.approx(1e6 / 256e9)
+    assert t.dma_seconds == pytest.approx(1e-5) and t.bound == "dma:dram"
+
+
+def test_one_dma_channel_serialises_transfers():
+    one = NPU.model_copy(update={"compute": [NPU.compute[0].model_copy(update={"limits": {"dma_channels": 1}}),
+                                             *NPU.compute[1:]]})
+    t = model_time(one, {"bytes:dram->sram": 1_000_000, "bytes:sram->spm": 4_000_000}, cores=1)
+    # dram->sram at dram's 100 GB/s, then sram->spm at the slower of sram (400) and spm (256 per core).
+    assert t.dma_seconds == pytest.approx(1e6 / 100e9 + 4e6 / 256e9)
+    assert {name for name, _ in t.terms} == {"dma:dram->sram", "dma:sram->spm"}
+
+
+def test_double_buffering_overlaps_copies_with_compute():
+    counters = {"matrix_unit:mxu": 4000, "bytes:dram->spm": 1_000_000}
+    serial = model_time(NPU, counters, cores=4)
+    overlapped = model_time(NPU, counters, cores=4, double_buffered=True)
+    assert serial.seconds == pytest.approx(serial.compute_seconds + serial.dma_seconds)
+    assert overlapped.seconds == pytest.approx(max(serial.compute_seconds, serial.dma_seconds))
+    assert overlapped.seconds < serial.seconds
+
+
+def test_more_bandwidth_is_faster_and_a_faster_clock_speeds_vector_work():
+    counters = {"vector:spm": 100_000, "bytes:dram->spm": 1_000_000}
+    base = model_time(NPU, counters, cores=4).seconds
+    data = NPU.model_dump()
+    data["memory"][0]["bandwidth_gbps"] = 200
+    data["clock_ghz"] = 2.0
+    faster = NPU.model_validate(data)
+    assert model_time(faster, counters, cores=4).seconds < base
+
+
+def test_a_spec_without_clock_takes_the_one_its_f32_peak_implies():
+    no_clock = NPU.model_copy(update={"clock_ghz": None})
+    assert clock_hz(no_clock) == pytest.approx(1e9)  # 0.128 TFLOP/s = 4 cores x 16 lanes x 2 x 1 GHz
+
+
+def test_unknown_unit_counter_is_an_error_naming_it():
+    with pytest.raises(ValueError, match="no matrix unit 'tpu'"):
+        model_time(NPU, {"matrix_unit:tpu": 1})
+
+
+def test_modelled_time_reads_cores_and_double_buffering_from_resources():
+    resources = {"cores": 2, "double_buffered": True, "contractions": [{"unit": "mxu", "dtype": "f16"}]}
+    t = modelled_time(NPU, {"matrix_unit:mxu": 10, "bytes:dram->spm": 10}, resources)
+    assert t.cores == 2 and t.overlapped
+
+
+def test_nothing_counted_is_zero_time():
+    t = model_time(NPU, {})
+    assert t.seconds == 0 and t.bound == "nothing" and t.matrix_unit_utilisation == 0
+
+
+# --------------------------------------------------------------------------------------------- dse
+
+def test_parse_vary_reads_yaml_scalars():
+    assert parse_vary("memory.spm.size_bytes=131072, 262144") == Vary("memory.spm.size_bytes", (131072, 262144))
+    assert parse_vary("clock_ghz=1.5,2").values == (1.5, 2)
+    for bad in ("clock_ghz", "=1,2", "clock_ghz=", "clock_ghz=1,1"):
+        with pytest.raises(PbsdkError):
+            parse_vary(bad)
+
+
+def test_variants_are_every_combination_validated():
+    vs = variants(NPU, [parse_vary("memory.spm.size_bytes=131072,262144"), parse_vary("clock_ghz=1,2")])
+    assert [v.values for v in vs] == [
+        (("memory.spm.size_bytes", 131072), ("clock_ghz", 1)), (("memory.spm.size_bytes", 131072), ("clock_ghz", 2)),
+        (("memory.spm.size_bytes", 262144), ("clock_ghz", 1)), (("memory.spm.size_bytes", 262144), ("clock_ghz", 2))]
+    assert [v.spec.memory_level("spm").size_bytes for v in vs] == [131072, 131072, 262144, 262144]
+    assert vs[1].spec.clock_ghz == 2
+
+
+def test_a_named_matrix_unit_field_changes_every_form_of_the_unit():
+    (v,) = variants(NPU, [parse_vary("matrix_units.mxu.m=16")])
+    assert {u.m for u in v.spec.matrix_units} == {16}
+    (v,) = variants(NPU, [parse_vary("compute.core.limits.dma_channels=1")])
+    assert v.spec.compute[0].limits["dma_channels"] == 1
+
+
+def test_an_invalid_variant_is_reported_not_raised():
+    (v,) = variants(NPU, [parse_vary("memory.spm.size_bytes=-4")])
+    assert v.spec is None and "size_bytes" in v.error
+
+
+def test_a_field_that_does_not_exist_is_the_users_error():
+    with pytest.raises(SpecError, match="no memory entry named 'l9'"):
+        variants(NPU, [parse_vary("memory.l9.size_bytes=1")])
+    with pytest.raises(SpecError, match="no field"):
+        variants(NPU, [parse_vary("memory.spm.size=1")])
+    with pytest.raises(PbsdkError, match="twice"):
+        variants(NPU, [parse_vary("clock_ghz=1"), parse_vary("clock_ghz=2")])
+
+
+def test_shard_reports_merge_in_variant_order():
+    a = {"spec": "s", "model": "m", "vary": {"f": [1, 2, 3]}, "seconds": 1.0,
+         "variants": [{"index": 0}, {"index": 2}]}
+    b = {**a, "seconds": 2.0, "variants": [{"index": 1}]}
+    merged = merge_reports([b, a])
+    assert [r["index"] for r in merged["variants"]] == [0, 1, 2] and merged["seconds"] == 3.0
+    with pytest.raises(PbsdkError, match="different sweeps"):
+        merge_reports([a, {**b, "model": "other"}])
