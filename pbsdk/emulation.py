@@ -119,3 +119,12 @@ def _run(request: Any, artifact: Any, types: list[tuple[tuple[int, ...], str]], 
                        counters=counters, resources=resources,
                        planner_estimate_seconds=sum(estimates) if estimates else None,
                        compile_seconds=compile_seconds)
+
+
+def last_modelled_seconds(kernels: Sequence[Any]) -> float | None:
+    """The sum of the modelled times of ``kernels``' last runs (`pbsdk.core.runtime.kernel.Kernel`s on a
+    target that models time, e.g. template), or None when none of them has one: what a frontend's report
+    gives for a whole model."""
+    times = [t.seconds for k in kernels
+             if (t := getattr(getattr(k, "executable", None), "last_time", None)) is not None]
+    return sum(times) if times else None

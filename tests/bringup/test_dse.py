@@ -81,3 +81,30 @@ def test_conform_reports_each_cases_modelled_time_and_the_planners(tmp_path):
     unit = [c for c in cases if c["resources"].get("matrix_unit_ops")]
     assert unit and all(c["resources"]["modelled"]["terms"]["matrix_unit:mxu"] > 0 for c in unit)
     assert all(c["resources"]["planner_estimate_seconds"] > 0 for c in unit)
+
+
+def test_torch_and_jax_reports_give_a_whole_models_modelled_time():
+    torch = pytest.importorskip("torch")
+    import numpy as np
+
+    import pbsdk.frontends.torch as pt
+
+    pt.clear_reports()
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 32)).eval()
+    compiled = torch.compile(model, backend="pbsdk", options={"target": "template", "spec": "npu"})
+    with torch.no_grad():
+        compiled(torch.randn(16, 64))
+    (report,) = pt.reports()
+    assert report.modelled_seconds() is not None and report.modelled_seconds() > 0
+
+    jax = pytest.importorskip("jax")
+    from pbsdk.frontends import jax as pj
+
+    pj.clear_reports()
+    fn = pj.jit(lambda x, w: jax.nn.relu(x @ w), target="template", spec="npu")
+    fn(np.ones((32, 64), np.float32), np.ones((64, 32), np.float32))
+    assert pj.reports()[-1].modelled_seconds() > 0
+    # The cpu target models no chip time.
+    cpu = pj.jit(lambda x: x * 2.0)
+    cpu(np.ones(8, np.float32))
+    assert pj.reports()[-1].modelled_seconds() is None

@@ -324,6 +324,14 @@ class JaxCompileReport:
     fallback_primitives: tuple[str, ...]  # one entry per equation that does not convert
     failed_kernels: int                   # kernels that did not compile (their equations run in XLA)
     seconds: float                        # tracing, lowering and compiling
+    stages: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the kernel stages
+
+    def modelled_seconds(self) -> float | None:
+        """On a target that models the chip's time (template and targets scaffolded from it): the time the
+        kernels' last runs would take on the chip (`pbsdk.emulation`); None elsewhere."""
+        from pbsdk.emulation import last_modelled_seconds
+
+        return last_modelled_seconds([s.kernel for s in self.stages])
 
 
 _reports: list[JaxCompileReport] = []
@@ -518,7 +526,8 @@ class JaxFunction:
             compiled_ops=plan.compiled_ops, kernels=sum(isinstance(s, KernelStage) for s in plan.stages),
             xla_stages=sum(isinstance(s, XlaStage) for s in plan.stages),
             fallback_primitives=tuple(plan.fallbacks), failed_kernels=plan.failed,
-            seconds=time.perf_counter() - start)
+            seconds=time.perf_counter() - start,
+            stages=tuple(s for s in plan.stages if isinstance(s, KernelStage)))
         with _reports_lock:
             _reports.append(report)
         log.debug("pbsdk: %s", report)

@@ -28,6 +28,7 @@ import operator
 import re
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -110,6 +111,15 @@ class CompileReport:
     frozen: bool                      # parameters folded as constants
     seconds: float                    # wall time of partitioning, lowering and compiling
     fused_attention: int = 0          # attention patterns (e.g. decomposed SDPA) run as one fused kernel
+    kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
+
+    def modelled_seconds(self) -> float | None:
+        """On a target that models the chip's time (template and targets scaffolded from it): the time the
+        partitions' last runs would take on the chip (`pbsdk.emulation`); None elsewhere. A whole
+        model: ``sum`` over the `reports` of its graphs."""
+        from pbsdk.emulation import last_modelled_seconds
+
+        return last_modelled_seconds(self.kernels)
 
 
 _reports: list[CompileReport] = []
@@ -128,6 +138,18 @@ def clear_reports() -> None:
 
 
 # ------------------------------------------------------------------------------------------ partitions
+
+class _KernelOf:
+    """A partition's current kernel (a partition may recompile it, e.g. without frozen weights)."""
+
+    def __init__(self, part: CompiledPartition) -> None:
+        self._part = weakref.ref(part)
+
+    @property
+    def executable(self) -> Any:
+        part = self._part()
+        return None if part is None else part.kernel.executable
+
 
 class CompiledPartition(torch.nn.Module):
     """One partition of the ATen graph compiled by pbsdk, called with the partition's torch inputs.
@@ -348,6 +370,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
     fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
     compiled_ops = failed = attention = 0
+    kernels = []
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("pbsdk_part_"):
             continue
@@ -369,10 +392,12 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
         setattr(fused, str(node.target), part)
         compiled_ops += n_ops
         attention += part.fused_attention
+        kernels.append(part)
     fused.recompile()
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
                            fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
-                           seconds=time.perf_counter() - start, fused_attention=attention)
+                           seconds=time.perf_counter() - start, fused_attention=attention,
+                           kernels=tuple(_KernelOf(p) for p in kernels))
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
