@@ -306,6 +306,67 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
+def _predicted_ms(work: Workload, threads: int) -> float:
+    """The planner's predicted time of the case's program on the host (`pbsdk.core.plan.predict`)."""
+    from pbsdk.core.plan.predict import predict_graph
+    from pbsdk.core.spec import load_spec
+    from pbsdk.frontends.jit import trace
+    from pbsdk.frontends.tracing import input_type
+
+    graph, _ = trace(work.pbsdk, tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
+    return predict_graph(graph, load_spec("host"), {"threads": threads}).seconds * 1e3
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation of two equally long samples (ties share their mean rank); None for
+    fewer than three pairs or a constant sample."""
+    if len(xs) != len(ys) or len(xs) < 3:
+        return None
+
+    def ranks(v: Sequence[float]) -> np.ndarray:
+        order = np.argsort(v, kind="stable")
+        r = np.empty(len(v))
+        r[order] = np.arange(len(v), dtype=float)
+        for value in set(v):  # ties: the mean of their ranks
+            tied = np.asarray(v) == value
+            r[tied] = r[tied].mean()
+        return r
+
+    rx, ry = ranks(xs), ranks(ys)
+    if rx.std() == 0 or ry.std() == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def cost_model_check(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per thread count: the planner's predicted vs measured pbsdk times of every case with both, their
+    ratio (measured / predicted) and Spearman's rank correlation over the cases."""
+    out: dict[str, Any] = {}
+    for threads in sorted({r["threads"] for r in results}):
+        rows = [{"case": r["case"], "predicted_ms": r["predicted_ms"], "measured_ms": r["times_ms"]["pbsdk"],
+                 "ratio": r["times_ms"]["pbsdk"] / r["predicted_ms"]}
+                for r in results if r["threads"] == threads and r.get("predicted_ms")
+                and r.get("times_ms", {}).get("pbsdk")]
+        out[str(threads)] = {"spearman": spearman([r["predicted_ms"] for r in rows],
+                                                  [r["measured_ms"] for r in rows]), "cases": rows}
+    return out
+
+
+def cost_model_table(check: dict[str, Any]) -> str:
+    lines = []
+    for threads, c in check.items():
+        rho = c["spearman"]
+        lines.append(f"Cost model at {threads} thread(s): Spearman rank correlation of predicted vs measured "
+                     f"pbsdk time over {len(c['cases'])} cases = {'n/a' if rho is None else f'{rho:.3f}'}")
+        lines.append("")
+        lines.append("| case | predicted ms | measured ms | measured / predicted |")
+        lines.append("|---|---|---|---|")
+        for r in c["cases"]:
+            lines.append(f"| {r['case']} | {r['predicted_ms']:.4g} | {r['measured_ms']:.4g} | {r['ratio']:.2f} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders: Sequence[str],
               torch: Any, log: Callable[[str], None]) -> dict[str, Any]:
     """Measure one case at one thread count (inside a worker whose thread pools are set to ``threads``)."""
@@ -332,6 +393,7 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
             jf = pbsdk.jit(work.pbsdk, options={"threads": threads, "cache": False})
             jf.kernel(tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
             result["compile_s"]["pbsdk"] = time.perf_counter() - t0
+            result["predicted_ms"] = _predicted_ms(work, threads)
             result["checks"]["pbsdk"] = _check(jf(*work.inputs), expect, work)
             fns["pbsdk"] = (jf, work.inputs)
         except Exception as exc:  # noqa: BLE001 - a compile failure is a result, not a crash
@@ -763,7 +825,8 @@ def run(args: argparse.Namespace) -> int:
     report["results"].sort(key=lambda r: (order[r["case"]], r["threads"]))
     report["failed_workers"] = failed_workers
 
-    table = markdown_table(report)
+    report["cost_model"] = cost_model_check(report["results"])
+    table = markdown_table(report) + "\n" + cost_model_table(report["cost_model"])
     png = out / "benchmarks.png"
     report["plot"] = png.name if plot(report, png) else None
     if report["plot"] is None:

@@ -141,3 +141,36 @@ def test_shard_reports_merge_in_variant_order():
     assert [r["index"] for r in merged["variants"]] == [0, 1, 2] and merged["seconds"] == 3.0
     with pytest.raises(PbsdkError, match="different sweeps"):
         merge_reports([a, {**b, "model": "other"}])
+
+
+# ------------------------------------------------------------------------------- the program prediction
+
+def test_program_prediction_adds_contractions_and_the_fused_loops():
+    from pbsdk import ops
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.core.plan import Contraction, plan_contraction
+    from pbsdk.core.plan.predict import predict_graph
+    from pbsdk.frontends.jit import trace
+
+    host = load_spec("avx512")
+    graph, _ = trace(lambda a, b: ops.softmax(ops.matmul(a, b)),
+                     (TensorType((512, 256), "f32"), TensorType((256, 1024), "f32")))
+    p = predict_graph(graph, host, {"threads": 2})
+    names = [n for n, _ in p.terms]
+    assert names[0].endswith("matmul") and names[-1] == "fused loops"
+    mm = plan_contraction(host, Contraction(512, 1024, 256), {"threads": 2}).estimate.seconds
+    assert dict(p.terms)[names[0]] == pytest.approx(mm)
+    assert p.seconds == pytest.approx(sum(s for _, s in p.terms))
+    # Four times the rows: the fused loops predict more time, the matmul too.
+    big, _ = trace(lambda a, b: ops.softmax(ops.matmul(a, b)),
+                   (TensorType((2048, 256), "f32"), TensorType((256, 1024), "f32")))
+    assert predict_graph(big, host, {"threads": 2}).seconds > p.seconds
+
+
+def test_spearman_of_ranks():
+    from pbsdk.bench import spearman
+
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 3], [1, 1, 1]) is None and spearman([1, 2], [1, 2]) is None
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486833, rel=1e-6)  # ties share ranks

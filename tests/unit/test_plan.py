@@ -213,3 +213,11 @@ def test_matrix_vector_products_fork_by_their_memory_time() -> None:
     assert gemv.estimate.bound != "compute"
     assert gemv.blocking.threads == spec.compute[0].count and gemv.blocking.split == "n"
     assert plan_contraction(spec, Contraction(1, 64, 64)).blocking.threads == 1
+
+
+def test_estimate_is_for_the_threads_the_code_runs_on() -> None:
+    host = load_spec("avx512")
+    one = plan_contraction(host, Contraction(1024, 1024, 1024), {"threads": 1})
+    two = plan_contraction(host, Contraction(1024, 1024, 1024), {"threads": 2})
+    assert one.blocking is not None and one.blocking.threads == 1 and two.blocking.threads == 2
+    assert one.estimate.seconds == pytest.approx(2 * two.estimate.seconds, rel=0.05)

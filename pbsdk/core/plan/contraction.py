@@ -487,8 +487,11 @@ def plan_contraction(spec: ChipSpec, op: Contraction,
     solo = _estimate(spec, op, unit, tiles, 1).seconds
     blk, why_blk = blocking(spec, op, unit, opts, solo)
     reasons += why_blk
-    estimate = _estimate(spec, op, unit, tiles, ways)
-    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
+    # The estimate is for the units the code runs on: the blocking's threads on a cache hierarchy, else the
+    # parallel ways, at most the ``threads`` option.
+    running = blk.threads if blk is not None else min(ways, opts.threads or ways)
+    estimate = _estimate(spec, op, unit, tiles, running)
+    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms on {running} {top.name}(s), bound by {estimate.bound}")
     return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons),
                            blk, split)
 
