@@ -92,9 +92,10 @@ def test_the_plugins_numbers_are_the_templates_bit_for_bit() -> None:
     np.testing.assert_array_equal(mine, theirs)
     assert mine_counts == their_counts
     # What the contraction must produce whoever lowers it: one unit op per 32x32x32 block of the padded
-    # problem (64 x 64 x 96), A, B and the f32 accumulator in once, the accumulator out once.
+    # problem (64 x 64 x 96), A and B in once, the f32 accumulator out once (it starts as zeros in sram:
+    # the fill that initialises it is folded into the staged tile).
     assert mine_counts["matrix_unit:mxu"] == 2 * 2 * 3
-    assert mine_counts["bytes:dram->sram"] == a.nbytes + b.nbytes + 33 * 40 * 4
+    assert mine_counts["bytes:dram->sram"] == a.nbytes + b.nbytes
     assert mine_counts["bytes:sram->dram"] == 33 * 40 * 4
 
 

@@ -336,8 +336,13 @@ class _Rewriter:
     loops with their copies, the compute ops, deallocations. Index constants are made once, at the
     function's entry (in increasing order); a padding zero is made next to the fill that uses it."""
 
-    def __init__(self, p: Promotion, level_names: Sequence[str], compute_level: str = "") -> None:
+    def __init__(self, p: Promotion, level_names: Sequence[str], compute_level: str = "",
+                 init: ir.Attribute | None = None) -> None:
         self.p = p
+        #: The constant C starts as (a folded fill): the outermost level holding C fills its tile with it at
+        #: the first k step instead of reading C from main memory.
+        self.init = init
+        self.c_staged = False
         self.level_names = list(level_names)
         self.compute_level = compute_level
         # The split loops (role -> parts) and the promoted level whose loops they are.
@@ -517,13 +522,36 @@ class _Rewriter:
                     elt = ir.MemRefType(buf.type).element_type
                     linalg.fill(arith.ConstantOp(elt, ir.FloatAttr.get(elt, 0.0)).result, outs=[buf])
                     dst = _subview(buf, [0] * len(mp), szs)
-                self.copy(src, dst)
+                if role == "C" and self.init is not None and not self.c_staged:
+                    self.start_c(buf, src, dst, offsets, extent, tile)
+                else:
+                    self.copy(src, dst)
                 if role == "C":
                     writeback = (dst, src)
+                    self.c_staged = True
                 inner.append(buf)
             self.level(li + 1, inner, list(tile))
             if writeback is not None:
                 self.copy(*writeback)
+
+    def start_c(self, buf: ir.Value, src: ir.Value, dst: ir.Value, offsets: Mapping[int, int | ir.Value],
+                extent: Sequence[int], tile: Sequence[int]) -> None:
+        """The outermost C tile's start: the fill's constant at the first k step (the whole buffer: its
+        padding is never written back), the partial sums from main memory at the later ones."""
+        k = self.p.op.roles.index("k")
+        elt = ir.MemRefType(buf.type).element_type
+        value = arith.ConstantOp(elt, self.init).result
+        if extent[k] <= tile[k]:  # one k step at this level
+            linalg.fill(value, outs=[buf])
+            return
+        first = arith.CmpIOp(arith.CmpIPredicate.eq, offsets[k], self.index(0)).result  # type: ignore[arg-type]
+        branch = scf.IfOp(first, [], has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            linalg.fill(value, outs=[buf])
+            scf.YieldOp([])
+        with ir.InsertionPoint(branch.else_block):
+            self.copy(src, dst)
+            scf.YieldOp([])
 
     def innermost(self, parent: list[ir.Value], extent: list[int]) -> None:
         """The compute of one innermost tile: unit-sized ops for a matrix unit, else one op."""
@@ -540,6 +568,51 @@ class _Rewriter:
                      for i, mp in enumerate(self.p.op.maps)]
             self.compute(views, [(attrs.MATRIX_UNIT, u.name), (attrs.UNIT_OPERAND, u.operand_dtype),
                                  (attrs.UNIT_ACCUMULATOR, u.accumulator_dtype)])
+
+
+def init_fill(op: ir.Operation) -> tuple[ir.Operation, ir.Attribute] | None:
+    """The fill that initialises contraction ``op``'s accumulator, and its constant, when the pass may fold
+    it into the staged C tile: an all-parallel ``linalg.generic`` (a generalised ``linalg.fill``) of a
+    constant scalar into exactly ``op``'s C buffer, in the same block, and no other op touches that
+    buffer (or a view of it) between the two. Folded, the C tile starts as the constant in the
+    scratchpad instead of being written to main memory by the fill and read back in."""
+    c = op.operands[2]
+    me = op.operation
+    uses = [u.owner.operation if hasattr(u.owner, "operation") else u.owner for u in c.uses]
+    if any(u.block != me.block for u in uses):
+        return None
+    order = list(me.block.operations)
+
+    def position(x: ir.Operation) -> int:
+        return next(i for i, o in enumerate(order) if o.operation == x)
+
+    at = position(me)
+    before = [u for u in uses if u != me and position(u) < at]
+    # The fill is the only use of C before the contraction (every other use comes after it).
+    if len(before) != 1 or not _is_fill_of(before[0], c):
+        return None
+    fill = before[0]
+    scalar = fill.operands[0]
+    owner = getattr(scalar.owner, "operation", scalar.owner)  # a block for a block argument
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return None
+    return fill, owner.attributes["value"]
+
+
+def _is_fill_of(u: ir.Operation, c: ir.Value) -> bool:
+    """Whether ``u`` is a generalised ``linalg.fill`` of a scalar into all of ``c``."""
+    if u.name != "linalg.generic" or len(u.operands) != 2 or u.operands[1] != c:
+        return False
+    if isinstance(u.operands[0].type, ir.ShapedType):
+        return False
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(u.attributes["iterator_types"])):
+        return False
+    out_map = ir.AffineMapAttr(ir.ArrayAttr(u.attributes["indexing_maps"])[1]).value
+    if not out_map.is_permutation:
+        return False
+    body = list(u.regions[0].blocks[0].operations)
+    return len(body) == 1 and body[0].name == "linalg.yield" and \
+        list(body[0].operands) == [u.regions[0].blocks[0].arguments[0]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -583,8 +656,10 @@ class PromoteToScratchpad:
                                       accumulator_in_registers=self.accumulator_in_registers)
             except UnsupportedError:
                 continue
+            fill = init_fill(op) if any(b.name.startswith("C_") for b in promo.buffers) else None
             with ir.InsertionPoint(module.body), op.location:
-                fn = _Rewriter(promo, level_names, spec.compute[0].name).function([v.type for v in op.operands])
+                fn = _Rewriter(promo, level_names, spec.compute[0].name,
+                               init=None if fill is None else fill[1]).function([v.type for v in op.operands])
             try:
                 fn.operation.verify()
             except ir.MLIRError as exc:  # a bug here, not the user's: say which contraction
@@ -592,4 +667,11 @@ class PromoteToScratchpad:
             with ir.InsertionPoint(op), op.location:
                 func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands))
             op.erase()
+            if fill is not None:
+                constant = getattr(fill[0].operands[0].owner, "operation", None)
+                fill[0].erase()
+                if constant is not None and not list(constant.result.uses):
+                    constant.erase()
+                promo = dataclasses.replace(promo, notes=promo.notes + (
+                    "C starts as the fill's constant in the outermost scratchpad holding it (the fill folded)",))
             records.append(promo)
