@@ -665,7 +665,8 @@ def _reshape(node: NodeInfo, x: Value, shape: Value = None) -> Tensor:
 @converts("Flatten")
 def _flatten(node: NodeInfo, x: Value) -> Tensor:
     t = tensor(x)
-    axis = int(node.attr("axis", 1)) % (t.ndim + 1) if t.ndim else 0
+    axis = int(node.attr("axis", 1))
+    axis = axis + t.ndim if axis < 0 else axis
     return ops.reshape(t, (math.prod(t.shape[:axis]), math.prod(t.shape[axis:])))
 
 
@@ -840,7 +841,8 @@ def _space_to_depth(node: NodeInfo, x: Value) -> Tensor:
     t = tensor(x)
     b = int(node.attr("blocksize"))
     n, c, h, w = t.shape
-    y = ops.transpose(ops.reshape(t, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = ops.transpose(ops.reshape(t, (n, c, h // b, b, w // b, b)), perm)
     return ops.reshape(y, (n, c * b * b, h // b, w // b))
 
 
@@ -882,3 +884,16 @@ def convert_node(node: NodeInfo, inputs: Sequence[Value]) -> tuple[Value, ...]:
         raise UnsupportedError(f"{label}: {exc.reason}", op=node.op_type) from exc
     except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError, StopIteration) as exc:
         raise UnsupportedError(f"{label}: {exc}", op=node.op_type) from exc
+
+
+#: Ops pbsdk only folds at import: their inputs (a shape, range bounds) must be known then.
+FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "EyeLike")
+
+
+def _folded_only(node: NodeInfo, *inputs: Value) -> Value:
+    raise UnsupportedError(f"{node.op_type}'s inputs must be known at import (pbsdk compiles static shapes); "
+                           "here they are computed from the model's inputs")
+
+
+for _name in FOLDED_ONLY:
+    converts(_name)(_folded_only)

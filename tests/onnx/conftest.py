@@ -1,0 +1,57 @@
+"""The ONNX node suite's per-operator report: ``PBSDK_ONNX_REPORT=path.json`` (or ``--onnx-report``) writes
+passed/failed/skipped counts per target, operator family and operator, each skip's reason, and the cases
+excluded from the run with theirs (`pbsdk.onnx.nodesuite`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+_NODE = re.compile(r"test_node_suite\.py::TestOnnxNode(?:LongTail)?_(\w+)::(test_\w+)_cpu$")
+_outcomes: dict[str, dict[str, tuple[str, str]]] = defaultdict(dict)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    m = _NODE.search(report.nodeid)
+    if not m or (report.when != "call" and not (report.skipped or report.failed)):
+        return
+    target, case = m.groups()
+    outcome = "skipped" if report.skipped else "failed" if report.failed else "passed"
+    reason = ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+    if outcome == "passed" and case in _outcomes[target]:
+        return
+    _outcomes[target][case] = (outcome, reason)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--onnx-report", None) or os.environ.get("PBSDK_ONNX_REPORT")
+    if not path or hasattr(session.config, "workerinput") or not _outcomes:
+        return
+    from pbsdk.onnx.nodesuite import family, official_selection
+
+    SELECTION = official_selection()  # noqa: N806 (the test module's, recomputed: xdist's controller has none)
+
+    out: dict[str, Any] = {"targets": {}, "excluded": dict(sorted(SELECTION.excluded.items()))}
+    for target, cases in sorted(_outcomes.items()):
+        per_op: dict[str, dict[str, Any]] = {}
+        families: dict[str, dict[str, int]] = {}
+        for case, (outcome, reason) in sorted(cases.items()):
+            op = SELECTION.op_of.get(case, "?")
+            entry = per_op.setdefault(op, {"family": family(op), "passed": 0, "failed": 0, "skipped": 0, "skips": {}})
+            entry[outcome] += 1
+            if outcome == "skipped":
+                entry["skips"][case] = reason
+            fam = families.setdefault(family(op), {"passed": 0, "failed": 0, "skipped": 0})
+            fam[outcome] += 1
+        totals = {k: sum(f[k] for f in families.values()) for k in ("passed", "failed", "skipped")}
+        out["targets"][target] = {"totals": totals, "families": dict(sorted(families.items())),
+                                  "operators": per_op}
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1, sort_keys=False)
