@@ -18,17 +18,6 @@ def _isolated_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run long sweeps marked slow")
-    parser.addoption("--pbsdk-target", default=None,
-                     help="targets of the ONNX node suite, comma-separated (default cpu,template; "
-                          "or PBSDK_ONNX_TARGETS)")
-    parser.addoption("--onnx-report", default=None, help="write the ONNX node suite's per-operator JSON report here")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    import os
-
-    if config.getoption("--pbsdk-target"):  # read by tests/onnx/test_node_suite.py at collection
-        os.environ["PBSDK_ONNX_TARGETS"] = config.getoption("--pbsdk-target")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

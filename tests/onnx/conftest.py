@@ -1,6 +1,10 @@
-"""The ONNX node suite's per-operator report: ``PBSDK_ONNX_REPORT=path.json`` (or ``--onnx-report``) writes
-passed/failed/skipped counts per target, operator family and operator, each skip's reason, and the cases
-excluded from the run with theirs (`pbsdk.onnx.nodesuite`)."""
+"""The ONNX node suite's target selection and per-operator report.
+
+Targets: ``--pbsdk-target NAME`` (the option of pbsdk's conformance plugin, whose spec-driven cases come
+along: add ``-k OnnxNode`` for the node suite alone) or ``PBSDK_ONNX_TARGETS=cpu,template`` (the default);
+``--pbsdk-spec`` picks the spec. Report: ``PBSDK_ONNX_REPORT=path.json`` writes passed/failed/skipped counts
+per target, operator family and operator, each skip's reason, and the cases excluded from the run with
+theirs (`pbsdk.onnx.nodesuite`)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,17 @@ _NODE = re.compile(r"test_node_suite\.py::TestOnnxNode(?:LongTail)?_(\w+)::(test
 _outcomes: dict[str, dict[str, tuple[str, str]]] = defaultdict(dict)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Pass the conformance plugin's target and spec options on to tests/onnx/test_node_suite.py, which
+    reads them from the environment when it is collected."""
+    target = config.getoption("--pbsdk-target", None)
+    if target:
+        os.environ["PBSDK_ONNX_TARGETS"] = target
+    spec = config.getoption("--pbsdk-spec", None)
+    if spec:
+        os.environ["PBSDK_ONNX_SPEC"] = spec
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     m = _NODE.search(report.nodeid)
     if not m or (report.when != "call" and not (report.skipped or report.failed)):
@@ -27,11 +42,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         reason = str(report.longrepr[2]).removeprefix("Skipped: ")
     if outcome == "passed" and case in _outcomes[target]:
         return
+    if "--runslow" in reason:  # the long tail, not run this session: not an outcome
+        return
     _outcomes[target][case] = (outcome, reason)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    path = session.config.getoption("--onnx-report", None) or os.environ.get("PBSDK_ONNX_REPORT")
+    path = os.environ.get("PBSDK_ONNX_REPORT")
     if not path or hasattr(session.config, "workerinput") or not _outcomes:
         return
     from pbsdk.onnx.nodesuite import family, official_selection

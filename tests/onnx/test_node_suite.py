@@ -1,9 +1,10 @@
 """The official ONNX node tests (``onnx.backend.test``, one small model per operator and attribute variant,
 with reference inputs and outputs) run through `pbsdk.onnx.Backend` on each selected target
-(``PBSDK_ONNX_TARGETS``, or pytest ``--pbsdk-target``; default ``cpu,template``). The cases run are those whose every op pbsdk converts
+(``--pbsdk-target NAME`` or ``PBSDK_ONNX_TARGETS``; default ``cpu,template``: tests/onnx/conftest.py). The cases run are those whose every op pbsdk converts
 (`pbsdk.onnx.nodesuite.select`); a variant a converter refuses with a typed `UnsupportedError` is skipped
 with that error as the reason. ``PBSDK_ONNX_REPORT=path.json`` writes passed/failed/skipped per operator
-(tests/onnx/conftest.py)."""
+.
+"""
 
 from __future__ import annotations
 
