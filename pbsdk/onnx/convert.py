@@ -236,9 +236,9 @@ def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
     return convert
 
 
-for _name, _fn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "BitwiseAnd": ops.bitwise_and,
-                   "BitwiseOr": ops.bitwise_or, "BitwiseXor": ops.bitwise_xor}.items():
-    converts(_name)(_binary(_fn))
+for _name, _bfn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "BitwiseAnd": ops.bitwise_and,
+                    "BitwiseOr": ops.bitwise_or, "BitwiseXor": ops.bitwise_xor}.items():
+    converts(_name)(_binary(_bfn))
 
 
 @converts("Div")
@@ -274,9 +274,9 @@ def _compare(fn: Callable[[Any, Any], Tensor]) -> Converter:
     return _binary(fn)
 
 
-for _name, _fn in {"Equal": ops.equal, "Less": ops.less, "LessOrEqual": ops.less_equal,
-                   "Greater": ops.greater, "GreaterOrEqual": ops.greater_equal}.items():
-    converts(_name)(_compare(_fn))
+for _name, _cfn in {"Equal": ops.equal, "Less": ops.less, "LessOrEqual": ops.less_equal,
+                    "Greater": ops.greater, "GreaterOrEqual": ops.greater_equal}.items():
+    converts(_name)(_compare(_cfn))
 
 
 @converts("Not")
@@ -521,9 +521,7 @@ def _batch_norm(node: NodeInfo, x: Value, scale: Value, bias: Value, mean: Value
 
 
 @converts("LayerNormalization")
-def _layer_norm(node: NodeInfo, x: Value, scale: Value, bias: Value = None) -> Tensor:
-    if len(node.outputs) > 1 and any(node.outputs[1:]):
-        raise UnsupportedError("LayerNormalization's Mean and InvStdDev outputs")
+def _layer_norm(node: NodeInfo, x: Value, scale: Value, bias: Value = None) -> Any:
     t = tensor(x)
     axis = int(node.attr("axis", -1)) % t.ndim
     axes = tuple(range(axis, t.ndim))
@@ -531,6 +529,12 @@ def _layer_norm(node: NodeInfo, x: Value, scale: Value, bias: Value = None) -> T
     w = tensor(scale, t.dtype)
     b = tensor(bias, t.dtype) if bias is not None else None
     eps = float(node.attr("epsilon", 1e-5))
+    if len(node.outputs) > 1 and any(node.outputs[1:]):  # Mean and InvStdDev too: spelt out
+        mean = ops.mean(t, axes, keepdims=True)
+        centred = ops.sub(t, mean)
+        inv = ops.rsqrt(ops.add(ops.mean(ops.mul(centred, centred), axes, keepdims=True), eps))
+        y = ops.mul(ops.mul(centred, inv), w)
+        return (ops.add(y, b) if b is not None else y), mean, inv
     if w.shape == norm and (b is None or b.shape == norm):
         return ops.layernorm(t, w, b, axis=axes, eps=eps)
     y = ops.mul(ops.layernorm(t, axis=axes, eps=eps), w)

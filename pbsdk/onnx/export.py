@@ -39,6 +39,7 @@ def build(name: str, *, batch: int = 1, seq: int = 32) -> tuple[Any, dict[str, n
     import_torchvision()  # transformers imports torchvision when it is installed
     import transformers
 
+    cfg: Any
     if name == "gpt2":
         cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=1000, n_positions=128)
         model = transformers.GPT2Model(cfg).eval()
@@ -71,13 +72,16 @@ def _broadcast_masks() -> Iterator[None]:
             return out.expand(b.shape[0], h.shape[0], q.shape[0], kv.shape[0])
         return fn
 
-    real = masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex
+    names = ("_vmap_for_bhqkv", "TransformGetItemToIndex")
+    real = [getattr(masking_utils, n) for n in names]
     # plain tensor indexing: the index transform exists for vmap, and the exporter cannot trace it either
-    masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = broadcast, contextlib.nullcontext
+    for n, v in zip(names, (broadcast, contextlib.nullcontext)):
+        setattr(masking_utils, n, v)
     try:
         yield
     finally:
-        masking_utils._vmap_for_bhqkv, masking_utils.TransformGetItemToIndex = real
+        for n, v in zip(names, real):
+            setattr(masking_utils, n, v)
 
 
 def export(name: str, *, batch: int = 1, seq: int = 32, opset: int = 17) -> bytes:
@@ -86,7 +90,7 @@ def export(name: str, *, batch: int = 1, seq: int = 32, opset: int = 17) -> byte
 
     model, inputs = build(name, batch=batch, seq=seq)
     args = tuple(torch.from_numpy(v) for v in inputs.values())
-    fn: Callable[..., Any] = model
+    fn: Any = model
     if name != "resnet18":
         class First(torch.nn.Module):  # the last hidden state alone
             def __init__(self) -> None:
@@ -98,7 +102,7 @@ def export(name: str, *, batch: int = 1, seq: int = 32, opset: int = 17) -> byte
                 # position ids with aten::diff, which the exporter cannot export
                 return self.inner(input_ids=ids, attention_mask=torch.ones_like(ids))[0]
         fn = First().eval()
-    buf = io.BytesIO()
+    buf: Any = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad(), _broadcast_masks():
         warnings.simplefilter("ignore")
         torch.onnx.export(fn, args, buf, input_names=list(inputs), output_names=["out"], opset_version=opset,

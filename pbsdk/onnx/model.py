@@ -96,7 +96,7 @@ def _read(model: Any) -> Any:
         raise PbsdkError(f"cannot read ONNX model {path}: no such file")
     try:
         return onnx.load(str(path))
-    except Exception as exc:  # protobuf's DecodeError and friends
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: not a model
         raise PbsdkError(f"{path} is not a readable ONNX model: {exc}") from None
 
 
@@ -189,7 +189,7 @@ class OnnxModel:
         model = _with_static_inputs(model, options.input_shapes)
         try:
             model = onnx.shape_inference.infer_shapes(model, data_prop=True)
-        except Exception as exc:  # onnx raises InferenceError and a few others
+        except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and a few others
             raise PbsdkError(f"ONNX shape inference fails on the model: {exc}") from None
         self.proto = model
         graph = model.graph
@@ -200,7 +200,7 @@ class OnnxModel:
         types: dict[str, TypeInfo | None] = {}
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
             types[v.name] = _elem_shape(v.type)
-        for name, array in inits.items():
+        for name in inits:
             types[name] = None
         self.types = types
         self.input_names = [i.name for i in graph.input if i.name not in inits]
@@ -258,7 +258,7 @@ class OnnxModel:
                     if self._foldable(node, info, values):
                         try:
                             results: tuple[Any, ...] = tuple(_reference_run(node, self.opsets, values))
-                        except Exception as exc:
+                        except Exception as exc:  # noqa: BLE001 - the evaluator's own errors: the op cannot fold
                             raise UnsupportedError(f"{info.op_type} (opset {info.opset}): folding it at import "
                                                    f"failed: {exc}", op=info.op_type) from None
                         folded[info.op_type] += 1

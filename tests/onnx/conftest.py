@@ -53,7 +53,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     from pbsdk.onnx.nodesuite import family, official_selection
 
-    SELECTION = official_selection()  # noqa: N806 (the test module's, recomputed: xdist's controller has none)
+    SELECTION = official_selection()
 
     out: dict[str, Any] = {"targets": {}, "excluded": dict(sorted(SELECTION.excluded.items()))}
     for target, cases in sorted(_outcomes.items()):

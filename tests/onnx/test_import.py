@@ -12,11 +12,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import pbsdk.onnx  # noqa: E402
-from pbsdk.core.errors import ArgumentError, OptionsError, UnsupportedError  # noqa: E402
-from pbsdk.testing import Tolerance, assert_close  # noqa: E402
+import pbsdk.onnx
+from pbsdk.core.errors import ArgumentError, OptionsError, UnsupportedError
+from pbsdk.testing import Tolerance, assert_close
 
 F32 = Tolerance(atol=1e-5, rtol=1e-5)
 

@@ -14,10 +14,10 @@ pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("transformers")
 
-import pbsdk.onnx  # noqa: E402
-from pbsdk.core.spec import load_spec  # noqa: E402
-from pbsdk.onnx.export import export, inputs_of  # noqa: E402
-from pbsdk.testing import Tolerance, assert_close  # noqa: E402
+import pbsdk.onnx
+from pbsdk.core.spec import load_spec
+from pbsdk.onnx.export import export, inputs_of
+from pbsdk.testing import Tolerance, assert_close
 
 TOL = Tolerance(atol=1e-4, rtol=1e-4)
 

@@ -9,7 +9,6 @@ with that error as the reason. ``PBSDK_ONNX_REPORT=path.json`` writes passed/fai
 from __future__ import annotations
 
 import os
-import re
 import unittest
 from typing import Any
 
@@ -17,11 +16,11 @@ import pytest
 
 pytest.importorskip("onnx")
 
-import onnx.backend.test  # noqa: E402
+import onnx.backend.test
 
-from pbsdk.core.errors import UnsupportedError  # noqa: E402
-from pbsdk.onnx.backend import Backend  # noqa: E402
-from pbsdk.onnx.nodesuite import MODEL_OPS, official_selection  # noqa: E402
+from pbsdk.core.errors import UnsupportedError
+from pbsdk.onnx.backend import Backend
+from pbsdk.onnx.nodesuite import MODEL_OPS, official_selection
 
 SELECTION = official_selection()
 TARGETS = [t for t in os.environ.get("PBSDK_ONNX_TARGETS", "cpu,template").split(",") if t]

@@ -11,7 +11,7 @@ from pbsdk.onnx.plan import Step, plan_steps
 
 pytest.importorskip("onnx")
 
-from pbsdk.onnx.model import ImportOptions  # noqa: E402
+from pbsdk.onnx.model import ImportOptions
 
 
 def test_one_compiled_step_without_fallback() -> None:
