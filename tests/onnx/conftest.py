@@ -29,6 +29,8 @@ def pytest_configure(config: pytest.Config) -> None:
     spec = config.getoption("--pbsdk-spec", None)
     if spec:
         os.environ["PBSDK_ONNX_SPEC"] = spec
+    if config.getoption("--runslow", False):  # the long tail is generated only when it will run
+        os.environ["PBSDK_ONNX_LONG_TAIL"] = "1"
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
