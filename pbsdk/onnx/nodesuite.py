@@ -42,7 +42,7 @@ EXCLUDED: dict[str, str] = {
                                                "(memref.collapse_shape does not verify); a core bug, not the importer's",
 }
 
-#: The ops of the exported torchvision and transformers models (tests/onnx/test_models.py): their node
+#: The ops of the exported torchvision and transformers models (tests/onnx/test_onnx_models.py): their node
 #: tests run in the default suite; the other covered ops' cases are the long tail (``--runslow``).
 MODEL_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Neg", "Tanh", "Erf", "Relu", "Sigmoid", "Softmax", "MatMul",
