@@ -81,6 +81,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = _parse_options(args.options)
     if args.entry:
         options["entry"] = args.entry
+    if args.file.endswith(".onnx") and not args.list_stages:
+        from pbsdk.cli_onnx import compile_onnx
+
+        return compile_onnx(args, options)
     request = resolve(args.target, args.spec, options)  # the target parses them: an unknown key is an error
     if args.list_stages:
         for stage in pipeline_for(request).stages:
@@ -390,8 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
     ssub.add_parser("list", help="list presets")
     p.set_defaults(func=_cmd_spec)
 
-    p = sub.add_parser("compile", help="compile an MLIR file (linalg on tensors) and print the IR after a stage")
-    p.add_argument("file", help="input .mlir file ('-' for stdin)")
+    p = sub.add_parser("compile", help="compile an MLIR file (linalg on tensors) and print the IR after a stage, "
+                                       "or an ONNX model (.onnx) and print what it became")
+    p.add_argument("file", help="input .mlir file ('-' for stdin) or .onnx model")
     p.add_argument("--target", default="cpu")
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
     p.add_argument("--emit", default=None, metavar="STAGE", help="stop after STAGE and print its IR (see --list-stages)")
@@ -401,6 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "or a JSON object, e.g. --options threads=1 'tiles={\"spm\": [32, 32, 32]}'")
     p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
     p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
+    from pbsdk import cli_onnx
+    cli_onnx.add_model_arguments(p)
     p.set_defaults(func=_cmd_compile)
 
     p = sub.add_parser("opt", help="run named passes (pbsdk's or upstream MLIR's) on an MLIR file and print the IR",
@@ -476,6 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_new_target.register(sub)
     from pbsdk import cli_bench
     cli_bench.register(sub)
+    cli_onnx.register(sub)
     return parser
 
 

@@ -1,0 +1,903 @@
+"""ONNX nodes to `pbsdk.ops`: one converter per ONNX op type.
+
+A converter receives the node's inputs, each a traced `Tensor` (data computed at run time), a numpy array
+(a value known at import: an initializer, a ``Constant``, or a folded shape computation) or None (an
+omitted optional input), and returns one value per output the same way. A node whose inputs are all known
+is folded at import through the ONNX reference evaluator (``onnx.reference``), whatever its op: that is how
+``Shape -> Gather -> Concat -> Reshape`` chains become static shapes.
+
+pbsdk's graph is float-only, so ONNX's other element types are carried as floats inside a kernel, as the
+torch frontend does: ``bool`` as an f32 mask of 0s and 1s, integers as f64 (exact below 2**53); the model's
+boundary (`pbsdk.onnx.model`) converts in and out. Every result is checked against the shape ONNX shape
+inference recorded for it, so a converter's mistake is an error, never a silently wrong result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from pbsdk import ops
+from pbsdk.core.errors import PbsdkError, UnsupportedError
+from pbsdk.frontends.tracing import Tensor
+
+#: ONNX TensorProto element types pbsdk can carry: numpy dtype and the graph dtype that carries it.
+ELEM_TYPES: dict[int, tuple[Any, str]] = {
+    1: (np.float32, "f32"), 11: (np.float64, "f64"), 10: (np.float16, "f16"),
+    2: (np.uint8, "f64"), 3: (np.int8, "f64"), 4: (np.uint16, "f64"), 5: (np.int16, "f64"),
+    6: (np.int32, "f64"), 7: (np.int64, "f64"), 12: (np.uint32, "f64"), 13: (np.uint64, "f64"),
+    9: (np.bool_, "f32"),
+}
+BOOL = 9
+FLOATS = {1, 10, 11}
+
+
+def carrier(elem_type: int, what: str) -> str:
+    """The graph dtype carrying ONNX element type ``elem_type``."""
+    found = ELEM_TYPES.get(elem_type)
+    if found is None:
+        import onnx
+
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() \
+            else str(elem_type)
+        raise UnsupportedError(f"{what}: element type {name} is not supported "
+                               f"(supported: float, double, float16, integers, bool)")
+    return found[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    """What a converter sees of one ONNX node."""
+
+    op_type: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: Mapping[str, Any]
+    opset: int
+    #: inferred (elem_type, shape or None) of each input and output, None where inference gave nothing
+    in_types: tuple[tuple[int, tuple[int, ...] | None] | None, ...]
+    out_types: tuple[tuple[int, tuple[int, ...] | None] | None, ...]
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def in_elem(self, i: int) -> int | None:
+        t = self.in_types[i] if i < len(self.in_types) else None
+        return t[0] if t else None
+
+    def out_elem(self, i: int = 0) -> int | None:
+        t = self.out_types[i] if i < len(self.out_types) else None
+        return t[0] if t else None
+
+
+Converter = Callable[..., Any]
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converts(*names: str) -> Callable[[Converter], Converter]:
+    def register(fn: Converter) -> Converter:
+        for name in names:
+            CONVERTERS[name] = fn
+        return fn
+    return register
+
+
+Value = Any  # Tensor | np.ndarray | None
+
+
+def tensor(x: Value, dtype: str | None = None) -> Tensor:
+    """A traced tensor of ``x`` (a known array becomes a constant, integers and bools carried as floats)."""
+    if isinstance(x, Tensor):
+        return ops.astype(x, dtype) if dtype and x.dtype != dtype else x
+    if x is None:
+        raise UnsupportedError("an omitted input is needed here")
+    array = np.asarray(x)
+    if array.dtype.kind == "f" and array.dtype.name in ("float16", "float32", "float64"):
+        carried = {"float16": "f16", "float32": "f32", "float64": "f64"}[array.dtype.name]
+    elif array.dtype.kind in "iu":
+        carried = "f64"
+    elif array.dtype.kind == "b":
+        carried = "f32"
+    else:
+        raise UnsupportedError(f"a constant of dtype {array.dtype} is not supported")
+    if array.ndim and any(d == 0 for d in array.shape):
+        raise UnsupportedError(f"an empty constant of shape {array.shape} is used as data")
+    t = ops._const(array, carried)
+    return ops.astype(t, dtype) if dtype and dtype != carried else t
+
+
+def known(x: Value, what: str) -> np.ndarray:
+    """The value of an input that must be known at import (a shape, axes, pads...)."""
+    if isinstance(x, Tensor):
+        raise UnsupportedError(f"{what} must be known at import (a constant or a static shape computation); "
+                               "here it is computed from the inputs' data")
+    if x is None:
+        raise UnsupportedError(f"{what} is missing")
+    return np.asarray(x)
+
+
+def ints(x: Value, what: str) -> list[int]:
+    return [int(v) for v in known(x, what).reshape(-1)]
+
+
+def _shape(x: Value) -> tuple[int, ...]:
+    return tuple(x.shape) if isinstance(x, Tensor) else tuple(np.shape(x))
+
+
+def _is_int(node: NodeInfo, i: int = 0) -> bool:
+    e = node.in_elem(i)
+    return e is not None and e not in FLOATS and e != BOOL
+
+
+# ------------------------------------------------------------------------------------------- elementwise
+
+def _unary(fn: Callable[[Tensor], Tensor]) -> Converter:
+    return lambda node, x: fn(tensor(x))
+
+
+for _name, _fn in {
+    "Relu": ops.relu, "Sigmoid": ops.sigmoid, "Tanh": ops.tanh, "Exp": ops.exp, "Log": ops.log,
+    "Sqrt": ops.sqrt, "Erf": ops.erf, "Abs": ops.abs, "Neg": ops.neg, "Sin": ops.sin, "Cos": ops.cos,
+    "Tan": ops.tan, "Floor": ops.floor, "Ceil": ops.ceil, "Sign": ops.sign, "Round": ops.round,
+    "Softsign": ops.softsign, "Mish": ops.mish, "HardSwish": ops.hardswish, "IsNaN": ops.isnan,
+}.items():
+    converts(_name)(_unary(_fn))
+
+
+@converts("Identity")
+def _identity(node: NodeInfo, x: Value) -> Value:
+    return x
+
+
+@converts("Reciprocal")
+def _reciprocal(node: NodeInfo, x: Value) -> Tensor:
+    return ops.div(1.0, tensor(x))
+
+
+@converts("Softplus")
+def _softplus(node: NodeInfo, x: Value) -> Tensor:
+    return ops.softplus(tensor(x))
+
+
+@converts("Gelu")
+def _gelu(node: NodeInfo, x: Value) -> Tensor:
+    return ops.gelu(tensor(x), approximate=node.attr("approximate", "none"))
+
+
+@converts("LeakyRelu")
+def _leaky_relu(node: NodeInfo, x: Value) -> Tensor:
+    return ops.leaky_relu(tensor(x), float(node.attr("alpha", 0.01)))
+
+
+@converts("Elu")
+def _elu(node: NodeInfo, x: Value) -> Tensor:
+    return ops.elu(tensor(x), float(node.attr("alpha", 1.0)))
+
+
+@converts("Celu")
+def _celu(node: NodeInfo, x: Value) -> Tensor:
+    return ops.celu(tensor(x), float(node.attr("alpha", 1.0)))
+
+
+@converts("Selu")
+def _selu(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    alpha, gamma = float(node.attr("alpha", 1.67326319217681884765625)), float(node.attr("gamma", 1.05070102214813232421875))
+    return ops.mul(ops.where(ops.greater(t, 0.0), t, ops.mul(ops.sub(ops.exp(t), 1.0), alpha)), gamma)
+
+
+@converts("HardSigmoid")
+def _hard_sigmoid(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    y = ops.add(ops.mul(t, float(node.attr("alpha", 0.2))), float(node.attr("beta", 0.5)))
+    return ops.minimum(ops.maximum(y, 0.0), 1.0)
+
+
+@converts("ThresholdedRelu")
+def _thresholded_relu(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    return ops.where(ops.greater(t, float(node.attr("alpha", 1.0))), t, 0.0)
+
+
+@converts("PRelu")
+def _prelu(node: NodeInfo, x: Value, slope: Value) -> Tensor:
+    t = tensor(x)
+    return ops.where(ops.less(t, 0.0), ops.mul(t, tensor(slope, t.dtype)), t)
+
+
+@converts("IsInf")
+def _isinf(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    pos, neg = node.attr("detect_positive", 1), node.attr("detect_negative", 1)
+    if pos and neg:
+        return ops.isinf(t)
+    if not pos and not neg:
+        return ops.mul(t, 0.0)
+    return ops.equal(t, math.inf if pos else -math.inf)
+
+
+def _operand(node: NodeInfo, x: Value, dtype: str) -> Any:
+    """A binary op's operand: a traced tensor in ``dtype``, or a known array left for ops to broadcast."""
+    if isinstance(x, Tensor):
+        return ops.astype(x, dtype) if x.dtype != dtype else x
+    return tensor(x, dtype)
+
+
+def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
+    def convert(node: NodeInfo, a: Value, b: Value) -> Tensor:
+        dtype = carrier(node.in_elem(0) or 1, node.op_type) if node.in_elem(0) else \
+            (a.dtype if isinstance(a, Tensor) else b.dtype)
+        return fn(_operand(node, a, dtype), _operand(node, b, dtype))
+    return convert
+
+
+for _name, _bfn in {"Add": ops.add, "Sub": ops.sub, "Mul": ops.mul, "BitwiseAnd": ops.bitwise_and,
+                    "BitwiseOr": ops.bitwise_or, "BitwiseXor": ops.bitwise_xor}.items():
+    converts(_name)(_binary(_bfn))
+
+
+@converts("Div")
+def _div(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    q = _binary(ops.div)(node, a, b)
+    return ops.trunc(q) if _is_int(node) else q
+
+
+@converts("Pow")
+def _pow(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    t = tensor(a)
+    e = b if not isinstance(b, Tensor) else ops.astype(b, t.dtype)
+    if not isinstance(e, Tensor):
+        e = np.asarray(e)
+        if e.ndim == 0 and float(e) == 2.0:
+            return ops.mul(t, t)
+        e = tensor(e, t.dtype)
+    return ops.pow(t, e)
+
+
+@converts("Mod")
+def _mod(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    fn = ops.fmod if node.attr("fmod", 0) else ops.remainder
+    return _binary(fn)(node, a, b)
+
+
+@converts("BitwiseNot")
+def _bitwise_not(node: NodeInfo, x: Value) -> Tensor:
+    return ops.bitwise_not(tensor(x))
+
+
+def _compare(fn: Callable[[Any, Any], Tensor]) -> Converter:
+    return _binary(fn)
+
+
+for _name, _cfn in {"Equal": ops.equal, "Less": ops.less, "LessOrEqual": ops.less_equal,
+                    "Greater": ops.greater, "GreaterOrEqual": ops.greater_equal}.items():
+    converts(_name)(_compare(_cfn))
+
+
+@converts("Not")
+def _not(node: NodeInfo, x: Value) -> Tensor:
+    return ops.sub(1.0, tensor(x, "f32"))
+
+
+@converts("And")
+def _and(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    return ops.mul(tensor(a, "f32"), tensor(b, "f32"))
+
+
+@converts("Or")
+def _or(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    return ops.maximum(tensor(a, "f32"), tensor(b, "f32"))
+
+
+@converts("Xor")
+def _xor(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    return ops.not_equal(tensor(a, "f32"), tensor(b, "f32"))
+
+
+@converts("Where")
+def _where(node: NodeInfo, cond: Value, a: Value, b: Value) -> Tensor:
+    dtype = carrier(node.out_elem() or 1, "Where")
+    return ops.where(tensor(cond, "f32"), _operand(node, a, dtype), _operand(node, b, dtype))
+
+
+def _variadic(fn: Callable[[Any, Any], Tensor], mean: bool = False) -> Converter:
+    def convert(node: NodeInfo, *xs: Value) -> Tensor:
+        dtype = carrier(node.out_elem() or 1, node.op_type)
+        out = tensor(xs[0], dtype)
+        for x in xs[1:]:
+            out = fn(out, _operand(node, x, dtype))
+        return ops.div(out, float(len(xs))) if mean else out
+    return convert
+
+
+converts("Max")(_variadic(ops.maximum))
+converts("Min")(_variadic(ops.minimum))
+converts("Sum")(_variadic(ops.add))
+converts("Mean")(_variadic(ops.add, mean=True))
+
+
+@converts("Clip")
+def _clip(node: NodeInfo, x: Value, lo: Value = None, hi: Value = None) -> Tensor:
+    t = tensor(x)
+    if node.opset < 11:
+        lo, hi = node.attrs.get("min"), node.attrs.get("max")
+    if lo is not None:
+        t = ops.maximum(t, _operand(node, lo, t.dtype))
+    if hi is not None:
+        t = ops.minimum(t, _operand(node, hi, t.dtype))
+    return t
+
+
+@converts("Cast", "CastLike")
+def _cast(node: NodeInfo, x: Value, like: Value = None) -> Tensor:
+    to = node.out_elem()
+    if to is None:
+        raise UnsupportedError("the target element type is unknown")
+    dtype = carrier(to, node.op_type)
+    t = tensor(x)
+    source = node.in_elem(0)
+    if to == BOOL:
+        return ops.not_equal(t, 0.0)
+    if to not in FLOATS and source in FLOATS:
+        t = ops.trunc(t)  # float to integer rounds toward zero
+    return ops.astype(t, dtype)
+
+
+@converts("Dropout")
+def _dropout(node: NodeInfo, x: Value, ratio: Value = None, training: Value = None) -> Any:
+    if training is not None and bool(known(training, "Dropout's training_mode")):
+        raise UnsupportedError("Dropout in training mode")
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return x, np.ones(_shape(x), dtype=np.bool_)
+    return x
+
+
+# ---------------------------------------------------------------------------------------- contractions
+
+@converts("MatMul")
+def _matmul(node: NodeInfo, a: Value, b: Value) -> Tensor:
+    x = tensor(a)
+    return ops.matmul(x, tensor(b, x.dtype))
+
+
+@converts("Gemm")
+def _gemm(node: NodeInfo, a: Value, b: Value, c: Value = None) -> Tensor:
+    x = tensor(a)
+    y = ops.matmul(x, tensor(b, x.dtype), transpose_a=bool(node.attr("transA", 0)),
+                   transpose_b=bool(node.attr("transB", 0)))
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = ops.mul(y, alpha)
+    if c is not None:
+        bias = tensor(c, x.dtype)
+        y = ops.add(y, ops.mul(bias, beta) if beta != 1.0 else bias)
+    return y
+
+
+def _auto_pads(node: NodeInfo, size: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+               dilations: Sequence[int]) -> list[tuple[int, int]]:
+    """Per spatial axis (before, after) padding from ``pads`` or ``auto_pad``."""
+    n = len(size)
+    auto = node.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = list(node.attr("pads", [0] * (2 * n)))
+        return [(int(pads[i]), int(pads[i + n])) for i in range(n)]
+    if auto == "VALID":
+        return [(0, 0)] * n
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise UnsupportedError(f"auto_pad={auto!r}")
+    out = []
+    for d, k, s, dl in zip(size, kernel, strides, dilations):
+        total = max((math.ceil(d / s) - 1) * s + (k - 1) * dl + 1 - d, 0)
+        small, big = total // 2, total - total // 2
+        out.append((small, big) if auto == "SAME_UPPER" else (big, small))
+    return out
+
+
+@converts("Conv")
+def _conv(node: NodeInfo, x: Value, w: Value, b: Value = None) -> Tensor:
+    t = tensor(x)
+    k = tensor(w, t.dtype)
+    n = t.ndim - 2
+    kernel = tuple(node.attr("kernel_shape", k.shape[2:]))
+    strides = tuple(node.attr("strides", [1] * n))
+    dilations = tuple(node.attr("dilations", [1] * n))
+    pads = _auto_pads(node, t.shape[2:], kernel, strides, dilations)
+    groups = int(node.attr("group", 1))
+    if n == 1:
+        y = ops.conv1d(t, k, stride=strides, padding=pads, dilation=dilations, groups=groups)
+    elif n == 2:
+        y = ops.conv2d(t, k, stride=strides, padding=tuple(pads), dilation=dilations, groups=groups)
+    elif n == 3:
+        y = ops.conv3d(t, k, stride=strides, padding=pads, dilation=dilations, groups=groups)
+    else:
+        raise UnsupportedError(f"a {n}-D convolution (1-D to 3-D are supported)")
+    if b is not None:
+        y = ops.add(y, ops.reshape(tensor(b, t.dtype), (1, -1) + (1,) * n))
+    return y
+
+
+@converts("ConvTranspose")
+def _conv_transpose(node: NodeInfo, x: Value, w: Value, b: Value = None) -> Tensor:
+    t = tensor(x)
+    k = tensor(w, t.dtype)
+    n = t.ndim - 2
+    if node.attr("output_shape") is not None or node.attr("auto_pad", "NOTSET") not in ("NOTSET", "", "VALID"):
+        raise UnsupportedError("ConvTranspose with output_shape or SAME auto_pad")
+    pads = list(node.attr("pads", [0] * (2 * n))) if node.attr("auto_pad", "NOTSET") != "VALID" else [0] * (2 * n)
+    if pads[:n] != pads[n:]:
+        raise UnsupportedError(f"ConvTranspose with asymmetric pads {pads}")
+    y = ops.conv_transpose(t, k, stride=tuple(node.attr("strides", [1] * n)), padding=tuple(pads[:n]),
+                           output_padding=tuple(node.attr("output_padding", [0] * n)),
+                           dilation=tuple(node.attr("dilations", [1] * n)), groups=int(node.attr("group", 1)))
+    if b is not None:
+        y = ops.add(y, ops.reshape(tensor(b, t.dtype), (1, -1) + (1,) * n))
+    return y
+
+
+# ----------------------------------------------------------------------------------------------- pooling
+
+def _pool_setup(node: NodeInfo, t: Tensor) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                                                    list[tuple[int, int]]]:
+    kernel = tuple(int(k) for k in node.attr("kernel_shape"))
+    n = len(kernel)
+    strides = tuple(int(s) for s in node.attr("strides", [1] * n))
+    dilations = tuple(int(d) for d in node.attr("dilations", [1] * n))
+    return kernel, strides, dilations, _auto_pads(node, t.shape[2:], kernel, strides, dilations)
+
+
+@converts("MaxPool")
+def _max_pool(node: NodeInfo, x: Value) -> Tensor:
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise UnsupportedError("MaxPool's Indices output")
+    t = tensor(x)
+    kernel, strides, dilations, pads = _pool_setup(node, t)
+    ceil = bool(node.attr("ceil_mode", 0))
+    if all(a == b for a, b in pads):
+        return ops.max_pool(t, kernel, strides, tuple(a for a, _ in pads), dilations, ceil_mode=ceil)
+    if ceil:
+        raise UnsupportedError("MaxPool with asymmetric pads and ceil_mode")
+    t = ops.pad(t, [(0, 0), (0, 0)] + pads, constant_values=-math.inf)
+    return ops.max_pool(t, kernel, strides, 0, dilations)
+
+
+@converts("AveragePool")
+def _avg_pool(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    kernel, strides, dilations, pads = _pool_setup(node, t)
+    if any(d != 1 for d in dilations):
+        raise UnsupportedError("AveragePool with dilations")
+    ceil = bool(node.attr("ceil_mode", 0))
+    include = bool(node.attr("count_include_pad", 0))
+    if all(a == b for a, b in pads):
+        return ops.avg_pool(t, kernel, strides, tuple(a for a, _ in pads), ceil_mode=ceil,
+                            count_include_pad=include)
+    if ceil:
+        raise UnsupportedError("AveragePool with asymmetric pads and ceil_mode")
+    padded = ops.pad(t, [(0, 0), (0, 0)] + pads)
+    total = ops.avg_pool(padded, kernel, strides, 0)
+    if include:
+        return total
+    ones = np.pad(np.ones(t.shape[2:]), pads)  # how many real elements each window holds
+    count = _window_mean(ones, kernel, strides)
+    return ops.div(total, tensor(count.astype(np.float64), t.dtype))
+
+
+def _window_mean(a: np.ndarray, kernel: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """numpy mean over strided windows (a known array)."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    win = sliding_window_view(a, tuple(kernel))
+    win = win[tuple(slice(None, None, s) for s in strides)]
+    return win.mean(axis=tuple(range(-len(kernel), 0)))
+
+
+@converts("GlobalAveragePool")
+def _global_avg_pool(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    return ops.mean(t, tuple(range(2, t.ndim)), keepdims=True)
+
+
+@converts("GlobalMaxPool")
+def _global_max_pool(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    return ops.max(t, tuple(range(2, t.ndim)), keepdims=True)
+
+
+# ------------------------------------------------------------------------------------------ normalising
+
+@converts("BatchNormalization")
+def _batch_norm(node: NodeInfo, x: Value, scale: Value, bias: Value, mean: Value, var: Value) -> Any:
+    if node.attr("training_mode", 0) or (len(node.outputs) > 1 and any(node.outputs[1:])):
+        raise UnsupportedError("BatchNormalization in training mode")
+    t = tensor(x)
+    return ops.batch_norm(t, tensor(mean, t.dtype), tensor(var, t.dtype), tensor(scale, t.dtype),
+                          tensor(bias, t.dtype), eps=float(node.attr("epsilon", 1e-5)))
+
+
+@converts("LayerNormalization")
+def _layer_norm(node: NodeInfo, x: Value, scale: Value, bias: Value = None) -> Any:
+    t = tensor(x)
+    axis = int(node.attr("axis", -1)) % t.ndim
+    axes = tuple(range(axis, t.ndim))
+    norm = tuple(t.shape[axis:])
+    w = tensor(scale, t.dtype)
+    b = tensor(bias, t.dtype) if bias is not None else None
+    eps = float(node.attr("epsilon", 1e-5))
+    if len(node.outputs) > 1 and any(node.outputs[1:]):  # Mean and InvStdDev too: spelt out
+        mean = ops.mean(t, axes, keepdims=True)
+        centred = ops.sub(t, mean)
+        inv = ops.rsqrt(ops.add(ops.mean(ops.mul(centred, centred), axes, keepdims=True), eps))
+        y = ops.mul(ops.mul(centred, inv), w)
+        return (ops.add(y, b) if b is not None else y), mean, inv
+    if w.shape == norm and (b is None or b.shape == norm):
+        return ops.layernorm(t, w, b, axis=axes, eps=eps)
+    y = ops.mul(ops.layernorm(t, axis=axes, eps=eps), w)
+    return ops.add(y, b) if b is not None else y
+
+
+@converts("InstanceNormalization")
+def _instance_norm(node: NodeInfo, x: Value, scale: Value, bias: Value) -> Tensor:
+    t = tensor(x)
+    return ops.instance_norm(t, tensor(scale, t.dtype), tensor(bias, t.dtype), eps=float(node.attr("epsilon", 1e-5)))
+
+
+@converts("GroupNormalization")
+def _group_norm(node: NodeInfo, x: Value, scale: Value, bias: Value) -> Tensor:
+    t = tensor(x)
+    g = int(node.attr("num_groups"))
+    s, b = tensor(scale, t.dtype), tensor(bias, t.dtype)
+    if s.shape != (t.shape[1],):
+        raise UnsupportedError("GroupNormalization with per-group scale (opset < 21)")
+    return ops.group_norm(t, g, s, b, eps=float(node.attr("epsilon", 1e-5)))
+
+
+def _softmax_like(fn: Callable[..., Tensor]) -> Converter:
+    def convert(node: NodeInfo, x: Value) -> Tensor:
+        t = tensor(x)
+        if node.opset >= 13:
+            return fn(t, axis=int(node.attr("axis", -1)))
+        axis = int(node.attr("axis", 1)) % max(t.ndim, 1)  # older opsets: over the flattened tail
+        flat = ops.reshape(t, (math.prod(t.shape[:axis]), math.prod(t.shape[axis:])))
+        return ops.reshape(fn(flat, axis=-1), t.shape)
+    return convert
+
+
+converts("Softmax")(_softmax_like(ops.softmax))
+converts("LogSoftmax")(_softmax_like(ops.log_softmax))
+
+
+@converts("Hardmax")
+def _hardmax(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    if node.opset < 13:
+        raise UnsupportedError("Hardmax before opset 13")
+    axis = int(node.attr("axis", -1)) % t.ndim
+    first = ops.argmax(t, axis, keepdims=True)
+    pos = np.arange(t.shape[axis], dtype=np.float64).reshape((-1,) + (1,) * (t.ndim - axis - 1))
+    return ops.astype(ops.equal(ops.astype(first, "f64"), pos), t.dtype)
+
+
+# --------------------------------------------------------------------------------------------- reductions
+
+def _reduce_axes(node: NodeInfo, t: Tensor, axes_in: Value, axes_input_from: int) -> tuple[int, ...] | None:
+    """The axes to reduce (None: every axis), or ``()`` for an identity (``noop_with_empty_axes``)."""
+    if node.opset >= axes_input_from:
+        axes = ints(axes_in, f"{node.op_type}'s axes") if axes_in is not None else []
+    else:
+        axes = list(node.attr("axes", []))
+    if not axes:
+        return () if node.attr("noop_with_empty_axes", 0) else None
+    return tuple(int(a) % max(t.ndim, 1) for a in axes)
+
+
+def _reduction(fn: Callable[[Tensor, Any, bool], Tensor], axes_input_from: int = 18) -> Converter:
+    def convert(node: NodeInfo, x: Value, axes_in: Value = None) -> Tensor:
+        t = tensor(x)
+        axes = _reduce_axes(node, t, axes_in, axes_input_from)
+        if axes == ():
+            return t
+        return fn(t, axes, bool(node.attr("keepdims", 1)))
+    return convert
+
+
+converts("ReduceSum")(_reduction(lambda t, a, k: ops.sum(t, a, keepdims=k), axes_input_from=13))
+converts("ReduceMean")(_reduction(lambda t, a, k: ops.mean(t, a, keepdims=k)))
+converts("ReduceMax")(_reduction(lambda t, a, k: ops.max(t, a, keepdims=k)))
+converts("ReduceMin")(_reduction(lambda t, a, k: ops.min(t, a, keepdims=k)))
+converts("ReduceProd")(_reduction(lambda t, a, k: ops.prod(t, a, keepdims=k)))
+converts("ReduceSumSquare")(_reduction(lambda t, a, k: ops.sum(ops.mul(t, t), a, keepdims=k)))
+converts("ReduceL1")(_reduction(lambda t, a, k: ops.sum(ops.abs(t), a, keepdims=k)))
+converts("ReduceL2")(_reduction(lambda t, a, k: ops.sqrt(ops.sum(ops.mul(t, t), a, keepdims=k))))
+converts("ReduceLogSum")(_reduction(lambda t, a, k: ops.log(ops.sum(t, a, keepdims=k))))
+
+
+@converts("ReduceLogSumExp")
+def _reduce_log_sum_exp(node: NodeInfo, x: Value, axes_in: Value = None) -> Tensor:
+    t = tensor(x)
+    axes = _reduce_axes(node, t, axes_in, 18)
+    if axes == ():
+        return t
+    keep = bool(node.attr("keepdims", 1))
+    m = ops.max(t, axes, keepdims=True)
+    out = ops.add(ops.log(ops.sum(ops.exp(ops.sub(t, m)), axes, keepdims=True)), m)
+    return out if keep else ops.reshape(out, tuple(d for i, d in enumerate(t.shape)
+                                                   if axes is not None and i not in axes))
+
+
+def _arg(fn: Callable[..., Tensor], extreme: Callable[..., Tensor]) -> Converter:
+    def convert(node: NodeInfo, x: Value) -> Tensor:
+        t = tensor(x)
+        axis = int(node.attr("axis", 0)) % max(t.ndim, 1)
+        keep = bool(node.attr("keepdims", 1))
+        if node.attr("select_last_index", 0):
+            n = t.shape[axis]
+            return ops.sub(float(n - 1), ops.astype(fn(ops.flip(t, axis), axis, keepdims=keep), "f64"))
+        return fn(t, axis, keepdims=keep)
+    return convert
+
+
+converts("ArgMax")(_arg(ops.argmax, ops.max))
+converts("ArgMin")(_arg(ops.argmin, ops.min))
+
+
+@converts("CumSum")
+def _cumsum(node: NodeInfo, x: Value, axis: Value) -> Tensor:
+    t = tensor(x)
+    (ax,) = ints(axis, "CumSum's axis")
+    reverse = bool(node.attr("reverse", 0))
+    out = ops.cumsum(t, ax, reverse=reverse)
+    return ops.sub(out, t) if node.attr("exclusive", 0) else out
+
+
+# ------------------------------------------------------------------------------------------------- layout
+
+@converts("Reshape")
+def _reshape(node: NodeInfo, x: Value, shape: Value = None) -> Tensor:
+    target = ints(shape, "Reshape's shape") if node.opset >= 5 else list(node.attr("shape"))
+    src = _shape(x)
+    if not node.attr("allowzero", 0):
+        target = [src[i] if d == 0 else d for i, d in enumerate(target)]
+    return ops.reshape(tensor(x), tuple(target))
+
+
+@converts("Flatten")
+def _flatten(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    axis = int(node.attr("axis", 1))
+    axis = axis + t.ndim if axis < 0 else axis
+    return ops.reshape(t, (math.prod(t.shape[:axis]), math.prod(t.shape[axis:])))
+
+
+@converts("Transpose")
+def _transpose(node: NodeInfo, x: Value) -> Tensor:
+    perm = node.attr("perm")
+    return ops.transpose(tensor(x), tuple(perm) if perm is not None else None)
+
+
+@converts("Squeeze")
+def _squeeze(node: NodeInfo, x: Value, axes: Value = None) -> Tensor:
+    t = tensor(x)
+    dims = (ints(axes, "Squeeze's axes") if axes is not None else None) if node.opset >= 13 else node.attr("axes")
+    drop = {d % t.ndim for d in dims} if dims else {i for i, d in enumerate(t.shape) if d == 1}
+    return ops.reshape(t, tuple(d for i, d in enumerate(t.shape) if i not in drop))
+
+
+@converts("Unsqueeze")
+def _unsqueeze(node: NodeInfo, x: Value, axes: Value = None) -> Tensor:
+    t = tensor(x)
+    dims = ints(axes, "Unsqueeze's axes") if node.opset >= 13 else list(node.attr("axes"))
+    rank = t.ndim + len(dims)
+    where = {d % rank for d in dims}
+    it = iter(t.shape)
+    return ops.reshape(t, tuple(1 if i in where else next(it) for i in range(rank)))
+
+
+@converts("Concat")
+def _concat(node: NodeInfo, *xs: Value) -> Tensor:
+    dtype = carrier(node.out_elem() or 1, "Concat")
+    parts = [tensor(x, dtype) for x in xs if x is not None and math.prod(_shape(x)) > 0]
+    return ops.concatenate(parts, axis=int(node.attr("axis")))
+
+
+@converts("Split")
+def _split(node: NodeInfo, x: Value, split: Value = None) -> tuple[Tensor, ...]:
+    t = tensor(x)
+    axis = int(node.attr("axis", 0)) % t.ndim
+    n = len(node.outputs)
+    sizes = ints(split, "Split's split") if split is not None else node.attr("split")
+    if sizes is None:
+        each = math.ceil(t.shape[axis] / n)
+        sizes = [min(each, t.shape[axis] - i * each) for i in range(n)]
+    out, start = [], 0
+    for s in sizes:
+        out.append(ops.slice(t, axis, start, start + int(s)))
+        start += int(s)
+    return tuple(out)
+
+
+@converts("Slice")
+def _slice(node: NodeInfo, x: Value, starts: Value = None, ends: Value = None, axes: Value = None,
+           steps: Value = None) -> Tensor:
+    t = tensor(x)
+    if node.opset < 10:
+        st, en, ax = list(node.attr("starts")), list(node.attr("ends")), node.attr("axes")
+        sp = [1] * len(st)
+    else:
+        st, en = ints(starts, "Slice's starts"), ints(ends, "Slice's ends")
+        ax = ints(axes, "Slice's axes") if axes is not None else None
+        sp = ints(steps, "Slice's steps") if steps is not None else [1] * len(st)
+    ax = list(range(len(st))) if ax is None else list(ax)
+    for a, s, e, step in zip(ax, st, en, sp):
+        a %= t.ndim
+        n = t.shape[a]
+        idx = range(n)[slice(max(min(s, 2 ** 62), -2 ** 62), max(min(e, 2 ** 62), -2 ** 62), step)]
+        if len(idx) == 0:
+            raise UnsupportedError(f"Slice gives an empty tensor along axis {a}")
+        if step > 0:
+            t = ops.slice(t, a, idx.start, idx.start + (len(idx) - 1) * step + 1, step)
+        else:
+            flipped = ops.flip(t, a)
+            first = n - 1 - idx.start
+            t = ops.slice(flipped, a, first, first + (len(idx) - 1) * (-step) + 1, -step)
+    return t
+
+
+def _index_tensor(indices: Value, n: int) -> Any:
+    """Gather indices: a known array with negatives wrapped, or a traced one wrapped in the kernel."""
+    if isinstance(indices, Tensor):
+        return ops._wrapped(ops.astype(indices, "f64"), n)
+    idx = np.asarray(indices).astype(np.int64)
+    return np.where(idx < 0, idx + n, idx)
+
+
+@converts("Gather")
+def _gather(node: NodeInfo, x: Value, indices: Value) -> Tensor:
+    t = tensor(x)
+    axis = int(node.attr("axis", 0)) % t.ndim
+    idx = _index_tensor(indices, t.shape[axis])
+    if not isinstance(idx, Tensor) and idx.ndim == 0:
+        return ops.reshape(ops.slice(t, axis, int(idx), int(idx) + 1), t.shape[:axis] + t.shape[axis + 1:])
+    return ops.take(t, idx, axis=axis)
+
+
+@converts("GatherElements")
+def _gather_elements(node: NodeInfo, x: Value, indices: Value) -> Tensor:
+    t = tensor(x)
+    axis = int(node.attr("axis", 0)) % t.ndim
+    return ops.take_along_axis(t, _index_tensor(indices, t.shape[axis]), axis)
+
+
+@converts("Expand")
+def _expand(node: NodeInfo, x: Value, shape: Value) -> Tensor:
+    t = tensor(x)
+    target = tuple(ints(shape, "Expand's shape"))
+    return ops.broadcast_to(t, ops._broadcast_shape("Expand", t.shape, target))
+
+
+@converts("Tile")
+def _tile(node: NodeInfo, x: Value, repeats: Value) -> Tensor:
+    return ops.tile(tensor(x), ints(repeats, "Tile's repeats"))
+
+
+@converts("Pad")
+def _pad(node: NodeInfo, x: Value, pads: Value = None, value: Value = None, axes: Value = None) -> Tensor:
+    t = tensor(x)
+    mode = node.attr("mode", "constant")
+    if mode != "constant":
+        raise UnsupportedError(f"Pad mode {mode!r} (only 'constant')")
+    if node.opset < 11:
+        p, fill = list(node.attr("pads")), float(node.attr("value", 0.0))
+        ax = list(range(t.ndim))
+    else:
+        p = ints(pads, "Pad's pads")
+        fill = float(known(value, "Pad's constant_value").reshape(-1)[0]) if value is not None else 0.0
+        ax = [a % t.ndim for a in ints(axes, "Pad's axes")] if axes is not None else list(range(t.ndim))
+    widths = [(0, 0)] * t.ndim
+    for i, a in enumerate(ax):
+        widths[a] = (p[i], p[i + len(ax)])
+    if any(lo < 0 or hi < 0 for lo, hi in widths):
+        return ops._pad(t, widths, fill)
+    return ops.pad(t, widths, constant_values=fill)
+
+
+@converts("Shape")
+def _shape_op(node: NodeInfo, x: Value) -> np.ndarray:
+    shape = _shape(x)
+    start, end = node.attr("start", 0), node.attr("end", None)
+    return np.asarray(shape[slice(start, end)], dtype=np.int64)
+
+
+@converts("Size")
+def _size(node: NodeInfo, x: Value) -> np.ndarray:
+    return np.asarray(math.prod(_shape(x)), dtype=np.int64)
+
+
+@converts("Trilu")
+def _trilu(node: NodeInfo, x: Value, k: Value = None) -> Tensor:
+    t = tensor(x)
+    diag = int(known(k, "Trilu's k").reshape(-1)[0]) if k is not None else 0
+    rows, cols = t.shape[-2:]
+    keep = np.triu(np.ones((rows, cols), np.bool_), diag) if node.attr("upper", 1) else \
+        np.tril(np.ones((rows, cols), np.bool_), diag)
+    return ops.where(tensor(keep), t, 0.0)
+
+
+@converts("DepthToSpace")
+def _depth_to_space(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    b = int(node.attr("blocksize"))
+    n, c, h, w = t.shape
+    if node.attr("mode", "DCR") == "DCR":
+        y = ops.transpose(ops.reshape(t, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    else:
+        y = ops.transpose(ops.reshape(t, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    return ops.reshape(y, (n, c // (b * b), h * b, w * b))
+
+
+@converts("SpaceToDepth")
+def _space_to_depth(node: NodeInfo, x: Value) -> Tensor:
+    t = tensor(x)
+    b = int(node.attr("blocksize"))
+    n, c, h, w = t.shape
+    perm = (0, 3, 5, 1, 2, 4) if node.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = ops.transpose(ops.reshape(t, (n, c, h // b, b, w // b, b)), perm)
+    return ops.reshape(y, (n, c * b * b, h // b, w // b))
+
+
+# ------------------------------------------------------------------------------------------------ driver
+
+def check_result(node: NodeInfo, result: Any) -> tuple[Value, ...]:
+    """A converter's results as a tuple, each traced one in the carrier of its ONNX type and checked
+    against the shape inference recorded."""
+    results = tuple(result) if isinstance(result, tuple) else (result,)
+    if len(results) < len([o for o in node.outputs if o]):
+        raise UnsupportedError(f"the converter gives {len(results)} of {len(node.outputs)} outputs")
+    out: list[Value] = []
+    for i, r in enumerate(results):
+        t = node.out_types[i] if i < len(node.out_types) else None
+        if isinstance(r, Tensor):
+            if t is not None:
+                want = carrier(t[0], node.op_type)
+                if r.dtype != want:
+                    r = ops.astype(r, want)
+                if t[1] is not None and tuple(t[1]) != r.shape:
+                    raise PbsdkError(f"the converter gives shape {r.shape}, ONNX shape inference {tuple(t[1])}")
+        elif r is not None:
+            r = np.asarray(r)
+            if t is not None and t[0] in ELEM_TYPES:
+                r = r.astype(ELEM_TYPES[t[0]][0], copy=False)
+        out.append(r)
+    return tuple(out)
+
+
+def convert_node(node: NodeInfo, inputs: Sequence[Value]) -> tuple[Value, ...]:
+    """Convert one node on already-converted inputs; an `UnsupportedError` names the op and its opset."""
+    fn = CONVERTERS.get(node.op_type)
+    label = f"{node.op_type} (opset {node.opset})"
+    if fn is None:
+        raise UnsupportedError(f"no pbsdk converter for {label}", op=node.op_type)
+    try:
+        return check_result(node, fn(node, *inputs))
+    except UnsupportedError as exc:
+        raise UnsupportedError(f"{label}: {exc.reason}", op=node.op_type) from exc
+    except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError, StopIteration) as exc:
+        raise UnsupportedError(f"{label}: {exc}", op=node.op_type) from exc
+
+
+#: Ops pbsdk only folds at import: their inputs (a shape, range bounds) must be known then.
+FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "EyeLike")
+
+
+def _folded_only(node: NodeInfo, *inputs: Value) -> Value:
+    raise UnsupportedError(f"{node.op_type}'s inputs must be known at import (pbsdk compiles static shapes); "
+                           "here they are computed from the model's inputs")
+
+
+for _name in FOLDED_ONLY:
+    converts(_name)(_folded_only)

@@ -1,0 +1,424 @@
+"""Load an ONNX model, convert its graph to `pbsdk.ops`, compile it and call it on numpy arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pbsdk.core.compiler import CompileRequest, resolve
+from pbsdk.core.errors import ArgumentError, OptionsError, PbsdkError, UnsupportedError
+from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.core.spec import ChipSpec
+from pbsdk.core.target import Target
+from pbsdk.frontends.jit import JitFunction
+from pbsdk.frontends.logs import configure_from_env
+from pbsdk.frontends.tracing import Tensor, tracing
+from pbsdk.onnx.convert import ELEM_TYPES, NodeInfo, carrier, convert_node
+from pbsdk.onnx.plan import Plan, Step, plan_steps
+
+log = logging.getLogger("pbsdk.onnx")
+
+TypeInfo = tuple[int, "tuple[int, ...] | None"]
+
+
+def _onnx() -> Any:
+    try:
+        import onnx
+    except ImportError:  # pragma: no cover - the extra is installed in the test environment
+        raise PbsdkError("pbsdk.onnx needs the onnx package: pip install 'pbsdk[onnx]'") from None
+    return onnx
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportOptions:
+    """How a model is imported. ``fallback``: nodes pbsdk cannot convert run through ``onnx.reference``
+    between compiled segments (each logged) instead of failing the import; ``input_shapes``: static
+    shapes for inputs with dynamic dimensions (name -> shape); ``check``: run ``onnx.checker`` first."""
+
+    fallback: bool = False
+    input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
+    check: bool = True
+
+    @staticmethod
+    def parse(options: ImportOptions | Mapping[str, Any] | None) -> ImportOptions:
+        if isinstance(options, ImportOptions):
+            return options
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(ImportOptions)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise OptionsError(f"unknown ONNX import option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        shapes = options.get("input_shapes") or {}
+        if not isinstance(shapes, Mapping) or not all(
+                isinstance(v, (tuple, list)) and all(isinstance(d, int) and d >= 1 for d in v) for v in shapes.values()):
+            raise OptionsError("input_shapes must map input names to shapes of positive ints")
+        for flag in ("fallback", "check"):
+            if flag in options and not isinstance(options[flag], bool):
+                raise OptionsError(f"{flag} must be a bool, got {options[flag]!r}")
+        return ImportOptions(fallback=options.get("fallback", False),
+                             input_shapes={k: tuple(v) for k, v in shapes.items()},
+                             check=options.get("check", True))
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportReport:
+    """What became of each node: converted into a kernel, folded at import, or run by ``onnx.reference``
+    (op type -> node count)."""
+
+    converted: Mapping[str, int]
+    folded: Mapping[str, int]
+    fallback: Mapping[str, int]
+    opset: int
+
+    def format(self) -> str:
+        def line(title: str, counts: Mapping[str, int]) -> str:
+            items = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items()))
+            return f"{title} ({sum(counts.values())} nodes): {items or '-'}"
+        return "\n".join([f"opset {self.opset}", line("compiled", self.converted), line("folded at import", self.folded),
+                          line("onnx.reference fallback", self.fallback)])
+
+
+def _read(model: Any) -> Any:
+    onnx = _onnx()
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    path = Path(model)
+    if not path.is_file():
+        raise PbsdkError(f"cannot read ONNX model {path}: no such file")
+    try:
+        return onnx.load(str(path))
+    except Exception as exc:  # noqa: BLE001 - protobuf's DecodeError and friends: not a model
+        raise PbsdkError(f"{path} is not a readable ONNX model: {exc}") from None
+
+
+def _elem_shape(value_type: Any) -> TypeInfo | None:
+    if not value_type.HasField("tensor_type"):
+        return None
+    tt = value_type.tensor_type
+    if not tt.HasField("shape"):
+        return (tt.elem_type, None)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
+    return (tt.elem_type, None if any(d < 0 for d in dims) else dims)
+
+
+def _with_static_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> Any:
+    """A copy of ``model`` whose graph inputs have static shapes (given ones replace dynamic dimensions)."""
+    onnx = _onnx()
+    inits = {i.name for i in model.graph.initializer}
+    model = onnx.ModelProto.FromString(model.SerializeToString()) if shapes else model
+    unknown = set(shapes) - {i.name for i in model.graph.input}
+    if unknown:
+        raise OptionsError(f"input_shapes names no input of the model: {', '.join(sorted(unknown))}")
+    for inp in model.graph.input:
+        if inp.name in inits:
+            continue
+        if not inp.type.HasField("tensor_type"):
+            raise UnsupportedError(f"input {inp.name!r} is not a tensor")
+        dims = inp.type.tensor_type.shape.dim
+        if inp.name in shapes:
+            want = shapes[inp.name]
+            if len(want) != len(dims):
+                raise ArgumentError(f"input_shapes[{inp.name!r}] = {want} has rank {len(want)}, the model's input "
+                                    f"has rank {len(dims)}")
+            for d, v in zip(dims, want):
+                if d.HasField("dim_value") and d.dim_value != v:
+                    raise ArgumentError(f"input_shapes[{inp.name!r}] = {want} contradicts the model's static "
+                                        f"dimension {d.dim_value}")
+                d.dim_value = v
+        elif any(not d.HasField("dim_value") for d in dims):
+            sym = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
+            raise UnsupportedError(f"input {inp.name!r} has dynamic dimensions ({', '.join(sym)}): pbsdk compiles "
+                                   f"static shapes; give them with input_shapes={{'{inp.name}': (...)}}")
+    return model
+
+
+def _attrs(node: Any) -> dict[str, Any]:
+    onnx = _onnx()
+    out = {}
+    for a in node.attribute:
+        if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            out[a.name] = a  # subgraphs stay protos: their ops are not converted
+            continue
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [s.decode() for s in v]
+        elif isinstance(v, onnx.TensorProto):
+            v = onnx.numpy_helper.to_array(v)
+        out[a.name] = v
+    return out
+
+
+def _reference_run(node: Any, opsets: Mapping[str, int], inputs: Sequence[Any]) -> list[np.ndarray]:
+    """One node through ``onnx.reference`` (folding and fallback)."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {name: value for name, value in zip(node.input, inputs) if name}
+    evaluator = ReferenceEvaluator(node, opsets=dict(opsets))
+    return [np.asarray(v) for v in evaluator.run(None, feeds)]
+
+
+class OnnxModel:
+    """An ONNX model compiled for one target and spec. Call it on numpy arrays (positionally, in the
+    model's input order, or ``run({name: array})``); returns one array, or a tuple for several outputs."""
+
+    def __init__(self, model: Any, request: CompileRequest, options: ImportOptions) -> None:
+        configure_from_env()
+        onnx = _onnx()
+        self.request = request
+        self.options = options
+        model = _read(model)
+        if model.functions:
+            from onnx import inliner
+            model = inliner.inline_local_functions(model)
+        if options.check:
+            try:
+                onnx.checker.check_model(model)
+            except onnx.checker.ValidationError as exc:
+                raise PbsdkError(f"the ONNX checker rejects the model: {str(exc).splitlines()[0]}") from None
+        model = _with_static_inputs(model, options.input_shapes)
+        try:
+            model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and a few others
+            raise PbsdkError(f"ONNX shape inference fails on the model: {exc}") from None
+        self.proto = model
+        graph = model.graph
+        self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
+        self.opsets.setdefault("", 1)
+        self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
+        inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer}
+        types: dict[str, TypeInfo | None] = {}
+        for v in list(graph.input) + list(graph.value_info) + list(graph.output):
+            types[v.name] = _elem_shape(v.type)
+        for name in inits:
+            types[name] = None
+        self.types = types
+        self.input_names = [i.name for i in graph.input if i.name not in inits]
+        self.output_names = [o.name for o in graph.output]
+        self.inputs: list[tuple[str, TensorType, Any]] = []
+        for name in self.input_names:
+            t = types[name]
+            assert t is not None and t[1] is not None
+            self.inputs.append((name, TensorType(t[1], carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
+        self._nodes = list(graph.node)
+        self.infos = [self._info(n) for n in self._nodes]
+        self.known: dict[str, np.ndarray] = dict(inits)
+        fallback, converted, folded = self._probe()
+        self.report = ImportReport(converted=dict(converted), folded=dict(folded),
+                                   fallback=dict(Counter(self.infos[i].op_type for i in fallback)),
+                                   opset=self.opset)
+        self.plan: Plan = plan_steps([(n.input, n.output) for n in self._nodes], fallback, set(self.known),
+                                     self.output_names)
+        self.name = re.sub(r"\W", "_", graph.name or "onnx_model") or "onnx_model"
+        self._jits = {id(s): self._jit(s) for s in self.plan.compiled}
+        for step in self.plan.compiled:  # compile now: errors belong to the import, not the first call
+            jit, sig, _ = self._jits[id(step)]
+            if jit is not None:
+                jit.kernel(sig)
+
+    # ---------------------------------------------------------------------------------------- analysis
+
+    def _info(self, node: Any) -> NodeInfo:
+        domain = node.domain or ""
+        opset = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 0)
+        return NodeInfo(op_type=node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}",
+                        name=node.name, inputs=tuple(node.input), outputs=tuple(node.output), attrs=_attrs(node),
+                        opset=opset, in_types=tuple(self.types.get(n) for n in node.input),
+                        out_types=tuple(self.types.get(n) for n in node.output))
+
+    def _foldable(self, node: Any, info: NodeInfo, values: Sequence[Any]) -> bool:
+        return (not any(isinstance(v, Tensor) for v in values) and info.op_type not in _NONDETERMINISTIC
+                and not any(not isinstance(a, (int, float, str, list, np.ndarray)) for a in info.attrs.values()))
+
+    def _probe(self) -> tuple[set[int], Counter[str], Counter[str]]:
+        """Convert every node once on fresh inputs (nothing compiled): which fold, which convert, and which
+        do not (an error listing each, or fallback nodes when the option allows them)."""
+        graph = Graph()
+        env: dict[str, Any] = dict(self.known)
+        fallback: set[int] = set()
+        failures: list[str] = []
+        converted: Counter[str] = Counter()
+        folded: Counter[str] = Counter()
+        with tracing(graph):
+            for name, t, _ in self.inputs:
+                env[name] = Tensor(graph.add("input", [], t), graph)
+            for i, (node, info) in enumerate(zip(self._nodes, self.infos)):
+                values = [env.get(n) if n else None for n in node.input]
+                try:
+                    if self._foldable(node, info, values):
+                        try:
+                            results: tuple[Any, ...] = tuple(_reference_run(node, self.opsets, values))
+                        except Exception as exc:  # noqa: BLE001 - the evaluator's own errors: the op cannot fold
+                            raise UnsupportedError(f"{info.op_type} (opset {info.opset}): folding it at import "
+                                                   f"failed: {exc}", op=info.op_type) from None
+                        folded[info.op_type] += 1
+                    else:
+                        results = convert_node(info, values)
+                        converted[info.op_type] += 1
+                except UnsupportedError as exc:
+                    if not self.options.fallback:
+                        failures.append(f"{node.name or '(unnamed)'}: {exc.reason}")
+                    fallback.add(i)
+                    results = tuple(self._fresh(graph, name, exc) for name in node.output)
+                for name, r in zip(node.output, results):
+                    if not name:
+                        continue
+                    env[name] = r
+                    if isinstance(r, np.ndarray) and i not in fallback:
+                        self.known[name] = r
+        if failures:
+            ops_ = sorted({f"{self.infos[i].op_type} (opset {self.infos[i].opset})" for i in fallback})
+            raise UnsupportedError(f"{len(failures)} node(s) of the ONNX model cannot be converted "
+                                   f"({', '.join(ops_)}); import with fallback=True to run them through "
+                                   "onnx.reference instead:\n  " + "\n  ".join(failures),
+                                   op=", ".join(sorted({self.infos[i].op_type for i in fallback})))
+        for name in self.output_names:
+            if name not in env:
+                raise PbsdkError(f"output {name!r} is not computed by any node")
+        return fallback, converted, folded
+
+    def _fresh(self, graph: Graph, name: str, why: UnsupportedError) -> Any:
+        """A stand-in input for a fallback node's output (its type from shape inference)."""
+        if not name:
+            return None
+        t = self.types.get(name)
+        if t is None or t[1] is None:
+            raise UnsupportedError(f"{why.reason}; and its output {name!r} has no static shape for a fallback")
+        return Tensor(graph.add("input", [], TensorType(t[1], carrier(t[0], name))), graph)
+
+    def _jit(self, step: Step) -> tuple[JitFunction | None, tuple[TensorType, ...], list[str]]:
+        """The kernel of a compiled step: its traced inputs, and which of its outputs it computes."""
+        sig = []
+        for name in step.inputs:
+            t = self.types.get(name)
+            assert t is not None and t[1] is not None, name
+            sig.append(TensorType(t[1], carrier(t[0], name)))
+        computed = [n for n in step.outputs if n not in self.known]
+        if not computed:
+            return None, tuple(sig), computed
+        nodes = [(self._nodes[i], self.infos[i]) for i in step.nodes]
+
+        def fn(*args: Tensor) -> tuple[Tensor, ...]:
+            env: dict[str, Any] = dict(self.known)
+            env.update(zip(step.inputs, args))
+            for node, info in nodes:
+                if all(not o or o in self.known for o in node.output):
+                    continue
+                results = convert_node(info, [env.get(n) if n else None for n in node.input])
+                env.update((o, r) for o, r in zip(node.output, results) if o)
+            return tuple(env[n] for n in computed)
+
+        fn.__name__ = self.name
+        return JitFunction(fn, self.request), tuple(sig), computed
+
+    # ------------------------------------------------------------------------------------------- running
+
+    def _feeds(self, args: Sequence[Any], feeds: Mapping[str, Any] | None) -> dict[str, np.ndarray]:
+        if feeds is not None:
+            missing = [n for n in self.input_names if n not in feeds]
+            if missing or args:
+                raise ArgumentError(f"{self.name}: give every input by name (missing: {', '.join(missing)})")
+            args = [feeds[n] for n in self.input_names]
+        if len(args) != len(self.inputs):
+            raise ArgumentError(f"{self.name}: takes {len(self.inputs)} input(s) "
+                                f"({', '.join(self.input_names)}), got {len(args)}")
+        out = {}
+        for a, (name, t, np_dtype) in zip(args, self.inputs):
+            a = np.asarray(a)
+            if a.shape != t.shape or a.dtype != np_dtype:
+                raise ArgumentError(f"{self.name}: input {name!r} must be {np.dtype(np_dtype).name}{list(t.shape)}, "
+                                    f"got {a.dtype.name}{list(a.shape)}")
+            out[name] = a
+        return out
+
+    def _onnx_dtype(self, name: str) -> Any:
+        t = self.types.get(name)
+        return ELEM_TYPES[t[0]][0] if t is not None and t[0] in ELEM_TYPES else None
+
+    def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        """The outputs, in the model's order, for inputs given by name (as ``onnxruntime``'s ``run``)."""
+        env: dict[str, Any] = dict(self.known)
+        env.update(self._feeds((), feeds))
+        for step in self.plan.steps:
+            if step.kind == "reference":
+                node = self._nodes[step.nodes[0]]
+                log.info("%s (opset %d) runs through onnx.reference", node.op_type, self.infos[step.nodes[0]].opset)
+                env.update(zip(node.output, _reference_run(node, self.opsets, [env.get(n) if n else None
+                                                                               for n in node.input])))
+                continue
+            jit, sig, computed = self._jits[id(step)]
+            if jit is None:
+                continue
+            args = [_to_carrier(env[n], t) for n, t in zip(step.inputs, sig)]
+            results = jit(*args)
+            for name, r in zip(computed, results):
+                dtype = self._onnx_dtype(name)
+                env[name] = _from_carrier(r, dtype) if dtype is not None else r
+        return [np.asarray(env[n]) for n in self.output_names]
+
+    def __call__(self, *args: Any) -> Any:
+        outs = self.run(dict(zip(self.input_names, self._feeds(args, None).values())))
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{n}: {t}" for n, t, _ in self.inputs)
+        return f"OnnxModel({self.name}({ins}) on {self.request.target.name}, {len(self.plan.compiled)} kernel(s))"
+
+    def lower(self) -> list[str]:
+        """The MLIR (linalg on tensors) of each compiled segment, constants inline."""
+        from pbsdk.core.ir.emit import emit_graph
+        from pbsdk.frontends.jit import trace
+
+        texts = []
+        for step in self.plan.compiled:
+            jit, sig, _ = self._jits[id(step)]
+            if jit is not None:
+                graph, _ = trace(jit.fn, sig)
+                texts.append(emit_graph(graph, spec=self.request.spec, options=self.request.options,
+                                        forms=self.request.target.attention_forms))
+        return texts
+
+    @property
+    def kernels(self) -> list[Any]:
+        return [jit.kernel(sig)[0] for jit, sig, _ in self._jits.values() if jit is not None]
+
+
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"}
+
+
+def _to_carrier(a: np.ndarray, t: TensorType) -> np.ndarray:
+    from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
+
+    return np.ascontiguousarray(a, dtype=DTYPE_TO_NUMPY[t.dtype])
+
+
+def _from_carrier(a: np.ndarray, dtype: Any) -> np.ndarray:
+    a = np.asarray(a)
+    if np.dtype(dtype) == np.bool_:
+        return a != 0
+    if np.dtype(dtype).kind in "iu":
+        return np.rint(a).astype(dtype)
+    return a.astype(dtype, copy=False)
+
+
+def load(model: str | Path | bytes | Any, *, target: str | Target = "cpu", spec: str | ChipSpec | None = None,
+         options: Mapping[str, Any] | None = None, fallback: bool = False,
+         input_shapes: Mapping[str, Sequence[int]] | None = None, check: bool = True) -> OnnxModel:
+    """Load an ONNX model (a path, its bytes or a ``ModelProto``), check and shape-infer it, convert it to
+    pbsdk ops and compile it for ``target`` and ``spec`` (``options``: the target's compile options).
+
+    An op pbsdk cannot convert is an `UnsupportedError` naming each such node, its op and opset, unless
+    ``fallback``: then those nodes run through ``onnx.reference`` between compiled segments (logged)."""
+    parsed = ImportOptions.parse({"fallback": fallback, "input_shapes": dict(input_shapes or {}), "check": check})
+    return OnnxModel(model, resolve(target, spec, options), parsed)

@@ -1,0 +1,120 @@
+"""pbsdk.onnx.load on small hand-built models, compared with onnxruntime: folding of shape computations,
+integer and boolean tensors at the boundary, typed errors for unsupported ops and dynamic shapes, the
+onnx.reference fallback (logged), and the Backend's target selection."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper
+
+import pbsdk.onnx
+from pbsdk.core.errors import ArgumentError, OptionsError, UnsupportedError
+from pbsdk.testing import Tolerance, assert_close
+
+F32 = Tolerance(atol=1e-5, rtol=1e-5)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):  # type: ignore[no-untyped-def]
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _conv_flatten(op: str = "Relu", batch: str | int = 2):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(0)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 256])
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["r"]),
+             helper.make_node("Shape", ["r"], ["s"]), helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+             helper.make_node("Concat", ["n1", "m1"], ["shape"], axis=0), helper.make_node("Reshape", ["r", "shape"], ["y"])]
+    inits = [("w", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)), ("i0", np.array(0, np.int64)),
+             ("ax", np.array([0], np.int64)), ("m1", np.array([-1], np.int64))]
+    return _model(nodes, [x], [y], inits)
+
+
+def _reference(model, feeds):  # type: ignore[no-untyped-def]
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.mark.parametrize("target", ["cpu", "template"])
+def test_shape_computation_folds_and_matches_onnxruntime(target: str) -> None:
+    model = _conv_flatten()
+    compiled = pbsdk.onnx.load(model, target=target)
+    assert compiled.report.folded == {"Gather": 1, "Unsqueeze": 1, "Concat": 1}
+    assert compiled.report.converted["Conv"] == 1 and not compiled.report.fallback
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    assert_close(compiled(x), _reference(model, {"x": x})[0], op="onnx conv", tol=F32)
+
+
+def test_integer_and_boolean_tensors_cross_the_boundary() -> None:
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, [2, 5])
+    emb = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["e"]), helper.make_node("ArgMax", ["e"], ["am"], axis=2),
+             helper.make_node("Greater", ["ids", "five"], ["big"]), helper.make_node("Add", ["ids", "one"], ["next"])]
+    outs = [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 5, 4]),
+            helper.make_tensor_value_info("am", TensorProto.INT64, [2, 5, 1]),
+            helper.make_tensor_value_info("big", TensorProto.BOOL, [2, 5]),
+            helper.make_tensor_value_info("next", TensorProto.INT64, [2, 5])]
+    model = _model(nodes, [ids], outs, [("emb", emb), ("five", np.array(5, np.int64)), ("one", np.array(1, np.int64))])
+    feeds = {"ids": np.array([[0, 3, 9, -1, 5], [6, 2, 2, 8, 1]], np.int64)}
+    got, want = pbsdk.onnx.load(model).run(feeds), _reference(model, feeds)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=1e-6)
+
+
+def test_unsupported_op_is_a_typed_error_naming_op_and_opset() -> None:
+    with pytest.raises(UnsupportedError, match=r"Shrink \(opset 17\).*fallback=True"):
+        pbsdk.onnx.load(_conv_flatten("Shrink"))
+
+
+def test_fallback_runs_the_op_through_onnx_reference_and_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    model = _conv_flatten("Shrink")
+    compiled = pbsdk.onnx.load(model, fallback=True)
+    assert compiled.report.fallback == {"Shrink": 1}
+    assert [s.kind for s in compiled.plan.steps] == ["compiled", "reference", "compiled"]
+    x = np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with caplog.at_level(logging.INFO, logger="pbsdk.onnx"):
+        got = compiled(x)
+    assert "Shrink (opset 17) runs through onnx.reference" in caplog.text
+    assert_close(got, _reference(model, {"x": x})[0], op="onnx fallback", tol=F32)
+
+
+def test_dynamic_dimension_needs_input_shapes() -> None:
+    model = _conv_flatten(batch="N")
+    with pytest.raises(UnsupportedError, match="dynamic dimensions .N.*input_shapes"):
+        pbsdk.onnx.load(model)
+    compiled = pbsdk.onnx.load(model, input_shapes={"x": (3, 3, 8, 8)})
+    x = np.random.default_rng(3).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    assert_close(compiled(x), _reference(model, {"x": x})[0], op="onnx conv", tol=F32)
+    with pytest.raises(OptionsError, match="names no input"):
+        pbsdk.onnx.load(model, input_shapes={"nope": (1,)})
+
+
+def test_wrong_inputs_are_argument_errors() -> None:
+    compiled = pbsdk.onnx.load(_conv_flatten())
+    with pytest.raises(ArgumentError, match=r"input 'x' must be float32\[2, 3, 8, 8\]"):
+        compiled(np.zeros((2, 3, 8, 8), np.float64))
+    with pytest.raises(ArgumentError, match="takes 1 input"):
+        compiled()
+
+
+def test_backend_target_from_option_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pbsdk.onnx import Backend
+
+    model = _conv_flatten()
+    assert Backend.prepare(model).model.request.target.name == "cpu"
+    monkeypatch.setenv("PBSDK_ONNX_TARGET", "template")
+    assert Backend.prepare(model).model.request.target.name == "template"
+    assert Backend.prepare(model, target="cpu").model.request.target.name == "cpu"
+    node = helper.make_node("Relu", ["a"], ["b"])
+    a = np.array([-1.0, 2.0], np.float32)
+    (out,) = Backend.run_node(node, [a])
+    np.testing.assert_array_equal(out, [0.0, 2.0])
