@@ -91,7 +91,7 @@ def _randomise_norms(model: Any) -> None:
     from torch import nn
 
     for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, nn.BatchNorm2d) and m.running_mean is not None and m.running_var is not None:
             with torch.no_grad():
                 m.running_mean.uniform_(-0.1, 0.1)
                 m.running_var.uniform_(0.5, 1.5)
@@ -192,11 +192,11 @@ def _llama(seq: int, **config: Any) -> Callable[[int], tuple[Any, tuple[Any, ...
     return make
 
 
-_LLAMA = dict(vocab_size=32000, hidden_size=512, intermediate_size=1376, num_hidden_layers=4,
-              num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=1024)
-_LLAMA_SMALL = dict(vocab_size=256, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
-_TINY_TEXT = dict(vocab_size=256, num_hidden_layers=2, num_attention_heads=4)
+_LLAMA = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+          "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 1024}
+_LLAMA_SMALL = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 176, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
+_TINY_TEXT = {"vocab_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}
 
 MODELS: dict[str, RealModel] = {m.name: m for m in (
     RealModel("resnet18", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("resnet18", IMAGE)),
