@@ -13,6 +13,8 @@ Per model and batch size:
   a block of calls (in a rotated order), a contender's round figure is the block's mean per call, the
   latency is the median over rounds, and each speed ratio's spread is the min..max of the per-round
   ratios. The outputs are compared with eager once (maximum error relative to the output's magnitude).
+  Each contender's first call in this process is recorded too (``cached_first_s``: pbsdk from its on-disk
+  cache in a fresh process, Inductor from its FX graph cache).
 
 Example (the table goes to stdout and, as markdown, to ``--md``):
 
@@ -87,7 +89,11 @@ def child_latency(name: str, batch: int, rounds: int, block_s: float) -> dict[st
     model, inputs = MODELS[name].build(batch)
     with torch.no_grad():
         fns = {c: _compiled(model, c) for c in CONTENDERS}
-        outs = {c: fn(*inputs) for c, fn in fns.items()}  # compile (from the caches) and warm up
+        outs, warm_first_s = {}, {}
+        for c, fn in fns.items():  # compile from the caches the first-call runs filled, and warm up
+            start = time.perf_counter()
+            outs[c] = fn(*inputs)
+            warm_first_s[c] = time.perf_counter() - start
         scale = float(outs["eager"].abs().max())
         errors = {c: float((outs[c] - outs["eager"]).abs().max()) / max(scale, 1e-30) for c in ("pbsdk", "inductor")}
         start = time.perf_counter()
@@ -103,7 +109,7 @@ def child_latency(name: str, batch: int, rounds: int, block_s: float) -> dict[st
                     fn(*inputs)
                 per_round[c].append((time.perf_counter() - start) / reps)
     ratios = {other: [o / p for o, p in zip(per_round[other], per_round["pbsdk"])] for other in ("eager", "inductor")}
-    return {"reps": reps, "rounds": rounds, "relative_error": errors,
+    return {"reps": reps, "rounds": rounds, "relative_error": errors, "cached_first_s": warm_first_s,
             "latency_ms": {c: 1e3 * statistics.median(v) for c, v in per_round.items()},
             "per_round_ms": {c: [1e3 * x for x in v] for c, v in per_round.items()},
             # speed of pbsdk relative to the other contender (> 1: pbsdk faster), median and min..max
