@@ -45,11 +45,24 @@ def _status_mb(key: str) -> float:
     return float("nan")
 
 
+def _threads() -> int | None:
+    """``--threads N`` (passed to the children as PBSDK_BENCH_THREADS): every contender on N threads."""
+    value = os.environ.get("PBSDK_BENCH_THREADS")
+    if not value:
+        return None
+    import torch
+
+    torch.set_num_threads(int(value))
+    return int(value)
+
+
 def _compiled(model: Any, contender: str) -> Any:
     import torch
 
     if contender == "pbsdk":
-        return torch.compile(model, backend="pbsdk")
+        threads = int(os.environ.get("PBSDK_BENCH_THREADS") or 0)
+        options = {"compile_options": {"threads": threads}} if threads else None
+        return torch.compile(model, backend="pbsdk", options=options)
     if contender == "inductor":
         return torch.compile(model)
     return model
@@ -61,6 +74,7 @@ def child_first(name: str, batch: int, contender: str) -> dict[str, Any]:
 
     from pbsdk.testing.real_models import MODELS
 
+    _threads()
     model, inputs = MODELS[name].build(batch)
     built = _status_mb("VmRSS")
     with torch.no_grad():
@@ -86,6 +100,7 @@ def child_latency(name: str, batch: int, rounds: int, block_s: float) -> dict[st
 
     from pbsdk.testing.real_models import MODELS
 
+    _threads()
     model, inputs = MODELS[name].build(batch)
     with torch.no_grad():
         fns = {c: _compiled(model, c) for c in CONTENDERS}
@@ -129,14 +144,17 @@ def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, An
     return result
 
 
-def measure(name: str, batch: int, rounds: int, block_s: float, timeout: float) -> dict[str, Any]:
+def measure(name: str, batch: int, rounds: int, block_s: float, timeout: float,
+            threads: int | None = None) -> dict[str, Any]:
     root = str(Path(__file__).resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="pbsdk-real-") as tmp:
         env = dict(os.environ, PBSDK_CACHE_DIR=os.path.join(tmp, "pbsdk"),
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
         env.pop("PBSDK_DISABLE_CACHE", None)
+        if threads:
+            env["PBSDK_BENCH_THREADS"] = str(threads)
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
-        row: dict[str, Any] = {"model": name, "batch": batch, "first": {}}
+        row: dict[str, Any] = {"model": name, "batch": batch, "threads": threads, "first": {}}
         for c in CONTENDERS:
             row["first"][c] = _spawn(["--child-first", name, str(batch), c], env, timeout)
         row["steady"] = _spawn(["--child-latency", name, str(batch), str(rounds), str(block_s)], env, timeout)
@@ -179,6 +197,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block-s", type=float, default=0.5, help="seconds of calls per contender per round")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--threads", type=int, help="run every contender on this many threads (default: "
+                        "each one's own default)")
     parser.add_argument("--json", help="append the rows to this JSON file (rows of the same model/batch replaced)")
     parser.add_argument("--md", help="write the markdown table of all rows in --json (or of this run) here")
     parser.add_argument("--child-first", nargs=3, help=argparse.SUPPRESS)
@@ -203,7 +223,7 @@ def main() -> None:
     for name in args.models:
         for batch in args.batches:
             load = os.getloadavg()[0]
-            row = measure(name, batch, args.rounds, args.block_s, args.timeout)
+            row = measure(name, batch, args.rounds, args.block_s, args.timeout, args.threads)
             row |= {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load,
                     "load_after": os.getloadavg()[0]}
             rows = [r for r in rows if (r["model"], r["batch"]) != (name, batch)] + [row]
