@@ -61,7 +61,7 @@ def _compiled(model: Any, contender: str) -> Any:
 
     if contender == "pbsdk":
         threads = int(os.environ.get("PBSDK_BENCH_THREADS") or 0)
-        options = {"compile_options": {"threads": threads}} if threads else None
+        options: Any = {"compile_options": {"threads": threads}} if threads else None
         return torch.compile(model, backend="pbsdk", options=options)
     if contender == "inductor":
         return torch.compile(model)
