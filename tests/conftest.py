@@ -18,13 +18,18 @@ def _isolated_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run long sweeps marked slow")
+    parser.addoption("--runrealmodels", action="store_true", default=False,
+                     help="run the full-size real models (torchvision, transformers) marked realmodels")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     skip_slow = pytest.mark.skip(reason="long sweep: run with --runslow")
     has_gpu = shutil.which("nvidia-smi") is not None
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU")
+    skip_real = pytest.mark.skip(reason="full-size real model: run with --runrealmodels")
     for item in items:
+        if "realmodels" in item.keywords and not config.getoption("--runrealmodels"):
+            item.add_marker(skip_real)
         if "slow" in item.keywords and not config.getoption("--runslow"):
             item.add_marker(skip_slow)
         if "gpu" in item.keywords and not has_gpu:

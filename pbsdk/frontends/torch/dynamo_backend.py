@@ -496,7 +496,13 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
         mode = FakeTensorMode()
         fakes = [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
         with mode:
-            aten = make_fx(functionalize(gm, remove="mutations"), decomposition_table=table,  # type: ignore[arg-type]
+            traced: torch.fx.GraphModule = gm
+            if _uses_vmap(gm):
+                # functorch's functionalize cannot wrap a graph that enters vmap levels itself (an internal
+                # assert, and the failed trace leaves a vmap level behind); a plain trace first turns the
+                # vmap into the batched ATen ops it runs (transformers builds its attention masks this way).
+                traced = make_fx(gm, decomposition_table=table, tracing_mode="real")(*fakes)  # type: ignore[arg-type]
+            aten = make_fx(functionalize(traced, remove="mutations"), decomposition_table=table,  # type: ignore[arg-type]
                            tracing_mode="real")(*fakes)
     calls = [n for n in aten.graph.nodes if n.op == "call_function"]
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
@@ -510,6 +516,12 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     frozen = {placeholders[i]: example_inputs[i] for i in static} if opts.freeze else {}
     fused = compile_aten(aten, frozen, request)
     return _single_partition_call(fused) or fused
+
+
+def _uses_vmap(gm: torch.fx.GraphModule) -> bool:
+    """Whether Dynamo's graph enters functorch vmap levels itself (``torch.vmap`` traced inline)."""
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "") == "_vmap_increment_nesting"
+               for n in gm.graph.nodes)
 
 
 def _single_partition_call(fused: torch.fx.GraphModule) -> Any | None:
