@@ -180,7 +180,7 @@ def _const(value: Any, dtype: str, *, copy: bool = True) -> Tensor:
     the kernel's back, e.g. torch's frozen parameters, which it checks on every call) holds a large
     ``value`` of the right dtype without copying it."""
     array = np.asarray(value)
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "biuf" and array.dtype.name not in NUMPY_TO_DTYPE:  # bfloat16 is kind "V"
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
     if any(d == 0 for d in array.shape):
         raise PbsdkError(f"constant of shape {array.shape} has an empty dimension")

@@ -110,7 +110,7 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate:
         return CaseResult(case.name, "skip", case.why, 0.0, message=case.skip)
     t0 = time.perf_counter()
     inputs = case.inputs(seed)
-    tol = tolerance(case.op, case.dtype, reduction_size=case.reduction_size)
+    tol = tolerance(case.op, case.dtype, reduction_size=case.reduction_size, accumulator=case.accumulator)
     try:
         fn = pbsdk.jit(case.fn, target=target, spec=spec)
         got = fn(*inputs)
@@ -143,7 +143,8 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate:
     if got_a.shape == exp_a.shape:
         abs_err, rel_err = max_error(got_a, exp_a)
     try:
-        assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size)
+        assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size,
+                     accumulator=case.accumulator)
     except AssertionError as exc:
         return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
                           f"{note + '; ' if note else ''}{exc}"[:2000], resources, check)

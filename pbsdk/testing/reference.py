@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -50,16 +51,24 @@ __all__ = [
     "transpose",
 ]
 
-_ORDER = ("float16", "float32", "float64")
+_ORDER = ("bfloat16", "float16", "float32", "float64")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _is_float(d: np.dtype) -> bool:
+    """numpy's floats and ml_dtypes' bfloat16 (which numpy files under kind "V")."""
+    return d.kind == "f" or d == _BF16
 
 
 def _result_dtype(*xs: Any, dtype: Any = None) -> np.dtype:
     if dtype is not None:
         return np.dtype(dtype)
-    arrays = [x for x in xs if isinstance(x, np.ndarray) and x.dtype.kind == "f"]
+    arrays = [x for x in xs if isinstance(x, np.ndarray) and _is_float(x.dtype)]
     if not arrays:
         return np.dtype(np.float32)
     names = {a.dtype.name for a in arrays}
+    if {"bfloat16", "float16"} <= names:  # as pbsdk.ops: neither holds the other, so float32
+        names.add("float32")
     known = [n for n in _ORDER if n in names]
     return np.dtype(known[-1]) if known else arrays[0].dtype
 

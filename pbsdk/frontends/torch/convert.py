@@ -30,7 +30,7 @@ from pbsdk.frontends.tracing import Tensor, tracing
 
 aten = torch.ops.aten
 
-_FLOATS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16"}
+_FLOATS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 _INTS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
 
