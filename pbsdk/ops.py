@@ -18,7 +18,16 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.errors import PbsdkError, UnsupportedError
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, FLOAT_DTYPES, INLINE_LIMIT, NUMPY_TO_DTYPE, TensorType, Value
+from pbsdk.core.ir.graph import (
+    DTYPE_TO_NUMPY,
+    FLOAT_DTYPES,
+    INLINE_LIMIT,
+    INT_DTYPES,
+    NUMPY_TO_DTYPE,
+    TensorType,
+    Value,
+)
+from pbsdk.core.plan import quant
 from pbsdk.frontends.tracing import Tensor, current_graph
 
 __all__ = [
@@ -50,6 +59,7 @@ __all__ = [
     "cummin",
     "cumprod",
     "cumsum",
+    "dequantize",
     "div",
     "elu",
     "equal",
@@ -97,6 +107,8 @@ __all__ = [
     "pow",
     "prod",
     "put_along_axis",
+    "quantize",
+    "quantized_linear",
     "relu",
     "relu6",
     "remainder",
@@ -159,6 +171,10 @@ def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...]
 
 
 def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, **attrs: Any) -> Tensor:
+    # Integer ops: `compute_dtype` raises for an op integers do not support ("cast" is the one op between an
+    # integer and a float dtype).
+    if op != "cast" and (dtype in INT_DTYPES or builtins.any(v.dtype in INT_DTYPES for v in inputs)):
+        quant.compute_dtype(op, [v.dtype for v in inputs] or [dtype])
     graph = current_graph()
     value = _folded(graph, op, inputs, shape, attrs)
     if value is not None:
@@ -169,6 +185,11 @@ def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, *
 
 
 def _wider(a: str, b: str) -> str:
+    if a in INT_DTYPES or b in INT_DTYPES:
+        if a == b:
+            return a
+        raise UnsupportedError(f"operands of dtypes {a} and {b}: integer tensors combine only with integer "
+                               "tensors of their dtype; dequantize or astype first")
     order = ["f16", "bf16", "f32", "f64"]
     if {a, b} == {"f16", "bf16"}:
         return "f32"
@@ -206,6 +227,10 @@ def _operands(*xs: Any) -> list[Tensor]:
     for a in arrays:
         if a.dtype.name in NUMPY_TO_DTYPE:
             dtype = _wider(dtype, NUMPY_TO_DTYPE[a.dtype.name])
+    if dtype in INT_DTYPES:
+        for x in xs:
+            if not isinstance(x, Tensor) and not np.array_equal(np.asarray(x), np.round(np.asarray(x, np.float64))):
+                raise UnsupportedError(f"a non-integer operand {x!r} with an {dtype} tensor; dequantize first")
     out = []
     for x in xs:
         if isinstance(x, Tensor):
@@ -325,8 +350,10 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
 
 
 def astype(x: Tensor, dtype: Any) -> Tensor:
-    """Convert to another float dtype (``"f32"``, ``"f16"``, ``np.float32``, ...)."""
-    name = dtype if isinstance(dtype, str) and dtype in FLOAT_DTYPES else NUMPY_TO_DTYPE.get(np.dtype(dtype).name)
+    """Convert to another dtype (``"f32"``, ``"f16"``, ``np.float32``, ``"i8"``, ``"i32"``, ...); float to
+    integer truncates toward zero (numpy's astype; out-of-range values are undefined: clamp first)."""
+    name = (dtype if isinstance(dtype, str) and dtype in FLOAT_DTYPES + INT_DTYPES
+            else NUMPY_TO_DTYPE.get(np.dtype(dtype).name))
     if name is None:
         raise UnsupportedError(f"astype: dtype {dtype} is not supported")
     if name == x.dtype:
@@ -344,8 +371,8 @@ def _exact_dtype(dtype: str, count: int) -> str:
 
 
 def _acc_dtype(dtype: str) -> str:
-    """Accumulate half-precision sums in f32 (what matrix units and careful libraries do)."""
-    return "f32" if dtype in ("f16", "bf16") else dtype
+    """Accumulate half-precision sums in f32 (what matrix units and careful libraries do), i8 in i32."""
+    return "f32" if dtype in ("f16", "bf16") else quant.INT_ACCUMULATOR.get(dtype, dtype)
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -686,7 +713,7 @@ def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = Fal
     acc = _acc_dtype(x.dtype)
     out = _add("matmul", [x.value, y.value], batch + (m, n), acc, transpose_a=transpose_a,
                transpose_b=transpose_b)
-    if acc != x.dtype:
+    if acc != x.dtype and x.dtype not in INT_DTYPES:  # i8 @ i8 is the exact i32 accumulator
         out = astype(out, x.dtype)
     if squeeze_m or squeeze_n:
         shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
@@ -1403,3 +1430,84 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
         if mask is not None:
             s = add(s, mask)
         return matmul(softmax(s, -1), vt)
+
+
+# ------------------------------------------------------------------------------------ quantized (int8)
+
+def _per_channel(values: Sequence[float] | Sequence[int], axis: int | None, ndim: int, dtype: str) -> Any:
+    """A per-tensor scalar, or a per-channel constant shaped to broadcast along ``axis``."""
+    if axis is None:
+        return values[0]
+    shape = [1] * ndim
+    shape[axis] = len(values)
+    return _const(np.asarray(values, np.float64).reshape(shape), dtype)
+
+
+def _round_clamp_to(y: Tensor, qp: quant.QuantParams, zero_point: Any) -> Tensor:
+    """``clamp(round_half_even(y) + zero_point, qmin, qmax)`` in ``y``'s float dtype, then the integer dtype."""
+    q = add(round(y), zero_point)
+    return astype(minimum(maximum(q, float(qp.qmin)), float(qp.qmax)), qp.dtype)
+
+
+def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "i8") -> Tensor:
+    """``clamp(round_half_even(x * (1 / scale)) + zero_point, -128, 127)`` as i8, computed in f32 exactly as
+    PyTorch's ``quantized_decomposed.quantize_per_tensor`` / ``_per_channel`` (the reciprocal of the scale
+    rounded to f32, then a multiply); ``axis`` given: one scale and zero point per index of that axis."""
+    (t,) = _operands(x)
+    if t.dtype not in FLOAT_DTYPES:
+        raise UnsupportedError(f"quantize: input dtype {t.dtype} is not a float", op="quantize")
+    qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
+                            dtype=dtype, shape=t.shape)
+    with _group("quantize"):
+        f = astype(t, "f32")
+        y = mul(f, _per_channel(tuple(1.0 / s for s in qp.scale), qp.axis, t.ndim, "f32"))
+        return _round_clamp_to(y, qp, _per_channel(qp.zero_point, qp.axis, t.ndim, "f32"))
+
+
+def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "f32") -> Tensor:
+    """``(q - zero_point) * scale`` in f32 (then ``dtype``), per tensor or per channel along ``axis``."""
+    (t,) = _operands(q)
+    if t.dtype not in INT_DTYPES:
+        raise UnsupportedError(f"dequantize: input dtype {t.dtype} is not an integer", op="dequantize")
+    qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
+                            shape=t.shape)
+    with _group("dequantize"):
+        f = astype(t, "f32")
+        y = mul(sub(f, _per_channel(qp.zero_point, qp.axis, t.ndim, "f32")),
+                _per_channel(qp.scale, qp.axis, t.ndim, "f32"))
+        return astype(y, dtype)
+
+
+def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale: Any, bias: Any = None, *,
+                     out_scale: float, out_zero_point: int = 0) -> Tensor:
+    """An int8 linear layer ``y = x @ w.T + bias`` on quantized tensors: ``x`` (..., K) i8 per tensor,
+    ``w`` (N, K) i8 symmetric per tensor or per output channel (``w_scale`` of length N), ``bias`` (N,)
+    float or None; the result is i8 quantized with ``out_scale``/``out_zero_point``.
+
+    The contraction is ``x @ w.T`` in i8 with exact i32 accumulation (an i8 -> i32 matrix unit where the
+    spec has one); the input zero point folds into a per-column correction ``x_zero_point * sum_k w``
+    and the bias into ``round(bias / (x_scale * w_scale))``, both i32; the requantize epilogue
+    (`pbsdk.core.plan.quant.plan_requantize`) is one elementwise chain after it."""
+    xt, wt = _operands(x)[0], _operands(w)[0]
+    if xt.dtype != "i8" or wt.dtype != "i8" or wt.ndim != 2:
+        raise UnsupportedError(f"quantized_linear: x and w must be i8 (w 2-D), got {xt.dtype}{list(xt.shape)} "
+                               f"and {wt.dtype}{list(wt.shape)}", op="quantized_linear")
+    xq = quant.quant_params(x_scale, x_zero_point)
+    ws = np.atleast_1d(w_scale).tolist()
+    wq = quant.quant_params(ws, 0, axis=0 if len(ws) > 1 else None, shape=wt.shape)
+    oq = quant.quant_params(out_scale, out_zero_point)
+    rq = quant.plan_requantize(xq, wq, oq)
+    with _group("quantized_linear"):
+        acc = matmul(xt, wt, transpose_b=True)  # i32
+        if xq.zero_point[0] != 0:
+            # (1, N) = zx * sum_k w[n, k]: the column sums as one more i8 contraction (exact in i32).
+            ones = _const(np.ones((1, wt.shape[1])), "i8")
+            acc = sub(acc, mul(matmul(ones, wt, transpose_b=True), xq.zero_point[0]))
+        if bias is not None:
+            (bt,) = _operands(bias)
+            scales = np.asarray(xq.scale[0] * np.asarray(wq.scale, np.float64))
+            acc = add(acc, astype(round(div(astype(bt, "f32"), _const(scales.astype(np.float32), "f32"))), "i32"))
+        multiplier = (_const(np.asarray(rq.multiplier, np.float32), "f32") if len(rq.multiplier) > 1
+                      else rq.multiplier[0])
+        y = mul(astype(acc, "f32"), multiplier)
+        return _round_clamp_to(y, oq, float(rq.zero_point))

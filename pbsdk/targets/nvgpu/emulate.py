@@ -28,7 +28,6 @@ from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.options import Options
 
-
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
