@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -358,7 +359,17 @@ def astype(x: Tensor, dtype: Any) -> Tensor:
         raise UnsupportedError(f"astype: dtype {dtype} is not supported")
     if name == x.dtype:
         return x
-    return _add("cast", [x.value], x.shape, name)
+    widened = _widened.get((id(x.graph), x.value.id))
+    if widened is not None and widened[0]() is x.graph and widened[1].dtype == name:
+        return widened[1]  # an integer carried as a float and cast back: the integer itself
+    out = _add("cast", [x.value], x.shape, name)
+    if x.dtype in INT_DTYPES and name in ("f32", "f64"):  # exact: remember the way back
+        _widened[(id(x.graph), out.value.id)] = (weakref.ref(x.graph), x)
+    return out
+
+
+#: Integer tensors cast exactly to a float, by (graph id, value id) of the float (see `astype`).
+_widened: dict[tuple[int, int], tuple[Any, Tensor]] = {}
 
 
 #: Integers up to this magnitude are exact in each float dtype.
@@ -399,7 +410,13 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
         raise PbsdkError(f"transpose: axes {axes} is not a permutation of {t.ndim} dimensions")
     if perm == tuple(range(t.ndim)):
         return t
-    return _add("transpose", [t.value], tuple(t.shape[p] for p in perm), t.dtype, perm=perm)
+    out = _add("transpose", [t.value], tuple(t.shape[p] for p in perm), t.dtype, perm=perm)
+    source = _dequantized_source(t)
+    if source is not None:  # dequantize(q) permuted is dequantize(q permuted): the integer path sees through it
+        q, qp = source
+        moved = dataclasses.replace(qp, axis=perm.index(qp.axis)) if qp.axis is not None else qp
+        _dequantized[(id(out.graph), out.value.id)] = (weakref.ref(out.graph), transpose(q, perm), moved)
+    return out
 
 
 def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
@@ -710,6 +727,13 @@ def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = Fal
         raise PbsdkError(f"matmul: contraction dimensions differ: {x.shape}{'^T' if transpose_a else ''} @ "
                          f"{y.shape}{'^T' if transpose_b else ''} ({ka} vs {kb})")
     batch = _broadcast_shape("matmul (batch dimensions)", x.shape[:-2], y.shape[:-2])
+    quantized = _quantized_matmul(x, y, transpose_a, transpose_b)
+    if quantized is not None:
+        out = quantized
+        if squeeze_m or squeeze_n:
+            shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
+            out = reshape(out, shape) if shape else reshape(out, ())
+        return out
     acc = _acc_dtype(x.dtype)
     out = _add("matmul", [x.value, y.value], batch + (m, n), acc, transpose_a=transpose_a,
                transpose_b=transpose_b)
@@ -773,10 +797,46 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
         raise PbsdkError(f"conv2d: kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit the padded input "
                          f"{h}x{wd}")
     shape = (n, o, oh, ow) if layout == "NCHW" else (n, oh, ow, o)
+    attrs = {"stride": (sh, sw), "dilation": (dh, dw), "padding": pads, "groups": int(groups), "layout": layout}
+    quantized = _quantized_conv2d(t, k, attrs, shape)
+    if quantized is not None:
+        return quantized
     acc = _acc_dtype(t.dtype)
-    out = _add("conv2d", [t.value, k.value], shape, acc, stride=(sh, sw), dilation=(dh, dw), padding=pads,
-               groups=int(groups), layout=layout)
-    return astype(out, t.dtype) if acc != t.dtype else out
+    out = _add("conv2d", [t.value, k.value], shape, acc, **attrs)
+    return astype(out, t.dtype) if acc != t.dtype and t.dtype not in INT_DTYPES else out
+
+
+def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> Tensor | None:
+    """``conv2d(dequantize(xq), dequantize(wq))`` as the i8 convolution with exact i32 accumulation, rescaled
+    once per output channel (as `_quantized_matmul`). The input zero point is folded in as
+    ``zx * conv2d(1, wq)`` over the same padding (padded taps hold a real 0, not ``zx``): a constant-input
+    i8 convolution. None (the float convolution) unless both are i8 dequantize results, ``x`` per tensor
+    and ``w`` symmetric per tensor or per output channel."""
+    xs, ws = _dequantized_source(x), _dequantized_source(w)
+    if xs is None or ws is None:
+        return None
+    (xq, xp), (wq, wp) = xs, ws
+    o_axis = 0 if attrs["layout"] == "NCHW" else 3
+    c_axis = 1 if attrs["layout"] == "NCHW" else 3
+    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
+            or (wp.per_channel and wp.axis != o_axis)):
+        return None
+    with _group("quantized_conv2d"):
+        acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
+        if xp.zero_point[0] != 0:
+            one_shape = list(xq.shape)
+            one_shape[0] = 1
+            ones = _const(np.ones(one_shape), "i8")
+            corr = _add("conv2d", [ones.value, wq.value], (1, *shape[1:]), "i32", **attrs)
+            acc = sub(acc, mul(corr, xp.zero_point[0]))
+        scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
+        if scale.size > 1:
+            bshape = [1, 1, 1, 1]
+            bshape[c_axis] = scale.size
+            factor: Any = _const(scale.reshape(bshape), "f32")
+        else:
+            factor = float(scale[0])
+        return astype(mul(astype(acc, "f32"), factor), x.dtype)
 
 
 def _spatial(op: str, name: str, v: Any, n: int, *, low: int = 1) -> tuple[int, ...]:
@@ -1475,7 +1535,49 @@ def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = No
         f = astype(t, "f32")
         y = mul(sub(f, _per_channel(qp.zero_point, qp.axis, t.ndim, "f32")),
                 _per_channel(qp.scale, qp.axis, t.ndim, "f32"))
-        return astype(y, dtype)
+        out = astype(y, dtype)
+    _dequantized[(id(current_graph()), out.value.id)] = (weakref.ref(current_graph()), t, qp)
+    return out
+
+
+#: ``dequantize`` results of live traces: (graph id, value id) -> (graph, the integer tensor, its parameters).
+#: `matmul` of two of them runs the contraction on the integer tensors (`_quantized_matmul`).
+_dequantized: dict[tuple[int, int], tuple[Any, Tensor, quant.QuantParams]] = {}
+
+
+def _dequantized_source(t: Tensor) -> tuple[Tensor, quant.QuantParams] | None:
+    found = _dequantized.get((id(t.graph), t.value.id))
+    if found is None or found[0]() is not t.graph:
+        return None
+    return found[1], found[2]
+
+
+def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None:
+    """``dequantize(xq) @ dequantize(wq)`` as the i8 contraction with exact i32 accumulation (on an i8
+    matrix unit where the spec has one), rescaled once: ``f32(acc) * (sx * sw[n])``, with the input's zero
+    point folded in as ``zx * (1 @ wq)``. None (the float contraction) unless both are i8 dequantize
+    results, ``x`` per tensor, ``w`` 2-D and symmetric per tensor or per output column. Equal to the
+    float contraction up to its f32 rounding (the integer sum is exact)."""
+    for table in (_dequantized, _widened):
+        for gone in [k for k, v in table.items() if v[0]() is None]:
+            del table[gone]
+    xs, ws = _dequantized_source(x), _dequantized_source(y)
+    if xs is None or ws is None or ta or y.ndim != 2:
+        return None
+    (xq, xp), (wq, wp) = xs, ws
+    n_axis = 0 if tb else 1
+    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
+            or (wp.per_channel and wp.axis != n_axis)):
+        return None
+    with _group("quantized_matmul"):
+        acc = matmul(xq, wq, transpose_b=tb)  # i32
+        if xp.zero_point[0] != 0:
+            k = wq.shape[1] if tb else wq.shape[0]
+            ones = _const(np.ones((1, k)), "i8")
+            acc = sub(acc, mul(matmul(ones, wq, transpose_b=tb), xp.zero_point[0]))
+        scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
+        out = mul(astype(acc, "f32"), _const(scale, "f32") if scale.size > 1 else float(scale[0]))
+        return astype(out, x.dtype)
 
 
 def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale: Any, bias: Any = None, *,

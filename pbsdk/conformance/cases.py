@@ -17,7 +17,7 @@ from pbsdk.core.spec import ChipSpec
 from pbsdk.testing import reference as ref
 
 #: dtypes the host can feed in and read back (bf16 through ml_dtypes, the numpy extension JAX uses).
-HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}
+HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8}
 #: Largest dimension a generated case may use by default; bigger capacity-straddling cases need --full.
 DEFAULT_MAX_DIM = 512
 
@@ -43,15 +43,23 @@ class Case:
     #: f32 for f16/bf16 operands on vectors): its tolerance follows it (`pbsdk.testing.tolerance`).
     accumulator: str | None = None
 
+    #: "close" (within the op's tolerance) or "exact" (bit for bit: integer arithmetic against numpy).
+    compare: str = "close"
+    #: Inputs drawn as floats (a quantizing case's float operands) instead of in ``dtype``.
+    float_inputs: tuple[int, ...] = ()
+
     def inputs(self, seed: int = 0) -> list[np.ndarray]:
         # A stable hash of the name (str hashes change per process): the same inputs in every run.
         rng = np.random.default_rng(seed + (zlib.crc32(self.name.encode()) & 0xFFFF))
         out = []
-        for s in self.shapes:
+        for i, s in enumerate(self.shapes):
+            if self.dtype == "i8" and i not in self.float_inputs:
+                out.append(rng.integers(-128, 128, s).astype(np.int8))
+                continue
             x = rng.standard_normal(s)
             if self.positive:
                 x = np.abs(x) + 0.5
-            out.append(x.astype(HOST_DTYPES.get(self.dtype, np.float32)))
+            out.append(x.astype(np.float32 if self.dtype == "i8" else HOST_DTYPES.get(self.dtype, np.float32)))
         return out
 
 
@@ -254,7 +262,52 @@ def _unit_for(spec: ChipSpec, op: Contraction) -> str | None:
     return compute.name if compute.kind == "matrix-unit" else None
 
 
-FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")
+def _i8_cases(spec: ChipSpec) -> list[Case]:
+    """For every i8 matrix unit of the spec (none: the vector/scalar path): i8 matmuls at the unit's tile,
+    one past it, multiples, batched and transposed, with exact i32 results; and the quantized linear layer
+    (quantize, i8 contraction, requantize) per tensor and per channel. numpy is the oracle, bit for bit."""
+    plan = plan_contraction(spec, Contraction(1024, 1024, 1024, dtype="i8"))
+    u = plan.compute
+    unit = u.name if u.kind == "matrix-unit" else None
+    m, n, k = u.m, u.n, u.k
+    exact = {"compare": "exact", "matrix_unit": unit, "accumulator": "i32"}
+
+    def mm(a: Any, b: Any) -> Any:
+        return a.astype(np.int32) @ b.astype(np.int32)
+
+    cases = [Case(f"matmul/i8/{label}/{mm_}x{nn}x{kk}", "matmul", "i8", ((mm_, kk), (kk, nn)),
+                  lambda a, b: a @ b, mm, kk, why, **exact)  # type: ignore[arg-type]
+             for label, (mm_, nn, kk), why in (
+                 ("unit", (m, n, k), f"exactly the compute tile {u.kind} {u.name}"),
+                 ("unit+1", (m + 1, n + 1, k + 1), "one past the compute tile: partial tiles in every dim"),
+                 ("unit-x2x3", (2 * m, 3 * n, 2 * k), "multiples of the compute tile"))]
+    cases.append(Case(f"matmul/i8/batched/2x{m + 1}x{n}x{k + 1}", "matmul", "i8", ((2, m + 1, k + 1), (2, k + 1, n)),
+                      lambda a, b: a @ b, mm, k + 1, "batched", **exact))  # type: ignore[arg-type]
+    cases.append(Case(f"matmul/i8/transposed-b/{m}x{n + 1}x{k}", "matmul", "i8", ((m, k), (n + 1, k)),
+                      lambda a, b: ops.matmul(a, b, transpose_b=True), lambda a, b: mm(a, b.T), k,
+                      "B read transposed", **exact))  # type: ignore[arg-type]
+    rows, cols, out = m + 3, 2 * k + 5, n + 7
+    for label, channel in (("per-tensor", False), ("per-channel", True)):
+        ws = np.linspace(0.01, 0.03, out) if channel else np.array([0.02])
+
+        def fn(x: Any, w: Any, b: Any, channel: bool = channel, ws: np.ndarray = ws) -> Any:
+            wq = ops.quantize(w, ws, 0, axis=0 if channel else None)
+            return ops.quantized_linear(ops.quantize(x, 0.03, -5), 0.03, -5, wq, ws, b, out_scale=0.08,
+                                        out_zero_point=4)
+
+        def oracle(x: Any, w: Any, b: Any, channel: bool = channel, ws: np.ndarray = ws) -> Any:
+            wq = ref.quantize(w, ws, 0, axis=0 if channel else None)
+            return ref.quantized_linear(ref.quantize(x, 0.03, -5), 0.03, -5, wq, ws, b, out_scale=0.08,
+                                        out_zero_point=4)
+
+        cases.append(Case(f"quantized_linear/i8/{label}/{rows}x{out}x{cols}", "matmul", "i8",
+                          ((rows, cols), (out, cols), (out,)), fn, oracle, cols,
+                          f"quantize, i8 contraction with i32 accumulation, requantize ({label} weights)",
+                          float_inputs=(0, 1, 2), **exact))  # type: ignore[arg-type]
+    return cases
+
+
+FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention", "quantized_linear")
 
 
 def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, full: bool = False) -> list[Case]:
@@ -262,6 +315,9 @@ def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, f
     max_dim = 4096 if full else DEFAULT_MAX_DIM
     cases: list[Case] = []
     for dtype in spec.dtypes:
+        if dtype == "i8":
+            cases += _i8_cases(spec)
+            continue
         if dtype not in HOST_DTYPES:
             continue
         cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(spec, dtype) + _vector_cases(spec, dtype)

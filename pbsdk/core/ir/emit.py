@@ -333,7 +333,7 @@ class _Emitter:
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
             hi = [0, 0, pb, pr] if not nhwc else [0, pb, pr, 0]
             padded = TensorType(tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape)), xt.dtype)
-            zero = float_constant(0.0, element_type(xt.dtype))
+            zero = scalar_constant(0, element_type(xt.dtype))
             pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
             with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
                 tensor.YieldOp(zero)

@@ -45,7 +45,7 @@ def compute_dtype(op: str, dtypes: Sequence[str]) -> str:
                                "(pbsdk.ops.dequantize) or astype the integer operand first", op=op)
     if True in kinds:
         if op not in INT_OPS:
-            raise UnsupportedError(f"{op} on integer tensors ({', '.join(dtypes)}) is not supported; dequantize "
+            raise UnsupportedError(f"{op} on integer tensors (dtype {', '.join(dtypes)}) is not supported; dequantize "
                                    "(pbsdk.ops.dequantize) or astype to a float first", op=op)
         if len(set(dtypes)) > 1:
             raise UnsupportedError(f"{op}: integer operands of different dtypes {', '.join(dtypes)}; astype "

@@ -1034,3 +1034,6 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
     except UnsupportedError as exc:
         return False, exc.reason
     return True, ""
+
+# quantized_decomposed (PT2E) converters register themselves with `converts`.
+from pbsdk.frontends.torch import quantized as _quantized  # noqa: F401
