@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from pbsdk.core import quant
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import (
     DTYPE_TO_NUMPY,
@@ -28,7 +29,6 @@ from pbsdk.core.ir.graph import (
     TensorType,
     Value,
 )
-from pbsdk.core.plan import quant
 from pbsdk.frontends.tracing import Tensor, current_graph
 
 __all__ = [
@@ -1589,7 +1589,7 @@ def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale:
     The contraction is ``x @ w.T`` in i8 with exact i32 accumulation (an i8 -> i32 matrix unit where the
     spec has one); the input zero point folds into a per-column correction ``x_zero_point * sum_k w``
     and the bias into ``round(bias / (x_scale * w_scale))``, both i32; the requantize epilogue
-    (`pbsdk.core.plan.quant.plan_requantize`) is one elementwise chain after it."""
+    (`pbsdk.core.quant.plan_requantize`) is one elementwise chain after it."""
     xt, wt = _operands(x)[0], _operands(w)[0]
     if xt.dtype != "i8" or wt.dtype != "i8" or wt.ndim != 2:
         raise UnsupportedError(f"quantized_linear: x and w must be i8 (w 2-D), got {xt.dtype}{list(xt.shape)} "

@@ -11,7 +11,7 @@ import pbsdk
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.plan import Contraction, plan_contraction
-from pbsdk.core.plan.quant import compute_dtype, plan_requantize, quant_params
+from pbsdk.core.quant import compute_dtype, plan_requantize, quant_params
 from pbsdk.core.spec import load_spec
 from pbsdk.testing import reference as ref
 

@@ -606,7 +606,7 @@ def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> Callable[[Sequence[ir.Val
     return body
 
 
-#: Integer elementwise ops (the rest of `pbsdk.core.plan.quant.INT_OPS` move data).
+#: Integer elementwise ops (the rest of `pbsdk.core.quant.INT_OPS` move data).
 _INT_SIMPLE: dict[str, Callable[..., ir.Value]] = {
     "add": arith.addi, "sub": arith.subi, "mul": arith.muli, "maximum": arith.maxsi, "minimum": arith.minsi}
 

@@ -21,7 +21,7 @@ from pbsdk.core.errors import UnsupportedError
 #: dtype names pbsdk uses everywhere (same spelling as ChipSpec's DType).
 FLOAT_DTYPES = ("f64", "f32", "f16", "bf16")
 #: Integer dtypes: i8 (quantized tensors) and i32 (their contractions' accumulators); which ops take them
-#: is `pbsdk.core.plan.quant.INT_OPS`.
+#: is `pbsdk.core.quant.INT_OPS`.
 INT_DTYPES = ("i8", "i32")
 #: numpy dtype names at the host boundary. bf16 is ``ml_dtypes.bfloat16`` (the numpy extension JAX uses;
 #: ``np.dtype("bfloat16")`` once ml_dtypes is imported, which this module does).

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.options import Options, as_options
-from pbsdk.core.plan.quant import compute_dtype
+from pbsdk.core.quant import compute_dtype
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 # Fraction of a cache's capacity a tile may use (the rest is headroom for conflict misses, other data).

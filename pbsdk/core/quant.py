@@ -1,5 +1,6 @@
 """Integer (quantized) arithmetic as pure decisions: which dtype each op computes in, and the parameters of
-quantize, dequantize and the requantize epilogue. No MLIR here.
+quantize, dequantize and the requantize epilogue. No MLIR, no spec: `pbsdk.ops` imports it, and
+``import pbsdk`` must not pull in the spec loader's dependencies (the nvgpu runtime runs without them).
 
 Conventions (those of PyTorch's ``quantized_decomposed`` ops and of ONNX QuantizeLinear):
 
