@@ -463,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", default="cpu")
     p.add_argument("--spec", default=None, help="preset name or YAML path (default: the target's)")
     p.add_argument("--ops", default=None, help="comma-separated families: matmul, conv2d, elementwise, "
-                                               "reduction, softmax, layernorm, attention")
+                                               "reduction, softmax, layernorm, attention, quantized_linear")
     p.add_argument("--full", action="store_true", help="include large capacity-straddling cases")
     p.add_argument("--report", default=None, help="write a JSON report here")
     p.add_argument("--junit", default=None, help="write JUnit XML here")

@@ -12,13 +12,23 @@ import contextlib
 import dataclasses
 import itertools
 import math
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from pbsdk.core import quant
 from pbsdk.core.errors import PbsdkError, UnsupportedError
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, FLOAT_DTYPES, INLINE_LIMIT, NUMPY_TO_DTYPE, TensorType, Value
+from pbsdk.core.ir.graph import (
+    DTYPE_TO_NUMPY,
+    FLOAT_DTYPES,
+    INLINE_LIMIT,
+    INT_DTYPES,
+    NUMPY_TO_DTYPE,
+    TensorType,
+    Value,
+)
 from pbsdk.frontends.tracing import Tensor, current_graph
 
 __all__ = [
@@ -50,6 +60,7 @@ __all__ = [
     "cummin",
     "cumprod",
     "cumsum",
+    "dequantize",
     "div",
     "elu",
     "equal",
@@ -97,6 +108,8 @@ __all__ = [
     "pow",
     "prod",
     "put_along_axis",
+    "quantize",
+    "quantized_linear",
     "relu",
     "relu6",
     "remainder",
@@ -159,6 +172,10 @@ def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...]
 
 
 def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, **attrs: Any) -> Tensor:
+    # Integer ops: `compute_dtype` raises for an op integers do not support ("cast" is the one op between an
+    # integer and a float dtype).
+    if op != "cast" and (dtype in INT_DTYPES or builtins.any(v.dtype in INT_DTYPES for v in inputs)):
+        quant.compute_dtype(op, [v.dtype for v in inputs] or [dtype])
     graph = current_graph()
     value = _folded(graph, op, inputs, shape, attrs)
     if value is not None:
@@ -169,6 +186,11 @@ def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, *
 
 
 def _wider(a: str, b: str) -> str:
+    if a in INT_DTYPES or b in INT_DTYPES:
+        if a == b:
+            return a
+        raise UnsupportedError(f"operands of dtypes {a} and {b}: integer tensors combine only with integer "
+                               "tensors of their dtype; dequantize or astype first")
     order = ["f16", "bf16", "f32", "f64"]
     if {a, b} == {"f16", "bf16"}:
         return "f32"
@@ -180,7 +202,7 @@ def _const(value: Any, dtype: str, *, copy: bool = True) -> Tensor:
     the kernel's back, e.g. torch's frozen parameters, which it checks on every call) holds a large
     ``value`` of the right dtype without copying it."""
     array = np.asarray(value)
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "biuf" and array.dtype.name not in NUMPY_TO_DTYPE:  # bfloat16 is kind "V"
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
     if any(d == 0 for d in array.shape):
         raise PbsdkError(f"constant of shape {array.shape} has an empty dimension")
@@ -206,6 +228,10 @@ def _operands(*xs: Any) -> list[Tensor]:
     for a in arrays:
         if a.dtype.name in NUMPY_TO_DTYPE:
             dtype = _wider(dtype, NUMPY_TO_DTYPE[a.dtype.name])
+    if dtype in INT_DTYPES:
+        for x in xs:
+            if not isinstance(x, Tensor) and not np.array_equal(np.asarray(x), np.round(np.asarray(x, np.float64))):
+                raise UnsupportedError(f"a non-integer operand {x!r} with an {dtype} tensor; dequantize first")
     out = []
     for x in xs:
         if isinstance(x, Tensor):
@@ -325,13 +351,25 @@ def gelu(x: Any, approximate: str = "none") -> Tensor:
 
 
 def astype(x: Tensor, dtype: Any) -> Tensor:
-    """Convert to another float dtype (``"f32"``, ``"f16"``, ``np.float32``, ...)."""
-    name = dtype if isinstance(dtype, str) and dtype in FLOAT_DTYPES else NUMPY_TO_DTYPE.get(np.dtype(dtype).name)
+    """Convert to another dtype (``"f32"``, ``"f16"``, ``np.float32``, ``"i8"``, ``"i32"``, ...); float to
+    integer truncates toward zero (numpy's astype; out-of-range values are undefined: clamp first)."""
+    name = (dtype if isinstance(dtype, str) and dtype in FLOAT_DTYPES + INT_DTYPES
+            else NUMPY_TO_DTYPE.get(np.dtype(dtype).name))
     if name is None:
         raise UnsupportedError(f"astype: dtype {dtype} is not supported")
     if name == x.dtype:
         return x
-    return _add("cast", [x.value], x.shape, name)
+    widened = _widened.get((id(x.graph), x.value.id))
+    if widened is not None and widened[0]() is x.graph and widened[1].dtype == name:
+        return widened[1]  # an integer carried as a float and cast back: the integer itself
+    out = _add("cast", [x.value], x.shape, name)
+    if x.dtype in INT_DTYPES and name in ("f32", "f64"):  # exact: remember the way back
+        _widened[(id(x.graph), out.value.id)] = (weakref.ref(x.graph), x)
+    return out
+
+
+#: Integer tensors cast exactly to a float, by (graph id, value id) of the float (see `astype`).
+_widened: dict[tuple[int, int], tuple[Any, Tensor]] = {}
 
 
 #: Integers up to this magnitude are exact in each float dtype.
@@ -344,8 +382,8 @@ def _exact_dtype(dtype: str, count: int) -> str:
 
 
 def _acc_dtype(dtype: str) -> str:
-    """Accumulate half-precision sums in f32 (what matrix units and careful libraries do)."""
-    return "f32" if dtype in ("f16", "bf16") else dtype
+    """Accumulate half-precision sums in f32 (what matrix units and careful libraries do), i8 in i32."""
+    return "f32" if dtype in ("f16", "bf16") else quant.INT_ACCUMULATOR.get(dtype, dtype)
 
 
 # ----------------------------------------------------------------------------------------------- layout
@@ -372,7 +410,13 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
         raise PbsdkError(f"transpose: axes {axes} is not a permutation of {t.ndim} dimensions")
     if perm == tuple(range(t.ndim)):
         return t
-    return _add("transpose", [t.value], tuple(t.shape[p] for p in perm), t.dtype, perm=perm)
+    out = _add("transpose", [t.value], tuple(t.shape[p] for p in perm), t.dtype, perm=perm)
+    source = _dequantized_source(t)
+    if source is not None:  # dequantize(q) permuted is dequantize(q permuted): the integer path sees through it
+        q, qp = source
+        moved = dataclasses.replace(qp, axis=perm.index(qp.axis)) if qp.axis is not None else qp
+        _dequantized[(id(out.graph), out.value.id)] = (weakref.ref(out.graph), transpose(q, perm), moved)
+    return out
 
 
 def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
@@ -683,10 +727,17 @@ def matmul(a: Any, b: Any, *, transpose_a: bool = False, transpose_b: bool = Fal
         raise PbsdkError(f"matmul: contraction dimensions differ: {x.shape}{'^T' if transpose_a else ''} @ "
                          f"{y.shape}{'^T' if transpose_b else ''} ({ka} vs {kb})")
     batch = _broadcast_shape("matmul (batch dimensions)", x.shape[:-2], y.shape[:-2])
+    quantized = _quantized_matmul(x, y, transpose_a, transpose_b)
+    if quantized is not None:
+        out = quantized
+        if squeeze_m or squeeze_n:
+            shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
+            out = reshape(out, shape) if shape else reshape(out, ())
+        return out
     acc = _acc_dtype(x.dtype)
     out = _add("matmul", [x.value, y.value], batch + (m, n), acc, transpose_a=transpose_a,
                transpose_b=transpose_b)
-    if acc != x.dtype:
+    if acc != x.dtype and x.dtype not in INT_DTYPES:  # i8 @ i8 is the exact i32 accumulator
         out = astype(out, x.dtype)
     if squeeze_m or squeeze_n:
         shape = batch + ((m,) if not squeeze_m else ()) + ((n,) if not squeeze_n else ())
@@ -746,10 +797,46 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
         raise PbsdkError(f"conv2d: kernel {kh}x{kw} (dilation {dh}x{dw}) does not fit the padded input "
                          f"{h}x{wd}")
     shape = (n, o, oh, ow) if layout == "NCHW" else (n, oh, ow, o)
+    attrs = {"stride": (sh, sw), "dilation": (dh, dw), "padding": pads, "groups": int(groups), "layout": layout}
+    quantized = _quantized_conv2d(t, k, attrs, shape)
+    if quantized is not None:
+        return quantized
     acc = _acc_dtype(t.dtype)
-    out = _add("conv2d", [t.value, k.value], shape, acc, stride=(sh, sw), dilation=(dh, dw), padding=pads,
-               groups=int(groups), layout=layout)
-    return astype(out, t.dtype) if acc != t.dtype else out
+    out = _add("conv2d", [t.value, k.value], shape, acc, **attrs)
+    return astype(out, t.dtype) if acc != t.dtype and t.dtype not in INT_DTYPES else out
+
+
+def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tuple[int, ...]) -> Tensor | None:
+    """``conv2d(dequantize(xq), dequantize(wq))`` as the i8 convolution with exact i32 accumulation, rescaled
+    once per output channel (as `_quantized_matmul`). The input zero point is folded in as
+    ``zx * conv2d(1, wq)`` over the same padding (padded taps hold a real 0, not ``zx``): a constant-input
+    i8 convolution. None (the float convolution) unless both are i8 dequantize results, ``x`` per tensor
+    and ``w`` symmetric per tensor or per output channel."""
+    xs, ws = _dequantized_source(x), _dequantized_source(w)
+    if xs is None or ws is None:
+        return None
+    (xq, xp), (wq, wp) = xs, ws
+    o_axis = 0 if attrs["layout"] == "NCHW" else 3
+    c_axis = 1 if attrs["layout"] == "NCHW" else 3
+    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
+            or (wp.per_channel and wp.axis != o_axis)):
+        return None
+    with _group("quantized_conv2d"):
+        acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
+        if xp.zero_point[0] != 0:
+            one_shape = list(xq.shape)
+            one_shape[0] = 1
+            ones = _const(np.ones(one_shape), "i8")
+            corr = _add("conv2d", [ones.value, wq.value], (1, *shape[1:]), "i32", **attrs)
+            acc = sub(acc, mul(corr, xp.zero_point[0]))
+        scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
+        if scale.size > 1:
+            bshape = [1, 1, 1, 1]
+            bshape[c_axis] = scale.size
+            factor: Any = _const(scale.reshape(bshape), "f32")
+        else:
+            factor = float(scale[0])
+        return astype(mul(astype(acc, "f32"), factor), x.dtype)
 
 
 def _spatial(op: str, name: str, v: Any, n: int, *, low: int = 1) -> tuple[int, ...]:
@@ -1403,3 +1490,126 @@ def attention(q: Any, k: Any, v: Any, *, scale: float | None = None, causal: boo
         if mask is not None:
             s = add(s, mask)
         return matmul(softmax(s, -1), vt)
+
+
+# ------------------------------------------------------------------------------------ quantized (int8)
+
+def _per_channel(values: Sequence[float] | Sequence[int], axis: int | None, ndim: int, dtype: str) -> Any:
+    """A per-tensor scalar, or a per-channel constant shaped to broadcast along ``axis``."""
+    if axis is None:
+        return values[0]
+    shape = [1] * ndim
+    shape[axis] = len(values)
+    return _const(np.asarray(values, np.float64).reshape(shape), dtype)
+
+
+def _round_clamp_to(y: Tensor, qp: quant.QuantParams, zero_point: Any) -> Tensor:
+    """``clamp(round_half_even(y) + zero_point, qmin, qmax)`` in ``y``'s float dtype, then the integer dtype."""
+    q = add(round(y), zero_point)
+    return astype(minimum(maximum(q, float(qp.qmin)), float(qp.qmax)), qp.dtype)
+
+
+def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "i8") -> Tensor:
+    """``clamp(round_half_even(x * (1 / scale)) + zero_point, -128, 127)`` as i8, computed in f32 exactly as
+    PyTorch's ``quantized_decomposed.quantize_per_tensor`` / ``_per_channel`` (the reciprocal of the scale
+    rounded to f32, then a multiply); ``axis`` given: one scale and zero point per index of that axis."""
+    (t,) = _operands(x)
+    if t.dtype not in FLOAT_DTYPES:
+        raise UnsupportedError(f"quantize: input dtype {t.dtype} is not a float", op="quantize")
+    qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
+                            dtype=dtype, shape=t.shape)
+    with _group("quantize"):
+        f = astype(t, "f32")
+        y = mul(f, _per_channel(tuple(1.0 / s for s in qp.scale), qp.axis, t.ndim, "f32"))
+        return _round_clamp_to(y, qp, _per_channel(qp.zero_point, qp.axis, t.ndim, "f32"))
+
+
+def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "f32") -> Tensor:
+    """``(q - zero_point) * scale`` in f32 (then ``dtype``), per tensor or per channel along ``axis``."""
+    (t,) = _operands(q)
+    if t.dtype not in INT_DTYPES:
+        raise UnsupportedError(f"dequantize: input dtype {t.dtype} is not an integer", op="dequantize")
+    qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
+                            shape=t.shape)
+    with _group("dequantize"):
+        f = astype(t, "f32")
+        y = mul(sub(f, _per_channel(qp.zero_point, qp.axis, t.ndim, "f32")),
+                _per_channel(qp.scale, qp.axis, t.ndim, "f32"))
+        out = astype(y, dtype)
+    _dequantized[(id(current_graph()), out.value.id)] = (weakref.ref(current_graph()), t, qp)
+    return out
+
+
+#: ``dequantize`` results of live traces: (graph id, value id) -> (graph, the integer tensor, its parameters).
+#: `matmul` of two of them runs the contraction on the integer tensors (`_quantized_matmul`).
+_dequantized: dict[tuple[int, int], tuple[Any, Tensor, quant.QuantParams]] = {}
+
+
+def _dequantized_source(t: Tensor) -> tuple[Tensor, quant.QuantParams] | None:
+    found = _dequantized.get((id(t.graph), t.value.id))
+    if found is None or found[0]() is not t.graph:
+        return None
+    return found[1], found[2]
+
+
+def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None:
+    """``dequantize(xq) @ dequantize(wq)`` as the i8 contraction with exact i32 accumulation (on an i8
+    matrix unit where the spec has one), rescaled once: ``f32(acc) * (sx * sw[n])``, with the input's zero
+    point folded in as ``zx * (1 @ wq)``. None (the float contraction) unless both are i8 dequantize
+    results, ``x`` per tensor, ``w`` 2-D and symmetric per tensor or per output column. Equal to the
+    float contraction up to its f32 rounding (the integer sum is exact)."""
+    for table in (_dequantized, _widened):
+        for gone in [k for k, v in table.items() if v[0]() is None]:
+            del table[gone]
+    xs, ws = _dequantized_source(x), _dequantized_source(y)
+    if xs is None or ws is None or ta or y.ndim != 2:
+        return None
+    (xq, xp), (wq, wp) = xs, ws
+    n_axis = 0 if tb else 1
+    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
+            or (wp.per_channel and wp.axis != n_axis)):
+        return None
+    with _group("quantized_matmul"):
+        acc = matmul(xq, wq, transpose_b=tb)  # i32
+        if xp.zero_point[0] != 0:
+            k = wq.shape[1] if tb else wq.shape[0]
+            ones = _const(np.ones((1, k)), "i8")
+            acc = sub(acc, mul(matmul(ones, wq, transpose_b=tb), xp.zero_point[0]))
+        scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
+        out = mul(astype(acc, "f32"), _const(scale, "f32") if scale.size > 1 else float(scale[0]))
+        return astype(out, x.dtype)
+
+
+def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale: Any, bias: Any = None, *,
+                     out_scale: float, out_zero_point: int = 0) -> Tensor:
+    """An int8 linear layer ``y = x @ w.T + bias`` on quantized tensors: ``x`` (..., K) i8 per tensor,
+    ``w`` (N, K) i8 symmetric per tensor or per output channel (``w_scale`` of length N), ``bias`` (N,)
+    float or None; the result is i8 quantized with ``out_scale``/``out_zero_point``.
+
+    The contraction is ``x @ w.T`` in i8 with exact i32 accumulation (an i8 -> i32 matrix unit where the
+    spec has one); the input zero point folds into a per-column correction ``x_zero_point * sum_k w``
+    and the bias into ``round(bias / (x_scale * w_scale))``, both i32; the requantize epilogue
+    (`pbsdk.core.quant.plan_requantize`) is one elementwise chain after it."""
+    xt, wt = _operands(x)[0], _operands(w)[0]
+    if xt.dtype != "i8" or wt.dtype != "i8" or wt.ndim != 2:
+        raise UnsupportedError(f"quantized_linear: x and w must be i8 (w 2-D), got {xt.dtype}{list(xt.shape)} "
+                               f"and {wt.dtype}{list(wt.shape)}", op="quantized_linear")
+    xq = quant.quant_params(x_scale, x_zero_point)
+    ws = np.atleast_1d(w_scale).tolist()
+    wq = quant.quant_params(ws, 0, axis=0 if len(ws) > 1 else None, shape=wt.shape)
+    oq = quant.quant_params(out_scale, out_zero_point)
+    rq = quant.plan_requantize(xq, wq, oq)
+    with _group("quantized_linear"):
+        acc = matmul(xt, wt, transpose_b=True)  # i32
+        if xq.zero_point[0] != 0:
+            # (1, N) = zx * sum_k w[n, k]: the column sums as one more i8 contraction (exact in i32).
+            ones = _const(np.ones((1, wt.shape[1])), "i8")
+            acc = sub(acc, mul(matmul(ones, wt, transpose_b=True), xq.zero_point[0]))
+        if bias is not None:
+            (bt,) = _operands(bias)
+            scales = np.asarray(xq.scale[0] * np.asarray(wq.scale, np.float64))
+            acc = add(acc, astype(round(div(astype(bt, "f32"), _const(scales.astype(np.float32), "f32"))), "i32"))
+        multiplier = (_const(np.asarray(rq.multiplier, np.float32), "f32") if len(rq.multiplier) > 1
+                      else rq.multiplier[0])
+        y = mul(astype(acc, "f32"), multiplier)
+        return _round_clamp_to(y, oq, float(rq.zero_point))

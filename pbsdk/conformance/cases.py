@@ -8,6 +8,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pbsdk import ops
@@ -15,8 +16,8 @@ from pbsdk.core.plan import Contraction, plan_contraction
 from pbsdk.core.spec import ChipSpec
 from pbsdk.testing import reference as ref
 
-#: dtypes the host can feed in and read back (bf16 has no numpy dtype yet).
-HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16}
+#: dtypes the host can feed in and read back (bf16 through ml_dtypes, the numpy extension JAX uses).
+HOST_DTYPES = {"f64": np.float64, "f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8}
 #: Largest dimension a generated case may use by default; bigger capacity-straddling cases need --full.
 DEFAULT_MAX_DIM = 512
 
@@ -38,16 +39,27 @@ class Case:
     #: The matrix unit the planner picks for this case's contraction(s), if any: the resource check
     #: then requires that the target issued matrix-unit ops (where the target reports them).
     matrix_unit: str | None = None
+    #: The dtype a contraction accumulates in (the planner's compute tile: a matrix unit's accumulator, or
+    #: f32 for f16/bf16 operands on vectors): its tolerance follows it (`pbsdk.testing.tolerance`).
+    accumulator: str | None = None
+
+    #: "close" (within the op's tolerance) or "exact" (bit for bit: integer arithmetic against numpy).
+    compare: str = "close"
+    #: Inputs drawn as floats (a quantizing case's float operands) instead of in ``dtype``.
+    float_inputs: tuple[int, ...] = ()
 
     def inputs(self, seed: int = 0) -> list[np.ndarray]:
         # A stable hash of the name (str hashes change per process): the same inputs in every run.
         rng = np.random.default_rng(seed + (zlib.crc32(self.name.encode()) & 0xFFFF))
         out = []
-        for s in self.shapes:
+        for i, s in enumerate(self.shapes):
+            if self.dtype == "i8" and i not in self.float_inputs:
+                out.append(rng.integers(-128, 128, s).astype(np.int8))
+                continue
             x = rng.standard_normal(s)
             if self.positive:
                 x = np.abs(x) + 0.5
-            out.append(x.astype(HOST_DTYPES.get(self.dtype, np.float32)))
+            out.append(x.astype(np.float32 if self.dtype == "i8" else HOST_DTYPES.get(self.dtype, np.float32)))
         return out
 
 
@@ -67,17 +79,19 @@ def _matmul_cases(spec: ChipSpec, dtype: str, max_dim: int) -> list[Case]:
         shapes.append((f"tile@{inner.level}", t, f"the planner's {inner.level} tile"))
         shapes.append((f"tile@{inner.level}+1", tuple(d + 1 for d in t), f"one past the {inner.level} tile"))  # type: ignore[arg-type]
     unit = u.name if u.kind == "matrix-unit" else None
+    acc = u.accumulator_dtype
     cases = []
     for label, (m, n, k), why in shapes:
         cases.append(Case(f"matmul/{dtype}/{label}/{m}x{n}x{k}", "matmul", dtype, ((m, k), (k, n)),
-                          lambda a, b: a @ b, ref.matmul, k, why, matrix_unit=unit))
+                          lambda a, b: a @ b, ref.matmul, k, why, matrix_unit=unit, accumulator=acc))
     m, n, k = base
     cases.append(Case(f"matmul/{dtype}/batched/2x{m + 1}x{n}x{k + 1}", "matmul", dtype,
                       ((2, m + 1, k + 1), (2, k + 1, n)), lambda a, b: a @ b, ref.matmul, k + 1, "batched",
-                      matrix_unit=unit))
+                      matrix_unit=unit, accumulator=acc))
     cases.append(Case(f"matmul/{dtype}/transposed-b/{m}x{n + 1}x{k}", "matmul", dtype, ((m, k), (n + 1, k)),
                       lambda a, b: ops.matmul(a, b, transpose_b=True),
-                      lambda a, b: ref.matmul(a, b, transpose_b=True), k, "B read transposed", matrix_unit=unit))
+                      lambda a, b: ref.matmul(a, b, transpose_b=True), k, "B read transposed", matrix_unit=unit,
+                      accumulator=acc))
     # Working sets that straddle each cache/scratchpad capacity: square matmuls just under and over.
     nbytes = np.dtype(HOST_DTYPES[dtype]).itemsize
     for level in spec.memory[1:]:
@@ -87,7 +101,8 @@ def _matmul_cases(spec: ChipSpec, dtype: str, max_dim: int) -> list[Case]:
             skip = None if s <= max_dim else f"side {s} > {max_dim} (run with --full)"
             cases.append(Case(name, "matmul", dtype, ((s, s), (s, s)), lambda a, b: a @ b, ref.matmul, s,
                               f"3 operands of {s}x{s} {'just fit' if tag == 'under' else 'just exceed'} "
-                              f"{level.name} ({level.size_bytes} B)", skip=skip, matrix_unit=unit))
+                              f"{level.name} ({level.size_bytes} B)", skip=skip, matrix_unit=unit,
+                              accumulator=acc))
     return cases
 
 
@@ -111,6 +126,7 @@ def _conv_unit(spec: ChipSpec, dtype: str, x: tuple[int, ...], w: tuple[int, ...
 
 
 def _conv_cases(spec: ChipSpec, dtype: str) -> list[Case]:
+    acc = _sum_accumulator(dtype)  # emitted convs accumulate as sums do
     variants: list[tuple[str, tuple[int, ...], tuple[int, ...], dict[str, Any]]] = [
         ("3x3-pad1", (1, 8, 9, 9), (16, 8, 3, 3), {"padding": 1}),
         ("3x3-stride2", (2, 5, 11, 10), (7, 5, 3, 3), {"stride": 2}),
@@ -125,16 +141,23 @@ def _conv_cases(spec: ChipSpec, dtype: str) -> list[Case]:
         cases.append(Case(f"conv2d/{dtype}/nchw-{label}", "conv2d", dtype, (xs, ws),
                           lambda x, w, kw=kw: ops.conv2d(x, w, **kw),
                           lambda x, w, kw=kw: ref.conv2d(x, w, **kw), red, f"NCHW {label}",
-                          matrix_unit=_conv_unit(spec, dtype, xs, ws, int(kw.get("groups", 1)), False)))
+                          matrix_unit=_conv_unit(spec, dtype, xs, ws, int(kw.get("groups", 1)), False),
+                          accumulator=acc))
     nhwc_x, nhwc_w = (1, 9, 9, 8), (3, 3, 8, 16)
     cases.append(Case(f"conv2d/{dtype}/nhwc-3x3-pad1", "conv2d", dtype, (nhwc_x, nhwc_w),
                       lambda x, w: ops.conv2d(x, w, padding=1, layout="NHWC"),
                       lambda x, w: ref.conv2d(x, w, padding=1, layout="NHWC"), 72, "NHWC",
-                      matrix_unit=_conv_unit(spec, dtype, nhwc_x, nhwc_w, 1, True)))
+                      matrix_unit=_conv_unit(spec, dtype, nhwc_x, nhwc_w, 1, True), accumulator=acc))
     return cases
 
 
+def _sum_accumulator(dtype: str) -> str:
+    """What a sum in ``dtype`` accumulates in (pbsdk.ops: half precision in f32)."""
+    return Contraction(1, 1, 1, dtype=dtype).accumulator
+
+
 def _vector_cases(spec: ChipSpec, dtype: str) -> list[Case]:
+    acc = _sum_accumulator(dtype)
     v = _vector_width(spec, dtype)
     shape = (7, 3 * v + 1)  # rows not a multiple of anything, a partial vector at the end of each row
     cols = shape[1]
@@ -153,11 +176,12 @@ def _vector_cases(spec: ChipSpec, dtype: str) -> list[Case]:
              lambda a, b: ops.maximum(a, b) - ops.minimum(a, b), lambda a, b: ref.sub(ref.maximum(a, b), ref.minimum(a, b)),
              why="rank-expanding broadcast"),
         Case(f"reduction/{dtype}/sum-rows/{shape}", "sum", dtype, (shape,), lambda x: ops.sum(x, axis=-1),
-             lambda x: ref.sum(x, axis=-1), cols),
+             lambda x: ref.sum(x, axis=-1), cols, accumulator=acc),
         Case(f"reduction/{dtype}/max-cols/{shape}", "max", dtype, (shape,), lambda x: ops.max(x, axis=0),
              lambda x: ref.max(x, axis=0)),
         Case(f"reduction/{dtype}/mean-all-keepdims/{shape}", "mean", dtype, (shape,),
-             lambda x: ops.mean(x, keepdims=True), lambda x: ref.mean(x, keepdims=True), shape[0] * cols),
+             lambda x: ops.mean(x, keepdims=True), lambda x: ref.mean(x, keepdims=True), shape[0] * cols,
+             accumulator=acc),
         Case(f"softmax/{dtype}/{shape}", "softmax", dtype, (shape,), lambda x: ops.softmax(x, axis=-1),
              lambda x: ref.softmax(x, axis=-1), cols),
         Case(f"layernorm/{dtype}/{shape}", "layernorm", dtype, (shape, (cols,), (cols,)),
@@ -199,7 +223,8 @@ def _wide_row_cases(spec: ChipSpec, dtype: str) -> list[Case]:
              skip=f"f16 layernorm over {cols} > 65536 columns loses precision in 1/n (frontend)"
              if dtype == "f16" and cols > 65536 else None),
         Case(f"reduction/{dtype}/sum-rows-wide-{level.name}/{shape}", "sum", dtype, (shape,),
-             lambda x: ops.sum(x, axis=-1), lambda x: ref.sum(x, axis=-1), cols, why),
+             lambda x: ops.sum(x, axis=-1), lambda x: ref.sum(x, axis=-1), cols, why,
+             accumulator=_sum_accumulator(dtype)),
     ]
 
 
@@ -237,7 +262,52 @@ def _unit_for(spec: ChipSpec, op: Contraction) -> str | None:
     return compute.name if compute.kind == "matrix-unit" else None
 
 
-FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention")
+def _i8_cases(spec: ChipSpec) -> list[Case]:
+    """For every i8 matrix unit of the spec (none: the vector/scalar path): i8 matmuls at the unit's tile,
+    one past it, multiples, batched and transposed, with exact i32 results; and the quantized linear layer
+    (quantize, i8 contraction, requantize) per tensor and per channel. numpy is the oracle, bit for bit."""
+    plan = plan_contraction(spec, Contraction(1024, 1024, 1024, dtype="i8"))
+    u = plan.compute
+    unit = u.name if u.kind == "matrix-unit" else None
+    m, n, k = u.m, u.n, u.k
+    exact = {"compare": "exact", "matrix_unit": unit, "accumulator": "i32"}
+
+    def mm(a: Any, b: Any) -> Any:
+        return a.astype(np.int32) @ b.astype(np.int32)
+
+    cases = [Case(f"matmul/i8/{label}/{mm_}x{nn}x{kk}", "matmul", "i8", ((mm_, kk), (kk, nn)),
+                  lambda a, b: a @ b, mm, kk, why, **exact)  # type: ignore[arg-type]
+             for label, (mm_, nn, kk), why in (
+                 ("unit", (m, n, k), f"exactly the compute tile {u.kind} {u.name}"),
+                 ("unit+1", (m + 1, n + 1, k + 1), "one past the compute tile: partial tiles in every dim"),
+                 ("unit-x2x3", (2 * m, 3 * n, 2 * k), "multiples of the compute tile"))]
+    cases.append(Case(f"matmul/i8/batched/2x{m + 1}x{n}x{k + 1}", "matmul", "i8", ((2, m + 1, k + 1), (2, k + 1, n)),
+                      lambda a, b: a @ b, mm, k + 1, "batched", **exact))  # type: ignore[arg-type]
+    cases.append(Case(f"matmul/i8/transposed-b/{m}x{n + 1}x{k}", "matmul", "i8", ((m, k), (n + 1, k)),
+                      lambda a, b: ops.matmul(a, b, transpose_b=True), lambda a, b: mm(a, b.T), k,
+                      "B read transposed", **exact))  # type: ignore[arg-type]
+    rows, cols, out = m + 3, 2 * k + 5, n + 7
+    for label, channel in (("per-tensor", False), ("per-channel", True)):
+        ws = np.linspace(0.01, 0.03, out) if channel else np.array([0.02])
+
+        def fn(x: Any, w: Any, b: Any, channel: bool = channel, ws: np.ndarray = ws) -> Any:
+            wq = ops.quantize(w, ws, 0, axis=0 if channel else None)
+            return ops.quantized_linear(ops.quantize(x, 0.03, -5), 0.03, -5, wq, ws, b, out_scale=0.08,
+                                        out_zero_point=4)
+
+        def oracle(x: Any, w: Any, b: Any, channel: bool = channel, ws: np.ndarray = ws) -> Any:
+            wq = ref.quantize(w, ws, 0, axis=0 if channel else None)
+            return ref.quantized_linear(ref.quantize(x, 0.03, -5), 0.03, -5, wq, ws, b, out_scale=0.08,
+                                        out_zero_point=4)
+
+        cases.append(Case(f"quantized_linear/i8/{label}/{rows}x{out}x{cols}", "matmul", "i8",
+                          ((rows, cols), (out, cols), (out,)), fn, oracle, cols,
+                          f"quantize, i8 contraction with i32 accumulation, requantize ({label} weights)",
+                          float_inputs=(0, 1, 2), **exact))  # type: ignore[arg-type]
+    return cases
+
+
+FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention", "quantized_linear")
 
 
 def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, full: bool = False) -> list[Case]:
@@ -245,11 +315,10 @@ def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, f
     max_dim = 4096 if full else DEFAULT_MAX_DIM
     cases: list[Case] = []
     for dtype in spec.dtypes:
-        if dtype not in ("f64", "f32", "f16", "bf16"):
+        if dtype == "i8":
+            cases += _i8_cases(spec)
             continue
         if dtype not in HOST_DTYPES:
-            cases.append(Case(f"all/{dtype}", "add", dtype, (), lambda: None, lambda: None,
-                              skip=f"{dtype} has no numpy dtype at the host boundary yet"))
             continue
         cases += _matmul_cases(spec, dtype, max_dim) + _conv_cases(spec, dtype) + _vector_cases(spec, dtype)
         cases += _wide_row_cases(spec, dtype)

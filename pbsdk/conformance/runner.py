@@ -126,7 +126,9 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate:
         return CaseResult(case.name, "skip", case.why, 0.0, message=case.skip)
     t0 = time.perf_counter()
     inputs = case.inputs(seed)
-    tol = tolerance(case.op, case.dtype, reduction_size=case.reduction_size)
+    exact = case.compare == "exact"  # integer arithmetic: bit for bit against numpy
+    tol = (None if exact else
+           tolerance(case.op, case.dtype, reduction_size=case.reduction_size, accumulator=case.accumulator))
     try:
         fn = pbsdk.jit(case.fn, target=target, spec=spec)
         got = fn(*inputs)
@@ -159,16 +161,32 @@ def run_case(case: Case, *, target: str, spec: ChipSpec, seed: int = 0, emulate:
     abs_err = rel_err = None
     if got_a.shape == exp_a.shape:
         abs_err, rel_err = max_error(got_a, exp_a)
+    atol, rtol = (0.0, 0.0) if tol is None else (tol.atol, tol.rtol)
     try:
-        assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size)
+        if exact:
+            _assert_equal(got_a, exp_a)
+        else:
+            assert_close(got_a, exp_a, op=case.op, dtype=case.dtype, reduction_size=case.reduction_size,
+                         accumulator=case.accumulator)
     except AssertionError as exc:
-        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
+        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, atol, rtol,
                           f"{note + '; ' if note else ''}{exc}"[:2000], resources, check)
     if check not in ("ok", "not reported"):
-        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol,
+        return CaseResult(case.name, "fail", case.why, elapsed, abs_err, rel_err, atol, rtol,
                           f"resource check: {check}", resources, check)
-    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, tol.atol, tol.rtol, note[:2000],
+    return CaseResult(case.name, "pass", case.why, elapsed, abs_err, rel_err, atol, rtol, note[:2000],
                       resources, check)
+
+
+def _assert_equal(got: np.ndarray, expected: np.ndarray) -> None:
+    """Bit-for-bit equality of integer results (same dtype and shape)."""
+    if got.dtype != expected.dtype or got.shape != expected.shape:
+        raise AssertionError(f"expected {expected.dtype}{list(expected.shape)}, got {got.dtype}{list(got.shape)}")
+    bad = got != expected
+    if bad.any():
+        first = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise AssertionError(f"{int(bad.sum())} of {got.size} elements differ (exact integer comparison); first at "
+                             f"{first}: got {got[first]}, expected {expected[first]}")
 
 
 def run_cases(cases: Sequence[Case], *, target: str, spec: ChipSpec, seed: int = 0,

@@ -22,7 +22,7 @@ from pbsdk.core.pipeline import Pipeline, Stage, StageContext
 from pbsdk.core.spec import ChipSpec, load_spec
 from pbsdk.core.target import Target, get_target
 
-_SUPPORTED_ELEMENT_TYPES = {"f64", "f32", "f16", "bf16"}
+_SUPPORTED_ELEMENT_TYPES = {"f64", "f32", "f16", "bf16", "i8", "i32"}
 
 
 def _read_signature(module: ir.Module, ctx: StageContext) -> None:

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "attention",
     "conv2d",
     "conv2d_output_shape",
+    "dequantize",
     "div",
     "erf",
     "exp",
@@ -38,6 +40,8 @@ __all__ = [
     "mul",
     "neg",
     "pow",
+    "quantize",
+    "quantized_linear",
     "relu",
     "reshape",
     "rsqrt",
@@ -50,16 +54,24 @@ __all__ = [
     "transpose",
 ]
 
-_ORDER = ("float16", "float32", "float64")
+_ORDER = ("bfloat16", "float16", "float32", "float64")
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _is_float(d: np.dtype) -> bool:
+    """numpy's floats and ml_dtypes' bfloat16 (which numpy files under kind "V")."""
+    return d.kind == "f" or d == _BF16
 
 
 def _result_dtype(*xs: Any, dtype: Any = None) -> np.dtype:
     if dtype is not None:
         return np.dtype(dtype)
-    arrays = [x for x in xs if isinstance(x, np.ndarray) and x.dtype.kind == "f"]
+    arrays = [x for x in xs if isinstance(x, np.ndarray) and _is_float(x.dtype)]
     if not arrays:
         return np.dtype(np.float32)
     names = {a.dtype.name for a in arrays}
+    if {"bfloat16", "float16"} <= names:  # as pbsdk.ops: neither holds the other, so float32
+        names.add("float32")
     known = [n for n in _ORDER if n in names]
     return np.dtype(known[-1]) if known else arrays[0].dtype
 
@@ -308,3 +320,49 @@ def transpose(x: Any, axes: Sequence[int] | None = None) -> np.ndarray:
 
 def reshape(x: Any, shape: Sequence[int] | int) -> np.ndarray:
     return np.reshape(np.asarray(x), shape).copy()
+
+
+# ------------------------------------------------------------------------------------- quantized (int8)
+# Bit-exact oracles of pbsdk.ops.quantize / dequantize / quantized_linear (PyTorch's quantized_decomposed
+# convention): f32 where the op computes in f32, integers exactly.
+
+def _channel(values: Any, axis: int | None, ndim: int, dtype: Any) -> np.ndarray:
+    v = np.atleast_1d(np.asarray(values, dtype))
+    if axis is None:
+        return v.reshape(())
+    shape = [1] * ndim
+    shape[axis] = v.size
+    return v.reshape(shape)
+
+
+def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None) -> np.ndarray:
+    """``clamp(round_half_even(x * f32(1 / scale)) + zero_point, -128, 127)`` as int8, in float32."""
+    x32 = np.asarray(x).astype(np.float32)
+    inv = _channel(1.0 / np.atleast_1d(np.asarray(scale, np.float64)), axis, x32.ndim, np.float32)
+    q = np.round(x32 * inv) + _channel(zero_point, axis, x32.ndim, np.float32)
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None) -> np.ndarray:
+    """``(q - zero_point) * scale`` in float32."""
+    q32 = np.asarray(q).astype(np.float32)
+    return ((q32 - _channel(zero_point, axis, q32.ndim, np.float32))
+            * _channel(scale, axis, q32.ndim, np.float32)).astype(np.float32)
+
+
+def quantized_linear(xq: Any, x_scale: float, x_zero_point: int, wq: Any, w_scale: Any, bias: Any = None, *,
+                     out_scale: float, out_zero_point: int = 0) -> np.ndarray:
+    """int8 ``x @ w.T + bias`` requantized: the i32 accumulator exactly, then
+    ``clamp(round_half_even(f32(acc) * f32(x_scale * w_scale / out_scale)) + out_zero_point)``."""
+    xi = np.asarray(xq).astype(np.int64)
+    wi = np.asarray(wq).astype(np.int64)
+    ws = np.atleast_1d(np.asarray(w_scale, np.float64))
+    acc = (xi - int(x_zero_point)) @ wi.T
+    if bias is not None:
+        b32 = np.asarray(bias).astype(np.float32)
+        acc = acc + np.round(b32 / (x_scale * ws).astype(np.float32)).astype(np.int64)
+    acc32 = acc.astype(np.int32)
+    assert np.array_equal(acc32, acc), "accumulator overflows int32"
+    m = (x_scale * ws / out_scale).astype(np.float32)
+    y = np.round(acc32.astype(np.float32) * (m if m.size > 1 else m[0])) + np.float32(out_zero_point)
+    return np.clip(y, -128, 127).astype(np.int8)

@@ -7,6 +7,11 @@ A result ``a`` matches an expected ``e`` elementwise when ``|a - e| <= atol + rt
 * Ops in ``SCALED_OPS`` (sums, contractions, and composites that contain a sum) widen their tolerance with
   the length of the reduction: ``tolerance("matmul", "float32", reduction_size=K)`` multiplies atol and
   rtol by ``sqrt(K)`` (random rounding errors of a K-term sum grow like ``sqrt(K)``).
+* A contraction or sum whose unit accumulates in a wider dtype than its operands (bf16 or f16 operands, f32
+  accumulator: every matrix unit and vector path pbsdk emits) passes ``accumulator=``: its tolerance is
+  then one rounding of the result to ``dtype`` plus the accumulator's contraction tolerance scaled by
+  ``sqrt(K)``, not the operand dtype's tolerance scaled by ``sqrt(K)`` (which at K = 1024 in bf16 would
+  allow an error of 50%).
 * `override` (a context manager) replaces a tolerance for a block; a conformance suite uses it to let
   users tighten or loosen the defaults. An override is used exactly as given (not scaled).
 
@@ -21,6 +26,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -45,14 +51,19 @@ class Tolerance:
     def scaled(self, factor: float) -> Tolerance:
         return Tolerance(self.atol * factor, self.rtol * factor)
 
+    def __add__(self, other: Tolerance) -> Tolerance:
+        return Tolerance(self.atol + other.atol, self.rtol + other.rtol)
+
     def __str__(self) -> str:
         return f"atol={self.atol:.3g}, rtol={self.rtol:.3g}"
 
 
 # ------------------------------------------------------------------------------------------------ dtypes
 
-#: Canonical dtype names (numpy's spelling).
+#: Canonical dtype names (numpy's spelling; bfloat16 is ``ml_dtypes.bfloat16``).
 DTYPES = ("float64", "float32", "float16", "bfloat16")
+_BITS = {"float64": 64, "float32": 32, "float16": 16, "bfloat16": 16}
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 
 _ALIASES = {
     "f64": "float64", "float64": "float64", "double": "float64",
@@ -154,11 +165,13 @@ def _known_op(op: str) -> str:
     return op
 
 
-def tolerance(op: str, dtype: Any, *, reduction_size: int = 1) -> Tolerance:
+def tolerance(op: str, dtype: Any, *, reduction_size: int = 1, accumulator: Any = None) -> Tolerance:
     """The tolerance for ``op`` computed in ``dtype``.
 
     For ops in `SCALED_OPS`, atol and rtol are multiplied by ``sqrt(reduction_size)`` (the number of terms
     summed into one output element: K of a matmul, C/groups*KH*KW of a conv2d, the reduced size of a sum).
+    A contraction or sum (matmul, conv2d, sum, mean) given a wider ``accumulator`` than ``dtype`` gets one rounding to
+    ``dtype`` (its "astype" entry) plus the accumulator's scaled contraction tolerance.
     An active `override` wins and is returned as given.
     """
     name = dtype_name(dtype)
@@ -168,6 +181,10 @@ def tolerance(op: str, dtype: Any, *, reduction_size: int = 1) -> Tolerance:
         if o_op in (op, "*") and o_dt in (name, "*"):
             return tol
     base = TABLE[(_known_op(op), name)]
+    if accumulator is not None and op in _CONTRACTIONS + _SUMS:
+        acc = dtype_name(accumulator)
+        if _BITS[acc] > _BITS[name]:
+            return TABLE[("astype", name)] + tolerance(op, acc, reduction_size=reduction_size)
     if op in SCALED_OPS and reduction_size > 1:
         return base.scaled(math.sqrt(reduction_size))
     return base
@@ -233,7 +250,7 @@ def max_error(actual: Any, expected: Any) -> tuple[float, float]:
 
 
 def assert_close(actual: Any, expected: Any, *, op: str, dtype: Any = None, reduction_size: int = 1,
-                 tol: Tolerance | None = None) -> None:
+                 tol: Tolerance | None = None, accumulator: Any = None) -> None:
     """Assert that ``actual`` matches ``expected`` within the tolerance of ``op`` in ``dtype``.
 
     Checks, in order: both are arrays of the same shape; ``actual`` has dtype ``dtype`` (when given) and
@@ -254,10 +271,10 @@ def assert_close(actual: Any, expected: Any, *, op: str, dtype: Any = None, redu
         want = dtype_name(e.dtype)
     elif a.dtype.name != want:
         raise AssertionError(f"{where}dtype mismatch: actual {a.dtype}, expected {want}")
-    if a.dtype.kind != "f":
+    if a.dtype.kind != "f" and a.dtype != _BF16:
         raise AssertionError(f"{where}assert_close compares floating-point arrays, got {a.dtype}")
     if tol is None:
-        tol = tolerance(op, want, reduction_size=reduction_size)
+        tol = tolerance(op, want, reduction_size=reduction_size, accumulator=accumulator)
     if a.size == 0:
         return
 

@@ -26,9 +26,9 @@ func.func @empty(%a: tensor<0x4xf32>) -> tensor<0x4xf32> {
 
 // -----
 
-// CHECK: pbsdk: error: in stage 'input', op 'func.func': argument 0 has element type i32; supported: bf16, f16, f32, f64
-func.func @ints(%a: tensor<4xi32>) -> tensor<4xi32> {
-  return %a : tensor<4xi32>
+// CHECK: pbsdk: error: in stage 'input', op 'func.func': argument 0 has element type i16; supported: bf16, f16, f32, f64, i32, i8
+func.func @ints(%a: tensor<4xi16>) -> tensor<4xi16> {
+  return %a : tensor<4xi16>
 }
 
 // -----

@@ -132,7 +132,7 @@ MALFORMED_MLIR = {
     "two-public-functions": "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n"
                             "func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n",
     "dynamic-shape": "func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }\n",
-    "i32-tensors": "func.func @f(%a: tensor<4xi32>) -> tensor<4xi32> { return %a : tensor<4xi32> }\n",
+    "i16-tensors": "func.func @f(%a: tensor<4xi16>) -> tensor<4xi16> { return %a : tensor<4xi16> }\n",
     "i64-result": "func.func @f(%a: tensor<4xf32>) -> tensor<4xi64> {\n"
                   "  %b = arith.fptosi %a : tensor<4xf32> to tensor<4xi64>\n  return %b : tensor<4xi64>\n}\n",
     "memref-args": "func.func @f(%a: memref<4xf32>) { return }\n",
@@ -169,15 +169,15 @@ def test_non_utf8_mlir_file_via_cli(tmp_path: Path, capsys: pytest.CaptureFixtur
     _assert_clean_failure(rc, err)
 
 
-def test_i32_tensors_are_rejected_in_compile_mlir() -> None:
-    with pytest.raises(pbsdk.CompileError, match="i32") as info:
-        pbsdk.compile_mlir(MALFORMED_MLIR["i32-tensors"])
+def test_i16_tensors_are_rejected_in_compile_mlir() -> None:
+    with pytest.raises(pbsdk.CompileError, match="i16") as info:
+        pbsdk.compile_mlir(MALFORMED_MLIR["i16-tensors"])
     assert info.value.stage == "input"
 
 
-def test_i32_tensors_raise_unsupported_error() -> None:
+def test_i16_tensors_raise_unsupported_error() -> None:
     with pytest.raises(pbsdk.UnsupportedError):
-        pbsdk.compile_mlir(MALFORMED_MLIR["i32-tensors"])
+        pbsdk.compile_mlir(MALFORMED_MLIR["i16-tensors"])
 
 
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_, np.complex64])

@@ -22,9 +22,21 @@ _FLOAT_TYPES: dict[str, Callable[[], ir.Type]] = {
 }
 
 
+_INT_BITS = {"i8": 8, "i32": 32, "i64": 64}
+
+
 def element_type(dtype: str) -> ir.Type:
-    """The MLIR element type of a pbsdk dtype name (``"f32"``, ...)."""
+    """The MLIR element type of a pbsdk dtype name (``"f32"``, ``"i8"`` (signless), ...)."""
+    if dtype in _INT_BITS:
+        return ir.IntegerType.get_signless(_INT_BITS[dtype])
     return _FLOAT_TYPES[dtype]()
+
+
+def scalar_constant(value: float, t: ir.Type) -> ir.Value:
+    """``arith.constant value : t`` for a float or integer type ``t``."""
+    if isinstance(t, ir.IntegerType):
+        return arith.ConstantOp(t, ir.IntegerAttr.get(t, int(value))).result
+    return float_constant(value, t)
 
 
 def tensor_type(shape: Sequence[int], dtype: str) -> ir.RankedTensorType:

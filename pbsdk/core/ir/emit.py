@@ -41,6 +41,7 @@ from pbsdk.core.ir.builder import (
     generic,
     memref_type,
     reassociation,
+    scalar_constant,
     tensor_type,
 )
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
@@ -79,8 +80,11 @@ def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
     """A dense constant of ``array`` (any shape holding ``t.size`` values) converted to ``t``'s dtype: a
     splat when it holds one value."""
     if array.size == 1 or (array.size > INLINE_LIMIT and t.dtype in DTYPE_TO_NUMPY and not _external(array, t)):
-        return ir.DenseElementsAttr.get_splat(tensor_type(t.shape, t.dtype),
-                                              ir.FloatAttr.get(element_type(t.dtype), float(array.reshape(-1)[0])))
+        et = element_type(t.dtype)
+        first = array.reshape(-1)[0]
+        scalar = (ir.IntegerAttr.get(et, int(first)) if t.dtype in _INT_BITS
+                  else ir.FloatAttr.get(et, float(first)))
+        return ir.DenseElementsAttr.get_splat(tensor_type(t.shape, t.dtype), scalar)
     data = np.ascontiguousarray(array.astype(DTYPE_TO_NUMPY[t.dtype]).reshape(t.shape))
     return ir.DenseElementsAttr.get(data, type=element_type(t.dtype))
 
@@ -142,7 +146,7 @@ class _Emitter:
 
     def filled(self, t: TensorType, value: float) -> ir.Value:
         init = self.empty(t)
-        cst = float_constant(value, element_type(t.dtype))
+        cst = scalar_constant(value, element_type(t.dtype))
         return fill(cst, init)
 
     def generic(self, *, ins: Sequence[tuple[ir.Value, list[ir.AffineExpr | int]]],
@@ -219,6 +223,8 @@ class _Emitter:
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             operands = [_convert(a, v.dtype, cdt) for a, v in zip(args, node.inputs)]
+            if cdt in _INT_BITS and node.op in _INT_SIMPLE:
+                return _INT_SIMPLE[node.op](*operands)
             y = _scalar_body(node, operands, ct)  # None for cast/broadcast: the (converted) operand itself
             return _convert(operands[0] if y is None else y, cdt, out.dtype)
 
@@ -327,7 +333,7 @@ class _Emitter:
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
             hi = [0, 0, pb, pr] if not nhwc else [0, pb, pr, 0]
             padded = TensorType(tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape)), xt.dtype)
-            zero = float_constant(0.0, element_type(xt.dtype))
+            zero = scalar_constant(0, element_type(xt.dtype))
             pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
             with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
                 tensor.YieldOp(zero)
@@ -569,22 +575,40 @@ def _method(op: str) -> str:
 
 
 _BITS = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16}
+_INT_BITS = {"i8": 8, "i32": 32}
 
 
 def _convert(x: ir.Value, src_dtype: str, dst_dtype: str) -> ir.Value:
-    """``x`` converted from one float dtype to another (itself when they are equal)."""
+    """``x`` converted from one dtype to another (itself when they are equal): floats extended or
+    truncated, integers sign-extended or truncated, int -> float ``sitofp``, float -> int ``fptosi``
+    (toward zero, as numpy's astype; callers clamp first, out-of-range values are poison)."""
     if src_dtype == dst_dtype:
         return x
+    dst = element_type(dst_dtype)
+    if src_dtype in _INT_BITS and dst_dtype in _INT_BITS:
+        return (arith.extsi if _INT_BITS[src_dtype] < _INT_BITS[dst_dtype] else arith.trunci)(dst, x)
+    if src_dtype in _INT_BITS:
+        return arith.sitofp(dst, x)
+    if dst_dtype in _INT_BITS:
+        return arith.fptosi(dst, x)
     op = arith.extf if _BITS[src_dtype] < _BITS[dst_dtype] else arith.truncf
-    return op(element_type(dst_dtype), x)
+    return op(dst, x)
 
 
 def _mac_body(a_dtype: str, b_dtype: str, acc: str) -> Callable[[Sequence[ir.Value]], ir.Value]:
-    """The body of a contraction: ``acc + a * b`` in the accumulator's dtype."""
+    """The body of a contraction: ``acc + a * b`` in the accumulator's dtype (integer: i8 operands
+    sign-extended to the i32 accumulator, ``muli``/``addi``)."""
     def body(args: Sequence[ir.Value]) -> ir.Value:
         a, b = _convert(args[0], a_dtype, acc), _convert(args[1], b_dtype, acc)
+        if acc in _INT_BITS:
+            return arith.addi(args[2], arith.muli(a, b))
         return arith.addf(args[2], arith.mulf(a, b))
     return body
+
+
+#: Integer elementwise ops (the rest of `pbsdk.core.quant.INT_OPS` move data).
+_INT_SIMPLE: dict[str, Callable[..., ir.Value]] = {
+    "add": arith.addi, "sub": arith.subi, "mul": arith.muli, "maximum": arith.maxsi, "minimum": arith.minsi}
 
 
 _SIMPLE: dict[str, Callable[..., ir.Value]] = {

@@ -14,11 +14,19 @@ import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16" dtype: bf16 at the host boundary)
+
 from pbsdk.core.errors import UnsupportedError
 
 #: dtype names pbsdk uses everywhere (same spelling as ChipSpec's DType).
 FLOAT_DTYPES = ("f64", "f32", "f16", "bf16")
-NUMPY_TO_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16"}
+#: Integer dtypes: i8 (quantized tensors) and i32 (their contractions' accumulators); which ops take them
+#: is `pbsdk.core.quant.INT_OPS`.
+INT_DTYPES = ("i8", "i32")
+#: numpy dtype names at the host boundary. bf16 is ``ml_dtypes.bfloat16`` (the numpy extension JAX uses;
+#: ``np.dtype("bfloat16")`` once ml_dtypes is imported, which this module does).
+NUMPY_TO_DTYPE = {"float64": "f64", "float32": "f32", "float16": "f16", "bfloat16": "bf16", "int8": "i8",
+                  "int32": "i32"}
 DTYPE_TO_NUMPY = {v: k for k, v in NUMPY_TO_DTYPE.items()}
 
 UNARY_OPS = frozenset({"neg", "exp", "log", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "erf", "sqrt",

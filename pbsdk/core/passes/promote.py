@@ -48,14 +48,16 @@ from mlir.dialects import affine, arith, func, linalg, memref, scf
 
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.ir.builder import Indices
+from pbsdk.core.ir.builder import Indices, scalar_constant
 from pbsdk.core.options import Options
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan import Contraction, ContractionPlan, plan_contraction
 from pbsdk.core.plan.contraction import parallel_split, scratchpad_capacity
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
-_MAC_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield"}
+_MAC_OPS = {"arith.extf", "arith.mulf", "arith.addf", "linalg.yield",
+            "arith.extsi", "arith.muli", "arith.addi"}  # integer: i8 operands sign-extended to i32
+_MUL, _ADD, _EXT = ("arith.mulf", "arith.muli"), ("arith.addf", "arith.addi"), ("arith.extf", "arith.extsi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,13 +206,16 @@ def analyse(op: ir.Operation) -> ContractionOp | None:
 
 def is_mac(body: ir.Block) -> bool:
     """Whether a linalg body is one multiply-accumulate: only extensions, one ``arith.mulf`` and one
-    ``arith.addf``, yielding ``out + x * y`` where x, y are the input arguments (possibly extended)."""
+    ``arith.addf`` (or, for integers, ``arith.muli``/``arith.addi`` after ``arith.extsi``), yielding
+    ``out + x * y`` where x, y are the input arguments (possibly extended)."""
     names = [o.operation.name for o in body.operations]
-    if not set(names) <= _MAC_OPS or names.count("arith.mulf") != 1 or names.count("arith.addf") != 1:
+    if (not set(names) <= _MAC_OPS or sum(names.count(m) for m in _MUL) != 1
+            or sum(names.count(a) for a in _ADD) != 1):
         return False
     args = list(body.arguments)
     ops = {o.operation.name: o.operation for o in body.operations}
-    add, mul = ops["arith.addf"], ops["arith.mulf"]
+    add = next(ops[a] for a in _ADD if a in ops)
+    mul = next(ops[m] for m in _MUL if m in ops)
     if _origin(ops["linalg.yield"].operands[0], args) != "add":
         return False
     return (sorted(_origin(v, args) for v in add.operands) == ["mul", "out"]
@@ -222,9 +227,9 @@ def _origin(v: ir.Value, args: list[ir.Value]) -> str:
     owner = v.owner
     if not isinstance(owner, ir.Block):
         op = owner.operation
-        if op.name == "arith.extf":
+        if op.name in _EXT:
             return _origin(op.operands[0], args)
-        return {"arith.mulf": "mul", "arith.addf": "add"}.get(op.name, "?")
+        return {"arith.mulf": "mul", "arith.addf": "add", "arith.muli": "mul", "arith.addi": "add"}.get(op.name, "?")
     for i, a in enumerate(args):
         if a == v:
             return ("in0", "in1", "out")[i]
@@ -438,8 +443,12 @@ class _Rewriter:
         block = op.regions[0].blocks[0]
         x, y, acc = block.arguments
         with ir.InsertionPoint(block):
-            xs = [v if v.type == acc.type else arith.extf(acc.type, v) for v in (x, y)]
-            linalg.YieldOp([arith.addf(acc, arith.mulf(xs[0], xs[1]))])
+            if isinstance(acc.type, ir.IntegerType):  # i8 x i8 -> i32: sign-extend, exact integer MAC
+                xs = [v if v.type == acc.type else arith.extsi(acc.type, v) for v in (x, y)]
+                linalg.YieldOp([arith.addi(acc, arith.muli(xs[0], xs[1]))])
+            else:
+                xs = [v if v.type == acc.type else arith.extf(acc.type, v) for v in (x, y)]
+                linalg.YieldOp([arith.addf(acc, arith.mulf(xs[0], xs[1]))])
         for name, value in marks:
             attrs.set_string(op, name, value)
 
@@ -520,7 +529,7 @@ class _Rewriter:
                 dst = buf
                 if any(d in partial for d in mp if d >= 0):
                     elt = ir.MemRefType(buf.type).element_type
-                    linalg.fill(arith.ConstantOp(elt, ir.FloatAttr.get(elt, 0.0)).result, outs=[buf])
+                    linalg.fill(scalar_constant(0, elt), outs=[buf])
                     dst = _subview(buf, [0] * len(mp), szs)
                 if role == "C" and self.init is not None and not self.c_staged:
                     self.start_c(buf, src, dst, offsets, extent, tile)

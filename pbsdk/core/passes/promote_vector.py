@@ -258,7 +258,8 @@ class _Constants:
         return self._make(ir.IndexType.get(), ir.IntegerAttr.get(ir.IndexType.get(), v), ("index", v))
 
     def zero(self, t: ir.Type) -> ir.Value:
-        return self._make(t, ir.FloatAttr.get(t, 0.0), (str(t), 0.0))
+        attr = ir.IntegerAttr.get(t, 0) if isinstance(t, ir.IntegerType) else ir.FloatAttr.get(t, 0.0)
+        return self._make(t, attr, (str(t), 0.0))
 
 
 #: A static size or offset, or an index value.

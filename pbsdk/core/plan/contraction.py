@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.options import Options, as_options
+from pbsdk.core.quant import compute_dtype
 from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
 
 # Fraction of a cache's capacity a tile may use (the rest is headroom for conflict misses, other data).
@@ -56,7 +57,7 @@ class Contraction:
 
     @property
     def accumulator(self) -> str:
-        return self.acc_dtype or ("f32" if self.dtype in ("f16", "bf16") else self.dtype)
+        return self.acc_dtype or compute_dtype("matmul", [self.dtype])  # i8 -> i32, f16/bf16 -> f32
 
     @property
     def flops(self) -> int:

@@ -121,10 +121,14 @@ def _target_fingerprint(cls: type) -> str:
     return _source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", compute)
 
 
+def raw_bytes(array: np.ndarray) -> memoryview:
+    """A C-order array's bytes, in place (through a uint8 view: the buffer protocol knows no bfloat16)."""
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
 def constant_digest(array: np.ndarray) -> str:
     """A hex sha256 digest of a C-order array's bytes (read in place, never converted to text)."""
-    data = np.ascontiguousarray(array)
-    return hashlib.sha256(data.data.cast("B")).hexdigest()
+    return hashlib.sha256(raw_bytes(array)).hexdigest()
 
 
 def constant_digests(constants: tuple[np.ndarray, ...]) -> list[str]:
@@ -221,7 +225,7 @@ def encode_pieces(artifact: Artifact, digests: list[str] | None = None) -> list[
         if position > d["offset"]:
             return None  # cannot happen with the margin above; never write a wrong layout
         pieces.append(b"\0" * (d["offset"] - position))
-        pieces.append(a.data.cast("B"))
+        pieces.append(raw_bytes(a))
         position = d["offset"] + a.nbytes
     return pieces
 

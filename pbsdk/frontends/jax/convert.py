@@ -25,7 +25,7 @@ from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.frontends.tracing import Tensor, tracing
 
-_FLOATS = {"float32": "f32", "float64": "f64", "float16": "f16"}
+_FLOATS = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
 _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"}
 
 

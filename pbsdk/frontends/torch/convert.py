@@ -30,7 +30,7 @@ from pbsdk.frontends.tracing import Tensor, tracing
 
 aten = torch.ops.aten
 
-_FLOATS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16"}
+_FLOATS = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16"}
 _INTS = {torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8}
 
 
@@ -1034,3 +1034,6 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
     except UnsupportedError as exc:
         return False, exc.reason
     return True, ""
+
+# quantized_decomposed (PT2E) converters register themselves with `converts`.
+from pbsdk.frontends.torch import quantized as _quantized  # noqa: F401

@@ -197,7 +197,7 @@ class CompiledPartition(torch.nn.Module):
                        for (s, dt), want in zip(self.kernel.artifact.outputs, self._out_dtypes))
         converts = any(want is not getattr(torch, str(npdt)) for _, npdt, want in allocs)
         single = self._single
-        tensor, from_numpy, empty = torch.Tensor, torch.from_numpy, np.empty
+        tensor, from_numpy, empty = torch.Tensor, numpy_to_torch, np.empty
 
         def fast(args: Sequence[Any]) -> Any:
             for i, t, version in checks:
@@ -266,11 +266,26 @@ def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
     want = getattr(torch, DTYPE_TO_NUMPY[dtype])
     if t.dtype != want:
         t = t.to(want)
-    return t.numpy()  # shares memory; the kernel copies only non-contiguous inputs to C order
+    return torch_to_numpy(t)  # shares memory; the kernel copies only non-contiguous inputs to C order
+
+
+def torch_to_numpy(t: torch.Tensor) -> np.ndarray:
+    """``t.numpy()``, sharing memory; a bf16 tensor (which torch cannot hand to numpy) as an
+    ``ml_dtypes.bfloat16`` array over the same bytes."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.dtype("bfloat16"))
+    return t.numpy()
+
+
+def numpy_to_torch(a: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy(a)``, sharing memory; an ``ml_dtypes.bfloat16`` array as a torch.bfloat16 tensor."""
+    if a.dtype.name == "bfloat16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _to_torch(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    return _as_dtype(torch.from_numpy(a), dtype)
+    return _as_dtype(numpy_to_torch(a), dtype)
 
 
 def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -304,7 +319,7 @@ def lower_partition(sub: torch.fx.GraphModule,
                         value = value.to(torch.float32)
                     # Not copied: the partition checks these tensors on every call and recompiles
                     # if one changed, so the kernel may read the parameters' own memory.
-                    env[node] = cx.const(value.numpy(), vt.dtype, copy=False)
+                    env[node] = cx.const(torch_to_numpy(value), vt.dtype, copy=False)
                 else:
                     env[node] = Tensor(graph.add("input", [], vt), graph)
                     inputs.append(i)

@@ -92,6 +92,17 @@ def machine(spec: ChipSpec | None) -> tuple[str, str, str]:
     return triple, cpu, features
 
 
+def converts_bf16(features: str) -> bool:
+    """Whether machine code for ``features`` rounds f32 to bf16 with an instruction (AVX512-BF16 or
+    AVX-NE-CONVERT). Without one, LLVM calls ``__truncsfbf2`` (for a truncation, and for any bf16
+    arithmetic or comparison it vectorises), which neither the process nor libgcc defines here: the JIT
+    would call address 0. The lowering then computes bf16 arithmetic in f32 and expands the conversions
+    in arith first (`lowering_stages`: round to nearest even on the bits, NaN kept), so the LLVM IR holds
+    no bf16 arithmetic at all."""
+    flags = {f.strip() for f in features.split(",")}
+    return bool(flags & {"+avx512bf16", "+avxneconvert"})
+
+
 def target_machine(spec: ChipSpec | None) -> Any:
     """An llvmlite TargetMachine for the spec's codegen triple/cpu/features (the host's when unset, or
     for None)."""
@@ -119,8 +130,46 @@ def _openmp_available() -> bool:
     return _openmp
 
 
+#: ``__truncsfbf2`` (f32 -> bf16, round to nearest even, NaN kept quiet): the libcall LLVM emits for a
+#: bf16 truncation, select or comparison it must widen on a machine without bf16 conversions (see
+#: `converts_bf16`). Compiler-rt defines it; the process here has no compiler-rt, so the JIT gets this.
+_BF16_RUNTIME = """
+define bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %nan = fcmp uno float %x, %x
+  %odd = lshr i32 %bits, 16
+  %lsb = and i32 %odd, 1
+  %bias = add i32 %lsb, 32767
+  %rounded = add i32 %bits, %bias
+  %high = lshr i32 %rounded, 16
+  %quiet = or i32 %bits, 4194304
+  %qhigh = lshr i32 %quiet, 16
+  %pick = select i1 %nan, i32 %qhigh, i32 %high
+  %half = trunc i32 %pick to i16
+  %out = bitcast i16 %half to bfloat
+  ret bfloat %out
+}
+"""
+_bf16_runtime: Any = None
+
+
+def _install_bf16_runtime() -> None:
+    """JIT `_BF16_RUNTIME` once per process (for the host) and give its address to MCJIT's symbol lookup."""
+    global _bf16_runtime
+    if _bf16_runtime is not None or hasattr(_process, "__truncsfbf2"):
+        return
+    llvm = _llvm()
+    tm = target_machine(None)
+    with _llvm_lock:
+        if _bf16_runtime is None:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(_BF16_RUNTIME), tm)
+            engine.finalize_object()
+            llvm.add_symbol("__truncsfbf2", engine.get_function_address("__truncsfbf2"))
+            _bf16_runtime = engine
+
+
 def _resolvable(symbol: str) -> bool:
-    return hasattr(_process, symbol)
+    return hasattr(_process, symbol) or (symbol == "__truncsfbf2" and _bf16_runtime is not None)
 
 
 def parse_llvm_ir(text: str | bytes, what: str = "the module") -> Any:
@@ -151,6 +200,7 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), 
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pb = llvm.create_pass_builder(tm, pto)
     pb.getModulePassManager().run(mod, pb)
+    _install_bf16_runtime()
     with _llvm_lock:
         engine = llvm.create_mcjit_compiler(mod, tm)
         if object_sink is not None:
@@ -186,6 +236,7 @@ def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_
     cache = get_cache() if use_cache else None
     obj = cache.get_object(key) if cache is not None else None
     if obj is not None:
+        _install_bf16_runtime()
         with _llvm_lock:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
             engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
@@ -334,6 +385,9 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     """The stages that lower already-scheduled IR (loops, vectors, memrefs) to LLVM IR for the host JIT,
     deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
     schedule runs (nvgpu's `emulate`)."""
+    expand_bf16 = "" if converts_bf16(machine(spec)[2]) else (
+        "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
+        "arith-expand{include-bf16=true}), ")
     return (
             Stage("math-approx", fn=MathApprox().apply,
                   description="f32 exp/log/tanh/erf/powf to vectorisable arith polynomials (no libm calls)"),
@@ -345,7 +399,8 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
             Stage("lower-llvm",
                   passes="func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, "
                          "convert-vector-to-llvm, "
-                         "expand-strided-metadata, lower-affine, finalize-memref-to-llvm, convert-arith-to-llvm, "
+                         f"expand-strided-metadata, lower-affine, finalize-memref-to-llvm, {expand_bf16}"
+                         "convert-arith-to-llvm, "
                          "convert-cf-to-llvm, convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, "
                          "reconcile-unrealized-casts",
                   description="everything to the LLVM dialect; memrefs become bare pointers"),

@@ -12,7 +12,8 @@ lowering starts from — then makes that IR host code with as little change as p
 4. the cpu target's own stages (``pbsdk.targets.cpu``) lower and JIT it.
 
 The result is called like a kernel: numpy arrays in, numpy arrays out. bf16 arguments and results are
-numpy float32 arrays, rounded to bf16 (nearest even) on the way in and widened on the way out.
+``ml_dtypes.bfloat16`` arrays (the host boundary's bf16 everywhere in pbsdk); a bf16 argument given as
+another float array is rounded to bf16 (nearest even) on the way in.
 """
 
 from __future__ import annotations
@@ -20,22 +21,34 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.options import Options
 
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def as_bf16(x: Any) -> np.ndarray:
+    """``x`` as a C-order ``ml_dtypes.bfloat16`` array (floats rounded to nearest even; NaN stays NaN)."""
+    x = np.asarray(x)
+    if x.dtype == BF16:
+        return np.ascontiguousarray(x)
+    if x.dtype == np.uint16:  # raw bit patterns
+        return np.ascontiguousarray(x).view(BF16)
+    return np.ascontiguousarray(x, dtype=np.float32).astype(BF16)
+
 
 def to_bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bf16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).astype(np.uint16)
+    """float32 (or bfloat16) -> bf16 bit patterns (uint16), rounding to nearest even; NaN stays NaN."""
+    return as_bf16(x).view(np.uint16)
 
 
 def from_bf16_bits(b: np.ndarray) -> np.ndarray:
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    """bf16 bit patterns (uint16), or a bfloat16 array, widened to float32."""
+    return as_bf16(b).astype(np.float32)
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
@@ -73,11 +86,10 @@ class EmulatedKernel:
             a = np.asarray(a)
             if tuple(a.shape) != tuple(shape):
                 raise ArgumentError(f"argument {i} has shape {a.shape}, expected {shape}")
-            buffers.append(to_bf16_bits(a) if dtype == "bf16" else np.ascontiguousarray(a, DTYPE_TO_NUMPY[dtype]))
-        outs = [np.empty(shape, np.uint16 if dt == "bf16" else DTYPE_TO_NUMPY[dt]) for shape, dt in self.artifact.outputs]
+            buffers.append(as_bf16(a) if dtype == "bf16" else np.ascontiguousarray(a, DTYPE_TO_NUMPY[dtype]))
+        outs = [np.empty(shape, DTYPE_TO_NUMPY[dt]) for shape, dt in self.artifact.outputs]
         self.executable.run(buffers + outs)
-        res = [from_bf16_bits(o) if dt == "bf16" else o for o, (_, dt) in zip(outs, self.artifact.outputs)]
-        return res[0] if len(res) == 1 else tuple(res)
+        return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 def emulate(text: str, *, spec: Any = "nvidia/h100", options: Options | Mapping[str, Any] | None = None) -> EmulatedKernel:

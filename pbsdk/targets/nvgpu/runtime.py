@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16": bf16 results come back as ml_dtypes.bfloat16)
 import numpy as np
 
 from pbsdk.core.errors import ArgumentError, DeviceUnavailableError, PbsdkError
@@ -34,7 +35,7 @@ ALIGNMENT = 16
 _ITEMSIZE = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2, "i64": 8, "i32": 4, "i16": 2, "i8": 1}
 _NUMPY_OK = {"f64": ("float64",), "f32": ("float32",), "f16": ("float16",), "bf16": ("bfloat16", "uint16"),
              "i64": ("int64",), "i32": ("int32",), "i16": ("int16",), "i8": ("int8",)}
-_NUMPY_OUT = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "uint16", "i64": "int64",
+_NUMPY_OUT = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16", "i64": "int64",
               "i32": "int32", "i16": "int16", "i8": "int8"}
 _TORCH = {"torch.float64": "f64", "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
           "torch.int64": "i64", "torch.int32": "i32", "torch.int16": "i16", "torch.int8": "i8"}
