@@ -27,6 +27,7 @@ from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
+from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
 
@@ -375,6 +376,8 @@ class CpuTarget(Target):
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
+            Stage("outline", fn=OutlineLoopNests().apply,
+                  description="a long body's loop nests to noinline functions, identical ones built once"),
         )
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
