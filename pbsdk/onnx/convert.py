@@ -23,6 +23,7 @@ import numpy as np
 
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
+from pbsdk.frontends.registry import registrar
 from pbsdk.frontends.tracing import Tensor
 
 #: ONNX TensorProto element types pbsdk can carry: numpy dtype and the graph dtype that carries it.
@@ -79,12 +80,7 @@ Converter = Callable[..., Any]
 CONVERTERS: dict[str, Converter] = {}
 
 
-def converts(*names: str) -> Callable[[Converter], Converter]:
-    def register(fn: Converter) -> Converter:
-        for name in names:
-            CONVERTERS[name] = fn
-        return fn
-    return register
+converts = registrar(CONVERTERS)
 
 
 Value = Any  # Tensor | np.ndarray | None

@@ -23,6 +23,7 @@ import numpy as np
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.frontends.registry import registrar
 from pbsdk.frontends.tracing import Tensor, tracing
 
 _FLOATS = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16"}
@@ -149,12 +150,7 @@ LAYOUT_PRIMITIVES = {
 }
 
 
-def converts(*names: str) -> Callable[[Converter], Converter]:
-    def register(fn: Converter) -> Converter:
-        for name in names:
-            CONVERTERS[name] = fn
-        return fn
-    return register
+converts = registrar(CONVERTERS)
 
 
 def _scalar_const(cx: Context, x: Any) -> float | None:

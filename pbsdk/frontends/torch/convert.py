@@ -26,6 +26,7 @@ import torch.fx
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.frontends.registry import registrar
 from pbsdk.frontends.tracing import Tensor, tracing
 
 aten = torch.ops.aten
@@ -136,12 +137,7 @@ LAYOUT_OPS = {
 }
 
 
-def converts(*names: str) -> Callable[[Converter], Converter]:
-    def register(fn: Converter) -> Converter:
-        for name in names:
-            CONVERTERS[name] = fn
-        return fn
-    return register
+converts = registrar(CONVERTERS)
 
 
 def _tensor(x: Any, what: str) -> Tensor:
