@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.plan.chip_time import ModelledTime, modelled_time
+from pbsdk.core.plan.chip_time import ModelledTime, bytes_per_level, modelled_time, planner_estimate
 from pbsdk.core.spec import ChipSpec
 
 #: The target whose emulation counts (targets scaffolded from it count the same way).
@@ -40,12 +40,7 @@ class EmulatedRun:
 
     def bytes_per_level(self) -> dict[str, int]:
         """DMA bytes each level served (read from or written to)."""
-        out: dict[str, int] = {}
-        for name, n in self.counters.items():
-            if name.startswith("bytes:"):
-                for level in name[len("bytes:"):].split("->"):
-                    out[level] = out.get(level, 0) + n
-        return out
+        return bytes_per_level(self.counters)
 
     def as_dict(self) -> dict[str, Any]:
         return {"spec": self.spec, "modelled": self.modelled.as_dict(), "counters": dict(self.counters),
@@ -55,24 +50,11 @@ class EmulatedRun:
 
 
 def random_inputs(types: Sequence[tuple[tuple[int, ...], str]], seed: int = 0) -> list[np.ndarray]:
-    """Standard-normal inputs of ``types`` ((shape, dtype) pairs; bf16 as ml_dtypes' bfloat16 where
-    available, else float32 values)."""
+    """Standard-normal inputs of ``types`` ((shape, dtype) pairs; bf16 as ml_dtypes' bfloat16)."""
     from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 
     rng = np.random.default_rng(seed)
-    out = []
-    for shape, dtype in types:
-        x = rng.standard_normal(shape)
-        np_dtype = DTYPE_TO_NUMPY.get(dtype)
-        if np_dtype is None:
-            try:
-                import ml_dtypes
-
-                np_dtype = getattr(ml_dtypes, {"bf16": "bfloat16"}.get(dtype, dtype))
-            except (ImportError, AttributeError):
-                np_dtype = "float32"
-        out.append(x.astype(np_dtype))
-    return out
+    return [rng.standard_normal(shape).astype(DTYPE_TO_NUMPY[dtype]) for shape, dtype in types]
 
 
 def emulate(fn: Callable[..., Any], types: Sequence[tuple[tuple[int, ...], str]], *, spec: str | ChipSpec,
@@ -114,11 +96,9 @@ def _run(request: Any, artifact: Any, types: list[tuple[tuple[int, ...], str]], 
     kernel(*random_inputs(types, seed))
     counters = dict(getattr(executable, "last_counters", {}) or {})
     resources = dict(getattr(executable, "resources", {}) or {})
-    estimates = [c["estimate_seconds"] for c in resources.get("contractions", []) if "estimate_seconds" in c]
     return EmulatedRun(spec=request.spec.name, modelled=modelled_time(request.spec, counters, resources),
                        counters=counters, resources=resources,
-                       planner_estimate_seconds=sum(estimates) if estimates else None,
-                       compile_seconds=compile_seconds)
+                       planner_estimate_seconds=planner_estimate(resources), compile_seconds=compile_seconds)
 
 
 def last_modelled_seconds(kernels: Sequence[Any]) -> float | None:

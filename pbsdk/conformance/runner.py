@@ -12,7 +12,7 @@ import numpy as np
 
 from pbsdk.conformance.cases import Case
 from pbsdk.core.errors import DeviceUnavailableError
-from pbsdk.core.plan.chip_time import modelled_time
+from pbsdk.core.plan.chip_time import modelled_time, planner_estimate
 from pbsdk.core.spec import ChipSpec
 from pbsdk.testing import assert_close, max_error, tolerance
 
@@ -54,9 +54,9 @@ def _reported(kernel: Any) -> dict[str, Any] | None:
                                for c in static.get("contractions", [])]
         if "cores" in static:
             out["cores"] = static["cores"]
-        estimates = [c["estimate_seconds"] for c in static.get("contractions", []) if "estimate_seconds" in c]
-        if estimates:  # the planner's prediction, next to the modelled time below
-            out["planner_estimate_seconds"] = sum(estimates)
+        estimate = planner_estimate(static)
+        if estimate is not None:  # the planner's prediction, next to the modelled time below
+            out["planner_estimate_seconds"] = estimate
     return out
 
 

@@ -170,26 +170,23 @@ def _bert(seq: int, **config: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]
     return make
 
 
-def _gpt2(seq: int, **config: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+def _causal_lm(config: str, model: str, seq: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    """A transformers causal LM (``config``/``model`` class names, e.g. GPT2Config/GPT2LMHeadModel) with
+    SDPA attention and no KV cache, returning its logits for ``seq`` random token ids."""
     def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
         t = _transformers()
-        GPT2Config, GPT2LMHeadModel = t.GPT2Config, t.GPT2LMHeadModel
-
-        cfg = GPT2Config(attn_implementation="sdpa", use_cache=False, **config)
-        return _first_output(GPT2LMHeadModel(cfg)), (_ids(batch, seq, cfg.vocab_size),)
+        cfg = getattr(t, config)(attn_implementation="sdpa", use_cache=False, **fields)
+        return _first_output(getattr(t, model)(cfg)), (_ids(batch, seq, cfg.vocab_size),)
 
     return make
 
 
-def _llama(seq: int, **config: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
-    def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
-        t = _transformers()
-        LlamaConfig, LlamaForCausalLM = t.LlamaConfig, t.LlamaForCausalLM
+def _gpt2(seq: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    return _causal_lm("GPT2Config", "GPT2LMHeadModel", seq, **fields)
 
-        cfg = LlamaConfig(attn_implementation="sdpa", use_cache=False, **config)
-        return _first_output(LlamaForCausalLM(cfg)), (_ids(batch, seq, cfg.vocab_size),)
 
-    return make
+def _llama(seq: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    return _causal_lm("LlamaConfig", "LlamaForCausalLM", seq, **fields)
 
 
 _LLAMA = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,

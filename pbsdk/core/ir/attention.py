@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.ir.graph import Graph, Node, Value
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, Value
 from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
 from pbsdk.core.spec import ChipSpec
@@ -196,15 +196,8 @@ MAX_FOLD_ELEMENTS = 1 << 25
 def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     """``values`` as ``dtype`` holds them (f16 keeps integers exact only to 2048, bf16 to 256), in float64:
     what the kernel computes with, so a pattern is recognised only where the kernel has it."""
-    if dtype == "f16":
-        return values.astype(np.float16).astype(np.float64)
-    if dtype in ("f32", "bf16"):
-        x = values.astype(np.float32)
-        if dtype == "bf16":  # round to nearest even on the upper 16 bits (finite values; nan/inf unchanged)
-            bits = x.view(np.uint32).astype(np.uint64)
-            rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32)
-            x = np.where(np.isfinite(x), rounded.view(np.float32), x)
-        return x.astype(np.float64)
+    if dtype in ("f16", "bf16", "f32"):
+        return values.astype(DTYPE_TO_NUMPY[dtype]).astype(np.float64)
     return values
 
 

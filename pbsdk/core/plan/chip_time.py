@@ -125,10 +125,7 @@ def model_time(spec: ChipSpec, counters: Mapping[str, int], *, cores: int = 1, d
     channels = int(spec.compute[0].limits.get("dma_channels", 1) or 1)
     dma: list[tuple[str, float]] = []
     if channels >= 2:  # every level's port at once: each moves what starts or ends there
-        served: dict[str, int] = {}
-        for (src, dst), n in transfers.items():
-            for level in (src, dst):
-                served[level] = served.get(level, 0) + n
+        served = bytes_per_level(counters)
         dma = [(f"dma:{lv}", n / _bandwidth(spec, lv, cores)) for lv, n in sorted(served.items())]
         dma_seconds = max((s for _, s in dma), default=0.0)
     else:  # one channel: one transfer at a time, each at its slower port
@@ -142,6 +139,23 @@ def model_time(spec: ChipSpec, counters: Mapping[str, int], *, cores: int = 1, d
     return ModelledTime(seconds=total, bound=bound, terms=terms, compute_seconds=compute_seconds,
                         dma_seconds=dma_seconds, overlapped=double_buffered, cores=cores, clock_ghz=clock / 1e9,
                         matrix_unit_utilisation=unit_busy / total if total > 0 else 0.0)
+
+
+def bytes_per_level(counters: Mapping[str, int]) -> dict[str, int]:
+    """DMA bytes each level served (read from or written to), from the ``bytes:<from>-><to>`` counters."""
+    out: dict[str, int] = {}
+    for name, n in counters.items():
+        if name.startswith(BYTES) and n > 0:
+            for level in name[len(BYTES):].split("->"):
+                out[level] = out.get(level, 0) + n
+    return out
+
+
+def planner_estimate(resources: Mapping[str, Any]) -> float | None:
+    """The planner's predicted seconds summed over the contractions of a compile-time ``resources`` record
+    (None without any): what the modelled time is compared with."""
+    estimates = [c["estimate_seconds"] for c in resources.get("contractions", ()) if "estimate_seconds" in c]
+    return sum(estimates) if estimates else None
 
 
 def modelled_time(spec: ChipSpec, counters: Mapping[str, int], resources: Mapping[str, Any]) -> ModelledTime:

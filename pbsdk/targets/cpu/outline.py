@@ -60,14 +60,11 @@ def _inside(op: ir.Operation) -> tuple[list[ir.Operation], list[ir.Block]]:
 def free_values(op: ir.Operation) -> list[ir.Value]:
     """The values ``op`` and the ops nested in it use but do not define, in first-use order."""
     ops, blocks = _inside(op)
-    defined: list[ir.Value] = [r for o in ops for r in o.results]
-    defined += [a for b in blocks for a in b.arguments]
-    free: list[ir.Value] = []
+    defined = {r for o in ops for r in o.results} | {a for b in blocks for a in b.arguments}
+    free: dict[ir.Value, None] = {}  # ordered set (values hash and compare as the SSA value they are)
     for o in ops:
-        for v in o.operands:
-            if not any(v == d for d in defined) and not any(v == f for f in free):
-                free.append(v)
-    return free
+        free.update((v, None) for v in o.operands if v not in defined)
+    return list(free)
 
 
 def _constant(v: ir.Value) -> ir.Operation | None:
@@ -111,19 +108,17 @@ class OutlineLoopNests:
                 fn = func.FuncOp(name, ([v.type for v in args], []), visibility="private")
                 fn.attributes["passthrough"] = ir.ArrayAttr.get([ir.StringAttr.get("noinline")])
             entry = fn.add_entry_block()
-            mapping: list[tuple[ir.Value, ir.Value]] = list(zip(args, entry.arguments))
+            mapping: dict[ir.Value, ir.Value] = dict(zip(args, entry.arguments))
             with ir.InsertionPoint(entry):
                 for v in free:
                     const = _constant(v)
                     if const is not None:
-                        mapping.append((v, const.clone().results[0]))
+                        mapping[v] = const.clone().results[0]
                 ret = func.ReturnOp([])
         op.detach_from_parent()
         ir.InsertionPoint(ret).insert(op)
         ops, _ = _inside(op)
         for o in ops:
             for i, v in enumerate(o.operands):
-                for old, new in mapping:
-                    if v == old:
-                        o.operands[i] = new
-                        break
+                if v in mapping:
+                    o.operands[i] = mapping[v]
