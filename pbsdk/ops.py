@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import dataclasses
 import itertools
+import logging
 import math
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -30,6 +31,9 @@ from pbsdk.core.ir.graph import (
     Value,
 )
 from pbsdk.frontends.tracing import Tensor, current_graph
+
+#: Why a contraction of dequantized operands runs in float rather than on integers (one line each, INFO).
+_log = logging.getLogger("pbsdk.quant")
 
 __all__ = [
     "Tensor",
@@ -818,8 +822,9 @@ def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tup
     (xq, xp), (wq, wp) = xs, ws
     o_axis = 0 if attrs["layout"] == "NCHW" else 3
     c_axis = 1 if attrs["layout"] == "NCHW" else 3
-    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
-            or (wp.per_channel and wp.axis != o_axis)):
+    plan = quant.plan_integer_contraction(xp, wp, channel_axis=o_axis)
+    if not plan.integer:
+        _log.info("conv2d of dequantized operands runs in float: %s", plan.reason)
         return None
     with _group("quantized_conv2d"):
         acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
@@ -1509,15 +1514,18 @@ def _round_clamp_to(y: Tensor, qp: quant.QuantParams, zero_point: Any) -> Tensor
     return astype(minimum(maximum(q, float(qp.qmin)), float(qp.qmax)), qp.dtype)
 
 
-def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "i8") -> Tensor:
-    """``clamp(round_half_even(x * (1 / scale)) + zero_point, -128, 127)`` as i8, computed in f32 exactly as
+def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, dtype: str = "i8",
+             qmin: int | None = None, qmax: int | None = None) -> Tensor:
+    """``clamp(round_half_even(x * (1 / scale)) + zero_point, qmin, qmax)`` as i8, computed in f32 exactly as
     PyTorch's ``quantized_decomposed.quantize_per_tensor`` / ``_per_channel`` (the reciprocal of the scale
-    rounded to f32, then a multiply); ``axis`` given: one scale and zero point per index of that axis."""
+    rounded to f32, then a multiply); ``axis`` given: one scale and zero point per index of that axis.
+    ``qmin``/``qmax`` default to i8's range; a narrower one (``[-127, 127]``), or a u8 convention held in
+    i8 (`pbsdk.core.quant.quant_storage`: zero point and range shifted by -128), is exact too."""
     (t,) = _operands(x)
     if t.dtype not in FLOAT_DTYPES:
         raise UnsupportedError(f"quantize: input dtype {t.dtype} is not a float", op="quantize")
     qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
-                            dtype=dtype, shape=t.shape)
+                            dtype=dtype, shape=t.shape, qmin=qmin, qmax=qmax)
     with _group("quantize"):
         f = astype(t, "f32")
         y = mul(f, _per_channel(tuple(1.0 / s for s in qp.scale), qp.axis, t.ndim, "f32"))
@@ -1562,12 +1570,16 @@ def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None
         for gone in [k for k, v in table.items() if v[0]() is None]:
             del table[gone]
     xs, ws = _dequantized_source(x), _dequantized_source(y)
-    if xs is None or ws is None or ta or y.ndim != 2:
+    if xs is None or ws is None:
         return None
     (xq, xp), (wq, wp) = xs, ws
-    n_axis = 0 if tb else 1
-    if (xq.dtype != "i8" or wq.dtype != "i8" or xp.per_channel or builtins.any(z != 0 for z in wp.zero_point)
-            or (wp.per_channel and wp.axis != n_axis)):
+    if ta or y.ndim != 2:
+        _log.info("matmul of dequantized operands runs in float: %s", "the input is transposed" if ta else
+                  f"the weight is {y.ndim}-D, not 2-D")
+        return None
+    plan = quant.plan_integer_contraction(xp, wp, channel_axis=0 if tb else 1)
+    if not plan.integer:
+        _log.info("matmul of dequantized operands runs in float: %s", plan.reason)
         return None
     with _group("quantized_matmul"):
         acc = matmul(xq, wq, transpose_b=tb)  # i32
@@ -1581,7 +1593,8 @@ def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None
 
 
 def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale: Any, bias: Any = None, *,
-                     out_scale: float, out_zero_point: int = 0) -> Tensor:
+                     out_scale: float, out_zero_point: int = 0, out_qmin: int | None = None,
+                     out_qmax: int | None = None) -> Tensor:
     """An int8 linear layer ``y = x @ w.T + bias`` on quantized tensors: ``x`` (..., K) i8 per tensor,
     ``w`` (N, K) i8 symmetric per tensor or per output channel (``w_scale`` of length N), ``bias`` (N,)
     float or None; the result is i8 quantized with ``out_scale``/``out_zero_point``.
@@ -1589,7 +1602,8 @@ def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale:
     The contraction is ``x @ w.T`` in i8 with exact i32 accumulation (an i8 -> i32 matrix unit where the
     spec has one); the input zero point folds into a per-column correction ``x_zero_point * sum_k w``
     and the bias into ``round(bias / (x_scale * w_scale))``, both i32; the requantize epilogue
-    (`pbsdk.core.quant.plan_requantize`) is one elementwise chain after it."""
+    (`pbsdk.core.quant.plan_requantize`) is one elementwise chain after it, clamping to ``[out_qmin,
+    out_qmax]`` (default i8's range)."""
     xt, wt = _operands(x)[0], _operands(w)[0]
     if xt.dtype != "i8" or wt.dtype != "i8" or wt.ndim != 2:
         raise UnsupportedError(f"quantized_linear: x and w must be i8 (w 2-D), got {xt.dtype}{list(xt.shape)} "
@@ -1597,7 +1611,7 @@ def quantized_linear(x: Any, x_scale: float, x_zero_point: int, w: Any, w_scale:
     xq = quant.quant_params(x_scale, x_zero_point)
     ws = np.atleast_1d(w_scale).tolist()
     wq = quant.quant_params(ws, 0, axis=0 if len(ws) > 1 else None, shape=wt.shape)
-    oq = quant.quant_params(out_scale, out_zero_point)
+    oq = quant.quant_params(out_scale, out_zero_point, qmin=out_qmin, qmax=out_qmax)
     rq = quant.plan_requantize(xq, wq, oq)
     with _group("quantized_linear"):
         acc = matmul(xt, wt, transpose_b=True)  # i32

@@ -10,7 +10,13 @@ Conventions (those of PyTorch's ``quantized_decomposed`` ops and of ONNX Quantiz
   spec has one;
 * the requantize epilogue of a quantized linear/conv maps the i32 accumulator ``acc`` (with the input's
   zero point folded in) to the output's i8: ``clamp(round_half_even(acc * multiplier) + out_zero_point)``
-  where ``multiplier = in_scale * weight_scale / out_scale`` per output channel (`plan_requantize`).
+  where ``multiplier = in_scale * weight_scale / out_scale`` per output channel (`plan_requantize`);
+* the graph holds quantized tensors in i8 whatever the framework's dtype: a u8 value ``q`` with zero point
+  ``z`` is held as the i8 value ``q - 128`` with zero point ``z - 128`` (`quant_storage`). Every quantity the
+  arithmetic uses is a difference ``q - z``, so this is bit-exact, and u8 activations (what PT2E's x86
+  quantizer emits, asymmetric, any zero point) run on an i8 matrix unit;
+* ``dequantize(x) @ dequantize(w)`` runs as the i8 contraction when `plan_integer_contraction` says so, and
+  otherwise as the float contraction (still correct), with the reason.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from pbsdk.core.errors import PbsdkError, UnsupportedError
 
 #: Integer dtypes the graph carries, with their ranges.
 INT_RANGES = {"i8": (-128, 127), "i32": (-(2 ** 31), 2 ** 31 - 1)}
+#: Framework dtypes of quantized tensors and their full ranges; the graph holds both in i8 (`quant_storage`).
+QUANT_DTYPES = {"i8": (-128, 127), "u8": (0, 255)}
 #: What an integer contraction accumulates in.
 INT_ACCUMULATOR = {"i8": "i32", "i32": "i32"}
 #: Ops integer tensors support (anything else: dequantize, or astype to a float, first).
@@ -66,14 +74,16 @@ class QuantParams:
     zero_point: tuple[int, ...]
     axis: int | None = None
     dtype: str = "i8"
+    #: The clamp range of quantize, when narrower than the dtype's (e.g. [-127, 127] for symmetric weights).
+    qrange: tuple[int, int] | None = None
 
     @property
     def qmin(self) -> int:
-        return INT_RANGES[self.dtype][0]
+        return self.qrange[0] if self.qrange is not None else INT_RANGES[self.dtype][0]
 
     @property
     def qmax(self) -> int:
-        return INT_RANGES[self.dtype][1]
+        return self.qrange[1] if self.qrange is not None else INT_RANGES[self.dtype][1]
 
     @property
     def per_channel(self) -> bool:
@@ -81,11 +91,23 @@ class QuantParams:
 
 
 def quant_params(scale: float | Sequence[float], zero_point: int | Sequence[int] = 0, *, axis: int | None = None,
-                 dtype: str = "i8", shape: Sequence[int] | None = None) -> QuantParams:
+                 dtype: str = "i8", shape: Sequence[int] | None = None, qmin: int | None = None,
+                 qmax: int | None = None) -> QuantParams:
     """Checked `QuantParams`: positive finite scales, integer zero points inside the dtype's range, one per
-    channel of ``shape[axis]`` when ``axis`` is given (a single zero point is repeated)."""
+    channel of ``shape[axis]`` when ``axis`` is given (a single zero point is repeated); ``qmin``/``qmax``
+    (default: the dtype's range) a range inside the dtype's."""
     if dtype != "i8":
-        raise UnsupportedError(f"quantized dtype {dtype}: only i8 is supported", op="quantize")
+        raise UnsupportedError(f"quantized dtype {dtype}: the graph holds quantized tensors in i8 (u8 through "
+                               "quant_storage)", op="quantize")
+    lo, hi = INT_RANGES[dtype]
+    qrange = None
+    if qmin is not None or qmax is not None:
+        qrange = (lo if qmin is None else int(qmin), hi if qmax is None else int(qmax))
+        if not lo <= qrange[0] < qrange[1] <= hi:
+            raise PbsdkError(f"quantization range [{qrange[0]}, {qrange[1]}] is not a range inside {dtype}'s "
+                             f"[{lo}, {hi}]")
+        if qrange == (lo, hi):
+            qrange = None
     scales = (float(scale),) if isinstance(scale, (int, float)) else tuple(float(s) for s in scale)
     zps = (zero_point,) if isinstance(zero_point, (int,)) or hasattr(zero_point, "__index__") else tuple(zero_point)
     zps = tuple(int(z) for z in zps)  # type: ignore[union-attr]
@@ -107,11 +129,71 @@ def quant_params(scale: float | Sequence[float], zero_point: int | Sequence[int]
     for s in scales:
         if not math.isfinite(s) or s <= 0:
             raise PbsdkError(f"quantization scales must be finite and > 0, got {s}")
-    lo, hi = INT_RANGES[dtype]
     for z in zps:
         if not lo <= z <= hi:
             raise PbsdkError(f"zero point {z} is outside {dtype}'s range [{lo}, {hi}]")
-    return QuantParams(scales, zps, axis, dtype)
+    return QuantParams(scales, zps, axis, dtype, qrange)
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantStorage:
+    """How a quantized tensor of the framework dtype ``dtype`` (``QUANT_DTYPES``) is held in the graph's i8:
+    the value ``q`` as ``q - offset``, its zero point ``z`` as ``z - offset`` and its clamp range
+    ``[qmin, qmax]`` (here already shifted) likewise. Exact: quantize's rounding happens before the zero point
+    is added, and dequantize and the integer contractions only use differences ``q - z``."""
+
+    dtype: str
+    offset: int
+    qmin: int
+    qmax: int
+
+    def zero_points(self, zero_point: Sequence[int]) -> tuple[int, ...]:
+        """The stored zero points of the framework's ``zero_point`` values."""
+        return tuple(int(z) - self.offset for z in zero_point)
+
+
+def quant_storage(dtype: str, qmin: int, qmax: int, *, op: str = "quantize") -> QuantStorage:
+    """The i8 storage of a framework quantized tensor of ``dtype`` (``"i8"`` or ``"u8"``) quantized to
+    ``[qmin, qmax]``: u8 is shifted by 128 onto i8 (``[0, 255]`` -> ``[-128, 127]``), i8 held as is. Any other
+    dtype (int16, int32, 4-bit, ...) or a range outside the dtype's is an `UnsupportedError` naming ``op``
+    (the caller keeps that op in float)."""
+    if dtype not in QUANT_DTYPES:
+        raise UnsupportedError(f"{op}: quantized dtype {dtype}; pbsdk holds i8 and u8 quantized tensors (in i8)",
+                               op=op)
+    lo, hi = QUANT_DTYPES[dtype]
+    if not lo <= qmin < qmax <= hi:
+        raise UnsupportedError(f"{op}: range [{qmin}, {qmax}] is not a range inside {dtype}'s [{lo}, {hi}]", op=op)
+    offset = lo - INT_RANGES["i8"][0]
+    return QuantStorage(dtype, offset, qmin - offset, qmax - offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class IntegerContraction:
+    """Whether a contraction of two dequantized tensors runs as the i8 contraction with exact i32
+    accumulation (``reason`` empty), or in float, and why (``reason``)."""
+
+    reason: str = ""
+
+    @property
+    def integer(self) -> bool:
+        return not self.reason
+
+
+def plan_integer_contraction(x: QuantParams, w: QuantParams, *, channel_axis: int) -> IntegerContraction:
+    """``dequantize(x) (*) dequantize(w)`` (a matmul or convolution, ``w`` the weight whose output channels lie
+    along ``channel_axis``) as an integer contraction: both i8 (u8 held as i8: `quant_storage`), ``x`` per
+    tensor with any zero point (folded in as ``zx * (1 (*) w)``), ``w`` symmetric (zero point 0, so no
+    ``zw * sum(x)`` term) per tensor or per output channel. Anything else: the float contraction."""
+    if x.dtype != "i8" or w.dtype != "i8":
+        return IntegerContraction(f"operands are {x.dtype} and {w.dtype}, not i8")
+    if x.per_channel:
+        return IntegerContraction(f"the input is quantized per channel (axis {x.axis}), not per tensor")
+    if any(z != 0 for z in w.zero_point):
+        return IntegerContraction("the weight is asymmetric (a nonzero zero point)")
+    if w.per_channel and w.axis != channel_axis:
+        return IntegerContraction(f"the weight is quantized per channel along axis {w.axis}, not along its "
+                                  f"output channels (axis {channel_axis})")
+    return IntegerContraction()
 
 
 @dataclasses.dataclass(frozen=True)

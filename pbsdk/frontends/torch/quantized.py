@@ -7,6 +7,11 @@ dequantize(wq)`` runs as the i8 contraction with exact i32 accumulation (an i8 m
 has one) and one rescale, and the ``quantize`` after it (with the bias add) is the requantize epilogue, an
 elementwise chain the core fuses. Integers cross a partition boundary as f64 (`graph_dtype`); a frozen
 int8 weight arrives as such a constant and is cast back to i8 (exactly).
+
+int8 and uint8 (PT2E's x86 quantizer: u8 activations with any zero point) are both held in i8
+(`pbsdk.core.quant.quant_storage`: u8 values, zero points and ranges shifted by -128, bit-exact), narrower
+ranges (``[-127, 127]`` weights) too; other quantized dtypes are refused with the reason, so the op stays
+with torch.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ import numpy as np
 import torch
 
 from pbsdk import ops
+from pbsdk.core import quant
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.frontends.torch.convert import _INT_EXACT, Context, converts
 from pbsdk.frontends.tracing import Tensor
 
 # Their integer results are exact (rounded and clamped in f32, then converted).
 _INT_EXACT.update({"aten.quantize_per_tensor.default", "aten.quantize_per_channel.default"})
+#: Torch's quantized dtypes by pbsdk's names for them (`pbsdk.core.quant.QUANT_DTYPES`).
+_QUANT_DTYPES = {torch.int8: "i8", torch.uint8: "u8"}
 
 
 def _decomposed(cx: Context) -> None:
@@ -33,15 +41,35 @@ def _decomposed(cx: Context) -> None:
         raise UnsupportedError(f"{cx.target}: only quantized_decomposed quantize/dequantize ops are converted")
 
 
-def _check_range(qmin: int, qmax: int, dtype: Any, what: str) -> None:
-    if dtype != torch.int8:
-        raise UnsupportedError(f"{what}: quantized dtype {dtype}; pbsdk quantizes to int8")
-    if (qmin, qmax) != (-128, 127):
-        raise UnsupportedError(f"{what}: range [{qmin}, {qmax}]; pbsdk quantizes to int8's full range [-128, 127]")
+def _check_out(out_dtype: Any, what: str) -> None:
+    if out_dtype not in (None, torch.float32):
+        raise UnsupportedError(f"{what} to {out_dtype}; pbsdk dequantizes to f32")
 
 
-def _as_i8(q: Tensor) -> Tensor:
-    return q if q.dtype == "i8" else ops.astype(q, "i8")  # integers carried as f64: exact
+def _storage(dtype: Any, qmin: int, qmax: int, what: str) -> quant.QuantStorage:
+    """How the graph holds a torch quantized tensor of ``dtype`` in ``[qmin, qmax]`` (u8 shifted onto i8)."""
+    name = _QUANT_DTYPES.get(dtype, str(dtype).removeprefix("torch."))
+    return quant.quant_storage(name, int(qmin), int(qmax), op=what)
+
+
+def _stored(cx: Context, q: Any, st: quant.QuantStorage) -> Tensor:
+    """The i8 the graph holds for the quantized operand ``q`` (torch's values, carried as f64)."""
+    held = cx.stored.get(q.value.id)
+    if held is not None:  # our own quantize's result: its i8 directly
+        return held
+    if st.offset == 0:
+        return q if q.dtype == "i8" else ops.astype(q, "i8")  # integers carried as f64: exact
+    return ops.astype(ops.sub(q, float(st.offset)), "i8")
+
+
+def _as_torch(cx: Context, q8: Tensor, st: quant.QuantStorage) -> Tensor:
+    """A quantize result as torch's values: the i8 itself, or (u8) ``q8 + 128`` in f64, which is dead code
+    unless something other than a dequantize reads it (a dequantize reads ``q8`` through ``cx.stored``)."""
+    if st.offset == 0:
+        return q8
+    value = ops.add(ops.astype(q8, "f64"), float(st.offset))
+    cx.stored[value.value.id] = q8
+    return value
 
 
 def _channel_values(cx: Context, t: Any) -> np.ndarray | None:
@@ -61,39 +89,43 @@ def _along(t: Any, axis: int, ndim: int) -> Tensor:
 def _quantize_per_tensor(cx: Context, x: Any, scale: float, zero_point: int, qmin: int, qmax: int,
                          dtype: Any) -> Tensor:
     _decomposed(cx)
-    _check_range(qmin, qmax, dtype, "quantize_per_tensor")
-    return ops.quantize(ops.astype(x, "f32"), float(scale), int(zero_point))
+    st = _storage(dtype, qmin, qmax, "quantize_per_tensor")
+    (z,) = st.zero_points([zero_point])
+    return _as_torch(cx, ops.quantize(ops.astype(x, "f32"), float(scale), z, qmin=st.qmin, qmax=st.qmax), st)
 
 
 @converts("aten.dequantize_per_tensor.default")
 def _dequantize_per_tensor(cx: Context, q: Any, scale: float, zero_point: int, qmin: int, qmax: int, dtype: Any,
                            *, out_dtype: Any = None) -> Tensor:
     _decomposed(cx)
-    if dtype != torch.int8 or out_dtype not in (None, torch.float32):
-        raise UnsupportedError(f"dequantize_per_tensor from {dtype} to {out_dtype}; pbsdk dequantizes int8 to f32")
-    return ops.dequantize(_as_i8(q), float(scale), int(zero_point))
+    _check_out(out_dtype, "dequantize_per_tensor")
+    st = _storage(dtype, qmin, qmax, "dequantize_per_tensor")
+    (z,) = st.zero_points([zero_point])
+    return ops.dequantize(_stored(cx, q, st), float(scale), z)
 
 
 @converts("aten.quantize_per_channel.default")
 def _quantize_per_channel(cx: Context, x: Any, scales: Any, zero_points: Any, axis: int, qmin: int, qmax: int,
                           dtype: Any) -> Tensor:
     _decomposed(cx)
-    _check_range(qmin, qmax, dtype, "quantize_per_channel")
+    st = _storage(dtype, qmin, qmax, "quantize_per_channel")
     s, z = _channel_values(cx, scales), _channel_values(cx, zero_points)
     if s is None or z is None:
         raise UnsupportedError("quantize_per_channel: scales and zero points must be constants (frozen)")
-    return ops.quantize(ops.astype(x, "f32"), s, z.astype(int), axis=axis)
+    q8 = ops.quantize(ops.astype(x, "f32"), s, st.zero_points(z.astype(int).tolist()), axis=axis, qmin=st.qmin,
+                      qmax=st.qmax)
+    return _as_torch(cx, q8, st)
 
 
 @converts("aten.dequantize_per_channel.default")
 def _dequantize_per_channel(cx: Context, q: Any, scales: Any, zero_points: Any, axis: int, qmin: int, qmax: int,
                             dtype: Any, *, out_dtype: Any = None) -> Tensor:
     _decomposed(cx)
-    if dtype != torch.int8 or out_dtype not in (None, torch.float32):
-        raise UnsupportedError(f"dequantize_per_channel from {dtype} to {out_dtype}; pbsdk dequantizes int8 to f32")
+    _check_out(out_dtype, "dequantize_per_channel")
+    st = _storage(dtype, qmin, qmax, "dequantize_per_channel")
     s, z = _channel_values(cx, scales), _channel_values(cx, zero_points)
-    if s is None or z is None:  # not frozen: the same arithmetic on tensor operands (no integer contraction)
+    if s is None or z is None:  # not frozen: the same arithmetic on torch's values (no integer contraction)
         axis %= q.ndim
         f = ops.astype(q, "f32")
         return ops.mul(ops.sub(f, _along(zero_points, axis, q.ndim)), _along(scales, axis, q.ndim))
-    return ops.dequantize(_as_i8(q), s, z.astype(int), axis=axis)
+    return ops.dequantize(_stored(cx, q, st), s, st.zero_points(z.astype(int).tolist()), axis=axis)
