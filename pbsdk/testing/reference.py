@@ -42,6 +42,7 @@ __all__ = [
     "pow",
     "quantize",
     "quantized_linear",
+    "quantized_matmul",
     "relu",
     "reshape",
     "rsqrt",
@@ -335,12 +336,14 @@ def _channel(values: Any, axis: int | None, ndim: int, dtype: Any) -> np.ndarray
     return v.reshape(shape)
 
 
-def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None) -> np.ndarray:
-    """``clamp(round_half_even(x * f32(1 / scale)) + zero_point, -128, 127)`` as int8, in float32."""
+def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None, qmin: int = -128,
+             qmax: int = 127, dtype: Any = np.int8) -> np.ndarray:
+    """``clamp(round_half_even(x * f32(1 / scale)) + zero_point, qmin, qmax)`` as ``dtype``, in float32
+    (PyTorch's convention for int8 and uint8 alike: ``qmin=0, qmax=255, dtype=np.uint8``)."""
     x32 = np.asarray(x).astype(np.float32)
     inv = _channel(1.0 / np.atleast_1d(np.asarray(scale, np.float64)), axis, x32.ndim, np.float32)
     q = np.round(x32 * inv) + _channel(zero_point, axis, x32.ndim, np.float32)
-    return np.clip(q, -128, 127).astype(np.int8)
+    return np.clip(q, qmin, qmax).astype(dtype)
 
 
 def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None) -> np.ndarray:
@@ -350,10 +353,23 @@ def dequantize(q: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = No
             * _channel(scale, axis, q32.ndim, np.float32)).astype(np.float32)
 
 
+def quantized_matmul(xq: Any, x_scale: float, x_zero_point: int, wq: Any, w_scale: Any) -> np.ndarray:
+    """``dequantize(xq) @ dequantize(wq)`` as `pbsdk.ops.matmul` runs it on integers: ``wq`` (K, N)
+    symmetric, per tensor or per column (``w_scale`` of length N); the accumulator ``(xq - zx) @ wq``
+    exactly, then one rescale ``f32(acc) * f32(x_scale * w_scale)``. Any integer dtype (u8 too)."""
+    acc = (np.asarray(xq).astype(np.int64) - int(x_zero_point)) @ np.asarray(wq).astype(np.int64)
+    acc32 = acc.astype(np.int32)
+    assert np.array_equal(acc32, acc), "accumulator overflows int32"
+    scale = np.asarray(float(x_scale) * np.atleast_1d(np.asarray(w_scale, np.float64)), np.float32)
+    return acc32.astype(np.float32) * (scale if scale.size > 1 else scale[0])
+
+
 def quantized_linear(xq: Any, x_scale: float, x_zero_point: int, wq: Any, w_scale: Any, bias: Any = None, *,
-                     out_scale: float, out_zero_point: int = 0) -> np.ndarray:
-    """int8 ``x @ w.T + bias`` requantized: the i32 accumulator exactly, then
-    ``clamp(round_half_even(f32(acc) * f32(x_scale * w_scale / out_scale)) + out_zero_point)``."""
+                     out_scale: float, out_zero_point: int = 0, out_qmin: int = -128, out_qmax: int = 127,
+                     out_dtype: Any = np.int8) -> np.ndarray:
+    """int8 (or uint8) ``x @ w.T + bias`` requantized: the i32 accumulator exactly, then
+    ``clamp(round_half_even(f32(acc) * f32(x_scale * w_scale / out_scale)) + out_zero_point, out_qmin,
+    out_qmax)`` as ``out_dtype``."""
     xi = np.asarray(xq).astype(np.int64)
     wi = np.asarray(wq).astype(np.int64)
     ws = np.atleast_1d(np.asarray(w_scale, np.float64))
@@ -365,4 +381,4 @@ def quantized_linear(xq: Any, x_scale: float, x_zero_point: int, wq: Any, w_scal
     assert np.array_equal(acc32, acc), "accumulator overflows int32"
     m = (x_scale * ws / out_scale).astype(np.float32)
     y = np.round(acc32.astype(np.float32) * (m if m.size > 1 else m[0])) + np.float32(out_zero_point)
-    return np.clip(y, -128, 127).astype(np.int8)
+    return np.clip(y, out_qmin, out_qmax).astype(out_dtype)

@@ -1,12 +1,16 @@
 """PT2E-quantized models through ``torch.compile(backend="pbsdk")``: the ``quantized_decomposed``
-quantize/dequantize pattern around linear and conv (what ``convert_pt2e`` produces; the quantizer itself now
-lives in torchao, not installed here, so the modules below write the same pattern out: static per-tensor
-activations, symmetric per-channel int8 weights stored quantized) compiles with no fallback, the
-contractions run as i8 x i8 -> i32 on the template target's matrix unit, and the result matches torch's own
-quantized reference (eager execution of the same graph)."""
+quantize/dequantize pattern around linear and conv compiles with no fallback, the contractions run as
+i8 x i8 -> i32 on the template target's matrix unit, and the result matches torch's own quantized reference
+(eager execution of the same graph).
+
+Two sources of such graphs: modules that write the pattern out by hand (static per-tensor i8 activations,
+symmetric per-channel i8 weights stored quantized), and torchao's real ``prepare_pt2e -> calibrate ->
+convert_pt2e`` flow with its quantizers (x86: u8 asymmetric activations, per-channel weights; XNNPACK-style:
+i8 activations, [-127, 127] per-channel weights; ARM: per-tensor weights), skipped without torchao."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,6 +21,7 @@ pytest.importorskip("torch.ao.quantization.fx._decomposed")  # registers the qua
 F = torch.nn.functional
 
 import pbsdk  # noqa: F401
+from pbsdk.core.spec import load_spec
 from pbsdk.frontends.torch import clear_reports, reports
 from pbsdk.frontends.torch.dynamo_backend import CompiledPartition
 
@@ -115,3 +120,167 @@ def test_the_same_graph_on_cpu_matches_bit_for_bit_where_the_sums_agree() -> Non
         got = torch.compile(m, backend="pbsdk")(x)
         want = m(x)
     assert np.abs((got - want).numpy() / 0.04).round().max() <= 1
+
+
+# --------------------------------------------------------------------------- real PT2E (torchao's flow)
+
+@pytest.fixture(scope="module")
+def pt2e() -> Any:
+    """torchao's PT2E entry points and quantizers. Imported with the ``torchao`` and ``torch.utils._pytree``
+    loggers at ERROR: torchao 0.18's wheel carries two CUDA kernel libraries that cannot load beside the CPU
+    torch, and registers an Enum that torch 2.13 calls deprecated; both are logged warnings at import, and
+    PT2E (pure Python) needs neither."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("torchao", "torch.utils._pytree")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        from torchao.quantization.pt2e import quantize_pt2e
+        from torchao.quantization.pt2e.quantizer import arm_inductor_quantizer as arm
+        from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer as x86
+        from torchao.testing.pt2e import _xnnpack_quantizer as xnnpack
+    except ImportError as exc:
+        pytest.skip(f"torchao's PT2E flow is not importable: {exc}")
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+    return {"prepare": quantize_pt2e.prepare_pt2e, "convert": quantize_pt2e.convert_pt2e,
+            "x86": lambda: x86.X86InductorQuantizer().set_global(x86.get_default_x86_inductor_quantization_config()),
+            "xnnpack": lambda: xnnpack.XNNPACKQuantizer().set_global(
+                xnnpack.get_symmetric_quantization_config(is_per_channel=True)),
+            "arm": lambda: arm.ArmInductorQuantizer().set_global(arm.get_default_arm_inductor_quantization_config())}
+
+
+class FloatMLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2 = torch.nn.Linear(64, 96), torch.nn.Linear(96, 32)
+
+    def forward(self, x: Any) -> Any:
+        return self.l2(F.relu(self.l1(x)))
+
+
+class FloatCNN(torch.nn.Module):
+    """conv + relu + max pool, then a linear classifier (max pooling: no averaging ties, below)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.fc = torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.Linear(16 * 6 * 6, 10)
+
+    def forward(self, x: Any) -> Any:
+        return self.fc(F.max_pool2d(F.relu(self.conv(x)), 2).flatten(1))
+
+
+def _pt2e_quantized(pt2e: Any, quantizer: str, model: type, shape: tuple[int, ...]) -> Any:
+    """``model`` through torchao's real flow: export, prepare_pt2e, calibrate on 8 batches, convert_pt2e."""
+    torch.manual_seed(0)
+    m = model().eval()
+    x = torch.randn(*shape)
+    prepared = pt2e["prepare"](torch.export.export(m, (x,)).module(), pt2e[quantizer]())
+    with torch.no_grad():
+        for _ in range(8):
+            prepared(torch.randn(*shape))
+    return pt2e["convert"](prepared)
+
+
+def _quant_nodes(gm: Any) -> list[Any]:
+    return [n for n in gm.graph.nodes if n.op == "call_function"
+            and getattr(n.target, "namespace", "") == "quantized_decomposed"]
+
+
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("quantizer, model, shape", [
+    ("x86", FloatMLP, (32, 64)), ("x86", FloatCNN, (8, 3, 12, 12)),
+    pytest.param("xnnpack", FloatMLP, (32, 64), marks=_SLOW), pytest.param("xnnpack", FloatCNN, (8, 3, 12, 12), marks=_SLOW),
+    pytest.param("arm", FloatMLP, (32, 64), marks=_SLOW), pytest.param("arm", FloatCNN, (8, 3, 12, 12), marks=_SLOW),
+], ids=["x86-mlp", "x86-cnn", "xnnpack-mlp", "xnnpack-cnn", "arm-mlp", "arm-cnn"])
+def test_real_pt2e_models_run_on_the_i8_matrix_unit(pt2e: Any, quantizer: str, model: type,
+                                                    shape: tuple[int, ...]) -> None:
+    gm = _pt2e_quantized(pt2e, quantizer, model, shape)
+    quant = _quant_nodes(gm)
+    dtypes = {n.args[-1] for n in quant}
+    if quantizer == "x86":  # what the test is about: u8 asymmetric activations, zero points off 0 and 128
+        assert torch.uint8 in dtypes and any(n.args[-1] == torch.uint8 and n.args[2] not in (0, 128) for n in quant)
+    elif quantizer == "xnnpack":  # [-127, 127] per-channel weights
+        assert any("per_channel" in str(n.target) and n.args[4:6] == (-127, 127) for n in quant)
+
+    torch._dynamo.reset()
+    clear_reports()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5)) * 1.2
+    with torch.no_grad():
+        compiled = torch.compile(gm, backend="pbsdk", options={"target": "template", "spec": "npu"})
+        got = compiled(x)
+        want = gm(x)
+    (report,) = reports()
+    assert report.fallback_ops == () and report.failed_partitions == 0 and report.compiled_ops == report.graph_ops, \
+        report
+
+    # The i8 unit issued the contractions. The planned matmuls (one per linear, plus one per nonzero input
+    # zero point) are i8 on the mxu and issue ceil(m/32) ceil(n/32) ceil(k/64) of its i8 instructions each;
+    # the convolutions issue the rest. The graph holds no bf16/f16 and the mxu has no f32 form, so every
+    # mxu instruction is an i8 one.
+    planned = [c for k in report.kernels for c in (k.executable.resources or {}).get("contractions", [])]
+    linears = sum(n.target == torch.ops.aten.linear.default for n in gm.graph.nodes)
+    convs = sum(n.target == torch.ops.aten.conv2d.default for n in gm.graph.nodes)
+    assert len(planned) >= linears and all((c["dtype"], c["unit"]) == ("i8", "mxu") for c in planned), planned
+    unit = next(u for u in load_spec("npu").matrix_units if u.operand_dtype == "i8")
+    by_matmuls = sum(c["batch"] * math.ceil(c["m"] / unit.m) * math.ceil(c["n"] / unit.n) * math.ceil(c["k"] / unit.k)
+                     for c in planned)
+    issued = sum(n for k in report.kernels for key, n in (k.executable.last_counters or {}).items()
+                 if key == "matrix_unit:mxu")
+    assert issued >= by_matmuls > 0 and (issued > by_matmuls) == (convs > 0), (issued, by_matmuls, convs)
+
+    # Against torch's quantized reference. pbsdk sums the integers exactly; torch sums the dequantized values
+    # in f32, so a value next to a rounding boundary of the next quantize may land one step apart, and that
+    # flipped activation moves a whole row of the next layer's outputs. The bound: each output within two
+    # steps of the last layer's input quantizer times its largest weight (two flipped inputs; float outputs)
+    # or one output step (requantized outputs), and at most 15% of outputs beyond f32 rounding (one row of
+    # 8 is 12.5%). Seen with these seeds: no flip, every output within f32 rounding (max 3.6e-7); on other
+    # seeds during development, one row in 8 flipped (11% of outputs, 8.2e-4).
+    last = [n for n in gm.graph.nodes if n.target == torch.ops.aten.linear.default][-1]
+    x_dq, w_dq = last.args[0], last.args[1]
+    w_max = 127 * float(torch.as_tensor(_value(gm, w_dq.args[1])).max())  # |w| <= 127 * its largest scale
+    (out,) = next(n for n in gm.graph.nodes if n.op == "output").args[0]
+    requantized = "dequantize" in str(out.target)
+    tol = float(out.args[1]) if requantized else 2 * float(x_dq.args[1]) * w_max
+    diff = (got - want).abs()
+    assert diff.max().item() <= tol * (1 + 1e-5), (diff.max().item(), tol)
+    assert (diff > 1e-5 * want.abs().max()).float().mean().item() <= 0.15, diff
+
+
+def _value(gm: Any, arg: Any) -> Any:
+    """An FX argument's value: a ``get_attr`` node's tensor, else the argument itself."""
+    return getattr(gm, arg.target) if isinstance(arg, torch.fx.Node) and arg.op == "get_attr" else arg
+
+
+class Int16Activations(torch.nn.Module):
+    """A quantize/dequantize pair pbsdk does not hold (int16): torch keeps it, the linear still compiles."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.randn(16, 32, generator=torch.Generator().manual_seed(4)) * 0.1
+
+    def forward(self, x: Any) -> Any:
+        q = qd.quantize_per_tensor.default(x, 0.001, 3, -32768, 32767, torch.int16)
+        return F.linear(qd.dequantize_per_tensor.default(q, 0.001, 3, -32768, 32767, torch.int16), self.w)
+
+
+def test_unsupported_quantized_dtypes_stay_with_torch_and_say_why(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    torch._dynamo.reset()
+    clear_reports()
+    m = Int16Activations().eval()
+    x = torch.randn(4, 32, generator=torch.Generator().manual_seed(6))
+    with caplog.at_level(logging.INFO, logger="pbsdk"), torch.no_grad():
+        got = torch.compile(m, backend="pbsdk")(x)
+        want = m(x)
+    (report,) = reports()
+    assert set(report.fallback_ops) == {"aten.quantize_per_tensor.default", "aten.dequantize_per_tensor.default"}
+    assert report.compiled_ops == report.graph_ops - 2 and report.failed_partitions == 0, report
+    assert "quantized dtype int16" in caplog.text, caplog.text
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

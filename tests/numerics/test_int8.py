@@ -4,6 +4,9 @@ numpy (`pbsdk.testing.reference`), the i8 contraction on the example NPU's i8 ->
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -11,7 +14,7 @@ import pbsdk
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.plan import Contraction, plan_contraction
-from pbsdk.core.quant import compute_dtype, plan_requantize, quant_params
+from pbsdk.core.quant import compute_dtype, plan_requantize, quant_params, quant_storage
 from pbsdk.core.spec import load_spec
 from pbsdk.testing import reference as ref
 
@@ -136,3 +139,96 @@ def test_integer_tensors_refuse_float_ops() -> None:
         pbsdk.jit(lambda q: q * 0.5, target="cpu")(_i8(3, 4))
     with pytest.raises(UnsupportedError, match="dequantize"):
         pbsdk.jit(lambda q, f: q @ f, target="cpu")(_i8(3, 4), np.ones((4, 2), np.float32))
+
+
+# ----------------------------------------------- u8 activations, per-channel weights, narrow ranges
+
+def _mxu_ops(f: Any) -> int:
+    from pbsdk.conformance.runner import _reported
+
+    used = _reported(f.kernel(f.signatures[0])[0])
+    assert used is not None
+    return used["matrix_unit_ops"].get("mxu", 0)
+
+
+@pytest.mark.parametrize("target, spec, qmin, qmax, zero_point", [
+    ("cpu", None, 0, 255, 136), ("template", "npu", 0, 255, 136), ("cpu", None, 0, 255, 0), ("cpu", None, 0, 127, 64),
+], ids=["u8-zp136-cpu", "u8-zp136-npu", "u8-zp0-cpu", "u8-reduced-range-cpu"])
+def test_u8_activations_held_in_i8_are_bit_exact(target: str, spec: str | None, qmin: int, qmax: int,
+                                                 zero_point: int) -> None:
+    """A u8 activation (PT2E's x86 quantizer: asymmetric, any zero point) held in i8 shifted by 128
+    (`quant_storage`): the quantized values and the i8 contraction of ``dequantize(x) @ dequantize(w)`` with
+    per-channel weights equal numpy's u8 arithmetic bit for bit, on the i8 matrix unit."""
+    st = quant_storage("u8", qmin, qmax)
+    x = (RNG.standard_normal((24, 96)) * 1.5).astype(np.float32)
+    x[0, :3] = [1e6, -1e6, 0.5 * 0.02]  # both saturations and a tie
+    w = (RNG.standard_normal((96, 40)) * 0.1).astype(np.float32)
+    ws = np.abs(w).max(axis=0) / 127  # per output column
+    wq = ref.quantize(w, ws, 0, axis=1, qmin=-127, qmax=127)
+    (z,) = st.zero_points([zero_point])
+
+    def fn(v, wt):
+        q8 = ops.quantize(v, 0.02, z, qmin=st.qmin, qmax=st.qmax)
+        return q8, ops.dequantize(q8, 0.02, z) @ ops.dequantize(wt, ws, 0, axis=1)
+
+    f = pbsdk.jit(fn, target=target, spec=spec)
+    q8, y = f(x, wq)
+    xu8 = ref.quantize(x, 0.02, zero_point, qmin=qmin, qmax=qmax, dtype=np.uint8)
+    assert q8.dtype == np.int8 and xu8.min() == qmin and xu8.max() == qmax
+    np.testing.assert_array_equal(q8.astype(np.int32) + st.offset, xu8)
+    np.testing.assert_array_equal(y, ref.quantized_matmul(xu8, 0.02, zero_point, wq, ws))
+    if target == "template":
+        assert _mxu_ops(f) > 0
+
+
+@pytest.mark.parametrize("target, spec", TARGETS[::2])
+def test_quantized_linear_u8_in_and_out(target: str, spec: str | None) -> None:
+    """``quantized_linear`` on u8 input and output conventions (through `quant_storage`), per-channel
+    [-127, 127] weights: bit-exact against numpy's u8 arithmetic."""
+    st = quant_storage("u8", 0, 255)
+    x = RNG.standard_normal((16, 70)).astype(np.float32)
+    w = (RNG.standard_normal((40, 70)) * 0.1).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    ws = np.abs(w).max(axis=1) / 127
+    wq = ref.quantize(w, ws, 0, axis=0, qmin=-127, qmax=127)
+    (zx,), (zo,) = st.zero_points([140]), st.zero_points([120])
+
+    def fn(v, wt, bias):
+        xq = ops.quantize(v, 0.02, zx, qmin=st.qmin, qmax=st.qmax)
+        return ops.quantized_linear(xq, 0.02, zx, wt, ws, bias, out_scale=0.01, out_zero_point=zo,
+                                    out_qmin=st.qmin, out_qmax=st.qmax)
+
+    got = pbsdk.jit(fn, target=target, spec=spec)(x, wq, b)
+    xu8 = ref.quantize(x, 0.02, 140, qmin=0, qmax=255, dtype=np.uint8)
+    want = ref.quantized_linear(xu8, 0.02, 140, wq, ws, b, out_scale=0.01, out_zero_point=120, out_qmin=0,
+                                out_qmax=255, out_dtype=np.uint8)
+    assert want.min() == 0 and want.max() == 255  # both ends of the u8 range reached
+    np.testing.assert_array_equal(got.astype(np.int32) + st.offset, want)
+
+
+def test_narrow_range_quantize_never_reaches_minus_128() -> None:
+    w = np.array([[-3.0, -1.0, 0.5, 2.0], [1.0, -1e3, 0.0, 0.25]], np.float32)
+    scales = np.array([0.01, 0.5])
+    got = pbsdk.jit(lambda v: ops.quantize(v, scales, 0, axis=0, qmin=-127, qmax=127), target="cpu")(w)
+    np.testing.assert_array_equal(got, ref.quantize(w, scales, 0, axis=0, qmin=-127, qmax=127))
+    assert got.min() == -127
+
+
+@pytest.mark.parametrize("zero_point, axis, why", [(3, None, "asymmetric"), (0, 0, "not along its output")])
+def test_unsupported_weights_take_the_float_path_and_say_why(zero_point: int, axis: int | None, why: str,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """Asymmetric weights, or per-channel scales along K: the float contraction (correct, no i8 unit),
+    with the reason logged on ``pbsdk.quant``."""
+    xq, wq = _i8(8, 64), _i8(64, 32)
+    ws = np.full(64, 0.01) if axis == 0 else np.array([0.01])
+
+    def fn(a, b):
+        return ops.dequantize(a, 0.05, -4) @ ops.dequantize(b, ws, zero_point, axis=axis)
+
+    with caplog.at_level(logging.INFO, logger="pbsdk.quant"):
+        f = pbsdk.jit(fn, target="template", spec="npu")
+        got = f(xq, wq)
+    want = ref.dequantize(xq, 0.05, -4) @ ref.dequantize(wq, ws, zero_point, axis=axis)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert _mxu_ops(f) == 0  # f32 has no matrix unit on the npu: the contraction ran on the vector unit
+    assert any(why in r.getMessage() and "runs in float" in r.getMessage() for r in caplog.records), caplog.text
