@@ -109,7 +109,8 @@ def test_pt2e_pattern_runs_on_the_i8_matrix_unit(model: Any, shape: tuple[int, .
             if key.startswith("matrix_unit:"):
                 units[key] = units.get(key, 0) + n
     assert units.get("matrix_unit:mxu", 0) > 0, units
-    assert any("i8" in str(t) for k in kernels for _, t in k.artifact.inputs) or kernels
+    planned = [c for k in kernels for c in (k.executable.resources or {}).get("contractions", [])]
+    assert planned and all((c["dtype"], c["unit"]) == ("i8", "mxu") for c in planned), planned
 
 
 def test_the_same_graph_on_cpu_matches_bit_for_bit_where_the_sums_agree() -> None:
