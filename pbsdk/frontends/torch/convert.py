@@ -63,7 +63,7 @@ class Context:
     def __init__(self) -> None:
         self.consts: dict[int, np.ndarray] = {}
         self.transposes: dict[int, Tensor] = {}
-        self.stored: dict[int, Tensor] = {}  # quantize results by value id -> the i8 holding them (quantized.py)
+        self.stored: dict[int, tuple[Tensor, int]] = {}  # quantize results -> their i8 and its offset (quantized.py)
         self.meta: Any = None
         self.target: Any = None  # the node's OpOverload, for converters shared by several overloads
 

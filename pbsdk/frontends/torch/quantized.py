@@ -55,8 +55,8 @@ def _storage(dtype: Any, qmin: int, qmax: int, what: str) -> quant.QuantStorage:
 def _stored(cx: Context, q: Any, st: quant.QuantStorage) -> Tensor:
     """The i8 the graph holds for the quantized operand ``q`` (torch's values, carried as f64)."""
     held = cx.stored.get(q.value.id)
-    if held is not None:  # our own quantize's result: its i8 directly
-        return held
+    if held is not None and held[1] == st.offset:  # our own quantize's result: its i8 directly
+        return held[0]
     if st.offset == 0:
         return q if q.dtype == "i8" else ops.astype(q, "i8")  # integers carried as f64: exact
     return ops.astype(ops.sub(q, float(st.offset)), "i8")
@@ -68,7 +68,7 @@ def _as_torch(cx: Context, q8: Tensor, st: quant.QuantStorage) -> Tensor:
     if st.offset == 0:
         return q8
     value = ops.add(ops.astype(q8, "f64"), float(st.offset))
-    cx.stored[value.value.id] = q8
+    cx.stored[value.value.id] = (q8, st.offset)
     return value
 
 
