@@ -118,3 +118,20 @@ def test_backend_target_from_option_and_environment(monkeypatch: pytest.MonkeyPa
     a = np.array([-1.0, 2.0], np.float32)
     (out,) = Backend.run_node(node, [a])
     np.testing.assert_array_equal(out, [0.0, 2.0])
+
+
+def test_large_initializer_stays_binary() -> None:
+    # a 512x512 f32 weight (1 MiB; ~6 MB as MLIR text) reaches the kernel as a binary constant operand
+    # bound by the loader, as a frozen torch weight does; the payload holds code, not the weight
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 512)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 512])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 512])
+    proto = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], [("w", w)])
+    model = pbsdk.onnx.load(proto.SerializeToString())
+    (kernel,) = model.kernels
+    (constant,) = kernel.artifact.constants
+    np.testing.assert_array_equal(np.asarray(constant).reshape(w.shape), w)
+    assert len(kernel.artifact.payload) < w.nbytes
+    xv = rng.standard_normal((4, 512)).astype(np.float32)
+    assert_close(model(xv), xv @ w, op="onnx MatMul", tol=Tolerance(atol=1e-4, rtol=1e-4))
