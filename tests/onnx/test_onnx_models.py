@@ -2,9 +2,11 @@
 exported with ``torch.onnx.export`` (`pbsdk.onnx.export`) compile with no unsupported op and no fallback, in
 one kernel, and match onnxruntime (the reference, CPU provider).
 
-Default run: the small BERT config on cpu (23 s with the export, at load 6-8). ``--runslow``: the other
+Default run: the small BERT config on cpu (10 s with the export, at load 4). ``--runslow``: the other
 small configs (ResNet, ViT, GPT-2, Llama with GQA + RoPE) on cpu, and the small BERT on template (its
-compile for the template target took 130 s of CPU time, 290 s under load 5-8). ``--runrealmodels``: the
+compile for the template target took 130 s of CPU time, 290-340 s under load 5-9; the 2-layer BERT of
+hidden 128 exported before with its all-ones mask inside the graph, folded at import, took 14 s: the
+attention mask as a run-time input is the likely difference). ``--runrealmodels``: the
 seven full-size models (resnet18, resnet50, mobilenet_v3_small, vit_b_16 at 224x224; BERT-base, GPT-2
 12 layers, the 4-layer Llama-style model at 128 tokens) on cpu; each takes 0.5-3 minutes to export,
 compile and run on 2 shared cores.
