@@ -1,10 +1,18 @@
-"""Small real models exported to ONNX with ``torch.onnx.export`` (random weights; nothing downloaded), for
-the import tests and benchmarks/onnx_models.py: resnet18 (torchvision) at 64x64, 2-layer GPT-2 and BERT
-(transformers configs). Uses the TorchScript exporter (``dynamo=False``): the dynamo exporter needs
-onnxscript, which the project does not install. transformers 4.57 builds attention masks with
-``torch.vmap``, which that exporter cannot trace (``RuntimeError: unordered_map::at``); during the export
-the mask is built by broadcasting the index vectors with plain indexing instead (`_broadcast_masks`), which gives the same mask
-for the causal and padding mask functions these models use."""
+"""The real models of `pbsdk.testing.real_models` (torchvision and transformers definitions, random weights,
+nothing downloaded) exported to ONNX with ``torch.onnx.export``, for the import tests and
+benchmarks/onnx_models.py.
+
+The exporter: torch 2.13's default (``dynamo=True``) needs onnxscript, which the project does not install,
+so this uses the TorchScript exporter (``dynamo=False``), opset 17, static shapes. Two transformers 4.57
+paths do not trace with it, and are replaced during the export only (`_exportable_masks`):
+
+- attention masks are built with ``torch.vmap`` (``RuntimeError: unordered_map::at``): the mask function
+  is called on broadcast (b, h, q, kv) index vectors instead, which gives the same mask for the causal and
+  padding mask functions these models use;
+- without an attention mask (GPT-2, Llama) transformers looks for packed sequences in the position ids
+  with ``aten::diff``, which does not export: the position ids of these calls are ``arange(seq)``, one
+  sequence, so the search is skipped (it would find none).
+"""
 
 from __future__ import annotations
 
@@ -18,45 +26,37 @@ import numpy as np
 
 from pbsdk.core.errors import PbsdkError
 
-#: name -> (builder of (module, example inputs as numpy), input names)
-MODELS = ("resnet18", "gpt2", "bert")
+
+def input_names(name: str) -> tuple[str, ...]:
+    """The ONNX input names of model ``name`` (of `pbsdk.testing.real_models.MODELS`)."""
+    from pbsdk.testing.real_models import MODELS
+
+    family = _model(name, MODELS).family
+    return {"cnn": ("x",), "vit": ("x",), "bert": ("input_ids", "attention_mask")}.get(family, ("input_ids",))
 
 
-def build(name: str, *, batch: int = 1, seq: int = 32) -> tuple[Any, dict[str, np.ndarray]]:
-    """The torch module (eval mode, seeded random weights) and numpy inputs by name."""
-    import torch
+def _model(name: str, models: Any) -> Any:
+    if name not in models:
+        raise PbsdkError(f"unknown model {name!r} (known: {', '.join(models)})")
+    return models[name]
 
-    torch.manual_seed(0)
-    rng = np.random.default_rng(0)
-    if name == "resnet18":
-        from pbsdk.testing.torchvision import import_torchvision
 
-        tv = import_torchvision()
-        model = tv.models.resnet18(weights=None, num_classes=100).eval()
-        return model, {"x": rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)}
-    from pbsdk.testing.torchvision import import_torchvision
+def build(name: str, *, batch: int = 1) -> tuple[Any, dict[str, np.ndarray]]:
+    """The torch module (eval mode, seeded random weights) and its example inputs as numpy, by ONNX input name."""
+    from pbsdk.testing.real_models import MODELS
 
-    import_torchvision()  # transformers imports torchvision when it is installed
-    import transformers
+    model, inputs = _model(name, MODELS).build(batch)
+    return model, {n: t.numpy() for n, t in zip(input_names(name), inputs)}
 
-    cfg: Any
-    if name == "gpt2":
-        cfg = transformers.GPT2Config(n_layer=2, n_head=4, n_embd=128, vocab_size=1000, n_positions=128)
-        model = transformers.GPT2Model(cfg).eval()
-    elif name == "bert":
-        cfg = transformers.BertConfig(num_hidden_layers=2, num_attention_heads=4, hidden_size=128,
-                                      intermediate_size=512, vocab_size=1000, max_position_embeddings=128)
-        model = transformers.BertModel(cfg, add_pooling_layer=False).eval()
-    else:
-        raise PbsdkError(f"unknown model {name!r} (known: {', '.join(MODELS)})")
-    model.config.use_cache = False
-    model.config.return_dict = False
-    return model, {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64)}
+
+def inputs_of(name: str, *, batch: int = 1) -> dict[str, np.ndarray]:
+    """The example inputs of ``name`` (the factory's seeded ones) by ONNX input name."""
+    return build(name, batch=batch)[1]
 
 
 @contextlib.contextmanager
-def _broadcast_masks() -> Iterator[None]:
-    """transformers' ``_vmap_for_bhqkv`` replaced by broadcasting (b, h, q, kv) index vectors."""
+def _exportable_masks() -> Iterator[None]:
+    """transformers' vmap mask builder replaced by broadcasting, and the packed-sequence search skipped."""
     try:
         from transformers import masking_utils
     except ImportError:
@@ -72,46 +72,49 @@ def _broadcast_masks() -> Iterator[None]:
             return out.expand(b.shape[0], h.shape[0], q.shape[0], kv.shape[0])
         return fn
 
-    names = ("_vmap_for_bhqkv", "TransformGetItemToIndex")
-    real = [getattr(masking_utils, n) for n in names]
+    def no_packed_sequences(position_ids: Any) -> None:
+        return None
+
     # plain tensor indexing: the index transform exists for vmap, and the exporter cannot trace it either
-    for n, v in zip(names, (broadcast, contextlib.nullcontext)):
+    replacements = {"_vmap_for_bhqkv": broadcast, "TransformGetItemToIndex": contextlib.nullcontext,
+                    "find_packed_sequence_indices": no_packed_sequences}
+    real = {n: getattr(masking_utils, n) for n in replacements}
+    for n, v in replacements.items():
         setattr(masking_utils, n, v)
     try:
         yield
     finally:
-        for n, v in zip(names, real):
+        for n, v in real.items():
             setattr(masking_utils, n, v)
 
 
-def export(name: str, *, batch: int = 1, seq: int = 32, opset: int = 17) -> bytes:
-    """The serialized ONNX model of ``build(name)``, static shapes."""
+@contextlib.contextmanager
+def _mha_fastpath_off(torch: Any) -> Iterator[None]:
+    """``nn.MultiheadAttention`` (torchvision's ViT) without its inference fast path, whose fused
+    ``aten::_native_multi_head_attention`` has no ONNX export: the module's own matmuls and softmax instead."""
+    was = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(was)
+
+
+def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17) -> bytes:
+    """The serialized ONNX model of ``module`` called on ``inputs`` (positionally, named as given), static
+    shapes, one output named ``out``. Initializers are stored as binary tensors in the protobuf."""
     import torch
 
-    model, inputs = build(name, batch=batch, seq=seq)
     args = tuple(torch.from_numpy(v) for v in inputs.values())
-    fn: Any = model
-    if name != "resnet18":
-        class First(torch.nn.Module):  # the last hidden state alone
-            def __init__(self) -> None:
-                super().__init__()
-                self.inner = model
-
-            def forward(self, ids: Any) -> Any:
-                # an explicit all-ones mask: without one, transformers looks for packed sequences in the
-                # position ids with aten::diff, which the exporter cannot export
-                return self.inner(input_ids=ids, attention_mask=torch.ones_like(ids))[0]
-        fn = First().eval()
     buf: Any = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad(), _broadcast_masks():
+    with warnings.catch_warnings(), torch.no_grad(), _exportable_masks(), _mha_fastpath_off(torch):
         warnings.simplefilter("ignore")
-        torch.onnx.export(fn, args, buf, input_names=list(inputs), output_names=["out"], opset_version=opset,
+        torch.onnx.export(module, args, buf, input_names=list(inputs), output_names=["out"], opset_version=opset,
                           dynamo=False)
     return buf.getvalue()
 
 
-def inputs_of(name: str, *, batch: int = 1, seq: int = 32) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(1)
-    if name == "resnet18":
-        return {"x": rng.standard_normal((batch, 3, 64, 64)).astype(np.float32)}
-    return {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64)}
+def export(name: str, *, batch: int = 1, opset: int = 17) -> bytes:
+    """The serialized ONNX model of real model ``name`` (`pbsdk.testing.real_models.MODELS`)."""
+    model, inputs = build(name, batch=batch)
+    return export_module(model, inputs, opset=opset)

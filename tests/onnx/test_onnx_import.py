@@ -15,7 +15,7 @@ ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper
 
 import pbsdk.onnx
-from pbsdk.core.errors import ArgumentError, OptionsError, UnsupportedError
+from pbsdk.core.errors import ArgumentError, OptionsError, PbsdkError, UnsupportedError
 from pbsdk.testing import Tolerance, assert_close
 
 F32 = Tolerance(atol=1e-5, rtol=1e-5)
@@ -118,3 +118,48 @@ def test_backend_target_from_option_and_environment(monkeypatch: pytest.MonkeyPa
     a = np.array([-1.0, 2.0], np.float32)
     (out,) = Backend.run_node(node, [a])
     np.testing.assert_array_equal(out, [0.0, 2.0])
+
+
+def test_large_initializer_stays_binary() -> None:
+    # a 512x512 f32 weight (1 MiB; ~6 MB as MLIR text) reaches the kernel as a binary constant operand
+    # bound by the loader, as a frozen torch weight does; the payload holds code, not the weight
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((512, 512)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 512])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 512])
+    proto = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [x], [y], [("w", w)])
+    model = pbsdk.onnx.load(proto.SerializeToString())
+    (kernel,) = model.kernels
+    (constant,) = kernel.artifact.constants
+    np.testing.assert_array_equal(np.asarray(constant).reshape(w.shape), w)
+    assert len(kernel.artifact.payload) < w.nbytes
+    xv = rng.standard_normal((4, 512)).astype(np.float32)
+    assert_close(model(xv), xv @ w, op="onnx MatMul", tol=Tolerance(atol=1e-4, rtol=1e-4))
+
+
+def _matmul_64(w: np.ndarray, *, listed_as_input: bool = False):  # type: ignore[no-untyped-def]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])
+    inputs = [x, helper.make_tensor_value_info("w", TensorProto.FLOAT, [64, 64])] if listed_as_input else [x]
+    return _model([helper.make_node("MatMul", ["x", "w"], ["y"])], inputs, [y], [("w", w)])
+
+
+@pytest.mark.parametrize("listed_as_input", [False, True])
+def test_large_initializers_are_lifted_without_changing_the_callers_model(listed_as_input: bool) -> None:
+    # a 64x64 weight (4096 values > LIFT_ABOVE) is checked and shape-inferred as an input, not as data;
+    # also when the model lists it among the graph inputs (as IR version < 4 requires)
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    proto = _matmul_64(w, listed_as_input=listed_as_input)
+    before = proto.SerializeToString()
+    model = pbsdk.onnx.load(proto)
+    assert proto.SerializeToString() == before
+    assert model.input_names == ["x"]
+    x = np.random.default_rng(1).standard_normal((2, 64)).astype(np.float32)
+    assert_close(model(x), x @ w, op="onnx MatMul", tol=F32.scaled(10))
+
+
+def test_malformed_large_initializer_is_a_typed_error() -> None:
+    proto = _matmul_64(np.zeros((64, 64), np.float32))
+    proto.graph.initializer[0].raw_data = np.zeros(10, np.float32).tobytes()  # 10 values for 64x64
+    with pytest.raises(PbsdkError, match="initializer 'w'"):
+        pbsdk.onnx.load(proto)
