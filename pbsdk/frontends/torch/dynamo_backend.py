@@ -519,6 +519,10 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
                 traced = make_fx(gm, decomposition_table=table, tracing_mode="real")(*fakes)  # type: ignore[arg-type]
             aten = make_fx(functionalize(traced, remove="mutations"), decomposition_table=table,  # type: ignore[arg-type]
                            tracing_mode="real")(*fakes)
+    # Decompositions leave dead nodes behind (native_batch_norm's decomposition allocates its unused
+    # saved-statistics outputs with integer-typed ``empty``s); they must not make the support check fail.
+    aten.graph.eliminate_dead_code()
+    aten.recompile()
     calls = [n for n in aten.graph.nodes if n.op == "call_function"]
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
         return None
