@@ -65,11 +65,11 @@ def _timed(name: str, fn: Any) -> Any:
 def _instrument() -> None:
     import llvmlite.binding as llvm
 
-    import pbsdk.core.compiler as compiler
-    import pbsdk.core.runtime.cache as cache
     import pbsdk.frontends.torch.dynamo_backend as db
-    import pbsdk.targets.cpu as cpu
+    from pbsdk.core import compiler
     from pbsdk.core.pipeline import Pipeline
+    from pbsdk.core.runtime import cache
+    from pbsdk.targets import cpu
 
     for name in ("compile_inference", "compile_static"):
         setattr(db, name, _timed("aten_trace", getattr(db, name)))
@@ -157,8 +157,8 @@ _ORDER = ("dynamo", "aten_trace", "convert", "emit", "cache_key", "cache_get", "
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = ["| model | process | load | first call s | Dynamo + rest of torch.compile | ATen trace | pbsdk | "
-           "pbsdk's parts (s) |", "|---|---|---|---|---|---|---|---|"]
+    out = [("| model | process | load | first call s | Dynamo + rest of torch.compile | ATen trace | pbsdk | "
+           "pbsdk's parts (s) |"), "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for kind in ("cold", "cached"):
             r = row[kind]
