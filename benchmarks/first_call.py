@@ -14,13 +14,18 @@ with timers (in this benchmark process only, nothing in pbsdk is changed):
 - ``cache_key``       the weights' sha256 digests and the key (`constant_digests`, `cache_key`);
 - ``cache_get``       the cache lookup (a hit maps the entry);
 - ``stage:NAME``      each MLIR pipeline stage (only on a miss);
-- ``llvm_parse``, ``llvm_opt``, ``llvm_codegen``  the JIT of the LLVM IR: parsing, the O3 pipeline,
-                      the back end (``finalize_object``; on a hit, linking the cached object only);
+- ``llvm_parse``, ``llvm_opt``, ``llvm_codegen``  the JIT of the LLVM IR in this process: parsing, the O3
+                      pipeline, the back end (``finalize_object`` / ``emit_object``; on a hit, linking
+                      the cached objects only);
+- ``jit_rest``        the rest of loading: here mostly waiting for the JIT's worker processes, which
+                      compile the other parts of a large kernel (their CPU time is reported apart);
 - ``object_get``      reading the cached object file;
 - ``bind``            binding the weights' addresses to the entry (`EntryCall`);
 - ``run``             the compiled kernels' own first run.
 
-``pbsdk`` is the sum of the pbsdk parts (everything but ``dynamo`` and ``aten_trace``).
+``pbsdk`` is the sum of the pbsdk parts (everything but ``dynamo``, ``aten_trace`` and ``run``). The CPU
+seconds of the process and of the JIT's worker processes over the first call are reported too: on a
+shared machine they say what the wall time would be on idle cores.
 
     PYTHONPATH=. .venv/bin/python benchmarks/first_call.py --models resnet50 [--json FILE] [--profile DIR]
 """
@@ -105,6 +110,14 @@ def _instrument() -> None:
         db._single_partition_call = single
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU seconds (user + system) of this process, and of its finished children (the JIT's workers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
 def child(name: str, profile: str | None) -> dict[str, Any]:
     start = time.perf_counter()
     import torch
@@ -121,6 +134,7 @@ def child(name: str, profile: str | None) -> dict[str, Any]:
         profiler = cProfile.Profile()
     with torch.no_grad():
         fn = torch.compile(model, backend="pbsdk")
+        cpu_start = _cpu_seconds()
         start = time.perf_counter()
         if profiler is not None:
             profiler.enable()
@@ -128,6 +142,7 @@ def child(name: str, profile: str | None) -> dict[str, Any]:
         if profiler is not None:
             profiler.disable()
         first = time.perf_counter() - start
+        cpu_self, cpu_children = (b - a for a, b in zip(cpu_start, _cpu_seconds()))
     if profiler is not None and profile:
         profiler.dump_stats(profile)
     parts = dict(_seconds)
@@ -135,7 +150,7 @@ def child(name: str, profile: str | None) -> dict[str, Any]:
     partition = parts.pop("partition", 0.0)
     pbsdk_s = sum(v for k, v in parts.items() if k != "run") + partition
     reports = pt.reports()
-    return {"first_s": first, "import_s": imported, "dynamo": first - backend - pbsdk_s - parts.get("run", 0.0),
+    return {"first_s": first, "cpu_s": cpu_self, "workers_cpu_s": cpu_children, "import_s": imported, "dynamo": first - backend - pbsdk_s - parts.get("run", 0.0),
             "aten_trace": backend, "partition_own": partition, "pbsdk_s": pbsdk_s, "parts": parts,
             "counts": dict(_counts), "report_s": sum(r.seconds for r in reports),
             "partitions": sum(r.partitions for r in reports), "graphs": len(reports),
@@ -157,15 +172,16 @@ _ORDER = ("dynamo", "aten_trace", "convert", "emit", "cache_key", "cache_get", "
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    out = [("| model | process | load | first call s | Dynamo + rest of torch.compile | ATen trace | pbsdk | "
-           "pbsdk's parts (s) |"), "|---|---|---|---|---|---|---|---|"]
+    out = [("| model | process | load | first call s (CPU s: process + JIT workers) | Dynamo + rest of torch.compile "
+            "| ATen trace | pbsdk | pbsdk's parts (s) |"), "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         for kind in ("cold", "cached"):
             r = row[kind]
             parts = dict(r["parts"], partition_own=r["partition_own"])
             keys = sorted(parts, key=lambda k: next(i for i, p in enumerate(_ORDER) if k.startswith(p)))
             detail = ", ".join(f"{k} {parts[k]:.2f}" for k in keys if abs(parts[k]) >= 0.005 and k != "run")
-            out.append(f"| {row['model']} | {kind} | {r['load']:.1f} | {r['first_s']:.1f} | {r['dynamo']:.1f} | "
+            out.append(f"| {row['model']} | {kind} | {r['load']:.1f} | {r['first_s']:.1f} ({r['cpu_s']:.1f} + "
+                       f"{r['workers_cpu_s']:.1f}) | {r['dynamo']:.1f} | "
                        f"{r['aten_trace']:.1f} | {r['pbsdk_s']:.2f} | {detail}; run {parts.get('run', 0):.2f} |")
     return "\n".join(out)
 
@@ -175,15 +191,17 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["resnet50"])
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--profile", help="also write each process's cProfile stats into this directory")
+    parser.add_argument("--root", help="the pbsdk checkout to measure (default: this one), e.g. a worktree of an "
+                        "older commit, for a before/after comparison")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], args.child[1] if args.child[1] != "-" else None)))
         return
-    root = str(Path(__file__).resolve().parent.parent)
+    root = str(Path(args.root).resolve() if args.root else Path(__file__).resolve().parent.parent)
     rows = []
     for name in args.models:
-        row: dict[str, Any] = {"model": name, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        row: dict[str, Any] = {"model": name, "root": root, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         with tempfile.TemporaryDirectory(prefix="pbsdk-first-") as tmp:
             env = dict(os.environ, PBSDK_CACHE_DIR=os.path.join(tmp, "pbsdk"),
                        TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))

@@ -332,6 +332,15 @@ def lower_partition(sub: torch.fx.GraphModule,
     return graph, inputs
 
 
+def _supported(node: torch.fx.Node) -> tuple[bool, str]:
+    """`node_supported`, remembered in the node's meta: the direct path asks before partitioning and
+    `compile_aten` asks again for the same nodes (each answer converts the node on fresh inputs)."""
+    known = node.meta.get("pbsdk_supported")
+    if known is None:
+        known = node.meta["pbsdk_supported"] = node_supported(node)
+    return known  # type: ignore[no-any-return]
+
+
 class _Support(OperatorSupportBase):
     def __init__(self, supported: set[torch.fx.Node]) -> None:
         self.supported = supported
@@ -374,7 +383,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     for node in calls:
         if node in excluded:
             continue
-        ok, why = node_supported(node)
+        ok, why = _supported(node)
         if ok:
             supported.add(node)
         elif op_name(node.target) != "getitem":
@@ -527,7 +536,7 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
         return None
     # An op pbsdk does not convert here might convert after AOTAutograd's rewrites: let it try.
-    if any(not node_supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
+    if any(not _supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
         return None
     placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):
