@@ -10,6 +10,7 @@ runtime library is needed at run time.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from pbsdk.targets.cpu.llvm_worker import compile_object, optimize, target_machi
 from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
+
+_log = logging.getLogger("pbsdk.cpu")
 
 
 def _check_llvm_only(module: Any) -> None:
@@ -269,14 +272,21 @@ def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_
             else ()
         if found is not None and len(plan) > 1:
             _check_externals([n for n in split_llvm.external_functions(found) if not n.startswith("llvm.")])
-            objects = _compile_parts([split_llvm.part_texts(texts, found, p, first=i == 0) for i, p in enumerate(plan)],
-                                     spec, tm, jobs)
-            engine, address, addresses = _link_objects(objects, tm, entry, globals_)
-            if not address:
-                raise CompileError(f"entry symbol '{entry}' not found after JIT", stage="jit")
-            if cache is not None:
-                cache.put_object(key, _pack_objects(objects))
-            return engine, address, addresses
+            try:
+                objects = _compile_parts([split_llvm.part_texts(texts, found, p, first=i == 0)
+                                          for i, p in enumerate(plan)], spec, tm, jobs)
+            except CompileError as exc:
+                # A part LLVM rejects: the split's fault or the module's. Compiled whole below, which
+                # names the module's own error.
+                _log.warning("pbsdk: compiling %s in %d parts failed (%s); compiling it as one module", entry,
+                             len(plan), exc)
+            else:
+                engine, address, addresses = _link_objects(objects, tm, entry, globals_)
+                if not address:
+                    raise CompileError(f"entry symbol '{entry}' not found after JIT", stage="jit")
+                if cache is not None:
+                    cache.put_object(key, _pack_objects(objects))
+                return engine, address, addresses
     mod = parse_llvm_ir(texts[0])
     for text in texts[1:]:
         mod.link_in(parse_llvm_ir(text, "the parallel glue"))

@@ -129,6 +129,8 @@ def scan(texts: Sequence[str]) -> ModuleScan | None:
                 globals_.append(Global(var.group(1), index, line, shareable))
             elif line.startswith(("$", "module asm", "uselistorder")):
                 return None  # comdats, inline assembly, use-list orders: not worth splitting around
+            elif "@" in line and not line.startswith(("declare ", ";")):
+                return None  # metadata or another top-level line naming a symbol: every part would keep it
             else:
                 others.append(line)
             pos = eol + 1
