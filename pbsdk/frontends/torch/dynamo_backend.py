@@ -509,9 +509,19 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
         return None
     # AOTAutograd's functionalization rewrites batch norm's (here unused) running-stat updates away;
-    # without it native_batch_norm needs its decomposition.
+    # without it native_batch_norm needs a decomposition: in eval mode its functional inference overload
+    # (one node, converted as one op), else torch's decomposition into elementwise ops.
     table = dict(core_aten_decompositions())
-    table.update(get_decompositions([torch.ops.aten.native_batch_norm]))
+    decomposed = get_decompositions([torch.ops.aten.native_batch_norm])[torch.ops.aten.native_batch_norm.default]
+
+    def batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
+                   momentum: float, eps: float) -> Any:
+        if training or running_mean is None or running_var is None:
+            return decomposed(x, weight, bias, running_mean, running_var, training, momentum, eps)
+        return torch.ops.aten._native_batch_norm_legit_no_training.default(x, weight, bias, running_mean,
+                                                                          running_var, momentum, eps)
+
+    table[torch.ops.aten.native_batch_norm.default] = batch_norm
     # Traced on fake copies in a fresh, static-shape fake mode: nothing runs, so nothing the graph would
     # mutate (an input, a running statistic) is touched at compile time.
     from torch._subclasses.fake_tensor import FakeTensorMode
