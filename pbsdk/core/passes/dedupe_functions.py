@@ -44,7 +44,7 @@ def _merge_once(module: ir.Module) -> bool:
         if "sym_visibility" not in op.attributes or ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
-        text = op.get_asm(assume_verified=True).replace(f"@{name}(", "@(", 1)
+        text = op.get_asm(assume_verified=True, use_local_scope=True).replace(f"@{name}(", "@(", 1)
         groups.setdefault(text, []).append((name, op))
     merged = False
     for same in groups.values():

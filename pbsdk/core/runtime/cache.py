@@ -28,8 +28,10 @@ wins; the entries are identical). An entry whose header, checksum or body does n
 a warning naming the file, deleted and rebuilt.
 
 The host JITs (cpu, template) keep the machine code they generate next to the entries, one file
-``<hash of the LLVM IR and the machine>.pbsdk-object`` (sha256 of the object, then its bytes), so a hit
-maps code instead of running LLVM's optimiser and back end again (`CompileCache.get_object`).
+``<hash of the LLVM IR and the machine>.pbsdk-object`` (sha256 of the contents, then the contents: the
+object file, or for a kernel the cpu JIT compiled in parts, all the parts' object files in one
+container), so a hit maps code instead of running LLVM's optimiser and back end again
+(`CompileCache.get_object`).
 
 Configuration: ``PBSDK_CACHE_DIR`` (default ``~/.cache/pbsdk``); ``PBSDK_CACHE=0`` or
 ``PBSDK_DISABLE_CACHE=1`` turn the cache off, as does ``options={"cache": False}`` for one compilation.

@@ -332,6 +332,15 @@ def lower_partition(sub: torch.fx.GraphModule,
     return graph, inputs
 
 
+def _supported(node: torch.fx.Node) -> tuple[bool, str]:
+    """`node_supported`, remembered in the node's meta: the direct path asks before partitioning and
+    `compile_aten` asks again for the same nodes (each answer converts the node on fresh inputs)."""
+    known = node.meta.get("pbsdk_supported")
+    if known is None:
+        known = node.meta["pbsdk_supported"] = node_supported(node)
+    return known  # type: ignore[no-any-return]
+
+
 class _Support(OperatorSupportBase):
     def __init__(self, supported: set[torch.fx.Node]) -> None:
         self.supported = supported
@@ -374,7 +383,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     for node in calls:
         if node in excluded:
             continue
-        ok, why = node_supported(node)
+        ok, why = _supported(node)
         if ok:
             supported.add(node)
         elif op_name(node.target) != "getitem":
@@ -500,9 +509,19 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if any(not isinstance(x, torch.Tensor) for x in example_inputs):
         return None
     # AOTAutograd's functionalization rewrites batch norm's (here unused) running-stat updates away;
-    # without it native_batch_norm needs its decomposition.
+    # without it native_batch_norm needs a decomposition: in eval mode its functional inference overload
+    # (one node, converted as one op), else torch's decomposition into elementwise ops.
     table = dict(core_aten_decompositions())
-    table.update(get_decompositions([torch.ops.aten.native_batch_norm]))
+    decomposed = get_decompositions([torch.ops.aten.native_batch_norm])[torch.ops.aten.native_batch_norm.default]
+
+    def batch_norm(x: Any, weight: Any, bias: Any, running_mean: Any, running_var: Any, training: bool,
+                   momentum: float, eps: float) -> Any:
+        if training or running_mean is None or running_var is None:
+            return decomposed(x, weight, bias, running_mean, running_var, training, momentum, eps)
+        return torch.ops.aten._native_batch_norm_legit_no_training.default(x, weight, bias, running_mean,
+                                                                          running_var, momentum, eps)
+
+    table[torch.ops.aten.native_batch_norm.default] = batch_norm
     # Traced on fake copies in a fresh, static-shape fake mode: nothing runs, so nothing the graph would
     # mutate (an input, a running statistic) is touched at compile time.
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -519,11 +538,15 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
                 traced = make_fx(gm, decomposition_table=table, tracing_mode="real")(*fakes)  # type: ignore[arg-type]
             aten = make_fx(functionalize(traced, remove="mutations"), decomposition_table=table,  # type: ignore[arg-type]
                            tracing_mode="real")(*fakes)
+    # Decompositions leave dead nodes behind (native_batch_norm's decomposition allocates its unused
+    # saved-statistics outputs with integer-typed ``empty``s); they must not make the support check fail.
+    aten.graph.eliminate_dead_code()
+    aten.recompile()
     calls = [n for n in aten.graph.nodes if n.op == "call_function"]
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
         return None
     # An op pbsdk does not convert here might convert after AOTAutograd's rewrites: let it try.
-    if any(not node_supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
+    if any(not _supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
         return None
     placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):

@@ -10,6 +10,7 @@ runtime library is needed at run time.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 from collections.abc import Sequence
@@ -26,10 +27,14 @@ from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
+from pbsdk.targets.cpu.llvm_worker import compile_object, optimize, target_machine_for
 from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
+
+_log = logging.getLogger("pbsdk.cpu")
 
 
 def _check_llvm_only(module: Any) -> None:
@@ -107,10 +112,7 @@ def converts_bf16(features: str) -> bool:
 def target_machine(spec: ChipSpec | None) -> Any:
     """An llvmlite TargetMachine for the spec's codegen triple/cpu/features (the host's when unset, or
     for None)."""
-    llvm = _llvm()
-    triple, cpu, features = machine(spec)
-    target = llvm.Target.from_triple(triple)
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="default", codemodel="jitdefault")
+    return target_machine_for(_llvm(), *machine(spec))
 
 
 _process = ctypes.CDLL(None)  # what MCJIT's symbol lookup searches: the process and its libraries
@@ -196,11 +198,7 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), 
     if missing:
         raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
                            stage="jit")
-    mod.triple = tm.triple
-    mod.data_layout = str(tm.target_data)
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    optimize(llvm, mod, tm)
     _install_bf16_runtime()
     with _llvm_lock:
         engine = llvm.create_mcjit_compiler(mod, tm)
@@ -214,6 +212,26 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), 
     return engine, address, addresses
 
 
+def jit_jobs() -> int:
+    """How many processes compile a large kernel's LLVM IR at once (`split_llvm`): ``PBSDK_JIT_JOBS``, else
+    the cores this process may run on. 1 compiles every kernel as one module in this process."""
+    value = os.environ.get("PBSDK_JIT_JOBS", "").strip()
+    if value:
+        try:
+            return max(1, int(value))
+        except ValueError:
+            raise TargetError(f"PBSDK_JIT_JOBS must be a positive integer, got {value!r}") from None
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+#: Parts per job: more parts than processes, taken from one queue, even out parts of unequal cost
+#: (ResNet-50's matmul kernels cost ≈3x their share of the text, its entry function ≈0.3x).
+PARTS_PER_JOB = 4
+
+
 def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_: Sequence[str] = (), *,
                use_cache: bool = True) -> tuple[Any, int, list[int]]:
     """`jit_in_process` of the LLVM IR ``texts`` (linked into the first) for ``spec``'s machine, through
@@ -221,39 +239,179 @@ def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_
     of identical IR for the same machine is optimised and generated once, and a later load maps it
     (which makes a cache hit of a large model cheap: the LLVM back end is most of a cold compile).
     ``use_cache``: False where the compilation was not to use the cache (the artifact's
-    ``object_cache``)."""
+    ``object_cache``).
+
+    A large kernel (at least `split_llvm.SPLIT_MIN_BYTES` of IR) on more than one `jit_jobs` is cut into
+    `PARTS_PER_JOB` parts per job, compiled by worker processes and this one at once, and linked from
+    the object files; the cache then holds all of them under one key."""
     import hashlib
 
     import llvmlite
 
     from pbsdk.core.runtime.cache import get_cache
 
-    llvm = _llvm()
     tm = target_machine(spec)
-    h = hashlib.sha256(repr((machine(spec), llvmlite.__version__, entry, list(globals_))).encode())
+    jobs = jit_jobs()
+    parts = jobs * PARTS_PER_JOB if jobs > 1 and sum(len(t) for t in texts) >= split_llvm.SPLIT_MIN_BYTES else 1
+    what: tuple[Any, ...] = (machine(spec), llvmlite.__version__, entry, list(globals_))
+    h = hashlib.sha256(repr(what if parts == 1 else (*what, "parts", parts)).encode())
     for text in texts:
         h.update(b"\0" + hashlib.sha256(text.encode()).digest())
     key = h.hexdigest()
     cache = get_cache() if use_cache else None
     obj = cache.get_object(key) if cache is not None else None
     if obj is not None:
-        _install_bf16_runtime()
-        with _llvm_lock:
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
-            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
-            engine.finalize_object()
-            address = engine.get_function_address(entry)
-            addresses = [engine.get_global_value_address(g) for g in globals_]
-        if address:
-            return engine, address, addresses
+        objects = [obj] if parts == 1 else _unpack_objects(obj)
+        if objects is not None:
+            got = _link_objects(objects, tm, entry, globals_)
+            if got[1]:
+                return got
+    if parts > 1:
+        found = split_llvm.scan(texts)
+        plan = split_llvm.plan_parts(found, parts) if found is not None and found.size >= split_llvm.SPLIT_MIN_BYTES \
+            else ()
+        if found is not None and len(plan) > 1:
+            _check_externals([n for n in split_llvm.external_functions(found) if not n.startswith("llvm.")])
+            try:
+                objects = _compile_parts([split_llvm.part_texts(texts, found, p, first=i == 0)
+                                          for i, p in enumerate(plan)], spec, tm, jobs)
+            except CompileError as exc:
+                # A part LLVM rejects: the split's fault or the module's. Compiled whole below, which
+                # names the module's own error.
+                _log.warning("pbsdk: compiling %s in %d parts failed (%s); compiling it as one module", entry,
+                             len(plan), exc)
+            else:
+                engine, address, addresses = _link_objects(objects, tm, entry, globals_)
+                if not address:
+                    raise CompileError(f"entry symbol '{entry}' not found after JIT", stage="jit")
+                if cache is not None:
+                    cache.put_object(key, _pack_objects(objects))
+                return engine, address, addresses
     mod = parse_llvm_ir(texts[0])
     for text in texts[1:]:
         mod.link_in(parse_llvm_ir(text, "the parallel glue"))
     made: list[bytes] = []
     engine, address, addresses = jit_in_process(mod, tm, entry, globals_, object_sink=made.append)
     if cache is not None and made:
-        cache.put_object(key, made[0])
+        cache.put_object(key, made[0] if parts == 1 else _pack_objects(made[:1]))
     return engine, address, addresses
+
+
+def _check_externals(names: Sequence[str]) -> None:
+    missing = [n for n in names if not _resolvable(n)]
+    if missing:
+        raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
+                           stage="jit")
+
+
+def _link_objects(objects: Sequence[bytes], tm: Any, entry: str,
+                  globals_: Sequence[str]) -> tuple[Any, int, list[int]]:
+    """An MCJIT engine holding ``objects`` (their calls to one another resolved), the address of ``entry``
+    (0 if absent) and of ``globals_``."""
+    llvm = _llvm()
+    _install_bf16_runtime()
+    with _llvm_lock:
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+        for obj in objects:
+            engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        address = engine.get_function_address(entry)
+        addresses = [engine.get_global_value_address(g) for g in globals_]
+    return engine, address, addresses
+
+
+_OBJECTS_MAGIC = b"PBSDKOBJS1"
+
+
+def _pack_objects(objects: Sequence[bytes]) -> bytes:
+    """Several object files as one cache entry: a magic, their count and lengths, their bytes."""
+    head = _OBJECTS_MAGIC + len(objects).to_bytes(4, "big") + b"".join(len(o).to_bytes(8, "big") for o in objects)
+    return head + b"".join(objects)
+
+
+def _unpack_objects(blob: bytes) -> list[bytes] | None:
+    """`_pack_objects`' inverse; None if ``blob`` is not such an entry."""
+    if not blob.startswith(_OBJECTS_MAGIC):
+        return None
+    pos = len(_OBJECTS_MAGIC)
+    count = int.from_bytes(blob[pos:pos + 4], "big")
+    lengths = [int.from_bytes(blob[pos + 4 + 8 * i:pos + 12 + 8 * i], "big") for i in range(count)]
+    pos += 4 + 8 * count
+    if pos + sum(lengths) != len(blob):
+        return None
+    out = []
+    for n in lengths:
+        out.append(blob[pos:pos + n])
+        pos += n
+    return out
+
+
+def _compile_parts(parts: Sequence[Sequence[str]], spec: ChipSpec | None, tm: Any, jobs: int) -> list[bytes]:
+    """The object file of each part (its texts linked into one module, optimised at O3 for ``tm``): ``jobs
+    - 1`` worker processes (`llvm_worker`) and this process take parts from one queue, largest first. A
+    part whose worker fails (or cannot start) is compiled here; a part that LLVM rejects here is a
+    `CompileError`."""
+    import json
+    import queue
+    import subprocess
+    import sys
+
+    llvm = _llvm()
+    triple, cpu, features = machine(spec)
+    line = json.dumps({"triple": triple, "cpu": cpu, "features": features}).encode() + b"\n"
+    order: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in sorted(range(len(parts)), key=lambda i: -sum(len(t) for t in parts[i])):
+        order.put(i)
+    objects: list[bytes | None] = [None] * len(parts)
+
+    def take() -> int | None:
+        try:
+            return order.get_nowait()
+        except queue.Empty:
+            return None
+
+    def work() -> None:
+        try:
+            proc = subprocess.Popen([sys.executable, "-I", llvm_worker.__file__], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError:
+            return
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            while (i := take()) is not None:
+                request = line + b"\0".join(t.encode() for t in parts[i])
+                proc.stdin.write(len(request).to_bytes(8, "big") + request)
+                proc.stdin.flush()
+                head = proc.stdout.read(9)
+                if len(head) != 9:
+                    return
+                reply = proc.stdout.read(int.from_bytes(head[1:], "big"))
+                if head[0] == 0:
+                    objects[i] = reply
+        except OSError:
+            return
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            proc.wait()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(jobs - 1)]
+    for t in threads:
+        t.start()
+    while (mine := take()) is not None:
+        objects[mine] = _compile_here(llvm, parts[mine], tm)
+    for t in threads:
+        t.join()
+    return [o if o is not None else _compile_here(llvm, p, tm) for o, p in zip(objects, parts)]
+
+
+def _compile_here(llvm: Any, texts: Sequence[str], tm: Any) -> bytes:
+    try:
+        return compile_object(llvm, texts, tm)
+    except RuntimeError as exc:
+        raise CompileError(f"LLVM rejected a part of the module: {exc}", stage="jit") from exc
 
 
 #: glibc ``mallopt`` parameters (malloc.h).
