@@ -249,7 +249,11 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
             with ir.InsertionPoint(inner.body):
                 chan = inner.induction_variable
                 col = x.add(off, chan)
-                scf.YieldOp(step(x.add(kb, chan), lambda i, col=col: addr_of(i, col), list(inner.inner_iter_args)))
+
+                def addr(i: int, col: ir.Value = col) -> ir.Value:
+                    return addr_of(i, col)
+
+                scf.YieldOp(step(x.add(kb, chan), addr, list(inner.inner_iter_args)))
             scf.YieldOp(list(inner.results))
         return list(outer.results)
 
