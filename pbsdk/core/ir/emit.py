@@ -95,8 +95,9 @@ class _Emitter:
     ``ir.Value`` of its node's result."""
 
     def __init__(self, graph: Graph, module: ir.Module, func_name: str, fused: Sequence[Any] = (),
-                 constants: list[np.ndarray] | None = None) -> None:
+                 constants: list[np.ndarray] | None = None, options: Options | None = None) -> None:
         self.graph = graph
+        self.options = options or Options()
         # Large constants become entry arguments (`constant`) when a list collects their arrays.
         self.constants = constants
         self.constant_values: dict[Any, ir.Value] = {}
@@ -379,38 +380,41 @@ class _Emitter:
     def _conv2d_as_matmul(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
         """An ungrouped conv2d as one contraction: the (padded) input's patches gathered into a column
         matrix (im2col; skipped for 1x1 stride-1 kernels, where the input already is that matrix), times
-        the weights viewed as a matrix. The contraction then gets the planner's packed kernel."""
+        the weights viewed as a matrix. The contraction then gets the planner's packed kernel.
+
+        With the option ``conv_nhwc`` (default) an NCHW convolution that needs patches runs in NHWC: the
+        input is transposed once, the weights to (KH, KW, C, O) (at compile time when they are a constant),
+        and the result back. Its patches are then runs of contiguous channels, which a target can read in
+        place (the cpu target's implicit GEMM) instead of copying, and a batch is one contraction."""
         _, w = node.inputs
         out = node.out
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
         nhwc = node.attrs["layout"] == "NHWC"
         dt = out.dtype
-        pointwise = sh == sw == 1
+        pointwise = not nhwc and sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
         if nhwc:
-            n_, _hp, _wp, c_ = xt.shape
-            kh, kw, _, o = w.shape
-            _, oh, ow, _ = out.shape
-            pointwise = pointwise and kh == kw == 1
-            rows, depth = n_ * oh * ow, kh * kw * c_
-            cols_t = TensorType((rows, depth), dt)
-            if pointwise:
-                cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
+            mm = self._nhwc_conv_matmul(xv, xt, self.value(w), w.shape, out.shape, (sh, sw), (dh, dw), dt)
+            self.values[out.id] = mm
+            return
+        if self.options.conv_nhwc and not pointwise:
+            n_, c_, hp, wp = xt.shape
+            o, _, kh, kw = w.shape
+            _, _, oh, ow = out.shape
+            x_nhwc = TensorType((n_, hp, wp, c_), dt)
+            xv_nhwc = linalg.transpose(xv, outs=[self.empty(x_nhwc)], permutation=[0, 2, 3, 1]).results[0]
+            w_hwco = TensorType((kh, kw, c_, o), dt)
+            wnode = self.producers.get(w.id)
+            if wnode is not None and wnode.op == "const" and w.id not in self.values:
+                array = np.asarray(wnode.attrs["value"]).transpose(2, 3, 1, 0)
+                wv = self.constant(np.ascontiguousarray(array), w_hwco, (w.id, "hwco"))
             else:
-                patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
-                patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
-                    [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
-                    [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
-                cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
-            wmat = self.collapse(self.value(w), w.type, TensorType((depth, o), dt), [[0, 1, 2], [3]])
-            mm_t = TensorType((rows, o), dt)
-            init = self.filled(mm_t, 0.0)
-            mm = linalg.matmul(cols, wmat, outs=[init])
-            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0, 1, 2], [3]])
+                wv = linalg.transpose(self.value(w), outs=[self.empty(w_hwco)], permutation=[2, 3, 1, 0]).results[0]
+            y = self._nhwc_conv_matmul(xv_nhwc, x_nhwc, wv, w_hwco.shape, (n_, oh, ow, o), (sh, sw), (dh, dw), dt)
+            self.values[out.id] = linalg.transpose(y, outs=[self.empty(out.type)], permutation=[0, 3, 1, 2]).results[0]
             return
         n_, c_, _hp, _wp = xt.shape
         o, _, kh, kw = w.shape
         _, _, oh, ow = out.shape
-        pointwise = pointwise and kh == kw == 1
         depth, pixels = c_ * kh * kw, oh * ow
         cols_t = TensorType((n_, depth, pixels), dt)
         if pointwise:
@@ -435,6 +439,31 @@ class _Emitter:
         init = self.filled(mm_t, 0.0)
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
+
+    def _nhwc_conv_matmul(self, xv: ir.Value, xt: TensorType, wv: ir.Value, w_shape: tuple[int, ...],
+                          out_shape: tuple[int, ...], stride: tuple[int, int], dilation: tuple[int, int],
+                          dt: str) -> ir.Value:
+        """The NHWC convolution of the padded input ``xv`` with weights ``wv`` (KH, KW, C, O) as one
+        matmul of its patches (rows: output pixels, columns: taps x channels); the (N, OH, OW, O) result."""
+        (sh, sw), (dh, dw) = stride, dilation
+        n_, _hp, _wp, c_ = xt.shape
+        kh, kw, _, o = w_shape
+        _, oh, ow, _ = out_shape
+        rows, depth = n_ * oh * ow, kh * kw * c_
+        cols_t = TensorType((rows, depth), dt)
+        if sh == sw == 1 and kh == kw == 1:
+            cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
+        else:
+            patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
+            patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
+                [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
+                [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
+            cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
+        wmat = self.collapse(wv, TensorType(tuple(w_shape), dt), TensorType((depth, o), dt), [[0, 1, 2], [3]])
+        mm_t = TensorType((rows, o), dt)
+        init = self.filled(mm_t, 0.0)
+        mm = linalg.matmul(cols, wmat, outs=[init])
+        return self.expand(mm, mm_t, TensorType(tuple(out_shape), dt), [[0, 1, 2], [3]])
 
     def patches(self, xv: ir.Value, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> ir.Value:
         """im2col as one strided slice of the input per kernel tap, inserted into the patch tensor.
@@ -728,7 +757,7 @@ def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     fused = _fused_attention(graph, spec, options, forms)
     with context or ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
-        _Emitter(graph, module, func_name, fused, constants).run()
+        _Emitter(graph, module, func_name, fused, constants, as_options(options)).run()
         try:
             module.operation.verify()
         except ir.MLIRError as exc:
