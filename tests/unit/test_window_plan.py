@@ -77,3 +77,26 @@ def test_window_k_block(channels: int, taps: int, kc: int, expect: int | None) -
 def test_window_k_block_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="positive"):
         window_k_block(0, 9, 256)
+
+
+def _layout(batch: int, c: int, o: int, hw: int, k: int, stride: int = 1):
+    from pbsdk.core.plan.window import nchw_conv_layout
+
+    out = (hw + 2 * (k // 2) - k) // stride + 1
+    return nchw_conv_layout(32, 16, 2, 2, batch=batch, channels=c, out_channels=o, in_pixels=(hw + 2 * (k // 2)) ** 2,
+                            out_pixels=out * out, taps=k * k)
+
+
+def test_nchw_conv_layout_prefers_nhwc_for_resnet_layers() -> None:
+    for batch, c, o, hw in [(1, 64, 64, 56), (8, 64, 64, 56), (1, 256, 256, 14), (16, 16, 16, 16)]:
+        choice = _layout(batch, c, o, hw, 3)
+        assert choice.nhwc and choice.nhwc_cycles <= choice.nchw_cycles, choice.reason
+
+
+def test_nchw_conv_layout_keeps_few_channel_convs_as_given() -> None:
+    """A 3- or 8-channel input cannot be read in place (its patches would be copied in NHWC too), and
+    pixels fill whole vectors in NCHW: as given."""
+    for c, o in [(3, 16), (8, 16), (3, 64)]:
+        choice = _layout(16, c, o, 32, 3)
+        assert not choice.nhwc, choice.reason
+        assert "as given" in choice.reason

@@ -70,7 +70,11 @@ def im2col_geometry(patch_shape: Sequence[int], x_shape: Sequence[int],
     return ConvGeometry(kh, kw, sh, sw, dh, dw, oh, ow)
 
 
-def window_k_block(channels: int, taps: int, kc: int, *, min_run: int = 16) -> int | None:
+#: The shortest channel run a convolution's window is read in place with (see `window_k_block`).
+MIN_CHANNEL_RUN = 16
+
+
+def window_k_block(channels: int, taps: int, kc: int, *, min_run: int = MIN_CHANNEL_RUN) -> int | None:
     """The reduction block of an implicit-GEMM convolution whose reduction runs over ``taps`` kernel
     taps of ``channels`` contiguous input channels each (NHWC: k = (i, j, c)), given the plan's ``kc``.
 
@@ -86,3 +90,47 @@ def window_k_block(channels: int, taps: int, kc: int, *, min_run: int = 16) -> i
     else:
         run = block = max(d for d in range(1, kc + 1) if channels % d == 0)
     return block if run >= min_run else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvLayout:
+    """Whether an NCHW convolution runs in NHWC (transposes around one contraction of output pixels by
+    output channels) or as given (per image, output channels by pixels over copied patches), with the
+    issue-cycle estimates that decided it."""
+
+    nhwc: bool
+    nhwc_cycles: float
+    nchw_cycles: float
+    reason: str
+
+
+def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: int, k: int) -> float:
+    from pbsdk.core.plan.contraction import register_tile
+
+    mr, nv, _ = register_tile(registers, lanes, fma, loads, m, n)
+    per_step = max(mr * nv / fma, (mr + nv) / loads)
+    return float(-(-m // mr) * -(-n // (nv * lanes)) * per_step * k)
+
+
+def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
+                     channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int) -> ConvLayout:
+    """Decide where an NCHW convolution that needs patches runs, from the vector unit's register tile.
+
+    NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
+    place when a tap has at least `MIN_CHANNEL_RUN` channels (else its patches are copied too), plus
+    transposing the input and the output (a pass over each, at ``lanes`` elements a cycle).
+    As given: per image ``out_channels x out_pixels x (taps*channels)`` over a patch matrix that is
+    copied first (one pass over it). The register tile decides most: a contraction with few output
+    channels (under a vector or two) wastes lanes or is bound by loads in NHWC, where NCHW has whole
+    vectors of pixels."""
+    k = taps * channels
+    nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
+    nhwc += batch * (channels * in_pixels + out_channels * out_pixels) / lanes
+    if channels < MIN_CHANNEL_RUN:
+        nhwc += batch * k * out_pixels / lanes
+    nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
+    nchw += batch * k * out_pixels / lanes
+    chosen = nhwc <= nchw
+    reason = (f"NCHW conv {channels}->{out_channels}, {taps} taps, {out_pixels} pixels x {batch}: "
+              f"{'NHWC' if chosen else 'as given'} ({nhwc:.3g} vs {nchw:.3g} issue cycles in NHWC vs as given)")
+    return ConvLayout(chosen, nhwc, nchw, reason)

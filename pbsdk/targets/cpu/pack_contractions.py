@@ -279,9 +279,7 @@ class PackContractions:
                                              window=window)
                 func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
             call.erase()
-            for o in found.ops:  # in order; a view the input's padding copy also reads stays
-                if all(not list(r.uses) for r in o.results):
-                    o.erase()
+            found.erase()
             if not any(ir.FlatSymbolRefAttr(o.attributes["callee"]).value == callee_name
                        for o in ops_named(module, "func.call")):
                 callee.erase()
