@@ -31,6 +31,9 @@ CASES = [
     ("1x1_stride2", (1, 14, 14, 64), (48, 1, 1), 2, 0, 1),
     ("deep_channels", (1, 5, 6, 640), (17, 3, 3), 1, 1, 1),
     ("7x7_stem_like", (1, 20, 20, 16), (32, 7, 7), 2, 3, 1),
+    # 8-pixel rows: every tile wraps, and the last tile's clamped rows once cancelled a wrap's jump in a
+    # first-to-last-base linearity check (a ResNet layer at 64x64 input computed wrong rows).
+    ("wrap_and_clamp", (2, 8, 8, 128), (128, 3, 3), 1, 1, 1),
 ]
 
 

@@ -221,8 +221,8 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
     ``addr(i)``: the flat input index of row ``i``'s A element) and returns the new accumulators.
 
     Rows past this thread's last row read that row's window (valid memory; the results are never stored).
-    When the tile's ``mr`` pixels are consecutive in one image row (they are, unless the tile wraps to the
-    next output row), row ``i`` is row 0 plus a constant, so the loop needs one base address instead of
+    When the tile's ``mr`` pixels lie in one output row (they do, unless the tile wraps to the next output
+    row or runs past the thread's rows), row ``i`` is row 0 plus a constant, so the loop needs one base address instead of
     ``mr``: that case is its own copy of the loop, chosen once per tile."""
     c = x.const
     _, _, wp, ch = w.x_type.shape
@@ -234,7 +234,12 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
     ntaps = x.max(x.divu(kc, c(ch)), c(1))
     run = x.min(kc, c(ch))
     pixel = w.sw * ch
-    linear = arith.cmpi(arith.CmpIPredicate.eq, x.sub(bases[-1], bases[0]), c((mr - 1) * pixel))
+    # One image row holds the whole tile (no wrap, no row past the thread's last): the bases are linear.
+    # (Comparing only the first and last base is not enough: a wrap's jump and the clamp of the rows past
+    # the end can cancel.)
+    in_row = arith.cmpi(arith.CmpIPredicate.ult, x.add(arith.remui(r0, c(w.ow)), c(mr - 1)), c(w.ow))
+    in_part = arith.cmpi(arith.CmpIPredicate.sle, x.add(r0, c(mr - 1)), last_row)
+    linear = arith.andi(in_row, in_part)
 
     def loops(addr_of: Callable[[int, ir.Value], ir.Value]) -> list[ir.Value]:
         outer = scf.ForOp(c(0), ntaps, c(1), init)
