@@ -54,7 +54,7 @@ def _first_call(make: Any, x: torch.Tensor) -> tuple[Any, float, torch.Tensor]:
     return fn, time.perf_counter() - start, y
 
 
-def run(models: list[str], batches: list[int], repeats: int) -> list[dict[str, Any]]:
+def run(models: list[str], batches: list[int], repeats: int, threads: int = 0) -> list[dict[str, Any]]:
     rows = []
     for name in models:
         build, shape = MODELS[name]
@@ -74,7 +74,8 @@ def run(models: list[str], batches: list[int], repeats: int) -> list[dict[str, A
                     row["inductor_compile_s"] = None
                     row["inductor_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                 pbsdk_torch.clear_reports()
-                fn, secs, y = _first_call(lambda m=model: torch.compile(m, backend="pbsdk"), x)
+                opts = {"compile_options": {"threads": threads}} if threads else None
+                fn, secs, y = _first_call(lambda m=model, o=opts: torch.compile(m, backend="pbsdk", options=o), x)
                 contenders["pbsdk"], row["pbsdk_compile_s"] = fn, secs
                 reports = pbsdk_torch.reports()
                 row["pbsdk_fallback_ops"] = sum(len(r.fallback_ops) for r in reports)
@@ -111,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=sorted(MODELS), choices=sorted(MODELS))
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="every contender on N threads (torch.set_num_threads, pbsdk's threads option); "
+                             "0: torch's default and every core of the spec for pbsdk")
     parser.add_argument("--json", help="write the rows as JSON here")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args(argv)
-    rows = run(args.models, args.batches, args.repeats)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = run(args.models, args.batches, args.repeats, args.threads)
     meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.processor()
             or platform.machine(), "python": platform.python_version()}
     if args.json:

@@ -68,6 +68,12 @@ class Options:
     attention_q_vectors: int = dataclasses.field(default=0, metadata={CONVERT: lambda v: _count(v, "q")})
     #: Fuse elementwise epilogues into packed matmuls (cpu).
     fuse_epilogues: bool = True
+    #: Read an NHWC convolution's input in place in its packed kernel instead of copying its patches
+    #: (implicit GEMM; cpu).
+    implicit_conv: bool = True
+    #: Run NCHW convolutions that need patches (not 1x1 stride 1) in NHWC: transposes around one NHWC
+    #: contraction (weights transposed at compile time when constant).
+    conv_nhwc: bool = True
     #: Run row-local chains (softmax, layernorm, ...) row by row (cpu).
     fuse_rows: bool = True
     #: The target's options.

@@ -95,8 +95,11 @@ class _Emitter:
     ``ir.Value`` of its node's result."""
 
     def __init__(self, graph: Graph, module: ir.Module, func_name: str, fused: Sequence[Any] = (),
-                 constants: list[np.ndarray] | None = None) -> None:
+                 constants: list[np.ndarray] | None = None, options: Options | None = None,
+                 spec: Any = None) -> None:
         self.graph = graph
+        self.options = options or Options()
+        self.spec = spec
         # Large constants become entry arguments (`constant`) when a list collects their arrays.
         self.constants = constants
         self.constant_values: dict[Any, ir.Value] = {}
@@ -328,6 +331,14 @@ class _Emitter:
         groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
         xv = self.value(x)
         xt = x.type
+        as_matmul = groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64")
+        pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
+        if as_matmul and not nhwc and not pointwise and self._nchw_conv_in_nhwc(node, xt):
+            # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
+            # fuses with the elementwise ops that produce the input.
+            xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
+            xv = self.permuted(xv, xt, [0, 3, 1, 2])
+            nhwc = True
         if pt or pb or pl or pr:
             # Zero padding as a tensor.pad on the spatial dims.
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
@@ -338,8 +349,8 @@ class _Emitter:
             with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
                 tensor.YieldOp(zero)
             xv, xt = pad.result, padded
-        if groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64"):
-            self._conv2d_as_matmul(node, xv, xt)
+        if as_matmul:
+            self._conv2d_as_matmul(node, xv, xt, transposed=nhwc and node.attrs["layout"] != "NHWC")
             return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
         d = dims(8)
@@ -376,41 +387,43 @@ class _Emitter:
         self.values[out.id] = tensor.CollapseShapeOp(tensor_type(out.shape, out.dtype), grouped,
                                                      reassociation(reassoc)).result
 
-    def _conv2d_as_matmul(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
+    def _conv2d_as_matmul(self, node: Node, xv: ir.Value, xt: TensorType, transposed: bool = False) -> None:
         """An ungrouped conv2d as one contraction: the (padded) input's patches gathered into a column
         matrix (im2col; skipped for 1x1 stride-1 kernels, where the input already is that matrix), times
-        the weights viewed as a matrix. The contraction then gets the planner's packed kernel."""
+        the weights viewed as a matrix. The contraction then gets the planner's packed kernel.
+
+        An NCHW convolution that needs patches may run in NHWC (``transposed``: op_conv2d has transposed the
+        input, see `_nchw_conv_in_nhwc`): the weights go to (KH, KW, C, O) (at compile time when they are a
+        constant), and the result back. Its patches are then runs of contiguous channels, which a target can read in
+        place (the cpu target's implicit GEMM) instead of copying, and a batch is one contraction."""
         _, w = node.inputs
         out = node.out
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
-        nhwc = node.attrs["layout"] == "NHWC"
         dt = out.dtype
-        pointwise = sh == sw == 1
-        if nhwc:
-            n_, _hp, _wp, c_ = xt.shape
-            kh, kw, _, o = w.shape
-            _, oh, ow, _ = out.shape
-            pointwise = pointwise and kh == kw == 1
-            rows, depth = n_ * oh * ow, kh * kw * c_
-            cols_t = TensorType((rows, depth), dt)
-            if pointwise:
-                cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
+        pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
+        if node.attrs["layout"] == "NHWC":
+            self.values[out.id] = self._nhwc_conv_matmul(xv, xt, self.value(w), w.shape, out.shape, (sh, sw),
+                                                         (dh, dw), dt)
+            return
+        if transposed:
+            # op_conv2d transposed the (then padded) input to NHWC: weights to (KH, KW, C, O), at compile
+            # time when they are a constant; the result back to NCHW as a generic (it fuses with what follows).
+            n_, _, _, c_ = xt.shape
+            o, _, kh, kw = w.shape
+            _, _, oh, ow = out.shape
+            w_hwco = TensorType((kh, kw, c_, o), dt)
+            wnode = self.producers.get(w.id)
+            if wnode is not None and wnode.op == "const" and w.id not in self.values:
+                array = np.asarray(wnode.attrs["value"]).transpose(2, 3, 1, 0)
+                wv = self.constant(np.ascontiguousarray(array), w_hwco, (w.id, "hwco"))
             else:
-                patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
-                patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
-                    [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
-                    [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
-                cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
-            wmat = self.collapse(self.value(w), w.type, TensorType((depth, o), dt), [[0, 1, 2], [3]])
-            mm_t = TensorType((rows, o), dt)
-            init = self.filled(mm_t, 0.0)
-            mm = linalg.matmul(cols, wmat, outs=[init])
-            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0, 1, 2], [3]])
+                wv = self.permuted(self.value(w), w_hwco, [3, 2, 0, 1])
+            y = self._nhwc_conv_matmul(xv, xt, wv, w_hwco.shape, (n_, oh, ow, o), (sh, sw), (dh, dw), dt)
+            self.values[out.id] = self.permuted(y, out.type, [0, 2, 3, 1])
             return
         n_, c_, _hp, _wp = xt.shape
         o, _, kh, kw = w.shape
         _, _, oh, ow = out.shape
-        pointwise = pointwise and kh == kw == 1
         depth, pixels = c_ * kh * kw, oh * ow
         cols_t = TensorType((n_, depth, pixels), dt)
         if pointwise:
@@ -435,6 +448,55 @@ class _Emitter:
         init = self.filled(mm_t, 0.0)
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
+
+    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType) -> bool:  # xt: the NCHW input
+        """Whether this NCHW convolution runs in NHWC: option ``conv_nhwc`` and, on a spec with a vector FMA
+        unit, the planner's `nchw_conv_layout` (without one, as given)."""
+        vec = getattr(self.spec, "vector", None)
+        acc = node.out.dtype
+        if not self.options.conv_nhwc or vec is None or not vec.fma or acc not in vec.dtypes:
+            return False
+        from pbsdk.core.plan.window import nchw_conv_layout
+
+        n_, c_, hp, wp = xt.shape
+        o, _, kh, kw = node.inputs[1].shape
+        _, _, oh, ow = node.out.shape
+        return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
+                                channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
+                                taps=kh * kw).nhwc
+
+    def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int]) -> ir.Value:
+        """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension
+        ``j`` is indexed by output loop ``source[j]``), as an elementwise ``linalg.generic`` rather than
+        ``linalg.transpose`` so that elementwise fusion merges it with its producer or consumer."""
+        d = dims(t.rank)
+        return self.generic(ins=[(v, [d[i] for i in source])], init=self.empty(t), out_results=d, n_loops=t.rank,
+                            iterators=["parallel"] * t.rank, body=lambda args: args[0])
+
+    def _nhwc_conv_matmul(self, xv: ir.Value, xt: TensorType, wv: ir.Value, w_shape: tuple[int, ...],
+                          out_shape: tuple[int, ...], stride: tuple[int, int], dilation: tuple[int, int],
+                          dt: str) -> ir.Value:
+        """The NHWC convolution of the padded input ``xv`` with weights ``wv`` (KH, KW, C, O) as one
+        matmul of its patches (rows: output pixels, columns: taps x channels); the (N, OH, OW, O) result."""
+        (sh, sw), (dh, dw) = stride, dilation
+        n_, _hp, _wp, c_ = xt.shape
+        kh, kw, _, o = w_shape
+        _, oh, ow, _ = out_shape
+        rows, depth = n_ * oh * ow, kh * kw * c_
+        cols_t = TensorType((rows, depth), dt)
+        if sh == sw == 1 and kh == kw == 1:
+            cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
+        else:
+            patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
+            patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
+                [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
+                [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
+            cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
+        wmat = self.collapse(wv, TensorType(tuple(w_shape), dt), TensorType((depth, o), dt), [[0, 1, 2], [3]])
+        mm_t = TensorType((rows, o), dt)
+        init = self.filled(mm_t, 0.0)
+        mm = linalg.matmul(cols, wmat, outs=[init])
+        return self.expand(mm, mm_t, TensorType(tuple(out_shape), dt), [[0, 1, 2], [3]])
 
     def patches(self, xv: ir.Value, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> ir.Value:
         """im2col as one strided slice of the input per kernel tap, inserted into the patch tensor.
@@ -728,7 +790,7 @@ def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     fused = _fused_attention(graph, spec, options, forms)
     with context or ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
-        _Emitter(graph, module, func_name, fused, constants).run()
+        _Emitter(graph, module, func_name, fused, constants, as_options(options), spec).run()
         try:
             module.operation.verify()
         except ir.MLIRError as exc:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices
+from pbsdk.core.ir.builder import Indices, reassociation
 from pbsdk.core.plan.contraction import Blocking
 
 
@@ -52,6 +52,36 @@ class MatmulShape:
     @property
     def dtype(self) -> ir.Type:
         return self.a_type.element_type
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """A read in place from an NHWC input (implicit GEMM): the rows of A are the output pixels
+    ``(n, oh, ow)`` of a convolution, its columns the taps and channels ``(i, j, c)``, and
+
+        A[(n, oh, ow), (i, j, c)] = X[n, oh*sh + i*dh, ow*sw + j*dw, c]
+
+    with ``X`` (already padded) a contiguous buffer of type ``x_type``. The kernel then neither copies
+    the patches (im2col) nor packs A: each micro-tile reads its ``mr`` pixels' channels straight from X,
+    one base address per pixel plus the tap's offset plus the channel."""
+
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+    x_type: ir.MemRefType
+
+    @property
+    def channels(self) -> int:
+        return int(self.x_type.shape[3])
+
+    @property
+    def taps(self) -> int:
+        return self.kh * self.kw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +185,91 @@ def _if(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] 
             scf.YieldOp([])
 
 
+def _elements(t: ir.MemRefType) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:
+    """A table ``rows[r]``: where output pixel ``r = (n, oh, ow)``'s window starts in the flattened input,
+    ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C``, filled for this thread's rows ``[m0, m1)`` (so the division of
+    ``r`` into pixel coordinates runs once per row, not once per micro-tile and k block)."""
+    c = x.const
+    _, hp, wp, ch = w.x_type.shape
+    rows = memref.alloc(ir.MemRefType.get([m], x.index), [], [], alignment=64)
+
+    def fill(r: ir.Value) -> None:
+        n = x.divu(r, c(w.oh * w.ow))
+        rem = arith.remui(r, c(w.oh * w.ow))
+        oh = x.divu(rem, c(w.ow))
+        ow = arith.remui(rem, c(w.ow))
+        off = x.add(x.add(x.mul(n, c(hp * wp * ch)), x.mul(oh, c(w.sh * wp * ch))), x.mul(ow, c(w.sw * ch)))
+        memref.store(off, rows, [r])
+
+    _for(m0, m1, c(1), fill)
+    return rows
+
+
+def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.Value, r0: ir.Value,
+                   pc: ir.Value, kc: ir.Value, init: list[ir.Value],
+                   step: Callable[[ir.Value, Callable[[int], ir.Value], list[ir.Value]], list[ir.Value]],
+                   ) -> list[ir.Value]:
+    """The k loop of one micro-tile over the k block ``[pc, pc + kc)`` of a `Window` read: taps outer,
+    channels inner. ``step(k, addr, accs)`` builds one k step (``k`` relative to the block, for B;
+    ``addr(i)``: the flat input index of row ``i``'s A element) and returns the new accumulators.
+
+    Rows past this thread's last row read that row's window (valid memory; the results are never stored).
+    When the tile's ``mr`` pixels lie in one output row (they do, unless the tile wraps to the next output
+    row or runs past the thread's rows), row ``i`` is row 0 plus a constant, so the loop needs one base address instead of
+    ``mr``: that case is its own copy of the loop, chosen once per tile."""
+    c = x.const
+    _, _, wp, ch = w.x_type.shape
+    bases = [memref.load(rows, [x.min(x.add(r0, c(i)), last_row) if i else r0]) for i in range(mr)]
+    # The block holds whole taps when a tap's channels fit in it (pc a multiple of C), else a run of one
+    # tap's channels starting at channel c0.
+    t0 = x.divu(pc, c(ch))
+    c0 = arith.remui(pc, c(ch))
+    ntaps = x.max(x.divu(kc, c(ch)), c(1))
+    run = x.min(kc, c(ch))
+    pixel = w.sw * ch
+    # One image row holds the whole tile (no wrap, no row past the thread's last): the bases are linear.
+    # (Comparing only the first and last base is not enough: a wrap's jump and the clamp of the rows past
+    # the end can cancel.)
+    in_row = arith.cmpi(arith.CmpIPredicate.ult, x.add(arith.remui(r0, c(w.ow)), c(mr - 1)), c(w.ow))
+    in_part = arith.cmpi(arith.CmpIPredicate.sle, x.add(r0, c(mr - 1)), last_row)
+    linear = arith.andi(in_row, in_part)
+
+    def loops(addr_of: Callable[[int, ir.Value], ir.Value]) -> list[ir.Value]:
+        outer = scf.ForOp(c(0), ntaps, c(1), init)
+        with ir.InsertionPoint(outer.body):
+            t = outer.induction_variable
+            tap = x.add(t0, t)
+            ti = x.divu(tap, c(w.kw))
+            tj = arith.remui(tap, c(w.kw))
+            off = x.add(x.add(x.mul(ti, c(w.dh * wp * ch)), x.mul(tj, c(w.dw * ch))), c0)
+            kb = x.mul(t, c(ch))
+            inner = scf.ForOp(c(0), run, c(1), list(outer.inner_iter_args))
+            with ir.InsertionPoint(inner.body):
+                chan = inner.induction_variable
+                col = x.add(off, chan)
+
+                def addr(i: int, col: ir.Value = col) -> ir.Value:
+                    return addr_of(i, col)
+
+                scf.YieldOp(step(x.add(kb, chan), addr, list(inner.inner_iter_args)))
+            scf.YieldOp(list(inner.results))
+        return list(outer.results)
+
+    choose = scf.IfOp(linear, [v.type for v in init], has_else=True)
+    with ir.InsertionPoint(choose.then_block):
+        scf.YieldOp(loops(lambda i, col: x.add(x.add(bases[0], col), c(i * pixel)) if i else x.add(bases[0], col)))
+    with ir.InsertionPoint(choose.else_block):
+        scf.YieldOp(loops(lambda i, col: x.add(bases[i], col)))
+    return list(choose.results)
+
+
 def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead: list[ir.Value],
                      r: ir.Value, col: ir.Value, mask: ir.Value | None, vzero: ir.Value) -> ir.Value:
     """Build the epilogue on one vector of results (``args``: the extra inputs' buffers); returns the
@@ -185,7 +300,8 @@ def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead
 
 
 def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: Blocking, *,
-                        epilogue: Epilogue | None = None, zero_init: bool = False) -> func.FuncOp:
+                        epilogue: Epilogue | None = None, zero_init: bool = False,
+                        window: Window | None = None) -> func.FuncOp:
     """Append two functions to ``module`` and return the second: ``@{name}_part`` (public: one thread's
     part, given its index; the cpu target's fork glue links to it) and ``@{name}`` (private: the op,
     one call per thread part inside an ``scf.forall``).
@@ -193,10 +309,12 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
     Both take ``A, B, C``; with an ``epilogue`` they also take its inputs and its output buffer ``D``,
     and the last k block stores ``epilogue(C + acc)`` to ``D`` (``C`` then holds partial sums only).
     With ``zero_init`` C's initial contents are taken to be zero (the fill before it is dropped): the
-    first k block stores instead of adding. Like every builder of the bindings, it needs an enclosing
-    ``ir.Location`` (the ops take it)."""
+    first k block stores instead of adding. With a ``window`` the first operand is the convolution's
+    input ``X`` (``window.x_type``) instead of A, read in place (see `Window`; ``blk.kc`` must be a
+    `window_k_block`). Like every builder of the bindings, it needs an enclosing ``ir.Location`` (the
+    ops take it)."""
     with ir.InsertionPoint(module.body):
-        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init)
+        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init, window)
         arg_types = list(part.type.inputs)[:-1]
         op = func.FuncOp(name, (arg_types, []), visibility="private")
         entry = op.add_entry_block()
@@ -215,7 +333,7 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
 
 
 def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None,
-                zero_init: bool) -> func.FuncOp:
+                zero_init: bool, window: Window | None = None) -> func.FuncOp:
     """``@{name}(A, B, C[, E..., D], t)``: thread part ``t`` of the kernel (see `build_matmul_kernel`)."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
@@ -227,7 +345,11 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     batched = shape.batch >= 1
     extra_types = [] if epilogue is None else [mt_ for _, mt_ in epilogue.inputs] + [epilogue.out_type]
 
-    fn = func.FuncOp(name, ([shape.a_type, shape.b_type, shape.c_type, *extra_types, index], []))
+    if window is not None and (batched or (blk.kc % window.channels and window.channels % blk.kc)):
+        raise ValueError(f"{name}: a window needs a plain matmul and kc {blk.kc} in whole taps or dividing "
+                         f"the {window.channels} channels")
+    a_type = shape.a_type if window is None else window.x_type
+    fn = func.FuncOp(name, ([a_type, shape.b_type, shape.c_type, *extra_types, index], []))
     entry = fn.add_entry_block()
     A, B, C, *extra, tid = entry.arguments
     E, D = extra[:-1], (extra[-1] if extra else None)
@@ -258,7 +380,11 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 n0 = x.mul(tid, c(per))
                 n1 = x.min(x.add(n0, c(per)), c(N))
 
-        Ap = memref.alloc(ap_type, [], [], alignment=64)
+        Ap = memref.alloc(ap_type, [], [], alignment=64) if window is None else None
+        rows = _window_rows(window, x, m0, m1, M) if window is not None else None
+        A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([_elements(window.x_type)], t), A,
+                                         reassociation([[0, 1, 2, 3]])).result if window is not None else None)
+        last_row = x.sub(m1, c(1))
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b else None
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
@@ -299,6 +425,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
                       ic: ir.Value) -> None:
             mc = x.min(c(blk.mc), x.sub(m1, ic))
+            if window is not None:  # A is read in place
+                _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
+                return
 
             # Pack A: Ap[ia / mr, ka, ia % mr] = A[ic + ia, pc + ka] (k-major mr-row micro-panels).
             def a_row(ia: ir.Value) -> None:
@@ -307,6 +436,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 ii = arith.remui(ia, c(mr))
 
                 def a_elem(ka: ir.Value) -> None:
+                    assert Ap is not None
                     val = memref.load(A, [*lead, arow, x.add(pc, ka)])
                     memref.store(val, Ap, [ib, ka, ii])
 
@@ -330,11 +460,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                        jr: ir.Value, panel: ir.Value | None, direct: list[tuple[ir.Value, ir.Value]],
                        ir_: ir.Value) -> None:
             # The micro-kernel: mr x nv accumulators carried through the k loop, in registers.
-            apanel = x.divu(ir_, c(mr))
-            loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
-            with ir.InsertionPoint(loop.body):
-                k = loop.induction_variable
-                accs = list(loop.inner_iter_args)
+            def b_vectors(k: ir.Value) -> list[ir.Value]:
                 bvs = []
                 for v in range(nv):
                     if direct:
@@ -343,13 +469,28 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     else:
                         assert Bp is not None and panel is not None
                         bvs.append(vector.load(vt, Bp, [panel, k, c(v * L)]))
+                return bvs
+
+            def fmas(avals: list[ir.Value], bvs: list[ir.Value], accs: list[ir.Value]) -> list[ir.Value]:
                 outs = []
                 for i in range(mr):
-                    a = memref.load(Ap, [apanel, k, c(i)])
-                    ab = vector.broadcast(vt, a)
+                    ab = vector.broadcast(vt, avals[i])
                     outs += [vector.fma(ab, bvs[v], accs[i * nv + v]) for v in range(nv)]
-                scf.YieldOp(outs)
-            res = list(loop.results)
+                return outs
+
+            if window is not None:
+                assert rows is not None
+                res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
+                                     lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(mr)],
+                                                                b_vectors(k), accs))
+            else:
+                apanel = x.divu(ir_, c(mr))
+                loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
+                with ir.InsertionPoint(loop.body):
+                    k = loop.induction_variable
+                    avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
+                    scf.YieldOp(fmas(avals, b_vectors(k), list(loop.inner_iter_args)))
+                res = list(loop.results)
 
             # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
             crow0 = x.add(ic, ir_)
@@ -416,7 +557,10 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 _if(last, lambda: both(True), lambda: both(False))
 
         _for(b0, b1, c(1), batch_loop)
-        memref.dealloc(Ap)
+        if Ap is not None:
+            memref.dealloc(Ap)
+        if rows is not None:
+            memref.dealloc(rows)
         if Bp is not None:
             memref.dealloc(Bp)
         func.ReturnOp([])

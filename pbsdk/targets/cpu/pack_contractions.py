@@ -23,11 +23,14 @@ from mlir.dialects import func
 
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
+from pbsdk.core.plan.window import window_k_block
+from pbsdk.targets.cpu.implicit_conv import find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
     EPILOGUE_OPS,
     Epilogue,
     EpilogueOp,
     MatmulShape,
+    Window,
     build_matmul_kernel,
 )
 
@@ -177,7 +180,7 @@ class PackContractions:
             ctx.notes.setdefault(self.name, []).append("disabled by option pack=False")
             return
         notes = ctx.notes.setdefault(self.name, [])
-        count = 0
+        count = self._implicit_convolutions(module, ctx, notes) if ctx.options.implicit_conv else 0
         for op in ops_named(module, "linalg.matmul") + ops_named(module, "linalg.batch_matmul"):
             if len(op.operands) != 3 or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
                 notes.append(f"{op.name}: not on buffers; left as is")
@@ -221,3 +224,93 @@ class PackContractions:
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+
+    def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
+        """Calls of an isolated contraction whose A is the core's im2col of an NHWC convolution
+        (`find_im2col`) become calls of a packed kernel that reads the input in place (a `Window`): no
+        patch matrix, no packing of A. The patch copies go, and so does the contraction function once
+        nothing calls it. Returns how many kernels were built (they are named like the others)."""
+        table = ir.SymbolTable(module.operation)
+        count = 0
+        for call in ops_named(module, "func.call"):
+            callee_name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
+            if not callee_name.startswith("__pbsdk_contraction"):
+                continue
+            found = find_im2col(call)
+            if found is None:
+                continue
+            callee = table[callee_name]
+            body = _contraction_body(callee, ctx.options.fuse_epilogues)
+            if body is None:
+                notes.append(f"@{callee_name}: im2col found but the function is not one matmul on its "
+                             "arguments: im2col kept")
+                continue
+            mm, fill, fused = body
+            a, b, c = (ir.MemRefType(v.type) for v in mm.operands)
+            dtype = str(a.element_type)
+            if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
+                continue
+            m, k = a.shape
+            n = b.shape[-1]
+            g = found.geometry
+            x_type = ir.MemRefType(found.x.type)
+            channels = int(x_type.shape[3])
+            plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype), ctx.options)
+            blk = plan.blocking
+            kc = window_k_block(channels, g.kh * g.kw, blk.kc) if blk is not None else None
+            if blk is None or kc is None:
+                notes.append(f"@{callee_name}: im2col of {channels} channel(s) kept "
+                             + ("(no packed blocking)" if blk is None else "(too few channels to read in place)"))
+                continue
+            blk = dataclasses.replace(blk, kc=kc)
+            window = Window(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.oh, g.ow, x_type)
+            args = list(callee.regions[0].blocks[0].arguments)
+
+            def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
+                return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
+
+            operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
+            operands += [outer(v) for v in fused[2]] if fused else []
+            name = f"__pbsdk_mm{count}"
+            count += 1
+            with call.location:
+                kernel = build_matmul_kernel(module, name, MatmulShape(m, n, k, 0, a, b, c), blk,
+                                             epilogue=fused[1] if fused else None, zero_init=fill is not None,
+                                             window=window)
+                func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
+            call.erase()
+            found.erase()
+            if not any(ir.FlatSymbolRefAttr(o.attributes["callee"]).value == callee_name
+                       for o in ops_named(module, "func.call")):
+                callee.erase()
+            notes.append(f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} {channels}->{n} "
+                         f"{dtype}: implicit GEMM, packed kernel @{name} reads the input in place (no im2col), "
+                         f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
+                         f"{blk.threads} part(s) along {blk.split}"
+                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+        return count
+
+
+def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operation, ir.Operation | None,
+                                                  tuple[ir.Operation, Epilogue, list[ir.Value]] | None] | None:
+    """An isolated contraction function as (its one ``linalg.matmul`` on its arguments, the zero fill before
+    it or None, its fusable epilogue or None), or None if it holds anything else."""
+    entry = fn.regions[0].blocks[0]
+    args = list(entry.arguments)
+    ops = [o.operation for o in entry.operations]
+    mms = [o for o in ops if o.name == "linalg.matmul"]
+    if len(mms) != 1 or len(mms[0].operands) != 3 or not all(v in args for v in mms[0].operands):
+        return None
+    mm = mms[0]
+    if not all(isinstance(v.type, ir.MemRefType) and _unit_inner_stride(ir.MemRefType(v.type)) for v in mm.operands):
+        return None
+    fill = _zero_fill_before(mm)
+    fused = _epilogue(mm, str(ir.MemRefType(mm.operands[0].type).element_type)) if fuse_epilogues else None
+    if fused is not None and not all(v in args for v in fused[2]):
+        fused = None
+    allowed = {mm, fill, fused[0] if fused else None}
+    for o in ops:
+        if o in allowed or o.name in ("arith.constant", "func.return"):
+            continue
+        return None
+    return mm, fill, fused

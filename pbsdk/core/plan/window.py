@@ -1,0 +1,136 @@
+"""Pure decisions for convolutions read in place (implicit GEMM): what the core's im2col copies say about
+the window, and the reduction block that keeps a tap's channels together. No MLIR: the cpu target's
+`pbsdk.targets.cpu.implicit_conv` collects the facts from the IR and asks these."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class TapCopy:
+    """One copy into the patch buffer: the destination view's and the source view's static geometry."""
+
+    dst_offsets: tuple[int, ...]
+    dst_sizes: tuple[int, ...]
+    dst_strides: tuple[int, ...]
+    src_offsets: tuple[int, ...]
+    src_sizes: tuple[int, ...]
+    src_strides: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvGeometry:
+    """An NHWC convolution's window over its (padded) input, as the im2col copies showed it."""
+
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+    oh: int
+    ow: int
+
+
+def im2col_geometry(patch_shape: Sequence[int], x_shape: Sequence[int],
+                    copies: Sequence[TapCopy]) -> ConvGeometry | None:
+    """The window that ``copies`` (one per tap) fill the patch buffer of shape ``(N, OH, OW, KH, KW, C)``
+    with from an input of shape ``(N, Hp, Wp, C)``; None unless every tap is copied exactly once, whole,
+    with one stride and one dilation."""
+    if len(patch_shape) != 6 or len(x_shape) != 4:
+        return None
+    n, oh, ow, kh, kw, ch = patch_shape
+    if x_shape[0] != n or x_shape[3] != ch or len(copies) != kh * kw:
+        return None
+    taps: dict[tuple[int, int], TapCopy] = {}
+    for cp in copies:
+        if (len(cp.dst_offsets) != 6 or cp.dst_sizes != (n, oh, ow, 1, 1, ch) or any(cp.dst_strides)
+                and cp.dst_strides != (1,) * 6):
+            return None
+        i, j = cp.dst_offsets[3], cp.dst_offsets[4]
+        if cp.dst_offsets != (0, 0, 0, i, j, 0) or not (0 <= i < kh and 0 <= j < kw) or (i, j) in taps:
+            return None
+        if cp.src_sizes != (n, oh, ow, ch) or cp.src_offsets[0] != 0 or cp.src_offsets[3] != 0:
+            return None
+        if cp.src_strides[0] != 1 or cp.src_strides[3] != 1:
+            return None
+        taps[(i, j)] = cp
+    sh, sw = taps[(0, 0)].src_strides[1:3]
+    dh = taps[(1, 0)].src_offsets[1] - taps[(0, 0)].src_offsets[1] if kh > 1 else 1
+    dw = taps[(0, 1)].src_offsets[2] - taps[(0, 0)].src_offsets[2] if kw > 1 else 1
+    if min(sh, sw, dh, dw) < 1 or taps[(0, 0)].src_offsets[1:3] != (0, 0):
+        return None
+    for (i, j), cp in taps.items():
+        if cp.src_strides != (1, sh, sw, 1) or cp.src_offsets != (0, i * dh, j * dw, 0):
+            return None
+    if (oh - 1) * sh + (kh - 1) * dh >= x_shape[1] or (ow - 1) * sw + (kw - 1) * dw >= x_shape[2]:
+        return None
+    return ConvGeometry(kh, kw, sh, sw, dh, dw, oh, ow)
+
+
+#: The shortest channel run a convolution's window is read in place with (see `window_k_block`).
+MIN_CHANNEL_RUN = 16
+
+
+def window_k_block(channels: int, taps: int, kc: int, *, min_run: int = MIN_CHANNEL_RUN) -> int | None:
+    """The reduction block of an implicit-GEMM convolution whose reduction runs over ``taps`` kernel
+    taps of ``channels`` contiguous input channels each (NHWC: k = (i, j, c)), given the plan's ``kc``.
+
+    A block must not split a tap's channels unevenly, so that inside it the input address is one base per
+    tap plus the channel: whole taps (a multiple of ``channels``, at most ``kc`` and at most every tap)
+    when a tap fits, else the largest divisor of ``channels`` not above ``kc``. None when the inner
+    channel loop would run fewer than ``min_run`` steps (a 3-channel image stem): there the loop overhead
+    of reading the window in place outweighs the copy, and im2col stays."""
+    if min(channels, taps, kc) < 1:
+        raise ValueError(f"window_k_block: channels {channels}, taps {taps} and kc {kc} must be positive")
+    if channels <= kc:
+        run, block = channels, channels * min(taps, kc // channels)
+    else:
+        run = block = max(d for d in range(1, kc + 1) if channels % d == 0)
+    return block if run >= min_run else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvLayout:
+    """Whether an NCHW convolution runs in NHWC (transposes around one contraction of output pixels by
+    output channels) or as given (per image, output channels by pixels over copied patches), with the
+    issue-cycle estimates that decided it."""
+
+    nhwc: bool
+    nhwc_cycles: float
+    nchw_cycles: float
+    reason: str
+
+
+def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: int, k: int) -> float:
+    from pbsdk.core.plan.contraction import register_tile
+
+    mr, nv, _ = register_tile(registers, lanes, fma, loads, m, n)
+    per_step = max(mr * nv / fma, (mr + nv) / loads)
+    return float(-(-m // mr) * -(-n // (nv * lanes)) * per_step * k)
+
+
+def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
+                     channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int) -> ConvLayout:
+    """Decide where an NCHW convolution that needs patches runs, from the vector unit's register tile.
+
+    NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
+    place when a tap has at least `MIN_CHANNEL_RUN` channels (else its patches are copied too), plus
+    transposing the input and the output (a pass over each, at ``lanes`` elements a cycle).
+    As given: per image ``out_channels x out_pixels x (taps*channels)`` over a patch matrix that is
+    copied first (one pass over it). The register tile decides most: a contraction with few output
+    channels (under a vector or two) wastes lanes or is bound by loads in NHWC, where NCHW has whole
+    vectors of pixels."""
+    k = taps * channels
+    nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
+    nhwc += batch * (channels * in_pixels + out_channels * out_pixels) / lanes
+    if channels < MIN_CHANNEL_RUN:
+        nhwc += batch * k * out_pixels / lanes
+    nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
+    nchw += batch * k * out_pixels / lanes
+    chosen = nhwc <= nchw
+    reason = (f"NCHW conv {channels}->{out_channels}, {taps} taps, {out_pixels} pixels x {batch}: "
+              f"{'NHWC' if chosen else 'as given'} ({nhwc:.3g} vs {nchw:.3g} issue cycles in NHWC vs as given)")
+    return ConvLayout(chosen, nhwc, nchw, reason)

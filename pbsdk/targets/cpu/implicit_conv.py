@@ -1,0 +1,184 @@
+"""Finding the core's im2col in front of a contraction, so that ``pack-contractions`` can read the
+convolution's input in place instead (implicit GEMM).
+
+The core emits an ungrouped NHWC convolution as a patch matrix filled by one strided copy per kernel tap
+(`pbsdk.core.ir.emit`, ``_conv2d_as_matmul``), collapsed to 2-D and handed to the isolated contraction.
+After bufferization that is, in the caller::
+
+    %P = memref.alloc() : memref<N x OH x OW x KH x KW x C>
+    memref.copy (subview %X[0, i*dh, j*dw, 0] [N, OH, OW, C] [1, sh, sw, 1]),
+                (subview %P[0, 0, 0, i, j, 0] [N, OH, OW, 1, 1, C] [1, ...])      -- for every tap (i, j)
+    %A = memref.collapse_shape %P [[0, 1, 2], [3, 4, 5]]
+    call @contraction(%A, %W, %C)
+
+`im2col_geometry` is the pure part: from the copies' static offsets, sizes and strides it proves that
+``A[(n, oh, ow), (i, j, c)] = X[n, oh*sh + i*dh, ow*sw + j*dw, c]`` for every element, or returns None.
+`find_im2col` collects those facts from the IR and checks what the geometry cannot see: the patch buffer
+has no other use, and nothing between the copies and the call writes anything (so reading ``X`` at the
+call reads what the copies read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlir import ir
+
+from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
+
+
+@dataclasses.dataclass(frozen=True)
+class Im2col:
+    """A recognised im2col: the input ``x`` read in place, its window, the copies (and their views) that
+    filled the patch matrix for this call, and the patch matrix's collapse and buffer (shared when
+    bufferization reused them for another convolution)."""
+
+    x: ir.Value
+    geometry: ConvGeometry
+    ops: tuple[ir.Operation, ...]
+    collapse: ir.Operation
+    buffer: ir.Operation
+
+    def erase(self) -> None:
+        """Erase what only the (already rewritten) call needed: its copies, their views once unused, and
+        the collapse and the buffer (with its dealloc) once nothing else uses them."""
+        for o in self.ops:
+            if all(not list(r.uses) for r in o.results):
+                o.erase()
+        if not list(self.collapse.results[0].uses):
+            self.collapse.erase()
+        users = [_user(u) for u in self.buffer.results[0].uses]
+        if all(u.name == "memref.dealloc" for u in users):
+            for u in users:
+                u.erase()
+            self.buffer.erase()
+
+
+def _op(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def _static(op: ir.Operation, name: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in ir.DenseI64ArrayAttr(op.attributes[name]))
+
+
+def _contiguous(t: ir.Type) -> bool:
+    if not isinstance(t, ir.MemRefType):
+        return False
+    mt = ir.MemRefType(t)
+    if not mt.has_static_shape:
+        return False
+    strides, offset = mt.get_strides_and_offset()
+    expect, running = [], 1
+    for d in reversed(mt.shape):
+        expect.append(running)
+        running *= d
+    return offset == 0 and list(strides) == list(reversed(expect))
+
+
+#: Ops that may sit between the patch copies and the call: they neither read nor write buffer contents.
+_INERT = {"memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.alloc", "memref.cast",
+          "arith.constant"}
+
+
+def _user(use: ir.OpOperand) -> ir.Operation:
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def find_im2col(call: ir.Operation) -> Im2col | None:
+    """The im2col feeding ``call``'s first operand (see the module docstring), or None.
+
+    Bufferization may reuse one patch buffer (and its views) for several convolutions of the same shape:
+    each call then reads the generation of copies made since the previous call. A call qualifies only if
+    every call reading the buffer has a whole generation of its own before it (so erasing this call's
+    copies cannot leave another call reading them)."""
+    collapse = _op(call.operands[0])
+    if collapse is None or collapse.name != "memref.collapse_shape":
+        return None
+    groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
+              for g in ir.ArrayAttr(collapse.attributes["reassociation"])]
+    if groups != [[0, 1, 2], [3, 4, 5]]:
+        return None
+    patches = collapse.operands[0]
+    alloc = _op(patches)
+    if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or not _contiguous(patches.type):
+        return None
+    block = call.block
+    readers = [_user(u) for u in collapse.results[0].uses]
+    if any(r.name != "func.call" or r.block != block for r in readers):
+        return None
+    # Every write into the patch buffer: a copy into a view of it, in this block.
+    copy_views: dict[ir.Operation, tuple[ir.Operation, ir.Operation]] = {}  # copy -> (dst view, src view)
+    dealloc: list[ir.Operation] = []
+    for use in patches.uses:
+        user = _user(use)
+        if user == collapse:
+            continue
+        if user.name == "memref.dealloc":
+            dealloc.append(user)
+            continue
+        if user.name != "memref.subview" or len(user.operands) != 1:
+            return None
+        for view_use in user.results[0].uses:
+            cp = _user(view_use)
+            if cp.name != "memref.copy" or cp.operands[1] != user.results[0] or cp.block != block:
+                return None
+            src = _op(cp.operands[0])
+            if src is None or src.name != "memref.subview" or len(src.operands) != 1:
+                return None
+            copy_views[cp] = (user, src)
+    if len(dealloc) > 1:
+        return None
+    ops = [o.operation for o in block.operations]
+    position = {o: i for i, o in enumerate(ops)}
+    taps = ir.MemRefType(patches.type).shape[3] * ir.MemRefType(patches.type).shape[4]
+    found: Im2col | None = None
+    previous = -1
+    for reader in sorted(readers, key=lambda r: position[r]):
+        at = position[reader]
+        generation = [cp for cp in copy_views if previous < position[cp] < at]
+        if len(generation) != taps:
+            return None
+        if reader == call:
+            found = _generation(patches, generation, copy_views, ops[previous + 1:at], collapse, alloc)
+        previous = at
+    if any(position[cp] > previous for cp in copy_views):  # copies no call reads: not the core's im2col
+        return None
+    return found
+
+
+def _generation(patches: ir.Value, copies: list[ir.Operation],
+                copy_views: dict[ir.Operation, tuple[ir.Operation, ir.Operation]], between: list[ir.Operation],
+                collapse: ir.Operation, alloc: ir.Operation) -> Im2col | None:
+    """The `Im2col` of one generation of copies read by a call (``between``: the ops from after the
+    previous reader up to the call), or None if they are not one window of one input or if anything else
+    between the first copy and the call writes memory."""
+    views = [copy_views[cp] for cp in copies]
+    sources = {src.operands[0] for _, src in views}
+    if len(sources) != 1:
+        return None
+    x = views[0][1].operands[0]
+    if not _contiguous(x.type):
+        return None
+    tap_copies = [TapCopy(_static(dst, "static_offsets"), _static(dst, "static_sizes"),
+                          _static(dst, "static_strides"), _static(src, "static_offsets"),
+                          _static(src, "static_sizes"), _static(src, "static_strides"))
+                  for dst, src in views]
+    geometry = im2col_geometry(ir.MemRefType(patches.type).shape, ir.MemRefType(x.type).shape, tap_copies)
+    if geometry is None:
+        return None
+    started = False
+    for o in between:
+        started = started or o in copy_views
+        if started and o not in copy_views and o.name not in _INERT:
+            return None
+    erase: list[ir.Operation] = list(copies) + [dst for dst, _ in views] + [src for _, src in views]
+    unique: list[ir.Operation] = []
+    for o in erase:
+        if o not in unique:
+            unique.append(o)
+    return Im2col(x, geometry, tuple(unique), collapse, alloc)

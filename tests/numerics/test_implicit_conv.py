@@ -1,0 +1,112 @@
+"""NHWC convolutions whose packed kernel reads the input in place (implicit GEMM, `pack-contractions`)
+against numpy.
+
+Shapes are chosen against the kernel: output rows that are and are not a multiple of the 14-row register
+tile (tiles that wrap to the next image row take the per-row-address copy of the loop), output channels
+past a vector, strides, dilations, rectangular kernels, batches, more channels than one k block (the block
+then is a run of one tap's channels), bias + relu after it, 1 and 2 threads. Each case also checks which path
+the compiler took, so a silent fallback to im2col fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mlir import ir
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.core.compiler import compile_text
+from pbsdk.testing import assert_close
+from pbsdk.testing import reference as ref
+
+RNG = np.random.default_rng(11)
+
+# id, (N, H, W, C), (O, KH, KW), stride, padding, dilation
+CASES = [
+    ("3x3_pad1_wrap", (1, 9, 11, 16), (20, 3, 3), 1, 1, 1),
+    ("3x3_row_multiple", (1, 14, 28, 32), (64, 3, 3), 1, 1, 1),
+    ("stride2", (2, 13, 15, 24), (33, 3, 3), 2, 1, 1),
+    ("dilation2", (1, 12, 12, 16), (16, 3, 3), 1, 2, 2),
+    ("rect_1x5", (1, 6, 17, 32), (7, 1, 5), (1, 2), (0, 2), 1),
+    ("1x1_stride2", (1, 14, 14, 64), (48, 1, 1), 2, 0, 1),
+    ("deep_channels", (1, 5, 6, 640), (17, 3, 3), 1, 1, 1),
+    ("7x7_stem_like", (1, 20, 20, 16), (32, 7, 7), 2, 3, 1),
+    # 8-pixel rows: every tile wraps, and the last tile's clamped rows once cancelled a wrap's jump in a
+    # first-to-last-base linearity check (a ResNet layer at 64x64 input computed wrong rows).
+    ("wrap_and_clamp", (2, 8, 8, 128), (128, 3, 3), 1, 1, 1),
+]
+
+
+def _inputs(case: tuple) -> tuple[np.ndarray, np.ndarray]:
+    _, (n, h, w, c), (o, kh, kw), *_ = case
+    return (RNG.standard_normal((n, h, w, c)).astype(np.float32),
+            RNG.standard_normal((kh, kw, c, o)).astype(np.float32))
+
+
+def _conv(case: tuple, epilogue: bool = False):
+    _, _, _, stride, padding, dilation = case
+
+    def conv(a, b, *bias):
+        y = ops.conv2d(a, b, stride=stride, padding=padding, dilation=dilation, layout="NHWC")
+        return ops.relu(ops.add(y, bias[0])) if epilogue else y
+
+    return conv
+
+
+def _notes(fn, options: dict, *args: np.ndarray) -> list[str]:
+    """What ``pack-contractions`` noted while compiling ``fn`` for ``args``."""
+    f = pbsdk.jit(fn, options=options)
+    seen: list[str] = []
+    import pbsdk.targets.cpu.pack_contractions as pc
+
+    real = pc.PackContractions.apply
+
+    def spy(self, module: ir.Module, ctx) -> None:
+        real(self, module, ctx)
+        seen.extend(ctx.notes.get(self.name, []))
+
+    pc.PackContractions.apply = spy  # type: ignore[method-assign]
+    try:
+        compile_text(f.lower(*args), f.request, stop_after="pack-contractions")
+    finally:
+        pc.PackContractions.apply = real  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_implicit_conv_matches_numpy(case: tuple, threads: int) -> None:
+    _, (_, _, _, c), (_, kh, kw), stride, padding, dilation = case
+    x, w = _inputs(case)
+    options = {"threads": threads}
+    got = pbsdk.jit(_conv(case), options=options)(x, w)
+    expect = ref.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, layout="NHWC")
+    assert got.shape == expect.shape
+    assert_close(got, expect, op="conv2d", reduction_size=c * kh * kw)
+    if kh * kw > 1 or stride != 1:
+        assert any("implicit GEMM" in n for n in _notes(_conv(case), options, x, w))
+
+
+def test_implicit_conv_then_bias_relu() -> None:
+    case = CASES[0]
+    x, w = _inputs(case)
+    bias = RNG.standard_normal((20,)).astype(np.float32)
+    conv = _conv(case, epilogue=True)
+    got = pbsdk.jit(conv)(x, w, bias)
+    expect = ref.relu(ref.add(ref.conv2d(x, w, padding=1, layout="NHWC"), bias))
+    assert_close(got, expect, op="conv2d", reduction_size=16 * 9)
+    assert any("implicit GEMM" in n for n in _notes(conv, {}, x, w, bias))
+
+
+def test_few_channels_and_the_option_keep_im2col() -> None:
+    """A 3-channel image stem is not read in place (too short a channel run), and implicit_conv=False
+    turns the path off; both still compute the convolution."""
+    x = RNG.standard_normal((1, 16, 16, 3)).astype(np.float32)
+    w = RNG.standard_normal((3, 3, 3, 8)).astype(np.float32)
+    case = ("stem", (1, 16, 16, 3), (8, 3, 3), 1, 1, 1)
+    notes = _notes(_conv(case), {}, x, w)
+    assert any("im2col of 3 channel(s) kept" in n for n in notes), notes
+    assert_close(pbsdk.jit(_conv(case))(x, w), ref.conv2d(x, w, padding=1, layout="NHWC"), op="conv2d",
+                 reduction_size=27)
+    x16, w16 = _inputs(CASES[0])
+    assert not any("implicit GEMM" in n for n in _notes(_conv(CASES[0]), {"implicit_conv": False}, x16, w16))
