@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -106,16 +105,9 @@ def child_latency(path: str, feeds_path: str, threads: int, rounds: int, block_s
 
 
 def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
-    try:
-        done = subprocess.run([sys.executable, __file__, *args], check=False, env=env, capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
-    result: dict[str, Any] = json.loads(lines[-1])
-    return result
+    from pbsdk.bench import child_json
+
+    return child_json(__file__, args, env, timeout)
 
 
 def _load() -> str:

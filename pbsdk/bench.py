@@ -858,3 +858,21 @@ def main(argv: Sequence[str] | None = None, prog: str = "benchmarks/suite.py") -
 
 if __name__ == "__main__":
     sys.exit(main(prog="pbsdk.bench"))
+
+
+def child_json(script: str, args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run ``python script *args`` in a fresh process (a benchmark's child: a first call with empty caches,
+    a latency run) and return the last JSON object it printed on stdout, or ``{"error": ...}``."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run([sys.executable, script, *args], check=False, env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result

@@ -16,3 +16,16 @@ def ops_named(root: ir.Module, name: str) -> list[ir.Operation]:
 
     root.operation.walk(visit)
     return found
+
+
+def identity_layout(t: ir.Type) -> bool:
+    """A static-shaped, contiguous row-major buffer with offset 0 (what lowers to a plain memcpy, and what
+    can be viewed flat)."""
+    if not isinstance(t, ir.MemRefType) or not t.has_static_shape:
+        return False
+    strides, offset = t.get_strides_and_offset()
+    expected, running = [], 1
+    for size in reversed(t.shape):
+        expected.append(running)
+        running *= size
+    return offset == 0 and list(strides) == list(reversed(expected))

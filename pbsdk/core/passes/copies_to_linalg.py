@@ -14,19 +14,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import linalg
 
-from pbsdk.core.passes import ops_named
-
-
-def _identity_layout(t: ir.Type) -> bool:
-    """A contiguous row-major buffer with offset 0 (what lowers to a plain memcpy)."""
-    if not isinstance(t, ir.MemRefType) or not t.has_static_shape:
-        return False
-    strides, offset = t.get_strides_and_offset()
-    expected, running = [], 1
-    for size in reversed(t.shape):
-        expected.append(running)
-        running *= size
-    return offset == 0 and list(strides) == list(reversed(expected))
+from pbsdk.core.passes import identity_layout, ops_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +27,7 @@ class CopiesToLinalg:
     def apply(self, module: ir.Module, _ctx: Any = None) -> None:
         for op in ops_named(module, "memref.copy"):
             src, dst = op.operands[0], op.operands[1]
-            if self.only_strided and _identity_layout(src.type) and _identity_layout(dst.type):
+            if self.only_strided and identity_layout(src.type) and identity_layout(dst.type):
                 continue
             with ir.InsertionPoint(op), op.location:
                 linalg.copy(src, outs=[dst])

@@ -20,8 +20,7 @@ from typing import Any
 
 from mlir import ir
 
-from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.copies_to_linalg import _identity_layout
+from pbsdk.core.passes import identity_layout, ops_named
 
 
 def _op(v: ir.Value) -> ir.Operation | None:
@@ -51,7 +50,7 @@ class ForwardOutputs:
             if copy.name != "memref.copy":
                 continue
             src, dst = copy.operands[0], copy.operands[1]
-            if not any(dst == a for a in args) or src.type != dst.type or not _identity_layout(src.type):
+            if not any(dst == a for a in args) or src.type != dst.type or not identity_layout(src.type):
                 continue
             alloc = _op(src)
             if alloc is None or alloc.name != "memref.alloc" or alloc.parent != fn:

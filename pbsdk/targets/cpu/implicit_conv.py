@@ -24,6 +24,7 @@ import dataclasses
 
 from mlir import ir
 
+from pbsdk.core.passes import identity_layout
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
 
 
@@ -65,20 +66,6 @@ def _static(op: ir.Operation, name: str) -> tuple[int, ...]:
     return tuple(int(v) for v in ir.DenseI64ArrayAttr(op.attributes[name]))
 
 
-def _contiguous(t: ir.Type) -> bool:
-    if not isinstance(t, ir.MemRefType):
-        return False
-    mt = ir.MemRefType(t)
-    if not mt.has_static_shape:
-        return False
-    strides, offset = mt.get_strides_and_offset()
-    expect, running = [], 1
-    for d in reversed(mt.shape):
-        expect.append(running)
-        running *= d
-    return offset == 0 and list(strides) == list(reversed(expect))
-
-
 #: Ops that may sit between the patch copies and the call: they neither read nor write buffer contents.
 _INERT = {"memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.alloc", "memref.cast",
           "arith.constant"}
@@ -105,7 +92,7 @@ def find_im2col(call: ir.Operation) -> Im2col | None:
         return None
     patches = collapse.operands[0]
     alloc = _op(patches)
-    if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or not _contiguous(patches.type):
+    if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or not identity_layout(patches.type):
         return None
     block = call.block
     readers = [_user(u) for u in collapse.results[0].uses]
@@ -162,7 +149,7 @@ def _generation(patches: ir.Value, copies: list[ir.Operation],
     if len(sources) != 1:
         return None
     x = views[0][1].operands[0]
-    if not _contiguous(x.type):
+    if not identity_layout(x.type):
         return None
     tap_copies = [TapCopy(_static(dst, "static_offsets"), _static(dst, "static_sizes"),
                           _static(dst, "static_strides"), _static(src, "static_offsets"),

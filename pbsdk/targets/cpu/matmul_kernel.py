@@ -35,6 +35,7 @@ from mlir.dialects import arith, func, math, memref, scf, vector
 
 from pbsdk.core.ir.builder import Indices, reassociation
 from pbsdk.core.plan.contraction import Blocking
+from pbsdk.core.plan.window import ConvGeometry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,23 +66,12 @@ class Window:
     the patches (im2col) nor packs A: each micro-tile reads its ``mr`` pixels' channels straight from X,
     one base address per pixel plus the tap's offset plus the channel."""
 
-    kh: int
-    kw: int
-    sh: int
-    sw: int
-    dh: int
-    dw: int
-    oh: int
-    ow: int
+    geometry: ConvGeometry
     x_type: ir.MemRefType
 
     @property
     def channels(self) -> int:
         return int(self.x_type.shape[3])
-
-    @property
-    def taps(self) -> int:
-        return self.kh * self.kw
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,11 +191,11 @@ def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir
     rows = memref.alloc(ir.MemRefType.get([m], x.index), [], [], alignment=64)
 
     def fill(r: ir.Value) -> None:
-        n = x.divu(r, c(w.oh * w.ow))
-        rem = arith.remui(r, c(w.oh * w.ow))
-        oh = x.divu(rem, c(w.ow))
-        ow = arith.remui(rem, c(w.ow))
-        off = x.add(x.add(x.mul(n, c(hp * wp * ch)), x.mul(oh, c(w.sh * wp * ch))), x.mul(ow, c(w.sw * ch)))
+        n = x.divu(r, c(w.geometry.oh * w.geometry.ow))
+        rem = arith.remui(r, c(w.geometry.oh * w.geometry.ow))
+        oh = x.divu(rem, c(w.geometry.ow))
+        ow = arith.remui(rem, c(w.geometry.ow))
+        off = x.add(x.add(x.mul(n, c(hp * wp * ch)), x.mul(oh, c(w.geometry.sh * wp * ch))), x.mul(ow, c(w.geometry.sw * ch)))
         memref.store(off, rows, [r])
 
     _for(m0, m1, c(1), fill)
@@ -233,11 +223,11 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
     c0 = arith.remui(pc, c(ch))
     ntaps = x.max(x.divu(kc, c(ch)), c(1))
     run = x.min(kc, c(ch))
-    pixel = w.sw * ch
+    pixel = w.geometry.sw * ch
     # One image row holds the whole tile (no wrap, no row past the thread's last): the bases are linear.
     # (Comparing only the first and last base is not enough: a wrap's jump and the clamp of the rows past
     # the end can cancel.)
-    in_row = arith.cmpi(arith.CmpIPredicate.ult, x.add(arith.remui(r0, c(w.ow)), c(mr - 1)), c(w.ow))
+    in_row = arith.cmpi(arith.CmpIPredicate.ult, x.add(arith.remui(r0, c(w.geometry.ow)), c(mr - 1)), c(w.geometry.ow))
     in_part = arith.cmpi(arith.CmpIPredicate.sle, x.add(r0, c(mr - 1)), last_row)
     linear = arith.andi(in_row, in_part)
 
@@ -246,9 +236,9 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
         with ir.InsertionPoint(outer.body):
             t = outer.induction_variable
             tap = x.add(t0, t)
-            ti = x.divu(tap, c(w.kw))
-            tj = arith.remui(tap, c(w.kw))
-            off = x.add(x.add(x.mul(ti, c(w.dh * wp * ch)), x.mul(tj, c(w.dw * ch))), c0)
+            ti = x.divu(tap, c(w.geometry.kw))
+            tj = arith.remui(tap, c(w.geometry.kw))
+            off = x.add(x.add(x.mul(ti, c(w.geometry.dh * wp * ch)), x.mul(tj, c(w.geometry.dw * ch))), c0)
             kb = x.mul(t, c(ch))
             inner = scf.ForOp(c(0), run, c(1), list(outer.inner_iter_args))
             with ir.InsertionPoint(inner.body):

@@ -263,7 +263,7 @@ class PackContractions:
                              + ("(no packed blocking)" if blk is None else "(too few channels to read in place)"))
                 continue
             blk = dataclasses.replace(blk, kc=kc)
-            window = Window(g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.oh, g.ow, x_type)
+            window = Window(g, x_type)
             args = list(callee.regions[0].blocks[0].arguments)
 
             def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
