@@ -114,3 +114,19 @@ def test_graph_that_enters_vmap_compiles_without_fallback() -> None:
     assert_close(again.numpy(), model(x + 1).numpy(), op="softmax", tol=Tolerance(1e-6, 1e-6))
     (report, *_) = pbsdk_torch.reports()
     assert report.fallback_ops == () and report.failed_partitions == 0 and report.compiled_ops == report.graph_ops
+
+
+def test_bert_padding_mask_is_a_runtime_input_of_the_fused_kernel() -> None:
+    """BERT's attention_mask stays a kernel input: compiled with no padding, then called with padded keys and
+    with one sequence padded throughout (torch gives that row a uniform average over finfo.min scores, not 0
+    and not NaN), it matches eager without recompiling."""
+    model, (ids, ones) = MODELS["bert_small"].build(2)  # the family test's shapes: its kernels are cached
+    padded = ones.clone()
+    padded[0, 9:] = 0
+    padded[1, :] = 0
+    compiled = torch.compile(model, backend="pbsdk")
+    with torch.no_grad():
+        for mask in (ones, padded):
+            assert_close(compiled(ids, mask).numpy(), model(ids, mask).numpy(), op="bert_small", tol=SMALL_TOL["bert"])
+    (report,) = pbsdk_torch.reports()
+    assert report.fused_attention == model.inner.config.num_hidden_layers and report.fallback_ops == ()
