@@ -97,7 +97,7 @@ def child_latency(name: str, batch: int, threads: int, rounds: int, block_s: flo
 
 def _spawn(args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
     load = os.getloadavg()[0]
-    proc = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, __file__, *args], check=False, env=env, capture_output=True, text=True,
                           timeout=timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"child {args} failed:\n{proc.stderr[-4000:]}")

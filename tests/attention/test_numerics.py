@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hf_masks import hf_attention
+from hf_masks import reference as hf_reference
 
 import pbsdk
 from pbsdk import ops
 from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
-
-from hf_masks import hf_attention
-from hf_masks import reference as hf_reference
 
 
 def _rand(rng, *shape):

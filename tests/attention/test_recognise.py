@@ -6,13 +6,12 @@ import math
 
 import numpy as np
 import pytest
+from hf_masks import hf_attention, safe_softmax
 
 from pbsdk import ops
 from pbsdk.core.ir.attention import causal_offset, find_attention
 from pbsdk.core.ir.graph import TensorType
 from pbsdk.frontends.jit import trace
-
-from hf_masks import hf_attention, safe_softmax
 
 
 def _graph(fn, *shapes):
