@@ -136,13 +136,17 @@ def main() -> None:
                 print(json.dumps(r), flush=True)
                 result["first"].append(r)
         # The latency process loads the fused variant from its cache and compiles the unfused one (untimed).
-        env = dict(os.environ, PBSDK_CACHE_DIR=os.path.join(tmp, f"fused-{a.first_repeats - 1}"))
+        cache = f"fused-{a.first_repeats - 1}" if a.first_repeats else "latency"
+        env = dict(os.environ, PBSDK_CACHE_DIR=os.path.join(tmp, cache))
         env.pop("PBSDK_DISABLE_CACHE", None)
         result["latency"] = _spawn(common + ["--child", "latency", "--rounds", str(a.rounds), "--block-s",
                                              str(a.block_s)], env, a.timeout)
     print(json.dumps(result["latency"]), flush=True)
     for variant in VARIANTS:
         firsts = [r for r in result["first"] if r["variant"] == variant]
+        if not firsts:
+            print(f"{variant:8s} latency {result['latency']['latency_ms'][variant]:.2f} ms")
+            continue
         first = ", ".join(f"{r['first_s']:.1f}" for r in firsts)
         backend = ", ".join(f"{r['backend_s']:.1f}" for r in firsts)
         print(f"{variant:8s} first call {first} s (pbsdk {backend} s), fused attention "

@@ -12,7 +12,12 @@ What is recognised, starting from each ``matmul(P, V)``:
   positive scalar constant (the scale), addition of a tensor broadcastable to the scores (an additive
   mask; any dtype-matching value, input or computed), and ``where(c, -inf, s)`` / ``where(c, s, -inf)``
   whose condition folds to a constant causal pattern (keys ``j > i + offset`` masked) — an additive
-  constant mask equal to such a pattern is recognised as causal too;
+  constant mask equal to such a pattern is recognised as causal too. Causal is proven by value:
+  `_fold` evaluates the mask's constant graph op by op in each op's dtype (the masks transformers
+  builds with ``vmap`` over ``arange``s included); a constant mask of any other pattern is read;
+- torch's safe softmax (``where(all(x == -inf), 0, softmax(x))``) around the softmax: dropped under a
+  causal pattern of offset >= 0 (no row is empty), else kept as ``Attention.safe_softmax`` (the kernel
+  gives 0 where every key of a row is masked);
 - Q, K, V and the mask are *views* of base tensors through reshape, broadcast and transpose nodes and
   the matmuls' own transposes and batch broadcasting: each becomes (base value, strides). Grouped-query
   heads (K/V reshaped and broadcast over the group) are zero strides, so nothing is copied.
