@@ -148,3 +148,21 @@ def test_a_padding_mask_of_finite_lowest_values_is_uniform_where_every_key_is_ma
     _check(out, ref.attention(q, k, v, mask=pad, dtype=np.float32), 19, 64)
     np.testing.assert_allclose(out[1], np.broadcast_to(v[1].mean(axis=-2, keepdims=True), out[1].shape), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_a_padding_mask_materialised_over_the_queries_is_read_one_row_per_key():
+    """BERT's mask computed on (B, 1, S, S) from a (B, 1, 1, S) row (recognised as repeating rows, so read
+    at row stride 0) gives the same result as the full mask."""
+    rng = np.random.default_rng(7)
+    s = 23
+    q, k, v = (_rand(rng, 2, 2, s, 64) for _ in range(3))
+    pad = np.ones((2, 1, 1, s), np.float32)
+    pad[0, ..., 15:] = 0
+    lowest = float(np.finfo(np.float32).min)
+
+    def f(q, k, v, pad):
+        inv = 1.0 - ops.broadcast_to(pad, (2, 1, s, s))
+        return ops.attention(q, k, v, mask=ops.where(ops.not_equal(inv, 0.0), ops._const(lowest, "f32"), inv))
+    fn = _fused(f, q, k, v, pad)
+    mask = np.where(1 - pad != 0, lowest, 1 - pad).astype(np.float32)
+    _check(fn(q, k, v, pad), ref.attention(q, k, v, mask=mask, dtype=np.float32), s, 64)

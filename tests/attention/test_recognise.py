@@ -236,3 +236,31 @@ def test_a_mask_added_after_a_batch_reshape_is_read_through_it():
     m = _one(f, (6, S, 8), (6, S, 8), (6, S, 8), (2, 1, S, S))
     assert m.op.batch == 6 and m.mask is not None
     assert [(s, st) for s, st, _ in m.mask.batch] == [(2, S * S), (3, 0)] and m.mask.row_stride == S
+
+
+def _bert_mask(pad):
+    """BERT's extended mask: ``m`` expanded over the queries, then ``where(1 - m != 0, finfo.min, 1 - m)``."""
+    inv = 1.0 - ops.broadcast_to(pad, pad.shape[:-2] + (S, S))
+    return ops.where(ops.not_equal(inv, 0.0), ops._const(float(np.finfo(np.float32).min), "f32"), inv)
+
+
+def test_a_mask_computed_on_rows_that_repeat_is_read_one_row_per_key():
+    """The mask is materialised as (B, 1, S, S), but every query row is the same elementwise function of one
+    broadcast row: the kernel reads one value per key (row stride 0) instead of gathering across queries."""
+    def f(q, k, v, pad):
+        return ops.attention(q, k, v, mask=_bert_mask(pad))
+    m = _one(f, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S))
+    assert (m.mask.row_stride, m.mask.col_stride) == (0, 1)
+    assert [(s, st) for s, st, _ in m.mask.batch] == [(2, S * S), (2, 0)]
+
+
+def test_a_mask_whose_rows_differ_keeps_its_row_stride():
+    def f(q, k, v, pad, noise):  # one input varies along the queries: no row may stand for the others
+        return ops.attention(q, k, v, mask=_bert_mask(pad) + noise)
+    m = _one(f, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S), (2, 1, S, 1))
+    assert m.mask.row_stride == S
+
+    def g(q, k, v, pad):  # a constant that differs between rows
+        return ops.attention(q, k, v, mask=_bert_mask(pad) + np.arange(S, dtype=np.float32).reshape(S, 1))
+    m = _one(g, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S))
+    assert m.mask.row_stride == S

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, Value
+from pbsdk.core.ir.graph import BINARY_OPS, COMPARE_OPS, DTYPE_TO_NUMPY, UNARY_OPS, Graph, Node, Value
 from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
 from pbsdk.core.spec import ChipSpec
@@ -294,6 +294,46 @@ def _fold(v: Value, producers: Mapping[int, Node], memo: dict[int, np.ndarray | 
                     out = None
     memo[v.id] = out
     return out
+
+
+_ELEMENTWISE = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"select", "cast", "broadcast"}
+
+
+def _same_along(v: Value, axis: int, producers: Mapping[int, Node], memo: dict[int, np.ndarray | None],
+                seen: dict[tuple[int, int], bool] | None = None, depth: int = 0) -> bool:
+    """Whether ``v`` provably has equal values at every index along ``axis``: it is size 1 there, a constant
+    that is, or an elementwise op (numpy broadcasting, right-aligned) of values that are. E.g. BERT's
+    ``where(1 - m != 0, finfo.min, 1 - m)`` over ``m`` expanded from (B, 1, 1, S) to (B, 1, S, S): every
+    query row of that mask is the same, so the kernel may read one."""
+    seen = {} if seen is None else seen
+    key = (v.id, axis)
+    if v.shape[axis] == 1:
+        return True
+    if key in seen:
+        return seen[key]
+    node = producers.get(v.id)
+    same = False
+    if node is not None and depth <= MAX_FOLD_DEPTH:
+        if node.op == "const":
+            a = _fold(v, producers, memo)
+            same = a is not None and bool((a == np.take(a, [0], axis=axis)).all())
+        elif node.op in _ELEMENTWISE:
+            same = all(ax < 0 or _same_along(x, ax, producers, memo, seen, depth + 1)
+                       for x in node.inputs for ax in (axis - (len(v.shape) - len(x.shape)),))
+    seen[key] = same
+    return same
+
+
+def _rows_repeat(base: Value, row_stride: int, rows: int, producers: Mapping[int, Node],
+                 memo: dict[int, np.ndarray | None]) -> bool:
+    """Whether reading ``rows`` rows of contiguous ``base`` at ``row_stride`` reads the same row each time:
+    the stride is one axis's and ``base`` is the same along it (`_same_along`)."""
+    stride = 1
+    for axis in reversed(range(len(base.shape))):
+        if stride == row_stride and base.shape[axis] > 1:
+            return rows <= base.shape[axis] and _same_along(base, axis, producers, memo)
+        stride *= base.shape[axis]
+    return False
 
 
 def _scalar(v: Value, producers: Mapping[int, Node]) -> float | None:
@@ -574,7 +614,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         if final is not pv:
             covered_nodes.append(pv)
         match = _build(graph, final, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why,
-                       pv_matmul=pv, safe_softmax=safe, mask_at=mask_at)
+                       pv_matmul=pv, safe_softmax=safe, mask_at=mask_at, memo=memo)
         if match is not None:
             found.append(match)
             claimed |= match.covered
@@ -584,7 +624,8 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
 def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask_value: Value | None,
            causal: int | None, scale: float, mask_scale: float, covered_nodes: list[Node], uses: _Uses,
            why: list[str], pv_matmul: Node | None = None, safe_softmax: bool = False,
-           mask_at: tuple[int, ...] = ()) -> AttentionMatch | None:
+           mask_at: tuple[int, ...] = (),
+           memo: dict[int, np.ndarray | None] | None = None) -> AttentionMatch | None:
     """``pv`` is the node producing the output: the P·V matmul, or the cast after it
     (``pv_matmul``) for f16/bf16 operands. ``safe_softmax``: fully masked rows must give 0. ``mask_at``:
     the scores' shape where the mask is added (batch dims may be grouped otherwise than Q·Kᵀ's)."""
@@ -634,6 +675,8 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
             why.append(f"attention at {out.type}: the mask cannot be read with strides")
             return None
         chains += found[1]
+        if mask.row_stride != 0 and _rows_repeat(found[0].base, mask.row_stride, sq, producers, memo or {}):
+            mask = dataclasses.replace(mask, row_stride=0)  # one row read per key: no gather across queries
     # Nodes the kernel replaces: the pattern, plus view nodes used only by it.
     covered_nodes = covered_nodes + [pv]
     covered = {n.out.id for n in covered_nodes} | {n.out.id for n in chains}
