@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hf_masks import hf_attention
+from hf_masks import reference as hf_reference
 
 import pbsdk
 from pbsdk import ops
@@ -110,3 +112,57 @@ def test_attention_4096(causal):
     q, k, v = (_rand(rng, 1, 2, 4096, 64) for _ in range(3))
     fn = _fused(lambda q, k, v: ops.attention(q, k, v, causal=causal), q, k, v)
     _check(fn(q, k, v), ref.attention(q, k, v, causal=causal, dtype=np.float32), 4096, 64)
+
+
+# transformers' masks (tests/attention/hf_masks.py): proven causal, read as a mask, or a causal offset whose
+# empty first row torch's safe softmax zeroes; the packed-sequence mask is read and zeroes nothing.
+HF_CASES = {"causal": ({}, False), "off-by-one": ({"offset": -1}, False), "window": ({"window": 5}, False),
+            "packed": ({}, True)}
+
+
+@pytest.mark.parametrize("case", list(HF_CASES))
+def test_transformers_masks_match_their_definition(case):
+    mask, packed = HF_CASES[case]
+    s = 21
+    positions = [*range(9), *range(s - 9)] if packed else list(range(s))
+    rng = np.random.default_rng(5)
+    q, k, v = (_rand(rng, 1, 2, s, 32) for _ in range(3))
+    fn = _fused(hf_attention(s, positions, **mask), q, k, v)
+    out = fn(q, k, v)
+    _check(out, hf_reference(q, k, v, positions, **mask).astype(np.float32), s, 32)
+    if mask.get("offset", 0) < 0:
+        assert (out[..., 0, :] == 0).all()  # row 0 sees no key
+
+
+def test_a_padding_mask_of_finite_lowest_values_is_uniform_where_every_key_is_masked():
+    """BERT adds finfo(f32).min at padded keys: a row whose keys are all padded is a uniform average (as in
+    torch and numpy), not NaN; a row with any unpadded key ignores the padded ones."""
+    rng = np.random.default_rng(6)
+    q, k, v = (_rand(rng, 3, 2, 19, 64) for _ in range(3))
+    pad = np.zeros((3, 1, 1, 19), np.float32)
+    pad[0, ..., 11:] = np.finfo(np.float32).min
+    pad[1] = np.finfo(np.float32).min  # every key padded
+    pad[2, ..., :5] = -np.inf
+    fn = _fused(lambda q, k, v, m: ops.attention(q, k, v, mask=m), q, k, v, pad)
+    out = fn(q, k, v, pad)
+    _check(out, ref.attention(q, k, v, mask=pad, dtype=np.float32), 19, 64)
+    np.testing.assert_allclose(out[1], np.broadcast_to(v[1].mean(axis=-2, keepdims=True), out[1].shape), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_a_padding_mask_materialised_over_the_queries_is_read_one_row_per_key():
+    """BERT's mask computed on (B, 1, S, S) from a (B, 1, 1, S) row (recognised as repeating rows, so read
+    at row stride 0) gives the same result as the full mask."""
+    rng = np.random.default_rng(7)
+    s = 23
+    q, k, v = (_rand(rng, 2, 2, s, 64) for _ in range(3))
+    pad = np.ones((2, 1, 1, s), np.float32)
+    pad[0, ..., 15:] = 0
+    lowest = float(np.finfo(np.float32).min)
+
+    def f(q, k, v, pad):
+        inv = 1.0 - ops.broadcast_to(pad, (2, 1, s, s))
+        return ops.attention(q, k, v, mask=ops.where(ops.not_equal(inv, 0.0), ops._const(lowest, "f32"), inv))
+    fn = _fused(f, q, k, v, pad)
+    mask = np.where(1 - pad != 0, lowest, 1 - pad).astype(np.float32)
+    _check(fn(q, k, v, pad), ref.attention(q, k, v, mask=mask, dtype=np.float32), s, 64)

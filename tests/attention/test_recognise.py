@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from hf_masks import hf_attention, safe_softmax
 
 from pbsdk import ops
 from pbsdk.core.ir.attention import causal_offset, find_attention
@@ -182,3 +183,84 @@ def test_a_mask_rounded_by_its_dtype_is_not_called_causal():
     graph, _ = trace(f, tuple(TensorType((512, 16), "bf16") for _ in range(3)))
     why: list[str] = []
     assert find_attention(graph, why) == []
+
+
+# ------------------------------------------------------------------ masks as transformers builds them
+
+S = 12
+QKV = ((1, 2, S, 8),) * 3
+
+
+def test_transformers_causal_mask_is_proven_causal():
+    m = _one(hf_attention(S, range(S)), *QKV)
+    assert m.op.causal_offset == 0 and m.mask is None and not m.op.safe_softmax
+
+
+@pytest.mark.parametrize("offset", [-1, 1])
+def test_an_off_by_one_mask_gets_its_own_offset(offset):
+    """``kv < q`` masks the diagonal (row 0 sees nothing): causal offset -1, whose empty row the safe softmax
+    zeroes; ``kv <= q + 1`` sees one key ahead. Neither is the ordinary causal mask."""
+    m = _one(hf_attention(S, range(S), offset=offset), *QKV)
+    assert m.op.causal_offset == offset and m.mask is None
+    assert m.op.safe_softmax == (offset < 0)
+
+
+def test_a_sliding_window_is_read_as_a_mask_not_called_causal():
+    m = _one(hf_attention(S, range(S), window=4), *QKV)
+    assert m.op.causal_offset is None and m.mask is not None and m.op.mask
+
+
+def test_packed_sequences_are_not_causal():
+    """Two sequences packed in one row (position ids restart): the mask is block-diagonal causal, built by the
+    very ops of the causal case; only its values tell them apart."""
+    m = _one(hf_attention(S, [*range(S // 2), *range(S // 2)]), *QKV)
+    assert m.op.causal_offset is None and m.mask is not None and m.op.safe_softmax
+
+
+def test_a_runtime_padding_mask_under_a_safe_softmax_is_read_and_zeroes_empty_rows():
+    def f(q, k, v, pad):  # BERT's extended mask: where(1 - m != 0, finfo.min, 1 - m) over (B, 1, 1, S)
+        inv = 1.0 - pad
+        mask = ops.where(ops.not_equal(inv, 0.0), ops._const(float(np.finfo(np.float32).min), "f32"), inv)
+        x = ops.matmul(q, k, transpose_b=True) * 0.25 + mask
+        return ops.matmul(safe_softmax(x), v)
+    m = _one(f, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S))
+    assert m.op.mask and m.op.safe_softmax and m.op.causal_offset is None
+    assert (m.mask.row_stride, m.mask.col_stride) == (0, 1)
+
+
+def test_a_mask_added_after_a_batch_reshape_is_read_through_it():
+    """BERT's graph: Q·Kᵀ as a 3-D (B·H, S, S) matmul, reshaped to (B, H, S, S) before the (B, 1, S, S) mask."""
+    def f(q, k, v, mask):
+        s = ops.reshape(ops.matmul(q, k, transpose_b=True), (2, 3, S, S)) + mask
+        return ops.matmul(ops.reshape(ops.softmax(s, -1), (6, S, S)), v)
+    m = _one(f, (6, S, 8), (6, S, 8), (6, S, 8), (2, 1, S, S))
+    assert m.op.batch == 6 and m.mask is not None
+    assert [(s, st) for s, st, _ in m.mask.batch] == [(2, S * S), (3, 0)] and m.mask.row_stride == S
+
+
+def _bert_mask(pad):
+    """BERT's extended mask: ``m`` expanded over the queries, then ``where(1 - m != 0, finfo.min, 1 - m)``."""
+    inv = 1.0 - ops.broadcast_to(pad, pad.shape[:-2] + (S, S))
+    return ops.where(ops.not_equal(inv, 0.0), ops._const(float(np.finfo(np.float32).min), "f32"), inv)
+
+
+def test_a_mask_computed_on_rows_that_repeat_is_read_one_row_per_key():
+    """The mask is materialised as (B, 1, S, S), but every query row is the same elementwise function of one
+    broadcast row: the kernel reads one value per key (row stride 0) instead of gathering across queries."""
+    def f(q, k, v, pad):
+        return ops.attention(q, k, v, mask=_bert_mask(pad))
+    m = _one(f, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S))
+    assert (m.mask.row_stride, m.mask.col_stride) == (0, 1)
+    assert [(s, st) for s, st, _ in m.mask.batch] == [(2, S * S), (2, 0)]
+
+
+def test_a_mask_whose_rows_differ_keeps_its_row_stride():
+    def f(q, k, v, pad, noise):  # one input varies along the queries: no row may stand for the others
+        return ops.attention(q, k, v, mask=_bert_mask(pad) + noise)
+    m = _one(f, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S), (2, 1, S, 1))
+    assert m.mask.row_stride == S
+
+    def g(q, k, v, pad):  # a constant that differs between rows
+        return ops.attention(q, k, v, mask=_bert_mask(pad) + np.arange(S, dtype=np.float32).reshape(S, 1))
+    m = _one(g, (2, 2, S, 8), (2, 2, S, 8), (2, 2, S, 8), (2, 1, 1, S))
+    assert m.mask.row_stride == S

@@ -46,3 +46,28 @@ func.func @main(%q: memref<1x20x16xf32>, %k: memref<1x20x16xf32>, %v: memref<1x2
   call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>) -> ()
   return
 }
+
+// -----
+
+// A key-padding mask (row stride 0: one scalar per key, broadcast) under a safe softmax. The mask's
+// scaled score is floored at -FLT_MAX unless the mask is -inf (a finite finfo.min mask must not overflow
+// to -inf), and a row whose sum l is 0 (every key -inf) gets 0 instead of 0 · (1 / 0).
+// CHECK-LABEL: func.func private @__pbsdk_attn0_part(
+// CHECK-DAG:     %[[LOWEST:.*]] = arith.constant dense<-3.40282347E+38> : vector<16xf32>
+// CHECK-DAG:     %[[NINF:.*]] = arith.constant dense<0xFF800000> : vector<16xf32>
+// CHECK-DAG:     %[[ZERO:.*]] = arith.constant dense<0.000000e+00> : vector<16xf32>
+// CHECK:         %[[M:.*]] = memref.load %{{.*}} : memref<20xf32>
+// CHECK-NEXT:    %[[MV:.*]] = vector.broadcast %[[M]] : f32 to vector<16xf32>
+// CHECK-NEXT:    %[[S:.*]] = vector.fma %[[MV]], %{{.*}}, %{{.*}} : vector<16xf32>
+// CHECK-NEXT:    %[[LOW:.*]] = arith.cmpf ogt, %[[LOWEST]], %[[S]] : vector<16xf32>
+// CHECK-NEXT:    %[[FLOORED:.*]] = arith.select %[[LOW]], %[[LOWEST]], %[[S]]
+// CHECK-NEXT:    %[[ISNINF:.*]] = arith.cmpf oeq, %[[MV]], %[[NINF]] : vector<16xf32>
+// CHECK-NEXT:    arith.select %[[ISNINF]], %[[NINF]], %[[FLOORED]]
+// CHECK:         %[[INV:.*]] = arith.divf %{{.*}}, %[[L:.*]] : vector<16xf32>
+// CHECK:         %[[EMPTY:.*]] = arith.cmpf oeq, %[[L]], %[[ZERO]] : vector<16xf32>
+// CHECK-NEXT:    arith.select %[[EMPTY]], %[[ZERO]], %[[INV]]
+func.func private @__pbsdk_attn0(memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x1x20xf32>, memref<1x20x16xf32>) attributes {pbsdk.attention = {batch = 1 : i64, block_k = 28 : i64, block_q = 32 : i64, causal_offset, d = 16 : i64, dtype = "f32", dv = 16 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = true, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, mask = {batch = [], col_stride = 1 : i64, row_stride = 0 : i64, shape = [1, 1, 20]}, o = {shape = [1, 20, 16]}, q = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, v = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}}, pv_cols = 8 : i64, q_vectors = 2 : i64, qk_keys = 14 : i64, safe_softmax = true, scale = 2.500000e-01 : f64, sk = 20 : i64, sq = 20 : i64, threads = 1 : i64, version = 1 : i64}}
+func.func @main(%q: memref<1x20x16xf32>, %k: memref<1x20x16xf32>, %v: memref<1x20x16xf32>, %m: memref<1x1x20xf32>, %o: memref<1x20x16xf32>) {
+  call @__pbsdk_attn0(%q, %k, %v, %m, %o) : (memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x1x20xf32>, memref<1x20x16xf32>) -> ()
+  return
+}

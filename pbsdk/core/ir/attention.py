@@ -12,7 +12,12 @@ What is recognised, starting from each ``matmul(P, V)``:
   positive scalar constant (the scale), addition of a tensor broadcastable to the scores (an additive
   mask; any dtype-matching value, input or computed), and ``where(c, -inf, s)`` / ``where(c, s, -inf)``
   whose condition folds to a constant causal pattern (keys ``j > i + offset`` masked) — an additive
-  constant mask equal to such a pattern is recognised as causal too;
+  constant mask equal to such a pattern is recognised as causal too. Causal is proven by value:
+  `_fold` evaluates the mask's constant graph op by op in each op's dtype (the masks transformers
+  builds with ``vmap`` over ``arange``s included); a constant mask of any other pattern is read;
+- torch's safe softmax (``where(all(x == -inf), 0, softmax(x))``) around the softmax: dropped under a
+  causal pattern of offset >= 0 (no row is empty), else kept as ``Attention.safe_softmax`` (the kernel
+  gives 0 where every key of a row is masked);
 - Q, K, V and the mask are *views* of base tensors through reshape, broadcast and transpose nodes and
   the matmuls' own transposes and batch broadcasting: each becomes (base value, strides). Grouped-query
   heads (K/V reshaped and broadcast over the group) are zero strides, so nothing is copied.
@@ -31,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, Node, Value
+from pbsdk.core.ir.graph import BINARY_OPS, COMPARE_OPS, DTYPE_TO_NUMPY, UNARY_OPS, Graph, Node, Value
 from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
 from pbsdk.core.spec import ChipSpec
@@ -186,11 +191,20 @@ def _operand(view: View, batch_shape: tuple[int, ...], transposed: bool) -> Oper
 # ------------------------------------------------------------------------------------- const folding
 
 _FOLD_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "maximum": np.maximum,
-                "minimum": np.minimum}
+                "minimum": np.minimum, "fmod": np.fmod}
+_FOLD_BITWISE = {"bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor}
+_FOLD_UNARY = {"neg": np.negative, "abs": np.abs, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
+               "round": np.rint, "sign": np.sign}
 _FOLD_COMPARE = {"equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
                  "greater": np.greater, "greater_equal": np.greater_equal}
+_FOLD_MOVE = ("reshape", "broadcast", "transpose", "cast", "select", "slice", "concat", "take", "flip")
+#: Ops `_fold` evaluates (on constant operands).
+FOLDABLE = frozenset(_FOLD_BINARY) | frozenset(_FOLD_BITWISE) | frozenset(_FOLD_UNARY) | frozenset(_FOLD_COMPARE) \
+    | frozenset(_FOLD_MOVE) | {"const"}
 #: Largest constant expression folded while looking for a causal pattern.
 MAX_FOLD_ELEMENTS = 1 << 25
+#: Deepest chain of ops folded (transformers' causal masks are ~40 deep at seq 128: a cumsum as log2(seq) steps).
+MAX_FOLD_DEPTH = 256
 
 
 def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -201,37 +215,125 @@ def _rounded(values: np.ndarray, dtype: str) -> np.ndarray:
     return values
 
 
-def _fold(v: Value, producers: Mapping[int, Node], depth: int = 0) -> np.ndarray | None:
-    """The value of ``v`` when it is computed from constants only (else None)."""
-    node = producers.get(v.id)
-    if node is None or depth > 32 or v.type.size > MAX_FOLD_ELEMENTS:
+def _whole(a: np.ndarray) -> np.ndarray | None:
+    """``a`` as int64 as the emitted ``fptosi`` gives it, or None where that is not exact (NaN, inf,
+    fractions, beyond 2^53): such a mask is not folded rather than folded to a guess."""
+    if not np.isfinite(a).all() or (np.abs(a) >= 2.0 ** 53).any() or (a != np.trunc(a)).any():
         return None
-    if node.op == "const":
-        return np.broadcast_to(_rounded(np.asarray(node.attrs["value"], dtype=np.float64), v.type.dtype), v.shape)
-    args = []
-    for x in node.inputs:
-        a = _fold(x, producers, depth + 1)
-        if a is None:
-            return None
-        args.append(a)
+    return a.astype(np.int64)
+
+
+def _fold_node(node: Node, args: list[np.ndarray]) -> np.ndarray | None:
+    """``node`` evaluated on constant operands ``args`` (float64), with the emitted code's semantics, in
+    the output's dtype; None for an op not folded."""
+    v, op = node.out, node.op
     with np.errstate(all="ignore"):
-        if node.op in ("reshape",):
+        if op == "reshape":
             return np.reshape(args[0], v.shape)
-        if node.op == "broadcast":
+        if op == "broadcast":
             return np.broadcast_to(args[0], v.shape)
-        if node.op == "transpose":
+        if op == "transpose":
             return np.transpose(args[0], node.attrs["perm"])
-        if node.op == "cast":
+        if op == "cast":
             return _rounded(args[0], v.type.dtype)
-        if node.op == "neg":
-            return -args[0]
-        if node.op in _FOLD_BINARY:
-            return np.broadcast_to(_FOLD_BINARY[node.op](args[0], args[1]), v.shape)
-        if node.op in _FOLD_COMPARE:
-            return np.broadcast_to(_FOLD_COMPARE[node.op](args[0], args[1]).astype(np.float64), v.shape)
-        if node.op == "select":
+        if op in _FOLD_UNARY:
+            return _rounded(_FOLD_UNARY[op](args[0]), v.type.dtype)
+        if op in _FOLD_BINARY:
+            return np.broadcast_to(_rounded(_FOLD_BINARY[op](args[0], args[1]), v.type.dtype), v.shape)
+        if op in _FOLD_BITWISE:  # on whole numbers, as int64 (emit: fptosi, andi/ori/xori, sitofp)
+            a, b = _whole(args[0]), _whole(args[1])
+            if a is None or b is None:
+                return None
+            out = _FOLD_BITWISE[op](a, b).astype(np.float64)
+            return np.broadcast_to(_rounded(out, v.type.dtype), v.shape)
+        if op in _FOLD_COMPARE:
+            return np.broadcast_to(_FOLD_COMPARE[op](args[0], args[1]).astype(np.float64), v.shape)
+        if op == "select":
             return np.broadcast_to(np.where(args[0] != 0, args[1], args[2]), v.shape)
+        if op == "slice":
+            return args[0][tuple(slice(s, s + n * st, st)
+                                 for s, st, n in zip(node.attrs["starts"], node.attrs["steps"], v.shape))]
+        if op == "concat":
+            return np.concatenate(args, axis=node.attrs["axis"])
+        if op == "flip":
+            return np.flip(args[0], node.attrs["axes"])
+        if op == "take":  # indices clipped to [0, n - 1] (NaN to 0) and truncated, as emit's op_take
+            table, idx = args
+            axis = node.attrs["axis"]
+            n = table.shape[axis]
+            clipped = np.trunc(np.clip(np.nan_to_num(idx, nan=0.0), 0, n - 1)).astype(np.int64)
+            return np.take(table, clipped, axis=axis)
     return None
+
+
+def _fold(v: Value, producers: Mapping[int, Node], memo: dict[int, np.ndarray | None] | None = None,
+          depth: int = 0) -> np.ndarray | None:
+    """The value of ``v`` when it is computed from constants only (else None), evaluated as the emitted
+    code computes it: each op in its output dtype (`_fold_node`). ``memo`` caches results by value id
+    (a mask is shared by every layer, and transformers' masks reuse values)."""
+    memo = {} if memo is None else memo
+    if v.id in memo:
+        return memo[v.id]
+    if depth > MAX_FOLD_DEPTH:
+        return None
+    node = producers.get(v.id)
+    out: np.ndarray | None = None
+    if node is not None and node.op in FOLDABLE and v.type.size <= MAX_FOLD_ELEMENTS:
+        if node.op == "const":
+            out = np.broadcast_to(_rounded(np.asarray(node.attrs["value"], dtype=np.float64), v.type.dtype), v.shape)
+        else:
+            args = []
+            for x in node.inputs:
+                a = _fold(x, producers, memo, depth + 1)
+                if a is None:
+                    break
+                args.append(a)
+            else:
+                out = _fold_node(node, args)
+                if out is not None and out.shape != v.shape:
+                    out = None
+    memo[v.id] = out
+    return out
+
+
+_ELEMENTWISE = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"select", "cast", "broadcast"}
+
+
+def _same_along(v: Value, axis: int, producers: Mapping[int, Node], memo: dict[int, np.ndarray | None],
+                seen: dict[tuple[int, int], bool] | None = None, depth: int = 0) -> bool:
+    """Whether ``v`` provably has equal values at every index along ``axis``: it is size 1 there, a constant
+    that is, or an elementwise op (numpy broadcasting, right-aligned) of values that are. E.g. BERT's
+    ``where(1 - m != 0, finfo.min, 1 - m)`` over ``m`` expanded from (B, 1, 1, S) to (B, 1, S, S): every
+    query row of that mask is the same, so the kernel may read one."""
+    seen = {} if seen is None else seen
+    key = (v.id, axis)
+    if v.shape[axis] == 1:
+        return True
+    if key in seen:
+        return seen[key]
+    node = producers.get(v.id)
+    same = False
+    if node is not None and depth <= MAX_FOLD_DEPTH:
+        if node.op == "const":
+            a = _fold(v, producers, memo)
+            same = a is not None and bool((a == np.take(a, [0], axis=axis)).all())
+        elif node.op in _ELEMENTWISE:
+            same = all(ax < 0 or _same_along(x, ax, producers, memo, seen, depth + 1)
+                       for x in node.inputs for ax in (axis - (len(v.shape) - len(x.shape)),))
+    seen[key] = same
+    return same
+
+
+def _rows_repeat(base: Value, row_stride: int, rows: int, producers: Mapping[int, Node],
+                 memo: dict[int, np.ndarray | None]) -> bool:
+    """Whether reading ``rows`` rows of contiguous ``base`` at ``row_stride`` reads the same row each time:
+    the stride is one axis's and ``base`` is the same along it (`_same_along`)."""
+    stride = 1
+    for axis in reversed(range(len(base.shape))):
+        if stride == row_stride and base.shape[axis] > 1:
+            return rows <= base.shape[axis] and _same_along(base, axis, producers, memo)
+        stride *= base.shape[axis]
+    return False
 
 
 def _scalar(v: Value, producers: Mapping[int, Node]) -> float | None:
@@ -329,14 +431,15 @@ def _batch_reshape(node: Node) -> bool:
 _GUARD_OPS = ("equal", "not_equal", "reduce_max", "reshape", "broadcast", "cast")
 
 
-def _safe_softmax(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tuple[Value, list[Node], Value] | None:
+def _safe_softmax(p: Value, producers: Mapping[int, Node], uses: _Uses,
+                  memo: dict[int, np.ndarray | None]) -> tuple[Value, list[Node], Value] | None:
     """torch's ``_safe_softmax``: ``where(all(x == -inf, -1), 0, softmax(x))``. Returns (the softmax's
     value, the guard's nodes, x) when ``p`` is that select over a condition computed from x alone."""
     sel = producers.get(p.id)
     if sel is None or sel.op != "select":
         return None
     cond, zero, soft = sel.inputs
-    folded = _fold(zero, producers)
+    folded = _fold(zero, producers, memo)
     if folded is None or (folded != 0).any() or soft.shape != p.shape:
         return None
     nodes = [sel]
@@ -349,7 +452,7 @@ def _safe_softmax(p: Value, producers: Mapping[int, Node], uses: _Uses) -> tuple
     while stack:
         v = stack.pop()
         node = producers.get(v.id)
-        if node is None or node.op == "const" or _fold(v, producers) is not None:
+        if node is None or node.op == "const" or _fold(v, producers, memo) is not None:
             continue
         if node.op not in _GUARD_OPS or not uses.only_inside(v):
             if leaf is not None and leaf.id != v.id:
@@ -379,6 +482,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
     uses = _Uses(_users(nodes), {v.id for v in graph.outputs})
     found: list[AttentionMatch] = []
     claimed: set[int] = set()
+    memo: dict[int, np.ndarray | None] = {}  # folded constants, shared by every candidate
     why = rejections if rejections is not None else []
 
     # f16/bf16 matmuls accumulate in f32 and are cast back: the cast after P·V is the attention's output.
@@ -404,7 +508,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         if rp is not None and _batch_reshape(rp) and uses.only_inside(rp.inputs[0]):
             batch_views.append(rp)  # (b, h, sq, sk) -> (b*h, sq, sk) for a 3-D matmul
             p = rp.inputs[0]
-        guard = _safe_softmax(p, producers, uses)
+        guard = _safe_softmax(p, producers, uses, memo)
         if guard is not None:
             p = guard[0]
         soft = _softmax_input(p, producers, uses)
@@ -420,6 +524,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         # Walk from the logits back to Q·Kᵀ.
         scale, mask_scale = 1.0, 1.0
         mask_value: Value | None = None
+        mask_at: tuple[int, ...] = ()  # the scores' shape where the mask is added
         causal: int | None = None
         node = producers.get(x.id)
         cur = x
@@ -446,7 +551,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
             elif node.op == "add":
                 side = 0 if a[0].shape == cur.shape else 1
                 other = a[1 - side]
-                folded = _fold(other, producers)
+                folded = _fold(other, producers, memo)
                 off = None
                 if folded is not None:
                     finite = np.isfinite(folded)
@@ -455,7 +560,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
                 if off is not None and causal is None:
                     causal = off
                 elif mask_value is None:
-                    mask_value, mask_scale = other, scale
+                    mask_value, mask_scale, mask_at = other, scale, node.out.shape
                 else:
                     ok = False
                     break
@@ -468,7 +573,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
             elif node.op == "select":
                 cond, t, f = a
                 tf, ff = _scalar(t, producers), _scalar(f, producers)
-                folded = _fold(cond, producers)
+                folded = _fold(cond, producers, memo)
                 if folded is None or causal is not None:
                     ok = False
                     break
@@ -497,10 +602,10 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
                            "is not a positive scalar scale, an additive mask or a causal select, or a value is "
                            "used elsewhere")
             continue
-        if guard is not None and (mask_value is not None or (causal is not None and causal < 0)):
-            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: a safe softmax (fully masked rows give 0) "
-                       "with a mask that may mask whole rows is not fused")
-            continue
+        # torch's safe softmax gives 0 for a row whose keys are all masked. A causal pattern with offset
+        # >= 0 masks no whole row (the guard is then a no-op); any other mask may (a runtime padding mask
+        # of zeros), so the kernel is asked to zero such rows exactly as torch does.
+        safe = guard is not None and (mask_value is not None or (causal is not None and causal < 0))
         qk = node
         covered_nodes.append(qk)
         if qk.attrs["transpose_a"]:
@@ -509,7 +614,7 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
         if final is not pv:
             covered_nodes.append(pv)
         match = _build(graph, final, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why,
-                       pv_matmul=pv)
+                       pv_matmul=pv, safe_softmax=safe, mask_at=mask_at, memo=memo)
         if match is not None:
             found.append(match)
             claimed |= match.covered
@@ -518,9 +623,12 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
 
 def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask_value: Value | None,
            causal: int | None, scale: float, mask_scale: float, covered_nodes: list[Node], uses: _Uses,
-           why: list[str], pv_matmul: Node | None = None) -> AttentionMatch | None:
+           why: list[str], pv_matmul: Node | None = None, safe_softmax: bool = False,
+           mask_at: tuple[int, ...] = (),
+           memo: dict[int, np.ndarray | None] | None = None) -> AttentionMatch | None:
     """``pv`` is the node producing the output: the P·V matmul, or the cast after it
-    (``pv_matmul``) for f16/bf16 operands."""
+    (``pv_matmul``) for f16/bf16 operands. ``safe_softmax``: fully masked rows must give 0. ``mask_at``:
+    the scores' shape where the mask is added (batch dims may be grouped otherwise than Q·Kᵀ's)."""
     out = pv.out
     pvm = pv_matmul or pv
     batch_shape = out.shape[:-2]
@@ -559,12 +667,16 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     mask = None
     if mask_value is not None:
         found = _view_of(mask_value, producers)
-        mview = _broadcast(found[0], qk.out.shape) if found is not None else None
+        mview = _broadcast(found[0], mask_at or qk.out.shape) if found is not None else None
+        if mview is not None and mview.shape != qk.out.shape:  # a batch reshape between Q·Kᵀ and the mask
+            mview = _reshape(mview, qk.out.shape)
         mask = _operand(mview, batch_shape, False) if mview is not None else None
         if mask is None or found is None:
             why.append(f"attention at {out.type}: the mask cannot be read with strides")
             return None
         chains += found[1]
+        if mask.row_stride != 0 and _rows_repeat(found[0].base, mask.row_stride, sq, producers, memo or {}):
+            mask = dataclasses.replace(mask, row_stride=0)  # one row read per key: no gather across queries
     # Nodes the kernel replaces: the pattern, plus view nodes used only by it.
     covered_nodes = covered_nodes + [pv]
     covered = {n.out.id for n in covered_nodes} | {n.out.id for n in chains}
@@ -585,7 +697,7 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         1, math.prod(s for s, st, _ in q.batch if st == 0))
     nb = math.prod(batch_shape) if batch_shape else 1
     op = Attention(nb, sq, sk, d, dv, out.dtype, causal if causal is not None and causal < sk - 1 else None,
-                   mask is not None, max(1, groups))
+                   mask is not None, max(1, groups), safe_softmax=safe_softmax)
     return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
 
 

@@ -126,7 +126,7 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
     """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 1).
 
     Both forms share the op's fields (``batch``, ``sq``, ``sk``, ``d``, ``dv``, ``dtype``,
-    ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``), ``block_q``, ``block_k``,
+    ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``, ``safe_softmax``), ``block_q``, ``block_k``,
     ``level`` and ``operands`` (q, k, v, mask: base shape, batch factors (size, stride, inner), row and
     column strides). A ``"lanes"`` plan adds ``"form": "lanes"``, its register tile (``lanes``,
     ``q_vectors``, ``qk_keys``, ``pv_cols``), ``threads`` and ``operands.o`` (the output's shape,
@@ -134,7 +134,7 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
     op = plan.op
     common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": op.sk, "d": op.d, "dv": op.dv,
               "dtype": op.dtype, "causal_offset": op.causal_offset, "mask": op.mask, "kv_groups": op.kv_groups,
-              "scale": ops.scale, "mask_scale": ops.mask_scale}
+              "scale": ops.scale, "mask_scale": ops.mask_scale, "safe_softmax": op.safe_softmax}
     operands = {"q": _operand_json(ops.q, ops.q_shape), "k": _operand_json(ops.k, ops.k_shape),
                 "v": _operand_json(ops.v, ops.v_shape), "mask": _operand_json(ops.mask, ops.mask_shape)}
     if plan.schedule == "lanes":

@@ -62,7 +62,9 @@ class Attention:
     """The op being planned: ``batch`` independent (sq x d) · (d x sk) → softmax → (sk x dv) problems.
 
     ``causal_offset``: keys ``j > i + causal_offset`` are masked for query ``i`` (None: no causal
-    mask). ``mask``: an additive mask is read. ``kv_groups``: query heads sharing one K/V head."""
+    mask). ``mask``: an additive mask is read. ``kv_groups``: query heads sharing one K/V head.
+    ``safe_softmax``: a row whose keys are all masked gives 0 (torch's ``_safe_softmax``), not NaN; set
+    when the graph has that guard and its mask may mask a whole row (a runtime padding mask)."""
 
     batch: int
     sq: int
@@ -73,6 +75,7 @@ class Attention:
     causal_offset: int | None = None
     mask: bool = False
     kv_groups: int = 1
+    safe_softmax: bool = False
 
     def __post_init__(self) -> None:
         if min(self.batch, self.sq, self.sk, self.d, self.dv, self.kv_groups) < 1:
@@ -401,6 +404,9 @@ def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -
     if op.dtype not in SCRATCHPAD_DTYPES:
         return _unfused(op, f"dtype {op.dtype}: the scratchpad attention kernel is emitted for "
                             f"{', '.join(SCRATCHPAD_DTYPES)} only", score_bytes)
+    if op.safe_softmax:
+        return _unfused(op, "rows whose keys may all be masked must give 0 (a safe softmax): the scratchpad "
+                            "kernel does not zero them", score_bytes)
     space = len(spec.memory) - 1
     level = spec.memory[space]
     cap = scratchpad_capacity(level, options)
@@ -488,7 +494,8 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
     op = plan.op
     head = (f"{title}: attention {op.batch}x [{op.sq}x{op.d}]·[{op.sk}x{op.d}]ᵀ→softmax→·[{op.sk}x{op.dv}] "
             f"{op.dtype}" + (f", causal offset {op.causal_offset}" if op.causal else "")
-            + (", additive mask" if op.mask else "") + (f", GQA x{op.kv_groups}" if op.kv_groups > 1 else "")
+            + (", additive mask" if op.mask else "") + (", fully masked rows 0" if op.safe_softmax else "")
+            + (f", GQA x{op.kv_groups}" if op.kv_groups > 1 else "")
             + f" ({op.flops / 1e9:.3f} GFLOP)")
     lines = [head]
     if not plan.fused:

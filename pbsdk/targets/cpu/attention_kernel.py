@@ -37,6 +37,8 @@ from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.pipeline import StageContext
 
 LOG2E = 1.0 / math.log(2.0)
+#: The lowest finite f32 (-FLT_MAX): where a finite mask's scaled score is floored (see `_build_part`).
+F32_LOWEST = -3.4028234663852886e38
 #: exp2(f) on |f| <= 1/2: Taylor coefficients of e^(f ln 2), highest degree first.
 _EXP2_COEFFS = [math.log(2.0) ** k / math.factorial(k) for k in range(6, -1, -1)]
 
@@ -65,6 +67,7 @@ class LanesKernel:
     v: OperandLayout
     mask: OperandLayout | None
     out_shape: tuple[int, ...]
+    safe_softmax: bool = False  # a row with every key masked gives 0 (torch's safe softmax), not NaN
 
     @property
     def block_q(self) -> int:
@@ -104,7 +107,7 @@ def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> Lane
             float(raw["mask_scale"]), int(raw["lanes"]), int(raw["q_vectors"]), int(raw["block_k"]),
             int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), layout(ops["q"]), layout(ops["k"]),
             layout(ops["v"]), layout(ops["mask"]) if raw["mask"] else None,
-            tuple(int(x) for x in ops["o"]["shape"]))
+            tuple(int(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)))
     except (KeyError, TypeError, ValueError) as exc:
         raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
     if int(raw.get("block_q", kern.block_q)) != kern.block_q:
@@ -199,6 +202,7 @@ def _build_part(name: str, a: LanesKernel, names: list[str], shapes: list[tuple[
         qscale = float_constant(rounded(a.scale * LOG2E), et)
         if a.mask is not None:
             vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
+            vlowest = _splat(vt, F32_LOWEST)
             if a.mask.row_stride not in (0, 1):
                 vmidx = _int_vector(vit, [i * a.mask.row_stride for i in range(L)])
         i64 = ir.IntegerType.get_signless(64)
@@ -292,7 +296,12 @@ def _build_part(name: str, a: LanesKernel, names: list[str], shapes: list[tuple[
                                     mv = vector.MaskedLoadOp(vt, flat["M"], [mrow], lane_masks[v], vzero).result
                                 else:
                                     mv = vector.GatherOp(vt, flat["M"], [mrow], vmidx, lane_masks[v], vzero).result
-                                s = vector.fma(mv, vmscale, s)
+                                # s + mask·log2(e) overflows to -inf for a finite mask below
+                                # -FLT_MAX / log2(e) (BERT's padding mask is -FLT_MAX) where torch's
+                                # score stays finite: floor it at -FLT_MAX unless the mask is -inf, so a
+                                # row of such keys is uniform (as in torch), and only -inf masks mask.
+                                sm = _vmax(vlowest, vector.fma(mv, vmscale, s))
+                                s = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, mv, vninf), vninf, sm)
                             if a.causal_offset is not None:
                                 cm = arith.cmpi(arith.CmpIPredicate.sgt, kv, qlanes[v])
                                 s = arith.select(cm, vninf, s)
@@ -356,6 +365,9 @@ def _build_part(name: str, a: LanesKernel, names: list[str], shapes: list[tuple[
             # O[i0 + i, :] = Ot[:, i] / l[i]
             one = _splat(vt, 1.0)
             inv = [arith.divf(one, kl.results[nvq + v]) for v in range(nvq)]
+            if a.safe_softmax:  # l = 0: every key of the row masked; torch's safe softmax gives 0 there
+                inv = [arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, kl.results[nvq + v], vzero), vzero, inv[v])
+                       for v in range(nvq)]
             with loop(c(0), c(DV), c(1)) as ld:
                 row = ix.mul(ld.induction_variable, br)
                 for v in range(nvq):
