@@ -34,6 +34,9 @@ CASES = [
     # 8-pixel rows: every tile wraps, and the last tile's clamped rows once cancelled a wrap's jump in a
     # first-to-last-base linearity check (a ResNet layer at 64x64 input computed wrong rows).
     ("wrap_and_clamp", (2, 8, 8, 128), (128, 3, 3), 1, 1, 1),
+    # 3 channels: each kernel row's 7 taps x 3 channels are one run of 21 adjacent values (an image stem).
+    ("stem_row_runs", (2, 30, 27, 3), (16, 7, 7), 2, 3, 1),
+    ("row_runs_kc_split", (1, 9, 40, 8), (24, 5, 40), 1, (2, 0), 1),
 ]
 
 

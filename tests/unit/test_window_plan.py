@@ -100,3 +100,13 @@ def test_nchw_conv_layout_keeps_few_channel_convs_as_given() -> None:
         choice = _layout(16, c, o, 32, 3)
         assert not choice.nhwc, choice.reason
         assert "as given" in choice.reason
+
+
+def test_window_run_reads_kernel_rows_for_few_channels() -> None:
+    from pbsdk.core.plan.window import window_run
+
+    assert window_run(64, 3, 1) == (64, False)
+    assert window_run(3, 7, 1) == (21, True)       # a 7x7 stem: one kernel row per run
+    assert window_run(3, 3, 1) is None             # 9 values: too short
+    assert window_run(3, 7, 2) is None             # dilated columns are not adjacent
+    assert window_run(8, 1, 1) is None

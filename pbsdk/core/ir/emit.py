@@ -463,7 +463,7 @@ class _Emitter:
         _, _, oh, ow = node.out.shape
         return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
                                 channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
-                                taps=kh * kw).nhwc
+                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1]).nhwc
 
     def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int]) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension

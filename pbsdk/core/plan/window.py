@@ -92,6 +92,19 @@ def window_k_block(channels: int, taps: int, kc: int, *, min_run: int = MIN_CHAN
     return block if run >= min_run else None
 
 
+def window_run(channels: int, kernel_width: int, dilation_w: int) -> tuple[int, bool] | None:
+    """How long a contiguous run of the input a window read takes per step of its tap loop, and whether a
+    run is a whole kernel row: a tap's ``channels`` when there are at least `MIN_CHANNEL_RUN`; else, when
+    the kernel's columns are adjacent (``dilation_w == 1``), the ``kernel_width * channels`` values of one
+    kernel row, which NHWC stores together (a 3-channel 7x7 stem reads runs of 21); None when even that is
+    too short (im2col stays)."""
+    if channels >= MIN_CHANNEL_RUN:
+        return channels, False
+    if dilation_w == 1 and kernel_width > 1 and kernel_width * channels >= MIN_CHANNEL_RUN:
+        return kernel_width * channels, True
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class ConvLayout:
     """Whether an NCHW convolution runs in NHWC (transposes around one contraction of output pixels by
@@ -113,11 +126,12 @@ def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: in
 
 
 def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
-                     channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int) -> ConvLayout:
+                     channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int,
+                     kernel_width: int = 1, dilation_w: int = 1) -> ConvLayout:
     """Decide where an NCHW convolution that needs patches runs, from the vector unit's register tile.
 
     NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
-    place when a tap has at least `MIN_CHANNEL_RUN` channels (else its patches are copied too), plus
+    place when `window_run` finds runs long enough (else its patches are copied too), plus
     transposing the input and the output (a pass over each, at ``lanes`` elements a cycle).
     As given: per image ``out_channels x out_pixels x (taps*channels)`` over a patch matrix that is
     copied first (one pass over it). The register tile decides most: a contraction with few output
@@ -126,7 +140,7 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
     k = taps * channels
     nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
     nhwc += batch * (channels * in_pixels + out_channels * out_pixels) / lanes
-    if channels < MIN_CHANNEL_RUN:
+    if window_run(channels, kernel_width, dilation_w) is None:
         nhwc += batch * k * out_pixels / lanes
     nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
     nchw += batch * k * out_pixels / lanes

@@ -68,6 +68,14 @@ class Window:
 
     geometry: ConvGeometry
     x_type: ir.MemRefType
+    #: One step of the tap loop reads a whole kernel row (``kw * C`` adjacent values; needs ``dw == 1``)
+    #: instead of one tap's ``C`` channels: for inputs with few channels (`window_run`).
+    row_runs: bool = False
+
+    @property
+    def run(self) -> int:
+        """Contiguous input values per step of the tap loop (the k index advances through them in order)."""
+        return self.channels * (self.geometry.kw if self.row_runs else 1)
 
     @property
     def channels(self) -> int:
@@ -217,12 +225,13 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
     c = x.const
     _, _, wp, ch = w.x_type.shape
     bases = [memref.load(rows, [x.min(x.add(r0, c(i)), last_row) if i else r0]) for i in range(mr)]
-    # The block holds whole taps when a tap's channels fit in it (pc a multiple of C), else a run of one
-    # tap's channels starting at channel c0.
-    t0 = x.divu(pc, c(ch))
-    c0 = arith.remui(pc, c(ch))
-    ntaps = x.max(x.divu(kc, c(ch)), c(1))
-    run = x.min(kc, c(ch))
+    # The block holds whole runs (a tap's channels, or a kernel row's taps and channels) when a run fits in
+    # it (pc a multiple of the run), else part of one run starting at c0.
+    length = w.run
+    t0 = x.divu(pc, c(length))
+    c0 = arith.remui(pc, c(length))
+    ntaps = x.max(x.divu(kc, c(length)), c(1))
+    run = x.min(kc, c(length))
     pixel = w.geometry.sw * ch
     # One image row holds the whole tile (no wrap, no row past the thread's last): the bases are linear.
     # (Comparing only the first and last base is not enough: a wrap's jump and the clamp of the rows past
@@ -236,10 +245,13 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
         with ir.InsertionPoint(outer.body):
             t = outer.induction_variable
             tap = x.add(t0, t)
-            ti = x.divu(tap, c(w.geometry.kw))
-            tj = arith.remui(tap, c(w.geometry.kw))
-            off = x.add(x.add(x.mul(ti, c(w.geometry.dh * wp * ch)), x.mul(tj, c(w.geometry.dw * ch))), c0)
-            kb = x.mul(t, c(ch))
+            if w.row_runs:  # a run is kernel row `tap`: its taps and channels are adjacent in X
+                off = x.add(x.mul(tap, c(w.geometry.dh * wp * ch)), c0)
+            else:
+                ti = x.divu(tap, c(w.geometry.kw))
+                tj = arith.remui(tap, c(w.geometry.kw))
+                off = x.add(x.add(x.mul(ti, c(w.geometry.dh * wp * ch)), x.mul(tj, c(w.geometry.dw * ch))), c0)
+            kb = x.mul(t, c(length))
             inner = scf.ForOp(c(0), run, c(1), list(outer.inner_iter_args))
             with ir.InsertionPoint(inner.body):
                 chan = inner.induction_variable
@@ -335,9 +347,10 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     batched = shape.batch >= 1
     extra_types = [] if epilogue is None else [mt_ for _, mt_ in epilogue.inputs] + [epilogue.out_type]
 
-    if window is not None and (batched or (blk.kc % window.channels and window.channels % blk.kc)):
-        raise ValueError(f"{name}: a window needs a plain matmul and kc {blk.kc} in whole taps or dividing "
-                         f"the {window.channels} channels")
+    if window is not None and (batched or (blk.kc % window.run and window.run % blk.kc)
+                               or (window.row_runs and window.geometry.dw != 1)):
+        raise ValueError(f"{name}: a window needs a plain matmul, kc {blk.kc} in whole runs or dividing the "
+                         f"run of {window.run}, and adjacent kernel columns for row runs")
     a_type = shape.a_type if window is None else window.x_type
     fn = func.FuncOp(name, ([a_type, shape.b_type, shape.c_type, *extra_types, index], []))
     entry = fn.add_entry_block()

@@ -23,7 +23,7 @@ from mlir.dialects import func
 
 from pbsdk.core.passes import ops_named
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
-from pbsdk.core.plan.window import window_k_block
+from pbsdk.core.plan.window import window_k_block, window_run
 from pbsdk.targets.cpu.implicit_conv import find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
     EPILOGUE_OPS,
@@ -257,13 +257,17 @@ class PackContractions:
             channels = int(x_type.shape[3])
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype), ctx.options)
             blk = plan.blocking
-            kc = window_k_block(channels, g.kh * g.kw, blk.kc) if blk is not None else None
-            if blk is None or kc is None:
+            run = window_run(channels, g.kw, g.dw)
+            kc = None
+            if blk is not None and run is not None:
+                length, row_runs = run
+                kc = window_k_block(length, g.kh if row_runs else g.kh * g.kw, blk.kc)
+            if blk is None or run is None or kc is None:
                 notes.append(f"@{callee_name}: im2col of {channels} channel(s) kept "
                              + ("(no packed blocking)" if blk is None else "(too few channels to read in place)"))
                 continue
             blk = dataclasses.replace(blk, kc=kc)
-            window = Window(g, x_type)
+            window = Window(g, x_type, row_runs=row_runs)
             args = list(callee.regions[0].blocks[0].arguments)
 
             def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
