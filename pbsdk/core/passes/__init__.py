@@ -29,3 +29,17 @@ def identity_layout(t: ir.Type) -> bool:
         expected.append(running)
         running *= size
     return offset == 0 and list(strides) == list(reversed(expected))
+
+
+def defining_op(v: ir.Value) -> ir.Operation | None:
+    """The op whose result ``v`` is, or None for a block argument."""
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner.operation if hasattr(owner, "operation") else owner
+
+
+def user_op(use: ir.OpOperand) -> ir.Operation:
+    """The op holding the operand ``use``."""
+    owner = use.owner
+    return owner.operation if hasattr(owner, "operation") else owner

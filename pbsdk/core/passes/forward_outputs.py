@@ -20,14 +20,7 @@ from typing import Any
 
 from mlir import ir
 
-from pbsdk.core.passes import identity_layout, ops_named
-
-
-def _op(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Operation):
-        return owner
-    return getattr(owner, "operation", None) if not isinstance(owner, ir.Block) else None
+from pbsdk.core.passes import defining_op, identity_layout, ops_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +45,7 @@ class ForwardOutputs:
             src, dst = copy.operands[0], copy.operands[1]
             if not any(dst == a for a in args) or src.type != dst.type or not identity_layout(src.type):
                 continue
-            alloc = _op(src)
+            alloc = defining_op(src)
             if alloc is None or alloc.name != "memref.alloc" or alloc.parent != fn:
                 continue
             if len(list(dst.uses)) != 1:  # the output is read or written elsewhere

@@ -23,8 +23,8 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
-from pbsdk.core.passes import ops_named
-from pbsdk.core.passes.isolate_contractions import _captures, _op_of
+from pbsdk.core.passes import defining_op, ops_named
+from pbsdk.core.passes.isolate_contractions import _captures
 
 _FUSIBLE = ("linalg.generic", "linalg.fill", "linalg.map", "linalg.copy")
 #: Side-effect-free ops that may sit between fused ops; they move in front of the run.
@@ -265,7 +265,7 @@ def _only_constant_captures(op: ir.Operation) -> bool:
     if not op.regions or not len(op.regions[0].blocks):
         return True
     for _, _, v in _captures(op):
-        owner = _op_of(v)
+        owner = defining_op(v)
         if owner is None or owner.name != "arith.constant":
             return False
     return True

@@ -24,20 +24,15 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
-from pbsdk.core.passes import ops_named
+from pbsdk.core.passes import defining_op, ops_named
 
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
+#: The isolated functions are named this plus a number.
+PREFIX = "__pbsdk_contraction"
 
 
 #: Longest elementwise chain moved in with a contraction (fusion merges it into one op there).
 MAX_EPILOGUE = 4
-
-
-def _op_of(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Operation):
-        return owner
-    return getattr(owner, "operation", None) if not isinstance(owner, ir.Block) else None
 
 
 def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
@@ -85,7 +80,7 @@ def _epilogue_user(value: ir.Value) -> ir.Operation | None:
     if list(body.arguments[n_in].uses):
         return None
     for _, _, v in _captures(user):  # only constants may come from outside (they are cloned in)
-        owner = _op_of(v)
+        owner = defining_op(v)
         if owner is None or owner.name != "arith.constant":
             return None
     return user
@@ -116,7 +111,7 @@ def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.
     if clone.regions and len(clone.regions[0].blocks):
         for user, i, v in _captures(clone):
             if v not in mapping:
-                const = _op_of(v)
+                const = defining_op(v)
                 assert const is not None and const.name == "arith.constant"
                 fresh = const.clone()
                 fresh.move_before(clone)
@@ -137,10 +132,10 @@ class IsolateContractions:
             for op in ops_named(module, opname):
                 if not all(isinstance(v.type, ir.RankedTensorType) for v in op.operands) or len(op.results) != 1:
                     continue
-                name = f"__pbsdk_contraction{count}"
+                name = f"{PREFIX}{count}"
                 count += 1
                 chain = [op]
-                init = _op_of(op.operands[len(op.operands) - 1])
+                init = defining_op(op.operands[len(op.operands) - 1])
                 if init is not None and init.name == "linalg.fill" and len(list(init.results[0].uses)) == 1:
                     chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
                 while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.fuse_epilogues:

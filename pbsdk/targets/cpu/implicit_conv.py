@@ -24,7 +24,7 @@ import dataclasses
 
 from mlir import ir
 
-from pbsdk.core.passes import identity_layout
+from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
 
 
@@ -48,18 +48,11 @@ class Im2col:
                 o.erase()
         if not list(self.collapse.results[0].uses):
             self.collapse.erase()
-        users = [_user(u) for u in self.buffer.results[0].uses]
+        users = [user_op(u) for u in self.buffer.results[0].uses]
         if all(u.name == "memref.dealloc" for u in users):
             for u in users:
                 u.erase()
             self.buffer.erase()
-
-
-def _op(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner.operation if hasattr(owner, "operation") else owner
 
 
 def _static(op: ir.Operation, name: str) -> tuple[int, ...]:
@@ -71,11 +64,6 @@ _INERT = {"memref.subview", "memref.collapse_shape", "memref.expand_shape", "mem
           "arith.constant"}
 
 
-def _user(use: ir.OpOperand) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if hasattr(owner, "operation") else owner
-
-
 def find_im2col(call: ir.Operation) -> Im2col | None:
     """The im2col feeding ``call``'s first operand (see the module docstring), or None.
 
@@ -83,7 +71,7 @@ def find_im2col(call: ir.Operation) -> Im2col | None:
     each call then reads the generation of copies made since the previous call. A call qualifies only if
     every call reading the buffer has a whole generation of its own before it (so erasing this call's
     copies cannot leave another call reading them)."""
-    collapse = _op(call.operands[0])
+    collapse = defining_op(call.operands[0])
     if collapse is None or collapse.name != "memref.collapse_shape":
         return None
     groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
@@ -91,18 +79,18 @@ def find_im2col(call: ir.Operation) -> Im2col | None:
     if groups != [[0, 1, 2], [3, 4, 5]]:
         return None
     patches = collapse.operands[0]
-    alloc = _op(patches)
+    alloc = defining_op(patches)
     if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or not identity_layout(patches.type):
         return None
     block = call.block
-    readers = [_user(u) for u in collapse.results[0].uses]
+    readers = [user_op(u) for u in collapse.results[0].uses]
     if any(r.name != "func.call" or r.block != block for r in readers):
         return None
     # Every write into the patch buffer: a copy into a view of it, in this block.
     copy_views: dict[ir.Operation, tuple[ir.Operation, ir.Operation]] = {}  # copy -> (dst view, src view)
     dealloc: list[ir.Operation] = []
     for use in patches.uses:
-        user = _user(use)
+        user = user_op(use)
         if user == collapse:
             continue
         if user.name == "memref.dealloc":
@@ -111,10 +99,10 @@ def find_im2col(call: ir.Operation) -> Im2col | None:
         if user.name != "memref.subview" or len(user.operands) != 1:
             return None
         for view_use in user.results[0].uses:
-            cp = _user(view_use)
+            cp = user_op(view_use)
             if cp.name != "memref.copy" or cp.operands[1] != user.results[0] or cp.block != block:
                 return None
-            src = _op(cp.operands[0])
+            src = defining_op(cp.operands[0])
             if src is None or src.name != "memref.subview" or len(src.operands) != 1:
                 return None
             copy_views[cp] = (user, src)
@@ -163,9 +151,5 @@ def _generation(patches: ir.Value, copies: list[ir.Operation],
         started = started or o in copy_views
         if started and o not in copy_views and o.name not in _INERT:
             return None
-    erase: list[ir.Operation] = list(copies) + [dst for dst, _ in views] + [src for _, src in views]
-    unique: list[ir.Operation] = []
-    for o in erase:
-        if o not in unique:
-            unique.append(o)
-    return Im2col(x, geometry, tuple(unique), collapse, alloc)
+    erase = dict.fromkeys([*copies, *(dst for dst, _ in views), *(src for _, src in views)])  # in order, once
+    return Im2col(x, geometry, tuple(erase), collapse, alloc)

@@ -387,7 +387,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         rows = _window_rows(window, x, m0, m1, M) if window is not None else None
         A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([_elements(window.x_type)], t), A,
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
-        last_row = x.sub(m1, c(1))
+        last_row = x.sub(m1, c(1)) if window is not None else None
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b else None
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
@@ -482,7 +482,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 return outs
 
             if window is not None:
-                assert rows is not None
+                assert rows is not None and last_row is not None
                 res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
                                      lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(mr)],
                                                                 b_vectors(k), accs))

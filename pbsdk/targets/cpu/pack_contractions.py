@@ -22,6 +22,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.passes import ops_named
+from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
 from pbsdk.targets.cpu.implicit_conv import find_im2col
@@ -232,9 +233,10 @@ class PackContractions:
         nothing calls it. Returns how many kernels were built (they are named like the others)."""
         table = ir.SymbolTable(module.operation)
         count = 0
+        rewritten: dict[str, ir.Operation] = {}  # contraction functions a rewritten call called
         for call in ops_named(module, "func.call"):
             callee_name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
-            if not callee_name.startswith("__pbsdk_contraction"):
+            if not callee_name.startswith(CONTRACTION_PREFIX):
                 continue
             found = find_im2col(call)
             if found is None:
@@ -284,14 +286,17 @@ class PackContractions:
                 func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
             call.erase()
             found.erase()
-            if not any(ir.FlatSymbolRefAttr(o.attributes["callee"]).value == callee_name
-                       for o in ops_named(module, "func.call")):
-                callee.erase()
+            rewritten[callee_name] = callee
             notes.append(f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} {channels}->{n} "
                          f"{dtype}: implicit GEMM, packed kernel @{name} reads the input in place (no im2col), "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+        if rewritten:  # a contraction function nothing calls any more goes
+            called = {ir.FlatSymbolRefAttr(o.attributes["callee"]).value for o in ops_named(module, "func.call")}
+            for name, fn in rewritten.items():
+                if name not in called:
+                    fn.erase()
         return count
 
 
