@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pbsdk.core.spec import load_spec
 from pbsdk.testing import assert_close, tolerance
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -51,6 +50,8 @@ def _emulate_and_check(case: AttnCase, spec: str = "nvidia/h100", **options: Any
 @pytest.mark.parametrize("case", EMULATED, ids=lambda c: c.name)
 def test_emulated_attention_matches_numpy(case: AttnCase) -> None:
     spec = "nvidia/a100" if case.sq == 300 else "nvidia/h100"
+    from pbsdk.core.spec import load_spec  # pydantic: not on the GPU machine, whose tests need no spec
+
     kernel = _emulate_and_check(case, spec)
     # one kernel, nothing unfused around it; both matmuls on the matrix unit, issued by warps
     (rec,) = kernel.kernels
@@ -94,6 +95,7 @@ def _compile(case: AttnCase, spec: str) -> Any:
 @pytest.mark.parametrize("spec", ["nvidia/a100", "nvidia/h100"])
 @pytest.mark.parametrize("case", COMPILED, ids=lambda c: c.name)
 def test_attention_compiles_within_the_spec(spec: str, case: AttnCase) -> None:
+    from pbsdk.core.spec import load_spec
     from pbsdk.targets.nvgpu.ptxas import find_ptxas
     from pbsdk.targets.nvgpu.runtime import read
 
@@ -114,6 +116,7 @@ def test_jit_attention_compiles_to_a_cubin_with_mma(spec: str) -> None:
     import pbsdk
     from pbsdk import ops
     from pbsdk.core.compiler import compile_text
+    from pbsdk.core.spec import load_spec
     from pbsdk.targets.nvgpu.ptxas import find_ptxas
     from pbsdk.targets.nvgpu.runtime import read
 
