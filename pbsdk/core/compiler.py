@@ -20,7 +20,7 @@ from pbsdk.core.passes.forward_outputs import ForwardOutputs
 from pbsdk.core.passes.isolate_contractions import IsolateContractions
 from pbsdk.core.pipeline import Pipeline, Stage, StageContext
 from pbsdk.core.spec import ChipSpec, load_spec
-from pbsdk.core.target import Target, get_target
+from pbsdk.core.target import DERIVED_CONSTANTS, Target, get_target
 
 _SUPPORTED_ELEMENT_TYPES = {"f64", "f32", "f16", "bf16", "i8", "i32"}
 
@@ -179,6 +179,10 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
+    if result is not None and hasattr(result, "payload") and result.constants is not consts:
+        # A stage rewrote the constants (e.g. packed a weight for its kernel): a cache hit must return the
+        # stored ones, not the caller's.
+        result = dataclasses.replace(result, metadata={**result.metadata, DERIVED_CONSTANTS: True})
     if cache is not None and key is not None:
-        cache.put(key, result, digests if result.constants is ctx.constants else None)
+        cache.put(key, result, digests if result.constants is consts else None)
     return result

@@ -64,6 +64,8 @@ class Options:
     pack: bool = True
     #: Pack B of a matrix-vector-like product: None lets the planner decide (experiments, tests).
     pack_b: bool | None = None
+    #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time (cpu).
+    prepack_b: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).
     attention_q_vectors: int = dataclasses.field(default=0, metadata={CONVERT: lambda v: _count(v, "q")})
     #: Fuse elementwise epilogues into packed matmuls (cpu).

@@ -42,7 +42,9 @@ class Artifact:
     of the argument's dtype), which the code reads through pointers rather than holding them in its
     payload: the entry symbol takes ``inputs``, then ``constants``, then ``outputs``, and the loader binds
     the constants once, so a caller passes inputs and outputs only. A target that builds them into its
-    payload instead (nvgpu's bundle) leaves this empty.
+    payload instead (nvgpu's bundle) leaves this empty. When a stage changed them (the cpu target packs
+    weights for its kernels), ``metadata[DERIVED_CONSTANTS]`` is true: they are no longer the arrays the
+    compilation was given, so a cache hit returns the stored ones.
     """
 
     kind: str
@@ -53,6 +55,10 @@ class Artifact:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     #: Not compared by ``==`` (numpy arrays have no truth value); the cache key hashes their bytes.
     constants: tuple[Any, ...] = dataclasses.field(default=(), compare=False)
+
+
+#: `Artifact.metadata` key: the artifact's constants are not the ones it was compiled from (see `Artifact`).
+DERIVED_CONSTANTS = "derived_constants"
 
 
 class Executable(abc.ABC):

@@ -17,7 +17,9 @@ from pbsdk.core.ir import attributes
 from pbsdk.core.ir.emit import emit_program
 from pbsdk.core.ir.graph import TensorType
 from pbsdk.core.runtime.cache import cache_key, get_cache
+from pbsdk.core.target import DERIVED_CONSTANTS
 from pbsdk.frontends.jit import trace
+from pbsdk.targets.cpu.matmul_kernel import pack_b_panels
 from pbsdk.testing import reference
 from pbsdk.testing.tolerances import assert_close
 
@@ -110,7 +112,8 @@ def test_the_cache_keys_on_the_bytes_and_round_trips_them(target: str, tmp_path:
     assert hit is not None and hit.inputs == first.inputs
     (stored,) = hit.constants
     assert not stored.flags.writeable
-    np.testing.assert_array_equal(stored, W)
+    # cpu packs the weight for its kernel at compile time (one 1024 x nr panel per nr columns)
+    np.testing.assert_array_equal(stored, W if target == "template" else pack_b_panels(W, stored.shape[-1]))
 
     # A hit skips the pipeline and computes with the stored bytes; the changed weight is a miss.
     again = compile_text(program.text, request, constants=program.constants)
@@ -130,7 +133,7 @@ def test_a_stored_constant_that_fails_its_digest_is_refused(tmp_path: Path, monk
     monkeypatch.setenv("PBSDK_CACHE_DIR", str(tmp_path))
     graph, _ = trace(_layer(W), (TensorType((4, K), "f32"),))
     program = emit_program(graph)
-    request = resolve("cpu", None, None)
+    request = resolve("cpu", None, {"prepack_b": False})  # the weight stays as given (see the next test)
     key = cache_key(program.text, request, program.constants)
     compile_text(program.text, request, constants=program.constants)
     (entry,) = tmp_path.glob("*.pbsdk-artifact")
@@ -146,6 +149,52 @@ def test_a_stored_constant_that_fails_its_digest_is_refused(tmp_path: Path, monk
     with pytest.warns(pbsdk.core.runtime.cache.CacheWarning, match="fails its checksum"):
         assert cache.get(key) is None
     assert not entry.exists()
+
+
+def test_a_weight_packed_at_compile_time_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             pipeline_runs: list[int]) -> None:
+    """cpu packs a weight for its kernel when it compiles: the artifact's constant is the packed array
+    (marked derived), and a cache hit returns the stored packed copy, checked against its digest, not the
+    caller's unpacked one."""
+    monkeypatch.setenv("PBSDK_CACHE_DIR", str(tmp_path))
+    cols = 250  # not a multiple of any register tile width: the last panel is zero-padded
+    w = W[:, :cols].copy()
+    graph, _ = trace(lambda x: ops.matmul(x, w), (TensorType((4, K), "f32"),))
+    program = emit_program(graph)
+    request = resolve("cpu", None, None)
+    first = compile_text(program.text, request, constants=program.constants)
+    (packed,) = first.constants
+    nr = packed.shape[-1]
+    assert packed.shape == (-(-cols // nr), K, nr) and first.metadata[DERIVED_CONSTANTS]
+    np.testing.assert_array_equal(packed, pack_b_panels(w, nr))
+    assert not packed[-1, :, cols % nr:].any() and packed.ctypes.data % 64 == 0
+    expected = reference.matmul(X, w)
+    out = np.empty((4, cols), np.float32)
+    request.target.load(first, request.spec).run([X, out])
+    assert_close(out, expected, op="matmul", reduction_size=K)
+
+    again = compile_text(program.text, request, constants=program.constants)
+    assert pipeline_runs[0] == 1
+    assert again.constants[0] is not program.constants[0]
+    np.testing.assert_array_equal(again.constants[0], packed)
+    out[:] = 0
+    request.target.load(again, request.spec).run([X, out])
+    assert_close(out, expected, op="matmul", reduction_size=K)
+
+    # The stored packed copy is what a hit uses, so it is checked: a flipped byte is a rebuild, not a wrong result.
+    (entry,) = tmp_path.glob("*.pbsdk-artifact")
+    data = bytearray(entry.read_bytes())
+    data[-5] ^= 0xFF
+    entry.write_bytes(bytes(data))
+    with pytest.warns(pbsdk.core.runtime.cache.CacheWarning, match="fails its checksum"):
+        rebuilt = compile_text(program.text, request, constants=program.constants)
+    assert pipeline_runs[0] == 2
+    np.testing.assert_array_equal(rebuilt.constants[0], packed)
+
+    # Without the option the constant is the caller's array itself.
+    plain = compile_text(program.text, resolve("cpu", None, {"prepack_b": False, "cache": False}),
+                         constants=program.constants)
+    assert plain.constants[0] is program.constants[0] and DERIVED_CONSTANTS not in plain.metadata
 
 
 def test_constants_that_do_not_match_the_entry_are_refused() -> None:

@@ -228,8 +228,10 @@ def context_for(module: ir.Module, spec: Any, options: Options) -> StageContext:
 
     The entry signature is read as ``input`` reads it when the module still takes tensors; otherwise (a
     bufferized module) only the entry's name is noted: the one public function with a body, or
-    ``options.entry``."""
-    ctx = StageContext(spec, options, Notes())
+    ``options.entry``. Text carries no constant arrays: each entry argument marked ``pbsdk.constant = i``
+    gets zeros of its type as constant i, so passes that rewrite constants run on text too (the arrays
+    are not printed)."""
+    ctx = StageContext(spec, options, Notes(), constants=_placeholder_constants(module))
     scratch = StageContext(spec, options)
     try:
         registry()["input"]({}).fn(module, scratch)  # type: ignore[misc]
@@ -245,6 +247,32 @@ def context_for(module: ir.Module, spec: Any, options: Options) -> StageContext:
         elif len(names) == 1:
             ctx.notes["entry"] = names[0]
     return ctx
+
+
+def _placeholder_constants(module: ir.Module) -> tuple[Any, ...]:
+    """Zeros of each ``pbsdk.constant`` argument's type, by index, for the functions of ``module`` that have
+    them (empty if the indices are not 0, 1, ... or a type has no numpy dtype)."""
+    import numpy as np
+
+    from pbsdk.core.ir import attributes
+    from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
+
+    found: dict[int, Any] = {}
+    for op in module.body.operations:
+        if op.operation.name != "func.func" or not len(op.regions[0].blocks):
+            continue
+        for arg in op.regions[0].blocks[0].arguments:
+            index = attributes.arg_i64(op, arg.arg_number, attributes.CONSTANT)
+            if index is None:
+                continue
+            t = ir.ShapedType(arg.type)
+            dtype = DTYPE_TO_NUMPY.get(str(t.element_type))
+            if dtype is None or dtype == "bfloat16":
+                return ()
+            found[index] = np.zeros(t.shape, dtype)
+    if sorted(found) != list(range(len(found))):
+        return ()
+    return tuple(found[i] for i in range(len(found)))
 
 
 def run_passes(module: ir.Module, stages: Sequence[Stage], ctx: StageContext) -> Any:

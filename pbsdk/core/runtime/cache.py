@@ -18,8 +18,10 @@ One entry is one file ``<key>.pbsdk-artifact``::
 
 The constants (`Artifact.constants`, frozen weights) are stored as their raw bytes after the body, each
 described in the JSON by shape, dtype, file offset, size and sha256 digest. A compilation's hit keeps
-the caller's own constants (the key hashed exactly those bytes), so the stored copy is not even read;
-`CompileCache.get` without them maps the file (copy-on-write) and returns the constants as read-only
+the caller's own constants (the key hashed exactly those bytes), so the stored copy is not even read —
+unless a stage rewrote them (`pbsdk.core.target.DERIVED_CONSTANTS`, e.g. weights packed for the cpu
+kernels): those are read from the entry like the constants of a lookup without them. `CompileCache.get`
+without them maps the file (copy-on-write) and returns the constants as read-only
 arrays over the mapping, verified against their digests: no parsing, no copy into the process's memory.
 
 Writes go to a temporary file in the cache directory, are flushed and ``os.replace``-d into place, so a
@@ -56,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pbsdk.core.target import Artifact
+from pbsdk.core.target import DERIVED_CONSTANTS, Artifact
 
 if TYPE_CHECKING:
     from pbsdk.core.compiler import CompileRequest
@@ -258,7 +260,7 @@ def decode(blob: bytes | mmap.mmap, constants: tuple[np.ndarray, ...] | None = N
         meta = json.loads(body[:split])
         data = body[split + 1:]
         payload: str | bytes = data if meta["payload"] == "bytes" else data.decode("utf-8", "surrogatepass")
-        if constants is not None:
+        if constants is not None and not meta["metadata"].get(DERIVED_CONSTANTS):
             described = [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in meta["constants"]]
             if described != [(c.shape, c.dtype) for c in constants]:
                 raise _Corrupt("the stored constants' shapes or dtypes differ from the ones looked up")

@@ -20,6 +20,11 @@ matrix are computed on whatever the packed buffer holds and never stored, so the
 zero padding. The kernel accumulates into C (``C += A @ B``), which is what ``linalg.matmul`` means; the
 preceding ``linalg.fill`` stays separate unless the caller asks for ``zero_init``.
 
+A constant B (a frozen weight) can come packed already (``prepacked_b``): `pack_b_panels` lays it out at
+compile time as the micro-panels of the whole matrix, ``[ceil(n/nr), k, nr]``, zero-padded past column n, and
+the kernel then reads its (jc, pc) block of panels in place: no B packing at run time, and threads that
+split the rows share one copy instead of each packing all of B.
+
 `build_matmul_kernel` adds the kernel to a module; `pbsdk.targets.cpu.pack_contractions` decides where
 to use it.
 """
@@ -30,6 +35,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
@@ -53,6 +59,28 @@ class MatmulShape:
     @property
     def dtype(self) -> ir.Type:
         return self.a_type.element_type
+
+
+def packed_b_shape(k: int, n: int, nr: int) -> tuple[int, int, int]:
+    """The shape of B (k x n) packed by `pack_b_panels`: ``(ceil(n/nr), k, nr)``."""
+    return (-(-n // nr), k, nr)
+
+
+def pack_b_panels(b: np.ndarray, nr: int, *, alignment: int = 64) -> np.ndarray:
+    """B (k x n, any float dtype) as the kernel's micro-panels: ``out[p, k, j] = b[k, p*nr + j]``, zero
+    past column n; C order, its first byte at an ``alignment``-byte address (a whole panel row is then
+    aligned vector loads)."""
+    k, n = b.shape
+    shape = packed_b_shape(k, n, nr)
+    raw = np.empty(int(np.prod(shape)) * b.dtype.itemsize + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    out = raw[skip:skip + int(np.prod(shape)) * b.dtype.itemsize].view(b.dtype).reshape(shape)
+    full = n // nr
+    out[:full] = b[:, :full * nr].reshape(k, full, nr).transpose(1, 0, 2)
+    if full < shape[0]:
+        out[full] = 0
+        out[full, :, :n - full * nr] = b[:, full * nr:]
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,7 +331,7 @@ def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead
 
 def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: Blocking, *,
                         epilogue: Epilogue | None = None, zero_init: bool = False,
-                        window: Window | None = None) -> func.FuncOp:
+                        window: Window | None = None, prepacked_b: bool = False) -> func.FuncOp:
     """Append two functions to ``module`` and return the second: ``@{name}_part`` (public: one thread's
     part, given its index; the cpu target's fork glue links to it) and ``@{name}`` (private: the op,
     one call per thread part inside an ``scf.forall``).
@@ -313,10 +341,11 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
     With ``zero_init`` C's initial contents are taken to be zero (the fill before it is dropped): the
     first k block stores instead of adding. With a ``window`` the first operand is the convolution's
     input ``X`` (``window.x_type``) instead of A, read in place (see `Window`; ``blk.kc`` must be a
-    `window_k_block`). Like every builder of the bindings, it needs an enclosing ``ir.Location`` (the
-    ops take it)."""
+    `window_k_block`). With ``prepacked_b`` B comes as `pack_b_panels` made it for ``blk.nr``
+    (``shape.b_type`` is that packed type) and is not packed again. Like every builder of the bindings, it
+    needs an enclosing ``ir.Location`` (the ops take it)."""
     with ir.InsertionPoint(module.body):
-        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init, window)
+        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init, window, prepacked_b)
         arg_types = list(part.type.inputs)[:-1]
         op = func.FuncOp(name, (arg_types, []), visibility="private")
         entry = op.add_entry_block()
@@ -335,7 +364,7 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
 
 
 def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None,
-                zero_init: bool, window: Window | None = None) -> func.FuncOp:
+                zero_init: bool, window: Window | None = None, prepacked_b: bool = False) -> func.FuncOp:
     """``@{name}(A, B, C[, E..., D], t)``: thread part ``t`` of the kernel (see `build_matmul_kernel`)."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
@@ -351,6 +380,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                                or (window.row_runs and window.geometry.dw != 1)):
         raise ValueError(f"{name}: a window needs a plain matmul, kc {blk.kc} in whole runs or dividing the "
                          f"run of {window.run}, and adjacent kernel columns for row runs")
+    if prepacked_b and (batched or tuple(shape.b_type.shape) != packed_b_shape(shape.k, shape.n, nr)):
+        raise ValueError(f"{name}: a prepacked B needs a plain matmul and the type of B packed for nr {nr} "
+                         f"{packed_b_shape(shape.k, shape.n, nr)}, got {shape.b_type}")
     a_type = shape.a_type if window is None else window.x_type
     fn = func.FuncOp(name, ([a_type, shape.b_type, shape.c_type, *extra_types, index], []))
     entry = fn.add_entry_block()
@@ -388,7 +420,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([_elements(window.x_type)], t), A,
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
         last_row = x.sub(m1, c(1)) if window is not None else None
-        Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b else None
+        Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
         def batch_loop(b: ir.Value) -> None:
@@ -450,9 +482,10 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
         def micro_col(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
                       mc: ir.Value, jr: ir.Value) -> None:
-            panel = x.divu(jr, c(nr)) if Bp is not None else None  # B's packed micro-panel
+            # B's packed micro-panel: in this block's copy, or in the whole prepacked B
+            panel = x.divu(jr, c(nr)) if Bp is not None else x.divu(x.add(jc, jr), c(nr)) if prepacked_b else None
             direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
-            if Bp is None:
+            if Bp is None and not prepacked_b:
                 for v in range(nv):
                     col = x.add(x.add(jc, jr), c(v * L))
                     cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
@@ -469,6 +502,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     if direct:
                         col, msk = direct[v]
                         bvs.append(vector.maskedload(vt, B, [*lead, x.add(pc, k), col], msk, vzero))
+                    elif prepacked_b:
+                        assert panel is not None
+                        bvs.append(vector.load(vt, B, [panel, x.add(pc, k), c(v * L)]))
                     else:
                         assert Bp is not None and panel is not None
                         bvs.append(vector.load(vt, Bp, [panel, k, c(v * L)]))

@@ -8,6 +8,10 @@ replaced by ``func.call @__pbsdk_mm<N>(A, B, C)`` and the kernel from
 level is an ``scf.forall`` around per-part calls, which the cpu target's ``lower-parallel`` stage turns
 into a fork onto the cores.
 
+A B operand that is a frozen weight (an entry argument marked ``pbsdk.constant``) read by nothing else is
+packed at compile time (`pbsdk.targets.cpu.prepack`, option ``prepack_b``): the kernel reads its panels in
+place and never packs B at run time.
+
 Contractions this pass cannot take (integer types, a non-unit innermost stride, no blocking in the plan)
 are left for the target's generic lowering and recorded in ``ctx.notes["pack-contractions"]`` with the
 reason, so ``--emit`` and the tests can see what happened.
@@ -21,6 +25,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
+from pbsdk.core.ir import attributes
 from pbsdk.core.passes import ops_named
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
@@ -33,6 +38,14 @@ from pbsdk.targets.cpu.matmul_kernel import (
     MatmulShape,
     Window,
     build_matmul_kernel,
+)
+from pbsdk.targets.cpu.prepack import (
+    ConstantB,
+    find_constant,
+    function_of,
+    packed_type,
+    rebind,
+    set_argument_type,
 )
 
 _FLOATS = {"f32", "f64"}
@@ -182,6 +195,9 @@ class PackContractions:
             return
         notes = ctx.notes.setdefault(self.name, [])
         count = self._implicit_convolutions(module, ctx, notes) if ctx.options.implicit_conv else 0
+        calls: dict[str, list[ir.Operation]] = {}
+        for call in ops_named(module, "func.call"):
+            calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
         for op in ops_named(module, "linalg.matmul") + ops_named(module, "linalg.batch_matmul"):
             if len(op.operands) != 3 or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
                 notes.append(f"{op.name}: not on buffers; left as is")
@@ -208,23 +224,28 @@ class PackContractions:
                 continue
             name = f"__pbsdk_mm{count}"
             count += 1
-            shape = MatmulShape(m, n, k, bsz, a, b, c)
+            sources = _constant_b(op, calls, len(ctx.constants)) if ctx.options.prepack_b and not batched else None
+            shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
             fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
             with op.location:
                 kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
-                                             zero_init=fill is not None)
-                func.CallOp(kernel, list(op.operands) + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
+                                             zero_init=fill is not None, prepacked_b=bool(sources))
+                new = func.CallOp(kernel, list(op.operands) + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
+            b_operand = op.operands[1]
             if fused:
                 fused[0].erase()
             op.erase()
             if fill is not None:
                 fill.erase()
+            if sources:
+                _prepack(b_operand, new.operation, sources, blk.nr, ctx)
             prefix = f"{bsz}x" if batched else ""
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
-                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
+                         + (f", B packed at compile time ({len(sources)} constant(s))" if sources else ""))
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
         """Calls of an isolated contraction whose A is the core's im2col of an NHWC convolution
@@ -277,27 +298,74 @@ class PackContractions:
 
             operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
             operands += [outer(v) for v in fused[2]] if fused else []
+            weights = find_constant(operands[1], call, len(ctx.constants)) if ctx.options.prepack_b else None
             name = f"__pbsdk_mm{count}"
             count += 1
             with call.location:
-                kernel = build_matmul_kernel(module, name, MatmulShape(m, n, k, 0, a, b, c), blk,
-                                             epilogue=fused[1] if fused else None, zero_init=fill is not None,
-                                             window=window)
-                func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
+                kernel = build_matmul_kernel(module, name,
+                                             MatmulShape(m, n, k, 0, a, packed_type(b, blk.nr) if weights else b, c),
+                                             blk, epilogue=fused[1] if fused else None, zero_init=fill is not None,
+                                             window=window, prepacked_b=weights is not None)
+                new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
             call.erase()
             found.erase()
+            if weights is not None:
+                rebind(weights, new.operation, 1, blk.nr, ctx)
             rewritten[callee_name] = callee
             notes.append(f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} {channels}->{n} "
                          f"{dtype}: implicit GEMM, packed kernel @{name} reads the input in place (no im2col), "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
-                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
+                         + (", B packed at compile time" if weights is not None else ""))
         if rewritten:  # a contraction function nothing calls any more goes
             called = {ir.FlatSymbolRefAttr(o.attributes["callee"]).value for o in ops_named(module, "func.call")}
             for name, fn in rewritten.items():
                 if name not in called:
                     fn.erase()
         return count
+
+
+def _constant_b(mm: ir.Operation, calls: dict[str, list[ir.Operation]], available: int,
+                ) -> list[tuple[ir.Operation | None, ConstantB]] | None:
+    """Where the B operand of ``mm`` comes from when it is a constant that can be packed at compile time:
+    ``[(None, c)]`` when ``mm`` reads constant ``c`` itself; ``[(call, c), ...]`` when ``mm`` reads a
+    parameter of its function (read by nothing else) and every call of the function passes a constant
+    there. None otherwise."""
+    b = mm.operands[1]
+    fn = function_of(b)
+    if fn is None or attributes.arg_i64(fn, ir.BlockArgument(b).arg_number, attributes.CONSTANT) is not None:
+        found = find_constant(b, mm, available)
+        return [(None, found)] if found is not None else None
+    if len(list(b.uses)) != 1:
+        return None
+    position = ir.BlockArgument(b).arg_number
+    sites = calls.get(ir.StringAttr(fn.attributes["sym_name"]).value, [])
+    out: list[tuple[ir.Operation | None, ConstantB]] = []
+    for call in sites:
+        found = find_constant(call.operands[position], call, available)
+        if found is None:
+            return None
+        out.append((call, found))
+    return out or None
+
+
+def _prepack(b: ir.Value, kernel_call: ir.Operation, sources: list[tuple[ir.Operation | None, ConstantB]],
+             nr: int, ctx: Any) -> None:
+    """Pack the constants `_constant_b` found for a matmul's B operand ``b`` (the matmul now replaced by
+    ``kernel_call``) and pass them packed: to the kernel call itself, or to every call of the matmul's
+    function (whose parameter takes the packed type)."""
+    b_type = ir.MemRefType(b.type)
+    if sources[0][0] is None:
+        rebind(sources[0][1], kernel_call, 1, nr, ctx)
+        return
+    fn = function_of(b)
+    assert fn is not None
+    position = ir.BlockArgument(b).arg_number
+    set_argument_type(fn, position, packed_type(b_type, nr))
+    for call, found in sources:
+        assert call is not None
+        rebind(found, call, position, nr, ctx)
 
 
 def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operation, ir.Operation | None,

@@ -1,0 +1,125 @@
+"""Constant B operands packed at compile time, for ``pack-contractions``.
+
+A frozen weight reaches the entry function as an argument marked ``pbsdk.constant = i`` whose array is
+``ctx.constants[i]`` (`pbsdk.core.ir.emit`). When such an argument is the B operand of exactly one packed
+contraction — directly, or through the ``memref.collapse_shape`` that views a convolution's weights
+``(KH, KW, C, O)`` as a ``(KH*KW*C, O)`` matrix — its array can be packed once, here, into the micro-panels
+the kernel reads (`pack_b_panels`), instead of on every call and, with the rows split over threads, by
+every thread. The constant is replaced (same index, the packed array; the argument takes the packed type),
+so no weight is held twice by the artifact.
+
+`find_constant` is the analysis (which constant, through which view, used by nothing else); `rebind` the
+rewrite. A contraction function called from several places (`dedupe-functions` merges identical layers)
+takes a packed B only when every call passes one: the caller checks that with `find_constant` on each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mlir import ir
+
+from pbsdk.core.ir import attributes
+from pbsdk.targets.cpu.matmul_kernel import pack_b_panels, packed_b_shape
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantB:
+    """The entry argument ``arg`` (position ``position`` of ``entry``, constant ``index``) that reaches
+    ``user`` (its only use) as a k x n matrix: directly, or through ``view`` (a collapse_shape whose only
+    use is ``user``)."""
+
+    entry: ir.Operation
+    position: int
+    index: int
+    arg: ir.Value
+    view: ir.Operation | None
+
+
+def _owner_op(v: ir.Value) -> ir.Operation | None:
+    owner = v.owner
+    if isinstance(owner, ir.Block):
+        return None
+    return owner if isinstance(owner, ir.Operation) else owner.operation
+
+
+def function_of(arg: ir.Value) -> ir.Operation | None:
+    """The ``func.func`` whose entry block has the block argument ``arg``, or None (not a block argument)."""
+    block = arg.owner
+    if not isinstance(block, ir.Block):
+        return None
+    fn = block.owner if isinstance(block.owner, ir.Operation) else block.owner.operation
+    return fn if fn.name == "func.func" else None
+
+
+def _only_use(v: ir.Value) -> ir.Operation | None:
+    uses = list(v.uses)
+    if len(uses) != 1:
+        return None
+    owner = uses[0].owner
+    return owner if isinstance(owner, ir.Operation) else owner.operation
+
+
+def find_constant(value: ir.Value, user: ir.Operation, available: int) -> ConstantB | None:
+    """The constant operand ``value`` is, if it is one that only ``user`` reads (see `ConstantB`) and one
+    of the ``available`` constants whose arrays the compilation holds."""
+    view = None
+    use = _only_use(value)
+    if use is None or use != user:
+        return None
+    source = value
+    op = _owner_op(value)
+    if op is not None:
+        if op.name != "memref.collapse_shape":
+            return None
+        view, source = op, op.operands[0]
+        use = _only_use(source)
+        if use is None or use != view:
+            return None
+    if not isinstance(source.owner, ir.Block):
+        return None
+    arg = ir.BlockArgument(source)
+    entry = function_of(arg)
+    if entry is None:
+        return None
+    index = attributes.arg_i64(entry, arg.arg_number, attributes.CONSTANT)
+    if index is None or index >= available:
+        return None
+    t = ir.MemRefType(value.type)
+    if len(t.shape) != 2 or t.get_strides_and_offset() != ([t.shape[1], 1], 0):
+        return None
+    return ConstantB(entry, arg.arg_number, index, arg, view)
+
+
+def set_argument_type(fn: ir.Operation, position: int, t: ir.Type) -> None:
+    """Give argument ``position`` of ``fn`` (a ``func.func``) the type ``t``: block argument and signature."""
+    entry = fn.regions[0].blocks[0]
+    entry.arguments[position].set_type(t)
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    inputs = list(ftype.inputs)
+    inputs[position] = t
+    with fn.context:
+        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, list(ftype.results)))
+
+
+def packed_type(t: ir.MemRefType, nr: int) -> ir.MemRefType:
+    """The memref type of the k x n matrix ``t`` packed for register tiles ``nr`` wide."""
+    k, n = t.shape
+    return ir.MemRefType.get(list(packed_b_shape(k, n, nr)), t.element_type, loc=ir.Location.unknown(t.context))
+
+
+def rebind(found: ConstantB, user: ir.Operation, operand: int, nr: int, ctx: Any) -> ir.Value:
+    """Pack constant ``found.index`` for ``nr`` (in ``ctx.constants``), give its entry argument the packed
+    type and make it ``user``'s operand ``operand`` (the view goes). Returns the argument."""
+    value = user.operands[operand]
+    t = ir.MemRefType(value.type)
+    k, n = t.shape
+    constants = list(ctx.constants)
+    constants[found.index] = pack_b_panels(constants[found.index].reshape(k, n), nr)
+    ctx.constants = tuple(constants)
+    set_argument_type(found.entry, found.position, packed_type(t, nr))
+    user.operands[operand] = found.arg
+    if found.view is not None:
+        found.view.erase()
+    return found.arg
