@@ -12,8 +12,11 @@
 // CHECK-NOT:     linalg.
 // CHECK:         call @__pbsdk_mm0(%[[A]], %[[B]], %[[C]])
 // CHECK-NEXT:    return
+// Each micro-tile prefetches its C lines for writing before its k loop (one per row and vector).
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
-// CHECK-SAME:      %{{.*}}: index)
+// CHECK-SAME:      %[[PA:[^:]*]]: memref<64x32xf32>, %[[PB:[^:]*]]: memref<32x48xf32>, %[[PC:[^:]*]]: memref<64x48xf32>, %{{.*}}: index)
+// CHECK:         memref.prefetch %[[PC]][%{{.*}}, %{{.*}}], write, locality<3>, data : memref<64x48xf32>
+// CHECK:         scf.for
 // CHECK:         vector.fma {{.*}} : vector<16xf32>
 // CHECK-LABEL: func.func private @__pbsdk_mm0(
 // CHECK-NOT:     scf.forall

@@ -126,6 +126,10 @@ class Blocking:
     #: would be read once — the micro-kernel then loads B in place (a GEMV-like shape: packing would
     #: triple the traffic of an operation bound by reading B).
     pack_b: bool = True
+    #: Each micro-tile prefetches its C lines (for writing) before its k loop, so the C update after the
+    #: loop does not wait for them: C is read and written once per k block, and a C larger than the
+    #: middle cache comes from the outer one.
+    prefetch_c: bool = True
 
     def __post_init__(self) -> None:
         if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
@@ -205,6 +209,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
     nc = min(nc, _round_up(n_part, nr))
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
+    why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
     pack_b = opts.pack_b if opts.pack_b is not None else m_part > mr
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "

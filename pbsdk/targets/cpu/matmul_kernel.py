@@ -517,6 +517,14 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     outs += [vector.fma(ab, bvs[v], accs[i * nv + v]) for v in range(nv)]
                 return outs
 
+            if blk.prefetch_c:
+                # C's lines for the update after the k loop (rows past the part are clamped to its last)
+                top = x.sub(m1, c(1))
+                for i in range(mr):
+                    r = x.min(x.add(x.add(ic, ir_), c(i)), top)
+                    for v in range(nv):
+                        col = x.min(x.add(x.add(jc, jr), c(v * L)), x.sub(n1, c(1)))
+                        memref.prefetch(C, [*lead, r, col], True, 3, True)
             if window is not None:
                 assert rows is not None and last_row is not None
                 res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
