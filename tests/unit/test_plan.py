@@ -191,6 +191,19 @@ def test_blocking_threads_only_when_there_is_work() -> None:
     assert wide.split == "n" and wide.threads == 2
 
 
+def test_threads_split_the_operand_that_would_be_packed_more() -> None:
+    """Split along m, each thread packs all of B; along n, all of A: the planner splits the dimension
+    whose other operand is the smaller copy — and a B packed ahead of time (a frozen weight) costs nothing."""
+    spec = load_spec("avx512")
+    tall_b = plan_contraction(spec, Contraction(128, 4096, 4096)).blocking  # B 16 M values, A 0.5 M
+    assert tall_b.split == "n" and tall_b.threads == 2
+    assert any("packs all of the operand" in r for r in plan_contraction(spec, Contraction(128, 4096, 4096)).reasons)
+    weights = plan_contraction(spec, Contraction(128, 4096, 4096, b_prepacked=True)).blocking
+    assert weights.split == "m" and weights.threads == 2
+    assert plan_contraction(spec, Contraction(1024, 1024, 1024)).blocking.split == "m"  # equal: rows
+    assert plan_contraction(spec, Contraction(3136, 64, 576)).blocking.split == "m"  # a convolution's shape
+
+
 def test_no_blocking_for_matrix_units_or_scratchpads() -> None:
     assert plan_contraction(load_spec("example/npu"), Contraction(512, 512, 512, dtype="bf16")).blocking is None
     assert plan_contraction(load_spec("nvidia/h100"), BIG).blocking is None

@@ -50,6 +50,8 @@ class Contraction:
     batch: int = 1
     dtype: str = "f32"
     acc_dtype: str | None = None
+    #: B is a constant packed ahead of time (a frozen weight): packing it costs nothing at run time.
+    b_prepacked: bool = False
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k, self.batch) < 1:
@@ -175,14 +177,22 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     threads = opts.threads or units
     if solo / max(threads, 1) < MIN_PARALLEL_SECONDS:
         threads = max(1, min(threads, int(solo / MIN_PARALLEL_SECONDS)))
+    packing = ""
     if threads == 1:
         split = "m"
     elif op.batch >= threads:
         split = "batch"
-    elif -(-op.m // mr) >= 2 * threads or -(-op.n // nr) < threads:
+    elif -(-op.n // nr) < threads:
         split = "m"
-    else:
+    elif -(-op.m // mr) < 2 * threads:
         split = "n"
+    else:
+        # Each thread packs what it does not split: all of B (k x n) when the rows are split, all of A
+        # (m x k) when the columns are. Split the operand whose copy per thread would be larger.
+        b_pack = 0 if op.b_prepacked else op.k * op.n
+        split = "n" if b_pack > op.m * op.k else "m"
+        packing = (f": each thread packs all of the operand it does not split, B ({b_pack} values"
+                   + (", packed ahead of time" if op.b_prepacked else "") + f") or A ({op.m * op.k})")
     if split == "batch":
         threads = min(threads, op.batch)
     elif split == "m":
@@ -192,6 +202,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     m_part = -(-op.m // threads) if split == "m" else op.m
     n_part = -(-op.n // threads) if split == "n" else op.n
     why.append(f"{threads} thread{'s' if threads > 1 else ''} over '{spec.compute[0].name}' split along {split}"
+               + packing
                + ("" if threads == units else f" (of {units}: less work than {MIN_PARALLEL_SECONDS * 1e6:.0f} us "
                                                   f"per extra unit (one {spec.compute[0].name}: "
                                                   f"{solo * 1e6:.1f} us), or too few tiles)"))

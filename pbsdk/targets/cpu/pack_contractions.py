@@ -216,7 +216,9 @@ class PackContractions:
             bsz = a.shape[0] if batched else 0
             m, k = a.shape[-2:]
             n = b.shape[-1]
-            plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype), ctx.options)
+            sources = _constant_b(op, calls, len(ctx.constants)) if ctx.options.prepack_b and not batched else None
+            plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)),
+                                    ctx.options)
             blk = plan.blocking
             if blk is None:
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
@@ -224,7 +226,6 @@ class PackContractions:
                 continue
             name = f"__pbsdk_mm{count}"
             count += 1
-            sources = _constant_b(op, calls, len(ctx.constants)) if ctx.options.prepack_b and not batched else None
             shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
             fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
@@ -276,9 +277,18 @@ class PackContractions:
             m, k = a.shape
             n = b.shape[-1]
             g = found.geometry
+            args = list(callee.regions[0].blocks[0].arguments)
+
+            def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
+                return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
+
             x_type = ir.MemRefType(found.x.type)
             channels = int(x_type.shape[3])
-            plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype), ctx.options)
+            operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
+            operands += [outer(v) for v in fused[2]] if fused else []
+            weights = find_constant(operands[1], call, len(ctx.constants)) if ctx.options.prepack_b else None
+            plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None),
+                                    ctx.options)
             blk = plan.blocking
             run = window_run(channels, g.kw, g.dw)
             kc = None
@@ -291,14 +301,6 @@ class PackContractions:
                 continue
             blk = dataclasses.replace(blk, kc=kc)
             window = Window(g, x_type, row_runs=row_runs)
-            args = list(callee.regions[0].blocks[0].arguments)
-
-            def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
-                return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
-
-            operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
-            operands += [outer(v) for v in fused[2]] if fused else []
-            weights = find_constant(operands[1], call, len(ctx.constants)) if ctx.options.prepack_b else None
             name = f"__pbsdk_mm{count}"
             count += 1
             with call.location:
