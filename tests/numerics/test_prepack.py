@@ -106,3 +106,23 @@ def test_the_option_keeps_the_weight_as_given() -> None:
     kernel, _ = f.kernel((TensorType((20, 64), "f32"),))
     assert kernel.artifact.constants[0].shape == (64, 64)
 
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_late_nchw_1x1_conv_runs_in_nhwc_with_packed_weights(batch: int) -> None:
+    """A 1x1 NCHW conv over 7x7 pixels: as given its 49 pixels would leave a register tile half masked and
+    its weights would be packed (and, past one image, copied) on every call; the planner runs it in NHWC,
+    where the weights are B, packed at compile time."""
+    w = (RNG.standard_normal((256, 1024, 1, 1)) / 32).astype(np.float32)
+    x = RNG.standard_normal((batch, 1024, 7, 7)).astype(np.float32)
+
+    def conv(a):
+        return ops.conv2d(a, w, stride=1, padding=0, layout="NCHW")
+
+    notes = _packed_notes(conv, {}, TensorType(x.shape, "f32"))
+    assert any(f"matmul {batch * 49}x256x1024" in s and "B packed at compile time" in s for s in notes), notes
+    got = pbsdk.jit(conv, options={"cache": False})(x)
+    assert_close(got, ref.conv2d(x, w, stride=1, padding=0, layout="NCHW"), op="conv2d", reduction_size=1024)
+    # without the layout change it runs as given: per image, weights as A
+    notes = _packed_notes(conv, {"conv_nhwc": False}, TensorType(x.shape, "f32"))
+    assert not any("B packed at compile time" in s for s in notes), notes

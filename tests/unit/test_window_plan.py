@@ -102,6 +102,25 @@ def test_nchw_conv_layout_keeps_few_channel_convs_as_given() -> None:
         assert "as given" in choice.reason
 
 
+def test_nchw_pointwise_convs_move_to_nhwc_only_where_the_weights_dominate() -> None:
+    """A 1x1 stride-1 NCHW conv copies no patches as given, but packs its weights (A) for every image and,
+    past one image, copies them per image too; in NHWC its weights are B, packed at compile time when
+    constant, at the price of two transposes. Measured (1 thread, CPU time): 7x7 2048->512 1.08x in NHWC
+    at batch 1, 3.1x at batch 8; 14x14 1024->256 0.74x at batch 1 (its transposes cost more than the
+    weights' packing), 1.00x at batch 8."""
+    from pbsdk.core.plan.window import nchw_conv_layout
+
+    def layout(batch: int, c: int, o: int, hw: int, constant: bool = True):
+        return nchw_conv_layout(32, 16, 2, 2, batch=batch, channels=c, out_channels=o, in_pixels=hw * hw,
+                                out_pixels=hw * hw, taps=1, pointwise=True, weights_constant=constant)
+
+    assert layout(1, 2048, 512, 7).nhwc and layout(8, 2048, 512, 7).nhwc
+    for batch, c, o, hw in [(1, 1024, 256, 14), (8, 1024, 256, 14), (1, 64, 256, 56), (8, 256, 64, 56)]:
+        assert not layout(batch, c, o, hw).nhwc, layout(batch, c, o, hw).reason
+    # weights computed at run time are packed in NHWC on every call: the choice counts it
+    assert layout(1, 2048, 512, 7, constant=False).nhwc_cycles > layout(1, 2048, 512, 7).nhwc_cycles
+
+
 def test_window_run_reads_kernel_rows_for_few_channels() -> None:
     from pbsdk.core.plan.window import window_run
 

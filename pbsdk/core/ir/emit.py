@@ -333,7 +333,7 @@ class _Emitter:
         xt = x.type
         as_matmul = groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64")
         pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
-        if as_matmul and not nhwc and not pointwise and self._nchw_conv_in_nhwc(node, xt):
+        if as_matmul and not nhwc and self._nchw_conv_in_nhwc(node, xt, pointwise):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
@@ -412,9 +412,8 @@ class _Emitter:
             o, _, kh, kw = w.shape
             _, _, oh, ow = out.shape
             w_hwco = TensorType((kh, kw, c_, o), dt)
-            wnode = self.producers.get(w.id)
-            if wnode is not None and wnode.op == "const" and w.id not in self.values:
-                array = np.asarray(wnode.attrs["value"]).transpose(2, 3, 1, 0)
+            if self._is_const(w):
+                array = np.asarray(self.producers[w.id].attrs["value"]).transpose(2, 3, 1, 0)
                 wv = self.constant(np.ascontiguousarray(array), w_hwco, (w.id, "hwco"))
             else:
                 wv = self.permuted(self.value(w), w_hwco, [3, 2, 0, 1])
@@ -449,7 +448,7 @@ class _Emitter:
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
 
-    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType) -> bool:  # xt: the NCHW input
+    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType, pointwise: bool) -> bool:  # xt: the NCHW input
         """Whether this NCHW convolution runs in NHWC: option ``conv_nhwc`` and, on a spec with a vector FMA
         unit, the planner's `nchw_conv_layout` (without one, as given)."""
         vec = getattr(self.spec, "vector", None)
@@ -463,7 +462,13 @@ class _Emitter:
         _, _, oh, ow = node.out.shape
         return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
                                 channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
-                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1]).nhwc
+                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1],
+                                pointwise=pointwise, weights_constant=self._is_const(node.inputs[1])).nhwc
+
+    def _is_const(self, v: Value) -> bool:
+        """Whether ``v`` is a graph constant not yet built (it can still be emitted in another layout)."""
+        src = self.producers.get(v.id)
+        return src is not None and src.op == "const" and v.id not in self.values
 
     def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int]) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension

@@ -125,25 +125,40 @@ def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: in
     return float(-(-m // mr) * -(-n // (nv * lanes)) * per_step * k)
 
 
+#: Cycles per element of a copy with a strided side (a layout transpose, a patch copy) in `nchw_conv_layout`.
+COPY_CYCLES = 4
+
+
 def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
                      channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int,
-                     kernel_width: int = 1, dilation_w: int = 1) -> ConvLayout:
-    """Decide where an NCHW convolution that needs patches runs, from the vector unit's register tile.
+                     kernel_width: int = 1, dilation_w: int = 1, pointwise: bool = False,
+                     weights_constant: bool = False) -> ConvLayout:
+    """Decide where an NCHW convolution runs, from the vector unit's register tile.
 
     NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
-    place when `window_run` finds runs long enough (else its patches are copied too), plus
-    transposing the input and the output (a pass over each, at ``lanes`` elements a cycle).
-    As given: per image ``out_channels x out_pixels x (taps*channels)`` over a patch matrix that is
-    copied first (one pass over it). The register tile decides most: a contraction with few output
-    channels (under a vector or two) wastes lanes or is bound by loads in NHWC, where NCHW has whole
-    vectors of pixels."""
+    place when `window_run` finds runs long enough (else its patches are copied too), plus transposing the
+    input and the output; its B is the weights, packed once a call (vector copies) — or never, when they are
+    a constant (packed at compile time). As given: per image ``out_channels x out_pixels x
+    (taps*channels)`` over a patch matrix that is copied first (none for a ``pointwise`` 1x1 stride-1 conv,
+    whose input is the matrix), with the weights as A, packed for every image (and, past one image, first
+    copied per image). A copy with a strided side — a transpose, a patch copy — costs `COPY_CYCLES` an
+    element (a 1x1 conv at 14x14x1024 spent 13 cycles an element on its two transposes alone; beside the
+    elementwise ops they fuse with, less), packing A one (scalar loads and stores), packing B
+    ``1/lanes`` (vector copies); the rest is the register tile's issue cycles. The register tile decides most: a
+    contraction with few output channels (under a vector or two) wastes lanes or is bound by loads in NHWC,
+    where NCHW has whole vectors of pixels; few pixels (a late 1x1 layer) waste lanes as given, where NHWC
+    has whole vectors of output channels."""
     k = taps * channels
     nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
-    nhwc += batch * (channels * in_pixels + out_channels * out_pixels) / lanes
-    if window_run(channels, kernel_width, dilation_w) is None:
-        nhwc += batch * k * out_pixels / lanes
+    nhwc += COPY_CYCLES * batch * (channels * in_pixels + out_channels * out_pixels)
+    if not pointwise and window_run(channels, kernel_width, dilation_w) is None:
+        nhwc += COPY_CYCLES * batch * k * out_pixels
+    if not weights_constant:
+        nhwc += k * out_channels / lanes
     nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
-    nchw += batch * k * out_pixels / lanes
+    if not pointwise:
+        nchw += COPY_CYCLES * batch * k * out_pixels
+    nchw += batch * out_channels * k + (batch * out_channels * k / lanes if batch > 1 else 0)
     chosen = nhwc <= nchw
     reason = (f"NCHW conv {channels}->{out_channels}, {taps} taps, {out_pixels} pixels x {batch}: "
               f"{'NHWC' if chosen else 'as given'} ({nhwc:.3g} vs {nchw:.3g} issue cycles in NHWC vs as given)")
