@@ -26,12 +26,11 @@ compiled code, f32, against float64 references, by ``tests/numerics/test_math_ap
 * ``log``: subnormal inputs are scaled by 2^23 first; ``x = 2^k * m`` with ``m`` in [sqrt(1/2), sqrt(2))
   taken from the bits; ``log(x) = k*ln2 + f - f^2/2 + f^3 P(f)`` with ``f = m - 1``. ``log(0) = -inf``,
   ``log(x<0) = NaN``, ``log(inf) = inf``, NaN propagates.
-* ``tanh`` and ``erf``: one odd rational each, ``x P(x^2) / Q(x^2)`` with ``x`` clamped to where the
-  function rounds to ±1 (9.02 and 3.93) and the quotient clamped to [-1, 1]: about 15 FMAs, compares and
-  selects and one division per vector, no ``exp``. ±inf give ±1, NaN propagates, ±0 keeps its sign, tiny
-  tanh inputs come back exactly. The price is accuracy near saturation: the roundings of ``P`` and ``Q``
-  (a few half-ulps each) leave up to ~3.4e-7 absolute error where the result is within 1e-3 of ±1 (5-6 ulp
-  of the spacing just below 1), inside the f32 ``transcendental`` tolerance (1e-6 + 1e-5 relative).
+* ``tanh`` and ``erf``: ``y = 2s / (1 + s^2)`` with ``2s`` one odd rational ``|x| P(x^2) / Q(x^2)``
+  (``|x|`` clamped to where the function rounds to 1: 9.2 and 4), evaluated as ``4NQ / (4Q^2 + N^2)``: about
+  15 FMAs, multiplies, compares and selects and one division per vector, no ``exp``. Near saturation the
+  half-angle form damps the rounding errors of P and Q, which a plain ``x P/Q`` passes on in full (~3e-7
+  absolute, twice the error measured here). ±inf give ±1, NaN propagates, ±0 keeps its sign.
 """
 
 from __future__ import annotations
@@ -65,20 +64,24 @@ _EXP_P = (0.4999999403953552, 0.1666652113199234, 0.04166838899254799, 0.0083687
 _LOG_P = (0.3333333134651184, -0.250008225440979, 0.20001226663589478, -0.16623356938362122,
           0.14201761782169342, -0.131601944565773, 0.12761549651622772, -0.07634429633617401)
 
-# tanh and erf are odd: f(x) = x * P(x^2) / Q(x^2) with x clamped to [-c, c], where c is past the point at
-# which f rounds to 1 in f32. The rational fits below minimise the relative error on [0, c] (Loeb's
-# linearisation iterated with Lawson's weights on 6000 Chebyshev nodes in t = x^2, Q(0) = 1).
-# tanh: P of degree 4 with P(0) = 1 (so tiny x give x exactly), Q of degree 4, c = 9.02 (tanh rounds to 1
-# from 9.011 on); fit 2.2e-8.
-_TANH_BIG = 9.02
-_TANH_P = (1.0, 0.13382688164710999, 0.0034974573645740747, 2.063578176603187e-05, 1.3384173769281915e-08)
-_TANH_Q = (1.0, 0.46716007590293884, 0.025884361937642097, 0.0003288515144959092, 7.790213203406893e-07)
-# erf: P and Q of degree 5, P(0) = 2/sqrt(pi), c = 3.93 (erf rounds to 1 from 3.919 on); fit 1.9e-8.
-_ERF_BIG = 3.93
-_ERF_P = (1.1283791065216064, 0.19077889621257782, 0.052789486944675446, 0.0037793542724102736,
-          0.0002847955038305372, 2.0419138309080154e-06)
-_ERF_Q = (1.0, 0.502406120300293, 0.11425534635782242, 0.014996937476098537, 0.0011651369277387857,
-          3.800279591814615e-05)
+# tanh and erf: y = f(x) is written as y = 2s / (1 + s^2) (the tangent half-angle map), and the odd
+# function s(x) = y / (1 + sqrt(1 - y^2)) is approximated by a rational 2s = x P(x^2) / Q(x^2). Near
+# saturation s -> 1 and dy/ds = 2(1 - s^2)/(1 + s^2)^2 -> 0, so the rounding errors of P and Q (a few
+# half-ulps each) barely reach y; written directly as y = x P/Q they would cost ~3e-7 absolute error there,
+# which GELU's 1 + tanh / 1 + erf turns into most of its f32 tolerance. The fits minimise the relative error
+# of 2s weighted by the relative sensitivity of y, (1 - s^2)/(1 + s^2) (Loeb's linearisation iterated with
+# Lawson's weights on 6000 Chebyshev nodes in t = x^2 over [0, c^2], Q(0) = 1), where c is past the point at
+# which f rounds to 1 in f32 and x is clamped to [-c, c].
+# tanh: 2s = 2 tanh(x/2); P of degree 2 with P(0) = 1 (tiny x come back exactly), Q of degree 3, c = 9.2
+# (tanh rounds to 1 from 9.011 on); weighted fit 7.5e-9.
+_TANH_BIG = 9.2
+_TANH_P = (1.0, 0.02976103127002716, 0.00011398519563954324)
+_TANH_Q = (1.0, 0.11309431493282318, 0.0012052220990881324, 1.2235311714903219e-06)
+# erf: P and Q of degree 4, P(0) = 2/sqrt(pi), c = 4 (erf rounds to 1 from 3.919 on); weighted fit 2.5e-8.
+_ERF_BIG = 4.0
+_ERF_P = (1.128379225730896, 0.21764026582241058, 0.024914752691984177, 0.0014037633081898093,
+          -5.096388576930622e-06)
+_ERF_Q = (1.0, 0.2079029232263565, 0.04086665064096451, 0.003816667478531599, 3.658427522168495e-05)
 
 _FLT_MIN = 1.1754943508222875e-38    # smallest normal f32
 _SQRT_HALF_BITS = 0x3F3504F3         # bits of f32(sqrt(1/2))
@@ -208,35 +211,30 @@ def _log(b: _Builder, x: ir.Value) -> ir.Value:
     return b.select(b.cmp("ULT", x, b.f(0.0)), b.f(math.nan), y)
 
 
-def _clamp(b: _Builder, x: ir.Value, c: float) -> ir.Value:
-    """x limited to [-c, c]; ordered compares are false for NaN, so NaN passes through."""
-    x = b.select(b.cmp("OGT", x, b.f(c)), b.f(c), x)
-    return b.select(b.cmp("OLT", x, b.f(-c)), b.f(-c), x)
+def _half_angle(b: _Builder, x: ir.Value, c: float, p: Sequence[float], q: Sequence[float]) -> ir.Value:
+    """An odd function with values in [-1, 1] (tanh, erf) as ``2s / (1 + s^2)`` with ``2s = x P(t) / Q(t)``,
+    ``t = x^2``: with ``N = |x| P(t)``, ``y = 4 N Q / (4 Q^2 + N^2)``, one division.
 
-
-def _odd_rational(b: _Builder, x: ir.Value, c: float, p: Sequence[float], q: Sequence[float]) -> ir.Value:
-    """``x P(x^2) / Q(x^2)`` on x clamped to [-c, c], the result clamped to [-1, 1] (tanh and erf).
-
-    One division and no branch: ±inf saturate to ±1 through the clamp, NaN propagates, the sign of x
-    (±0 included) is kept because P and Q are positive on [0, c]. With ``p[0] == 1`` the numerator is
-    ``x + x t P'(t)``, exact for tiny and subnormal x (where t = x^2 underflows to 0)."""
-    x = _clamp(b, x, c)
-    t = b.mul(x, x)
-    if p[0] == 1.0:
-        num = b.fma(b.mul(x, t), b.horner(t, p[1:]), x)
-    else:
-        num = b.mul(x, b.horner(t, p))
-    y = arith.divf(num, b.horner(t, q))
-    # Rounding can leave the quotient one ulp past 1 near the clamp.
-    return _clamp(b, y, 1.0)
+    |x| is clamped to ``c``, so ±inf saturate to ±1; NaN passes the ordered compares and propagates; the
+    sign of x (±0 included) is put back at the end."""
+    ax = b.abs(x)
+    ax = b.select(b.cmp("OGT", ax, b.f(c)), b.f(c), ax)
+    t = b.mul(ax, ax)
+    n = b.mul(ax, b.horner(t, p))
+    q_ = b.horner(t, q)
+    q4 = b.mul(q_, b.f(4.0))
+    y = arith.divf(b.mul(q4, n), b.fma(n, n, b.mul(q4, q_)))
+    # 2s / (1 + s^2) <= 1 exactly; rounding can leave one ulp above it.
+    y = b.select(b.cmp("OGT", y, b.f(1.0)), b.f(1.0), y)
+    return b.with_sign_of(y, x)
 
 
 def _tanh(b: _Builder, x: ir.Value) -> ir.Value:
-    return _odd_rational(b, x, _TANH_BIG, _TANH_P, _TANH_Q)
+    return _half_angle(b, x, _TANH_BIG, _TANH_P, _TANH_Q)
 
 
 def _erf(b: _Builder, x: ir.Value) -> ir.Value:
-    return _odd_rational(b, x, _ERF_BIG, _ERF_P, _ERF_Q)
+    return _half_angle(b, x, _ERF_BIG, _ERF_P, _ERF_Q)
 
 
 _METHODS: dict[str, Callable[[_Builder, ir.Value], ir.Value]] = {
