@@ -30,7 +30,11 @@ compiled code, f32, against float64 references, by ``tests/numerics/test_math_ap
   (``|x|`` clamped to where the function rounds to 1: 9.2 and 4), evaluated as ``4NQ / (4Q^2 + N^2)``: about
   15 FMAs, multiplies, compares and selects and one division per vector, no ``exp``. Near saturation the
   half-angle form damps the rounding errors of P and Q, which a plain ``x P/Q`` passes on in full (~3e-7
-  absolute, twice the error measured here). ±inf give ±1, NaN propagates, ±0 keeps its sign.
+  absolute, twice the error measured here). ±inf give ±1, NaN propagates, ±0 keeps its sign. Measured:
+  tanh 4.4 ulp (1.7e-7 absolute), erf 3.9 ulp (1.9e-7); the exp-based forms this replaced had 1.2 and
+  1.0 ulp at about 1.6x the cost, and upstream MLIR's tanh (Eigen's [13/6] rational,
+  ``populateMathPolynomialApproximationPatterns``) has 4.3 ulp, 2.6e-7 absolute near ±1, and ran ~10 %
+  slower in an elementwise tanh-GELU.
 """
 
 from __future__ import annotations
