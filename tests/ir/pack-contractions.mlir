@@ -51,15 +51,26 @@ func.func @big(%a: memref<512x512xf32>, %b: memref<512x512xf32>, %c: memref<512x
 // -----
 
 // The bias epilogue that follows is folded into the kernel's final store: the generic goes, the bias and
-// the output become extra kernel arguments, and the kernel adds the bias vector.
+// the output become extra kernel arguments, and the kernel adds the bias vector. On the last k block the
+// sums C + acc of a micro-tile (8 x 48 here) go to a scratch tile first, then a loop over the tile's rows
+// applies the epilogue one row at a time (so it never holds the accumulators' registers).
 // CHECK-LABEL: func.func @mm_bias(
 // CHECK-SAME:      %[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x48xf32>, %[[BIAS:.*]]: memref<48xf32>, %[[C:.*]]: memref<64x48xf32>)
 // CHECK-NOT:     linalg.
 // CHECK:         call @__pbsdk_mm0(%[[A]], %[[B]], %[[C]], %[[BIAS]], %[[C]])
 // CHECK-NEXT:    return
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-SAME:      %[[PA:[^:]*]]: memref<64x32xf32>, %[[PB:[^:]*]]: memref<32x48xf32>, %[[PC:[^:]*]]: memref<64x48xf32>, %[[PBIAS:[^:]*]]: memref<48xf32>, %[[PD:[^:]*]]: memref<64x48xf32>
+// CHECK:         %[[TILE:.*]] = memref.alloc() {alignment = 64 : i64} : memref<8x48xf32>
 // CHECK:         vector.fma {{.*}} : vector<16xf32>
-// CHECK:         arith.addf {{.*}} : vector<16xf32>
+// CHECK:         %[[SUM:.*]] = arith.addf {{.*}} : vector<16xf32>
+// CHECK-NEXT:    vector.store %[[SUM]], %[[TILE]][%c0, %c0]
+// CHECK:         scf.for %[[I:.*]] = %c0 to %c8 step %c1 {
+// CHECK:           %[[T:.*]] = vector.load %[[TILE]][%[[I]], %c0]
+// CHECK-NEXT:      %[[BV:.*]] = vector.load %[[PBIAS]]
+// CHECK-NEXT:      %[[R:.*]] = arith.addf %[[T]], %[[BV]] : vector<16xf32>
+// CHECK-NEXT:      vector.store %[[R]], %[[PD]]
+// CHECK:         memref.dealloc %[[TILE]]
 #id = affine_map<(d0, d1) -> (d0, d1)>
 #row = affine_map<(d0, d1) -> (d1)>
 func.func @mm_bias(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %bias: memref<48xf32>, %c: memref<64x48xf32>) {

@@ -6,7 +6,12 @@ both signs from subnormal to overflow, 200k random bit patterns (subnormals, hug
 edge values 0, ±tiny, ±1e-4, ±1, ±10, ±88, ±89, ±100, ±inf, NaN. Measured on this sweep (max ulp, against
 the exact value; max abs):
 
-    exp   0.995 ulp        log  0.87 ulp        tanh  1.24 ulp (7.4e-8 abs)        erf  0.95 ulp (5.6e-8 abs)
+    exp   0.995 ulp        log  0.87 ulp        tanh  4.4 ulp (1.7e-7 abs)        erf  3.9 ulp (1.9e-7 abs)
+
+tanh and erf are one rational each (cheap in a matmul's GELU epilogue, no exp), at the price of a few ulp
+(the older exp-based ones had 1.2 and 1.0 ulp). Their absolute error near saturation is what matters most:
+GELU's ``1 + tanh`` / ``1 + erf`` cancels in the negative tail, so ``test_gelu_tail_within_tolerance``
+checks GELU there on every f32.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import pytest
 from mlir import ir
 
 import pbsdk
+from pbsdk import ops
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.testing import assert_close
+from pbsdk.testing import reference as ref
 
 EDGES = [0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-40, 1.17549435e-38, 1e-30, -1e-30, 1e-4, -1e-4, 1.0, -1.0, 10.0,
          -10.0, 88.0, -88.0, 88.72, 88.73, -87.3, -103.9, -104.0, 89.0, -89.0, 100.0, -100.0, 3.4e38, -3.4e38,
@@ -32,7 +39,9 @@ REFERENCE: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "erf": _erf64,
 }
 #: Max error in ulp allowed per function (the brief: 2-4 ulp for exp/log; measured values are above).
-MAX_ULP = {"exp": 2.0, "log": 2.0, "tanh": 2.0, "erf": 2.0}
+MAX_ULP = {"exp": 2.0, "log": 2.0, "tanh": 4.5, "erf": 4.5}
+#: Max absolute error allowed for the saturating functions (measured values are above).
+MAX_ABS = {"tanh": 2e-7, "erf": 2e-7}
 
 
 def _generic(op: str, n: int, dt: str) -> str:
@@ -85,8 +94,24 @@ def test_accuracy_over_sweep(op: str, sweep: np.ndarray) -> None:
     worst = int(np.argmax(ulp))
     assert ulp.max() <= MAX_ULP[op], (
         f"{op}: {ulp.max():.3g} ulp at x={sweep[worst]!r}: got {got[worst]!r}, want {exact[worst]!r}")
+    if op in MAX_ABS:
+        finite = np.isfinite(exact)
+        assert np.abs(got[finite] - exact[finite]).max() <= MAX_ABS[op]
     with np.errstate(over="ignore"):
         assert_close(got, exact.astype(np.float32), op=op)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_tail_within_tolerance(approximate: str) -> None:
+    """Every f32 in [-5.7, -4.4], where ``1 + erf`` (``1 + tanh``) cancels and GELU's error is tanh's or
+    erf's absolute error times |x|/2: within GELU's tolerance (measured: at most 44 % of it for the exact
+    form, 37 % for the tanh form; 95 % and 71 % with a plain x P/Q rational, 8 % with the older exp-based
+    tanh and erf)."""
+    lo, hi = np.float32(4.4).view(np.uint32), np.float32(5.7).view(np.uint32)
+    x = -np.arange(lo, hi, dtype=np.uint32).view(np.float32)
+    f = pbsdk.jit(lambda v: ops.gelu(v, approximate=approximate), options={"cache": False})
+    want = (ref.gelu if approximate == "none" else ref.gelu_tanh)(x.astype(np.float64)).astype(np.float32)
+    assert_close(np.asarray(f(x)), want, op="gelu" if approximate == "none" else "gelu_tanh")
 
 
 @pytest.mark.parametrize(("op", "x", "want"), [

@@ -421,6 +421,8 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
         last_row = x.sub(m1, c(1)) if window is not None else None
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None
+        # The last k block's sums C + acc, one micro-tile, before the epilogue (see `update`).
+        Tp = memref.alloc(ir.MemRefType.get([mr, nr], t), [], [], alignment=64) if epilogue is not None else None
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
 
         def batch_loop(b: ir.Value) -> None:
@@ -551,7 +553,12 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
             def update(masked: bool, fused: bool) -> None:
                 """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's
-                value goes to D instead."""
+                value goes to D instead.
+
+                With the epilogue, the sums C + acc are first stored to the scratch tile ``Tp`` (which
+                frees the mr x nv accumulator registers), then a loop over the tile's rows applies the
+                epilogue to one row of nv vectors at a time: its temporaries and constants then have the
+                register file to themselves instead of spilling around 28 live accumulators."""
                 vmasks = []
                 if masked:
                     for v in range(nv):
@@ -563,6 +570,8 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                         _if(ok, functools.partial(store_row, i, vmasks, fused))
                     else:
                         store_row(i, vmasks, fused)
+                if fused:
+                    _for(c(0), rvalid if masked else c(mr), c(1), lambda i: epilogue_row(i, vmasks))
 
             def load_c(r: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
                 if mask is not None:
@@ -584,15 +593,27 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     else:
                         old = load_c(r, col, mask)
                     new = arith.addf(old, res[i * nv + v])
-                    dst = C
-                    if fused:
-                        assert epilogue is not None and D is not None
-                        new = _epilogue_values(epilogue, E, new, lead, r, col, mask, vzero)
-                        dst = D
-                    if mask is not None:
-                        vector.maskedstore(dst, [*lead, r, col], mask, new)
+                    if fused:  # the epilogue follows, row by row (see `update`)
+                        assert Tp is not None
+                        vector.store(new, Tp, [c(i), c(v * L)])
+                    elif mask is not None:
+                        vector.maskedstore(C, [*lead, r, col], mask, new)
                     else:
-                        vector.store(new, dst, [*lead, r, col])
+                        vector.store(new, C, [*lead, r, col])
+
+            def epilogue_row(i: ir.Value, vmasks: list[ir.Value]) -> None:
+                """D[row i of the micro-tile] = epilogue(Tp[i])."""
+                assert epilogue is not None and D is not None and Tp is not None
+                r = x.add(crow0, i)
+                for v in range(nv):
+                    col = x.add(ccol0, c(v * L)) if v else ccol0
+                    mask = vmasks[v] if vmasks else None
+                    new = _epilogue_values(epilogue, E, vector.load(vt, Tp, [i, c(v * L)]), lead, r, col, mask,
+                                           vzero)
+                    if mask is not None:
+                        vector.maskedstore(D, [*lead, r, col], mask, new)
+                    else:
+                        vector.store(new, D, [*lead, r, col])
 
             def both(fused: bool) -> None:
                 _if(full, lambda: update(False, fused), lambda: update(True, fused))
@@ -610,6 +631,8 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             memref.dealloc(rows)
         if Bp is not None:
             memref.dealloc(Bp)
+        if Tp is not None:
+            memref.dealloc(Tp)
         func.ReturnOp([])
     x.hoist()
     return fn
