@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from pbsdk.core.plan import Contraction, plan_contraction
+from pbsdk.core.plan.contraction import LONG_K_SHARE
 from pbsdk.core.spec import ChipSpec, load_spec
 
 
@@ -168,16 +169,25 @@ def test_register_tile_balances_fma_and_load_issue() -> None:
 
 
 def test_blocking_follows_the_cache_sizes() -> None:
+    """Few rows (a 10-tile A block): kc fills L1 with the B micro-panel. Many rows: equal k blocks as long
+    as an eighth of L2 holds the micro-panel (fewer passes over C and packs of A)."""
     spec = load_spec("avx512")
-    full = plan_contraction(spec, BIG).blocking
+    few_rows = Contraction(128, 2048, 2048)
+    full = plan_contraction(spec, few_rows).blocking
     assert full is not None
     assert full.kc * full.nr * 4 <= spec.memory_level("l1d").size_bytes
     assert full.mc * full.kc * 4 <= spec.memory_level("l2").size_bytes // 2
-    half_l1 = plan_contraction(_resize(spec, "l1d", 0.5), BIG).blocking
-    half_l2 = plan_contraction(_resize(spec, "l2", 0.5), BIG).blocking
-    assert half_l1 is not None and half_l2 is not None
-    assert half_l1.kc < full.kc
-    assert half_l2.mc < full.mc and half_l2.kc == full.kc
+    half_l1 = plan_contraction(_resize(spec, "l1d", 0.5), few_rows).blocking
+    assert half_l1 is not None and half_l1.kc < full.kc
+
+    big = plan_contraction(spec, BIG, {"threads": 1}).blocking
+    assert big.kc * big.nr * 4 <= spec.memory_level("l2").size_bytes // LONG_K_SHARE
+    assert big.kc * big.nr * 4 > spec.memory_level("l1d").size_bytes and BIG.k % big.kc == 0  # equal blocks
+    assert big.mc * big.kc * 4 <= spec.memory_level("l2").size_bytes // 2
+    half_l2 = plan_contraction(_resize(spec, "l2", 0.5), BIG, {"threads": 1}).blocking
+    assert half_l2 is not None and half_l2.kc < big.kc and half_l2.mc <= big.mc
+    short_k = plan_contraction(spec, Contraction(25088, 64, 576), {"threads": 1}).blocking
+    assert short_k.kc == 576  # a convolution's whole reduction: C updated once
 
 
 def test_blocking_threads_only_when_there_is_work() -> None:

@@ -144,6 +144,13 @@ class Blocking:
         return self.nv * self.lanes
 
 
+#: Long k blocks (see `blocking`): the B micro-panel may take 1/LONG_K_SHARE of the middle cache, when a
+#: thread has at least LONG_K_ROW_TILES register-tile rows. Measured on a Zen 4 core (1 MiB L2), 1 thread,
+#: against kc filling L1: 1024^3 1.04x, 512x768x3072 1.05x, 2048^3 (two blocks of 1024) 1.07x,
+#: 6272x1152x128 1.16x; 128x4096x4096 (10 row tiles) 0.86x with kc 1024, so few rows keep the L1 rule.
+LONG_K_SHARE = 8
+LONG_K_ROW_TILES = 16
+
 #: Least work per core (seconds, by the one-core roofline estimate) worth a fork onto another core.
 MIN_PARALLEL_SECONDS = 10e-6
 
@@ -207,11 +214,19 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
                                                   f"per extra unit (one {spec.compute[0].name}: "
                                                   f"{solo * 1e6:.1f} us), or too few tiles)"))
     l1 = caches[0]
-    kc = int(l1.size_bytes // (nr * eb)) // lanes * lanes
-    kc = max(lanes, kc)
-    kc = min(op.k, kc)
-    why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
     l2 = caches[1] if len(caches) > 1 else l1
+    l1_kc = min(op.k, max(lanes, int(l1.size_bytes // (nr * eb)) // lanes * lanes))
+    l2_kc = max(l1_kc, int(l2.size_bytes // LONG_K_SHARE // (nr * eb)) // lanes * lanes)
+    if op.k > l1_kc and m_part >= LONG_K_ROW_TILES * mr:
+        # Many rows: every k block is a pass over C and a pack of the A block, so take few long blocks
+        # (equal ones), the B micro-panel streaming from l2 to row tiles enough to hide it.
+        blocks = -(-op.k // l2_kc)
+        kc = min(op.k, _round_up(-(-op.k // blocks), lanes))
+        why.append(f"kc {kc}: {blocks} equal k block(s), the {kc}x{nr} B micro-panel in 1/{LONG_K_SHARE} of "
+                   f"{l2.name}: {m_part} rows make a pass over C cost more than streaming it from there")
+    else:
+        kc = l1_kc
+        why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
     mc = _round_down(int(l2.size_bytes * CACHE_BUDGET // (kc * eb)), mr)
     mc = min(mc, _round_up(m_part, mr))
     why.append(f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}")
