@@ -51,3 +51,30 @@ def pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(compiler, "pipeline_for", counting)
     return runs
+
+
+@pytest.fixture
+def pack_notes(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """``pack_notes(fn, options, *inputs)``: what the cpu target's ``pack-contractions`` noted while
+    ``pbsdk.jit(fn)`` compiled (fully, cache off) for ``inputs`` (arrays or `TensorType`s)."""
+    import pbsdk
+    import pbsdk.targets.cpu.pack_contractions as pc
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.tracing import input_type
+
+    seen: list[str] = []
+    real = pc.PackContractions.apply
+
+    def spy(self, module, ctx):  # type: ignore[no-untyped-def]
+        real(self, module, ctx)
+        seen.extend(ctx.notes.get(self.name, []))
+
+    monkeypatch.setattr(pc.PackContractions, "apply", spy)
+
+    def notes(fn, options, *inputs):  # type: ignore[no-untyped-def]
+        seen.clear()
+        types = tuple(a if isinstance(a, TensorType) else input_type(a, i) for i, a in enumerate(inputs))
+        pbsdk.jit(fn, options={"cache": False, **options}).kernel(types)
+        return list(seen)
+
+    return notes

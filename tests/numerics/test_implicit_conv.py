@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlir import ir
 
 import pbsdk
 from pbsdk import ops
-from pbsdk.core.compiler import compile_text
 from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
 
@@ -56,29 +54,9 @@ def _conv(case: tuple, epilogue: bool = False):
     return conv
 
 
-def _notes(fn, options: dict, *args: np.ndarray) -> list[str]:
-    """What ``pack-contractions`` noted while compiling ``fn`` for ``args``."""
-    f = pbsdk.jit(fn, options=options)
-    seen: list[str] = []
-    import pbsdk.targets.cpu.pack_contractions as pc
-
-    real = pc.PackContractions.apply
-
-    def spy(self, module: ir.Module, ctx) -> None:
-        real(self, module, ctx)
-        seen.extend(ctx.notes.get(self.name, []))
-
-    pc.PackContractions.apply = spy  # type: ignore[method-assign]
-    try:
-        compile_text(f.lower(*args), f.request, stop_after="pack-contractions")
-    finally:
-        pc.PackContractions.apply = real  # type: ignore[method-assign]
-    return seen
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_implicit_conv_matches_numpy(case: tuple, threads: int) -> None:
+def test_implicit_conv_matches_numpy(case: tuple, threads: int, pack_notes) -> None:
     _, (_, _, _, c), (_, kh, kw), stride, padding, dilation = case
     x, w = _inputs(case)
     options = {"threads": threads}
@@ -87,10 +65,10 @@ def test_implicit_conv_matches_numpy(case: tuple, threads: int) -> None:
     assert got.shape == expect.shape
     assert_close(got, expect, op="conv2d", reduction_size=c * kh * kw)
     if kh * kw > 1 or stride != 1:
-        assert any("implicit GEMM" in n for n in _notes(_conv(case), options, x, w))
+        assert any("implicit GEMM" in n for n in pack_notes(_conv(case), options, x, w))
 
 
-def test_implicit_conv_then_bias_relu() -> None:
+def test_implicit_conv_then_bias_relu(pack_notes) -> None:
     case = CASES[0]
     x, w = _inputs(case)
     bias = RNG.standard_normal((20,)).astype(np.float32)
@@ -98,18 +76,18 @@ def test_implicit_conv_then_bias_relu() -> None:
     got = pbsdk.jit(conv)(x, w, bias)
     expect = ref.relu(ref.add(ref.conv2d(x, w, padding=1, layout="NHWC"), bias))
     assert_close(got, expect, op="conv2d", reduction_size=16 * 9)
-    assert any("implicit GEMM" in n for n in _notes(conv, {}, x, w, bias))
+    assert any("implicit GEMM" in n for n in pack_notes(conv, {}, x, w, bias))
 
 
-def test_few_channels_and_the_option_keep_im2col() -> None:
+def test_few_channels_and_the_option_keep_im2col(pack_notes) -> None:
     """A 3-channel image stem is not read in place (too short a channel run), and implicit_conv=False
     turns the path off; both still compute the convolution."""
     x = RNG.standard_normal((1, 16, 16, 3)).astype(np.float32)
     w = RNG.standard_normal((3, 3, 3, 8)).astype(np.float32)
     case = ("stem", (1, 16, 16, 3), (8, 3, 3), 1, 1, 1)
-    notes = _notes(_conv(case), {}, x, w)
+    notes = pack_notes(_conv(case), {}, x, w)
     assert any("im2col of 3 channel(s) kept" in n for n in notes), notes
     assert_close(pbsdk.jit(_conv(case))(x, w), ref.conv2d(x, w, padding=1, layout="NHWC"), op="conv2d",
                  reduction_size=27)
     x16, w16 = _inputs(CASES[0])
-    assert not any("implicit GEMM" in n for n in _notes(_conv(CASES[0]), {"implicit_conv": False}, x16, w16))
+    assert not any("implicit GEMM" in n for n in pack_notes(_conv(CASES[0]), {"implicit_conv": False}, x16, w16))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mlir import ir
 
 import pbsdk
 from pbsdk import ops
@@ -32,29 +31,9 @@ MATMULS = [
 ]
 
 
-def _packed_notes(fn, options: dict, *types: TensorType) -> list[str]:
-    """What ``pack-contractions`` noted about compile-time packing while compiling ``fn``."""
-    import pbsdk.targets.cpu.pack_contractions as pc
-
-    f = pbsdk.jit(fn, options={"cache": False, **options})
-    seen: list[str] = []
-    real = pc.PackContractions.apply
-
-    def spy(self, module: ir.Module, ctx) -> None:
-        real(self, module, ctx)
-        seen.extend(ctx.notes.get(self.name, []))
-
-    pc.PackContractions.apply = spy  # type: ignore[method-assign]
-    try:
-        f.kernel(types)
-    finally:
-        pc.PackContractions.apply = real  # type: ignore[method-assign]
-    return seen
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", MATMULS, ids=lambda c: c[0])
-def test_constant_weight_matmul(case: tuple, threads: int) -> None:
+def test_constant_weight_matmul(case: tuple, threads: int, pack_notes) -> None:
     _, m, k, n = case
     w = RNG.standard_normal((k, n)).astype(np.float32)
     bias = RNG.standard_normal((n,)).astype(np.float32)
@@ -64,13 +43,13 @@ def test_constant_weight_matmul(case: tuple, threads: int) -> None:
         return ops.relu(ops.add(ops.matmul(a, w), bias))
 
     options = {"threads": threads}
-    notes = _packed_notes(layer, options, TensorType((m, k), "f32"))
+    notes = pack_notes(layer, options, TensorType((m, k), "f32"))
     assert any("B packed at compile time" in s for s in notes), notes
     got = pbsdk.jit(layer, options={"cache": False, **options})(x)
     assert_close(got, ref.relu(ref.add(ref.matmul(x, w), bias)), op="matmul", reduction_size=k)
 
 
-def test_a_transposed_weight_is_packed_too() -> None:
+def test_a_transposed_weight_is_packed_too(pack_notes) -> None:
     """``x @ w.T`` (every nn.Linear): the emitter folds the transpose, the target packs the result."""
     w = RNG.standard_normal((90, 48)).astype(np.float32)
     x = RNG.standard_normal((33, 48)).astype(np.float32)
@@ -78,29 +57,29 @@ def test_a_transposed_weight_is_packed_too() -> None:
     def linear(a):
         return ops.matmul(a, w, transpose_b=True)
 
-    assert any("B packed at compile time" in s for s in _packed_notes(linear, {}, TensorType((33, 48), "f32")))
+    assert any("B packed at compile time" in s for s in pack_notes(linear, {}, TensorType((33, 48), "f32")))
     assert_close(pbsdk.jit(linear, options={"cache": False})(x), ref.matmul(x, w.T), op="matmul", reduction_size=48)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("channels", [3, 32])  # 3: the stem's runs; 32: one tap's channels per run
-def test_constant_convolution_weights(channels: int, threads: int) -> None:
+def test_constant_convolution_weights(channels: int, threads: int, pack_notes) -> None:
     w = RNG.standard_normal((3, 3, channels, 40)).astype(np.float32)
     x = RNG.standard_normal((2, 11, 13, channels)).astype(np.float32)
 
     def conv(a):
         return ops.conv2d(a, w, stride=1, padding=1, layout="NHWC")
 
-    notes = _packed_notes(conv, {"threads": threads}, TensorType(x.shape, "f32"))
+    notes = pack_notes(conv, {"threads": threads}, TensorType(x.shape, "f32"))
     assert any("B packed at compile time" in s for s in notes), notes
     got = pbsdk.jit(conv, options={"cache": False, "threads": threads})(x)
     assert_close(got, ref.conv2d(x, w, stride=1, padding=1, layout="NHWC"), op="conv2d",
                  reduction_size=9 * channels)
 
 
-def test_the_option_keeps_the_weight_as_given() -> None:
+def test_the_option_keeps_the_weight_as_given(pack_notes) -> None:
     w = RNG.standard_normal((64, 64)).astype(np.float32)
-    notes = _packed_notes(lambda a: ops.matmul(a, w), {"prepack_b": False}, TensorType((20, 64), "f32"))
+    notes = pack_notes(lambda a: ops.matmul(a, w), {"prepack_b": False}, TensorType((20, 64), "f32"))
     assert notes and not any("compile time" in s for s in notes)
     f = pbsdk.jit(lambda a: ops.matmul(a, w), options={"cache": False, "prepack_b": False})
     kernel, _ = f.kernel((TensorType((20, 64), "f32"),))
@@ -109,7 +88,7 @@ def test_the_option_keeps_the_weight_as_given() -> None:
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_a_late_nchw_1x1_conv_runs_in_nhwc_with_packed_weights(batch: int) -> None:
+def test_a_late_nchw_1x1_conv_runs_in_nhwc_with_packed_weights(batch: int, pack_notes) -> None:
     """A 1x1 NCHW conv over 7x7 pixels: as given its 49 pixels would leave a register tile half masked and
     its weights would be packed (and, past one image, copied) on every call; the planner runs it in NHWC,
     where the weights are B, packed at compile time."""
@@ -119,10 +98,10 @@ def test_a_late_nchw_1x1_conv_runs_in_nhwc_with_packed_weights(batch: int) -> No
     def conv(a):
         return ops.conv2d(a, w, stride=1, padding=0, layout="NCHW")
 
-    notes = _packed_notes(conv, {}, TensorType(x.shape, "f32"))
+    notes = pack_notes(conv, {}, TensorType(x.shape, "f32"))
     assert any(f"matmul {batch * 49}x256x1024" in s and "B packed at compile time" in s for s in notes), notes
     got = pbsdk.jit(conv, options={"cache": False})(x)
     assert_close(got, ref.conv2d(x, w, stride=1, padding=0, layout="NCHW"), op="conv2d", reduction_size=1024)
     # without the layout change it runs as given: per image, weights as A
-    notes = _packed_notes(conv, {"conv_nhwc": False}, TensorType(x.shape, "f32"))
+    notes = pack_notes(conv, {"conv_nhwc": False}, TensorType(x.shape, "f32"))
     assert not any("B packed at compile time" in s for s in notes), notes
