@@ -70,16 +70,16 @@ def pieces(model: Any, x: Any) -> list[tuple[str, Any, Any]]:
                 if g > 1:
                     tag = f"dw{k}x{k}s{s} c{conv.in_channels}"
                     out.append((f"block{i} {tag} conv {shape(xin)}", conv, xin))
-                    out.append((f"block{i} {tag} +BN+{type(part[-1]).__name__ if len(part) > 2 else 'none'} "
-                                f"{shape(xin)}", part, xin))
+                    act = type(part[-1]).__name__ if len(part) > 2 else "none"
+                    out.append((f"block{i} {tag} +BN+{act} {shape(xin)}", part, xin))
                     bn_in = conv(xin)
                     out.append((f"block{i} BN alone {shape(bn_in)}", part[1], bn_in.detach()))
                     if len(part) > 2 and isinstance(part[2], nn.Hardswish):
                         out.append((f"block{i} hardswish alone {shape(bn_in)}", part[2], bn_in.detach()))
                 else:
                     kind = "expand" if conv.out_channels > conv.in_channels else "project"
-                    out.append((f"block{i} pw1x1 {kind} {conv.in_channels}->{conv.out_channels}+BN "
-                                f"{shape(xin)}", part, xin))
+                    name = f"block{i} pw1x1 {kind} {conv.in_channels}->{conv.out_channels}+BN {shape(xin)}"
+                    out.append((name, part, xin))
             else:  # SqueezeExcitation
                 out.append((f"block{i} SE {shape(xin)}", part, xin))
     last = feats[-1]

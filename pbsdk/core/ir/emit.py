@@ -335,10 +335,19 @@ class _Emitter:
         pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
         depthwise = self._depthwise_channels_last(node)
         if depthwise and not nhwc:
-            # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it.
+            # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
+            # transpose writes into the interior of the zero-filled padded tensor (in place once bufferized:
+            # no second pass copies it there, as a tensor.pad would).
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
-            xv = self.permuted(xv, xt, [0, 3, 1, 2])
-            nhwc = True
+            padded = TensorType((xt.shape[0], xt.shape[1] + pt + pb, xt.shape[2] + pl + pr, xt.shape[3]), xt.dtype)
+            lo, sizes, ones = [0, pt, pl, 0], list(xt.shape), [1] * 4
+            init = self.filled(padded, 0.0)
+            interior = tensor.ExtractSliceOp(tensor_type(xt.shape, xt.dtype), init, [], [], [], lo, sizes,
+                                             ones).result
+            xv = self.permuted(xv, xt, [0, 3, 1, 2], init=interior)
+            xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
+            xt, nhwc = padded, True
+            pt = pb = pl = pr = 0
         if as_matmul and not nhwc and not pointwise and self._nchw_conv_in_nhwc(node, xt):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
@@ -498,10 +507,10 @@ class _Emitter:
         elif wnode is not None and wnode.op == "const" and w.id not in self.values:
             array = np.asarray(wnode.attrs["value"]).reshape(c_, kh, kw).transpose(1, 2, 0)
             wv = self.constant(np.ascontiguousarray(array), w_t, (w.id, "hwc"))
-        else:  # (C, 1, KH, KW) read as out[i, j, c] = w[c, 0, i, j]
-            e = dims(3)
-            wv = self.generic(ins=[(self.value(w), [e[2], 0, e[0], e[1]])], init=self.empty(w_t), out_results=e,
-                              n_loops=3, iterators=["parallel"] * 3, body=lambda args: args[0])
+        else:  # (C, 1, KH, KW) -> (KH, KW, 1, C): a named transpose, which elementwise fusion leaves alone
+            t4 = TensorType((kh, kw, 1, c_), w.dtype)
+            wt = linalg.transpose(self.value(w), outs=[self.empty(t4)], permutation=[2, 3, 1, 0]).results[0]
+            wv = self.collapse(wt, t4, w_t, [[0], [1], [2, 3]])
         y_t = TensorType((n_, oh, ow, c_), out.dtype)
         d = dims(6)  # loops: n oh ow kh kw c
         y = self.generic(ins=[(xv, [d[0], d[1] * sh + d[3] * dh, d[2] * sw + d[4] * dw, d[5]]),
@@ -527,12 +536,14 @@ class _Emitter:
                                 channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
                                 taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1]).nhwc
 
-    def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int]) -> ir.Value:
+    def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int], init: ir.Value | None = None) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension
         ``j`` is indexed by output loop ``source[j]``), as an elementwise ``linalg.generic`` rather than
-        ``linalg.transpose`` so that elementwise fusion merges it with its producer or consumer."""
+        ``linalg.transpose`` so that elementwise fusion merges it with its producer or consumer. ``init``: the
+        tensor it is written into (a slice of a larger one), a new one by default."""
         d = dims(t.rank)
-        return self.generic(ins=[(v, [d[i] for i in source])], init=self.empty(t), out_results=d, n_loops=t.rank,
+        return self.generic(ins=[(v, [d[i] for i in source])], init=self.empty(t) if init is None else init,
+                            out_results=d, n_loops=t.rank,
                             iterators=["parallel"] * t.rank, body=lambda args: args[0])
 
     def _nhwc_conv_matmul(self, xv: ir.Value, xt: TensorType, wv: ir.Value, w_shape: tuple[int, ...],

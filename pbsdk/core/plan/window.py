@@ -162,6 +162,11 @@ class DepthwiseLayout:
     reason: str
 
 
+#: Issue cycles per element of a layout transpose in front of or behind a depthwise convolution (a strided
+#: scalar copy; measured on MobileNetV3's layers, 1 thread, against the convolution kernels themselves).
+TRANSPOSE_CYCLES = 2
+
+
 def depthwise_layout(lanes: int, *, batch: int, channels: int, in_pixels: int, out_pixels: int, taps: int,
                      given_nhwc: bool) -> DepthwiseLayout:
     """Decide where a depthwise convolution runs, from the vector width.
@@ -170,17 +175,18 @@ def depthwise_layout(lanes: int, *, batch: int, channels: int, in_pixels: int, o
     kernel taps. Channels last, the channel loop goes innermost (loops n, oh, ow, kh, kw, c), so every
     multiply-add is a vector of ``lanes`` channels — the input, the weights and the output all contiguous
     along it — at ``ceil(channels / lanes)`` vectors per tap and pixel. An NCHW convolution then transposes
-    its input to channels last and its result back (a pass over each, at ``lanes`` elements a cycle; both
-    fuse with the elementwise ops around it). As given in NCHW, the innermost loop is a kernel row (a few
-    taps, strided by the dilation): nothing to vectorise, one multiply-add a cycle. A graph already in
-    NHWC (``given_nhwc``) pays no transposes."""
+    its input to channels last and its result back: a strided element-by-element pass over each, charged
+    `TRANSPOSE_CYCLES` per element (they fuse with the elementwise ops around them, but their strided side
+    stays). As given in NCHW, the innermost loop is a kernel row (a few taps): about one multiply-add a
+    cycle. So wide, shallow early layers (16 channels at 112x112) stay as given and the deep ones go
+    channels last. A graph already in NHWC (``given_nhwc``) pays no transposes."""
     if min(lanes, batch, channels, in_pixels, out_pixels, taps) < 1:
         raise ValueError(f"depthwise_layout: lanes {lanes}, batch {batch}, channels {channels}, pixels "
                          f"{in_pixels}/{out_pixels} and taps {taps} must be positive")
     vectors = -(-channels // lanes)
     nhwc = float(batch * out_pixels * taps * vectors)
     if not given_nhwc:
-        nhwc += batch * channels * (in_pixels + out_pixels) / lanes
+        nhwc += TRANSPOSE_CYCLES * batch * channels * (in_pixels + out_pixels)
     given = float(batch * out_pixels * taps * channels) if not given_nhwc else nhwc
     chosen = given_nhwc or nhwc < given
     reason = (f"depthwise conv, {channels} channels, {taps} taps, {out_pixels} pixels x {batch}: "
