@@ -12,7 +12,7 @@
 // CHECK-NOT:     linalg.generic
 // CHECK:         %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK-NEXT:    call @__pbsdk_dw0(%[[X]], %[[W]], %[[O]], %[[ZERO]])
-// CHECK-LABEL: func.func private @__pbsdk_dw0(
+// CHECK-LABEL: func.func @__pbsdk_dw0(
 // CHECK-SAME:      %[[KX:.*]]: memref<1x6x6x20xf32>, %[[KW:.*]]: memref<3x3x20xf32>, %[[KO:.*]]: memref<1x4x4x20xf32>, %{{.*}}: index)
 // CHECK:         vector.constant_mask [4] : vector<16xi1>
 // CHECK:         scf.for %[[ROW:.*]] = %{{.*}} to %{{.*}} step
@@ -54,7 +54,7 @@ func.func @dw3x3(%x: memref<1x6x6x20xf32>, %w: memref<3x3x20xf32>, %o: memref<1x
 // CHECK-LABEL: func.func @dw5x5s2(
 // CHECK:         scf.forall (%[[T:.*]]) in (2) {
 // CHECK-NEXT:      func.call @__pbsdk_dw0(%{{.*}}, %{{.*}}, %{{.*}}, %[[T]])
-// CHECK-LABEL: func.func private @__pbsdk_dw0(
+// CHECK-LABEL: func.func @__pbsdk_dw0(
 // CHECK-NOT:     vector.constant_mask
 // CHECK-NOT:     vector.maskedload
 // CHECK-COUNT-35: vector.fma

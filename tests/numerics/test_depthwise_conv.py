@@ -42,7 +42,7 @@ def _inputs(case: tuple) -> tuple[np.ndarray, np.ndarray]:
 def _kernels(fn, options: dict, *args: np.ndarray) -> int:
     """How many depthwise kernels the cpu target built for ``fn`` on ``args``."""
     f = pbsdk.jit(fn, options=options)
-    return str(compile_text(f.lower(*args), f.request, stop_after="depthwise")).count("func.func private @__pbsdk_dw")
+    return str(compile_text(f.lower(*args), f.request, stop_after="depthwise")).count("func.func @__pbsdk_dw")
 
 
 @pytest.mark.parametrize("threads", [1, 2])

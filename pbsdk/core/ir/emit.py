@@ -444,6 +444,22 @@ class _Emitter:
         _, _, oh, ow = out.shape
         depth, pixels = c_ * kh * kw, oh * ow
         cols_t = TensorType((n_, depth, pixels), dt)
+        if pointwise and pixels == 1:
+            # A 1x1 convolution of a 1x1 image (a squeeze-excite's fully connected layers) is a linear layer:
+            # (N, C) @ (C, O), the weights transposed once (at compile time when constant), so that the
+            # contraction's rows are the batch rather than an image's single pixel.
+            xm_t, wt_t, mm_t = TensorType((n_, c_), dt), TensorType((c_, o), dt), TensorType((n_, o), dt)
+            xm = self.collapse(xv, xt, xm_t, [[0], [1, 2, 3]])
+            wnode = self.producers.get(w.id)
+            if wnode is not None and wnode.op == "const" and w.id not in self.values:
+                array = np.asarray(wnode.attrs["value"]).reshape(o, c_).T
+                wt = self.constant(np.ascontiguousarray(array), wt_t, (w.id, "co"))
+            else:
+                wm = self.collapse(self.value(w), w.type, TensorType((o, c_), dt), [[0], [1, 2, 3]])
+                wt = linalg.transpose(wm, outs=[self.empty(wt_t)], permutation=[1, 0]).results[0]
+            mm = linalg.matmul(xm, wt, outs=[self.filled(mm_t, 0.0)])
+            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1, 2, 3]])
+            return
         if pointwise:
             cols = self.collapse(xv, xt, cols_t, [[0], [1], [2, 3]])
         else:

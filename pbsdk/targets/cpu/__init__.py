@@ -20,6 +20,7 @@ import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.options import Options
+from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 from pbsdk.core.passes.fuse_rows import FuseRows
@@ -535,6 +536,8 @@ class CpuTarget(Target):
                   description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
+            Stage("collapse-loops", fn=CollapseLoops().apply,
+                  description="adjacent loops of elementwise ops that every operand walks contiguously as one"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,

@@ -122,7 +122,6 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DepthwiseGeometry,
     idx = ir.IndexType.get()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp(name, ir.FunctionType.get([x.type, w.type, out.type, idx], []))
-        fn.attributes["sym_visibility"] = ir.StringAttr.get("private")
         entry = fn.add_entry_block()
     et = ir.MemRefType(out.type).element_type
     vtype = ir.VectorType.get([tile.lanes], et)
