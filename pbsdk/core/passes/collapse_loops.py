@@ -86,9 +86,8 @@ def _collapsed_type(t: ir.MemRefType, groups: list[list[int]]) -> ir.MemRefType:
     strides, offset = t.get_strides_and_offset()
     shape = [_prod(t.shape[p] for p in g) for g in groups]
     new_strides = [strides[g[-1]] for g in groups]
-    from pbsdk.core.passes import identity_layout
-
-    if identity_layout(t):
+    rank = len(t.shape)
+    if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(rank):
         return ir.MemRefType.get(shape, t.element_type, memory_space=t.memory_space)
     layout = ir.StridedLayoutAttr.get(offset, new_strides)
     return ir.MemRefType.get(shape, t.element_type, layout=layout, memory_space=t.memory_space)
