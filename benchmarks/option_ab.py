@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             if err > 1e-4:
                 raise SystemExit(f"{name}: relative error {err:.2e} against eager")
             fns[name] = f
+        for fn in fns.values():  # warm: a contender compiled before the last dynamo reset recompiles here
+            fn(*inputs)
         times: dict[str, list[float]] = {k: [] for k in fns}
         names = list(fns)
         for r in range(args.rounds):

@@ -93,3 +93,20 @@ def test_tile_masks_the_channel_tail_and_respects_small_register_files() -> None
     assert small.width == 4 and small.tail == 2 and small.masked_channels == 0
     with pytest.raises(ValueError, match="registers 0"):
         depthwise_tile(0, 16, _geometry(14, 88))
+
+
+def test_pointwise_layout_counts_no_patches_and_goes_nhwc_for_few_pixels() -> None:
+    """1x1 stride-1 convolutions (MobileNetV3's expand/project layers) have no patches in either layout: a
+    7x7 image's 49 pixels are a poor register tile per image, the batch's pixels a good one, so NHWC; at
+    56x56 with 16 -> 72 channels the transposes outweigh it, as given."""
+    from pbsdk.core.plan.window import nchw_conv_layout
+
+    def layout(batch: int, c: int, o: int, hw: int, patches: bool = False):
+        return nchw_conv_layout(32, 16, 2, 2, batch=batch, channels=c, out_channels=o, in_pixels=hw * hw,
+                                out_pixels=hw * hw, taps=1, patches=patches)
+
+    for batch in (1, 8):
+        assert layout(batch, 96, 576, 7).nhwc and layout(batch, 576, 96, 7).nhwc
+        assert not layout(batch, 16, 72, 56).nhwc
+    with_patches, without = layout(1, 96, 576, 7, patches=True), layout(1, 96, 576, 7)
+    assert with_patches.nchw_cycles > without.nchw_cycles and with_patches.nhwc_cycles == without.nhwc_cycles

@@ -348,7 +348,7 @@ class _Emitter:
             xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
             xt, nhwc = padded, True
             pt = pb = pl = pr = 0
-        if as_matmul and not nhwc and not pointwise and self._nchw_conv_in_nhwc(node, xt):
+        if as_matmul and not nhwc and self._nchw_conv_in_nhwc(node, xt, patches=not pointwise):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
@@ -536,9 +536,10 @@ class _Emitter:
                          body=_mac_body(xt.dtype, w.dtype, out.dtype))
         self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
 
-    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType) -> bool:  # xt: the NCHW input
+    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType, *, patches: bool = True) -> bool:  # xt: NCHW
         """Whether this NCHW convolution runs in NHWC: option ``conv_nhwc`` and, on a spec with a vector FMA
-        unit, the planner's `nchw_conv_layout` (without one, as given)."""
+        unit, the planner's `nchw_conv_layout` (without one, as given). ``patches``: whether it needs
+        im2col (a 1x1 stride-1 one does not, in either layout)."""
         vec = getattr(self.spec, "vector", None)
         acc = node.out.dtype
         if not self.options.conv_nhwc or vec is None or not vec.fma or acc not in vec.dtypes:
@@ -550,7 +551,8 @@ class _Emitter:
         _, _, oh, ow = node.out.shape
         return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
                                 channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
-                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1]).nhwc
+                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1],
+                                patches=patches).nhwc
 
     def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int], init: ir.Value | None = None) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension

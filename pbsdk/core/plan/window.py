@@ -127,7 +127,7 @@ def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: in
 
 def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
                      channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int,
-                     kernel_width: int = 1, dilation_w: int = 1) -> ConvLayout:
+                     kernel_width: int = 1, dilation_w: int = 1, patches: bool = True) -> ConvLayout:
     """Decide where an NCHW convolution that needs patches runs, from the vector unit's register tile.
 
     NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
@@ -136,14 +136,18 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
     As given: per image ``out_channels x out_pixels x (taps*channels)`` over a patch matrix that is
     copied first (one pass over it). The register tile decides most: a contraction with few output
     channels (under a vector or two) wastes lanes or is bound by loads in NHWC, where NCHW has whole
-    vectors of pixels."""
+    vectors of pixels. A pointwise (1x1, stride 1) convolution has no patches in either layout
+    (``patches=False``): the input is the contraction's operand as it is, so only the transposes and the
+    register tiles count — a late layer of 7x7 pixels is a poor tile per image (49 pixels) and a good one
+    over the batch."""
     k = taps * channels
     nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
     nhwc += batch * (channels * in_pixels + out_channels * out_pixels) / lanes
-    if window_run(channels, kernel_width, dilation_w) is None:
+    if patches and window_run(channels, kernel_width, dilation_w) is None:
         nhwc += batch * k * out_pixels / lanes
     nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
-    nchw += batch * k * out_pixels / lanes
+    if patches:
+        nchw += batch * k * out_pixels / lanes
     chosen = nhwc <= nchw
     reason = (f"NCHW conv {channels}->{out_channels}, {taps} taps, {out_pixels} pixels x {batch}: "
               f"{'NHWC' if chosen else 'as given'} ({nhwc:.3g} vs {nchw:.3g} issue cycles in NHWC vs as given)")
