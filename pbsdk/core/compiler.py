@@ -110,7 +110,7 @@ CORE_STAGES: tuple[Stage, ...] = (
     Stage("fuse", passes="func.func(linalg-fuse-elementwise-ops), canonicalize, cse",
           description="producer-consumer fusion of elementwise ops"),
     Stage("bufferize",
-          passes="one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
+          passes="eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
                  "identity-layout-map}",
           description="tensors to buffers"),
     Stage("distinct-results", fn=DistinctResults().apply,

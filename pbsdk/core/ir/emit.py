@@ -333,6 +333,21 @@ class _Emitter:
         xt = x.type
         as_matmul = groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64")
         pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
+        depthwise = self._depthwise_channels_last(node)
+        if depthwise and not nhwc:
+            # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
+            # transpose writes into the interior of the zero-filled padded tensor (in place once bufferized:
+            # no second pass copies it there, as a tensor.pad would).
+            xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
+            padded = TensorType((xt.shape[0], xt.shape[1] + pt + pb, xt.shape[2] + pl + pr, xt.shape[3]), xt.dtype)
+            lo, sizes, ones = [0, pt, pl, 0], list(xt.shape), [1] * 4
+            init = self.filled(padded, 0.0)
+            interior = tensor.ExtractSliceOp(tensor_type(xt.shape, xt.dtype), init, [], [], [], lo, sizes,
+                                             ones).result
+            xv = self.permuted(xv, xt, [0, 3, 1, 2], init=interior)
+            xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
+            xt, nhwc = padded, True
+            pt = pb = pl = pr = 0
         if as_matmul and not nhwc and self._nchw_conv_in_nhwc(node, xt, pointwise):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
@@ -351,6 +366,9 @@ class _Emitter:
             xv, xt = pad.result, padded
         if as_matmul:
             self._conv2d_as_matmul(node, xv, xt, transposed=nhwc and node.attrs["layout"] != "NHWC")
+            return
+        if depthwise:
+            self._depthwise_nhwc(node, xv, xt)
             return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
         d = dims(8)
@@ -425,6 +443,22 @@ class _Emitter:
         _, _, oh, ow = out.shape
         depth, pixels = c_ * kh * kw, oh * ow
         cols_t = TensorType((n_, depth, pixels), dt)
+        if pointwise and pixels == 1:
+            # A 1x1 convolution of a 1x1 image (a squeeze-excite's fully connected layers) is a linear layer:
+            # (N, C) @ (C, O), the weights transposed once (at compile time when constant), so that the
+            # contraction's rows are the batch rather than an image's single pixel.
+            xm_t, wt_t, mm_t = TensorType((n_, c_), dt), TensorType((c_, o), dt), TensorType((n_, o), dt)
+            xm = self.collapse(xv, xt, xm_t, [[0], [1, 2, 3]])
+            wnode = self.producers.get(w.id)
+            if wnode is not None and wnode.op == "const" and w.id not in self.values:
+                array = np.asarray(wnode.attrs["value"]).reshape(o, c_).T
+                wt = self.constant(np.ascontiguousarray(array), wt_t, (w.id, "co"))
+            else:
+                wm = self.collapse(self.value(w), w.type, TensorType((o, c_), dt), [[0], [1, 2, 3]])
+                wt = linalg.transpose(wm, outs=[self.empty(wt_t)], permutation=[1, 0]).results[0]
+            mm = linalg.matmul(xm, wt, outs=[self.filled(mm_t, 0.0)])
+            self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1, 2, 3]])
+            return
         if pointwise:
             cols = self.collapse(xv, xt, cols_t, [[0], [1], [2, 3]])
         else:
@@ -448,9 +482,63 @@ class _Emitter:
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
 
+    def _depthwise_channels_last(self, node: Node) -> bool:
+        """Whether this convolution is depthwise (as many groups as input and output channels) and runs
+        channels last with the channel loop innermost: option ``conv_nhwc`` and, on a spec with a vector
+        unit for its dtype, the planner's `depthwise_layout`."""
+        x, w = node.inputs
+        groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
+        c_, o = (x.shape[3], w.shape[3]) if nhwc else (x.shape[1], w.shape[0])
+        vec = getattr(self.spec, "vector", None)
+        acc = node.out.dtype
+        if (groups == 1 or groups != c_ or o != c_ or not self.options.conv_nhwc or vec is None
+                or acc not in vec.dtypes):
+            return False
+        from pbsdk.core.plan.window import depthwise_layout
+
+        n_, oh, ow = (node.out.shape[0], *(node.out.shape[1:3] if nhwc else node.out.shape[2:4]))
+        h_, w_ = x.shape[1:3] if nhwc else x.shape[2:4]
+        kh, kw = w.shape[:2] if nhwc else w.shape[2:4]
+        return depthwise_layout(vec.lanes(acc), batch=n_, channels=c_, in_pixels=h_ * w_, out_pixels=oh * ow,
+                                taps=kh * kw, given_nhwc=nhwc).nhwc
+
+    def _depthwise_nhwc(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
+        """A depthwise convolution over the (padded) NHWC input ``xv`` as one ``linalg.generic`` whose loops
+        are ordered (n, oh, ow, kh, kw, c): the channel loop, parallel, innermost, so that the loops the
+        target builds vectorise over channels (input, weights and output are contiguous along it). Weights
+        go to (KH, KW, C) — at compile time when they are a constant —; an NCHW result is transposed back
+        (a generic that fuses with what follows)."""
+        _, w = node.inputs
+        out = node.out
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        given_nhwc = node.attrs["layout"] == "NHWC"
+        n_, _, _, c_ = xt.shape
+        kh, kw = w.shape[:2] if given_nhwc else w.shape[2:4]
+        oh, ow = out.shape[1:3] if given_nhwc else out.shape[2:4]
+        w_t = TensorType((kh, kw, c_), w.dtype)
+        wnode = self.producers.get(w.id)
+        if given_nhwc:  # (KH, KW, 1, C): a view
+            wv = self.collapse(self.value(w), w.type, w_t, [[0], [1], [2, 3]])
+        elif wnode is not None and wnode.op == "const" and w.id not in self.values:
+            array = np.asarray(wnode.attrs["value"]).reshape(c_, kh, kw).transpose(1, 2, 0)
+            wv = self.constant(np.ascontiguousarray(array), w_t, (w.id, "hwc"))
+        else:  # (C, 1, KH, KW) -> (KH, KW, 1, C): a named transpose, which elementwise fusion leaves alone
+            t4 = TensorType((kh, kw, 1, c_), w.dtype)
+            wt = linalg.transpose(self.value(w), outs=[self.empty(t4)], permutation=[2, 3, 1, 0]).results[0]
+            wv = self.collapse(wt, t4, w_t, [[0], [1], [2, 3]])
+        y_t = TensorType((n_, oh, ow, c_), out.dtype)
+        d = dims(6)  # loops: n oh ow kh kw c
+        y = self.generic(ins=[(xv, [d[0], d[1] * sh + d[3] * dh, d[2] * sw + d[4] * dw, d[5]]),
+                              (wv, [d[3], d[4], d[5]])],
+                         init=self.filled(y_t, 0.0), out_results=[d[0], d[1], d[2], d[5]], n_loops=6,
+                         iterators=["parallel"] * 3 + ["reduction"] * 2 + ["parallel"],
+                         body=_mac_body(xt.dtype, w.dtype, out.dtype))
+        self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
+
     def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType, pointwise: bool) -> bool:  # xt: the NCHW input
         """Whether this NCHW convolution runs in NHWC: option ``conv_nhwc`` and, on a spec with a vector FMA
-        unit, the planner's `nchw_conv_layout` (without one, as given)."""
+        unit, the planner's `nchw_conv_layout` (without one, as given). ``pointwise``: a 1x1 stride-1 conv,
+        which needs no im2col in either layout."""
         vec = getattr(self.spec, "vector", None)
         acc = node.out.dtype
         if not self.options.conv_nhwc or vec is None or not vec.fma or acc not in vec.dtypes:
@@ -470,12 +558,14 @@ class _Emitter:
         src = self.producers.get(v.id)
         return src is not None and src.op == "const" and v.id not in self.values
 
-    def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int]) -> ir.Value:
+    def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int], init: ir.Value | None = None) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension
         ``j`` is indexed by output loop ``source[j]``), as an elementwise ``linalg.generic`` rather than
-        ``linalg.transpose`` so that elementwise fusion merges it with its producer or consumer."""
+        ``linalg.transpose`` so that elementwise fusion merges it with its producer or consumer. ``init``: the
+        tensor it is written into (a slice of a larger one), a new one by default."""
         d = dims(t.rank)
-        return self.generic(ins=[(v, [d[i] for i in source])], init=self.empty(t), out_results=d, n_loops=t.rank,
+        return self.generic(ins=[(v, [d[i] for i in source])], init=self.empty(t) if init is None else init,
+                            out_results=d, n_loops=t.rank,
                             iterators=["parallel"] * t.rank, body=lambda args: args[0])
 
     def _nhwc_conv_matmul(self, xv: ir.Value, xt: TensorType, wv: ir.Value, w_shape: tuple[int, ...],

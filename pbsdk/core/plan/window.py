@@ -163,3 +163,128 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
     reason = (f"NCHW conv {channels}->{out_channels}, {taps} taps, {out_pixels} pixels x {batch}: "
               f"{'NHWC' if chosen else 'as given'} ({nhwc:.3g} vs {nchw:.3g} issue cycles in NHWC vs as given)")
     return ConvLayout(chosen, nhwc, nchw, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthwiseLayout:
+    """Where a depthwise convolution (one input channel per group, one output channel per group) runs:
+    channels last (``nhwc``: the channel loop innermost, a vector of channels per multiply-add) or as
+    given, with the issue-cycle estimates that decided it."""
+
+    nhwc: bool
+    nhwc_cycles: float
+    given_cycles: float
+    reason: str
+
+
+#: Issue cycles per element of a layout transpose in front of or behind a depthwise convolution (a strided
+#: scalar copy; measured on MobileNetV3's layers, 1 thread, against the convolution kernels themselves).
+TRANSPOSE_CYCLES = 2
+
+
+def depthwise_layout(lanes: int, *, batch: int, channels: int, in_pixels: int, out_pixels: int, taps: int,
+                     given_nhwc: bool) -> DepthwiseLayout:
+    """Decide where a depthwise convolution runs, from the vector width.
+
+    Its loop nest has no reduction over channels: per output pixel and channel, a sum over the ``taps``
+    kernel taps. Channels last, the channel loop goes innermost (loops n, oh, ow, kh, kw, c), so every
+    multiply-add is a vector of ``lanes`` channels — the input, the weights and the output all contiguous
+    along it — at ``ceil(channels / lanes)`` vectors per tap and pixel. An NCHW convolution then transposes
+    its input to channels last and its result back: a strided element-by-element pass over each, charged
+    `TRANSPOSE_CYCLES` per element (they fuse with the elementwise ops around them, but their strided side
+    stays). As given in NCHW, the innermost loop is a kernel row (a few taps): about one multiply-add a
+    cycle. So wide, shallow early layers (16 channels at 112x112) stay as given and the deep ones go
+    channels last. A graph already in NHWC (``given_nhwc``) pays no transposes."""
+    if min(lanes, batch, channels, in_pixels, out_pixels, taps) < 1:
+        raise ValueError(f"depthwise_layout: lanes {lanes}, batch {batch}, channels {channels}, pixels "
+                         f"{in_pixels}/{out_pixels} and taps {taps} must be positive")
+    vectors = -(-channels // lanes)
+    nhwc = float(batch * out_pixels * taps * vectors)
+    if not given_nhwc:
+        nhwc += TRANSPOSE_CYCLES * batch * channels * (in_pixels + out_pixels)
+    given = float(batch * out_pixels * taps * channels) if not given_nhwc else nhwc
+    chosen = given_nhwc or nhwc < given
+    reason = (f"depthwise conv, {channels} channels, {taps} taps, {out_pixels} pixels x {batch}: "
+              + ("channels last (already NHWC)" if given_nhwc else
+                 f"{'channels last' if chosen else 'as given'} ({nhwc:.3g} vs {given:.3g} issue cycles)"))
+    return DepthwiseLayout(chosen, nhwc, given, reason)
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthwiseGeometry:
+    """A depthwise convolution as the loop nest (n, oh, ow, kh, kw, c) that `pbsdk.core.ir.emit` builds for
+    it channels last: ``out[n, oh, ow, c] += x[n, oh*sh + kh*dh, ow*sw + kw*dw, c] * w[kh, kw, c]``."""
+
+    n: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    c: int
+    sh: int
+    sw: int
+    dh: int
+    dw: int
+
+
+def depthwise_geometry(extents: Sequence[int], iterators: Sequence[str],
+                       operands: Sequence[Sequence[Sequence[tuple[int, int]]]]) -> DepthwiseGeometry | None:
+    """The geometry of a loop nest (``extents``, ``iterators``, and per operand — input, weights, output — the
+    (loop, coefficient) terms of each index; `pbsdk.core.plan.vector_tiles.Access.dims`) that is a
+    channels-last depthwise convolution in the loop order above; None for anything else."""
+    if len(extents) != 6 or tuple(iterators) != ("parallel",) * 3 + ("reduction",) * 2 + ("parallel",) \
+            or len(operands) != 3:
+        return None
+    x, w, out = ([tuple(sorted(t)) for t in dims] for dims in operands)
+    if w != [((3, 1),), ((4, 1),), ((5, 1),)] or out != [((0, 1),), ((1, 1),), ((2, 1),), ((5, 1),)]:
+        return None
+    if len(x) != 4 or x[0] != ((0, 1),) or x[3] != ((5, 1),) or len(x[1]) != 2 or len(x[2]) != 2:
+        return None
+    (l1, sh), (l3, dh) = x[1]
+    (l2, sw), (l4, dw) = x[2]
+    if (l1, l3, l2, l4) != (1, 3, 2, 4):
+        return None
+    n, oh, ow, kh, kw, c = extents
+    return DepthwiseGeometry(n, oh, ow, kh, kw, c, sh, sw, dh, dw)
+
+
+@dataclasses.dataclass(frozen=True)
+class DepthwiseTile:
+    """The register tile of a channels-last depthwise convolution: ``width`` adjacent output pixels of one
+    output row by one vector of ``lanes`` channels, accumulated in ``width`` vector registers over every
+    kernel tap (one weight vector loaded per tap, reused ``width`` times); the last ``tail`` pixels of a row
+    (``ow % width``) form a narrower tile, and the last ``c % lanes`` channels a masked vector."""
+
+    lanes: int
+    width: int
+    tail: int
+    masked_channels: int
+    reason: str
+
+
+#: The most accumulators a depthwise register tile takes (half of a 32-register file: the rest holds the
+#: weight vector, the input vectors in flight and addresses, and an unrolled tap stays short).
+MAX_DEPTHWISE_WIDTH = 8
+
+
+def depthwise_tile(registers: int, lanes: int, geometry: DepthwiseGeometry) -> DepthwiseTile:
+    """Choose the register tile (`DepthwiseTile`) of ``geometry`` on a vector unit of ``registers``
+    registers of ``lanes`` elements.
+
+    Each kernel tap costs one weight load and, per pixel of the tile, one input load and one multiply-add;
+    the accumulators stay in registers across all taps and are stored once. The widest tile (at most
+    `MAX_DEPTHWISE_WIDTH` and half the registers, at most the row) amortises the weight load and the loop
+    overhead best; the width is then balanced over the row (``ceil(ow / tiles)``), so a 28-pixel row is
+    4 tiles of 7 rather than 3 of 8 and one of 4."""
+    if min(registers, lanes) < 1:
+        raise ValueError(f"depthwise_tile: registers {registers} and lanes {lanes} must be positive")
+    cap = max(1, min(MAX_DEPTHWISE_WIDTH, registers // 2, geometry.ow))
+    tiles = -(-geometry.ow // cap)
+    width = -(-geometry.ow // tiles)
+    tail = geometry.ow % width
+    masked = geometry.c % lanes
+    reason = (f"depthwise {geometry.kh}x{geometry.kw}, {geometry.c} channels, rows of {geometry.ow}: tiles of "
+              f"{width} pixels x {lanes} channels in {width} accumulators"
+              + (f", a tail tile of {tail}" if tail else "")
+              + (f", the last {masked} channels masked" if masked else ""))
+    return DepthwiseTile(lanes, width, tail, masked, reason)

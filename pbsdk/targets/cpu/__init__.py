@@ -20,6 +20,7 @@ import numpy as np
 
 from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.options import Options
+from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 from pbsdk.core.passes.fuse_rows import FuseRows
@@ -29,6 +30,7 @@ from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Executable, Target
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
+from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
 from pbsdk.targets.cpu.llvm_worker import compile_object, optimize, target_machine_for
 from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
@@ -530,8 +532,12 @@ class CpuTarget(Target):
                   description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
             Stage("pack-contractions", fn=PackContractions().apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
+            Stage("depthwise", fn=DepthwiseKernels().apply,
+                  description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
+            Stage("collapse-loops", fn=CollapseLoops().apply,
+                  description="adjacent loops of elementwise ops that every operand walks contiguously as one"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,
