@@ -28,16 +28,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def pieces(model: Any, x: Any) -> list[tuple[str, Any, Any]]:
     """(name, module, input) for every piece, inputs recorded by running the model once."""
     import torch
@@ -102,11 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import pbsdk.frontends.torch  # noqa: F401  (registers the backend)
+    from pbsdk.bench import variant_options
     from pbsdk.testing.real_models import MODELS
 
     torch.set_num_threads(args.threads)
     base = {"threads": args.threads}
-    variant = dict(base, **{k: _value(v) for k, v in (kv.split("=", 1) for kv in args.variant.split(",") if kv)})
+    variant = dict(base, **variant_options(args.variant))
     model, (x,) = MODELS["mobilenet_v3_small"].build(args.batch)
     chosen = [pc for pc in pieces(model, x) if not args.pieces or any(w in pc[0] for w in args.pieces)]
     print(f"mobilenet_v3_small pieces, batch {args.batch}, {args.threads} thread(s)"

@@ -25,16 +25,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def _value(text: str) -> Any:
-    low = text.lower()
-    if low in ("true", "false"):
-        return low == "true"
-    try:
-        return int(text)
-    except ValueError:
-        return text
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="a model of pbsdk.testing.real_models")
@@ -54,11 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import pbsdk.frontends.torch  # noqa: F401  (registers the backend)
+    from pbsdk.bench import variant_options
     from pbsdk.testing.real_models import MODELS
 
     torch.set_num_threads(args.threads)
     base = {"threads": args.threads}
-    variant = dict(base, **{k: _value(v) for k, v in (kv.split("=", 1) for kv in args.variant.split(",") if kv)})
+    variant = dict(base, **variant_options(args.variant))
     model, inputs = MODELS[args.model].build(args.batch)
     fns: dict[str, Any] = {"eager": model}
     first: dict[str, float] = {}

@@ -860,6 +860,21 @@ if __name__ == "__main__":
     sys.exit(main(prog="pbsdk.bench"))
 
 
+def variant_options(text: str) -> dict[str, Any]:
+    """Compile options from a benchmark's ``--variant`` (``OPTION=VALUE,...``): a value is read as JSON where
+    it parses (``false``, ``2``), else as a string."""
+    import json
+
+    options: dict[str, Any] = {}
+    for item in (kv for kv in text.split(",") if kv):
+        key, _, value = item.partition("=")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
 def child_json(script: str, args: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Run ``python script *args`` in a fresh process (a benchmark's child: a first call with empty caches,
     a latency run) and return the last JSON object it printed on stdout, or ``{"error": ...}``."""
