@@ -137,8 +137,8 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
 
     NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
     place when `window_run` finds runs long enough (else its patches are copied too), plus transposing the
-    input and the output; its B is the weights, packed once a call (vector copies) — or never, when they are
-    a constant (packed at compile time). As given: per image ``out_channels x out_pixels x
+    input and the output; its B is the weights, transposed and packed once a call (vector copies) — or
+    neither, when they are a constant (both done at compile time). As given: per image ``out_channels x out_pixels x
     (taps*channels)`` over a patch matrix that is copied first (none for a ``pointwise`` 1x1 stride-1 conv,
     whose input is the matrix), with the weights as A, packed for every image (and, past one image, first
     copied per image). A copy with a strided side — a transpose, a patch copy — costs `COPY_CYCLES` an
@@ -153,8 +153,8 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
     nhwc += COPY_CYCLES * batch * (channels * in_pixels + out_channels * out_pixels)
     if not pointwise and window_run(channels, kernel_width, dilation_w) is None:
         nhwc += COPY_CYCLES * batch * k * out_pixels
-    if not weights_constant:
-        nhwc += k * out_channels / lanes
+    if not weights_constant:  # transposed to (KH, KW, C, O) on every call, then packed
+        nhwc += COPY_CYCLES * k * out_channels + k * out_channels / lanes
     nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
     if not pointwise:
         nchw += COPY_CYCLES * batch * k * out_pixels
