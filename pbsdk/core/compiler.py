@@ -179,7 +179,7 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")
-    if result is not None and hasattr(result, "payload") and result.constants is not consts:
+    if hasattr(result, "payload") and result.constants is not consts:
         # A stage rewrote the constants (e.g. packed a weight for its kernel): a cache hit must return the
         # stored ones, not the caller's.
         result = dataclasses.replace(result, metadata={**result.metadata, DERIVED_CONSTANTS: True})

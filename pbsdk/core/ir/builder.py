@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import arith, linalg, scf
+from mlir.dialects import arith, func, linalg, scf
 
 _FLOAT_TYPES: dict[str, Callable[[], ir.Type]] = {
     "f64": ir.F64Type.get, "f32": ir.F32Type.get, "f16": ir.F16Type.get, "bf16": ir.BF16Type.get,
@@ -86,6 +86,20 @@ def reassociation(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     """A reshape's reassociation attribute (``[[0, 1], [2]]``)."""
     i64 = ir.IntegerType.get_signless(64)
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
+
+
+def call_parts(callee: str, args: Sequence[ir.Value], parts: int) -> None:
+    """``@callee(*args, part)`` for every ``part`` in ``range(parts)``, at the insertion point: in an
+    ``scf.forall`` when there are several (the parts of a kernel split over the cores, which the cpu
+    target's ``lower-parallel`` forks), else one call with part 0."""
+    ref = ir.FlatSymbolRefAttr.get(callee)
+    if parts > 1:
+        forall = scf.ForallOp([0], [parts], [1])
+        with ir.InsertionPoint(forall.body):
+            func.CallOp([], ref, [*args, forall.induction_variables[0]])
+            scf.InParallelOp()
+    else:
+        func.CallOp([], ref, [*args, arith.ConstantOp(ir.IndexType.get(), 0).result])
 
 
 def generic(ins: Sequence[tuple[ir.Value, ir.AffineMapAttr]], init: ir.Value, out_map: ir.AffineMapAttr,

@@ -46,6 +46,7 @@ from pbsdk.core.ir.builder import (
 )
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
 from pbsdk.core.options import Options, as_options
+from pbsdk.core.passes import match_signature
 
 
 def _compute_dtype(dtype: str) -> str:
@@ -177,9 +178,7 @@ class _Emitter:
         if self.constant_args:
             # The constant operands were appended to the block as they were met: the function takes them
             # after the inputs, read-only (bufferization copies before writing into one).
-            results = ir.FunctionType(ir.TypeAttr(self.entry.attributes["function_type"]).value).results
-            self.entry.attributes["function_type"] = ir.TypeAttr.get(
-                ir.FunctionType.get([a.type for a in block.arguments], list(results)))
+            match_signature(self.entry.operation)
             n_inputs = len(g.inputs)
             read_only = {"bufferization.writable": ir.BoolAttr.get(False)}
             for i, index in enumerate(self.constant_args):
@@ -430,10 +429,8 @@ class _Emitter:
             o, _, kh, kw = w.shape
             _, _, oh, ow = out.shape
             w_hwco = TensorType((kh, kw, c_, o), dt)
-            if self._is_const(w):
-                array = np.asarray(self.producers[w.id].attrs["value"]).transpose(2, 3, 1, 0)
-                wv = self.constant(np.ascontiguousarray(array), w_hwco, (w.id, "hwco"))
-            else:
+            wv = self.folded(w, w_hwco, "hwco", lambda a: a.transpose(2, 3, 1, 0))
+            if wv is None:
                 wv = self.permuted(self.value(w), w_hwco, [3, 2, 0, 1])
             y = self._nhwc_conv_matmul(xv, xt, wv, w_hwco.shape, (n_, oh, ow, o), (sh, sw), (dh, dw), dt)
             self.values[out.id] = self.permuted(y, out.type, [0, 2, 3, 1])
@@ -449,11 +446,8 @@ class _Emitter:
             # contraction's rows are the batch rather than an image's single pixel.
             xm_t, wt_t, mm_t = TensorType((n_, c_), dt), TensorType((c_, o), dt), TensorType((n_, o), dt)
             xm = self.collapse(xv, xt, xm_t, [[0], [1, 2, 3]])
-            wnode = self.producers.get(w.id)
-            if wnode is not None and wnode.op == "const" and w.id not in self.values:
-                array = np.asarray(wnode.attrs["value"]).reshape(o, c_).T
-                wt = self.constant(np.ascontiguousarray(array), wt_t, (w.id, "co"))
-            else:
+            wt = self.folded(w, wt_t, "co", lambda a: a.reshape(o, c_).T)
+            if wt is None:
                 wm = self.collapse(self.value(w), w.type, TensorType((o, c_), dt), [[0], [1, 2, 3]])
                 wt = linalg.transpose(wm, outs=[self.empty(wt_t)], permutation=[1, 0]).results[0]
             mm = linalg.matmul(xm, wt, outs=[self.filled(mm_t, 0.0)])
@@ -516,12 +510,10 @@ class _Emitter:
         kh, kw = w.shape[:2] if given_nhwc else w.shape[2:4]
         oh, ow = out.shape[1:3] if given_nhwc else out.shape[2:4]
         w_t = TensorType((kh, kw, c_), w.dtype)
-        wnode = self.producers.get(w.id)
         if given_nhwc:  # (KH, KW, 1, C): a view
             wv = self.collapse(self.value(w), w.type, w_t, [[0], [1], [2, 3]])
-        elif wnode is not None and wnode.op == "const" and w.id not in self.values:
-            array = np.asarray(wnode.attrs["value"]).reshape(c_, kh, kw).transpose(1, 2, 0)
-            wv = self.constant(np.ascontiguousarray(array), w_t, (w.id, "hwc"))
+        elif (folded := self.folded(w, w_t, "hwc", lambda a: a.reshape(c_, kh, kw).transpose(1, 2, 0))) is not None:
+            wv = folded
         else:  # (C, 1, KH, KW) -> (KH, KW, 1, C): a named transpose, which elementwise fusion leaves alone
             t4 = TensorType((kh, kw, 1, c_), w.dtype)
             wt = linalg.transpose(self.value(w), outs=[self.empty(t4)], permutation=[2, 3, 1, 0]).results[0]
@@ -557,6 +549,14 @@ class _Emitter:
         """Whether ``v`` is a graph constant not yet built (it can still be emitted in another layout)."""
         src = self.producers.get(v.id)
         return src is not None and src.op == "const" and v.id not in self.values
+
+    def folded(self, v: Value, t: TensorType, key: str, layout: Callable[[np.ndarray], np.ndarray]) -> ir.Value | None:
+        """``v`` in another layout, type ``t``, made at compile time when `_is_const` (``layout`` rearranges
+        its array; one constant per ``key``); None when it has to be rearranged at run time."""
+        if not self._is_const(v):
+            return None
+        return self.constant(np.ascontiguousarray(layout(np.asarray(self.producers[v.id].attrs["value"]))), t,
+                             (v.id, key))
 
     def permuted(self, v: ir.Value, t: TensorType, source: Sequence[int], init: ir.Value | None = None) -> ir.Value:
         """``v`` rearranged into type ``t``: ``out[d0, ..] = v[d[source[0]], d[source[1]], ..]`` (input dimension

@@ -43,3 +43,13 @@ def user_op(use: ir.OpOperand) -> ir.Operation:
     """The op holding the operand ``use``."""
     owner = use.owner
     return owner.operation if hasattr(owner, "operation") else owner
+
+
+def match_signature(fn: ir.Operation) -> None:
+    """Give ``fn`` (a ``func.func``) its entry block's argument types as its inputs, keeping its results:
+    after a rewrite changed the types of block arguments or appended some."""
+    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
+    inputs = [a.type for a in fn.regions[0].blocks[0].arguments]
+    if inputs != list(ftype.inputs):
+        with fn.context:
+            fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, list(ftype.results)))

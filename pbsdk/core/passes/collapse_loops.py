@@ -16,12 +16,14 @@ pure.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from mlir import ir
 from mlir.dialects import memref
 
+from pbsdk.core.ir.builder import reassociation
 from pbsdk.core.passes import ops_named
 
 #: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant
@@ -84,20 +86,13 @@ def _operand(v: ir.Value, amap: ir.AffineMap) -> Operand | None:
 
 def _collapsed_type(t: ir.MemRefType, groups: list[list[int]]) -> ir.MemRefType:
     strides, offset = t.get_strides_and_offset()
-    shape = [_prod(t.shape[p] for p in g) for g in groups]
+    shape = [math.prod(t.shape[p] for p in g) for g in groups]
     new_strides = [strides[g[-1]] for g in groups]
     rank = len(t.shape)
     if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(rank):
         return ir.MemRefType.get(shape, t.element_type, memory_space=t.memory_space)
     layout = ir.StridedLayoutAttr.get(offset, new_strides)
     return ir.MemRefType.get(shape, t.element_type, layout=layout, memory_space=t.memory_space)
-
-
-def _prod(xs: Any) -> int:
-    n = 1
-    for x in xs:
-        n *= x
-    return n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,16 +145,14 @@ class CollapseLoops:
                 new_maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(len(groups), 0, results)))
                 if isinstance(v.type, ir.MemRefType) and len(reassoc) < len(loops):
                     t = ir.MemRefType(v.type)
-                    views.append(memref.CollapseShapeOp(_collapsed_type(t, reassoc), v,
-                                                        ir.ArrayAttr.get([ir.ArrayAttr.get(
-                                                            [ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
-                                                             for i in r]) for r in reassoc])).result)
+                    views.append(memref.CollapseShapeOp(_collapsed_type(t, reassoc), v, reassociation(reassoc)).result)
                 else:
                     views.append(v)
             clone = op.clone()
         for i, v in enumerate(views):
             clone.operands[i] = v
         clone.attributes["indexing_maps"] = ir.ArrayAttr.get(new_maps)
-        clone.attributes["iterator_types"] = ir.ArrayAttr.get(
-            [ir.Attribute.parse(f"#linalg.iterator_type<{kinds[g[0]]}>") for g in groups])
+        # linalg.GenericOp's own attribute builder (registered by mlir.dialects.linalg)
+        clone.attributes["iterator_types"] = ir.AttrBuilder.get("IteratorTypeArrayAttr")(
+            [kinds[g[0]] for g in groups], clone.context)
         op.erase()

@@ -23,6 +23,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
+from pbsdk.core.ir.builder import call_parts
 from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.isolate_contractions import _captures
 
@@ -240,15 +241,7 @@ class FuseRows:
                     scf.YieldOp([])
                 func.ReturnOp([])
             with ir.InsertionPoint(run[0]):
-                if threads > 1:
-                    forall = scf.ForallOp([0], [threads], [1])
-                    with ir.InsertionPoint(forall.body):
-                        func.CallOp([], ir.FlatSymbolRefAttr.get(f"{name}_part"),
-                                    list(buffers) + [forall.body.arguments[0]])
-                        scf.InParallelOp()
-                else:
-                    zero = arith.ConstantOp(ir.IndexType.get(), 0)
-                    func.CallOp([], ir.FlatSymbolRefAttr.get(f"{name}_part"), list(buffers) + [zero.result])
+                call_parts(f"{name}_part", list(buffers), threads)
         for op in reversed(run):
             op.erase()
 

@@ -32,7 +32,7 @@ from mlir.dialects import arith, func, memref, scf, vector
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention_tiles import DESCRIPTOR_VERSION, OperandLayout, batch_start, rounded
-from pbsdk.core.ir.builder import Indices, element_type, float_constant, loop, reassociation
+from pbsdk.core.ir.builder import Indices, call_parts, element_type, float_constant, loop, reassociation
 from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.pipeline import StageContext
 
@@ -394,18 +394,8 @@ def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel) -> func.FuncOp:
     with ir.InsertionPoint(fn):
         part = _build_part(name, a, names, a.shapes)
     entry = fn.add_entry_block()
-    callee = ir.FlatSymbolRefAttr.get(ir.StringAttr(part.sym_name).value)
     with ir.InsertionPoint(entry):
-        args = list(entry.arguments)
-        if a.threads > 1:
-            forall = scf.ForallOp([0], [a.threads], [1])
-            with ir.InsertionPoint(forall.body):
-                func.CallOp([], callee, [*args, forall.body.arguments[0]])
-                scf.InParallelOp()
-        else:
-            index = ir.IndexType.get()
-            t0 = arith.ConstantOp(index, ir.IntegerAttr.get(index, 0)).result
-            func.CallOp([], callee, [*args, t0])
+        call_parts(ir.StringAttr(part.sym_name).value, list(entry.arguments), a.threads)
         func.ReturnOp([])
     return fn
 

@@ -26,6 +26,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, func, scf, vector
 
+from pbsdk.core.ir.builder import call_parts
 from pbsdk.core.passes import identity_layout, ops_named
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
@@ -177,15 +178,8 @@ class DepthwiseKernels:
                 name = f"{PREFIX}{count}"
                 count += 1
                 _build(module, name, op, found, tile, parts)
-                args = [op.operands[i] for i in range(3)]
                 with ir.InsertionPoint(op):
-                    if parts > 1:
-                        forall = scf.ForallOp([0], [parts], [1])
-                        with ir.InsertionPoint(forall.body):
-                            func.CallOp([], ir.FlatSymbolRefAttr.get(name), args + [forall.body.arguments[0]])
-                            scf.InParallelOp()
-                    else:
-                        func.CallOp([], ir.FlatSymbolRefAttr.get(name), args + [_index(0)])
+                    call_parts(name, [op.operands[i] for i in range(3)], parts)
                 op.erase()
 
     @staticmethod

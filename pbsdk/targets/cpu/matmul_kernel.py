@@ -39,7 +39,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices, reassociation
+from pbsdk.core.ir.builder import Indices, call_parts, reassociation
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.core.plan.window import ConvGeometry
 
@@ -211,13 +211,6 @@ def _if(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] 
             scf.YieldOp([])
 
 
-def _elements(t: ir.MemRefType) -> int:
-    n = 1
-    for d in t.shape:
-        n *= d
-    return n
-
-
 def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:
     """A table ``rows[r]``: where output pixel ``r = (n, oh, ow)``'s window starts in the flattened input,
     ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C``, filled for this thread's rows ``[m0, m1)`` (so the division of
@@ -350,15 +343,7 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
         op = func.FuncOp(name, (arg_types, []), visibility="private")
         entry = op.add_entry_block()
         with ir.InsertionPoint(entry):
-            args = list(entry.arguments)
-            if blk.threads > 1:
-                forall = scf.ForallOp([0], [blk.threads], [1])
-                with ir.InsertionPoint(forall.body):
-                    func.CallOp(part, [*args, forall.induction_variables[0]])
-                    forall.terminator()
-            else:
-                t0 = arith.ConstantOp(ir.IndexType.get(), 0).result
-                func.CallOp(part, [*args, t0])
+            call_parts(f"{name}_part", list(entry.arguments), blk.threads)
             func.ReturnOp([])
     return op
 
@@ -417,7 +402,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
         Ap = memref.alloc(ap_type, [], [], alignment=64) if window is None else None
         rows = _window_rows(window, x, m0, m1, M) if window is not None else None
-        A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([_elements(window.x_type)], t), A,
+        A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(window.x_type.shape))], t), A,
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
         last_row = x.sub(m1, c(1)) if window is not None else None
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None

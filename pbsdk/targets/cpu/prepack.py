@@ -21,6 +21,7 @@ from typing import Any
 from mlir import ir
 
 from pbsdk.core.ir import attributes
+from pbsdk.core.passes import defining_op, identity_layout, match_signature, user_op
 from pbsdk.targets.cpu.matmul_kernel import pack_b_panels, packed_b_shape
 
 
@@ -37,13 +38,6 @@ class ConstantB:
     view: ir.Operation | None
 
 
-def _owner_op(v: ir.Value) -> ir.Operation | None:
-    owner = v.owner
-    if isinstance(owner, ir.Block):
-        return None
-    return owner if isinstance(owner, ir.Operation) else owner.operation
-
-
 def function_of(arg: ir.Value) -> ir.Operation | None:
     """The ``func.func`` whose entry block has the block argument ``arg``, or None (not a block argument)."""
     block = arg.owner
@@ -55,10 +49,7 @@ def function_of(arg: ir.Value) -> ir.Operation | None:
 
 def _only_use(v: ir.Value) -> ir.Operation | None:
     uses = list(v.uses)
-    if len(uses) != 1:
-        return None
-    owner = uses[0].owner
-    return owner if isinstance(owner, ir.Operation) else owner.operation
+    return user_op(uses[0]) if len(uses) == 1 else None
 
 
 def find_constant(value: ir.Value, user: ir.Operation, available: int) -> ConstantB | None:
@@ -69,7 +60,7 @@ def find_constant(value: ir.Value, user: ir.Operation, available: int) -> Consta
     if use is None or use != user:
         return None
     source = value
-    op = _owner_op(value)
+    op = defining_op(value)
     if op is not None:
         if op.name != "memref.collapse_shape":
             return None
@@ -86,21 +77,15 @@ def find_constant(value: ir.Value, user: ir.Operation, available: int) -> Consta
     index = attributes.arg_i64(entry, arg.arg_number, attributes.CONSTANT)
     if index is None or index >= available:
         return None
-    t = ir.MemRefType(value.type)
-    if len(t.shape) != 2 or t.get_strides_and_offset() != ([t.shape[1], 1], 0):
+    if len(ir.MemRefType(value.type).shape) != 2 or not identity_layout(value.type):
         return None
     return ConstantB(entry, arg.arg_number, index, arg, view)
 
 
 def set_argument_type(fn: ir.Operation, position: int, t: ir.Type) -> None:
     """Give argument ``position`` of ``fn`` (a ``func.func``) the type ``t``: block argument and signature."""
-    entry = fn.regions[0].blocks[0]
-    entry.arguments[position].set_type(t)
-    ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
-    inputs = list(ftype.inputs)
-    inputs[position] = t
-    with fn.context:
-        fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, list(ftype.results)))
+    fn.regions[0].blocks[0].arguments[position].set_type(t)
+    match_signature(fn)
 
 
 def packed_type(t: ir.MemRefType, nr: int) -> ir.MemRefType:

@@ -37,7 +37,7 @@ from mlir.dialects.transform import structured
 
 from pbsdk.core.errors import CompileError, UnsupportedError
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.passes import ops_named
+from pbsdk.core.passes import match_signature, ops_named
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.pipeline import StageContext
 from pbsdk.targets.nvgpu.build import (
@@ -151,10 +151,7 @@ def retype_memory_spaces(root: ir.Operation, space: Callable[[ir.Attribute | Non
                 for a in block.arguments:
                     retype(a)
         if op.name == "func.func" and op.regions[0].blocks:
-            ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
-            args = [a.type for a in op.regions[0].blocks[0].arguments]
-            if args != list(ftype.inputs):
-                op.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(args, list(ftype.results)))
+            match_signature(op)
         return ir.WalkResult.ADVANCE
 
     root.walk(visit)
