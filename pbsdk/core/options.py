@@ -78,6 +78,9 @@ class Options:
     conv_nhwc: bool = True
     #: Run row-local chains (softmax, layernorm, ...) row by row (cpu).
     fuse_rows: bool = True
+    #: Place the entry's temporaries in one workspace planned at compile time, which the executable
+    #: allocates once, instead of allocating them on every call (cpu).
+    workspace: bool = True
     #: The target's options.
     target: TargetOptions = TargetOptions()
 

@@ -45,6 +45,10 @@ class Artifact:
     payload instead (nvgpu's bundle) leaves this empty. When a stage changed them (the cpu target packs
     weights for its kernels), ``metadata[DERIVED_CONSTANTS]`` is true: they are no longer the arrays the
     compilation was given, so a cache hit returns the stored ones.
+
+    ``metadata[WORKSPACE]``, when positive, is the size in bytes of a workspace the entry takes after its
+    outputs (`pbsdk.core.passes.plan_workspace`): scratch memory the loader allocates, 64-byte aligned,
+    and passes to every call, one buffer per call in flight.
     """
 
     kind: str
@@ -59,6 +63,8 @@ class Artifact:
 
 #: `Artifact.metadata` key: the artifact's constants are not the ones it was compiled from (see `Artifact`).
 DERIVED_CONSTANTS = "derived_constants"
+#: `Artifact.metadata` key: bytes of the workspace the entry takes as its last argument (0 or absent: none).
+WORKSPACE = "workspace"
 
 
 class Executable(abc.ABC):

@@ -78,6 +78,9 @@ SINGLE_THREAD = "pbsdk.single_thread"
 #: index among the constants handed to the driver next to the module (`pbsdk.core.compiler.compile_text`),
 #: whose bytes never become IR (an argument attribute: `set_arg_i64`, `arg_i64`).
 CONSTANT = "pbsdk.constant"
+#: The entry function's workspace argument (`pbsdk.core.passes.plan_workspace`): the value is its size in
+#: bytes; the loader allocates it once and passes it to every call (an argument attribute).
+WORKSPACE = "pbsdk.workspace"
 
 _DEFS = (
     AttributeDef(MATRIX_UNIT, "string", "one matrix-unit instruction of the named unit"),
@@ -98,6 +101,7 @@ _DEFS = (
     AttributeDef(LAUNCH, "i64", "nvgpu: a launch's index"),
     AttributeDef(SINGLE_THREAD, "unit", "nvgpu: run by one thread"),
     AttributeDef(CONSTANT, "i64", "an entry function argument that is constant operand i (argument attribute)"),
+    AttributeDef(WORKSPACE, "i64", "the entry function's workspace argument, of this many bytes (argument attribute)"),
 )
 
 #: Every pbsdk attribute by name.

@@ -25,9 +25,10 @@ from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
+from pbsdk.core.passes.plan_workspace import PlanWorkspace
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.spec import ChipSpec
-from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
@@ -68,7 +69,8 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
         text = str(llvm_dialect.translate_module_to_llvmir(module.operation))
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", []),
-                                                            "object_cache": caching(ctx.options)},
+                                                            "object_cache": caching(ctx.options),
+                                                            WORKSPACE: ctx.notes.get("workspace", 0)},
                     constants=ctx.constants)
 
 
@@ -454,22 +456,44 @@ def tune_malloc() -> bool:
 
 class EntryCall:
     """The JIT-compiled entry of ``artifact`` at ``address`` as a call on the addresses of its inputs then
-    its outputs: the constants' addresses (`Artifact.constants`, held here) are bound in between."""
+    its outputs: the constants' addresses (`Artifact.constants`, held here) are bound in between, and its
+    workspace (``metadata[WORKSPACE]`` bytes, `pbsdk.core.passes.plan_workspace`) after the outputs.
+
+    Workspaces are made on first need and kept for the next call: a call takes a free one (or a new one
+    when every one is in use by a call on another thread), so calls in flight never share one."""
 
     def __init__(self, artifact: Artifact, address: int) -> None:
         tune_malloc()
         self._constants = tuple(np.asarray(c) for c in artifact.constants)  # keeps their memory alive
         self._bound = tuple(c.ctypes.data for c in self._constants)
         self._n_inputs = len(artifact.inputs)
-        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs)
+        self._workspace = int(artifact.metadata.get(WORKSPACE, 0))
+        self._free: list[np.ndarray] = []
+        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs) + (1 if self._workspace else 0)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
 
     def __call__(self, pointers: Sequence[int]) -> None:
+        args = list(pointers)
         if self._bound:
-            n = self._n_inputs
-            self._fn(*pointers[:n], *self._bound, *pointers[n:])
-        else:
-            self._fn(*pointers)
+            args[self._n_inputs:self._n_inputs] = self._bound
+        if not self._workspace:
+            self._fn(*args)
+            return
+        try:
+            ws = self._free.pop()  # list.pop and append are atomic: no two calls get one workspace
+        except IndexError:
+            ws = aligned_bytes(self._workspace)
+        try:
+            self._fn(*args, ws.ctypes.data)
+        finally:
+            self._free.append(ws)
+
+
+def aligned_bytes(n: int, alignment: int = 64) -> np.ndarray:
+    """An uninitialised byte array of ``n`` bytes whose address is a multiple of ``alignment``."""
+    raw = np.empty(n + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + n]
 
 
 class CpuExecutable(Executable):
@@ -542,6 +566,8 @@ class CpuTarget(Target):
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,
                   description="a long body's loop nests to noinline functions, identical ones built once"),
+            Stage("plan-workspace", fn=PlanWorkspace().apply,
+                  description="the entry's temporaries as views of one workspace the executable allocates once"),
         )
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
