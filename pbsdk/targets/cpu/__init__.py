@@ -428,8 +428,9 @@ _malloc_tuned = False
 
 
 def tune_malloc() -> bool:
-    """Keep a kernel's per-call temporaries (``memref.alloc`` buffers: packed panels, intermediate
-    activations) on glibc's heap between calls, once per process.
+    """Keep a kernel's per-call temporaries (``memref.alloc`` buffers: packed panels, and intermediate
+    activations where the workspace is off, `pbsdk.core.passes.plan_workspace`) on glibc's heap between
+    calls, once per process.
 
     With glibc's defaults, a temporary above the mmap threshold is a fresh ``mmap`` on every call, and a
     freed heap top is trimmed. The next call then page-faults all of its memory in again: 2.0 million
