@@ -76,6 +76,9 @@ class Options:
     #: Run NCHW convolutions that need patches (not 1x1 stride 1) in NHWC: transposes around one NHWC
     #: contraction (weights transposed at compile time when constant).
     conv_nhwc: bool = True
+    #: Keep activations in NHWC between NCHW convolutions that run in NHWC, and the ops between them
+    #: (`pbsdk.core.ir.layout`), instead of transposing around each convolution.
+    channels_last: bool = True
     #: Run row-local chains (softmax, layernorm, ...) row by row (cpu).
     fuse_rows: bool = True
     #: Place the entry's temporaries in one workspace planned at compile time, which the executable

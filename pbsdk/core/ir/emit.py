@@ -21,6 +21,7 @@ to `pbsdk.core.compiler.compile_text`); `emit_graph` the text alone.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -45,8 +46,11 @@ from pbsdk.core.ir.builder import (
     tensor_type,
 )
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
+from pbsdk.core.ir.layout import channels_last
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.passes import match_signature
+
+_log = logging.getLogger(__name__)
 
 
 def _compute_dtype(dtype: str) -> str:
@@ -331,7 +335,6 @@ class _Emitter:
         xv = self.value(x)
         xt = x.type
         as_matmul = groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64")
-        pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
         depthwise = self._depthwise_channels_last(node)
         if depthwise and not nhwc:
             # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
@@ -347,7 +350,8 @@ class _Emitter:
             xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
             xt, nhwc = padded, True
             pt = pb = pl = pr = 0
-        if as_matmul and not nhwc and self._nchw_conv_in_nhwc(node, xt, pointwise):
+        if as_matmul and not nhwc and conv_in_nhwc(node, self.spec, self.options,
+                                                    weights_constant=self._is_const(w)):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
@@ -410,7 +414,7 @@ class _Emitter:
         the weights viewed as a matrix. The contraction then gets the planner's packed kernel.
 
         An NCHW convolution that needs patches may run in NHWC (``transposed``: op_conv2d has transposed the
-        input, see `_nchw_conv_in_nhwc`): the weights go to (KH, KW, C, O) (at compile time when they are a
+        input, see `conv_in_nhwc`): the weights go to (KH, KW, C, O) (at compile time when they are a
         constant), and the result back. Its patches are then runs of contiguous channels, which a target can read in
         place (the cpu target's implicit GEMM) instead of copying, and a batch is one contraction."""
         _, w = node.inputs
@@ -526,24 +530,6 @@ class _Emitter:
                          iterators=["parallel"] * 3 + ["reduction"] * 2 + ["parallel"],
                          body=_mac_body(xt.dtype, w.dtype, out.dtype))
         self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
-
-    def _nchw_conv_in_nhwc(self, node: Node, xt: TensorType, pointwise: bool) -> bool:  # xt: the NCHW input
-        """Whether this NCHW convolution runs in NHWC: option ``conv_nhwc`` and, on a spec with a vector FMA
-        unit, the planner's `nchw_conv_layout` (without one, as given). ``pointwise``: a 1x1 stride-1 conv,
-        which needs no im2col in either layout."""
-        vec = getattr(self.spec, "vector", None)
-        acc = node.out.dtype
-        if not self.options.conv_nhwc or vec is None or not vec.fma or acc not in vec.dtypes:
-            return False
-        from pbsdk.core.plan.window import nchw_conv_layout
-
-        n_, c_, hp, wp = xt.shape
-        o, _, kh, kw = node.inputs[1].shape
-        _, _, oh, ow = node.out.shape
-        return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
-                                channels=c_, out_channels=o, in_pixels=hp * wp, out_pixels=oh * ow,
-                                taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1],
-                                pointwise=pointwise, weights_constant=self._is_const(node.inputs[1])).nhwc
 
     def _is_const(self, v: Value) -> bool:
         """Whether ``v`` is a graph constant not yet built (it can still be emitted in another layout)."""
@@ -722,6 +708,58 @@ def _memref(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
 
 
+def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: bool, input_nhwc: bool = False,
+                 output_nhwc: bool = False) -> bool:
+    """Whether the ungrouped NCHW convolution ``node`` runs in NHWC: option ``conv_nhwc`` and, on a spec with
+    a vector FMA unit for its dtype, the planner's `nchw_conv_layout` (without one, as given).
+    ``input_nhwc``/``output_nhwc``: the graph holds its input / takes its result in NHWC (no transpose)."""
+    vec = getattr(spec, "vector", None)
+    x, w = node.inputs
+    acc = node.out.dtype
+    if not options.conv_nhwc or vec is None or not vec.fma or acc not in vec.dtypes:
+        return False
+    from pbsdk.core.plan.window import nchw_conv_layout
+
+    n_, c_, h_, w_ = x.shape
+    o, _, kh, kw = w.shape
+    _, _, oh, ow = node.out.shape
+    (sh, sw) = node.attrs["stride"]
+    return nchw_conv_layout(vec.registers, vec.lanes(acc), vec.fma_per_cycle, vec.loads_per_cycle, batch=n_,
+                            channels=c_, out_channels=o, in_pixels=h_ * w_,
+                            out_pixels=oh * ow, taps=kh * kw, kernel_width=kw, dilation_w=node.attrs["dilation"][1],
+                            pointwise=sh == sw == 1 and kh == kw == 1, weights_constant=weights_constant,
+                            input_nhwc=input_nhwc, output_nhwc=output_nhwc).nhwc
+
+
+def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool], bool]:
+    """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float convolution by
+    `conv_in_nhwc` with its result taken in NHWC; a depthwise one by `depthwise_layout` (channels last for
+    free once its input is)."""
+    producers = {n.out.id: n for n in graph.nodes}
+
+    def decide(node: Node, input_nhwc: bool) -> bool:
+        x, w = node.inputs
+        groups = node.attrs["groups"]
+        vec = getattr(spec, "vector", None)
+        acc = node.out.dtype
+        if x.dtype != w.dtype or acc not in ("f32", "f64") or vec is None or acc not in vec.dtypes:
+            return False
+        if groups == 1:
+            const = (src := producers.get(w.id)) is not None and src.op == "const"
+            return conv_in_nhwc(node, spec, options, weights_constant=const, input_nhwc=input_nhwc,
+                                output_nhwc=True)
+        c_, o = x.shape[1], w.shape[0]
+        if groups != c_ or o != c_ or not options.conv_nhwc:
+            return False
+        from pbsdk.core.plan.window import depthwise_layout
+
+        _, _, oh, ow = node.out.shape
+        return depthwise_layout(vec.lanes(acc), batch=x.shape[0], channels=c_, in_pixels=x.shape[2] * x.shape[3],
+                                out_pixels=oh * ow, taps=w.shape[2] * w.shape[3], given_nhwc=input_nhwc).nhwc
+
+    return decide
+
+
 def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
@@ -882,10 +920,16 @@ def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     (the target's `attention_forms`; None: any), called from the entry function."""
     if not graph.outputs:
         raise UnsupportedError("the traced function returns no tensors")
-    fused = _fused_attention(graph, spec, options, forms)
+    opts = as_options(options)
+    if spec is not None and opts.channels_last:
+        graph, report = channels_last(graph, layout_decision(spec, opts, graph))
+        if report.convs_nhwc:
+            _log.info("channels last: %d convolution(s) in NHWC, %d as given, %d transpose(s)",
+                      report.convs_nhwc, report.convs_kept, report.transposes)
+    fused = _fused_attention(graph, spec, opts, forms)
     with context or ir.Context(), ir.Location.unknown():
         module = ir.Module.create()
-        _Emitter(graph, module, func_name, fused, constants, as_options(options), spec).run()
+        _Emitter(graph, module, func_name, fused, constants, opts, spec).run()
         try:
             module.operation.verify()
         except ir.MLIRError as exc:

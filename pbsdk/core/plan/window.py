@@ -132,7 +132,8 @@ COPY_CYCLES = 4
 def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, *, batch: int,
                      channels: int, out_channels: int, in_pixels: int, out_pixels: int, taps: int,
                      kernel_width: int = 1, dilation_w: int = 1, pointwise: bool = False,
-                     weights_constant: bool = False) -> ConvLayout:
+                     weights_constant: bool = False, input_nhwc: bool = False,
+                     output_nhwc: bool = False) -> ConvLayout:
     """Decide where an NCHW convolution runs, from the vector unit's register tile.
 
     NHWC: one contraction ``(batch*out_pixels) x out_channels x (taps*channels)`` whose A can be read in
@@ -143,19 +144,24 @@ def nchw_conv_layout(registers: int, lanes: int, fma_per_cycle: int, loads_per_c
     whose input is the matrix), with the weights as A, packed for every image (and, past one image, first
     copied per image). A copy with a strided side — a transpose, a patch copy — costs `COPY_CYCLES` an
     element (a 1x1 conv at 14x14x1024 spent 13 cycles an element on its two transposes alone; beside the
-    elementwise ops they fuse with, less), packing A one (scalar loads and stores), packing B
+    elementwise ops they fuse with, less; none for the input when ``input_nhwc`` — a graph kept channels
+    last, `pbsdk.core.ir.layout`, already has it in NHWC — nor for the result when ``output_nhwc``, its
+    users taking it in NHWC), packing A one (scalar loads and stores), packing B
     ``1/lanes`` (vector copies); the rest is the register tile's issue cycles. The register tile decides most: a
     contraction with few output channels (under a vector or two) wastes lanes or is bound by loads in NHWC,
     where NCHW has whole vectors of pixels; few pixels (a late 1x1 layer) waste lanes as given, where NHWC
     has whole vectors of output channels."""
     k = taps * channels
     nhwc = _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, batch * out_pixels, out_channels, k)
-    nhwc += COPY_CYCLES * batch * (channels * in_pixels + out_channels * out_pixels)
+    nhwc += COPY_CYCLES * batch * ((0 if input_nhwc else channels * in_pixels)
+                                   + (0 if output_nhwc else out_channels * out_pixels))
     if not pointwise and window_run(channels, kernel_width, dilation_w) is None:
         nhwc += COPY_CYCLES * batch * k * out_pixels
     if not weights_constant:  # transposed to (KH, KW, C, O) on every call, then packed
         nhwc += COPY_CYCLES * k * out_channels + k * out_channels / lanes
     nchw = batch * _tile_cycles(registers, lanes, fma_per_cycle, loads_per_cycle, out_channels, out_pixels, k)
+    if input_nhwc:  # as given, an input the graph holds in NHWC is transposed back first
+        nchw += COPY_CYCLES * batch * channels * in_pixels
     if not pointwise:
         nchw += COPY_CYCLES * batch * k * out_pixels
     nchw += batch * out_channels * k + (batch * out_channels * k / lanes if batch > 1 else 0)

@@ -1,0 +1,112 @@
+"""`pbsdk.core.ir.layout.channels_last` on traced graphs (no MLIR): which convolutions go to NHWC, what
+runs on their NHWC twins, and where transposes are left. The numerics are in
+tests/numerics/test_channels_last.py."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from pbsdk import ops
+from pbsdk.core.ir.graph import Graph, TensorType
+from pbsdk.core.ir.layout import channels_last
+from pbsdk.frontends.tracing import Tensor, tracing
+
+RNG = np.random.default_rng(3)
+
+
+def _trace(fn, *shapes: tuple[int, ...]) -> Graph:
+    graph = Graph()
+    with tracing(graph):
+        args = [Tensor(graph.add("input", [], TensorType(s, "f32")), graph) for s in shapes]
+        out = fn(*args)
+        graph.outputs = [o.value for o in (out if isinstance(out, tuple) else (out,))]
+    return graph
+
+
+def _w(o: int, c: int, k: int) -> np.ndarray:
+    return RNG.standard_normal((o, c, k, k)).astype(np.float32)
+
+
+W1, W2, W3 = _w(16, 8, 3), _w(16, 16, 3), _w(32, 16, 1)
+SCALE = RNG.standard_normal((16,)).astype(np.float32)
+
+
+def block(x):
+    """conv-BN-ReLU, conv, residual add, maxpool with padding, 1x1 conv, global average pool, flatten."""
+    h = ops.relu(ops.add(ops.mul(ops.conv2d(x, W1, padding=1), SCALE.reshape(1, 16, 1, 1)), SCALE.reshape(16, 1, 1)))
+    h = ops.add(ops.conv2d(h, W2, padding=1), h)
+    h = ops.max_pool(h, 3, 2, padding=1)
+    h = ops.conv2d(h, W3)
+    return ops.reshape(ops.mean(h, axis=(2, 3)), (2, 32))
+
+
+def _ops(graph: Graph) -> Counter:
+    return Counter(n.op for n in graph.live_nodes())
+
+
+def test_every_conv_nhwc_one_transpose_in() -> None:
+    g = _trace(block, (2, 8, 12, 12))
+    new, report = channels_last(g, lambda node, input_nhwc: True)
+    assert report.convs_nhwc == 3 and report.convs_kept == 0
+    convs = [n for n in new.live_nodes() if n.op == "conv2d"]
+    assert [n.attrs["layout"] for n in convs] == ["NHWC"] * 3
+    assert convs[0].inputs[1].shape == (3, 3, 8, 16)  # weights (KH, KW, C, O), a new constant
+    # The image is transposed once; the pooling, the BatchNorm, the residual add and the global pool
+    # run on NHWC twins, and the flatten of (N, C) needs nothing back.
+    assert report.transposes == 1
+    transposes = [n for n in new.live_nodes() if n.op == "transpose"]
+    assert transposes[0].inputs[0] is g.inputs[0]
+    assert new.outputs == g.outputs and new.inputs == g.inputs
+    reduce = next(n for n in new.live_nodes() if n.op == "reduce_sum")
+    assert reduce.attrs["axes"] == (1, 2) and reduce.out is next(n for n in g.nodes if n.op == "reduce_sum").out
+
+
+def test_nothing_chosen_leaves_the_graph() -> None:
+    g = _trace(block, (2, 8, 12, 12))
+    new, report = channels_last(g, lambda node, input_nhwc: False)
+    assert new is g and report.convs_kept == 3 and report.convs_nhwc == 0
+
+
+def test_decide_sees_whether_the_input_is_nhwc() -> None:
+    seen = []
+
+    def decide(node, input_nhwc):
+        seen.append(input_nhwc)
+        return True
+
+    channels_last(_trace(block, (2, 8, 12, 12)), decide)
+    assert seen == [False, True, True]
+
+
+def test_a_conv_left_nchw_gets_its_input_back() -> None:
+    # Only the first convolution goes to NHWC: the second reads its input in NCHW, so the twin is
+    # transposed back right before it; the residual add then has one NHWC and one NCHW operand.
+    g = _trace(block, (2, 8, 12, 12))
+    first = next(n for n in g.nodes if n.op == "conv2d")
+    new, report = channels_last(g, lambda node, input_nhwc: node is first)
+    assert report.convs_nhwc == 1 and report.convs_kept == 2
+    order = [n for n in new.live_nodes() if n.op in ("conv2d", "transpose")]
+    assert [(n.op, n.attrs.get("layout"), n.attrs.get("perm")) for n in order[:4]] == [
+        ("transpose", None, (0, 2, 3, 1)), ("conv2d", "NHWC", None), ("transpose", None, (0, 3, 1, 2)),
+        ("conv2d", "NCHW", None)]
+
+
+def test_an_op_it_does_not_know_reads_nchw() -> None:
+    # A flatten of a whole feature map (not only unit dimensions) needs the NCHW order back.
+    def flat(x):
+        return ops.reshape(ops.relu(ops.conv2d(x, W1, padding=1)), (2, 16 * 12 * 12))
+
+    g = _trace(flat, (2, 8, 12, 12))
+    new, report = channels_last(g, lambda node, input_nhwc: True)
+    assert report.transposes == 2
+    live = new.live_nodes()
+    assert [n.attrs["perm"] for n in live if n.op == "transpose"] == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    back = next(n for n in live if n.op == "transpose" and n.attrs["perm"] == (0, 3, 1, 2))
+    assert next(n for n in live if n.op == "reshape").inputs[0] is back.out
+
+
+def test_no_nchw_conv_no_work() -> None:
+    g = _trace(lambda x: ops.relu(x), (2, 8, 4, 4))
+    assert channels_last(g, lambda node, input_nhwc: True)[0] is g
