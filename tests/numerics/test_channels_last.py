@@ -86,7 +86,7 @@ def test_network(name: str, layout: str, caplog: pytest.LogCaptureFixture, monke
     1x1 convolutions of a 1x1 image); ``off``: each convolution decided alone, as before."""
     net, convs, reduction = NETS[name]
     if layout == "all_nhwc":
-        monkeypatch.setattr(emit, "layout_decision", lambda spec, options, graph: lambda node, input_nhwc: True)
+        monkeypatch.setattr(emit, "layout_decision", lambda spec, options, graph: lambda node, input_nhwc, output_nhwc: True)
     x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
     fn = pbsdk.jit(lambda t: net(t, ops), options={"cache": False, "channels_last": layout != "off"})
     with caplog.at_level(logging.INFO, logger="pbsdk.core.ir.emit"):

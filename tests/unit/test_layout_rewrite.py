@@ -48,7 +48,7 @@ def _ops(graph: Graph) -> Counter:
 
 def test_every_conv_nhwc_one_transpose_in() -> None:
     g = _trace(block, (2, 8, 12, 12))
-    new, report = channels_last(g, lambda node, input_nhwc: True)
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
     assert report.convs_nhwc == 3 and report.convs_kept == 0
     convs = [n for n in new.live_nodes() if n.op == "conv2d"]
     assert [n.attrs["layout"] for n in convs] == ["NHWC"] * 3
@@ -65,19 +65,36 @@ def test_every_conv_nhwc_one_transpose_in() -> None:
 
 def test_nothing_chosen_leaves_the_graph() -> None:
     g = _trace(block, (2, 8, 12, 12))
-    new, report = channels_last(g, lambda node, input_nhwc: False)
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: False)
     assert new is g and report.convs_kept == 3 and report.convs_nhwc == 0
 
 
 def test_decide_sees_whether_the_input_is_nhwc() -> None:
     seen = []
 
-    def decide(node, input_nhwc):
-        seen.append(input_nhwc)
+    def decide(node, input_nhwc, output_nhwc):
+        seen.append((input_nhwc, output_nhwc))
         return True
 
+    # Every convolution's result reaches only ops that run on twins (the next convolution, the pooling,
+    # the global pool whose (N, C) result is the same in both layouts).
     channels_last(_trace(block, (2, 8, 12, 12)), decide)
-    assert seen == [False, True, True]
+    assert seen == [(False, True), (True, True), (True, True)]
+
+
+def test_a_result_flattened_whole_is_needed_in_nchw() -> None:
+    seen = []
+
+    def flat(x):
+        return ops.reshape(ops.relu(ops.conv2d(x, W1, padding=1)), (2, 16 * 12 * 12))
+
+    def decide(node, input_nhwc, output_nhwc):
+        seen.append(output_nhwc)
+        return False
+
+    channels_last(_trace(flat, (2, 8, 12, 12)), decide)
+    channels_last(_trace(lambda x: ops.relu(ops.conv2d(x, W1, padding=1)), (2, 8, 12, 12)), decide)
+    assert seen == [False, False]  # a flatten of the whole map; a graph output
 
 
 def test_a_conv_left_nchw_gets_its_input_back() -> None:
@@ -85,7 +102,7 @@ def test_a_conv_left_nchw_gets_its_input_back() -> None:
     # transposed back right before it; the residual add then has one NHWC and one NCHW operand.
     g = _trace(block, (2, 8, 12, 12))
     first = next(n for n in g.nodes if n.op == "conv2d")
-    new, report = channels_last(g, lambda node, input_nhwc: node is first)
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: node is first)
     assert report.convs_nhwc == 1 and report.convs_kept == 2
     order = [n for n in new.live_nodes() if n.op in ("conv2d", "transpose")]
     assert [(n.op, n.attrs.get("layout"), n.attrs.get("perm")) for n in order[:4]] == [
@@ -99,7 +116,7 @@ def test_an_op_it_does_not_know_reads_nchw() -> None:
         return ops.reshape(ops.relu(ops.conv2d(x, W1, padding=1)), (2, 16 * 12 * 12))
 
     g = _trace(flat, (2, 8, 12, 12))
-    new, report = channels_last(g, lambda node, input_nhwc: True)
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
     assert report.transposes == 2
     live = new.live_nodes()
     assert [n.attrs["perm"] for n in live if n.op == "transpose"] == [(0, 2, 3, 1), (0, 3, 1, 2)]
@@ -109,4 +126,4 @@ def test_an_op_it_does_not_know_reads_nchw() -> None:
 
 def test_no_nchw_conv_no_work() -> None:
     g = _trace(lambda x: ops.relu(x), (2, 8, 4, 4))
-    assert channels_last(g, lambda node, input_nhwc: True)[0] is g
+    assert channels_last(g, lambda node, input_nhwc, output_nhwc: True)[0] is g

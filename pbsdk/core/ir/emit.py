@@ -605,8 +605,12 @@ class _Emitter:
 
     def op_transpose(self, node: Node) -> None:
         (x,) = node.inputs
+        perm = list(node.attrs["perm"])
+        if node.attrs.get("fuse"):  # a layout change (pbsdk.core.ir.layout): a generic that fusion merges
+            self.values[node.out.id] = self.permuted(self.value(x), node.out.type, [perm.index(j) for j in range(len(perm))])
+            return
         self.values[node.out.id] = linalg.transpose(self.value(x), outs=[self.empty(node.out.type)],
-                                                    permutation=list(node.attrs["perm"])).results[0]
+                                                    permutation=perm).results[0]
 
     def op_reshape(self, node: Node) -> None:
         # Any static reshape is a collapse to 1-D followed by an expand; both are views after bufferization.
@@ -731,13 +735,13 @@ def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: b
                             input_nhwc=input_nhwc, output_nhwc=output_nhwc).nhwc
 
 
-def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool], bool]:
+def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool, bool], bool]:
     """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float convolution by
-    `conv_in_nhwc` with its result taken in NHWC; a depthwise one by `depthwise_layout` (channels last for
-    free once its input is)."""
+    `conv_in_nhwc`; a depthwise one by `depthwise_layout` (channels last for free once its input and its
+    users are)."""
     producers = {n.out.id: n for n in graph.nodes}
 
-    def decide(node: Node, input_nhwc: bool) -> bool:
+    def decide(node: Node, input_nhwc: bool, output_nhwc: bool) -> bool:
         x, w = node.inputs
         groups = node.attrs["groups"]
         vec = getattr(spec, "vector", None)
@@ -747,7 +751,7 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
         if groups == 1:
             const = (src := producers.get(w.id)) is not None and src.op == "const"
             return conv_in_nhwc(node, spec, options, weights_constant=const, input_nhwc=input_nhwc,
-                                output_nhwc=True)
+                                output_nhwc=output_nhwc)
         c_, o = x.shape[1], w.shape[0]
         if groups != c_ or o != c_ or not options.conv_nhwc:
             return False
@@ -755,7 +759,8 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
 
         _, _, oh, ow = node.out.shape
         return depthwise_layout(vec.lanes(acc), batch=x.shape[0], channels=c_, in_pixels=x.shape[2] * x.shape[3],
-                                out_pixels=oh * ow, taps=w.shape[2] * w.shape[3], given_nhwc=input_nhwc).nhwc
+                                out_pixels=oh * ow, taps=w.shape[2] * w.shape[3],
+                                given_nhwc=input_nhwc and output_nhwc).nhwc
 
     return decide
 

@@ -16,6 +16,9 @@ add) computes the same in either layout. `channels_last` rewrites the graph so t
 - any other op that reads a value which exists only as a twin gets an NCHW copy (``transpose``) made just
   before it, and so do the graph's outputs.
 
+The transposes it adds carry ``fuse``: the emitter builds them as elementwise generics, which fuse with
+the elementwise ops that produce or use them.
+
 So a network's activations stay NHWC from its first convolution to its head, with one transpose in and
 none out for a classifier. Nothing here builds IR; the emitter (`pbsdk.core.ir.emit`) sees NHWC
 convolutions as if a frontend had given them.
@@ -40,8 +43,9 @@ _ELEMENTWISE = UNARY_OPS | BINARY_OPS | COMPARE_OPS | {"select", "cast"}
 #: Where NCHW axis ``a`` sits in NHWC.
 _NHWC_AXIS = tuple(TO_NHWC.index(a) for a in range(4))
 
-#: ``decide(conv_node, input_has_twin)``: whether an NCHW convolution runs in NHWC.
-Decide = Callable[[Node, bool], bool]
+#: ``decide(conv_node, input_nhwc, output_nhwc)``: whether an NCHW convolution runs in NHWC, given whether
+#: its input already has an NHWC twin and whether every use of its result can take the twin.
+Decide = Callable[[Node, bool, bool], bool]
 
 
 def _permuted(shape: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, ...]:
@@ -68,6 +72,12 @@ class _Rewriter:
         self.old = graph
         self.decide = decide
         self.producers = {n.out.id: n for n in graph.nodes}
+        self.users: dict[int, list[Node]] = {}
+        for n in graph.live_nodes():
+            for v in n.inputs:
+                self.users.setdefault(v.id, []).append(n)
+        self.outputs = {v.id for v in graph.outputs}
+        self.needs: dict[int, bool] = {}
         self.nodes: list[Node] = []
         self.present: set[int] = set()       # NCHW values the new graph computes
         self.twin: dict[int, Value] = {}     # NCHW value id -> its NHWC twin
@@ -85,7 +95,7 @@ class _Rewriter:
         """``v`` as the new graph has it in NCHW: computed, or transposed back from its twin here."""
         if v.id in self.present or v.id not in self.twin:
             return v
-        self.add("transpose", (self.twin[v.id],), v.type, {"perm": TO_NCHW}, out=v)
+        self.add("transpose", (self.twin[v.id],), v.type, {"perm": TO_NCHW, "fuse": True}, out=v)
         return v
 
     def nhwc(self, v: Value) -> Value:
@@ -104,7 +114,7 @@ class _Rewriter:
         elif _same_bytes(v.shape):
             twin = self.add("reshape", (self.nchw(v),), t, {})
         else:
-            twin = self.add("transpose", (self.nchw(v),), t, {"perm": TO_NHWC})
+            twin = self.add("transpose", (self.nchw(v),), t, {"perm": TO_NHWC, "fuse": True})
         self.twin[v.id] = twin
         return twin
 
@@ -119,6 +129,33 @@ class _Rewriter:
         if shape4 != v.shape:
             v4 = self.add("reshape", (v4,), TensorType(shape4, v.dtype), {})
         return self.nhwc(v4)
+
+    def needs_nchw(self, v: Value) -> bool:
+        """Whether some use of the 4-D value ``v``, had it an NHWC twin, would still need it in NCHW: a graph
+        output, or an op that `rewrite` does not run on twins, reached through ops that it does (a
+        convolution is taken to run in NHWC)."""
+        found = self.needs.get(v.id)
+        if found is not None:
+            return found
+        self.needs[v.id] = False  # a value reaches itself only through a cycle, which a graph has not
+        need = v.id in self.outputs
+        for user in self.users.get(v.id, ()):
+            if need:
+                break
+            op, out = user.op, user.out
+            if op == "conv2d":
+                need = user.attrs["layout"] != "NCHW" or user.inputs[0] is not v
+            elif op in _ELEMENTWISE or op in ("broadcast", "slice", "concat"):
+                need = out.type.rank != 4 or self.needs_nchw(out)
+            elif op.startswith("reduce_"):
+                kept = [a for a in range(4) if a not in user.attrs["axes"]]
+                need = sorted(kept, key=lambda a: _NHWC_AXIS[a]) != kept
+            elif op == "reshape":
+                need = not _same_bytes(v.shape)
+            else:
+                need = True
+        self.needs[v.id] = need
+        return need
 
     # -- ops ------------------------------------------------------------------------------------------
     def run(self) -> Graph:
@@ -173,7 +210,7 @@ class _Rewriter:
         x, w = node.inputs
         if node.attrs["layout"] != "NCHW" or x.type.rank != 4:
             return False
-        if not self.decide(node, x.id in self.twin):
+        if not self.decide(node, x.id in self.twin, not self.needs_nchw(node.out)):
             self.kept += 1
             return False
         self.sent += 1
