@@ -64,6 +64,8 @@ class Options:
     pack: bool = True
     #: Pack B of a matrix-vector-like product: None lets the planner decide (experiments, tests).
     pack_b: bool | None = None
+    #: Pack A of a product with few columns per thread: None lets the planner decide (experiments, tests).
+    pack_a: bool | None = None
     #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time (cpu).
     prepack_b: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).

@@ -234,3 +234,35 @@ def test_layout_ops_on_constants_are_folded() -> None:
     assert_close(f(x), ref.matmul(x, w.T), op="matmul", reduction_size=64)
     text = f.lower(x)
     assert "linalg.transpose" not in text and "tensor.collapse_shape" not in text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mkn", [(130, 1100, 49), (29, 300, 17), (512, 64, 64), (7, 2100, 33)])
+def test_narrow_outputs_read_a_in_place(mkn: tuple[int, int, int], threads: int, pack_notes) -> None:
+    """At most `A_IN_PLACE_PANELS` register tiles of columns per thread: A is broadcast from its rows, not
+    packed; rows past the last whole register tile (130, 29, 7 rows) are clamped and never stored, and k
+    runs over several blocks (1100, 2100)."""
+    m, k, n = mkn
+    a, b = _operands((m, k), (k, n))
+    notes = pack_notes(lambda x, y: ops.matmul(x, y), {"threads": threads}, a, b)
+    assert any("A read in place" in s for s in notes), notes
+    assert_close(_mm({"threads": threads, "cache": False})(a, b), ref.matmul(a, b), op="matmul", reduction_size=k)
+
+
+def test_narrow_batched_and_fused_outputs_read_a_in_place(pack_notes) -> None:
+    a, b = _operands((3, 45, 300), (3, 300, 20))
+    bias = RNG.standard_normal((20,)).astype(np.float32)
+
+    def layer(x, y):
+        return ops.relu(ops.add(ops.matmul(x, y), bias))
+
+    notes = pack_notes(layer, {"threads": 2}, a, b)
+    assert any("A read in place" in s and "epilogue" in s for s in notes), notes
+    got = pbsdk.jit(layer, options={"threads": 2, "cache": False})(a, b)
+    assert_close(got, ref.relu(ref.add(ref.matmul(a, b), bias)), op="matmul", reduction_size=300)
+
+
+def test_wide_outputs_still_pack_a(pack_notes) -> None:
+    a, b = _operands((64, 128), (128, 300))
+    notes = pack_notes(lambda x, y: ops.matmul(x, y), {"threads": 1}, a, b)
+    assert notes and not any("A read in place" in s for s in notes), notes

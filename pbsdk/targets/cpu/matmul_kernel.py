@@ -400,7 +400,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 n0 = x.mul(tid, c(per))
                 n1 = x.min(x.add(n0, c(per)), c(N))
 
-        Ap = memref.alloc(ap_type, [], [], alignment=64) if window is None else None
+        Ap = memref.alloc(ap_type, [], [], alignment=64) if window is None and blk.pack_a else None
         rows = _window_rows(window, x, m0, m1, M) if window is not None else None
         A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(window.x_type.shape))], t), A,
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
@@ -447,7 +447,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
                       ic: ir.Value) -> None:
             mc = x.min(c(blk.mc), x.sub(m1, ic))
-            if window is not None:  # A is read in place
+            if window is not None or Ap is None:  # A is read in place
                 _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
                 return
 
@@ -518,11 +518,19 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                                      lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(mr)],
                                                                 b_vectors(k), accs))
             else:
-                apanel = x.divu(ir_, c(mr))
+                if Ap is None:  # A in place: its rows, those past the part clamped to its last
+                    top = x.sub(m1, c(1))
+                    arows = [x.min(x.add(x.add(ic, ir_), c(i)), top) for i in range(mr)]
+                else:
+                    apanel = x.divu(ir_, c(mr))
                 loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
                 with ir.InsertionPoint(loop.body):
                     k = loop.induction_variable
-                    avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
+                    if Ap is None:
+                        ka = x.add(pc, k)
+                        avals = [memref.load(A, [*lead, r, ka]) for r in arows]
+                    else:
+                        avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
                     scf.YieldOp(fmas(avals, b_vectors(k), list(loop.inner_iter_args)))
                 res = list(loop.results)
 

@@ -246,6 +246,7 @@ class PackContractions:
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
+                         + ("" if blk.pack_a else ", A read in place")
                          + (f", B packed at compile time ({len(sources)} constant(s))" if sources else ""))
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
