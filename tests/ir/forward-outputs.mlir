@@ -63,3 +63,54 @@ func.func @strided(%a: memref<4x8xf32>, %out: memref<4x8xf32, strided<[16, 1]>>)
   memref.dealloc %tmp : memref<4x8xf32>
   return
 }
+
+// -----
+
+// The copy reads a reshape of the local buffer (a matmul's 2-D result as a convolution's NHWC output):
+// the buffer becomes the inverse reshape of the output, and the reshape, copy, alloc and dealloc go.
+// CHECK-LABEL: func.func @reshaped(
+// CHECK-SAME:      %[[A:[^:]*]]: memref<6x8xf32>, %[[OUT:[^:]*]]: memref<1x2x3x8xf32>)
+// CHECK-NEXT:    %[[V:.*]] = memref.collapse_shape %[[OUT]] {{\[}}[0, 1, 2], [3]] : memref<1x2x3x8xf32> into memref<6x8xf32>
+// CHECK-NEXT:    linalg.copy ins(%[[A]] : memref<6x8xf32>) outs(%[[V]] : memref<6x8xf32>)
+// CHECK-NEXT:    return
+func.func @reshaped(%a: memref<6x8xf32>, %out: memref<1x2x3x8xf32>) {
+  %tmp = memref.alloc() : memref<6x8xf32>
+  linalg.copy ins(%a : memref<6x8xf32>) outs(%tmp : memref<6x8xf32>)
+  %e = memref.expand_shape %tmp [[0, 1, 2], [3]] output_shape [1, 2, 3, 8] : memref<6x8xf32> into memref<1x2x3x8xf32>
+  memref.copy %e, %out : memref<1x2x3x8xf32> to memref<1x2x3x8xf32>
+  memref.dealloc %tmp : memref<6x8xf32>
+  return
+}
+
+// -----
+
+// And the other way: a collapse of the buffer copied out becomes an expand of the output.
+// CHECK-LABEL: func.func @collapsed(
+// CHECK-SAME:      %[[A:[^:]*]]: memref<2x3x8xf32>, %[[OUT:[^:]*]]: memref<6x8xf32>)
+// CHECK-NEXT:    %[[V:.*]] = memref.expand_shape %[[OUT]] {{\[}}[0, 1], [2]] output_shape [2, 3, 8] : memref<6x8xf32> into memref<2x3x8xf32>
+// CHECK-NEXT:    linalg.copy ins(%[[A]] : memref<2x3x8xf32>) outs(%[[V]] : memref<2x3x8xf32>)
+// CHECK-NEXT:    return
+func.func @collapsed(%a: memref<2x3x8xf32>, %out: memref<6x8xf32>) {
+  %tmp = memref.alloc() : memref<2x3x8xf32>
+  linalg.copy ins(%a : memref<2x3x8xf32>) outs(%tmp : memref<2x3x8xf32>)
+  %c = memref.collapse_shape %tmp [[0, 1], [2]] : memref<2x3x8xf32> into memref<6x8xf32>
+  memref.copy %c, %out : memref<6x8xf32> to memref<6x8xf32>
+  memref.dealloc %tmp : memref<2x3x8xf32>
+  return
+}
+
+// -----
+
+// The reshaped buffer is read again after the copy. Unchanged.
+// CHECK-LABEL: func.func @reshaped_used_after(
+// CHECK:         memref.alloc
+// CHECK:         memref.copy
+func.func @reshaped_used_after(%a: memref<6x8xf32>, %out: memref<1x2x3x8xf32>, %out2: memref<6x8xf32>) {
+  %tmp = memref.alloc() : memref<6x8xf32>
+  linalg.copy ins(%a : memref<6x8xf32>) outs(%tmp : memref<6x8xf32>)
+  %e = memref.expand_shape %tmp [[0, 1, 2], [3]] output_shape [1, 2, 3, 8] : memref<6x8xf32> into memref<1x2x3x8xf32>
+  memref.copy %e, %out : memref<1x2x3x8xf32> to memref<1x2x3x8xf32>
+  linalg.copy ins(%tmp : memref<6x8xf32>) outs(%out2 : memref<6x8xf32>)
+  memref.dealloc %tmp : memref<6x8xf32>
+  return
+}
