@@ -2,7 +2,11 @@
 // become views of one workspace argument (marked pbsdk.workspace = its bytes) that the loader allocates
 // once. Buffers live at the same time get disjoint bytes; a buffer whose last use comes before another's
 // first shares its bytes. Each offset is 64-byte aligned (or the alloc's larger alignment).
-// RUN: %pbsdk opt %s --split-input-file -p plan-workspace | filecheck %s
+// Buffers under the pass's min-bytes (1 MiB by default) stay allocs: the cases below plan every buffer.
+// RUN: %pbsdk opt %s --split-input-file -p "plan-workspace{min-bytes=0}" | filecheck %s
+// RUN: %pbsdk opt %s --split-input-file -p plan-workspace | filecheck %s --check-prefix=DEFAULT
+// DEFAULT-NOT: memref.view
+// DEFAULT-NOT: pbsdk.workspace
 
 // Three 4 KiB buffers: %a and %b are live together (both read by the second call), %c only after %a's
 // last use, so %c takes %a's bytes and the workspace is 8 KiB, not 12.

@@ -17,7 +17,8 @@ from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
 
 RNG = np.random.default_rng(11)
-W = [RNG.standard_normal((96, 96)).astype(np.float32) / 10 for _ in range(4)]
+W = [RNG.standard_normal((160, 160)).astype(np.float32) / 10 for _ in range(4)]
+ROWS = 2048  # each intermediate 2048 x 160 f32: 1.3 MB, over the pass's min_bytes
 
 
 def mlp(x):
@@ -42,20 +43,20 @@ def _workspace(fn: pbsdk.frontends.jit.JitFunction, x: np.ndarray) -> int:
 @pytest.mark.parametrize("workspace", [True, False])
 def test_chain_repeated_calls(workspace: bool) -> None:
     fn = pbsdk.jit(mlp, options={"cache": False, "threads": 1, "workspace": workspace})
-    xs = [RNG.standard_normal((200, 96)).astype(np.float32) for _ in range(3)]
+    xs = [RNG.standard_normal((ROWS, 160)).astype(np.float32) for _ in range(3)]
     for x in xs + xs[::-1]:
-        assert_close(fn(x), expected(x), op="matmul", reduction_size=96 * 4)
+        assert_close(fn(x), expected(x), op="matmul", reduction_size=160 * 4)
     size = _workspace(fn, xs[0])
     if workspace:
-        # Four 200x96 f32 intermediates, at most two live at once: two slots, not four.
-        assert 2 * 200 * 96 * 4 <= size < 4 * 200 * 96 * 4
+        # Four ROWS x 160 f32 intermediates, at most two live at once: two slots, not four.
+        assert 2 * ROWS * 160 * 4 <= size < 4 * ROWS * 160 * 4
     else:
         assert size == 0
 
 
 def test_calls_from_threads() -> None:
     fn = pbsdk.jit(mlp, options={"cache": False, "threads": 1})
-    xs = [RNG.standard_normal((200, 96)).astype(np.float32) for _ in range(4)]
+    xs = [RNG.standard_normal((ROWS, 160)).astype(np.float32) for _ in range(4)]
     fn(xs[0])
     assert _workspace(fn, xs[0]) > 0
     errors: list[BaseException] = []
@@ -63,7 +64,7 @@ def test_calls_from_threads() -> None:
     def work(x: np.ndarray) -> None:
         try:
             for _ in range(20):
-                assert_close(fn(x), expected(x), op="matmul", reduction_size=96 * 4)
+                assert_close(fn(x), expected(x), op="matmul", reduction_size=160 * 4)
         except BaseException as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
 
