@@ -83,12 +83,21 @@ class JitFunction:
         graph, _ = trace(self.fn, self._signature(args))
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
+        layout = ""
+        if self.request.options.channels_last:  # as build_graph does: the convolutions then explained are NHWC
+            from pbsdk.core.ir.emit import layout_decision
+            from pbsdk.core.ir.layout import channels_last
+
+            graph, report = channels_last(graph, layout_decision(self.request.spec, self.request.options, graph))
+            if report.convs_nhwc:
+                layout = (f"channels last: {report.convs_nhwc} convolution(s) in NHWC, {report.convs_kept} as "
+                          f"given, {report.transposes} transpose(s) (pbsdk.core.ir.layout)")
         plans = explain_graph(graph, self.request.spec, self.request.options)
         inside = fused_nodes(graph, self.request.spec, self.request.options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]
         text += explain_attention(graph, self.request.spec, self.request.options,
                                   self.request.target.attention_forms)
-        return "\n".join(text) or "no contractions"
+        return "\n".join(([layout] if layout else []) + text) or "no contractions"
 
     def kernel(self, sig: Signature) -> tuple[Kernel, bool]:
         found = self._kernels.get(sig)

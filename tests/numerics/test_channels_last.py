@@ -100,3 +100,10 @@ def test_network(name: str, layout: str, caplog: pytest.LogCaptureFixture, monke
         assert nhwc >= 1 and nhwc + kept == convs
         if layout == "all_nhwc":
             assert nhwc == convs
+
+
+def test_explain_says_what_the_layout_did() -> None:
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    text = pbsdk.jit(lambda t: residual(t, ops)).explain(x)
+    assert text.startswith("channels last: ") and "convolution(s) in NHWC" in text
+    assert "channels last" not in pbsdk.jit(lambda t: residual(t, ops), options={"channels_last": False}).explain(x)

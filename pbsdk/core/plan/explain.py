@@ -64,8 +64,8 @@ def format_plan(title: str, plan: ContractionPlan) -> str:
     if b is not None:
         bpack = (f"B {b.kc}x{b.nc} in {b.nc_level} (micro-panels {b.kc}x{b.nr} from {b.kc_level})" if b.pack_b
                  else "B read in place")
-        lines.append(f"  packing        A {b.mc}x{b.kc} in {b.mc_level}, {bpack}; {b.threads} thread(s) split along "
-                     f"{b.split}")
+        apack = f"A {b.mc}x{b.kc} in {b.mc_level}" if b.pack_a else "A read in place"
+        lines.append(f"  packing        {apack}, {bpack}; {b.threads} thread(s) split along {b.split}")
     terms = ", ".join(f"{name} {s * 1e3:.3f} ms" for name, s in plan.estimate.terms)
     lines.append(f"  estimate       {plan.estimate.seconds * 1e3:.3f} ms, bound by {plan.estimate.bound} ({terms})")
     lines.append("  why:")
