@@ -11,7 +11,7 @@ import numpy as np
 
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import ArgumentError, PbsdkError
-from pbsdk.core.ir.emit import emit_graph, emit_program
+from pbsdk.core.ir.emit import emit_graph, emit_program, layout_graph
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.core.runtime.kernel import Kernel
 from pbsdk.core.spec import ChipSpec
@@ -83,15 +83,9 @@ class JitFunction:
         graph, _ = trace(self.fn, self._signature(args))
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
-        layout = ""
-        if self.request.options.channels_last:  # as build_graph does: the convolutions then explained are NHWC
-            from pbsdk.core.ir.emit import layout_decision
-            from pbsdk.core.ir.layout import channels_last
-
-            graph, report = channels_last(graph, layout_decision(self.request.spec, self.request.options, graph))
-            if report.convs_nhwc:
-                layout = (f"channels last: {report.convs_nhwc} convolution(s) in NHWC, {report.convs_kept} as "
-                          f"given, {report.transposes} transpose(s) (pbsdk.core.ir.layout)")
+        # As build_graph does: the convolutions then explained are the NHWC ones it emits.
+        graph, report = layout_graph(graph, self.request.spec, self.request.options)
+        layout = f"{report.summary()} (pbsdk.core.ir.layout)" if report.convs_nhwc else ""
         plans = explain_graph(graph, self.request.spec, self.request.options)
         inside = fused_nodes(graph, self.request.spec, self.request.options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]

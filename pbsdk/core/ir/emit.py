@@ -46,7 +46,7 @@ from pbsdk.core.ir.builder import (
     tensor_type,
 )
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
-from pbsdk.core.ir.layout import channels_last
+from pbsdk.core.ir.layout import LayoutReport, channels_last
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.passes import match_signature
 
@@ -481,24 +481,8 @@ class _Emitter:
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
 
     def _depthwise_channels_last(self, node: Node) -> bool:
-        """Whether this convolution is depthwise (as many groups as input and output channels) and runs
-        channels last with the channel loop innermost: option ``conv_nhwc`` and, on a spec with a vector
-        unit for its dtype, the planner's `depthwise_layout`."""
-        x, w = node.inputs
-        groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
-        c_, o = (x.shape[3], w.shape[3]) if nhwc else (x.shape[1], w.shape[0])
-        vec = getattr(self.spec, "vector", None)
-        acc = node.out.dtype
-        if (groups == 1 or groups != c_ or o != c_ or not self.options.conv_nhwc or vec is None
-                or acc not in vec.dtypes):
-            return False
-        from pbsdk.core.plan.window import depthwise_layout
-
-        n_, oh, ow = (node.out.shape[0], *(node.out.shape[1:3] if nhwc else node.out.shape[2:4]))
-        h_, w_ = x.shape[1:3] if nhwc else x.shape[2:4]
-        kh, kw = w.shape[:2] if nhwc else w.shape[2:4]
-        return depthwise_layout(vec.lanes(acc), batch=n_, channels=c_, in_pixels=h_ * w_, out_pixels=oh * ow,
-                                taps=kh * kw, given_nhwc=nhwc).nhwc
+        """Whether this convolution is depthwise and runs channels last (`depthwise_channels_last`)."""
+        return depthwise_channels_last(node, self.spec, self.options)
 
     def _depthwise_nhwc(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
         """A depthwise convolution over the (padded) NHWC input ``xv`` as one ``linalg.generic`` whose loops
@@ -735,6 +719,27 @@ def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: b
                             input_nhwc=input_nhwc, output_nhwc=output_nhwc).nhwc
 
 
+def depthwise_channels_last(node: Node, spec: Any, options: Options, *, given_nhwc: bool | None = None) -> bool:
+    """Whether the convolution ``node`` is depthwise (as many groups as input and output channels) and runs
+    channels last with the channel loop innermost: option ``conv_nhwc`` and, on a spec with a vector unit
+    for its dtype, the planner's `depthwise_layout`. ``given_nhwc``: whether it pays no transposes (default:
+    its input is given in NHWC)."""
+    x, w = node.inputs
+    groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
+    c_, o = (x.shape[3], w.shape[3]) if nhwc else (x.shape[1], w.shape[0])
+    vec = getattr(spec, "vector", None)
+    acc = node.out.dtype
+    if groups == 1 or groups != c_ or o != c_ or not options.conv_nhwc or vec is None or acc not in vec.dtypes:
+        return False
+    from pbsdk.core.plan.window import depthwise_layout
+
+    n_, oh, ow = (node.out.shape[0], *(node.out.shape[1:3] if nhwc else node.out.shape[2:4]))
+    h_, w_ = x.shape[1:3] if nhwc else x.shape[2:4]
+    kh, kw = w.shape[:2] if nhwc else w.shape[2:4]
+    return depthwise_layout(vec.lanes(acc), batch=n_, channels=c_, in_pixels=h_ * w_, out_pixels=oh * ow,
+                            taps=kh * kw, given_nhwc=nhwc if given_nhwc is None else given_nhwc).nhwc
+
+
 def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool, bool], bool]:
     """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float convolution by
     `conv_in_nhwc`; a depthwise one by `depthwise_layout` (channels last for free once its input and its
@@ -752,17 +757,17 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
             const = (src := producers.get(w.id)) is not None and src.op == "const"
             return conv_in_nhwc(node, spec, options, weights_constant=const, input_nhwc=input_nhwc,
                                 output_nhwc=output_nhwc)
-        c_, o = x.shape[1], w.shape[0]
-        if groups != c_ or o != c_ or not options.conv_nhwc:
-            return False
-        from pbsdk.core.plan.window import depthwise_layout
-
-        _, _, oh, ow = node.out.shape
-        return depthwise_layout(vec.lanes(acc), batch=x.shape[0], channels=c_, in_pixels=x.shape[2] * x.shape[3],
-                                out_pixels=oh * ow, taps=w.shape[2] * w.shape[3],
-                                given_nhwc=input_nhwc and output_nhwc).nhwc
+        return depthwise_channels_last(node, spec, options, given_nhwc=input_nhwc and output_nhwc)
 
     return decide
+
+
+def layout_graph(graph: Graph, spec: Any, options: Options) -> tuple[Graph, LayoutReport]:
+    """``graph`` kept channels last across layers (`pbsdk.core.ir.layout`) when there is a ``spec`` and option
+    ``channels_last`` is on (what `build_graph` emits and ``explain`` explains), and what that did."""
+    if spec is None or not options.channels_last:
+        return graph, LayoutReport(0, 0, 0)
+    return channels_last(graph, layout_decision(spec, options, graph))
 
 
 def _method(op: str) -> str:
@@ -926,11 +931,9 @@ def build_graph(graph: Graph, *, func_name: str = "main", spec: Any = None,
     if not graph.outputs:
         raise UnsupportedError("the traced function returns no tensors")
     opts = as_options(options)
-    if spec is not None and opts.channels_last:
-        graph, report = channels_last(graph, layout_decision(spec, opts, graph))
-        if report.convs_nhwc:
-            _log.info("channels last: %d convolution(s) in NHWC, %d as given, %d transpose(s)",
-                      report.convs_nhwc, report.convs_kept, report.transposes)
+    graph, report = layout_graph(graph, spec, opts)
+    if report.convs_nhwc:
+        _log.info("%s", report.summary())
     fused = _fused_attention(graph, spec, opts, forms)
     with context or ir.Context(), ir.Location.unknown():
         module = ir.Module.create()

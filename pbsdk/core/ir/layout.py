@@ -66,6 +66,10 @@ class LayoutReport:
     convs_kept: int
     transposes: int
 
+    def summary(self) -> str:
+        return (f"channels last: {self.convs_nhwc} convolution(s) in NHWC, {self.convs_kept} as given, "
+                f"{self.transposes} transpose(s)")
+
 
 class _Rewriter:
     def __init__(self, graph: Graph, decide: Decide) -> None:
@@ -107,8 +111,7 @@ class _Rewriter:
         t = TensorType(_permuted(v.shape, TO_NHWC), v.dtype)
         src = self.producers.get(v.id)
         if src is not None and src.op == "const":
-            twin = self.add("const", (), t, {**src.attrs, "value": np.ascontiguousarray(
-                np.asarray(src.attrs["value"]).reshape(v.shape).transpose(TO_NHWC))}, src.group)
+            twin = self.rearranged(src, t, TO_NHWC)
         elif src is not None and src.op == "broadcast" and all(d == 1 for d in src.inputs[0].shape):
             twin = self.add("broadcast", (self.nchw(src.inputs[0]),), t, dict(src.attrs), src.group)
         elif _same_bytes(v.shape):
@@ -117,6 +120,11 @@ class _Rewriter:
             twin = self.add("transpose", (self.nchw(v),), t, {"perm": TO_NHWC, "fuse": True})
         self.twin[v.id] = twin
         return twin
+
+    def rearranged(self, src: Node, t: TensorType, perm: tuple[int, ...]) -> Value:
+        """A new constant of type ``t``: constant node ``src``'s value transposed by ``perm``."""
+        value = np.asarray(src.attrs["value"]).reshape(src.out.shape).transpose(perm)
+        return self.add("const", (), t, {**src.attrs, "value": np.ascontiguousarray(value)}, src.group)
 
     def operand(self, v: Value, out_shape: tuple[int, ...]) -> Value:
         """Operand ``v`` of an elementwise op whose NCHW result has ``out_shape``, for the op's twin."""
@@ -217,8 +225,7 @@ class _Rewriter:
         wt = TensorType(_permuted(w.shape, WEIGHTS_TO_HWCO), w.dtype)
         src = self.producers.get(w.id)
         if src is not None and src.op == "const":
-            wv = self.add("const", (), wt, {**src.attrs, "value": np.ascontiguousarray(
-                np.asarray(src.attrs["value"]).reshape(w.shape).transpose(WEIGHTS_TO_HWCO))}, src.group)
+            wv = self.rearranged(src, wt, WEIGHTS_TO_HWCO)
         else:
             wv = self.add("transpose", (self.nchw(w),), wt, {"perm": WEIGHTS_TO_HWCO})
         t = TensorType(_permuted(node.out.shape, TO_NHWC), node.out.dtype)
