@@ -57,6 +57,17 @@ def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
 
+def first_fit(taken: Sequence[tuple[int, int]], size: int, alignment: int) -> int:
+    """The lowest ``alignment``-aligned offset where ``size`` bytes fit between the byte ranges ``taken``
+    (``[start, end)`` pairs, sorted by start): the first gap that holds them, else past the last range."""
+    offset = 0
+    for start, end in taken:
+        if _align(offset, alignment) + size <= start:
+            break
+        offset = max(offset, end)
+    return _align(offset, alignment)
+
+
 def plan_workspace(buffers: Sequence[Buffer]) -> WorkspacePlan:
     """Offsets for ``buffers`` in one workspace such that two buffers live at the same op never share a
     byte (module docstring). Every offset is a multiple of its buffer's alignment, and the size of a
@@ -68,12 +79,7 @@ def plan_workspace(buffers: Sequence[Buffer]) -> WorkspacePlan:
         # The byte ranges of placed buffers live with this one, by start: take the first gap that fits.
         taken = sorted((o, o + buffers[j].size) for j, o in offsets.items()
                        if buffers[j].overlaps(b) and buffers[j].size)
-        offset = 0
-        for start, end in taken:
-            if _align(offset, b.alignment) + b.size <= start:
-                break
-            offset = max(offset, end)
-        offsets[i] = _align(offset, b.alignment)
+        offsets[i] = first_fit(taken, b.size, b.alignment)
     size = max((offsets[i] + b.size for i, b in enumerate(buffers)), default=0)
     events = sorted({b.first for b in buffers})
     peak = max((sum(b.size for b in buffers if b.first <= t <= b.last) for t in events), default=0)

@@ -12,6 +12,14 @@ from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.target import Artifact, Executable
 
 
+def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
+    """An uninitialised byte array of ``nbytes`` bytes whose first byte is at an ``alignment``-byte address
+    (buffers a kernel reads with aligned vector loads: packed weights, a workspace)."""
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
 class Kernel:
     """A loaded artifact callable with numpy arrays.
 

@@ -27,6 +27,7 @@ from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.plan_workspace import PlanWorkspace
 from pbsdk.core.pipeline import Stage, StageContext
+from pbsdk.core.runtime.kernel import aligned_empty
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
 from pbsdk.targets.cpu import llvm_worker, split_llvm
@@ -483,18 +484,11 @@ class EntryCall:
         try:
             ws = self._free.pop()  # list.pop and append are atomic: no two calls get one workspace
         except IndexError:
-            ws = aligned_bytes(self._workspace)
+            ws = aligned_empty(self._workspace)
         try:
             self._fn(*args, ws.ctypes.data)
         finally:
             self._free.append(ws)
-
-
-def aligned_bytes(n: int, alignment: int = 64) -> np.ndarray:
-    """An uninitialised byte array of ``n`` bytes whose address is a multiple of ``alignment``."""
-    raw = np.empty(n + alignment, np.uint8)
-    start = -raw.ctypes.data % alignment
-    return raw[start:start + n]
 
 
 class CpuExecutable(Executable):

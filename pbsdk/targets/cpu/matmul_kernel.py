@@ -42,6 +42,7 @@ from mlir.dialects import arith, func, math, memref, scf, vector
 from pbsdk.core.ir.builder import Indices, call_parts, reassociation
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.core.plan.window import ConvGeometry
+from pbsdk.core.runtime.kernel import aligned_empty
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +73,7 @@ def pack_b_panels(b: np.ndarray, nr: int, *, alignment: int = 64) -> np.ndarray:
     aligned vector loads)."""
     k, n = b.shape
     shape = packed_b_shape(k, n, nr)
-    raw = np.empty(int(np.prod(shape)) * b.dtype.itemsize + alignment, np.uint8)
-    skip = -raw.ctypes.data % alignment
-    out = raw[skip:skip + int(np.prod(shape)) * b.dtype.itemsize].view(b.dtype).reshape(shape)
+    out = aligned_empty(int(np.prod(shape)) * b.dtype.itemsize, alignment).view(b.dtype).reshape(shape)
     full = n // nr
     out[:full] = b[:, :full * nr].reshape(k, full, nr).transpose(1, 0, 2)
     if full < shape[0]:
@@ -404,7 +403,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         rows = _window_rows(window, x, m0, m1, M) if window is not None else None
         A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(window.x_type.shape))], t), A,
                                          reassociation([[0, 1, 2, 3]])).result if window is not None else None)
-        last_row = x.sub(m1, c(1)) if window is not None else None
+        last_row = x.sub(m1, c(1))  # rows past the part are clamped to it where a tile reads a whole mr rows
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None
         # The last k block's sums C + acc, one micro-tile, before the epilogue (see `update`).
         Tp = memref.alloc(ir.MemRefType.get([mr, nr], t), [], [], alignment=64) if epilogue is not None else None
@@ -504,31 +503,28 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     outs += [vector.fma(ab, bvs[v], accs[i * nv + v]) for v in range(nv)]
                 return outs
 
+            # The tile's rows, those past the part clamped to its last: what C's prefetch and A in place read.
+            tile_rows = ([x.min(x.add(x.add(ic, ir_), c(i)), last_row) for i in range(mr)]
+                         if blk.prefetch_c or (window is None and Ap is None) else [])
             if blk.prefetch_c:
-                # C's lines for the update after the k loop (rows past the part are clamped to its last)
-                top = x.sub(m1, c(1))
-                for i in range(mr):
-                    r = x.min(x.add(x.add(ic, ir_), c(i)), top)
+                # C's lines for the update after the k loop
+                for r in tile_rows:
                     for v in range(nv):
                         col = x.min(x.add(x.add(jc, jr), c(v * L)), x.sub(n1, c(1)))
                         memref.prefetch(C, [*lead, r, col], True, 3, True)
             if window is not None:
-                assert rows is not None and last_row is not None
+                assert rows is not None
                 res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
                                      lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(mr)],
                                                                 b_vectors(k), accs))
             else:
-                if Ap is None:  # A in place: its rows, those past the part clamped to its last
-                    top = x.sub(m1, c(1))
-                    arows = [x.min(x.add(x.add(ic, ir_), c(i)), top) for i in range(mr)]
-                else:
-                    apanel = x.divu(ir_, c(mr))
+                apanel = x.divu(ir_, c(mr)) if Ap is not None else None
                 loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
                 with ir.InsertionPoint(loop.body):
                     k = loop.induction_variable
-                    if Ap is None:
+                    if Ap is None:  # A in place
                         ka = x.add(pc, k)
-                        avals = [memref.load(A, [*lead, r, ka]) for r in arows]
+                        avals = [memref.load(A, [*lead, r, ka]) for r in tile_rows]
                     else:
                         avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
                     scf.YieldOp(fmas(avals, b_vectors(k), list(loop.inner_iter_args)))

@@ -27,6 +27,7 @@ from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
 from pbsdk.core.plan.chip_time import ModelledTime, modelled_time
+from pbsdk.core.plan.workspace import first_fit
 from pbsdk.core.spec import ChipSpec, MemoryLevel
 from pbsdk.core.target import Artifact, Executable
 from pbsdk.targets.template import hooks as default_hooks
@@ -252,13 +253,7 @@ def _scratchpad_offsets(module: ir.Module) -> dict[ir.Operation, int]:
         if op.name == "memref.alloc" and _space(ir.MemRefType(op.result.type)):
             t = ir.MemRefType(op.result.type)
             align, size, ranges = _alignment(op), _size(t), live.setdefault(_space(t), {})
-            offset = 0
-            for start, end in sorted(ranges.values()):
-                offset = -(-offset // align) * align
-                if offset + size <= start:
-                    break
-                offset = max(offset, end)
-            offset = -(-offset // align) * align
+            offset = first_fit(sorted(ranges.values()), size, align)
             ranges[op] = (offset, offset + size)
             offsets[op] = offset
         elif op.name == "memref.dealloc":
