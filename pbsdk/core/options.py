@@ -83,6 +83,10 @@ class Options:
     channels_last: bool = True
     #: Run row-local chains (softmax, layernorm, ...) row by row (cpu).
     fuse_rows: bool = True
+    #: Give ``fuse-rows`` rows to split where leading dimensions are 1 (batch 1) and strided copies (cpu).
+    expose_rows: bool = True
+    #: Fill a padded buffer only around the box a later op overwrites (cpu).
+    fill_borders: bool = True
     #: Place the entry's temporaries in one workspace planned at compile time, which the executable
     #: allocates once, instead of allocating them on every call (cpu).
     workspace: bool = True

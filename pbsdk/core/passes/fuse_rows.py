@@ -48,14 +48,17 @@ def _first_dim_maps(op: ir.Operation) -> list[ir.AffineMap] | None:
     return []  # fill / map / copy: every memref operand is indexed by the identity
 
 
-def _row_operands(op: ir.Operation, rows: int) -> tuple[list[int], list[int]] | None:
-    """(operand indices indexed by the row, the others), or None if ``op`` is not row-local."""
+def _row_operands(op: ir.Operation, rows: int) -> tuple[dict[int, int], list[int]] | None:
+    """({operand index: the dimension indexed by the row} for the operands a row reads or writes one slice
+    of, [the others]), or None if ``op`` is not row-local. Outputs are sliced along their first dimension;
+    an input may be sliced along another (a transpose reads row ``r`` of its result from column ``r``)."""
     maps = _first_dim_maps(op)
     if maps is None:
         return None
     operands = list(op.operands)
     n_out = 1 if op.name != "linalg.generic" else len(operands) - _num_inputs(op)
-    row_idx, other = [], []
+    row_idx: dict[int, int] = {}
+    other: list[int] = []
     memref_pos = [i for i, v in enumerate(operands) if isinstance(v.type, ir.MemRefType)]
     for i in memref_pos:
         t = ir.MemRefType(operands[i].type)
@@ -63,8 +66,9 @@ def _row_operands(op: ir.Operation, rows: int) -> tuple[list[int], list[int]] | 
         if op.name == "linalg.generic":
             results = [str(r) for r in maps[i].results]
             uses_d0 = [bool(_D0.search(r)) for r in results]
-            if results and results[0] == "d0" and not any(uses_d0[1:]) and t.rank and t.shape[0] == rows:
-                row_idx.append(i)
+            at = [p for p, r in enumerate(results) if r == "d0"]
+            if len(at) == 1 and sum(uses_d0) == 1 and t.shape[at[0]] == rows and (at[0] == 0 or not is_output):
+                row_idx[i] = at[0]
             elif is_output or any(uses_d0):
                 return None
             else:
@@ -72,7 +76,7 @@ def _row_operands(op: ir.Operation, rows: int) -> tuple[list[int], list[int]] | 
         else:
             if not t.rank or t.shape[0] != rows:
                 return None
-            row_idx.append(i)
+            row_idx[i] = 0
     if not any(i >= len(operands) - n_out for i in row_idx):
         return None
     return row_idx, other
@@ -95,12 +99,14 @@ def _num_inputs(op: ir.Operation) -> int:
     return int(ir.DenseI32ArrayAttr(seg)[0])
 
 
-def _row_view_type(t: ir.MemRefType) -> tuple[str, list[int]]:
-    """The type of a one-row subview ``[r, 0, ...][1, d1, ...][1, ...]`` of ``t`` (dynamic offset)."""
+def _row_view_type(t: ir.MemRefType, dim: int) -> tuple[ir.MemRefType, list[int]]:
+    """The type of a one-row subview of ``t`` along ``dim`` (``[.., r, ..][.., 1, ..]``, dynamic offset),
+    and its shape."""
     strides, _ = t.get_strides_and_offset()
-    shape = [1] + list(t.shape[1:])
-    layout = f"strided<[{', '.join(map(str, strides))}], offset: ?>"
-    return f"memref<{'x'.join(map(str, shape))}x{t.element_type}, {layout}>", shape
+    shape = list(t.shape)
+    shape[dim] = 1
+    layout = ir.StridedLayoutAttr.get(ir.ShapedType.get_dynamic_stride_or_offset(), list(strides))
+    return ir.MemRefType.get(shape, t.element_type, layout=layout, memory_space=t.memory_space), shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,12 +135,14 @@ class FuseRows:
         rows = None
         written: list[ir.Value] = []
         others: list[ir.Value] = []
+        sliced: list[ir.Value] = []
+        dims: list[int] = []
 
         def flush() -> None:
-            nonlocal cur, rows, written, others
+            nonlocal cur, rows, written, others, sliced, dims
             if cur:
                 runs.append(cur)
-            cur, rows, written, others = [], None, [], []
+            cur, rows, written, others, sliced, dims = [], None, [], [], [], []
 
         for o in list(block.operations):
             op = o.operation
@@ -160,21 +168,29 @@ class FuseRows:
                     continue
             row_idx, other = split
             ops_vals = list(op.operands)
-            outs = [ops_vals[i] for i in row_idx if i >= len(ops_vals) - (1 if op.name != "linalg.generic" else
-                                                                          len(ops_vals) - _num_inputs(op))]
+            n_out = 1 if op.name != "linalg.generic" else len(ops_vals) - _num_inputs(op)
+            outs = [ops_vals[i] for i in row_idx if i >= len(ops_vals) - n_out]
+            # Read whole, or across rows: an input sliced along another dimension reads every row's writes.
+            reads = [ops_vals[i] for i in other] + [ops_vals[i] for i, d in row_idx.items() if d != 0]
             # A whole-buffer operand must not be written in the run, and a row operand must not be read whole
-            # (compared by the buffer under any views: a reshape of a written buffer is that buffer).
-            if any(any(_root(ops_vals[i]) == _root(w) for w in written) for i in other) or \
-               any(any(_root(v) == _root(x) for x in others) for v in outs):
+            # (compared by the buffer under any views: a reshape of a written buffer is that buffer); one
+            # buffer is sliced along one dimension in the whole run.
+            if any(any(_root(v) == _root(w) for w in written) for v in reads) or \
+               any(any(_root(v) == _root(x) for x in others) for v in outs) or \
+               any(any(ops_vals[i] == b and dims[k] != d for k, b in enumerate(sliced)) for i, d in row_idx.items()):
                 flush()
                 split = _row_operands(op, r)
                 if split is None:
                     continue
                 row_idx, other = split
+                reads = [ops_vals[i] for i in other] + [ops_vals[i] for i, d in row_idx.items() if d != 0]
             rows = r
             cur.append(op)
             written += outs
-            others += [ops_vals[i] for i in other]
+            others += reads
+            for i, d in row_idx.items():
+                sliced.append(ops_vals[i])
+                dims.append(d)
         flush()
         return runs
 
@@ -187,12 +203,12 @@ class FuseRows:
                     buffers.append(v)
         rows = ir.MemRefType(_memrefs(run[0])[-1].type).shape[0]
         threads = _threads_for(run, cores, threads_opt)
-        row_bufs = set()
+        row_bufs: dict[int, int] = {}  # buffer -> the dimension its rows are sliced along
         for op in run:
             split = _row_operands(op, rows)
             assert split is not None
-            for i in split[0]:
-                row_bufs.add(next(j for j, b in enumerate(buffers) if b == op.operands[i]))
+            for i, d in split[0].items():
+                row_bufs[next(j for j, b in enumerate(buffers) if b == op.operands[i])] = d
         ctxt = module.context
         with ctxt, run[0].location:
             types = [b.type for b in buffers] + [ir.IndexType.get()]
@@ -218,11 +234,12 @@ class FuseRows:
                         arg = entry.arguments[j]
                         if j in row_bufs:
                             mt = ir.MemRefType(b.type)
-                            vt, shape = _row_view_type(mt)
+                            dim = row_bufs[j]
+                            vt, shape = _row_view_type(mt, dim)
+                            offsets = [0] * mt.rank
+                            offsets[dim] = ir.ShapedType.get_dynamic_stride_or_offset()
                             views[j] = memref.SubViewOp(
-                                ir.Type.parse(vt), arg, [r], [], [],
-                                ir.DenseI64ArrayAttr.get([ir.ShapedType.get_dynamic_stride_or_offset()] +
-                                                         [0] * (mt.rank - 1)),
+                                vt, arg, [r], [], [], ir.DenseI64ArrayAttr.get(offsets),
                                 ir.DenseI64ArrayAttr.get(shape),
                                 ir.DenseI64ArrayAttr.get([1] * mt.rank)).result
                         else:

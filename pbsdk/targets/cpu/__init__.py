@@ -23,6 +23,8 @@ from pbsdk.core.options import Options
 from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
+from pbsdk.core.passes.expose_rows import ExposeRows
+from pbsdk.core.passes.fill_borders import FillBorders
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.plan_workspace import PlanWorkspace
@@ -553,6 +555,10 @@ class CpuTarget(Target):
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("depthwise", fn=DepthwiseKernels().apply,
                   description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),
+            Stage("fill-borders", fn=FillBorders().apply,
+                  description="a fill that a later op overwrites in a box (a padded input) fills only the frame"),
+            Stage("expose-rows", fn=ExposeRows().apply,
+                  description="leading unit dimensions dropped and strided copies as linalg.copy, for fuse-rows"),
             Stage("fuse-rows", fn=FuseRows().apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("collapse-loops", fn=CollapseLoops().apply,
