@@ -98,3 +98,43 @@ func.func @transposed(%in: memref<64x64xf32>, %tmp: memref<64x64xf32>, %out: mem
   }
   return
 }
+
+// -----
+
+// A transpose alone, big enough to split: row r of the result reads column r of the input, so the input is
+// sliced along its second dimension ([0, r] [256, 1]) and the output along its first.
+// CHECK-LABEL: func.func @transpose_split(
+// CHECK:         scf.forall (%[[T:.*]]) in (2) {
+// CHECK-NEXT:      func.call @__pbsdk_rows0_part(%{{.*}}, %{{.*}}, %[[T]])
+// CHECK-LABEL: func.func @__pbsdk_rows0_part(
+// CHECK-SAME:      %[[I:.*]]: memref<256x512xf32>, %[[O:.*]]: memref<512x256xf32>, %{{.*}}: index)
+// CHECK:         scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK-NEXT:      %[[IR:.*]] = memref.subview %[[I]][0, %[[R]]] [256, 1] [1, 1] : memref<256x512xf32> to memref<256x1xf32, strided<[512, 1], offset: ?>>
+// CHECK-NEXT:      %[[OR:.*]] = memref.subview %[[O]][%[[R]], 0] [1, 256] [1, 1] : memref<512x256xf32> to memref<1x256xf32, strided<[256, 1], offset: ?>>
+// CHECK:           linalg.generic {{.*}} ins(%[[IR]] : {{.*}}) outs(%[[OR]] :
+#id3 = affine_map<(d0, d1) -> (d0, d1)>
+#tr3 = affine_map<(d0, d1) -> (d1, d0)>
+func.func @transpose_split(%in: memref<256x512xf32>, %out: memref<512x256xf32>) {
+  linalg.generic {indexing_maps = [#tr3, #id3], iterator_types = ["parallel", "parallel"]}
+      ins(%in : memref<256x512xf32>) outs(%out : memref<512x256xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  }
+  return
+}
+
+// -----
+
+// An output written transposed is not a row of the result: not split.
+// CHECK-LABEL: func.func @transposed_output(
+// CHECK-NOT:     __pbsdk_rows
+#id4 = affine_map<(d0, d1) -> (d0, d1)>
+#tr4 = affine_map<(d0, d1) -> (d1, d0)>
+func.func @transposed_output(%in: memref<512x512xf32>, %out: memref<512x512xf32>) {
+  linalg.generic {indexing_maps = [#id4, #tr4], iterator_types = ["parallel", "parallel"]}
+      ins(%in : memref<512x512xf32>) outs(%out : memref<512x512xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    linalg.yield %a : f32
+  }
+  return
+}

@@ -6,13 +6,16 @@ padded buffer, a fill — so each ran on one core while the kernels around it ra
 strided view (the interior of a padded buffer) stays a ``memref.copy`` until the lowering, which
 ``fuse-rows`` does not touch. In the entry functions (not pbsdk's kernels), this pass
 
-- runs upstream ``linalg-fold-unit-extent-dims`` on the ``linalg.generic`` ops, which drops their unit
-  loops and views their operands without the unit dimensions;
+- drops a ``linalg.generic``'s first loop while its extent is 1 (and another loop is left): every operand
+  indexed by it is viewed without that (unit) dimension, the indexing maps lose it (`drop_first_loop`);
 - rebuilds ``linalg.copy``, ``linalg.fill``, ``linalg.map`` (without ``linalg.index``) and ``memref.copy``
   on views whose leading unit dimensions are collapsed into the next one (`leading_units`); and
-- turns every ``memref.copy`` that is not a plain memcpy (a strided side) into ``linalg.copy``.
+- turns every ``memref.copy`` that is not a plain memcpy (a strided side) into ``linalg.copy``, and every
+  ``linalg.transpose`` into the ``linalg.generic`` it stands for (then without its unit loops).
 
-The ops compute the same values on the same buffers; only their shapes change.
+The ops compute the same values on the same buffers; only their shapes change. (Upstream
+``linalg-fold-unit-extent-dims`` does the first for generics, but views a strided operand whose remaining
+dimensions are contiguous with an identity layout, which ``memref.collapse_shape`` refuses.)
 """
 
 from __future__ import annotations
@@ -21,12 +24,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from mlir import ir, passmanager
+import re
+
+from mlir import ir
 from mlir.dialects import linalg, memref
 
-from pbsdk.core.ir.builder import reassociation
+from pbsdk.core.ir.builder import buffer_generic, reassociation
 from pbsdk.core.passes import identity_layout, ops_named
-from pbsdk.core.passes.collapse_loops import _collapsed_type
 
 _REBUILT = ("memref.copy", "linalg.copy", "linalg.fill", "linalg.map")
 
@@ -42,10 +46,103 @@ def leading_units(shapes: Sequence[Sequence[int]]) -> int:
     return k
 
 
-def _collapse(v: ir.Value, k: int) -> ir.Value:
+_D0 = re.compile(r"\bd0\b")
+
+
+def collapsed_layout(shape: Sequence[int], strides: Sequence[int],
+                     groups: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """(sizes, strides) of a view collapsing ``groups`` of dimensions, as ``memref.collapse_shape`` infers
+    them (pure): a group's stride is its innermost non-unit dimension's, or its first's when all are 1."""
+    sizes, out = [], []
+    for g in groups:
+        n = 1
+        for d in g:
+            n *= shape[d]
+        sizes.append(n)
+        wide = [d for d in g if shape[d] != 1]
+        out.append(strides[wide[-1]] if wide else strides[g[0]])
+    return sizes, out
+
+
+def _collapse_groups(v: ir.Value, groups: list[list[int]]) -> ir.Value:
     t = ir.MemRefType(v.type)
-    groups = [list(range(k + 1))] + [[d] for d in range(k + 1, t.rank)]
-    return memref.CollapseShapeOp(_collapsed_type(t, groups), v, reassociation(groups)).result
+    if identity_layout(t) and isinstance(t.layout, ir.AffineMapAttr):
+        sizes, _ = collapsed_layout(t.shape, [1] * t.rank, groups)
+        rt = ir.MemRefType.get(sizes, t.element_type, memory_space=t.memory_space)
+    else:
+        strides, offset = t.get_strides_and_offset()
+        sizes, new_strides = collapsed_layout(t.shape, strides, groups)
+        rt = ir.MemRefType.get(sizes, t.element_type, layout=ir.StridedLayoutAttr.get(offset, new_strides),
+                               memory_space=t.memory_space)
+    return memref.CollapseShapeOp(rt, v, reassociation(groups)).result
+
+
+def _collapse(v: ir.Value, k: int) -> ir.Value:
+    rank = ir.MemRefType(v.type).rank
+    return _collapse_groups(v, [list(range(k + 1))] + [[d] for d in range(k + 1, rank)])
+
+
+def drop_first_loop(op: ir.Operation) -> ir.Operation | None:
+    """Rebuild the ``linalg.generic`` ``op`` without its first loop when that loop's extent is 1 (known from
+    an operand indexed by ``d0`` alone), another loop is left, and every operand uses ``d0`` only as a whole
+    index of a dimension: the new op (``op`` is erased), or None where it does not apply."""
+    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    if len(its) < 2 or any(inner.operation.name == "linalg.index" for inner in op.regions[0].blocks[0].operations):
+        return None
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    at: list[int | None] = []
+    for v, m in zip(op.operands, maps):
+        results = [str(r) for r in m.results]
+        bare = [p for p, r in enumerate(results) if r == "d0"]
+        if sum(bool(_D0.search(r)) for r in results) != len(bare) or len(bare) > 1:
+            return None
+        if bare:
+            t = v.type
+            if not isinstance(t, ir.MemRefType) or not ir.MemRefType(t).has_static_shape:
+                return None
+            if ir.MemRefType(t).shape[bare[0]] != 1 or ir.MemRefType(t).rank < 2:
+                return None
+        at.append(bare[0] if bare else None)
+    if all(p is None for p in at):
+        return None
+    n = len(its)
+    shift = ir.AffineMap.get(n - 1, 0, [ir.AffineConstantExpr.get(0)] +
+                             [ir.AffineDimExpr.get(k) for k in range(n - 1)])
+    new_maps: list[ir.Attribute] = []
+    views: list[ir.Value] = []
+    with ir.InsertionPoint(op), op.location:
+        for v, m, p in zip(op.operands, maps, at):
+            results = [r.compose(shift) for q, r in enumerate(m.results) if q != p]
+            new_maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(n - 1, 0, results)))
+            if p is None:
+                views.append(v)
+                continue
+            rank = ir.MemRefType(v.type).rank
+            merged = [p, p + 1] if p + 1 < rank else [p - 1, p]
+            groups = [[d] for d in range(merged[0])] + [merged] + [[d] for d in range(merged[1] + 1, rank)]
+            views.append(_collapse_groups(v, groups))
+        clone = op.clone()
+    for i, v in enumerate(views):
+        clone.operands[i] = v
+    clone.attributes["indexing_maps"] = ir.ArrayAttr.get(new_maps)
+    kinds = ["parallel" if "parallel" in i else "reduction" for i in its[1:]]
+    clone.attributes["iterator_types"] = ir.AttrBuilder.get("IteratorTypeArrayAttr")(kinds, clone.context)
+    op.erase()
+    return clone
+
+
+def transpose_as_generic(op: ir.Operation) -> ir.Operation:
+    """The ``linalg.generic`` a ``linalg.transpose`` on buffers stands for (result dimension ``i`` is input
+    dimension ``permutation[i]``), replacing it."""
+    perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
+    n = len(perm)
+    in_map = ir.AffineMap.get(n, 0, [ir.AffineDimExpr.get(perm.index(q)) for q in range(n)])
+    with ir.InsertionPoint(op), op.location:
+        new = buffer_generic([(op.operands[0], ir.AffineMapAttr.get(in_map))],
+                             [(op.operands[1], ir.AffineMapAttr.get(ir.AffineMap.get_identity(n)))],
+                             ["parallel"] * n, lambda args: [args[0]])
+    op.erase()
+    return new.operation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,15 +152,20 @@ class ExposeRows:
     def apply(self, module: ir.Module, ctx: Any = None) -> None:
         if ctx is not None and not (ctx.options.expose_rows and ctx.options.fuse_rows):
             return
-        fold = passmanager.PassManager.parse("func.func(linalg-fold-unit-extent-dims)", module.context)
         for fn in ops_named(module, "func.func"):
             if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):
                 continue
-            fold.run(fn)
             with module.context, ir.Location.unknown():
                 for o in list(fn.regions[0].blocks[0].operations):
-                    if o.operation.name in _REBUILT:
-                        self._rebuild(o.operation)
+                    op = o.operation
+                    if op.name in _REBUILT:
+                        self._rebuild(op)
+                        continue
+                    if op.name == "linalg.transpose":
+                        op = transpose_as_generic(op)
+                    if op.name == "linalg.generic":
+                        while (rebuilt := drop_first_loop(op)) is not None:
+                            op = rebuilt
 
     @staticmethod
     def _rebuild(op: ir.Operation) -> None:

@@ -126,9 +126,10 @@ class FillBorders:
     def apply(self, module: ir.Module, ctx: Any = None) -> None:
         if ctx is not None and not ctx.options.fill_borders:
             return
-        for name in ("linalg.fill", "linalg.map"):
-            for op in ops_named(module, name):
-                self._shrink(op)
+        with module.context:
+            for name in ("linalg.fill", "linalg.map"):
+                for op in ops_named(module, name):
+                    self._shrink(op)
 
     @staticmethod
     def _shrink(fill: ir.Operation) -> None:
@@ -174,7 +175,8 @@ class FillBorders:
             return  # inside a loop or a region: not known to run
         if any(u != writer or v != written for u, v in first):
             return
-        if writer.name not in _OVERWRITES or _overwritten(writer) != written:
+        target = _overwritten(writer) if writer.name in _OVERWRITES else None
+        if target is None or target != written:
             return
         if sum(1 for operand in writer.operands if operand == written) != 1:
             return  # reads the box too
