@@ -21,10 +21,9 @@ dimensions are contiguous with an identity layout, which ``memref.collapse_shape
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import Any
-
-import re
 
 from mlir import ir
 from mlir.dialects import linalg, memref
