@@ -3,6 +3,8 @@
 // linalg.copy, so that fuse-rows finds rows to split over the cores.
 // RUN: %pbsdk opt %s --split-input-file -p expose-rows | filecheck %s
 // RUN: %pbsdk opt %s --split-input-file -p expose-rows --options expose_rows=false | filecheck %s --check-prefix=OFF
+// On one thread there is nothing to split: the pass leaves the IR alone.
+// RUN: %pbsdk opt %s --split-input-file -p expose-rows --options threads=1 | filecheck %s --check-prefix=OFF
 
 // The copy of an image into its padded buffer: a linalg.copy of 4 rows; the fill of the padded buffer: 6.
 // CHECK-LABEL: func.func @pad(

@@ -13,6 +13,8 @@ strided view (the interior of a padded buffer) stays a ``memref.copy`` until the
 - turns every ``memref.copy`` that is not a plain memcpy (a strided side) into ``linalg.copy``, and every
   ``linalg.transpose`` into the ``linalg.generic`` it stands for (then without its unit loops).
 
+On one thread (the ``threads`` option, or a spec with one core) the pass does nothing: there is nothing to
+split, and the runs ``fuse-rows`` then forms of these ops ran 1-3 % slower on mobilenet_v3_small at batch 1.
 The ops compute the same values on the same buffers; only their shapes change. (Upstream
 ``linalg-fold-unit-extent-dims`` does the first for generics, but views a strided operand whose remaining
 dimensions are contiguous with an identity layout, which ``memref.collapse_shape`` refuses.)
@@ -149,8 +151,10 @@ class ExposeRows:
     name = "expose-rows"
 
     def apply(self, module: ir.Module, ctx: Any = None) -> None:
-        if ctx is not None and not (ctx.options.expose_rows and ctx.options.fuse_rows):
-            return
+        if ctx is not None:
+            threads = ctx.options.threads or ctx.spec.compute[0].count
+            if not (ctx.options.expose_rows and ctx.options.fuse_rows) or threads < 2:
+                return  # nothing to split on one core (and fuse-rows' runs of these ops gain nothing there)
         for fn in ops_named(module, "func.func"):
             if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):
                 continue
