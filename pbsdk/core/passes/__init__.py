@@ -31,6 +31,22 @@ def identity_layout(t: ir.Type) -> bool:
     return offset == 0 and list(strides) == list(reversed(expected))
 
 
+def contiguous(t: ir.Type) -> bool:
+    """A static-shaped buffer whose elements are one run in row-major order, at any (even dynamic) offset —
+    a one-row view of a padded image — which upstream's ``memref.copy`` lowering copies with one memcpy: the
+    inner dimensions have row-major strides and every dimension outside them has size 1."""
+    if not isinstance(t, ir.MemRefType) or not t.has_static_shape:
+        return False
+    strides, _ = t.get_strides_and_offset()
+    running, d = 1, t.rank - 1
+    while d >= 0 and strides[d] == running:
+        running *= t.shape[d]
+        d -= 1
+    while d >= 0 and t.shape[d] == 1:
+        d -= 1
+    return d < 0
+
+
 def defining_op(v: ir.Value) -> ir.Operation | None:
     """The op whose result ``v`` is, or None for a block argument."""
     owner = v.owner
