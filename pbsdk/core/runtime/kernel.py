@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +20,58 @@ def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
     raw = np.empty(nbytes + alignment, np.uint8)
     start = -raw.ctypes.data % alignment
     return raw[start:start + nbytes]
+
+
+def _free_refs() -> int:
+    """What ``sys.getrefcount`` says of an array that only `OutputPool`'s list holds, seen from its loop."""
+    held = [np.empty(1)]
+    for a in held:
+        return sys.getrefcount(a)
+    raise AssertionError
+
+
+class OutputPool:
+    """Output buffers for the calls of one kernel, taken back once nobody refers to them any more.
+
+    Per output of at least ``min_bytes``, up to ``keep`` arrays handed out before are held; `take` gives
+    one whose only remaining reference is this pool's (the caller dropped it, and every view of it: a
+    numpy view, or a torch tensor made with ``torch.from_numpy``, keeps the array referenced). Otherwise a
+    fresh array, held if there is room. So a loop that drops each result before the next call (or holds
+    the previous one while computing the next: ``keep = 2``) reuses two buffers instead of mapping and
+    faulting in fresh memory on every call; a caller that keeps every result gets fresh ones, as before.
+    Smaller outputs are always fresh (malloc serves them without faults). Thread-safe: an array is
+    marked taken (referenced) before the lock is released."""
+
+    KEEP = 2
+    MIN_BYTES = 1 << 20
+    _FREE = _free_refs()
+
+    def __init__(self, outputs: Sequence[tuple[tuple[int, ...], np.dtype]], *, keep: int = KEEP,
+                 min_bytes: int = MIN_BYTES) -> None:
+        self._outputs = [(tuple(int(d) for d in shape), np.dtype(dtype),
+                          int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize >= min_bytes)
+                         for shape, dtype in outputs]
+        self._keep = keep
+        self._held: list[list[np.ndarray]] = [[] for _ in outputs]
+        self._lock = threading.Lock()
+
+    def take(self) -> list[np.ndarray]:
+        outs: list[np.ndarray] = []
+        with self._lock:
+            for (shape, dtype, pooled), held in zip(self._outputs, self._held):
+                if pooled:
+                    for a in held:
+                        if sys.getrefcount(a) <= self._FREE:
+                            outs.append(a)
+                            break
+                    else:
+                        a = np.empty(shape, dtype)
+                        if len(held) < self._keep:
+                            held.append(a)
+                        outs.append(a)
+                else:
+                    outs.append(np.empty(shape, dtype))
+        return outs
 
 
 class Kernel:

@@ -43,7 +43,7 @@ from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import PbsdkError
 from pbsdk.core.ir.emit import emit_program
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
-from pbsdk.core.runtime.kernel import Kernel
+from pbsdk.core.runtime.kernel import Kernel, OutputPool
 from pbsdk.frontends.torch.convert import (
     LAYOUT_OPS,
     Context,
@@ -182,10 +182,13 @@ class CompiledPartition(torch.nn.Module):
         """Build ``self._fast``: the per-call path on the tensors' own memory, one Python frame.
 
         It checks, in order, that the frozen parameters are the same unmodified tensors, and that every
-        kernel input is a contiguous CPU tensor of exactly the kernel's shape and dtype. Then it allocates
-        fresh numpy-backed outputs and calls the executable's raw entry on the data pointers. It returns
+        kernel input is a contiguous CPU tensor of exactly the kernel's shape and dtype. Then it takes
+        numpy-backed outputs (fresh, or recycled once dropped: `OutputPool`) and calls the executable's raw
+        entry on the data pointers. It returns
         None when any check fails (or the executable has no raw entry); `_general` then takes the call,
         and recompiles if a frozen parameter changed."""
+        # Outputs are recycled once the caller has dropped them (and every view): `OutputPool`.
+        self._outputs = OutputPool([(s, np.dtype(DTYPE_TO_NUMPY[dt])) for s, dt in self.kernel.artifact.outputs])
         run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
         if run_pointers is None:
             self._fast: Any = None
@@ -193,11 +196,11 @@ class CompiledPartition(torch.nn.Module):
         checks = self._checks
         expect = tuple((i, tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]))
                        for i, (s, dt) in zip(self._inputs, self.kernel.artifact.inputs))
-        allocs = tuple((tuple(int(d) for d in s), np.dtype(DTYPE_TO_NUMPY[dt]), want)
-                       for (s, dt), want in zip(self.kernel.artifact.outputs, self._out_dtypes))
-        converts = any(want is not getattr(torch, str(npdt)) for _, npdt, want in allocs)
+        wants = self._out_dtypes
+        converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
+                       for (_, dt), want in zip(self.kernel.artifact.outputs, wants))
         single = self._single
-        tensor, from_numpy, empty = torch.Tensor, numpy_to_torch, np.empty
+        tensor, from_numpy, take = torch.Tensor, numpy_to_torch, self._outputs.take
 
         def fast(args: Sequence[Any]) -> Any:
             for i, t, version in checks:
@@ -211,13 +214,13 @@ class CompiledPartition(torch.nn.Module):
                     return None
                 pointers.append(t.data_ptr())
             outs = []
-            for shape, npdt, _ in allocs:
-                o = from_numpy(empty(shape, npdt))
+            for a in take():
+                o = from_numpy(a)
                 outs.append(o)
                 pointers.append(o.data_ptr())
             run_pointers(pointers)
             if converts:
-                outs = [_as_dtype(o, want) for o, (_, _, want) in zip(outs, allocs)]
+                outs = [_as_dtype(o, want) for o, want in zip(outs, wants)]
             return outs[0] if single else tuple(outs)
 
         self._fast = fast
@@ -252,9 +255,9 @@ class CompiledPartition(torch.nn.Module):
             self.kernel, self._inputs = self._compile({})
             self._pointer_path()
             return self.forward(*args)
-        arrays = [_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs]
-        outs = self.kernel(*arrays)
-        outs = [outs] if not isinstance(outs, tuple) else list(outs)
+        arrays = self.kernel.check_args([_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs])
+        outs = self._outputs.take()
+        self.kernel.executable.run(arrays + outs)
         tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
         return tensors[0] if self._single else tuple(tensors)
 
