@@ -81,3 +81,16 @@ func.func @batch2(%x: memref<2x4x8xf32>, %y: memref<2x8x8xf32>) {
   memref.copy %x, %v : memref<2x4x8xf32> to memref<2x4x8xf32, strided<[64, 8, 1]>>
   return
 }
+
+// -----
+
+// A linalg.map at batch 1 on a strided output: rebuilt on views without the unit dimension, body unchanged.
+// CHECK-LABEL: func.func @map(
+// CHECK:         %[[A:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0, 1], [2]] : memref<1x4x8xf32> into memref<4x8xf32>
+// CHECK-NEXT:    %[[B:.*]] = memref.collapse_shape %{{.*}} {{\[}}[0, 1], [2]] : memref<1x4x8xf32, strided<[96, 16, 1], offset: 17>> into memref<4x8xf32, strided<[16, 1], offset: 17>>
+// CHECK-NEXT:    linalg.map { math.exp } ins(%[[A]] : memref<4x8xf32>) outs(%[[B]] : memref<4x8xf32, strided<[16, 1], offset: 17>>)
+func.func @map(%a: memref<1x4x8xf32>, %p: memref<1x6x16xf32>) {
+  %b = memref.subview %p[0, 1, 1] [1, 4, 8] [1, 1, 1] : memref<1x6x16xf32> to memref<1x4x8xf32, strided<[96, 16, 1], offset: 17>>
+  linalg.map { math.exp } ins(%a : memref<1x4x8xf32>) outs(%b : memref<1x4x8xf32, strided<[96, 16, 1], offset: 17>>)
+  return
+}
