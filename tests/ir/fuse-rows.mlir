@@ -138,3 +138,29 @@ func.func @transposed_output(%in: memref<512x512xf32>, %out: memref<512x512xf32>
   }
   return
 }
+
+// -----
+
+// Two runs that are the same but for their buffers (a repeated layer's residual add): one row function.
+// CHECK-LABEL: func.func @repeated(
+// CHECK:         func.call @__pbsdk_rows0_part(
+// CHECK:         func.call @__pbsdk_rows0_part(
+// CHECK-NOT:     func.func @__pbsdk_rows1_part(
+#x5 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @repeated(%a: memref<256x128xf32>, %b: memref<256x128xf32>, %c: memref<256x128xf32>) {
+  linalg.generic {indexing_maps = [#x5, #x5], iterator_types = ["parallel", "parallel"]}
+      ins(%a : memref<256x128xf32>) outs(%b : memref<256x128xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = math.exp %x : f32
+    linalg.yield %0 : f32
+  }
+  func.call @opaque(%b) : (memref<256x128xf32>) -> ()
+  linalg.generic {indexing_maps = [#x5, #x5], iterator_types = ["parallel", "parallel"]}
+      ins(%b : memref<256x128xf32>) outs(%c : memref<256x128xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %0 = math.exp %x : f32
+    linalg.yield %0 : f32
+  }
+  return
+}
+func.func private @opaque(memref<256x128xf32>)

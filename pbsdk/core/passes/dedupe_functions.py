@@ -15,6 +15,7 @@ Run early (small functions print fast), it also saves the stages after it their 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from mlir import ir
@@ -33,15 +34,24 @@ class DedupeFunctions:
             pass
 
 
+def _private_or_attention(op: ir.Operation) -> bool:
+    if len(op.regions[0].blocks) == 0 and not attributes.has(op, attributes.ATTENTION):
+        return False
+    return "sym_visibility" in op.attributes and \
+        ir.StringAttr(op.attributes["sym_visibility"]).value == "private"
+
+
 def _merge_once(module: ir.Module) -> bool:
+    return merge_identical(module, _private_or_attention)
+
+
+def merge_identical(module: ir.Module, select: Callable[[ir.Operation], bool]) -> bool:
+    """Merge the ``func.func`` ops ``select`` picks that print the same with their own names blanked: every
+    use of a duplicate names the first one, and the duplicate is erased. Whether any merged."""
     groups: dict[str, list[tuple[str, ir.Operation]]] = {}
     for op in module.body.operations:
         op = op.operation
-        if op.name != "func.func":
-            continue
-        if len(op.regions[0].blocks) == 0 and not attributes.has(op, attributes.ATTENTION):
-            continue
-        if "sym_visibility" not in op.attributes or ir.StringAttr(op.attributes["sym_visibility"]).value != "private":
+        if op.name != "func.func" or not select(op):
             continue
         name = ir.StringAttr(op.attributes["sym_name"]).value
         text = op.get_asm(assume_verified=True, use_local_scope=True).replace(f"@{name}(", "@(", 1)

@@ -25,6 +25,7 @@ from mlir.dialects import func
 
 from pbsdk.core.ir.builder import call_parts
 from pbsdk.core.passes import defining_op, ops_named
+from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import _captures
 
 _FUSIBLE = ("linalg.generic", "linalg.fill", "linalg.map", "linalg.copy")
@@ -128,6 +129,12 @@ class FuseRows:
                     continue  # one op on one core: nothing to gain
                 self._outline(module, fn, run, f"__pbsdk_rows{count}", cores, threads_opt)
                 count += 1
+        if count:
+            # Repeated layers make the same row function again and again (ResNet-50: each block's
+            # residual add + ReLU): one copy of each, or LLVM optimises every copy (0.2-0.4 s each).
+            with module.context:
+                merge_identical(module, lambda op: ir.StringAttr(op.attributes["sym_name"]).value.startswith(
+                    "__pbsdk_rows") and len(op.regions[0].blocks) > 0)
 
     def _runs(self, block: ir.Block) -> list[list[ir.Operation]]:
         runs: list[list[ir.Operation]] = []
