@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pbsdk.core.passes.expose_rows import collapsed_layout, leading_units
+from pbsdk.core.ir.builder import collapsed_layout
+from pbsdk.core.passes.expose_rows import leading_units
 from pbsdk.core.passes.fill_borders import frame
 
 RNG = np.random.default_rng(3)

@@ -88,6 +88,34 @@ def reassociation(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
 
 
+def collapsed_layout(shape: Sequence[int], strides: Sequence[int],
+                     groups: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """(sizes, strides) of a view collapsing ``groups`` of dimensions, as ``memref.collapse_shape`` infers
+    them (pure): a group's stride is its innermost non-unit dimension's, or its first's when all are 1."""
+    sizes, out = [], []
+    for g in groups:
+        n = 1
+        for d in g:
+            n *= shape[d]
+        sizes.append(n)
+        wide = [d for d in g if shape[d] != 1]
+        out.append(strides[wide[-1]] if wide else strides[g[0]])
+    return sizes, out
+
+
+def collapsed_type(t: ir.MemRefType, groups: Sequence[Sequence[int]]) -> ir.MemRefType:
+    """The result type of ``memref.collapse_shape`` of a static ``t`` by ``groups``: an identity layout
+    stays one, any other becomes the strided layout `collapsed_layout` gives."""
+    rank = len(t.shape)
+    if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(rank):
+        sizes, _ = collapsed_layout(t.shape, [1] * rank, groups)
+        return ir.MemRefType.get(sizes, t.element_type, memory_space=t.memory_space)
+    strides, offset = t.get_strides_and_offset()
+    sizes, new_strides = collapsed_layout(t.shape, strides, groups)
+    return ir.MemRefType.get(sizes, t.element_type, layout=ir.StridedLayoutAttr.get(offset, new_strides),
+                             memory_space=t.memory_space)
+
+
 def call_parts(callee: str, args: Sequence[ir.Value], parts: int) -> None:
     """``@callee(*args, part)`` for every ``part`` in ``range(parts)``, at the insertion point: in an
     ``scf.forall`` when there are several (the parts of a kernel split over the cores, which the cpu

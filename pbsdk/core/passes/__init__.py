@@ -61,6 +61,14 @@ def user_op(use: ir.OpOperand) -> ir.Operation:
     return owner.operation if hasattr(owner, "operation") else owner
 
 
+def ancestor_in(op: ir.Operation, parent: ir.Operation) -> ir.Operation:
+    """The op directly inside ``parent`` that holds ``op`` (``op`` itself when it is directly inside; the
+    outermost op when ``parent`` does not hold it)."""
+    while op.parent is not None and op.parent != parent:
+        op = op.parent
+    return op
+
+
 def match_signature(fn: ir.Operation) -> None:
     """Give ``fn`` (a ``func.func``) its entry block's argument types as its inputs, keeping its results:
     after a rewrite changed the types of block arguments or appended some."""

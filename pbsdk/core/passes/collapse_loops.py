@@ -16,14 +16,13 @@ pure.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from mlir import ir
 from mlir.dialects import memref
 
-from pbsdk.core.ir.builder import reassociation
+from pbsdk.core.ir.builder import collapsed_type, reassociation
 from pbsdk.core.passes import ops_named
 
 #: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant
@@ -84,17 +83,6 @@ def _operand(v: ir.Value, amap: ir.AffineMap) -> Operand | None:
     return tuple(loops), tuple(t.shape), tuple(strides)
 
 
-def _collapsed_type(t: ir.MemRefType, groups: list[list[int]]) -> ir.MemRefType:
-    strides, offset = t.get_strides_and_offset()
-    shape = [math.prod(t.shape[p] for p in g) for g in groups]
-    new_strides = [strides[g[-1]] for g in groups]
-    rank = len(t.shape)
-    if isinstance(t.layout, ir.AffineMapAttr) and t.layout.value == ir.AffineMap.get_identity(rank):
-        return ir.MemRefType.get(shape, t.element_type, memory_space=t.memory_space)
-    layout = ir.StridedLayoutAttr.get(offset, new_strides)
-    return ir.MemRefType.get(shape, t.element_type, layout=layout, memory_space=t.memory_space)
-
-
 @dataclasses.dataclass(frozen=True)
 class CollapseLoops:
     """Rebuild every ``linalg.generic`` on static buffers whose adjacent loops can run as one
@@ -145,7 +133,7 @@ class CollapseLoops:
                 new_maps.append(ir.AffineMapAttr.get(ir.AffineMap.get(len(groups), 0, results)))
                 if isinstance(v.type, ir.MemRefType) and len(reassoc) < len(loops):
                     t = ir.MemRefType(v.type)
-                    views.append(memref.CollapseShapeOp(_collapsed_type(t, reassoc), v, reassociation(reassoc)).result)
+                    views.append(memref.CollapseShapeOp(collapsed_type(t, reassoc), v, reassociation(reassoc)).result)
                 else:
                     views.append(v)
             clone = op.clone()

@@ -30,7 +30,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import linalg, memref
 
-from pbsdk.core.ir.builder import buffer_generic, reassociation
+from pbsdk.core.ir.builder import buffer_generic, collapsed_type, reassociation
 from pbsdk.core.passes import identity_layout, ops_named
 
 _REBUILT = ("memref.copy", "linalg.copy", "linalg.fill", "linalg.map")
@@ -50,32 +50,8 @@ def leading_units(shapes: Sequence[Sequence[int]]) -> int:
 _D0 = re.compile(r"\bd0\b")
 
 
-def collapsed_layout(shape: Sequence[int], strides: Sequence[int],
-                     groups: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
-    """(sizes, strides) of a view collapsing ``groups`` of dimensions, as ``memref.collapse_shape`` infers
-    them (pure): a group's stride is its innermost non-unit dimension's, or its first's when all are 1."""
-    sizes, out = [], []
-    for g in groups:
-        n = 1
-        for d in g:
-            n *= shape[d]
-        sizes.append(n)
-        wide = [d for d in g if shape[d] != 1]
-        out.append(strides[wide[-1]] if wide else strides[g[0]])
-    return sizes, out
-
-
 def _collapse_groups(v: ir.Value, groups: list[list[int]]) -> ir.Value:
-    t = ir.MemRefType(v.type)
-    if identity_layout(t) and isinstance(t.layout, ir.AffineMapAttr):
-        sizes, _ = collapsed_layout(t.shape, [1] * t.rank, groups)
-        rt = ir.MemRefType.get(sizes, t.element_type, memory_space=t.memory_space)
-    else:
-        strides, offset = t.get_strides_and_offset()
-        sizes, new_strides = collapsed_layout(t.shape, strides, groups)
-        rt = ir.MemRefType.get(sizes, t.element_type, layout=ir.StridedLayoutAttr.get(offset, new_strides),
-                               memory_space=t.memory_space)
-    return memref.CollapseShapeOp(rt, v, reassociation(groups)).result
+    return memref.CollapseShapeOp(collapsed_type(ir.MemRefType(v.type), groups), v, reassociation(groups)).result
 
 
 def _collapse(v: ir.Value, k: int) -> ir.Value:
@@ -179,18 +155,15 @@ class ExposeRows:
                                            for inner in op.regions[0].blocks[0].operations):
             return
         k = leading_units([ir.MemRefType(v.type).shape for v in mems])
-        plain = op.name == "memref.copy" and all(identity_layout(v.type) for v in mems)
-        if k == 0 and (op.name != "memref.copy" or plain):
-            return
-        if plain and k:
+        if op.name == "memref.copy" and all(identity_layout(v.type) for v in mems):
             return  # a memcpy stays one (it needs no rows)
+        if k == 0 and op.name != "memref.copy":
+            return
         with ir.InsertionPoint(op), op.location:
             views = {i: _collapse(v, k) if k else v for i, v in enumerate(op.operands)
                      if isinstance(v.type, ir.MemRefType)}
-            if op.name in ("memref.copy", "linalg.copy"):
-                src, dst = (op.operands[0], op.operands[1]) if op.name == "memref.copy" else \
-                    (op.operands[0], op.operands[-1])
-                linalg.copy(views[_index(op, src)], outs=[views[_index(op, dst)]])
+            if op.name in ("memref.copy", "linalg.copy"):  # (source, destination) either way
+                linalg.copy(views[0], outs=[views[1]])
             elif op.name == "linalg.fill":
                 linalg.fill(op.operands[0], outs=[views[1]])
             else:
@@ -199,6 +172,3 @@ class ExposeRows:
                     clone.operands[i] = v
         op.erase()
 
-
-def _index(op: ir.Operation, v: ir.Value) -> int:
-    return next(i for i, o in enumerate(op.operands) if o == v)

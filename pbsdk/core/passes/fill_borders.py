@@ -24,7 +24,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import linalg, memref
 
-from pbsdk.core.passes import defining_op, ops_named, user_op
+from pbsdk.core.passes import ancestor_in, defining_op, ops_named, user_op
 
 #: A box of a buffer: (offsets, sizes), one entry per dimension.
 Box = tuple[tuple[int, ...], tuple[int, ...]]
@@ -113,12 +113,6 @@ def _overwritten(op: ir.Operation) -> ir.Value | None:
     return None
 
 
-def _top(op: ir.Operation, block_parent: ir.Operation) -> ir.Operation:
-    while op.parent is not None and op.parent != block_parent:
-        op = op.parent
-    return op
-
-
 @dataclasses.dataclass(frozen=True)
 class FillBorders:
     name = "fill-borders"
@@ -145,11 +139,9 @@ class FillBorders:
         if offset == dyn or dyn in strides:
             return
         block_owner = fill.parent
-        # The ops of the fill's block, in order.
-        block = next(b for r in block_owner.regions for b in r.blocks
-                     if any(o.operation == fill for o in b.operations))
-        ops = [o.operation for o in block.operations]
-        pos = next(i for i, o in enumerate(ops) if o == fill)
+        ops = [o.operation for o in fill.block.operations]   # the fill's block, in order
+        where_in = {o: i for i, o in enumerate(ops)}
+        pos = where_in[fill]
         # Every non-view user of the buffer (through views), by its op at the block's level.
         users: list[tuple[int, ir.Operation, ir.Value]] = []
         stack = [buf]
@@ -160,8 +152,7 @@ class FillBorders:
                 if user.name in _VIEWS and user.operands[0] == v:
                     stack.append(user.results[0])
                     continue
-                top = _top(user, block_owner)
-                where = next((i for i, o in enumerate(ops) if o == top), None)
+                where = where_in.get(ancestor_in(user, block_owner))
                 if where is None:
                     return  # used outside this block
                 users.append((where, user, v))

@@ -23,7 +23,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import memref
 
-from pbsdk.core.passes import defining_op, identity_layout, ops_named
+from pbsdk.core.passes import ancestor_in, defining_op, identity_layout, ops_named
 
 _RESHAPES = ("memref.expand_shape", "memref.collapse_shape")
 
@@ -65,9 +65,7 @@ class ForwardOutputs:
                 user = use.owner if isinstance(use.owner, ir.Operation) else use.owner.operation
                 if user == copy or (view is not None and user == view):
                     continue
-                top = user
-                while top.parent is not None and top.parent != fn:
-                    top = top.parent
+                top = ancestor_in(user, fn)
                 if any(top == o for o in later):
                     if user.name == "memref.dealloc" and dealloc is None:
                         dealloc = user
