@@ -66,6 +66,10 @@ class Options:
     pack_b: bool | None = None
     #: Pack A of a product with few columns per thread: None lets the planner decide (experiments, tests).
     pack_a: bool | None = None
+    #: Compute a packed matmul transposed, C^T = B^T A^T, so that its rows fill the vector registers
+    #: instead of its columns: None lets the planner decide (few columns, many rows), True/False force it
+    #: where the kernel can (cpu).
+    transpose_gemm: bool | None = None
     #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time (cpu).
     prepack_b: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).

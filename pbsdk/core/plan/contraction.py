@@ -136,6 +136,10 @@ class Blocking:
     #: tiles, so each A element would be used that many times at most — the micro-kernel then broadcasts A
     #: from its rows in place (packing costs a scalar load and store an element, more than it saves there).
     pack_a: bool = True
+    #: Computed transposed, ``C^T = B^T A^T`` (`orientation`): every size above is of that product, whose
+    #: rows are the op's columns; A^T (the given B) is read in place, B^T (the given A) packed through
+    #: register transposes, and C updated a transposed micro-tile at a time.
+    transposed: bool = False
 
     def __post_init__(self) -> None:
         if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
@@ -163,8 +167,73 @@ A_IN_PLACE_PANELS = 2
 MIN_PARALLEL_SECONDS = 10e-6
 
 
+#: A transposing pack (`Blocking.transposed`: B^T from A, L x L blocks through register shuffles) costs
+#: as much as this many vector FMAs per element: Zen 4 (one 512-bit FMA a cycle), 0.37 cycles an element
+#: (A 512 x 2048 f32 in 0.1 ms).
+TRANSPOSE_PACK_FMAS = 0.4
+#: A product is computed transposed when that takes at most this share of the cycles of the given one.
+#: Measured on Zen 4, 1 thread, transposed / given time: 512x49x2048 0.74, 64x49x576 0.83, 512x33x512 0.85,
+#: 2048x49x2048 0.89, 4096x8x4096 0.49 (all transposed by the model); 1024x100x1024 1.01, 1000x10x1000 1.11
+#: (not). Missed (model 0.92-0.94): 1024x24x1024 0.84, 512x196x512 0.84 — the given orientation loses more
+#: than its issue cycles say where it reads A in place from many rows.
+TRANSPOSE_MARGIN = 0.9
+
+
 def _round_down(v: int, multiple: int) -> int:
     return max(multiple, v // multiple * multiple)
+
+
+def issue_cycles(fma_per_cycle: int, loads_per_cycle: int, lanes: int, m: int, n: int, mr: int, nv: int) -> float:
+    """Issue cycles of one k step over an ``m x n`` output in ``mr x nv``-vector register tiles (tiles that
+    overhang the edges cost their full time; see `register_tile`)."""
+    per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle)
+    return -(-m // mr) * -(-n // (nv * lanes)) * per_step
+
+
+@dataclasses.dataclass(frozen=True)
+class Orientation:
+    """`orientation`'s decision, with the figures it compared (issue cycles of one k step; 0 where it
+    compared none)."""
+
+    transposed: bool
+    given_cycles: float = 0.0
+    transposed_cycles: float = 0.0  # the transposed tiles' and the transposing pack's
+    pack_cycles: float = 0.0
+    why: str = ""
+
+
+def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str, Any] | None = None
+                ) -> Orientation:
+    """Whether the vector register tiles compute ``op`` transposed, ``C^T = B^T A^T``, and why.
+
+    Vectors run along the output's columns: ``n`` = 49 fills four 16-lane vectors at 77 %, while its
+    ``m`` = 512 rows would fill them whole. Transposed, the op's rows are the vectors' lanes, at the cost
+    of packing B^T = A through register transposes (`TRANSPOSE_PACK_FMAS` an element, per k step ``m``
+    of them): chosen when the issue cycles of the transposed tiles plus that pack are at most
+    `TRANSPOSE_MARGIN` of the given tiles'. Never for a prepacked B (its packing is free as it is)."""
+    opts = as_options(options)
+    vec = spec.vector
+    if opts.transpose_gemm is False or vec is None or not vec.fma or op.accumulator not in vec.dtypes:
+        return Orientation(False)
+    if op.b_prepacked:
+        return Orientation(False, why="not transposed: B is packed ahead of time in the given orientation")
+    lanes = vec.lanes(op.accumulator)
+    fma, loads = vec.fma_per_cycle, vec.loads_per_cycle
+    mr, nv, _ = register_tile(vec.registers, lanes, fma, loads, op.m, op.n)
+    tmr, tnv, _ = register_tile(vec.registers, lanes, fma, loads, op.n, op.m)
+    given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv)
+    pack = op.m * TRANSPOSE_PACK_FMAS / fma
+    swapped = issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) + pack
+    figures = (f"{given:.0f} issue cycles a k step as given ({mr}x{nv * lanes} tiles), {swapped:.0f} transposed "
+               f"({tmr}x{tnv * lanes} tiles, {pack:.0f} of them packing A^T)")
+    if opts.transpose_gemm:
+        return Orientation(True, given, swapped, pack,
+                           f"computed transposed (C^T = B^T A^T), as option transpose_gemm asks: {figures}")
+    if swapped <= TRANSPOSE_MARGIN * given:
+        return Orientation(True, given, swapped, pack,
+                           f"computed transposed (C^T = B^T A^T): its {op.m} rows fill the vector lanes better "
+                           f"than its {op.n} columns: {figures}")
+    return Orientation(False, given, swapped, pack)
 
 
 def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
@@ -176,11 +245,25 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     ``solo_seconds`` is the roofline estimate of the whole op on one unit of the outermost compute
     level (compute or memory, whichever is larger; default: compute at the unit's peak). Each extra unit
     must get at least `MIN_PARALLEL_SECONDS` of it: a matrix-vector product has little arithmetic but
-    streams its whole matrix, and split over the cores each core streams (and caches) only its part."""
+    streams its whole matrix, and split over the cores each core streams (and caches) only its part.
+
+    When `orientation` says so, the blocking is that of the transposed product (``Blocking.transposed``)."""
     opts = as_options(options)
     caches = [lv for lv in reversed(spec.memory) if lv.managed == "cache"]  # innermost first
     if unit.kind != "vector-fma" or not caches or spec.vector is None:
         return None, []
+    turn = orientation(spec, op, opts)
+    if turn.transposed:
+        swapped = dataclasses.replace(op, m=op.n, n=op.m)
+        blk, why = _blocking(spec, swapped, compute_tile(spec, swapped, opts)[0], opts, solo_seconds, caches, True)
+        return blk, [turn.why, *why]
+    blk, why = _blocking(spec, op, unit, opts, solo_seconds, caches, False)
+    return blk, ([turn.why] if turn.why else []) + why
+
+
+def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options, solo_seconds: float | None,
+              caches: list[MemoryLevel], transposed: bool) -> tuple[Blocking, list[str]]:
+    assert spec.vector is not None
     lanes = spec.vector.lanes(op.accumulator)
     mr, nv = unit.m, unit.n // lanes
     nr = unit.n
@@ -243,17 +326,21 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
     nc = min(nc, _round_up(n_part, nr))
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
-    why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
-    pack_b = opts.pack_b if opts.pack_b is not None else m_part > mr
+    if not transposed:
+        why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
+    pack_b = True if transposed else opts.pack_b if opts.pack_b is not None else m_part > mr
+    if transposed:
+        why.append("B^T packed through register transposes, A^T read in place (mr adjacent values a k step), "
+                   "C updated a transposed micro-tile at a time")
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
                    "is used once; the micro-kernel reads B in place")
-    pack_a = opts.pack_a if opts.pack_a is not None else n_part > A_IN_PLACE_PANELS * nr
-    if not pack_a:
+    pack_a = False if transposed else opts.pack_a if opts.pack_a is not None else n_part > A_IN_PLACE_PANELS * nr
+    if not pack_a and not transposed:
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,
-                    pack_a=pack_a), why
+                    prefetch_c=not transposed, pack_a=pack_a, transposed=transposed), why
 
 
 def split_parallel(loops: Sequence[tuple[str, int]], units: int, *, unit: str = "unit"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 from mlir import ir
@@ -47,7 +48,14 @@ from pbsdk.core.runtime.kernel import aligned_empty
 
 @dataclasses.dataclass(frozen=True)
 class MatmulShape:
-    """The contraction ``C[b, m, n] += A[b, m, k] * B[b, k, n]`` on buffers of these memref types."""
+    """The contraction ``C[b, m, n] += A[b, m, k] * B[b, k, n]`` on buffers of these memref types.
+
+    The layouts say how each operand is stored (its last two dimensions, row-major): A as ``[m, k]`` or
+    ``[k, m]`` (``"km"``: read in place, ``mr`` adjacent values per k step), B as ``[k, n]`` or ``[n, k]``
+    (``"nk"``: packed through `transpose` blocks), C as ``[m, n]`` or ``[n, m]`` (``"nm"``: the micro-tile
+    is transposed in registers and updated a stored row at a time, the epilogue in C's stored frame). A
+    product computed transposed, ``C^T = B^T A^T``, is the kernel for (n, m, k) on the given buffers with
+    layouts ``("km", "nk", "nm")``."""
 
     m: int
     n: int
@@ -56,10 +64,20 @@ class MatmulShape:
     a_type: ir.MemRefType
     b_type: ir.MemRefType
     c_type: ir.MemRefType
+    a_layout: Literal["mk", "km"] = "mk"
+    b_layout: Literal["kn", "nk"] = "kn"
+    c_layout: Literal["mn", "nm"] = "mn"
 
     @property
     def dtype(self) -> ir.Type:
         return self.a_type.element_type
+
+    @classmethod
+    def transposed(cls, m: int, n: int, k: int, batch: int, a_type: ir.MemRefType, b_type: ir.MemRefType,
+                   c_type: ir.MemRefType) -> MatmulShape:
+        """``C[m, n] += A[m, k] B[k, n]`` (row-major buffers of these types) computed as
+        ``C^T[n, m] += B^T[n, k] A^T[k, m]``: the kernel's A is the given B, its B the given A."""
+        return cls(n, m, k, batch, b_type, a_type, c_type, "km", "nk", "nm")
 
 
 def packed_b_shape(k: int, n: int, nr: int) -> tuple[int, int, int]:
@@ -188,6 +206,35 @@ class _Index:
     @staticmethod
     def max(a: ir.Value, b: ir.Value) -> ir.Value:
         return arith.maxsi(a, b)
+
+
+def transpose_masks(n: int, d: int) -> tuple[list[int], list[int]]:
+    """The two `vector.shuffle` masks of one butterfly stage of `transpose` (``n`` lanes, distance ``d``):
+    rows ``i`` and ``i + d`` (``i & d == 0``) swap their ``d x d`` off-diagonal blocks."""
+    low = [j if not j & d else n + j - d for j in range(n)]
+    high = [j + d if not j & d else n + j for j in range(n)]
+    return low, high
+
+
+def transpose(rows: Sequence[ir.Value]) -> list[ir.Value]:
+    """The transpose of an ``L x L`` block held as ``L`` vectors of ``L`` lanes (``L`` a power of two):
+    ``log2(L)`` butterfly stages of two-source shuffles (``L/2`` pairs each), which LLVM selects as one
+    permute instruction apiece (``vpermt2ps``/``vunpcklps``... on AVX-512)."""
+    n = len(rows)
+    if n & (n - 1) or ir.VectorType(rows[0].type).shape != [n]:
+        raise ValueError(f"transpose needs a square block of a power-of-two lanes, got {n} x {rows[0].type}")
+    out = list(rows)
+    d = n // 2
+    while d:
+        low, high = transpose_masks(n, d)
+        nxt = list(out)
+        for i in range(n):
+            if not i & d:
+                nxt[i] = vector.shuffle(out[i], out[i + d], low)
+                nxt[i + d] = vector.shuffle(out[i], out[i + d], high)
+        out = nxt
+        d //= 2
+    return out
 
 
 def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
@@ -352,11 +399,15 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     """``@{name}(A, B, C[, E..., D], t)``: thread part ``t`` of the kernel (see `build_matmul_kernel`)."""
     t = shape.dtype
     L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
+    eb = 8 if str(t) == "f64" else 4  # element bytes (the kernels are f32 or f64)
     index = ir.IndexType.get()
     vt = ir.VectorType.get([L], t)
     mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
+    a_km, b_nk, c_nm = shape.a_layout == "km", shape.b_layout == "nk", shape.c_layout == "nm"
     ap_type = ir.MemRefType.get([blk.mc // mr, blk.kc, mr], t)
-    bp_type = ir.MemRefType.get([blk.nc // nr, blk.kc, nr], t)
+    # A B stored [n, k] is packed L x L blocks at a time, the first one short so that the rest load aligned
+    # vectors: the panel rows run up to a whole block and a head past kc.
+    bp_type = ir.MemRefType.get([blk.nc // nr, -(-blk.kc // L) * L + L if b_nk else blk.kc, nr], t)
     batched = shape.batch >= 1
     extra_types = [] if epilogue is None else [mt_ for _, mt_ in epilogue.inputs] + [epilogue.out_type]
 
@@ -367,6 +418,11 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     if prepacked_b and (batched or tuple(shape.b_type.shape) != packed_b_shape(shape.k, shape.n, nr)):
         raise ValueError(f"{name}: a prepacked B needs a plain matmul and the type of B packed for nr {nr} "
                          f"{packed_b_shape(shape.k, shape.n, nr)}, got {shape.b_type}")
+    if (a_km or b_nk or c_nm) and window is not None:
+        raise ValueError(f"{name}: a window reads its input in place as A[m, k]; layouts {shape.a_layout}/"
+                         f"{shape.b_layout}/{shape.c_layout} are not for it")
+    if b_nk and not prepacked_b and not blk.pack_b:
+        raise ValueError(f"{name}: a B stored [n, k] is read through its packing (pack_b)")
     a_type = shape.a_type if window is None else window.x_type
     fn = func.FuncOp(name, ([a_type, shape.b_type, shape.c_type, *extra_types, index], []))
     entry = fn.add_entry_block()
@@ -406,8 +462,13 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         last_row = x.sub(m1, c(1))  # rows past the part are clamped to it where a tile reads a whole mr rows
         Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None
         # The last k block's sums C + acc, one micro-tile, before the epilogue (see `update`).
-        Tp = memref.alloc(ir.MemRefType.get([mr, nr], t), [], [], alignment=64) if epilogue is not None else None
+        Tp = (memref.alloc(ir.MemRefType.get([mr, nr], t), [], [], alignment=64)
+              if epilogue is not None and not c_nm else None)
         vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
+
+        def a_at(lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
+            """A[row, kk], however A is stored."""
+            return memref.load(A, [*lead, kk, row] if a_km else [*lead, row, kk])
 
         def batch_loop(b: ir.Value) -> None:
             # Batched operands are indexed [b, row, col]; plain ones [row, col] (the b loop runs once).
@@ -420,7 +481,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
         def k_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value) -> None:
             kc = x.min(c(blk.kc), x.sub(c(K), pc))
-            if Bp is not None:
+            if Bp is not None and b_nk:
+                pack_b_transposed(lead, jc, nc, pc, kc)
+            elif Bp is not None:
                 # Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns).
                 npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
 
@@ -443,6 +506,56 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 _for(c(0), npanels, c(1), b_panel)
             _for(m0, m1, c(blk.mc), lambda ic: row_block(lead, jc, nc, pc, kc, ic))
 
+        def pack_b_transposed(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value
+                              ) -> None:
+            """Pack B stored [n, k]: Bp[jb, k, :] = Bs[jc + jb*nr + :, pc + k], an L x L block at a time:
+            L vector loads along k (one per column, masked past kc), `transpose`, L vector stores along
+            n. Columns past this thread's last read that column (their results are never stored).
+
+            The loads go a whole cache line at a time: a short head block first (up to where the panel's
+            first column reaches an L-aligned address; its junk rows past the head are overwritten by the
+            next block), then aligned blocks. (An unaligned load straddles two lines, and the L columns'
+            lines, a row stride apart, share cache sets: every line came from L2 twice.)"""
+            assert Bp is not None
+            npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
+            strides, offset = shape.b_type.get_strides_and_offset()
+            dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+            aligned = offset != dynamic and dynamic not in strides
+            if aligned:
+                elem0 = x.add(x.divu(memref.extract_aligned_pointer_as_index(B), c(eb)), c(offset))
+                if lead:
+                    elem0 = x.add(elem0, x.mul(lead[0], c(strides[0])))
+
+            def b_panel(jb: ir.Value) -> None:
+                colbase = x.add(jc, x.mul(jb, c(nr)))
+                cols = [x.min(x.add(colbase, c(j)) if j else colbase, x.sub(n1, c(1))) for j in range(nr)]
+
+                def b_block(kb: ir.Value, count: ir.Value) -> None:
+                    msk = vector.create_mask(mt, [count])
+                    kcol = x.add(pc, kb)
+                    for v in range(nv):
+                        rows_ = [vector.maskedload(vt, B, [*lead, cols[v * L + j], kcol], msk, vzero) for j in range(L)]
+                        for s_, val in enumerate(transpose(rows_)):
+                            vector.store(val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(v * L)])
+
+                if not aligned:
+                    _for(c(0), kc, c(L), lambda kb: b_block(kb, x.min(x.sub(kc, kb), c(L))))
+                    return
+                first = x.add(x.add(elem0, x.mul(cols[0], c(strides[-2]))), pc)
+                head = x.min(arith.remui(x.sub(c(L), arith.remui(first, c(L))), c(L)), kc)
+                # Block i: the head [0, head) for i = 0 (skipped when empty), then [head + (i-1) L, +L).
+                start = arith.select(arith.cmpi(arith.CmpIPredicate.eq, head, c(0)), c(1), c(0))
+                blocks = x.divu(x.add(x.sub(kc, head), c(L - 1)), c(L))
+
+                def block(i: ir.Value) -> None:
+                    is_head = arith.cmpi(arith.CmpIPredicate.eq, i, c(0))
+                    kb = arith.select(is_head, c(0), x.add(head, x.mul(x.sub(i, c(1)), c(L))))
+                    b_block(kb, arith.select(is_head, head, x.min(x.sub(kc, kb), c(L))))
+
+                _for(start, x.add(blocks, c(1)), c(1), block)
+
+            _for(c(0), npanels, c(1), b_panel)
+
         def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
                       ic: ir.Value) -> None:
             mc = x.min(c(blk.mc), x.sub(m1, ic))
@@ -458,7 +571,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
                 def a_elem(ka: ir.Value) -> None:
                     assert Ap is not None
-                    val = memref.load(A, [*lead, arow, x.add(pc, ka)])
+                    val = a_at(lead, arow, x.add(pc, ka))
                     memref.store(val, Ap, [ib, ka, ii])
 
                 _for(c(0), kc, c(1), a_elem)
@@ -505,8 +618,8 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
             # The tile's rows, those past the part clamped to its last: what C's prefetch and A in place read.
             tile_rows = ([x.min(x.add(x.add(ic, ir_), c(i)), last_row) for i in range(mr)]
-                         if blk.prefetch_c or (window is None and Ap is None) else [])
-            if blk.prefetch_c:
+                         if (blk.prefetch_c and not c_nm) or (window is None and Ap is None) else [])
+            if blk.prefetch_c and not c_nm:
                 # C's lines for the update after the k loop
                 for r in tile_rows:
                     for v in range(nv):
@@ -524,7 +637,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     k = loop.induction_variable
                     if Ap is None:  # A in place
                         ka = x.add(pc, k)
-                        avals = [memref.load(A, [*lead, r, ka]) for r in tile_rows]
+                        avals = [a_at(lead, r, ka) for r in tile_rows]
                     else:
                         avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
                     scf.YieldOp(fmas(avals, b_vectors(k), list(loop.inner_iter_args)))
@@ -604,8 +717,47 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     else:
                         vector.store(new, D, [*lead, r, col])
 
+            def update_transposed(masked: bool, fused: bool) -> None:
+                """C stored [n, m] (the kernel's columns are its rows): each L x L block of accumulators
+                (L kernel columns by up to L kernel rows, zeros past mr) is transposed in registers, and
+                each stored row it covers is updated with one vector masked to the tile's rows; on the last
+                k block with an epilogue, in C's stored frame (its inputs' kinds are the stored C's)."""
+                for v in range(nv):
+                    for i0 in range(0, mr, L):
+                        width = min(L, mr - i0)
+                        cnt = x.min(x.max(x.sub(rvalid, c(i0)), c(0)), c(width)) if masked else c(width)
+                        lanes = vector.create_mask(mt, [cnt])
+                        scol = x.add(crow0, c(i0)) if i0 else crow0
+                        block = [res[(i0 + i) * nv + v] if i0 + i < mr else vzero for i in range(L)]
+                        for j, val in enumerate(transpose(block)):
+                            srow = x.add(ccol0, c(v * L + j)) if v * L + j else ccol0
+                            row = functools.partial(store_stored_row, srow, scol, lanes, val, fused)
+                            if masked:
+                                _if(arith.cmpi(arith.CmpIPredicate.slt, c(v * L + j), cvalid), row)
+                            else:
+                                row()
+
+            def store_stored_row(srow: ir.Value, scol: ir.Value, lanes: ir.Value, val: ir.Value, fused: bool
+                                 ) -> None:
+                """C[srow, scol:+L] (+)= val on the lanes of the mask, through the epilogue into D when fused."""
+                if first is not None:  # zero_init: the first k block adds to zero, not to C
+                    choose = scf.IfOp(first, [vt], has_else=True)
+                    with ir.InsertionPoint(choose.then_block):
+                        scf.YieldOp([vzero])
+                    with ir.InsertionPoint(choose.else_block):
+                        scf.YieldOp([vector.maskedload(vt, C, [*lead, srow, scol], lanes, vzero)])
+                    old = choose.results[0]
+                else:
+                    old = vector.maskedload(vt, C, [*lead, srow, scol], lanes, vzero)
+                new = arith.addf(old, val)
+                if fused:
+                    assert epilogue is not None and D is not None
+                    new = _epilogue_values(epilogue, E, new, lead, srow, scol, lanes, vzero)
+                vector.maskedstore(D if fused else C, [*lead, srow, scol], lanes, new)
+
             def both(fused: bool) -> None:
-                _if(full, lambda: update(False, fused), lambda: update(True, fused))
+                upd = update_transposed if c_nm else update
+                _if(full, lambda: upd(False, fused), lambda: upd(True, fused))
 
             if epilogue is None:
                 both(False)

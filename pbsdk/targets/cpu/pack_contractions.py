@@ -226,13 +226,18 @@ class PackContractions:
                 continue
             name = f"__pbsdk_mm{count}"
             count += 1
-            shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
+            operands = list(op.operands)
+            if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
+                shape = MatmulShape.transposed(m, n, k, bsz, a, b, c)
+                operands[:2] = operands[1::-1]
+            else:
+                shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
             fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
             with op.location:
                 kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
                                              zero_init=fill is not None, prepacked_b=bool(sources))
-                new = func.CallOp(kernel, list(op.operands) + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
+                new = func.CallOp(kernel, operands + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
             b_operand = op.operands[1]
             if fused:
                 fused[0].erase()
@@ -245,6 +250,7 @@ class PackContractions:
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
+                         + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
                          + ("" if blk.pack_a else ", A read in place")
                          + (f", B packed at compile time ({len(sources)} constant(s))" if sources else ""))
@@ -288,8 +294,9 @@ class PackContractions:
             operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
             operands += [outer(v) for v in fused[2]] if fused else []
             weights = find_constant(operands[1], call, len(ctx.constants)) if ctx.options.prepack_b else None
+            # The window reads the input in place as A: never transposed.
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None),
-                                    ctx.options)
+                                    ctx.options.replace(transpose_gemm=False))
             blk = plan.blocking
             run = window_run(channels, g.kw, g.dw)
             kc = None
