@@ -36,8 +36,18 @@ func.func @mm(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %c: memref<64x48xf32
 // -----
 
 // Enough work for both cores: the parts run under an scf.forall (the target decides how it forks).
+// A is packed through 16x16 register transposes: 16 loads along k from the panel's rows (from a cache
+// line boundary on), shuffles, stores of the 14 lanes of a 14-row micro-panel (k rows up to a head and a
+// whole block past kc: 512 + 16).
 // CHECK-LABEL: func.func @big(
 // CHECK:         call @__pbsdk_mm0(
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-SAME:      %[[PA:[^:]*]]: memref<512x512xf32>
+// CHECK:         %[[AP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<19x528x14xf32>
+// CHECK:         memref.extract_aligned_pointer_as_index %[[PA]]
+// CHECK:         vector.maskedload %[[PA]]
+// CHECK:         vector.shuffle
+// CHECK:         vector.maskedstore %[[AP]]
 // CHECK-LABEL: func.func private @__pbsdk_mm0(
 // CHECK-NEXT:    scf.forall (%[[T:.*]]) in (2) {
 // CHECK-NEXT:      func.call @__pbsdk_mm0_part(%{{.*}}, %{{.*}}, %{{.*}}, %[[T]])

@@ -15,7 +15,9 @@ The loop nest is the BLIS one (Goto's algorithm), with every size taken from a `
                 loop-carried SSA values (so they stay in registers), one broadcast of A and
                 nr/lanes vector loads of B per k step, then C += acc (masked at the edges)
 
-Packing B is vector loads/stores (masked at the n tail). Rows and columns of a micro-tile beyond the
+Packing B is vector loads/stores (masked at the n tail); packing A (rows along k into k-major panels) goes
+through L x L register transposes (`transposing_pack`: L vector loads along k, `transpose`, L stores of the
+panel's mr lanes), as does packing a B stored [n, k] (see `MatmulShape`). Rows and columns of a micro-tile beyond the
 matrix are computed on whatever the packed buffer holds and never stored, so the packed buffers need no
 zero padding. The kernel accumulates into C (``C += A @ B``), which is what ``linalg.matmul`` means; the
 preceding ``linalg.fill`` stays separate unless the caller asks for ``zero_init``.
@@ -404,7 +406,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
     vt = ir.VectorType.get([L], t)
     mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
     a_km, b_nk, c_nm = shape.a_layout == "km", shape.b_layout == "nk", shape.c_layout == "nm"
-    ap_type = ir.MemRefType.get([blk.mc // mr, blk.kc, mr], t)
+    # A stored [m, k] is packed through L x L transposes like B stored [n, k] (rows up to a head and a block
+    # past kc).
+    ap_type = ir.MemRefType.get([blk.mc // mr, blk.kc if a_km else -(-blk.kc // L) * L + L, mr], t)
     # A B stored [n, k] is packed L x L blocks at a time, the first one short so that the rest load aligned
     # vectors: the panel rows run up to a whole block and a head past kc.
     bp_type = ir.MemRefType.get([blk.nc // nr, -(-blk.kc // L) * L + L if b_nk else blk.kc, nr], t)
@@ -506,55 +510,79 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 _for(c(0), npanels, c(1), b_panel)
             _for(m0, m1, c(blk.mc), lambda ic: row_block(lead, jc, nc, pc, kc, ic))
 
+        def transposing_pack(src: ir.Value, src_type: ir.MemRefType, lead: list[ir.Value], rows: list[ir.Value],
+                             k0: ir.Value, kc: ir.Value, store: Callable[[ir.Value, int, int, ir.Value], None]
+                             ) -> None:
+            """Read ``src[row, k0 + k]`` for ``k`` in ``[0, kc)`` and each of ``rows`` (whole groups of L) an
+            L x L block at a time: L vector loads along k (masked past kc), `transpose`, then
+            ``store(kb, s, group, vector)`` gets, for k = kb + s, the group's L rows as one vector.
+
+            The loads go a whole cache line at a time: a short head block first (up to where the first row
+            reaches an L-aligned address; the junk its vectors hold past the head is stored where the next
+            block stores again), then aligned blocks. (An unaligned load straddles two lines, and rows a
+            power-of-two stride apart share cache sets: every line came from L2 twice.)"""
+            strides, offset = src_type.get_strides_and_offset()
+            dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+
+            def block(kb: ir.Value, count: ir.Value) -> None:
+                msk = vector.create_mask(mt, [count])
+                kcol = x.add(k0, kb)
+                for g in range(len(rows) // L):
+                    loads = [vector.maskedload(vt, src, [*lead, rows[g * L + j], kcol], msk, vzero) for j in range(L)]
+                    for s_, val in enumerate(transpose(loads)):
+                        store(kb, s_, g, val)
+
+            if offset == dynamic or dynamic in strides:
+                _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
+                return
+            first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(eb)), c(offset))
+            if lead:
+                first = x.add(first, x.mul(lead[0], c(strides[0])))
+            first = x.add(x.add(first, x.mul(rows[0], c(strides[-2]))), k0)
+            head = x.min(arith.remui(x.sub(c(L), arith.remui(first, c(L))), c(L)), kc)
+            # Block i: the head [0, head) for i = 0 (skipped when empty), then [head + (i-1) L, +L).
+            start = arith.select(arith.cmpi(arith.CmpIPredicate.eq, head, c(0)), c(1), c(0))
+            blocks = x.divu(x.add(x.sub(kc, head), c(L - 1)), c(L))
+
+            def numbered(i: ir.Value) -> None:
+                is_head = arith.cmpi(arith.CmpIPredicate.eq, i, c(0))
+                kb = arith.select(is_head, c(0), x.add(head, x.mul(x.sub(i, c(1)), c(L))))
+                block(kb, arith.select(is_head, head, x.min(x.sub(kc, kb), c(L))))
+
+            _for(start, x.add(blocks, c(1)), c(1), numbered)
+
         def pack_b_transposed(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value
                               ) -> None:
-            """Pack B stored [n, k]: Bp[jb, k, :] = Bs[jc + jb*nr + :, pc + k], an L x L block at a time:
-            L vector loads along k (one per column, masked past kc), `transpose`, L vector stores along
-            n. Columns past this thread's last read that column (their results are never stored).
-
-            The loads go a whole cache line at a time: a short head block first (up to where the panel's
-            first column reaches an L-aligned address; its junk rows past the head are overwritten by the
-            next block), then aligned blocks. (An unaligned load straddles two lines, and the L columns'
-            lines, a row stride apart, share cache sets: every line came from L2 twice.)"""
+            """Pack B stored [n, k]: Bp[jb, k, :] = Bs[jc + jb*nr + :, pc + k] (`transposing_pack`). Columns
+            past this thread's last read that column (their results are never stored)."""
             assert Bp is not None
             npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
-            strides, offset = shape.b_type.get_strides_and_offset()
-            dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-            aligned = offset != dynamic and dynamic not in strides
-            if aligned:
-                elem0 = x.add(x.divu(memref.extract_aligned_pointer_as_index(B), c(eb)), c(offset))
-                if lead:
-                    elem0 = x.add(elem0, x.mul(lead[0], c(strides[0])))
 
             def b_panel(jb: ir.Value) -> None:
                 colbase = x.add(jc, x.mul(jb, c(nr)))
                 cols = [x.min(x.add(colbase, c(j)) if j else colbase, x.sub(n1, c(1))) for j in range(nr)]
-
-                def b_block(kb: ir.Value, count: ir.Value) -> None:
-                    msk = vector.create_mask(mt, [count])
-                    kcol = x.add(pc, kb)
-                    for v in range(nv):
-                        rows_ = [vector.maskedload(vt, B, [*lead, cols[v * L + j], kcol], msk, vzero) for j in range(L)]
-                        for s_, val in enumerate(transpose(rows_)):
-                            vector.store(val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(v * L)])
-
-                if not aligned:
-                    _for(c(0), kc, c(L), lambda kb: b_block(kb, x.min(x.sub(kc, kb), c(L))))
-                    return
-                first = x.add(x.add(elem0, x.mul(cols[0], c(strides[-2]))), pc)
-                head = x.min(arith.remui(x.sub(c(L), arith.remui(first, c(L))), c(L)), kc)
-                # Block i: the head [0, head) for i = 0 (skipped when empty), then [head + (i-1) L, +L).
-                start = arith.select(arith.cmpi(arith.CmpIPredicate.eq, head, c(0)), c(1), c(0))
-                blocks = x.divu(x.add(x.sub(kc, head), c(L - 1)), c(L))
-
-                def block(i: ir.Value) -> None:
-                    is_head = arith.cmpi(arith.CmpIPredicate.eq, i, c(0))
-                    kb = arith.select(is_head, c(0), x.add(head, x.mul(x.sub(i, c(1)), c(L))))
-                    b_block(kb, arith.select(is_head, head, x.min(x.sub(kc, kb), c(L))))
-
-                _for(start, x.add(blocks, c(1)), c(1), block)
+                transposing_pack(B, shape.b_type, lead, cols, pc, kc, lambda kb, s_, g, val: vector.store(
+                    val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(g * L)]))
 
             _for(c(0), npanels, c(1), b_panel)
+
+        def pack_a_transposed(lead: list[ir.Value], pc: ir.Value, kc: ir.Value, ic: ir.Value, mc: ir.Value) -> None:
+            """Pack A stored [m, k] into its k-major micro-panels: Ap[ib, k, i] = A[ic + ib*mr + i, pc + k]
+            (`transposing_pack`, the mr rows padded to whole groups of L; each stored vector masked to the
+            panel's mr lanes). Rows past the block read its last row (never stored)."""
+            assert Ap is not None
+            last = x.sub(x.add(ic, mc), c(1))
+            groups = -(-mr // L)
+            lanes = [vector.create_mask(mt, [c(min(L, mr - g * L))]) for g in range(groups)]
+
+            def a_panel(ib: ir.Value) -> None:
+                base = x.add(ic, x.mul(ib, c(mr)))
+                rows_ = [x.min(x.add(base, c(i)) if i else base, last) for i in range(mr)]
+                rows_ += [rows_[-1]] * (groups * L - mr)
+                transposing_pack(A, shape.a_type, lead, rows_, pc, kc, lambda kb, s_, g, val: vector.maskedstore(
+                    Ap, [ib, x.add(kb, c(s_)) if s_ else kb, c(g * L)], lanes[g], val))
+
+            _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)
 
         def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
                       ic: ir.Value) -> None:
@@ -563,7 +591,12 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
                 return
 
-            # Pack A: Ap[ia / mr, ka, ia % mr] = A[ic + ia, pc + ka] (k-major mr-row micro-panels).
+            if not a_km:
+                pack_a_transposed(lead, pc, kc, ic, mc)
+                _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
+                return
+
+            # Pack A stored [k, m]: Ap[ia / mr, ka, ia % mr] = A[ic + ia, pc + ka] (k-major mr-row micro-panels).
             def a_row(ia: ir.Value) -> None:
                 arow = x.add(ic, ia)
                 ib = x.divu(ia, c(mr))
