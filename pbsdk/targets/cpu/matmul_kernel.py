@@ -156,6 +156,12 @@ class Epilogue:
     out_type: ir.MemRefType
 
 
+#: B (stored [k, n]) is packed this many of its rows at a time across all the block's panels, not a panel
+#: (kc rows, a row stride apart) at a time: the reads then run along B's rows and each panel gets one
+#: contiguous run of rows. Zen 4, 1 thread, same process: a 14x3072x768 product with B packed 1.16 -> 0.86
+#: ms (1 row 0.96, 4 0.88, 16 1.00, 32 1.13); 512x3072x768 22.9 -> 22.2 ms, 128x4096x4096 47.5 -> 43.3 ms.
+PACK_B_ROWS = 8
+
 #: Epilogue ops with a vector form of the same name (operands and result all of the vector type).
 VECTOR_SAME = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf",
                "arith.maxnumf", "arith.minnumf", "arith.negf", "math.exp", "math.tanh", "math.erf", "math.log",
@@ -488,26 +494,32 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             if Bp is not None and b_nk:
                 pack_b_transposed(lead, jc, nc, pc, kc)
             elif Bp is not None:
-                # Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns).
+                # Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns),
+                # `PACK_B_ROWS` rows of B at a time across every panel (see there).
                 npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
 
-                def b_panel(jb: ir.Value) -> None:
-                    colbase = x.add(jc, x.mul(jb, c(nr)))
-                    cols = []
-                    for v in range(nv):
-                        col = x.add(colbase, c(v * L))
-                        cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
-                        cols.append((col, vector.create_mask(mt, [cnt])))
+                def b_rows(k0: ir.Value) -> None:
+                    k1 = x.min(x.add(k0, c(PACK_B_ROWS)), kc)
 
-                    def b_row(kb: ir.Value) -> None:
-                        krow = x.add(pc, kb)
-                        for v, (col, msk) in enumerate(cols):
-                            val = vector.maskedload(vt, B, [*lead, krow, col], msk, vzero)
-                            vector.store(val, Bp, [jb, kb, c(v * L)])
+                    def b_panel(jb: ir.Value) -> None:
+                        colbase = x.add(jc, x.mul(jb, c(nr)))
+                        cols = []
+                        for v in range(nv):
+                            col = x.add(colbase, c(v * L))
+                            cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
+                            cols.append((col, vector.create_mask(mt, [cnt])))
 
-                    _for(c(0), kc, c(1), b_row)
+                        def b_row(kb: ir.Value) -> None:
+                            krow = x.add(pc, kb)
+                            for v, (col, msk) in enumerate(cols):
+                                val = vector.maskedload(vt, B, [*lead, krow, col], msk, vzero)
+                                vector.store(val, Bp, [jb, kb, c(v * L)])
 
-                _for(c(0), npanels, c(1), b_panel)
+                        _for(k0, k1, c(1), b_row)
+
+                    _for(c(0), npanels, c(1), b_panel)
+
+                _for(c(0), kc, c(PACK_B_ROWS), b_rows)
             _for(m0, m1, c(blk.mc), lambda ic: row_block(lead, jc, nc, pc, kc, ic))
 
         def transposing_pack(src: ir.Value, src_type: ir.MemRefType, lead: list[ir.Value], rows: list[ir.Value],
