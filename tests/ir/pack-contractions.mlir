@@ -41,9 +41,16 @@ func.func @mm(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %c: memref<64x48xf32
 // whole block past kc: 512 + 16).
 // CHECK-LABEL: func.func @big(
 // CHECK:         call @__pbsdk_mm0(
+// B is packed 8 of its rows at a time across every 32-column panel (reads along B's rows).
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
-// CHECK-SAME:      %[[PA:[^:]*]]: memref<512x512xf32>
+// CHECK-SAME:      %[[PA:[^:]*]]: memref<512x512xf32>, %[[PB:[^:]*]]: memref<512x512xf32>
 // CHECK:         %[[AP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<19x528x14xf32>
+// CHECK:         %[[BP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16x512x32xf32>
+// CHECK:         scf.for %[[K0:.*]] = %c0 to %{{.*}} step %c8 {
+// CHECK:           scf.for %[[JB:.*]] = %c0 to %{{.*}} step %c1 {
+// CHECK:             scf.for %[[KB:.*]] = %[[K0]] to %{{.*}} step %c1 {
+// CHECK:               vector.maskedload %[[PB]]
+// CHECK-NEXT:          vector.store %{{.*}}, %[[BP]][%[[JB]], %[[KB]], %c0]
 // CHECK:         memref.extract_aligned_pointer_as_index %[[PA]]
 // CHECK:         vector.maskedload %[[PA]]
 // CHECK:         vector.shuffle
