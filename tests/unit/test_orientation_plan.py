@@ -100,3 +100,14 @@ def test_the_butterfly_masks_transpose(lanes: int) -> None:
                 nxt[i], nxt[i + d] = both[low], both[high]
         rows, d = nxt, d // 2
     assert (np.array(rows) == block.T).all()
+
+
+def test_explain_says_the_product_is_transposed(xeon: ChipSpec) -> None:
+    from pbsdk.core.plan.explain import format_plan
+
+    text = format_plan("matmul", plan_contraction(xeon, Contraction(512, 49, 2048), {"threads": 2}))
+    packing = next(line for line in text.splitlines() if line.strip().startswith("packing"))
+    assert "computed transposed, C^T = B^T A^T" in packing and "register transposes" in packing
+    assert "the blocking below is the transposed product's (49x512x2048)" in text
+    given = format_plan("matmul", plan_contraction(xeon, Contraction(512, 512, 512), {"threads": 2}))
+    assert "transposed" not in given

@@ -256,7 +256,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     if turn.transposed:
         swapped = dataclasses.replace(op, m=op.n, n=op.m)
         blk, why = _blocking(spec, swapped, compute_tile(spec, swapped, opts)[0], opts, solo_seconds, caches, True)
-        return blk, [turn.why, *why]
+        return blk, [f"{turn.why}; the blocking below is the transposed product's ({op.n}x{op.m}x{op.k})", *why]
     blk, why = _blocking(spec, op, unit, opts, solo_seconds, caches, False)
     return blk, ([turn.why] if turn.why else []) + why
 

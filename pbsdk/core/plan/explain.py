@@ -61,7 +61,12 @@ def format_plan(title: str, plan: ContractionPlan) -> str:
         lines.append(f"  forall         {split} (scf.forall over the outermost compute level)")
     lines.append(f"  loop order     {' > '.join(plan.loop_order)}")
     b = plan.blocking
-    if b is not None:
+    if b is not None and b.transposed:
+        lines.append(f"  packing        computed transposed, C^T = B^T A^T (register tile {b.mr}x{b.nr} over the "
+                     f"transposed output): A^T (the given B) read in place, B^T (the given A) {b.kc}x{b.nc} in "
+                     f"{b.nc_level} packed through register transposes; {b.threads} thread(s) split along the "
+                     f"transposed {b.split}")
+    elif b is not None:
         bpack = (f"B {b.kc}x{b.nc} in {b.nc_level} (micro-panels {b.kc}x{b.nr} from {b.kc_level})" if b.pack_b
                  else "B read in place")
         apack = f"A {b.mc}x{b.kc} in {b.mc_level}" if b.pack_a else "A read in place"

@@ -228,6 +228,7 @@ class PackContractions:
             count += 1
             operands = list(op.operands)
             if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
+                assert not sources, "a prepacked B is never transposed (orientation)"
                 shape = MatmulShape.transposed(m, n, k, bsz, a, b, c)
                 operands[:2] = operands[1::-1]
             else:
@@ -252,7 +253,7 @@ class PackContractions:
                          f"{blk.threads} part(s) along {blk.split}"
                          + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
-                         + ("" if blk.pack_a else ", A read in place")
+                         + ("" if blk.pack_a or blk.transposed else ", A read in place")
                          + (f", B packed at compile time ({len(sources)} constant(s))" if sources else ""))
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
