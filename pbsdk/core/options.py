@@ -91,6 +91,9 @@ class Options:
     expose_rows: bool = True
     #: Fill a padded buffer only around the box a later op overwrites (cpu).
     fill_borders: bool = True
+    #: Move copies that transpose their innermost dimension (NCHW <-> NHWC) as register-transposed blocks
+    #: (cpu).
+    transpose_blocks: bool = True
     #: Place the entry's temporaries in one workspace planned at compile time, which the executable
     #: allocates once, instead of allocating them on every call (cpu).
     workspace: bool = True

@@ -241,12 +241,14 @@ def test_layout_ops_on_constants_are_folded() -> None:
 def test_narrow_outputs_read_a_in_place(mkn: tuple[int, int, int], threads: int, pack_notes) -> None:
     """At most `A_IN_PLACE_PANELS` register tiles of columns per thread: A is broadcast from its rows, not
     packed; rows past the last whole register tile (130, 29, 7 rows) are clamped and never stored, and k
-    runs over several blocks (1100, 2100)."""
+    runs over several blocks (1100, 2100). As given (``transpose_gemm`` off: 29 x 17 would be computed
+    transposed, tests/numerics/test_transposed_matmul.py)."""
     m, k, n = mkn
     a, b = _operands((m, k), (k, n))
-    notes = pack_notes(lambda x, y: ops.matmul(x, y), {"threads": threads}, a, b)
+    opts = {"threads": threads, "transpose_gemm": False}
+    notes = pack_notes(lambda x, y: ops.matmul(x, y), opts, a, b)
     assert any("A read in place" in s for s in notes), notes
-    assert_close(_mm({"threads": threads, "cache": False})(a, b), ref.matmul(a, b), op="matmul", reduction_size=k)
+    assert_close(_mm({**opts, "cache": False})(a, b), ref.matmul(a, b), op="matmul", reduction_size=k)
 
 
 def test_narrow_batched_and_fused_outputs_read_a_in_place(pack_notes) -> None:
@@ -256,9 +258,10 @@ def test_narrow_batched_and_fused_outputs_read_a_in_place(pack_notes) -> None:
     def layer(x, y):
         return ops.relu(ops.add(ops.matmul(x, y), bias))
 
-    notes = pack_notes(layer, {"threads": 2}, a, b)
+    opts = {"threads": 2, "transpose_gemm": False}  # as given (the planner would transpose 45 x 20)
+    notes = pack_notes(layer, opts, a, b)
     assert any("A read in place" in s and "epilogue" in s for s in notes), notes
-    got = pbsdk.jit(layer, options={"threads": 2, "cache": False})(a, b)
+    got = pbsdk.jit(layer, options={**opts, "cache": False})(a, b)
     assert_close(got, ref.relu(ref.add(ref.matmul(a, b), bias)), op="matmul", reduction_size=300)
 
 

@@ -86,7 +86,7 @@ def test_two_threads_split_the_transposed_columns(xeon: ChipSpec) -> None:
 def test_the_butterfly_masks_transpose(lanes: int) -> None:
     """`transpose`'s stages, applied with numpy's reading of vector.shuffle (lanes of the concatenation
     of both operands), give the transpose."""
-    from pbsdk.targets.cpu.matmul_kernel import transpose_masks
+    from pbsdk.core.ir.builder import transpose_masks
 
     block = np.arange(lanes * lanes).reshape(lanes, lanes)
     rows = [block[i] for i in range(lanes)]

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, scf
+from mlir.dialects import arith, func, linalg, scf, vector
 
 _FLOAT_TYPES: dict[str, Callable[[], ir.Type]] = {
     "f64": ir.F64Type.get, "f32": ir.F32Type.get, "f16": ir.F16Type.get, "bf16": ir.BF16Type.get,
@@ -221,3 +221,32 @@ class Indices:
 
     def remui(self, a: ir.Value, k: int) -> ir.Value:
         return arith.remui(a, self.c(k))
+
+
+def transpose_masks(n: int, d: int) -> tuple[list[int], list[int]]:
+    """The two `vector.shuffle` masks of one butterfly stage of `transpose_vectors` (``n`` lanes, distance
+    ``d``): rows ``i`` and ``i + d`` (``i & d == 0``) swap their ``d x d`` off-diagonal blocks."""
+    low = [j if not j & d else n + j - d for j in range(n)]
+    high = [j + d if not j & d else n + j for j in range(n)]
+    return low, high
+
+
+def transpose_vectors(rows: Sequence[ir.Value]) -> list[ir.Value]:
+    """The transpose of an ``L x L`` block held as ``L`` vectors of ``L`` lanes (``L`` a power of two):
+    ``log2(L)`` butterfly stages of two-source shuffles (``L/2`` pairs each), which LLVM selects as one
+    permute instruction apiece (``vpermt2ps``/``vunpcklps``... on AVX-512)."""
+    n = len(rows)
+    if n & (n - 1) or ir.VectorType(rows[0].type).shape != [n]:
+        raise ValueError(f"transpose needs a square block of a power-of-two lanes, got {n} x {rows[0].type}")
+    out = list(rows)
+    d = n // 2
+    while d:
+        low, high = transpose_masks(n, d)
+        nxt = list(out)
+        for i in range(n):
+            if not i & d:
+                nxt[i] = vector.shuffle(out[i], out[i + d], low)
+                nxt[i + d] = vector.shuffle(out[i], out[i + d], high)
+        out = nxt
+        d //= 2
+    return out

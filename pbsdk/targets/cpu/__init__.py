@@ -28,6 +28,7 @@ from pbsdk.core.passes.fill_borders import FillBorders
 from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.plan_workspace import PlanWorkspace
+from pbsdk.core.passes.transpose_blocks import TransposeBlocks
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.runtime.kernel import aligned_empty
 from pbsdk.core.spec import ChipSpec
@@ -563,6 +564,9 @@ class CpuTarget(Target):
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("collapse-loops", fn=CollapseLoops().apply,
                   description="adjacent loops of elementwise ops that every operand walks contiguously as one"),
+            Stage("transpose-blocks", fn=TransposeBlocks().apply,
+                  description="copies that transpose their innermost dimension (NCHW <-> NHWC) as L x L "
+                              "blocks through the vector registers"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,

@@ -16,9 +16,9 @@ The loop nest is the BLIS one (Goto's algorithm), with every size taken from a `
                 nr/lanes vector loads of B per k step, then C += acc (masked at the edges)
 
 Packing B is vector loads/stores (masked at the n tail); packing A (rows along k into k-major panels) goes
-through L x L register transposes (`transposing_pack`: L vector loads along k, `transpose`, L stores of the
-panel's mr lanes), as does packing a B stored [n, k] (see `MatmulShape`). Rows and columns of a micro-tile beyond the
-matrix are computed on whatever the packed buffer holds and never stored, so the packed buffers need no
+through L x L register transposes (`transposing_pack`: L vector loads along k, `transpose_vectors`, L
+stores of the panel's mr lanes), as does packing a B stored [n, k] (see `MatmulShape`). Rows and columns of
+a micro-tile beyond the matrix are computed on whatever the packed buffer holds and never stored, so the packed buffers need no
 zero padding. The kernel accumulates into C (``C += A @ B``), which is what ``linalg.matmul`` means; the
 preceding ``linalg.fill`` stays separate unless the caller asks for ``zero_init``.
 
@@ -42,7 +42,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices, call_parts, reassociation
+from pbsdk.core.ir.builder import Indices, call_parts, reassociation, transpose_vectors
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.core.plan.window import ConvGeometry
 from pbsdk.core.runtime.kernel import aligned_empty
@@ -54,8 +54,8 @@ class MatmulShape:
 
     The layouts say how each operand is stored (its last two dimensions, row-major): A as ``[m, k]`` or
     ``[k, m]`` (``"km"``: read in place, ``mr`` adjacent values per k step), B as ``[k, n]`` or ``[n, k]``
-    (``"nk"``: packed through `transpose` blocks), C as ``[m, n]`` or ``[n, m]`` (``"nm"``: the micro-tile
-    is transposed in registers and updated a stored row at a time, the epilogue in C's stored frame). A
+    (``"nk"``: packed through `transpose_vectors` blocks), C as ``[m, n]`` or ``[n, m]`` (``"nm"``: the
+    micro-tile is transposed in registers and updated a stored row at a time, the epilogue in C's stored frame). A
     product computed transposed, ``C^T = B^T A^T``, is the kernel for (n, m, k) on the given buffers with
     layouts ``("km", "nk", "nm")``."""
 
@@ -214,35 +214,6 @@ class _Index:
     @staticmethod
     def max(a: ir.Value, b: ir.Value) -> ir.Value:
         return arith.maxsi(a, b)
-
-
-def transpose_masks(n: int, d: int) -> tuple[list[int], list[int]]:
-    """The two `vector.shuffle` masks of one butterfly stage of `transpose` (``n`` lanes, distance ``d``):
-    rows ``i`` and ``i + d`` (``i & d == 0``) swap their ``d x d`` off-diagonal blocks."""
-    low = [j if not j & d else n + j - d for j in range(n)]
-    high = [j + d if not j & d else n + j for j in range(n)]
-    return low, high
-
-
-def transpose(rows: Sequence[ir.Value]) -> list[ir.Value]:
-    """The transpose of an ``L x L`` block held as ``L`` vectors of ``L`` lanes (``L`` a power of two):
-    ``log2(L)`` butterfly stages of two-source shuffles (``L/2`` pairs each), which LLVM selects as one
-    permute instruction apiece (``vpermt2ps``/``vunpcklps``... on AVX-512)."""
-    n = len(rows)
-    if n & (n - 1) or ir.VectorType(rows[0].type).shape != [n]:
-        raise ValueError(f"transpose needs a square block of a power-of-two lanes, got {n} x {rows[0].type}")
-    out = list(rows)
-    d = n // 2
-    while d:
-        low, high = transpose_masks(n, d)
-        nxt = list(out)
-        for i in range(n):
-            if not i & d:
-                nxt[i] = vector.shuffle(out[i], out[i + d], low)
-                nxt[i + d] = vector.shuffle(out[i], out[i + d], high)
-        out = nxt
-        d //= 2
-    return out
 
 
 def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
@@ -526,7 +497,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                              k0: ir.Value, kc: ir.Value, store: Callable[[ir.Value, int, int, ir.Value], None]
                              ) -> None:
             """Read ``src[row, k0 + k]`` for ``k`` in ``[0, kc)`` and each of ``rows`` (whole groups of L) an
-            L x L block at a time: L vector loads along k (masked past kc), `transpose`, then
+            L x L block at a time: L vector loads along k (masked past kc), `transpose_vectors`, then
             ``store(kb, s, group, vector)`` gets, for k = kb + s, the group's L rows as one vector.
 
             The loads go a whole cache line at a time: a short head block first (up to where the first row
@@ -541,7 +512,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 kcol = x.add(k0, kb)
                 for g in range(len(rows) // L):
                     loads = [vector.maskedload(vt, src, [*lead, rows[g * L + j], kcol], msk, vzero) for j in range(L)]
-                    for s_, val in enumerate(transpose(loads)):
+                    for s_, val in enumerate(transpose_vectors(loads)):
                         store(kb, s_, g, val)
 
             if offset == dynamic or dynamic in strides:
@@ -774,7 +745,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                         lanes = vector.create_mask(mt, [cnt])
                         scol = x.add(crow0, c(i0)) if i0 else crow0
                         block = [res[(i0 + i) * nv + v] if i0 + i < mr else vzero for i in range(L)]
-                        for j, val in enumerate(transpose(block)):
+                        for j, val in enumerate(transpose_vectors(block)):
                             srow = x.add(ccol0, c(v * L + j)) if v * L + j else ccol0
                             row = functools.partial(store_stored_row, srow, scol, lanes, val, fused)
                             if masked:

@@ -1,0 +1,62 @@
+"""`plan_transpose` (the pure half of `transpose-blocks`): which permuting copies are moved as register
+blocks, over which two loops, and why the others are not; checked without IR."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pbsdk.core.passes.transpose_blocks import plan_transpose
+
+
+def _strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(s) // 4 for s in np.empty(shape, np.float32).strides)
+
+
+def test_nchw_to_nhwc_is_blocked_over_hw_and_c() -> None:
+    # loops (n, hw, c) of the output [1, 3136, 64]; the input [1, 64, 3136] is indexed (n, c, hw)
+    plan, why = plan_transpose((1, 3136, 64), (0, 2, 1), (0, 1, 2), _strides((1, 64, 3136)), _strides((1, 3136, 64)), 16)
+    assert plan is not None and why == ""
+    assert (plan.a, plan.q) == (1, 2) and not plan.ragged_a and not plan.ragged_q
+
+
+def test_ragged_extents_are_marked() -> None:
+    plan, _ = plan_transpose((2, 40, 20), (0, 2, 1), (0, 1, 2), _strides((2, 20, 40)), _strides((2, 40, 20)), 16)
+    assert plan is not None and plan.ragged_a and plan.ragged_q
+
+
+@pytest.mark.parametrize(("extents", "in_loops", "in_shape", "reason"), [
+    ((8, 4, 32), (1, 0, 2), (4, 8, 32), "stays innermost"),
+    ((64, 3), (1, 0), (3, 64), "narrower than a 16 x 16 block"),
+    ((3, 64), (1, 0), (64, 3), "narrower than a 16 x 16 block"),
+])
+def test_rejects_say_why(extents: tuple[int, ...], in_loops: tuple[int, ...], in_shape: tuple[int, ...],
+                         reason: str) -> None:
+    out_loops = tuple(range(len(extents)))
+    plan, why = plan_transpose(extents, in_loops, out_loops, _strides(in_shape), _strides(extents), 16)
+    assert plan is None and reason in why
+
+
+def test_strides_and_lanes_are_checked() -> None:
+    plan, why = plan_transpose((48, 32), (1, 0), (0, 1), (1, 32), (32, 1), 16)
+    assert plan is None and "stride" in why
+    plan, why = plan_transpose((48, 32), (1, 0), (0, 1), (48, 1), (32, 1), 12)
+    assert plan is None and "power of two" in why
+    plan, why = plan_transpose((48, 32), (0, 0), (0, 1), (48, 1), (32, 1), 16)
+    assert plan is None and "permutation" in why
+
+
+def test_every_permutation_of_four_loops() -> None:
+    """A plan exists exactly when the input's innermost loop is not the output's and both are >= 16 long;
+    its a and q are those loops."""
+    shape = (2, 16, 3, 32)
+    for perm in itertools.permutations(range(4)):
+        in_shape = tuple(shape[p] for p in perm)  # input dimension j is loop perm[j]
+        plan, _ = plan_transpose(shape, perm, (0, 1, 2, 3), _strides(in_shape), _strides(shape), 16)
+        a, q = perm[-1], 3
+        expected = a != q and shape[a] >= 16
+        assert (plan is not None) == expected, perm
+        if plan is not None:
+            assert (plan.a, plan.q) == (a, q)
