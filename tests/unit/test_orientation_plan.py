@@ -1,5 +1,5 @@
-"""The planner's choice to compute a packed matmul transposed (`orientation`, `Blocking.transposed`), and
-the shuffle masks of the kernel's register transpose, checked without IR."""
+"""The planner's choice to compute a packed matmul transposed (`orientation`, `Blocking.transposed`),
+checked without IR."""
 
 from __future__ import annotations
 
@@ -80,26 +80,6 @@ def test_two_threads_split_the_transposed_columns(xeon: ChipSpec) -> None:
     of the given A (not all of it, as splitting rows would)."""
     blk = plan_contraction(xeon, Contraction(512, 49, 2048), {"threads": 2}).blocking
     assert blk.transposed and blk.threads == 2 and blk.split == "n"
-
-
-@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
-def test_the_butterfly_masks_transpose(lanes: int) -> None:
-    """`transpose`'s stages, applied with numpy's reading of vector.shuffle (lanes of the concatenation
-    of both operands), give the transpose."""
-    from pbsdk.core.ir.builder import transpose_masks
-
-    block = np.arange(lanes * lanes).reshape(lanes, lanes)
-    rows = [block[i] for i in range(lanes)]
-    d = lanes // 2
-    while d:
-        low, high = transpose_masks(lanes, d)
-        nxt = list(rows)
-        for i in range(lanes):
-            if not i & d:
-                both = np.concatenate([rows[i], rows[i + d]])
-                nxt[i], nxt[i + d] = both[low], both[high]
-        rows, d = nxt, d // 2
-    assert (np.array(rows) == block.T).all()
 
 
 def test_explain_says_the_product_is_transposed(xeon: ChipSpec) -> None:

@@ -1,5 +1,6 @@
 """`plan_transpose` (the pure half of `transpose-blocks`): which permuting copies are moved as register
-blocks, over which two loops, and why the others are not; checked without IR."""
+blocks, over which two loops, and why the others are not; and the shuffle butterfly those blocks (and the
+packed matmul kernel's transposing packs) go through. Checked without IR."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from pbsdk.core.ir.builder import transpose_stages
 from pbsdk.core.passes.transpose_blocks import plan_transpose
 
 
@@ -60,3 +62,19 @@ def test_every_permutation_of_four_loops() -> None:
         assert (plan is not None) == expected, perm
         if plan is not None:
             assert (plan.a, plan.q) == (a, q)
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
+def test_the_butterfly_transposes(lanes: int) -> None:
+    """`transpose_stages` applied with numpy's reading of vector.shuffle (lanes of the concatenation of both
+    operands) gives the transpose; log2(lanes) stages of lanes/2 pairs."""
+    block = np.arange(lanes * lanes).reshape(lanes, lanes)
+    rows = list(block)
+    stages = transpose_stages(lanes)
+    assert len(stages) == lanes.bit_length() - 1 and all(len(st) == lanes // 2 for st in stages)
+    for stage in stages:
+        before = list(rows)
+        for i, j, low, high in stage:
+            both = np.concatenate([before[i], before[j]])
+            rows[i], rows[j] = both[low], both[high]
+    assert (np.array(rows) == block.T).all()

@@ -223,30 +223,33 @@ class Indices:
         return arith.remui(a, self.c(k))
 
 
-def transpose_masks(n: int, d: int) -> tuple[list[int], list[int]]:
-    """The two `vector.shuffle` masks of one butterfly stage of `transpose_vectors` (``n`` lanes, distance
-    ``d``): rows ``i`` and ``i + d`` (``i & d == 0``) swap their ``d x d`` off-diagonal blocks."""
-    low = [j if not j & d else n + j - d for j in range(n)]
-    high = [j + d if not j & d else n + j for j in range(n)]
-    return low, high
+def transpose_stages(n: int) -> list[list[tuple[int, int, list[int], list[int]]]]:
+    """The butterfly of `transpose_vectors` for ``n`` lanes (a power of two): ``log2(n)`` stages, each a
+    list of ``(i, j, low, high)``: rows ``i`` and ``j = i + d`` swap their ``d x d`` off-diagonal blocks,
+    row ``i`` becoming ``shuffle(row_i, row_j, low)`` and row ``j`` ``shuffle(row_i, row_j, high)`` (masks
+    index the concatenation of both rows, as `vector.shuffle`'s)."""
+    stages = []
+    d = n // 2
+    while d:
+        low = [j if not j & d else n + j - d for j in range(n)]
+        high = [j + d if not j & d else n + j for j in range(n)]
+        stages.append([(i, i + d, low, high) for i in range(n) if not i & d])
+        d //= 2
+    return stages
 
 
 def transpose_vectors(rows: Sequence[ir.Value]) -> list[ir.Value]:
     """The transpose of an ``L x L`` block held as ``L`` vectors of ``L`` lanes (``L`` a power of two):
-    ``log2(L)`` butterfly stages of two-source shuffles (``L/2`` pairs each), which LLVM selects as one
-    permute instruction apiece (``vpermt2ps``/``vunpcklps``... on AVX-512)."""
+    the `transpose_stages` butterfly of two-source shuffles, which LLVM selects as one permute instruction
+    apiece (``vpermt2ps``/``vunpcklps``... on AVX-512)."""
     n = len(rows)
     if n & (n - 1) or ir.VectorType(rows[0].type).shape != [n]:
         raise ValueError(f"transpose needs a square block of a power-of-two lanes, got {n} x {rows[0].type}")
     out = list(rows)
-    d = n // 2
-    while d:
-        low, high = transpose_masks(n, d)
+    for stage in transpose_stages(n):
         nxt = list(out)
-        for i in range(n):
-            if not i & d:
-                nxt[i] = vector.shuffle(out[i], out[i + d], low)
-                nxt[i + d] = vector.shuffle(out[i], out[i + d], high)
+        for i, j, low, high in stage:
+            nxt[i] = vector.shuffle(out[i], out[j], low)
+            nxt[j] = vector.shuffle(out[i], out[j], high)
         out = nxt
-        d //= 2
     return out
