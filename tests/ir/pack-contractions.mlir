@@ -70,7 +70,8 @@ func.func @big(%a: memref<512x512xf32>, %b: memref<512x512xf32>, %c: memref<512x
 // The bias epilogue that follows is folded into the kernel's final store: the generic goes, the bias and
 // the output become extra kernel arguments, and the kernel adds the bias vector. On the last k block the
 // sums C + acc of a micro-tile (8 x 48 here) go to a scratch tile first, then a loop over the tile's rows
-// applies the epilogue one row at a time (so it never holds the accumulators' registers).
+// applies the epilogue one row at a time (so it never holds the accumulators' registers). Before its k loop a
+// micro-tile prefetches the lines its update touches: on the last k block the output's (D) and C's.
 // CHECK-LABEL: func.func @mm_bias(
 // CHECK-SAME:      %[[A:.*]]: memref<64x32xf32>, %[[B:.*]]: memref<32x48xf32>, %[[BIAS:.*]]: memref<48xf32>, %[[C:.*]]: memref<64x48xf32>)
 // CHECK-NOT:     linalg.
@@ -79,6 +80,8 @@ func.func @big(%a: memref<512x512xf32>, %b: memref<512x512xf32>, %c: memref<512x
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
 // CHECK-SAME:      %[[PA:[^:]*]]: memref<64x32xf32>, %[[PB:[^:]*]]: memref<32x48xf32>, %[[PC:[^:]*]]: memref<64x48xf32>, %[[PBIAS:[^:]*]]: memref<48xf32>, %[[PD:[^:]*]]: memref<64x48xf32>
 // CHECK:         %[[TILE:.*]] = memref.alloc() {alignment = 64 : i64} : memref<8x48xf32>
+// CHECK:         memref.prefetch %[[PD]]{{.*}}, write, locality<3>, data
+// CHECK:         memref.prefetch %[[PC]]{{.*}}, write, locality<3>, data
 // CHECK:         vector.fma {{.*}} : vector<16xf32>
 // CHECK:         %[[SUM:.*]] = arith.addf {{.*}} : vector<16xf32>
 // CHECK-NEXT:    vector.store %[[SUM]], %[[TILE]][%c0, %c0]
@@ -94,6 +97,39 @@ func.func @mm_bias(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %bias: memref<4
   linalg.matmul ins(%a, %b : memref<64x32xf32>, memref<32x48xf32>) outs(%c : memref<64x48xf32>)
   linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
       ins(%c, %bias : memref<64x48xf32>, memref<48xf32>) outs(%c : memref<64x48xf32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %s = arith.addf %x, %y : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+
+// -----
+
+// With zero_init (the fill before the matmul is dropped) and an epilogue writing another buffer, a k block
+// that is both the first and the last never touches C: the tile prefetches D's lines, and C's only when the
+// last block is not the first.
+// CHECK-LABEL: func.func @mm_fill_bias(
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-SAME:      %[[PC:[^:]*]]: memref<64x48xf32>, %{{[^:]*}}: memref<48xf32>, %[[PD:[^:]*]]: memref<64x48xf32>
+// CHECK:         %[[LAST:.*]] = arith.cmpi sge
+// CHECK-NEXT:    scf.if %[[LAST]] {
+// CHECK-NEXT:      memref.prefetch %[[PD]]
+// CHECK:           %[[LATER:.*]] = arith.cmpi ne
+// CHECK-NEXT:      scf.if %[[LATER]] {
+// CHECK-NEXT:        memref.prefetch %[[PC]]
+// CHECK:         } else {
+// CHECK-NEXT:      memref.prefetch %[[PC]]
+// CHECK:         vector.fma
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d1)>
+func.func @mm_fill_bias(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %bias: memref<48xf32>, %c: memref<64x48xf32>,
+                        %d: memref<64x48xf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%c : memref<64x48xf32>)
+  linalg.matmul ins(%a, %b : memref<64x32xf32>, memref<32x48xf32>) outs(%c : memref<64x48xf32>)
+  linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%c, %bias : memref<64x48xf32>, memref<48xf32>) outs(%d : memref<64x48xf32>) {
   ^bb0(%x: f32, %y: f32, %o: f32):
     %s = arith.addf %x, %y : f32
     linalg.yield %s : f32

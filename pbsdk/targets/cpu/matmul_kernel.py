@@ -636,11 +636,27 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             tile_rows = ([x.min(x.add(x.add(ic, ir_), c(i)), last_row) for i in range(mr)]
                          if (blk.prefetch_c and not c_nm) or (window is None and Ap is None) else [])
             if blk.prefetch_c and not c_nm:
-                # C's lines for the update after the k loop
-                for r in tile_rows:
-                    for v in range(nv):
-                        col = x.min(x.add(x.add(jc, jr), c(v * L)), x.sub(n1, c(1)))
-                        memref.prefetch(C, [*lead, r, col], True, 3, True)
+                # The lines the update after the k loop touches: C's; on the last k block with an epilogue
+                # D's, and C's unless that block is also the first with zero_init (C is then not read).
+                pcols = [x.min(x.add(x.add(jc, jr), c(v * L)), x.sub(n1, c(1))) for v in range(nv)]
+
+                def prefetch(buf: ir.Value) -> None:
+                    for r in tile_rows:
+                        for col in pcols:
+                            memref.prefetch(buf, [*lead, r, col], True, 3, True)
+
+                if epilogue is None:
+                    prefetch(C)
+                else:
+                    def last_block() -> None:
+                        assert D is not None
+                        prefetch(D)
+                        if zero_init:
+                            _if(arith.cmpi(arith.CmpIPredicate.ne, pc, c(0)), lambda: prefetch(C))
+                        else:
+                            prefetch(C)
+
+                    _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K)), last_block, lambda: prefetch(C))
             if window is not None:
                 assert rows is not None
                 res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
