@@ -21,7 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 DEFAULT_SHAPES = ("512x49x2048", "64x49x576", "512x33x512", "2048x49x512", "2048x49x2048", "4096x8x4096",
-                  "1024x24x1024", "512x196x512", "256x40x256", "1024x100x1024", "1000x10x1000")
+                  "1024x24x1024", "512x196x512", "256x196x1024", "1024x196x256", "256x40x256", "1024x100x1024",
+                  "1000x10x1000")
 
 
 def _block(fn: Callable[[], object], calls: int) -> float:

@@ -22,7 +22,8 @@ def xeon() -> ChipSpec:
     return load_spec("intel/xeon-avx512")  # 32 zmm registers, 16 f32 lanes, 2 cores
 
 
-@pytest.mark.parametrize("mnk", [(512, 49, 2048), (64, 49, 576), (512, 33, 512), (4096, 8, 4096), (2048, 49, 512)])
+@pytest.mark.parametrize("mnk", [(512, 49, 2048), (64, 49, 576), (512, 33, 512), (4096, 8, 4096), (2048, 49, 512),
+                                 (512, 196, 512), (256, 196, 1024), (1024, 196, 256)])
 def test_few_columns_and_many_rows_are_computed_transposed(xeon: ChipSpec, mnk: tuple[int, int, int]) -> None:
     m, n, k = mnk
     plan = plan_contraction(xeon, Contraction(m, n, k), {"threads": 1})
