@@ -70,7 +70,8 @@ class Options:
     #: instead of its columns: None lets the planner decide (few columns, many rows), True/False force it
     #: where the kernel can (cpu).
     transpose_gemm: bool | None = None
-    #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time (cpu).
+    #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time, and a
+    #: constant A of a product computed transposed (as the panels of A^T) (cpu).
     prepack_b: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).
     attention_q_vectors: int = dataclasses.field(default=0, metadata={CONVERT: lambda v: _count(v, "q")})

@@ -1,4 +1,5 @@
-// Pass pack-contractions on constant B operands (frozen weights: entry arguments marked pbsdk.constant):
+// Pass pack-contractions on constant B operands (frozen weights: entry arguments marked pbsdk.constant),
+// and on constant A operands of products computed transposed (last case):
 // each one read by a single packed contraction is packed at compile time into the kernel's micro-panels,
 // [ceil(n/nr), k, nr], and the argument takes that type; the kernel then packs no B at run time (nor A
 // here: 64 columns are two register tiles, so A is read in place and the kernel allocates nothing). `pbsdk opt` gives text constants zeros of their type, so the rewrite shows here.
@@ -85,5 +86,31 @@ func.func private @__pbsdk_contraction0(%a: memref<20x64xf32>, %b: memref<64x64x
 }
 func.func private @__pbsdk_contraction1(%a: memref<20x64xf32>, %b: memref<64x64xf32>, %c: memref<20x64xf32>) {
   linalg.matmul ins(%a, %b : memref<20x64xf32>, memref<64x64xf32>) outs(%c : memref<20x64xf32>)
+  return
+}
+
+// -----
+
+// A constant A (the (O, C, 1, 1) weights of a 1x1 NCHW convolution viewed as O x C) of a product the
+// planner computes transposed (512 rows, 49 columns): the kernel's B is A^T, packed here as its panels,
+// [ceil(512/32), 256, 32], instead of through register transposes on every call; the view goes.
+// CHECK-LABEL: func.func @nchw_1x1(
+// CHECK-SAME:      %[[X:[^:]*]]: memref<256x49xf32>, %[[W:[^:]*]]: memref<16x256x32xf32> {pbsdk.constant = 0 : i64}
+// CHECK-NOT:     memref.collapse_shape
+// CHECK:         call @__pbsdk_mm0(%[[X]], %[[W]], %{{.*}}) : (memref<256x49xf32>, memref<16x256x32xf32>, memref<512x49xf32>) -> ()
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-SAME:      %{{[^:]*}}: memref<256x49xf32>, %[[PW:[^:]*]]: memref<16x256x32xf32>
+// CHECK-NOT:     vector.shuffle {{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23]
+// CHECK:         vector.load %[[PW]][%{{.*}}, %{{.*}}, %{{.*}}] : memref<16x256x32xf32>, vector<16xf32>
+// CHECK:         return
+// OFF-LABEL: func.func @nchw_1x1(
+// OFF-SAME:      memref<512x256x1x1xf32> {pbsdk.constant = 0 : i64}
+// OFF:           memref.collapse_shape
+func.func @nchw_1x1(%x: memref<256x49xf32>, %w: memref<512x256x1x1xf32> {pbsdk.constant = 0 : i64},
+                    %c: memref<512x49xf32>) {
+  %a = memref.collapse_shape %w [[0], [1, 2, 3]] : memref<512x256x1x1xf32> into memref<512x256xf32>
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<512x49xf32>)
+  linalg.matmul ins(%a, %x : memref<512x256xf32>, memref<256x49xf32>) outs(%c : memref<512x49xf32>)
   return
 }

@@ -108,3 +108,25 @@ def test_the_option_turns_it_off(pack_notes) -> None:
     assert notes and not any("computed transposed" in s for s in notes), notes
     got = pbsdk.jit(fn, options={"threads": 1, "transpose_gemm": False, "cache": False})(a, b)
     assert_close(got, ref.matmul(a, b), op="matmul", reduction_size=256)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("mkn", [(512, 256, 49), (100, 70, 33), (33, 300, 5), (1024, 64, 196)])
+def test_a_constant_is_packed_at_compile_time(mkn: tuple[int, int, int], threads: int, pack_notes) -> None:
+    """A frozen A (a 1x1 NCHW convolution's weights) of a product computed transposed: the kernel's B is A^T
+    packed into panels at compile time (rows of A past a whole panel are zeros there), not on every call."""
+    m, k, n = mkn
+    a, x = _operands((m, k), (k, n))
+    fn = lambda y: ops.matmul(a, y)  # a is captured: a constant
+    notes = pack_notes(fn, {"threads": threads, "transpose_gemm": True}, x)
+    assert any("computed transposed" in s and "A packed at compile time as B^T" in s for s in notes), notes
+    got = pbsdk.jit(fn, options={"threads": threads, **FORCED})(x)
+    assert_close(got, ref.matmul(a, x), op="matmul", reduction_size=k)
+
+
+def test_a_constant_conv_with_bias_and_relu() -> None:
+    """The same through ops.conv2d (NCHW, 1x1, frozen weights viewed as O x C) with a fused epilogue."""
+    x, w, b = _operands((1, 256, 14, 14), (1024, 256, 1, 1), (1, 1024, 1, 1))
+    got = pbsdk.jit(lambda y: ops.relu(ops.conv2d(y, w) + b), options={"threads": 2, "cache": False})(x)
+    want = np.maximum(np.einsum("oc,nchw->nohw", w[:, :, 0, 0].astype(np.float64), x) + b, 0.0).astype(np.float32)
+    assert_close(got, want, op="conv2d", reduction_size=256)

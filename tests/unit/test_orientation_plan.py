@@ -92,3 +92,18 @@ def test_explain_says_the_product_is_transposed(xeon: ChipSpec) -> None:
     assert "the blocking below is the transposed product's (49x512x2048)" in text
     given = format_plan("matmul", plan_contraction(xeon, Contraction(512, 512, 512), {"threads": 2}))
     assert "transposed" not in given
+
+
+def test_a_constant_makes_the_transposing_pack_free_and_keeps_the_split(xeon: ChipSpec) -> None:
+    """A constant A is packed as B^T at compile time: the model charges no pack for it, so the transposed
+    way wins by the tiles alone; the split over threads stays that of a B^T packed per call."""
+    for m, n, k in [(1024, 196, 256), (512, 49, 2048), (300, 40, 64)]:
+        per_call = orientation(xeon, Contraction(m, n, k))
+        constant = orientation(xeon, Contraction(m, n, k, a_prepackable=True))
+        assert constant.pack_cycles == 0 and per_call.pack_cycles > 0
+        assert constant.transposed_cycles == pytest.approx(per_call.transposed_cycles - per_call.pack_cycles)
+        assert "compile time" in constant.why or not constant.transposed
+        plans = [plan_contraction(xeon, Contraction(m, n, k, a_prepackable=c), {"threads": 2, "transpose_gemm": True})
+                 for c in (False, True)]
+        assert plans[0].blocking.split == plans[1].blocking.split
+        assert any("at compile time (a constant)" in r for r in plans[1].reasons), plans[1].reasons

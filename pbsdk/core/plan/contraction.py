@@ -52,6 +52,9 @@ class Contraction:
     acc_dtype: str | None = None
     #: B is a constant packed ahead of time (a frozen weight): packing it costs nothing at run time.
     b_prepacked: bool = False
+    #: A is a constant that can be packed ahead of time where the product is computed transposed (its
+    #: transposing pack, B^T of `Blocking.transposed`, then costs nothing at run time).
+    a_prepackable: bool = False
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k, self.batch) < 1:
@@ -213,7 +216,8 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
     ``m`` = 512 rows would fill them whole. Transposed, the op's rows are the vectors' lanes, at the cost
     of packing B^T = A through register transposes (`TRANSPOSE_PACK_FMAS` an element, per k step ``m``
     of them): chosen when the issue cycles of the transposed tiles plus that pack are at most
-    `TRANSPOSE_MARGIN` of the given tiles'. Never for a prepacked B (its packing is free as it is)."""
+    `TRANSPOSE_MARGIN` of the given tiles'. That pack is free for a constant A (``a_prepackable``: packed
+    at compile time). Never for a prepacked B (its packing is free as it is)."""
     opts = as_options(options)
     vec = spec.vector
     if opts.transpose_gemm is False or vec is None or not vec.fma or op.accumulator not in vec.dtypes:
@@ -225,10 +229,12 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
     mr, nv, _ = register_tile(vec.registers, lanes, fma, loads, op.m, op.n)
     tmr, tnv, _ = register_tile(vec.registers, lanes, fma, loads, op.n, op.m)
     given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv)
-    pack = op.m * TRANSPOSE_PACK_FMAS / fma
+    pack = 0.0 if op.a_prepackable else op.m * TRANSPOSE_PACK_FMAS / fma
     swapped = issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) + pack
     figures = (f"{given:.0f} issue cycles a k step as given ({mr}x{nv * lanes} tiles), {swapped:.0f} transposed "
-               f"({tmr}x{tnv * lanes} tiles, {pack:.0f} of them packing A^T)")
+               f"({tmr}x{tnv * lanes} tiles, "
+               + ("A constant: packed as B^T at compile time)" if op.a_prepackable else
+                  f"{pack:.0f} of them packing A^T)"))
     if opts.transpose_gemm:
         return Orientation(True, given, swapped, pack,
                            f"computed transposed (C^T = B^T A^T), as option transpose_gemm asks: {figures}")
@@ -257,15 +263,21 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
         return None, []
     turn = orientation(spec, op, opts)
     if turn.transposed:
-        swapped = dataclasses.replace(op, m=op.n, n=op.m)
-        blk, why = _blocking(spec, swapped, compute_tile(spec, swapped, opts)[0], opts, solo_seconds, caches, True)
+        # The transposed product's B is the given A, packed ahead of time when it is a constant; the split
+        # over threads stays that of a B packed per call (each thread then reads only its columns of the
+        # prepacked B: the split along m it would get as prepacked made 196x1024x256 at 2 threads 0.82x).
+        swapped = dataclasses.replace(op, m=op.n, n=op.m, a_prepackable=False)
+        blk, why = _blocking(spec, swapped, compute_tile(spec, swapped, opts)[0], opts, solo_seconds, caches, True,
+                             b_constant=op.a_prepackable)
         return blk, [f"{turn.why}; the blocking below is the transposed product's ({op.n}x{op.m}x{op.k})", *why]
     blk, why = _blocking(spec, op, unit, opts, solo_seconds, caches, False)
     return blk, ([turn.why] if turn.why else []) + why
 
 
 def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options, solo_seconds: float | None,
-              caches: list[MemoryLevel], transposed: bool) -> tuple[Blocking, list[str]]:
+              caches: list[MemoryLevel], transposed: bool, b_constant: bool = False) -> tuple[Blocking, list[str]]:
+    """The blocking of ``op`` (the transposed product's, with ``transposed``; ``b_constant``: its B is the
+    given A, packed at compile time)."""
     assert spec.vector is not None
     lanes = spec.vector.lanes(op.accumulator)
     mr, nv = unit.m, unit.n // lanes
@@ -333,8 +345,9 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
         why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
     pack_b = True if transposed else opts.pack_b if opts.pack_b is not None else m_part > mr
     if transposed:
-        why.append("B^T packed through register transposes, A^T read in place (mr adjacent values a k step), "
-                   "C updated a transposed micro-tile at a time")
+        why.append("B^T (the given A) packed " + ("at compile time (a constant)" if b_constant else
+                                                  "through register transposes")
+                   + ", A^T read in place (mr adjacent values a k step), C updated a transposed micro-tile at a time")
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
                    "is used once; the micro-kernel reads B in place")

@@ -216,10 +216,14 @@ class PackContractions:
             bsz = a.shape[0] if batched else 0
             m, k = a.shape[-2:]
             n = b.shape[-1]
-            sources = _constant_b(op, calls, len(ctx.constants)) if ctx.options.prepack_b and not batched else None
-            plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)),
-                                    ctx.options)
+            prepack = ctx.options.prepack_b and not batched
+            sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack else None
+            # A constant A is packed at compile time where the product is computed transposed (as B^T).
+            a_sources = _constant_operand(op, 0, calls, len(ctx.constants)) if prepack and not sources else None
+            plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
+                                                          a_prepackable=bool(a_sources)), ctx.options)
             blk = plan.blocking
+            a_sources = a_sources if blk is not None and blk.transposed else None
             if blk is None:
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
                              f"({plan.compute.kind}): generic lowering")
@@ -230,6 +234,9 @@ class PackContractions:
             if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
                 assert not sources, "a prepacked B is never transposed (orientation)"
                 shape = MatmulShape.transposed(m, n, k, bsz, a, b, c)
+                if a_sources:  # its B is the given A packed at compile time: panels, not a [n, k] matrix
+                    shape = dataclasses.replace(shape, b_type=packed_type(a, blk.nr, transposed=True),
+                                                b_layout="kn")
                 operands[:2] = operands[1::-1]
             else:
                 shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
@@ -237,9 +244,9 @@ class PackContractions:
             fill = _zero_fill_before(op)
             with op.location:
                 kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
-                                             zero_init=fill is not None, prepacked_b=bool(sources))
+                                             zero_init=fill is not None, prepacked_b=bool(sources or a_sources))
                 new = func.CallOp(kernel, operands + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
-            b_operand = op.operands[1]
+            a_operand, b_operand = op.operands[0], op.operands[1]
             if fused:
                 fused[0].erase()
             op.erase()
@@ -247,6 +254,8 @@ class PackContractions:
                 fill.erase()
             if sources:
                 _prepack(b_operand, new.operation, sources, blk.nr, ctx)
+            if a_sources:  # the kernel's B operand (1) is the given A
+                _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True)
             prefix = f"{bsz}x" if batched else ""
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
@@ -254,7 +263,8 @@ class PackContractions:
                          + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
                          + ("" if blk.pack_a or blk.transposed else ", A read in place")
-                         + (f", B packed at compile time ({len(sources)} constant(s))" if sources else ""))
+                         + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")
+                         + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else ""))
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
         """Calls of an isolated contraction whose A is the core's im2col of an NHWC convolution
@@ -337,13 +347,13 @@ class PackContractions:
         return count
 
 
-def _constant_b(mm: ir.Operation, calls: dict[str, list[ir.Operation]], available: int,
-                ) -> list[tuple[ir.Operation | None, ConstantB]] | None:
-    """Where the B operand of ``mm`` comes from when it is a constant that can be packed at compile time:
-    ``[(None, c)]`` when ``mm`` reads constant ``c`` itself; ``[(call, c), ...]`` when ``mm`` reads a
-    parameter of its function (read by nothing else) and every call of the function passes a constant
-    there. None otherwise."""
-    b = mm.operands[1]
+def _constant_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.Operation]], available: int,
+                      ) -> list[tuple[ir.Operation | None, ConstantB]] | None:
+    """Where operand ``operand`` of ``mm`` (1: B, 0: A) comes from when it is a constant that can be packed
+    at compile time: ``[(None, c)]`` when ``mm`` reads constant ``c`` itself; ``[(call, c), ...]`` when
+    ``mm`` reads a parameter of its function (read by nothing else) and every call of the function passes a
+    constant there. None otherwise."""
+    b = mm.operands[operand]
     fn = function_of(b)
     if fn is None or attributes.arg_i64(fn, ir.BlockArgument(b).arg_number, attributes.CONSTANT) is not None:
         found = find_constant(b, mm, available)
@@ -362,21 +372,22 @@ def _constant_b(mm: ir.Operation, calls: dict[str, list[ir.Operation]], availabl
 
 
 def _prepack(b: ir.Value, kernel_call: ir.Operation, sources: list[tuple[ir.Operation | None, ConstantB]],
-             nr: int, ctx: Any) -> None:
-    """Pack the constants `_constant_b` found for a matmul's B operand ``b`` (the matmul now replaced by
-    ``kernel_call``) and pass them packed: to the kernel call itself, or to every call of the matmul's
-    function (whose parameter takes the packed type)."""
+             nr: int, ctx: Any, *, transposed: bool = False) -> None:
+    """Pack the constants `_constant_operand` found for the operand ``b`` that becomes the kernel's B (the
+    matmul now replaced by ``kernel_call``, whose operand 1 it is; with ``transposed`` the given A, packed
+    as B^T) and pass them packed: to the kernel call itself, or to every call of the matmul's function
+    (whose parameter takes the packed type)."""
     b_type = ir.MemRefType(b.type)
     if sources[0][0] is None:
-        rebind(sources[0][1], kernel_call, 1, nr, ctx)
+        rebind(sources[0][1], kernel_call, 1, nr, ctx, transposed=transposed)
         return
     fn = function_of(b)
     assert fn is not None
     position = ir.BlockArgument(b).arg_number
-    set_argument_type(fn, position, packed_type(b_type, nr))
+    set_argument_type(fn, position, packed_type(b_type, nr, transposed=transposed))
     for call, found in sources:
         assert call is not None
-        rebind(found, call, position, nr, ctx)
+        rebind(found, call, position, nr, ctx, transposed=transposed)
 
 
 def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operation, ir.Operation | None,

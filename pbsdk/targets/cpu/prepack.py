@@ -8,6 +8,10 @@ the kernel reads (`pack_b_panels`), instead of on every call and, with the rows 
 every thread. The constant is replaced (same index, the packed array; the argument takes the packed type),
 so no weight is held twice by the artifact.
 
+A product computed transposed (``C^T = B^T A^T``, `pbsdk.core.plan.contraction.orientation`) packs its
+given A as the kernel's B, through register transposes on every call; a constant A is packed here
+instead, as the panels of A^T (``rebind(..., transposed=True)``).
+
 `find_constant` is the analysis (which constant, through which view, used by nothing else); `rebind` the
 rewrite. A contraction function called from several places (`dedupe-functions` merges identical layers)
 takes a packed B only when every call passes one: the caller checks that with `find_constant` on each.
@@ -88,22 +92,27 @@ def set_argument_type(fn: ir.Operation, position: int, t: ir.Type) -> None:
     match_signature(fn)
 
 
-def packed_type(t: ir.MemRefType, nr: int) -> ir.MemRefType:
-    """The memref type of the k x n matrix ``t`` packed for register tiles ``nr`` wide."""
-    k, n = t.shape
+def packed_type(t: ir.MemRefType, nr: int, *, transposed: bool = False) -> ir.MemRefType:
+    """The memref type of the k x n matrix ``t`` packed for register tiles ``nr`` wide; with
+    ``transposed``, ``t`` is n x k and the packed matrix its transpose (a product computed transposed
+    packs its given A as B^T)."""
+    k, n = t.shape[::-1] if transposed else t.shape
     return ir.MemRefType.get(list(packed_b_shape(k, n, nr)), t.element_type, loc=ir.Location.unknown(t.context))
 
 
-def rebind(found: ConstantB, user: ir.Operation, operand: int, nr: int, ctx: Any) -> ir.Value:
-    """Pack constant ``found.index`` for ``nr`` (in ``ctx.constants``), give its entry argument the packed
-    type and make it ``user``'s operand ``operand`` (the view goes). Returns the argument."""
+def rebind(found: ConstantB, user: ir.Operation, operand: int, nr: int, ctx: Any, *,
+           transposed: bool = False) -> ir.Value:
+    """Pack constant ``found.index`` for ``nr`` (in ``ctx.constants``; with ``transposed`` the matrix is
+    n x k and its transpose is packed), give its entry argument the packed type and make it ``user``'s
+    operand ``operand`` (the view goes). Returns the argument."""
     value = user.operands[operand]
     t = ir.MemRefType(value.type)
-    k, n = t.shape
+    rows, cols = t.shape
+    matrix = ctx.constants[found.index].reshape(rows, cols)
     constants = list(ctx.constants)
-    constants[found.index] = pack_b_panels(constants[found.index].reshape(k, n), nr)
+    constants[found.index] = pack_b_panels(matrix.T if transposed else matrix, nr)
     ctx.constants = tuple(constants)
-    set_argument_type(found.entry, found.position, packed_type(t, nr))
+    set_argument_type(found.entry, found.position, packed_type(t, nr, transposed=transposed))
     user.operands[operand] = found.arg
     if found.view is not None:
         found.view.erase()
