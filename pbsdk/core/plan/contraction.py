@@ -485,7 +485,8 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
     One k step of an ``mr x nv`` tile issues ``mr * nv`` FMAs and ``mr + nv`` loads (one broadcast of A
     per row, one vector of B per column), so it takes ``max(mr*nv / fma_per_cycle, (mr+nv) /
     loads_per_cycle)`` cycles; the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
-    tiles, so tiles that overhang the edges cost their full time. ``mr * nv`` accumulators, ``nv`` B
+    tiles, so tiles that overhang the edges cost their full time (conservative: the cpu kernel runs the
+    last tile row and column with fewer accumulators, `pbsdk.targets.cpu.matmul_kernel.tile_variants`). ``mr * nv`` accumulators, ``nv`` B
     vectors and one broadcast must fit the register file. Among tiles within 3 % of the fewest cycles, the
     narrowest wins (its B micro-panel, reused from the innermost cache across the A block, is smallest,
     so the reduction block can be longest), then the one issuing fewer loads per FMA."""

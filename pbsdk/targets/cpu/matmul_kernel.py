@@ -318,6 +318,18 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
     return list(choose.results)
 
 
+def tile_variants(m: int, n: int, mr: int, nv: int, lanes: int) -> tuple[int, int]:
+    """The register tiles at the op's last rows and columns: (rows, vectors) they compute, 0 where the edge
+    tile is a whole one. Thread parts and cache blocks are whole multiples of mr rows and nv vectors, so
+    only the last tile row (``m % mr`` rows) and the last tile column (``n % (nv * lanes)`` columns) are
+    short: their k loops are their own copies, with fewer accumulators, instead of whole tiles whose
+    extra rows and vectors are computed and thrown away (512 rows in 14-row tiles: the last tile's 8
+    rows took a whole tile's FMAs)."""
+    rows = m % mr
+    vecs = -(-(n % (nv * lanes)) // lanes)
+    return rows, vecs if vecs < nv else 0
+
+
 def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead: list[ir.Value],
                      r: ir.Value, col: ir.Value, mask: ir.Value | None, vzero: ir.Value) -> ir.Value:
     """Build the epilogue on one vector of results (``args``: the extra inputs' buffers); returns the
@@ -610,10 +622,11 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
         def micro_tile(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
                        jr: ir.Value, panel: ir.Value | None, direct: list[tuple[ir.Value, ir.Value]],
                        ir_: ir.Value) -> None:
-            # The micro-kernel: mr x nv accumulators carried through the k loop, in registers.
-            def b_vectors(k: ir.Value) -> list[ir.Value]:
+            # The micro-kernel: mr x nv accumulators carried through the k loop, in registers (fewer in the
+            # tiles at the edges, see `tile_variants`).
+            def b_vectors(k: ir.Value, vecs: int) -> list[ir.Value]:
                 bvs = []
-                for v in range(nv):
+                for v in range(vecs):
                     if direct:
                         col, msk = direct[v]
                         bvs.append(vector.maskedload(vt, B, [*lead, x.add(pc, k), col], msk, vzero))
@@ -627,9 +640,9 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
 
             def fmas(avals: list[ir.Value], bvs: list[ir.Value], accs: list[ir.Value]) -> list[ir.Value]:
                 outs = []
-                for i in range(mr):
-                    ab = vector.broadcast(vt, avals[i])
-                    outs += [vector.fma(ab, bvs[v], accs[i * nv + v]) for v in range(nv)]
+                for i, a_val in enumerate(avals):
+                    ab = vector.broadcast(vt, a_val)
+                    outs += [vector.fma(ab, bv, accs[i * len(bvs) + v]) for v, bv in enumerate(bvs)]
                 return outs
 
             # The tile's rows, those past the part clamped to its last: what C's prefetch and A in place read.
@@ -657,31 +670,56 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                             prefetch(C)
 
                     _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K)), last_block, lambda: prefetch(C))
-            if window is not None:
-                assert rows is not None
-                res = _window_k_loop(rows, window, x, mr, last_row, x.add(ic, ir_), pc, kc, [vzero] * (mr * nv),
-                                     lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(mr)],
-                                                                b_vectors(k), accs))
-            else:
-                apanel = x.divu(ir_, c(mr)) if Ap is not None else None
-                loop = scf.ForOp(c(0), kc, c(1), [vzero] * (mr * nv))
-                with ir.InsertionPoint(loop.body):
-                    k = loop.induction_variable
-                    if Ap is None:  # A in place
-                        ka = x.add(pc, k)
-                        avals = [a_at(lead, r, ka) for r in tile_rows]
-                    else:
-                        avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(mr)]
-                    scf.YieldOp(fmas(avals, b_vectors(k), list(loop.inner_iter_args)))
-                res = list(loop.results)
+            def k_loop(nrows: int, vecs: int) -> list[ir.Value]:
+                """The k loop of a tile of ``nrows`` rows and ``vecs`` vectors of columns: its accumulators
+                in the tile's mr x nv order, zeros for the rows and vectors it does not compute."""
+                if window is not None:
+                    assert rows is not None
+                    acc = _window_k_loop(
+                        rows, window, x, nrows, last_row, x.add(ic, ir_), pc, kc, [vzero] * (nrows * vecs),
+                        lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(nrows)],
+                                                   b_vectors(k, vecs), accs))
+                else:
+                    apanel = x.divu(ir_, c(mr)) if Ap is not None else None
+                    loop = scf.ForOp(c(0), kc, c(1), [vzero] * (nrows * vecs))
+                    with ir.InsertionPoint(loop.body):
+                        k = loop.induction_variable
+                        if Ap is None:  # A in place
+                            ka = x.add(pc, k)
+                            avals = [a_at(lead, r, ka) for r in tile_rows[:nrows]]
+                        else:
+                            avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(nrows)]
+                        scf.YieldOp(fmas(avals, b_vectors(k, vecs), list(loop.inner_iter_args)))
+                    acc = list(loop.results)
+                return [acc[i * vecs + v] if i < nrows and v < vecs else vzero for i in range(mr) for v in range(nv)]
 
-            # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
             crow0 = x.add(ic, ir_)
             ccol0 = x.add(jc, jr)
             rvalid = x.min(x.sub(m1, crow0), c(mr))
             cvalid = x.min(x.sub(n1, ccol0), c(nr))
             full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
             full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(nr))
+
+            def choose(cond: ir.Value, then: Callable[[], list[ir.Value]], otherwise: Callable[[], list[ir.Value]]
+                       ) -> list[ir.Value]:
+                pick = scf.IfOp(cond, [vt] * (mr * nv), has_else=True)
+                with ir.InsertionPoint(pick.then_block):
+                    scf.YieldOp(then())
+                with ir.InsertionPoint(pick.else_block):
+                    scf.YieldOp(otherwise())
+                return list(pick.results)
+
+            # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
+            edge_rows, edge_vecs = tile_variants(M, N, mr, nv, L)
+
+            def cols(nrows: int) -> list[ir.Value]:
+                if edge_vecs:
+                    return choose(full_c, lambda: k_loop(nrows, nv), lambda: k_loop(nrows, edge_vecs))
+                return k_loop(nrows, nv)
+
+            res = choose(full_r, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
+
+            # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
             full = arith.andi(full_r, full_c)
             first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if zero_init else None
 
