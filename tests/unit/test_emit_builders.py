@@ -58,3 +58,24 @@ def test_a_graph_without_outputs_is_refused() -> None:
     graph.add("input", [], TensorType((2,), "f32"))
     with pytest.raises(UnsupportedError):
         build_graph(graph)
+
+
+def test_division_by_a_row_invariant_divisor_allows_a_reciprocal() -> None:
+    """``x / s`` with ``s`` the same along the last axis (a softmax's row sum, a scalar) is ``arith.divf``
+    with ``arcp`` (LLVM then divides once a row and multiplies); an elementwise ``x / y`` stays exact."""
+    from pbsdk import ops
+    from pbsdk.frontends.jit import trace
+
+    def divides(text: str) -> list[str]:
+        return [line.strip() for line in text.splitlines() if "arith.divf" in line]
+
+    row = trace(lambda x: x / ops.sum(x, axis=-1, keepdims=True), (TensorType((8, 64), "f32"),))[0]
+    assert [("fastmath<arcp>" in d) for d in divides(emit_graph(row))] == [True]
+    scalar = trace(lambda x, s: x / s, (TensorType((8, 64), "f32"), TensorType((), "f32")))[0]
+    assert [("fastmath<arcp>" in d) for d in divides(emit_graph(scalar))] == [True]
+    both = trace(lambda x, y: x / y, (TensorType((8, 64), "f32"), TensorType((8, 64), "f32")))[0]
+    per_column = trace(lambda x, y: x / y, (TensorType((8, 64), "f32"), TensorType((8, 1, 64), "f32")))[0]
+    for graph in (both, per_column):
+        assert [("fastmath" in d) for d in divides(emit_graph(graph))] == [False]
+    softmax = trace(lambda x: ops.softmax(x, axis=-1), (TensorType((8, 64), "f32"),))[0]
+    assert all("fastmath<arcp>" in d for d in divides(emit_graph(softmax))) and divides(emit_graph(softmax))

@@ -831,10 +831,21 @@ _COMPARE = {"equal": "OEQ", "not_equal": "UNE", "less": "OLT", "less_equal": "OL
             "greater_equal": "OGE"}
 
 
+def _row_invariant(operand: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """Whether an operand of shape ``operand`` broadcast to ``out`` is the same along out's last axis (a
+    scalar, or size 1 there) while that axis is longer than 1."""
+    return bool(out) and out[-1] > 1 and (not operand or operand[-1] == 1)
+
+
 def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | None:
     """Scalar code of an elementwise node on operands of type ``t``; None for cast/broadcast (the value is
     the operand itself)."""
     op = node.op
+    if op == "div" and _row_invariant(node.inputs[1].shape, node.out.shape):
+        # ``arcp``: LLVM may divide by a divisor that the innermost loop does not change (a softmax's row
+        # sum, a norm, a scalar) as one reciprocal per row and a multiply per element, as XLA rewrites
+        # A / const: at most an ulp apart, and a vector division costs several multiplies.
+        return arith.divf(x[0], x[1], fastmath=ir.Attribute.parse("#arith.fastmath<arcp>"))
     if op in _SIMPLE:
         return _SIMPLE[op](x[0], x[1])
     if op in _UNARY:
