@@ -363,6 +363,25 @@ def test_softmax_3d(axis: int) -> None:
     np.testing.assert_allclose(got.astype(np.float64).sum(axis=axis), 1.0, rtol=1e-5)
 
 
+@pytest.mark.parametrize("fn", ["softmax", "log_softmax"])
+def test_softmax_rows_with_nan_and_inf_are_as_numpy(fn: str) -> None:
+    """The max that shifts a softmax skips NaN (`maxnumf`); a NaN still makes its whole row NaN through
+    the sum, as numpy's max-propagating formula does, and infinities shift as there."""
+    x = data((4, 37), seed=("nan", fn)) * 3
+    x[0, 5] = np.nan
+    x[1, 0] = np.nan
+    x[1, 36] = np.inf
+    x[2, 7] = -np.inf
+    with np.errstate(invalid="ignore"):
+        shifted = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+        e = np.exp(shifted)
+        want = e / e.sum(-1, keepdims=True) if fn == "softmax" else shifted - np.log(e.sum(-1, keepdims=True))
+    got = run(lambda t: getattr(ops, fn)(t, axis=-1), x)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
 def test_softmax_default_axis_and_large_logits() -> None:
     x = data((5, 31), seed="bigsoftmax") * 30 + 500   # overflows unless the max is subtracted
 

@@ -79,3 +79,15 @@ def test_division_by_a_row_invariant_divisor_allows_a_reciprocal() -> None:
         assert [("fastmath" in d) for d in divides(emit_graph(graph))] == [False]
     softmax = trace(lambda x: ops.softmax(x, axis=-1), (TensorType((8, 64), "f32"),))[0]
     assert all("fastmath<arcp>" in d for d in divides(emit_graph(softmax))) and divides(emit_graph(softmax))
+
+
+def test_a_softmax_shifts_by_a_max_that_skips_nan_and_a_max_reduction_does_not() -> None:
+    from pbsdk import ops
+    from pbsdk.frontends.jit import trace
+
+    x = (TensorType((8, 64), "f32"),)
+    for fn in (ops.softmax, ops.log_softmax):
+        text = emit_graph(trace(lambda t, fn=fn: fn(t, axis=-1), x)[0])
+        assert "arith.maxnumf" in text and "arith.maximumf" not in text
+    text = emit_graph(trace(lambda t: ops.max(t, axis=-1), x)[0])
+    assert "arith.maximumf" in text and "arith.maxnumf" not in text

@@ -250,6 +250,10 @@ class _Emitter:
         init_value = {"sum": 0.0, "max": -math.inf, "min": math.inf, "prod": 1.0}[kind]
         init = self.filled(out.type, init_value)
         combine = {"sum": arith.addf, "max": arith.maximumf, "min": arith.minimumf, "prod": arith.mulf}[kind]
+        if kind == "max" and node.group in ("softmax", "log_softmax"):
+            # The shift of a softmax may skip NaN (maxnumf: a plain vmaxps, where maximumf blends NaN back
+            # in): a NaN element still makes its row's sum, so the whole row, NaN, as with maximumf.
+            combine = arith.maxnumf
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             # reassoc: the order of a reduction is not part of its meaning (tolerances scale with its length),
