@@ -25,7 +25,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, scf, vector
 
-from pbsdk.core.ir.builder import transpose_vectors
+from pbsdk.core.ir.builder import Indices, transpose_vectors
 from pbsdk.core.passes import ops_named
 
 
@@ -148,17 +148,9 @@ class TransposeBlocks:
 def _build(plan: TransposePlan, src: ir.Value, dst: ir.Value, element: ir.Type) -> None:
     """The loop nest of `TransposeBlocks` at the insertion point."""
     L = plan.lanes
-    index = ir.IndexType.get()
     vt = ir.VectorType.get([L], element)
     mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
-    anchor = arith.ConstantOp(index, 0)
-    consts: dict[int, ir.Value] = {0: anchor.result}
-    top = ir.InsertionPoint(anchor.operation)  # before the loops: the constants dominate every loop and guard
-
-    def c(v: int) -> ir.Value:
-        if v not in consts:
-            consts[v] = arith.ConstantOp(index, v, ip=top).result
-        return consts[v]
+    c = Indices(ir.InsertionPoint.current.block).c  # constants at the top of the copy's block
 
     ext_a, ext_q = plan.extents[plan.a], plan.extents[plan.q]
     zero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(element, 0.0)))

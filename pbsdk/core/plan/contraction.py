@@ -495,8 +495,7 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
         for mr in range(1, registers):
             if mr * nv + nv + 1 > registers:
                 break
-            per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle)
-            cycles = -(-m // mr) * -(-n // (nv * lanes)) * per_step
+            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv)
             options.append((cycles, (mr + nv) / (mr * nv), nv, mr))
     fastest = min(o[0] for o in options)
     cycles, _, nv, mr = min((o for o in options if o[0] <= fastest * 1.03), key=lambda o: (o[2], round(o[1], 9)))

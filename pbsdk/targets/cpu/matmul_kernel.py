@@ -236,6 +236,17 @@ def _if(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] 
             scf.YieldOp([])
 
 
+def _if_values(cond: ir.Value, types: Sequence[ir.Type], then: Callable[[], list[ir.Value]],
+               otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+    """``scf.if`` with results of ``types``: the values ``then`` or ``otherwise`` builds in its branch."""
+    op = scf.IfOp(cond, list(types), has_else=True)
+    with ir.InsertionPoint(op.then_block):
+        scf.YieldOp(then())
+    with ir.InsertionPoint(op.else_block):
+        scf.YieldOp(otherwise())
+    return list(op.results)
+
+
 def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:
     """A table ``rows[r]``: where output pixel ``r = (n, oh, ow)``'s window starts in the flattened input,
     ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C``, filled for this thread's rows ``[m0, m1)`` (so the division of
@@ -310,12 +321,10 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
             scf.YieldOp(list(inner.results))
         return list(outer.results)
 
-    choose = scf.IfOp(linear, [v.type for v in init], has_else=True)
-    with ir.InsertionPoint(choose.then_block):
-        scf.YieldOp(loops(lambda i, col: x.add(x.add(bases[0], col), c(i * pixel)) if i else x.add(bases[0], col)))
-    with ir.InsertionPoint(choose.else_block):
-        scf.YieldOp(loops(lambda i, col: x.add(bases[i], col)))
-    return list(choose.results)
+    return _if_values(linear, [v.type for v in init],
+                      lambda: loops(lambda i, col: x.add(x.add(bases[0], col), c(i * pixel)) if i
+                                    else x.add(bases[0], col)),
+                      lambda: loops(lambda i, col: x.add(bases[i], col)))
 
 
 def tile_variants(m: int, n: int, mr: int, nv: int, lanes: int) -> tuple[int, int]:
@@ -670,6 +679,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                             prefetch(C)
 
                     _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K)), last_block, lambda: prefetch(C))
+
             def k_loop(nrows: int, vecs: int) -> list[ir.Value]:
                 """The k loop of a tile of ``nrows`` rows and ``vecs`` vectors of columns: its accumulators
                 in the tile's mr x nv order, zeros for the rows and vectors it does not compute."""
@@ -699,25 +709,17 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             cvalid = x.min(x.sub(n1, ccol0), c(nr))
             full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
             full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(nr))
-
-            def choose(cond: ir.Value, then: Callable[[], list[ir.Value]], otherwise: Callable[[], list[ir.Value]]
-                       ) -> list[ir.Value]:
-                pick = scf.IfOp(cond, [vt] * (mr * nv), has_else=True)
-                with ir.InsertionPoint(pick.then_block):
-                    scf.YieldOp(then())
-                with ir.InsertionPoint(pick.else_block):
-                    scf.YieldOp(otherwise())
-                return list(pick.results)
+            accs = [vt] * (mr * nv)
 
             # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
             edge_rows, edge_vecs = tile_variants(M, N, mr, nv, L)
 
             def cols(nrows: int) -> list[ir.Value]:
                 if edge_vecs:
-                    return choose(full_c, lambda: k_loop(nrows, nv), lambda: k_loop(nrows, edge_vecs))
+                    return _if_values(full_c, accs, lambda: k_loop(nrows, nv), lambda: k_loop(nrows, edge_vecs))
                 return k_loop(nrows, nv)
 
-            res = choose(full_r, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
+            res = _if_values(full_r, accs, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
 
             # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
             full = arith.andi(full_r, full_c)
@@ -746,25 +748,22 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                     _for(c(0), rvalid if masked else c(mr), c(1), lambda i: epilogue_row(i, vmasks))
 
             def load_c(r: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
-                if mask is not None:
-                    return vector.maskedload(vt, C, [*lead, r, col], mask, vzero)
-                return vector.load(vt, C, [*lead, r, col])
+                """C[r, col:+L] before this k block's sums: zero on the first block with zero_init."""
+                def load() -> list[ir.Value]:
+                    if mask is not None:
+                        return [vector.maskedload(vt, C, [*lead, r, col], mask, vzero)]
+                    return [vector.load(vt, C, [*lead, r, col])]
+
+                if first is None:
+                    return load()[0]
+                return _if_values(first, [vt], lambda: [vzero], load)[0]
 
             def store_row(i: int, vmasks: list[ir.Value], fused: bool) -> None:
                 r = x.add(crow0, c(i)) if i else crow0
                 for v in range(nv):
                     col = x.add(ccol0, c(v * L)) if v else ccol0
                     mask = vmasks[v] if vmasks else None
-                    if first is not None:  # zero_init: the first k block adds to zero, not to C
-                        choose = scf.IfOp(first, [vt], has_else=True)
-                        with ir.InsertionPoint(choose.then_block):
-                            scf.YieldOp([vzero])
-                        with ir.InsertionPoint(choose.else_block):
-                            scf.YieldOp([load_c(r, col, mask)])
-                        old = choose.results[0]
-                    else:
-                        old = load_c(r, col, mask)
-                    new = arith.addf(old, res[i * nv + v])
+                    new = arith.addf(load_c(r, col, mask), res[i * nv + v])
                     if fused:  # the epilogue follows, row by row (see `update`)
                         assert Tp is not None
                         vector.store(new, Tp, [c(i), c(v * L)])
@@ -810,16 +809,7 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             def store_stored_row(srow: ir.Value, scol: ir.Value, lanes: ir.Value, val: ir.Value, fused: bool
                                  ) -> None:
                 """C[srow, scol:+L] (+)= val on the lanes of the mask, through the epilogue into D when fused."""
-                if first is not None:  # zero_init: the first k block adds to zero, not to C
-                    choose = scf.IfOp(first, [vt], has_else=True)
-                    with ir.InsertionPoint(choose.then_block):
-                        scf.YieldOp([vzero])
-                    with ir.InsertionPoint(choose.else_block):
-                        scf.YieldOp([vector.maskedload(vt, C, [*lead, srow, scol], lanes, vzero)])
-                    old = choose.results[0]
-                else:
-                    old = vector.maskedload(vt, C, [*lead, srow, scol], lanes, vzero)
-                new = arith.addf(old, val)
+                new = arith.addf(load_c(srow, scol, lanes), val)
                 if fused:
                     assert epilogue is not None and D is not None
                     new = _epilogue_values(epilogue, E, new, lead, srow, scol, lanes, vzero)

@@ -223,11 +223,12 @@ class PackContractions:
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
                                                           a_prepackable=bool(a_sources)), ctx.options)
             blk = plan.blocking
-            a_sources = a_sources if blk is not None and blk.transposed else None
             if blk is None:
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
                              f"({plan.compute.kind}): generic lowering")
                 continue
+            if not blk.transposed:
+                a_sources = None  # given orientation: A is packed per call as it is
             name = f"__pbsdk_mm{count}"
             count += 1
             operands = list(op.operands)
