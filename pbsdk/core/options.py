@@ -73,6 +73,9 @@ class Options:
     #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time, and a
     #: constant A of a product computed transposed (as the panels of A^T) (cpu).
     prepack_b: bool = True
+    #: Let a packed matmul read an operand that a transpose fills just for it (``x @ w.T``, ``q @ k^T``)
+    #: from the transpose's source, through its packing, instead of materialising the transpose (cpu).
+    transposed_reads: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).
     attention_q_vectors: int = dataclasses.field(default=0, metadata={CONVERT: lambda v: _count(v, "q")})
     #: Fuse elementwise epilogues into packed matmuls (cpu).

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from pbsdk.core.plan.contraction import (
+    A_KM_IN_PLACE_PANELS,
     TRANSPOSE_MARGIN,
+    TRANSPOSE_PACK_FMAS,
     Contraction,
     issue_cycles,
     orientation,
@@ -32,8 +34,9 @@ def test_few_columns_and_many_rows_are_computed_transposed(xeon: ChipSpec, mnk: 
     # The blocking is that of the (n, m, k) product: its register tile is the one for n rows, m columns.
     mr, nv, _ = register_tile(32, 16, xeon.vector.fma_per_cycle, xeon.vector.loads_per_cycle, n, m)
     assert (blk.mr, blk.nv) == (mr, nv)
-    # B^T (the given A) is packed through transposes, A^T (the given B) read in place, C not prefetched.
-    assert blk.pack_b and not blk.pack_a and not blk.prefetch_c
+    # B^T (the given A) is packed through transposes, A^T (the given B) read in place unless very many
+    # column tiles reuse it, C not prefetched.
+    assert blk.pack_b and blk.pack_a == (m > A_KM_IN_PLACE_PANELS * blk.nr) and not blk.prefetch_c
     assert any(r.startswith("computed transposed") for r in plan.reasons), plan.reasons
 
 
@@ -107,3 +110,54 @@ def test_a_constant_makes_the_transposing_pack_free_and_keeps_the_split(xeon: Ch
                  for c in (False, True)]
         assert plans[0].blocking.split == plans[1].blocking.split
         assert any("at compile time (a constant)" in r for r in plans[1].reasons), plans[1].reasons
+
+
+# ------------------------------------------------------------------ operands stored transposed (x @ w.T)
+
+def test_layouts_are_checked_and_the_transposed_product_swaps_them() -> None:
+    with pytest.raises(ValueError, match="layouts"):
+        Contraction(8, 8, 8, b_layout="kk")  # type: ignore[arg-type]
+    op = Contraction(100, 200, 300, 2, a_layout="mk", b_layout="nk", a_prepackable=True)
+    t = op.transposed()
+    # C^T = B^T A^T: its A is the given B (stored [n, k]: 'mk'), its B the given A (stored [m, k]: 'nk').
+    assert (t.m, t.n, t.k, t.batch, t.a_layout, t.b_layout) == (200, 100, 300, 2, "mk", "nk")
+    assert not t.a_prepackable and not t.b_prepacked
+    t = Contraction(100, 200, 300, a_layout="km").transposed()
+    assert (t.a_layout, t.b_layout) == ("km", "kn")
+
+
+def test_a_b_stored_n_k_is_charged_its_transposing_pack(xeon: ChipSpec) -> None:
+    """Given, a B stored [n, k] is packed through transposes (n elements a k step); transposed, an A stored
+    [k, m] needs no transposing pack (B^T is a plain copy)."""
+    vec = xeon.vector
+    for m, n, k in [(512, 3072, 768), (3072, 512, 768), (128, 128, 64), (2048, 196, 512), (49, 512, 2048)]:
+        plain = orientation(xeon, Contraction(m, n, k))
+        nk = orientation(xeon, Contraction(m, n, k, b_layout="nk"))
+        assert nk.given_pack_cycles == pytest.approx(n * TRANSPOSE_PACK_FMAS / vec.fma_per_cycle)
+        assert nk.given_cycles == pytest.approx(plain.given_cycles + nk.given_pack_cycles)
+        assert nk.transposed == (nk.transposed_cycles <= TRANSPOSE_MARGIN * nk.given_cycles)
+        km = orientation(xeon, Contraction(m, n, k, a_layout="km"))
+        assert km.pack_cycles == 0 and km.given_pack_cycles == 0
+        assert km.transposed_cycles == pytest.approx(plain.transposed_cycles - plain.pack_cycles)
+    # Square: the same tiles and the same pack either way, so it stays as given.
+    assert not orientation(xeon, Contraction(128, 128, 64, b_layout="nk")).transposed
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("layouts", [("mk", "nk"), ("km", "kn"), ("km", "nk")])
+def test_stored_layouts_in_the_blocking(xeon: ChipSpec, layouts: tuple[str, str], threads: int) -> None:
+    """A B stored [n, k] is always packed (the kernel reads it only through its pack); an A stored [k, m] is
+    read in place unless a thread's columns span more than `A_KM_IN_PLACE_PANELS` register tiles."""
+    a_layout, b_layout = layouts
+    for m, n, k in [(512, 3072, 768), (8, 4096, 512), (4096, 4, 64), (300, 100, 200)]:
+        for transpose in (False, True):
+            op = Contraction(m, n, k, a_layout=a_layout, b_layout=b_layout)  # type: ignore[arg-type]
+            plan = plan_contraction(xeon, op, {"threads": threads, "transpose_gemm": transpose})
+            blk = plan.blocking
+            assert blk is not None and blk.transposed == transpose
+            kernel = op.transposed() if transpose else op
+            assert blk.pack_b or kernel.b_layout == "kn", (op, blk)
+            if kernel.a_layout == "km":
+                columns = -(-kernel.n // blk.threads) if blk.split == "n" else kernel.n
+                assert blk.pack_a == (columns > A_KM_IN_PLACE_PANELS * blk.nr), (op, blk)
+                assert any("A stored [k, m]" in r for r in plan.reasons), plan.reasons

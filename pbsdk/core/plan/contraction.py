@@ -55,10 +55,25 @@ class Contraction:
     #: A is a constant that can be packed ahead of time where the product is computed transposed (its
     #: transposing pack, B^T of `Blocking.transposed`, then costs nothing at run time).
     a_prepackable: bool = False
+    #: How A and B are stored (their last two dimensions, row-major): A as ``[m, k]`` or ``[k, m]``, B as
+    #: ``[k, n]`` or ``[n, k]`` (an operand read transposed, ``x @ w.T``). Which of them needs packing
+    #: through register transposes depends on the orientation (`orientation`).
+    a_layout: Literal["mk", "km"] = "mk"
+    b_layout: Literal["kn", "nk"] = "kn"
 
     def __post_init__(self) -> None:
         if min(self.m, self.n, self.k, self.batch) < 1:
             raise UnsupportedError(f"contraction with an empty dimension: {self}", op="matmul")
+        if self.a_layout not in ("mk", "km") or self.b_layout not in ("kn", "nk"):
+            raise ValueError(f"contraction {self}: layouts are A 'mk' or 'km', B 'kn' or 'nk'")
+
+    def transposed(self) -> Contraction:
+        """The product ``C^T = B^T A^T`` (n, m, k): its A is this B, stored ``[k, n]`` ('km') or ``[n, k]``
+        ('mk'); its B is this A, stored ``[m, k]`` ('nk') or ``[k, m]`` ('kn'). Neither is a constant
+        packed ahead of time (the caller says where this A is: `blocking`'s ``b_constant``)."""
+        return dataclasses.replace(self, m=self.n, n=self.m, b_prepacked=False, a_prepackable=False,
+                                   a_layout="km" if self.b_layout == "kn" else "mk",
+                                   b_layout="nk" if self.a_layout == "mk" else "kn")
 
     @property
     def accumulator(self) -> str:
@@ -140,8 +155,9 @@ class Blocking:
     #: from its rows in place (packing costs a scalar load and store an element, more than it saves there).
     pack_a: bool = True
     #: Computed transposed, ``C^T = B^T A^T`` (`orientation`): every size above is of that product, whose
-    #: rows are the op's columns; A^T (the given B) is read in place, B^T (the given A) packed through
-    #: register transposes, and C updated a transposed micro-tile at a time.
+    #: rows are the op's columns; A^T (the given B) is read in place (packed where B is stored ``[n, k]``),
+    #: B^T (the given A) packed (through register transposes where A is stored ``[m, k]``), and C updated a
+    #: transposed micro-tile at a time.
     transposed: bool = False
 
     def __post_init__(self) -> None:
@@ -165,6 +181,13 @@ LONG_K_ROW_TILES = 16
 #: A is read in place (`Blocking.pack_a` False) when a thread's columns fit this many register tiles.
 #: 1x1 conv at 7x7, 2048 -> 512 as given (512x49x2048, B 49 columns: 2 tiles of 32), Zen 4: 1.78 -> 1.4 ms.
 A_IN_PLACE_PANELS = 2
+
+#: An A stored [k, m] (a transposed product's A^T, an ``a.T @ b``) is read in place unless a thread's columns
+#: span more than this many register tiles: its mr values of a k step are adjacent, but the k steps are a
+#: row apart. Zen 4, 1 thread: 512x768x3072 with A stored [768, 512], 96 tiles: packed 1.03x in place; the
+#: same product computed transposed (A^T = the given B, 16 tiles): in place 1.03x packed; the transposed
+#: products of `TRANSPOSE_MARGIN` (up to 64 tiles) were measured in place.
+A_KM_IN_PLACE_PANELS = 64
 
 #: Least work per core (seconds, by the one-core roofline estimate) worth a fork onto another core.
 MIN_PARALLEL_SECONDS = 10e-6
@@ -202,9 +225,10 @@ class Orientation:
     compared none)."""
 
     transposed: bool
-    given_cycles: float = 0.0
+    given_cycles: float = 0.0  # the given tiles' and, for a B stored [n, k], its transposing pack's
     transposed_cycles: float = 0.0  # the transposed tiles' and the transposing pack's
-    pack_cycles: float = 0.0
+    pack_cycles: float = 0.0  # the transposed product's transposing pack (of the given A stored [m, k])
+    given_pack_cycles: float = 0.0  # the given product's transposing pack (of a B stored [n, k])
     why: str = ""
 
 
@@ -215,9 +239,11 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
     Vectors run along the output's columns: ``n`` = 49 fills four 16-lane vectors at 77 %, while its
     ``m`` = 512 rows would fill them whole. Transposed, the op's rows are the vectors' lanes, at the cost
     of packing B^T = A through register transposes (`TRANSPOSE_PACK_FMAS` an element, per k step ``m``
-    of them): chosen when the issue cycles of the transposed tiles plus that pack are at most
-    `TRANSPOSE_MARGIN` of the given tiles'. That pack is free for a constant A (``a_prepackable``: packed
-    at compile time). Never for a prepacked B (its packing is free as it is)."""
+    of them) where A is stored ``[m, k]``: chosen when the issue cycles of the transposed tiles plus that
+    pack are at most `TRANSPOSE_MARGIN` of the given tiles' (plus, for a B stored ``[n, k]``, its own
+    transposing pack, ``n`` elements a k step). A pack is free for a constant A (``a_prepackable``: packed
+    at compile time) and for an A stored ``[k, m]`` (B^T is then a plain copy). Never for a prepacked B
+    (its packing is free as it is)."""
     opts = as_options(options)
     vec = spec.vector
     if opts.transpose_gemm is False or vec is None or not vec.fma or op.accumulator not in vec.dtypes:
@@ -228,21 +254,26 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
     fma, loads = vec.fma_per_cycle, vec.loads_per_cycle
     mr, nv, _ = register_tile(vec.registers, lanes, fma, loads, op.m, op.n)
     tmr, tnv, _ = register_tile(vec.registers, lanes, fma, loads, op.n, op.m)
-    given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv)
-    pack = 0.0 if op.a_prepackable else op.m * TRANSPOSE_PACK_FMAS / fma
+    given_pack = op.n * TRANSPOSE_PACK_FMAS / fma if op.b_layout == "nk" else 0.0
+    given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv) + given_pack
+    pack = 0.0 if op.a_prepackable or op.a_layout == "km" else op.m * TRANSPOSE_PACK_FMAS / fma
     swapped = issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) + pack
-    figures = (f"{given:.0f} issue cycles a k step as given ({mr}x{nv * lanes} tiles), {swapped:.0f} transposed "
-               f"({tmr}x{tnv * lanes} tiles, "
-               + ("A constant: packed as B^T at compile time)" if op.a_prepackable else
-                  f"{pack:.0f} of them packing A^T)"))
+    a_pack = ("A constant: packed as B^T at compile time" if op.a_prepackable else
+              "A stored [k, m]: B^T a plain copy" if op.a_layout == "km" else f"{pack:.0f} of them packing A^T")
+    figures = (f"{given:.0f} issue cycles a k step as given ({mr}x{nv * lanes} tiles"
+               + (f", {given_pack:.0f} of them packing B stored [n, k]" if given_pack else "")
+               + f"), {swapped:.0f} transposed ({tmr}x{tnv * lanes} tiles, {a_pack})")
     if opts.transpose_gemm:
-        return Orientation(True, given, swapped, pack,
+        return Orientation(True, given, swapped, pack, given_pack,
                            f"computed transposed (C^T = B^T A^T), as option transpose_gemm asks: {figures}")
     if swapped <= TRANSPOSE_MARGIN * given:
-        return Orientation(True, given, swapped, pack,
-                           f"computed transposed (C^T = B^T A^T): its {op.m} rows fill the vector lanes better "
-                           f"than its {op.n} columns: {figures}")
-    return Orientation(False, given, swapped, pack)
+        reason = (f"its {op.m} rows fill the vector lanes better than its {op.n} columns"
+                  if issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) < given - given_pack else
+                  "its operands need fewer transposing packs that way")
+        return Orientation(True, given, swapped, pack, given_pack, f"computed transposed (C^T = B^T A^T): {reason}: "
+                           f"{figures}")
+    return Orientation(False, given, swapped, pack, given_pack,
+                       f"not transposed: {figures}" if given_pack or op.a_layout == "km" else "")
 
 
 def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
@@ -266,7 +297,7 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
         # The transposed product's B is the given A, packed ahead of time when it is a constant; the split
         # over threads stays that of a B packed per call (each thread then reads only its columns of the
         # prepacked B: the split along m it would get as prepacked made 196x1024x256 at 2 threads 0.82x).
-        swapped = dataclasses.replace(op, m=op.n, n=op.m, a_prepackable=False)
+        swapped = op.transposed()
         blk, why = _blocking(spec, swapped, compute_tile(spec, swapped, opts)[0], opts, solo_seconds, caches, True,
                              b_constant=op.a_prepackable)
         return blk, [f"{turn.why}; the blocking below is the transposed product's ({op.n}x{op.m}x{op.k})", *why]
@@ -343,16 +374,26 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
     if not transposed:
         why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
-    pack_b = True if transposed else opts.pack_b if opts.pack_b is not None else m_part > mr
+    b_nk, a_km = op.b_layout == "nk", op.a_layout == "km"
+    # A B stored [n, k] is only ever read through its (transposing) pack.
+    pack_b = True if transposed or b_nk else opts.pack_b if opts.pack_b is not None else m_part > mr
     if transposed:
         why.append("B^T (the given A) packed " + ("at compile time (a constant)" if b_constant else
-                                                  "through register transposes")
-                   + ", A^T read in place (mr adjacent values a k step), C updated a transposed micro-tile at a time")
+                                                  "through register transposes" if b_nk else "(stored [k, m])")
+                   + (", A^T read in place (mr adjacent values a k step)" if a_km else ", A^T (the given B) packed")
+                   + ", C updated a transposed micro-tile at a time")
+    elif b_nk:
+        why.append("B stored [n, k]: packed through register transposes")
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
                    "is used once; the micro-kernel reads B in place")
-    pack_a = False if transposed else opts.pack_a if opts.pack_a is not None else n_part > A_IN_PLACE_PANELS * nr
-    if not pack_a and not transposed:
+    # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
+    panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
+    pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
+    if a_km:
+        why.append(f"A stored [k, m]: {'packed' if pack_a else 'read in place'} (its rows' mr adjacent values a k "
+                   f"step; {n_part} column(s) per thread, {-(-n_part // nr)} register tile(s), packed past {panels})")
+    elif not pack_a:
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,

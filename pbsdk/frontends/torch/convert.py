@@ -429,9 +429,11 @@ def _arange(cx: Context, *args: Any, **_: Any) -> Tensor:
 
 # ---------------------------------------------------------------------------------------- contractions
 
-#: Read a transposed 2-D operand through the matmul's indexing map instead of materialising the
-#: transpose. Off: the cpu target's packed matmul kernel takes plain ``linalg.matmul`` only, and packing
-#: copies the operand anyway, so an explicit transpose is cheaper than a generic contraction.
+#: Pass a transposed 2-D operand to ``ops.matmul`` as ``transpose_a/b`` instead of as the transposed value.
+#: Off: either way the core emits a ``linalg.transpose`` feeding a row-major ``linalg.matmul`` (what every
+#: target's kernels take), and the cpu target's packed kernel then reads the transpose's source through
+#: its packing (`pbsdk.targets.cpu.transposed_reads`); on, a batch that broadcasts would become a generic
+#: contraction.
 TRANSPOSED_READS = False
 
 

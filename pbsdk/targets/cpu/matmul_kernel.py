@@ -76,10 +76,13 @@ class MatmulShape:
 
     @classmethod
     def transposed(cls, m: int, n: int, k: int, batch: int, a_type: ir.MemRefType, b_type: ir.MemRefType,
-                   c_type: ir.MemRefType) -> MatmulShape:
-        """``C[m, n] += A[m, k] B[k, n]`` (row-major buffers of these types) computed as
-        ``C^T[n, m] += B^T[n, k] A^T[k, m]``: the kernel's A is the given B, its B the given A."""
-        return cls(n, m, k, batch, b_type, a_type, c_type, "km", "nk", "nm")
+                   c_type: ir.MemRefType, a_layout: Literal["mk", "km"] = "mk",
+                   b_layout: Literal["kn", "nk"] = "kn") -> MatmulShape:
+        """``C[m, n] += A[m, k] B[k, n]`` (buffers of these types, A and B stored as their layouts say)
+        computed as ``C^T[n, m] += B^T[n, k] A^T[k, m]``: the kernel's A is the given B (stored [k, n]:
+        "km"; [n, k]: "mk"), its B the given A (stored [m, k]: "nk"; [k, m]: "kn")."""
+        return cls(n, m, k, batch, b_type, a_type, c_type, "km" if b_layout == "kn" else "mk",
+                   "nk" if a_layout == "mk" else "kn", "nm")
 
 
 def packed_b_shape(k: int, n: int, nr: int) -> tuple[int, int, int]:
@@ -565,8 +568,13 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
             def b_panel(jb: ir.Value) -> None:
                 colbase = x.add(jc, x.mul(jb, c(nr)))
                 cols = [x.min(x.add(colbase, c(j)) if j else colbase, x.sub(n1, c(1))) for j in range(nr)]
-                transposing_pack(B, shape.b_type, lead, cols, pc, kc, lambda kb, s_, g, val: vector.store(
-                    val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(g * L)]))
+                # One group of L rows at a time through the whole k block: L streams of B at once (all nr
+                # rows at once are more streams than the prefetchers follow).
+                for v in range(nv):
+                    def store(kb: ir.Value, s_: int, _g: int, val: ir.Value, v: int = v) -> None:
+                        vector.store(val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(v * L)])
+
+                    transposing_pack(B, shape.b_type, lead, cols[v * L:(v + 1) * L], pc, kc, store)
 
             _for(c(0), npanels, c(1), b_panel)
 
@@ -600,20 +608,26 @@ def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue
                 _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
                 return
 
-            # Pack A stored [k, m]: Ap[ia / mr, ka, ia % mr] = A[ic + ia, pc + ka] (k-major mr-row micro-panels).
-            def a_row(ia: ir.Value) -> None:
-                arow = x.add(ic, ia)
-                ib = x.divu(ia, c(mr))
-                ii = arith.remui(ia, c(mr))
+            # Pack A stored [k, m]: Ap[ib, ka, :mr] = A[pc + ka, ic + ib*mr :+ mr] (k-major mr-row micro-panels),
+            # a row of A (the block's mc values of one k) at a time, each panel's mr values as masked vectors
+            # (rows past the block are not read; the kernel never stores their results).
+            groups = -(-mr // L)
 
-                def a_elem(ka: ir.Value) -> None:
+            def a_k(ka: ir.Value) -> None:
+                krow = x.add(pc, ka)
+
+                def a_panel(ib: ir.Value) -> None:
                     assert Ap is not None
-                    val = a_at(lead, arow, x.add(pc, ka))
-                    memref.store(val, Ap, [ib, ka, ii])
+                    base = x.mul(ib, c(mr))
+                    for g in range(groups):
+                        off = x.add(base, c(g * L)) if g else base
+                        msk = vector.create_mask(mt, [x.min(x.max(x.sub(mc, off), c(0)), c(min(L, mr - g * L)))])
+                        val = vector.maskedload(vt, A, [*lead, krow, x.add(ic, off)], msk, vzero)
+                        vector.maskedstore(Ap, [ib, ka, c(g * L)], msk, val)
 
-                _for(c(0), kc, c(1), a_elem)
+                _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)
 
-            _for(c(0), mc, c(1), a_row)
+            _for(c(0), kc, c(1), a_k)
             _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
 
         def micro_col(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,

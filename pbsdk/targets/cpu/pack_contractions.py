@@ -20,7 +20,7 @@ reason, so ``--emit`` and the tests can see what happened.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
 from mlir import ir
 from mlir.dialects import func
@@ -47,6 +47,7 @@ from pbsdk.targets.cpu.prepack import (
     rebind,
     set_argument_type,
 )
+from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 
 _FLOATS = {"f32", "f64"}
 
@@ -216,12 +217,22 @@ class PackContractions:
             bsz = a.shape[0] if batched else 0
             m, k = a.shape[-2:]
             n = b.shape[-1]
+            # An operand a transpose fills just for this op is read from the transpose's source instead.
+            reads = ctx.options.transposed_reads
+            a_feeds = transposed_operand(op, 0, calls) if reads else None
+            b_feeds = transposed_operand(op, 1, calls) if reads else None
+            a_layout: Literal["mk", "km"] = "km" if a_feeds else "mk"
+            b_layout: Literal["kn", "nk"] = "nk" if b_feeds else "kn"
+            a_stored = source_type(a_feeds) if a_feeds else a
+            b_stored = source_type(b_feeds) if b_feeds else b
             prepack = ctx.options.prepack_b and not batched
-            sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack else None
+            sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack and not b_feeds else None
             # A constant A is packed at compile time where the product is computed transposed (as B^T).
-            a_sources = _constant_operand(op, 0, calls, len(ctx.constants)) if prepack and not sources else None
+            a_sources = (_constant_operand(op, 0, calls, len(ctx.constants))
+                         if prepack and not sources and not a_feeds else None)
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
-                                                          a_prepackable=bool(a_sources)), ctx.options)
+                                                          a_prepackable=bool(a_sources), a_layout=a_layout,
+                                                          b_layout=b_layout), ctx.options)
             blk = plan.blocking
             if blk is None:
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
@@ -234,13 +245,14 @@ class PackContractions:
             operands = list(op.operands)
             if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
                 assert not sources, "a prepacked B is never transposed (orientation)"
-                shape = MatmulShape.transposed(m, n, k, bsz, a, b, c)
+                shape = MatmulShape.transposed(m, n, k, bsz, a_stored, b_stored, c, a_layout, b_layout)
                 if a_sources:  # its B is the given A packed at compile time: panels, not a [n, k] matrix
                     shape = dataclasses.replace(shape, b_type=packed_type(a, blk.nr, transposed=True),
                                                 b_layout="kn")
                 operands[:2] = operands[1::-1]
             else:
-                shape = MatmulShape(m, n, k, bsz, a, packed_type(b, blk.nr) if sources else b, c)
+                shape = MatmulShape(m, n, k, bsz, a_stored, packed_type(b, blk.nr) if sources else b_stored, c,
+                                    a_layout, b_layout)
             fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
             fill = _zero_fill_before(op)
             with op.location:
@@ -257,6 +269,9 @@ class PackContractions:
                 _prepack(b_operand, new.operation, sources, blk.nr, ctx)
             if a_sources:  # the kernel's B operand (1) is the given A
                 _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True)
+            for feeds, operand in ((a_feeds, a_operand), (b_feeds, b_operand)):
+                if feeds:
+                    _read_source(operand, feeds)
             prefix = f"{bsz}x" if batched else ""
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
@@ -265,7 +280,9 @@ class PackContractions:
                          + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
                          + ("" if blk.pack_a or blk.transposed else ", A read in place")
                          + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")
-                         + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else ""))
+                         + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else "")
+                         + (f", A read from its transpose's source ({len(a_feeds)} site(s))" if a_feeds else "")
+                         + (f", B read from its transpose's source ({len(b_feeds)} site(s))" if b_feeds else ""))
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
         """Calls of an isolated contraction whose A is the core's im2col of an NHWC convolution
@@ -370,6 +387,15 @@ def _constant_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.O
             return None
         out.append((call, found))
     return out or None
+
+
+def _read_source(operand: ir.Value, feeds: list[TransposedFeed]) -> None:
+    """The replaced matmul's ``operand`` read the transposed buffers of ``feeds``: the kernel call now
+    reads their source; a function argument takes the source's type."""
+    fn = function_of(operand)
+    if fn is not None and feeds[0].user.name == "func.call":
+        set_argument_type(fn, ir.BlockArgument(operand).arg_number, source_type(feeds))
+    read_source(feeds)
 
 
 def _prepack(b: ir.Value, kernel_call: ir.Operation, sources: list[tuple[ir.Operation | None, ConstantB]],

@@ -1,0 +1,174 @@
+"""Operands that a transpose fills just for a packed matmul, for ``pack-contractions``.
+
+``x @ w.T`` with a ``w`` that is not a constant (an activation, a weight passed as an input, ``q @ k^T``
+outside a fused attention) reaches the cpu target as a ``linalg.transpose`` of ``w`` into a temporary
+buffer, which the isolated contraction then reads as its ``[k, n]`` B (the core emits row-major operands
+for every target; `pbsdk.core.ir.emit` folds only a constant's transpose at compile time). The packed
+kernel packs B anyway, and it can pack a B stored ``[n, k]`` through register transposes
+(`MatmulShape.b_layout`, likewise an A stored ``[k, m]``), so the transpose is a pass over ``w`` and a
+temporary for nothing: 9 % of a 512x768x3072 product.
+
+`transposed_operand` finds such an operand: the matmul's operand is a buffer (``memref.alloc``) that one
+``linalg.transpose`` swapping its last two dimensions fills and nothing else reads (but deallocations)
+— in the matmul's own function, or, for a matmul on an argument of its isolated function, at every call
+of that function. `read_source` then passes the transpose's source instead and deletes the transpose and
+its buffer; the kernel reads the source with the swapped layout.
+
+Reading the source at the matmul instead of at the transpose is only right while nothing writes it in
+between: any op between the two that may write the source or a view of the same buffer keeps the
+transpose (known reads: loads, views, and linalg ops that take it as an input only; a call may write).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mlir import ir
+
+from pbsdk.core.passes import defining_op, user_op
+from pbsdk.targets.cpu.prepack import function_of
+
+#: Ops whose result views (aliases) their first operand's buffer.
+_VIEWS = frozenset({"memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.cast",
+                    "memref.reinterpret_cast", "memref.transpose", "memref.view"})
+
+
+@dataclasses.dataclass(frozen=True)
+class TransposedFeed:
+    """``user`` reads, as its operand ``operand``, the buffer ``alloc`` that ``transpose`` fills from
+    ``source`` (its last two dimensions swapped) and that nothing else uses but ``deallocs``."""
+
+    user: ir.Operation
+    operand: int
+    transpose: ir.Operation
+    alloc: ir.Operation
+    deallocs: tuple[ir.Operation, ...]
+    source: ir.Value
+
+
+def _swaps_last_two(transpose: ir.Operation) -> bool:
+    perm = list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"]))
+    r = len(perm)
+    return r >= 2 and perm == [*range(r - 2), r - 1, r - 2]
+
+
+def _aliases(value: ir.Value) -> list[ir.Value]:
+    """Every value that may view ``value``'s buffer: walked down through view ops to the root, then up
+    through every view of it."""
+    root = value
+    while (op := defining_op(root)) is not None and op.name in _VIEWS:
+        root = op.operands[0]
+    found, todo = [root], [root]
+    while todo:
+        v = todo.pop()
+        for use in v.uses:
+            op = user_op(use)
+            if op.name in _VIEWS and use.operand_number == 0:
+                found.extend(op.results)
+                todo.extend(op.results)
+    return found
+
+
+#: Ops that only read a buffer operand.
+_READS = frozenset({"memref.load", "memref.dim", "memref.prefetch"}) | _VIEWS
+
+
+def _reads_only(op: ir.Operation, values: list[ir.Value]) -> bool:
+    """Whether ``op`` reads, and never writes, each of ``values`` it has as an operand: a view or a load,
+    or a linalg op that has them as inputs only (its inits come after its inputs)."""
+    positions = [i for i, v in enumerate(op.operands) if any(v == w for w in values)]
+    if not positions or op.name in _READS:
+        return True
+    if op.name.startswith("linalg.") and "operandSegmentSizes" in op.attributes:
+        inputs = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
+        return all(i < inputs for i in positions)
+    return False
+
+
+def _may_write(op: ir.Operation, values: list[ir.Value]) -> bool:
+    """Whether ``op`` or an op nested in it may write one of ``values`` (any use but a known read may)."""
+    hit = False
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        nonlocal hit
+        if not _reads_only(inner, values):
+            hit = True
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return hit
+
+
+def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> TransposedFeed | None:
+    """The `TransposedFeed` that ``value`` (operand ``operand`` of ``user``) is, or None."""
+    alloc = defining_op(value)
+    if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or alloc.block != user.block:
+        return None
+    transposes, deallocs = [], []
+    for use in value.uses:
+        op = user_op(use)
+        if op == user and use.operand_number == operand:
+            continue
+        if op.name == "linalg.transpose" and use.operand_number == 1:
+            transposes.append(op)
+        elif op.name == "memref.dealloc":
+            deallocs.append(op)
+        else:
+            return None
+    if len(transposes) != 1 or sum(1 for v in user.operands if v == value) != 1:
+        return None
+    (transpose,) = transposes
+    source = transpose.operands[0]
+    if transpose.block != user.block or not _swaps_last_two(transpose) or not isinstance(source.type, ir.MemRefType):
+        return None
+    strides, _ = ir.MemRefType(source.type).get_strides_and_offset()
+    if strides[-1] != 1:  # the kernel loads vectors along the source's rows
+        return None
+    ops = [o.operation for o in user.block.operations]
+    at, upto = ops.index(transpose), ops.index(user)
+    if at > upto:
+        return None
+    aliases = _aliases(source)
+    if any(_may_write(o, aliases) for o in ops[at + 1:upto]):
+        return None
+    return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source)
+
+
+def transposed_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.Operation]]
+                       ) -> list[TransposedFeed] | None:
+    """The transposes that fill operand ``operand`` of the matmul ``mm`` (0: A, 1: B): ``[feed]`` when
+    ``mm`` reads the buffer in its own function; one feed per call when ``mm`` reads an argument of its
+    function (read by nothing else) and every call passes such a buffer, the sources all of one type.
+    None otherwise."""
+    value = mm.operands[operand]
+    if defining_op(value) is not None:
+        found = find_transposed(value, mm, operand)
+        return [found] if found is not None else None
+    fn = function_of(value)
+    if fn is None or len(list(value.uses)) != 1:
+        return None
+    position = ir.BlockArgument(value).arg_number
+    sites = calls.get(ir.StringAttr(fn.attributes["sym_name"]).value, [])
+    feeds = [find_transposed(call.operands[position], call, position) for call in sites]
+    if not feeds or any(f is None for f in feeds):
+        return None
+    if len({str(f.source.type) for f in feeds if f is not None}) != 1:
+        return None
+    return [f for f in feeds if f is not None]
+
+
+def source_type(feeds: list[TransposedFeed]) -> ir.MemRefType:
+    return ir.MemRefType(feeds[0].source.type)
+
+
+def read_source(feeds: list[TransposedFeed]) -> None:
+    """Whatever reads a feed's transposed buffer now (the user, or the op that replaced a matmul user)
+    reads its source instead; the buffer goes with its transpose and deallocations. (A function argument
+    that took the buffer must take the source's type: the caller sets it.)"""
+    for f in feeds:
+        f.transpose.erase()
+        for d in f.deallocs:
+            d.erase()
+        f.alloc.results[0].replace_all_uses_with(f.source)
+        f.alloc.erase()
