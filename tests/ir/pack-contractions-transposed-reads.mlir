@@ -88,6 +88,26 @@ func.func @q_kt(%q: memref<4x64x32xf32>, %k: memref<4x48x32xf32>, %s: memref<4x6
 
 // -----
 
+// A 4-D batch (b, h, s, d): the transposed buffer reaches the batched matmul through a collapse of its
+// batch dimensions; the kernel reads the same collapse of the source.
+// CHECK-LABEL: func.func @q_kt_4d(
+// CHECK-SAME:      %[[Q:.*]]: memref<6x64x32xf32>, %[[K:.*]]: memref<2x3x48x32xf32>, %[[S:.*]]: memref<6x64x48xf32>)
+// CHECK-NOT:     linalg.transpose
+// CHECK:         %[[KV:.*]] = memref.collapse_shape %[[K]] {{\[}}[0, 1], [2], [3]] : memref<2x3x48x32xf32> into memref<6x48x32xf32>
+// CHECK:         call @__pbsdk_mm0(%[[Q]], %[[KV]], %[[S]])
+func.func @q_kt_4d(%q: memref<6x64x32xf32>, %k: memref<2x3x48x32xf32>, %s: memref<6x64x48xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %t = memref.alloc() : memref<2x3x32x48xf32>
+  linalg.transpose ins(%k : memref<2x3x48x32xf32>) outs(%t : memref<2x3x32x48xf32>) permutation = [0, 1, 3, 2]
+  %tv = memref.collapse_shape %t [[0, 1], [2], [3]] : memref<2x3x32x48xf32> into memref<6x32x48xf32>
+  linalg.fill ins(%zero : f32) outs(%s : memref<6x64x48xf32>)
+  linalg.batch_matmul ins(%q, %tv : memref<6x64x32xf32>, memref<6x32x48xf32>) outs(%s : memref<6x64x48xf32>)
+  memref.dealloc %t : memref<2x3x32x48xf32>
+  return
+}
+
+// -----
+
 // Reject: the source is written between the transpose and the matmul (the product must see the old w),
 // and read between them by a linalg op that takes it as an input (fine on its own).
 // CHECK-LABEL: func.func @written_between(

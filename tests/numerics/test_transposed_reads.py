@@ -79,6 +79,18 @@ def test_batched_q_at_k_transposed(threads: int, pack_notes) -> None:
     assert_close(got, ref.matmul(q, kk, transpose_b=True), op="matmul", reduction_size=24)
 
 
+@pytest.mark.parametrize("orient", [False, True])
+def test_four_dimensional_q_at_k_transposed(orient: bool, pack_notes) -> None:
+    """(b, h, s, d) @ (b, h, s, d)^T: the batch dimensions are collapsed after the transpose; the kernel
+    reads the same collapse of the source."""
+    q, kk = _operands((2, 3, 33, 24), (2, 3, 20, 24))
+    fn = lambda p, r: ops.matmul(p, r, transpose_b=True)
+    opts = {"threads": 2, "fuse_attention": False, "transpose_gemm": orient}
+    assert _read(pack_notes(fn, opts, q, kk), "B")
+    got = pbsdk.jit(fn, options={**opts, "cache": False})(q, kk)
+    assert_close(got, ref.matmul(q, kk, transpose_b=True), op="matmul", reduction_size=24)
+
+
 def test_f64_and_a_source_at_every_alignment() -> None:
     x, w = _operands((30, 45), (21, 45), dtype="float64")
     got = pbsdk.jit(lambda a, b: a @ b.T, options={"cache": False})(x, w)

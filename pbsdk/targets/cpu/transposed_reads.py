@@ -9,8 +9,9 @@ kernel packs B anyway, and it can pack a B stored ``[n, k]`` through register tr
 temporary for nothing: 9 % of a 512x768x3072 product.
 
 `transposed_operand` finds such an operand: the matmul's operand is a buffer (``memref.alloc``) that one
-``linalg.transpose`` swapping its last two dimensions fills and nothing else reads (but deallocations)
-— in the matmul's own function, or, for a matmul on an argument of its isolated function, at every call
+``linalg.transpose`` swapping its last two dimensions fills and nothing else reads (but deallocations;
+the matmul may read it through a ``memref.collapse_shape`` of its batch dimensions) — in the matmul's own
+function, or, for a matmul on an argument of its isolated function, at every call
 of that function. `read_source` then passes the transpose's source instead and deletes the transpose and
 its buffer; the kernel reads the source with the swapped layout.
 
@@ -22,10 +23,12 @@ transpose (known reads: loads, views, and linalg ops that take it as an input on
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from mlir import ir
+from mlir.dialects import memref
 
-from pbsdk.core.passes import defining_op, user_op
+from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.targets.cpu.prepack import function_of
 
 #: Ops whose result views (aliases) their first operand's buffer.
@@ -36,7 +39,8 @@ _VIEWS = frozenset({"memref.subview", "memref.collapse_shape", "memref.expand_sh
 @dataclasses.dataclass(frozen=True)
 class TransposedFeed:
     """``user`` reads, as its operand ``operand``, the buffer ``alloc`` that ``transpose`` fills from
-    ``source`` (its last two dimensions swapped) and that nothing else uses but ``deallocs``."""
+    ``source`` (its last two dimensions swapped) and that nothing else uses but ``deallocs`` — directly,
+    or through ``view``, a ``memref.collapse_shape`` of its leading (batch) dimensions."""
 
     user: ir.Operation
     operand: int
@@ -44,6 +48,18 @@ class TransposedFeed:
     alloc: ir.Operation
     deallocs: tuple[ir.Operation, ...]
     source: ir.Value
+    view: ir.Operation | None = None
+
+    @property
+    def read_type(self) -> ir.MemRefType:
+        """The type of what the user reads instead: the source, or the same collapse of its contiguous
+        buffer."""
+        t = ir.MemRefType(self.source.type)
+        if self.view is None:
+            return t
+        groups = _groups(self.view)
+        shape = [math.prod(t.shape[d] for d in g) for g in groups]
+        return ir.MemRefType.get(shape, t.element_type, memory_space=t.memory_space, loc=self.view.location)
 
 
 def _swaps_last_two(transpose: ir.Operation) -> bool:
@@ -100,15 +116,36 @@ def _may_write(op: ir.Operation, values: list[ir.Value]) -> bool:
     return hit
 
 
+def _groups(view: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(view.attributes["reassociation"])]
+
+
+def _batch_collapse(op: ir.Operation | None, user: ir.Operation) -> bool:
+    """Whether ``op`` is a ``memref.collapse_shape`` of leading dimensions only (the last two kept as they
+    are) that only ``user`` reads, in ``user``'s block."""
+    if op is None or op.name != "memref.collapse_shape" or op.block != user.block:
+        return False
+    groups = _groups(op)
+    rank = sum(len(g) for g in groups)
+    return (len(groups) >= 2 and groups[-2:] == [[rank - 2], [rank - 1]]
+            and all(user_op(u) == user for u in op.results[0].uses))
+
+
 def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> TransposedFeed | None:
     """The `TransposedFeed` that ``value`` (operand ``operand`` of ``user``) is, or None."""
+    view = defining_op(value)
+    if _batch_collapse(view, user):
+        assert view is not None
+        value = view.operands[0]
+    else:
+        view = None
     alloc = defining_op(value)
     if alloc is None or alloc.name != "memref.alloc" or len(alloc.operands) or alloc.block != user.block:
         return None
     transposes, deallocs = [], []
     for use in value.uses:
         op = user_op(use)
-        if op == user and use.operand_number == operand:
+        if (op == user and use.operand_number == operand) or (view is not None and op == view):
             continue
         if op.name == "linalg.transpose" and use.operand_number == 1:
             transposes.append(op)
@@ -116,15 +153,16 @@ def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> Transp
             deallocs.append(op)
         else:
             return None
-    if len(transposes) != 1 or sum(1 for v in user.operands if v == value) != 1:
+    read = view.results[0] if view is not None else value
+    if len(transposes) != 1 or sum(1 for v in user.operands if v == read) != 1:
         return None
     (transpose,) = transposes
     source = transpose.operands[0]
     if transpose.block != user.block or not _swaps_last_two(transpose) or not isinstance(source.type, ir.MemRefType):
         return None
     strides, _ = ir.MemRefType(source.type).get_strides_and_offset()
-    if strides[-1] != 1:  # the kernel loads vectors along the source's rows
-        return None
+    if strides[-1] != 1 or (view is not None and not identity_layout(source.type)):
+        return None  # the kernel loads vectors along the source's rows; a collapse needs a contiguous source
     ops = [o.operation for o in user.block.operations]
     at, upto = ops.index(transpose), ops.index(user)
     if at > upto:
@@ -132,7 +170,7 @@ def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> Transp
     aliases = _aliases(source)
     if any(_may_write(o, aliases) for o in ops[at + 1:upto]):
         return None
-    return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source)
+    return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source, view)
 
 
 def transposed_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.Operation]]
@@ -153,13 +191,14 @@ def transposed_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.
     feeds = [find_transposed(call.operands[position], call, position) for call in sites]
     if not feeds or any(f is None for f in feeds):
         return None
-    if len({str(f.source.type) for f in feeds if f is not None}) != 1:
+    if len({str(f.read_type) for f in feeds if f is not None}) != 1:
         return None
     return [f for f in feeds if f is not None]
 
 
 def source_type(feeds: list[TransposedFeed]) -> ir.MemRefType:
-    return ir.MemRefType(feeds[0].source.type)
+    """The type the user reads instead (the same for every feed of `transposed_operand`)."""
+    return feeds[0].read_type
 
 
 def read_source(feeds: list[TransposedFeed]) -> None:
@@ -170,5 +209,11 @@ def read_source(feeds: list[TransposedFeed]) -> None:
         f.transpose.erase()
         for d in f.deallocs:
             d.erase()
-        f.alloc.results[0].replace_all_uses_with(f.source)
+        if f.view is not None:  # the same collapse of the source, where the old one was
+            with ir.InsertionPoint(f.view), f.view.location:
+                new = memref.CollapseShapeOp(f.read_type, f.source, f.view.attributes["reassociation"]).result
+            f.view.results[0].replace_all_uses_with(new)
+            f.view.erase()
+        else:
+            f.alloc.results[0].replace_all_uses_with(f.source)
         f.alloc.erase()
