@@ -114,3 +114,45 @@ func.func private @__pbsdk_contraction0(%a: memref<16x64xf32>, %b: memref<64x8xf
   linalg.matmul ins(%a, %b : memref<16x64xf32>, memref<64x8xf32>) outs(%c : memref<16x8xf32>)
   return
 }
+
+// -----
+
+// Accepted: an op between the copies and the call that writes another buffer (an epilogue's scale computed
+// on every call, a batch norm's rsqrt) reads nothing the copies wrote and writes nothing they read.
+// CHECK-LABEL: func.func @other_written_between(
+// CHECK-SAME:      %[[X:[^:]*]]: memref<1x5x5x16xf32>, %[[W:[^:]*]]: memref<64x8xf32>, %[[C:[^:]*]]: memref<16x8xf32>,
+// CHECK-NOT:     memref.copy
+// CHECK:         linalg.generic
+// CHECK:         call @__pbsdk_mm0(%[[X]], %[[W]], %[[C]])
+func.func @other_written_between(%x: memref<1x5x5x16xf32>, %w: memref<64x8xf32>, %c: memref<16x8xf32>,
+                                 %v: memref<8xf32>, %scale: memref<8xf32>) {
+  %p = memref.alloc() {alignment = 64 : i64} : memref<1x4x4x2x2x16xf32>
+  %s00 = memref.subview %x[0, 0, 0, 0] [1, 4, 4, 16] [1, 1, 1, 1] : memref<1x5x5x16xf32> to memref<1x4x4x16xf32, strided<[400, 80, 16, 1]>>
+  %d00 = memref.subview %p[0, 0, 0, 0, 0, 0] [1, 4, 4, 1, 1, 16] [1, 1, 1, 1, 1, 1] : memref<1x4x4x2x2x16xf32> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1]>>
+  memref.copy %s00, %d00 : memref<1x4x4x16xf32, strided<[400, 80, 16, 1]>> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1]>>
+  %s01 = memref.subview %x[0, 0, 1, 0] [1, 4, 4, 16] [1, 1, 1, 1] : memref<1x5x5x16xf32> to memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 16>>
+  %d01 = memref.subview %p[0, 0, 0, 0, 1, 0] [1, 4, 4, 1, 1, 16] [1, 1, 1, 1, 1, 1] : memref<1x4x4x2x2x16xf32> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 16>>
+  memref.copy %s01, %d01 : memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 16>> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 16>>
+  %s10 = memref.subview %x[0, 1, 0, 0] [1, 4, 4, 16] [1, 1, 1, 1] : memref<1x5x5x16xf32> to memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 80>>
+  %d10 = memref.subview %p[0, 0, 0, 1, 0, 0] [1, 4, 4, 1, 1, 16] [1, 1, 1, 1, 1, 1] : memref<1x4x4x2x2x16xf32> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 32>>
+  memref.copy %s10, %d10 : memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 80>> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 32>>
+  %s11 = memref.subview %x[0, 1, 1, 0] [1, 4, 4, 16] [1, 1, 1, 1] : memref<1x5x5x16xf32> to memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 96>>
+  %d11 = memref.subview %p[0, 0, 0, 1, 1, 0] [1, 4, 4, 1, 1, 16] [1, 1, 1, 1, 1, 1] : memref<1x4x4x2x2x16xf32> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 48>>
+  memref.copy %s11, %d11 : memref<1x4x4x16xf32, strided<[400, 80, 16, 1], offset: 96>> to memref<1x4x4x16xf32, strided<[1024, 256, 64, 1], offset: 48>>
+  linalg.generic {indexing_maps = [affine_map<(d0) -> (d0)>, affine_map<(d0) -> (d0)>], iterator_types = ["parallel"]}
+      ins(%v : memref<8xf32>) outs(%scale : memref<8xf32>) {
+  ^bb0(%in: f32, %out: f32):
+    %r = math.rsqrt %in : f32
+    linalg.yield %r : f32
+  }
+  %a = memref.collapse_shape %p [[0, 1, 2], [3, 4, 5]] : memref<1x4x4x2x2x16xf32> into memref<16x64xf32>
+  call @__pbsdk_contraction0(%a, %w, %c) : (memref<16x64xf32>, memref<64x8xf32>, memref<16x8xf32>) -> ()
+  memref.dealloc %p : memref<1x4x4x2x2x16xf32>
+  return
+}
+func.func private @__pbsdk_contraction0(%a: memref<16x64xf32>, %b: memref<64x8xf32>, %c: memref<16x8xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<16x8xf32>)
+  linalg.matmul ins(%a, %b : memref<16x64xf32>, memref<64x8xf32>) outs(%c : memref<16x8xf32>)
+  return
+}

@@ -19,12 +19,15 @@ generic, which ``pack-contractions`` folds into the kernel's final store.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import func, linalg, tensor
 
-from pbsdk.core.passes import defining_op, ops_named
+from pbsdk.core.ir.builder import reassociation
+from pbsdk.core.passes import defining_op, ops_named, user_op
 
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 #: The isolated functions are named this plus a number.
@@ -32,7 +35,7 @@ PREFIX = "__pbsdk_contraction"
 
 
 #: Longest elementwise chain moved in with a contraction (fusion merges it into one op there).
-MAX_EPILOGUE = 4
+MAX_EPILOGUE = 8
 
 
 def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
@@ -84,6 +87,150 @@ def _epilogue_user(value: ir.Value) -> ir.Operation | None:
         if owner is None or owner.name != "arith.constant":
             return None
     return user
+
+
+# ----------------------------------------------------------------- an epilogue after a reshape of the result
+
+@dataclasses.dataclass(frozen=True)
+class CollapsedRead:
+    """How an epilogue input is read once its generic runs on the contraction's own (collapsed) loops:
+    ``groups`` is the input's reassociation, its positions per dimension of the collapsed input (None: read
+    as it is); ``loops`` the collapsed loops its new indexing map reads, in order."""
+
+    groups: tuple[tuple[int, ...], ...] | None
+    loops: tuple[int, ...]
+
+
+def collapse_read(loop_groups: Sequence[Sequence[int]], extents: Sequence[int], results: Sequence[int | None],
+                  shape: Sequence[int]) -> CollapsedRead | None:
+    """The `CollapsedRead` of an input of an elementwise generic over the expanded loops ``loop_groups``
+    (the reassociation of a ``tensor.expand_shape``: collapsed loop ``g`` is the expanded loops
+    ``loop_groups[g]``, of ``extents``), whose indexing map's results are ``results`` (an expanded loop, or
+    None for the constant 0) on an input of ``shape``; None where no collapsed map reads the same elements.
+
+    Every group the input reads must be read whole (but for loops of extent 1, which read index 0 like a
+    constant), its loops in order, each group once (a per-channel bias reads the last group, a residual
+    all of them; groups in another order are a transposed read); a constant-0 result needs extent 1 and
+    joins the group beside it. Pure: no IR."""
+    owner = {d: g for g, dims in enumerate(loop_groups) for d in dims}
+    if len(results) != len(shape):
+        return None
+    results = [None if r is not None and 0 <= r < len(extents) and extents[r] == 1 else r for r in results]
+    if any(r is None and e != 1 for r, e in zip(results, shape)):
+        return None
+    segments: list[list[int]] = []
+    loops: list[int] = []
+    pending: list[int] = []  # unit positions before the first group read
+    for p, r in enumerate(results):
+        if r is None:
+            (segments[-1] if segments else pending).append(p)
+            continue
+        g = owner.get(r)
+        if g is None:
+            return None
+        if not loops or loops[-1] != g:
+            if g in loops:
+                return None
+            loops.append(g)
+            segments.append(pending + [p])
+            pending = []
+        else:
+            segments[-1].append(p)
+    for g, seg in zip(loops, segments):
+        if [results[p] for p in seg if results[p] is not None] != [d for d in loop_groups[g] if extents[d] != 1]:
+            return None
+    if not loops:  # reads one element (all of its extents are 1)
+        return CollapsedRead((), ()) if shape else CollapsedRead(None, ())
+    if pending:
+        return None
+    groups = tuple(tuple(seg) for seg in segments)
+    return CollapsedRead(None if all(len(seg) == 1 for seg in groups) else groups, tuple(loops))
+
+
+def _map_results(m: ir.AffineMap) -> list[int | None] | None:
+    out: list[int | None] = []
+    for e in m.results:
+        if isinstance(e, ir.AffineDimExpr):
+            out.append(e.position)
+        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
+            out.append(None)
+        else:
+            return None
+    return out
+
+
+def _groups(view: ir.Operation) -> list[list[int]]:
+    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(view.attributes["reassociation"])]
+
+
+def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
+    """Where ``value`` (a contraction's result, or an epilogue's) is only reshaped by a
+    ``tensor.expand_shape`` (a convolution's product viewed as its NHWC or NCHW output) for one elementwise
+    generic, rewrite that generic onto ``value``'s own loops (`collapse_read` for each input), the expand
+    moved after it, and return it (an epilogue `_epilogue_user` takes); None, changing nothing, otherwise."""
+    uses = list(value.uses)
+    if len(uses) != 1:
+        return None
+    view = user_op(uses[0])
+    if view.name != "tensor.expand_shape" or len(list(view.results[0].uses)) != 1:
+        return None
+    expanded = view.results[0]
+    gen = user_op(next(iter(expanded.uses)))
+    if _epilogue_user(expanded) is None:
+        return None
+    loop_groups = _groups(view)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    n_in = len(gen.operands) - 1
+    reads: list[CollapsedRead | None] = []
+    for i in range(n_in):
+        if gen.operands[i] == expanded:
+            reads.append(None)
+            continue
+        t = gen.operands[i].type
+        results = _map_results(maps[i])
+        plan = (collapse_read(loop_groups, ir.RankedTensorType(expanded.type).shape, results,
+                              ir.RankedTensorType(t).shape)
+                if results is not None and isinstance(t, ir.RankedTensorType) and t.has_static_shape else None)
+        if plan is None:
+            return None
+        reads.append(plan)
+    rank = len(loop_groups)
+    vt = ir.RankedTensorType(value.type)
+    with ir.InsertionPoint(gen), gen.location:
+        inputs, new_maps = [], []
+        for i, plan in enumerate(reads):
+            if plan is None:
+                inputs.append(value)
+                new_maps.append(ir.AffineMap.get_identity(rank))
+                continue
+            v = gen.operands[i]
+            if plan.groups is not None:
+                st = ir.RankedTensorType(v.type)
+                shape = [math.prod(st.shape[p] for p in g) for g in plan.groups]
+                v = tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, st.element_type), v,
+                                           reassociation(plan.groups)).result
+            inputs.append(v)
+            new_maps.append(ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(d) for d in plan.loops]))
+        new_maps.append(ir.AffineMap.get_identity(rank))
+        empty = tensor.EmptyOp(vt.shape, vt.element_type).result
+        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+        new = linalg.GenericOp([vt], inputs, [empty], ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps]),
+                               ir.ArrayAttr.get([parallel] * rank))
+        old_body = gen.regions[0].blocks[0]
+        body = new.regions[0].blocks.append(*[a.type for a in old_body.arguments])
+        for old_arg, new_arg in zip(old_body.arguments, body.arguments):
+            old_arg.replace_all_uses_with(new_arg)
+        for o in list(old_body.operations):
+            body.append(o.operation)
+        back = tensor.ExpandShapeOp(expanded.type, new.result, view.attributes["reassociation"], [],
+                                    list(ir.RankedTensorType(expanded.type).shape)).result
+    gen.results[0].replace_all_uses_with(back)
+    out = defining_op(gen.operands[n_in])
+    gen.erase()
+    view.erase()
+    if out is not None and not list(out.results[0].uses):
+        out.erase()
+    return new.operation
 
 
 def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.Value]) -> ir.Operation:
@@ -139,7 +286,8 @@ class IsolateContractions:
                 if init is not None and init.name == "linalg.fill" and len(list(init.results[0].uses)) == 1:
                     chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
                 while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.fuse_epilogues:
-                    user = _epilogue_user(chain[-1].results[0])
+                    result = chain[-1].results[0]
+                    user = _epilogue_user(result) or _collapse_epilogue(result)
                     if user is None:
                         break
                     chain.append(user)

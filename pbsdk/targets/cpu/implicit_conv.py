@@ -14,8 +14,9 @@ After bufferization that is, in the caller::
 `im2col_geometry` is the pure part: from the copies' static offsets, sizes and strides it proves that
 ``A[(n, oh, ow), (i, j, c)] = X[n, oh*sh + i*dh, ow*sw + j*dw, c]`` for every element, or returns None.
 `find_im2col` collects those facts from the IR and checks what the geometry cannot see: the patch buffer
-has no other use, and nothing between the copies and the call writes anything (so reading ``X`` at the
-call reads what the copies read).
+has no other use, and nothing between the copies and the call may write ``X`` or a view of its buffer
+(`pbsdk.targets.cpu.aliasing`; so reading ``X`` at the call reads what the copies read) or touches the
+patch buffer (an epilogue's operands computed there, a batch norm's scale, are fine).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from mlir import ir
 
 from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
+from pbsdk.targets.cpu.aliasing import aliases, may_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +64,18 @@ def _static(op: ir.Operation, name: str) -> tuple[int, ...]:
 #: Ops that may sit between the patch copies and the call: they neither read nor write buffer contents.
 _INERT = {"memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.alloc", "memref.cast",
           "arith.constant"}
+
+
+def _operands_within(op: ir.Operation) -> list[ir.Value]:
+    """The operands of ``op`` and of every op nested in it."""
+    found: list[ir.Value] = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        found.extend(inner.operands)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return found
 
 
 def find_im2col(call: ir.Operation) -> Im2col | None:
@@ -147,9 +161,11 @@ def _generation(patches: ir.Value, copies: list[ir.Operation],
     if geometry is None:
         return None
     started = False
+    x_buffers, patch_buffers = aliases(x), aliases(patches)
     for o in between:
         started = started or o in copy_views
-        if started and o not in copy_views and o.name not in _INERT:
+        if started and o not in copy_views and o.name not in _INERT and (
+                may_write(o, x_buffers) or any(v == w for v in _operands_within(o) for w in patch_buffers)):
             return None
     erase = dict.fromkeys([*copies, *(dst for dst, _ in views), *(src for _, src in views)])  # in order, once
     return Im2col(x, geometry, tuple(erase), collapse, alloc)

@@ -26,7 +26,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.ir import attributes
-from pbsdk.core.passes import ops_named
+from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
@@ -316,7 +316,13 @@ class PackContractions:
             args = list(callee.regions[0].blocks[0].arguments)
 
             def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
-                return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
+                """The caller's value for ``v``: the call's operand for an argument; a constant the function
+                reads (an epilogue's, `_contraction_body`) is read again at the call."""
+                if any(arg == v for arg in args):
+                    return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
+                src = defining_op(v)
+                assert src is not None and src.name == "memref.get_global"
+                return src.clone(ip=ir.InsertionPoint(call)).results[0]
 
             x_type = ir.MemRefType(found.x.type)
             channels = int(x_type.shape[3])
@@ -432,11 +438,17 @@ def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operat
         return None
     fill = _zero_fill_before(mm)
     fused = _epilogue(mm, str(ir.MemRefType(mm.operands[0].type).element_type)) if fuse_epilogues else None
-    if fused is not None and not all(v in args for v in fused[2]):
+    # An epilogue reads arguments, or constants of the module (a batch norm's, read in by isolate-contractions).
+    if fused is not None and not all(v in args or _global(v) for v in fused[2]):
         fused = None
     allowed = {mm, fill, fused[0] if fused else None}
     for o in ops:
-        if o in allowed or o.name in ("arith.constant", "func.return"):
+        if o in allowed or o.name in ("arith.constant", "func.return", "memref.get_global"):
             continue
         return None
     return mm, fill, fused
+
+
+def _global(v: ir.Value) -> bool:
+    src = defining_op(v)
+    return src is not None and src.name == "memref.get_global"

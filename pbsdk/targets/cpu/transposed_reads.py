@@ -29,11 +29,8 @@ from mlir import ir
 from mlir.dialects import memref
 
 from pbsdk.core.passes import defining_op, identity_layout, user_op
+from pbsdk.targets.cpu.aliasing import aliases, may_write
 from pbsdk.targets.cpu.prepack import function_of
-
-#: Ops whose result views (aliases) their first operand's buffer.
-_VIEWS = frozenset({"memref.subview", "memref.collapse_shape", "memref.expand_shape", "memref.cast",
-                    "memref.reinterpret_cast", "memref.transpose", "memref.view"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,54 +63,6 @@ def _swaps_last_two(transpose: ir.Operation) -> bool:
     perm = list(ir.DenseI64ArrayAttr(transpose.attributes["permutation"]))
     r = len(perm)
     return r >= 2 and perm == [*range(r - 2), r - 1, r - 2]
-
-
-def _aliases(value: ir.Value) -> list[ir.Value]:
-    """Every value that may view ``value``'s buffer: walked down through view ops to the root, then up
-    through every view of it."""
-    root = value
-    while (op := defining_op(root)) is not None and op.name in _VIEWS:
-        root = op.operands[0]
-    found, todo = [root], [root]
-    while todo:
-        v = todo.pop()
-        for use in v.uses:
-            op = user_op(use)
-            if op.name in _VIEWS and use.operand_number == 0:
-                found.extend(op.results)
-                todo.extend(op.results)
-    return found
-
-
-#: Ops that only read a buffer operand.
-_READS = frozenset({"memref.load", "memref.dim", "memref.prefetch"}) | _VIEWS
-
-
-def _reads_only(op: ir.Operation, values: list[ir.Value]) -> bool:
-    """Whether ``op`` reads, and never writes, each of ``values`` it has as an operand: a view or a load,
-    or a linalg op that has them as inputs only (its inits come after its inputs)."""
-    positions = [i for i, v in enumerate(op.operands) if any(v == w for w in values)]
-    if not positions or op.name in _READS:
-        return True
-    if op.name.startswith("linalg.") and "operandSegmentSizes" in op.attributes:
-        inputs = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[0]
-        return all(i < inputs for i in positions)
-    return False
-
-
-def _may_write(op: ir.Operation, values: list[ir.Value]) -> bool:
-    """Whether ``op`` or an op nested in it may write one of ``values`` (any use but a known read may)."""
-    hit = False
-
-    def visit(inner: ir.Operation) -> ir.WalkResult:
-        nonlocal hit
-        if not _reads_only(inner, values):
-            hit = True
-            return ir.WalkResult.INTERRUPT
-        return ir.WalkResult.ADVANCE
-
-    op.walk(visit)
-    return hit
 
 
 def _groups(view: ir.Operation) -> list[list[int]]:
@@ -167,8 +116,8 @@ def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> Transp
     at, upto = ops.index(transpose), ops.index(user)
     if at > upto:
         return None
-    aliases = _aliases(source)
-    if any(_may_write(o, aliases) for o in ops[at + 1:upto]):
+    buffers = aliases(source)
+    if any(may_write(o, buffers) for o in ops[at + 1:upto]):
         return None
     return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source, view)
 
