@@ -259,7 +259,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         return 0
     if args.matmul:
         m, n, k = args.matmul
-        ops = [(f"matmul {m}x{n}x{k}", Contraction(m, n, k, args.batch, args.dtype))]
+        stored = ("A^T " if args.transpose_a else "") + ("B^T " if args.transpose_b else "")
+        ops = [(f"matmul {m}x{n}x{k}" + (f" ({stored.strip()} stored)" if stored else ""),
+                Contraction(m, n, k, args.batch, args.dtype, a_layout="km" if args.transpose_a else "mk",
+                            b_layout="nk" if args.transpose_b else "kn"))]
     elif args.file:
         try:
             text = Path(args.file).read_text()
@@ -280,8 +283,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
             m, n, k = args.matmul
             lead = (args.batch,) if args.batch > 1 else ()
-            types = [(lead + (m, k), args.dtype), (lead + (k, n), args.dtype)]
-            _print_modelled(lambda a, b: pops.matmul(a, b), types, spec, options)
+            types = [(lead + ((k, m) if args.transpose_a else (m, k)), args.dtype),
+                     (lead + ((n, k) if args.transpose_b else (k, n)), args.dtype)]
+            _print_modelled(lambda a, b: pops.matmul(a, b, transpose_a=args.transpose_a,
+                                                     transpose_b=args.transpose_b), types, spec, options)
         else:
             _print_modelled(None, text, spec, options)
     return 0
@@ -432,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned)")
     p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "N", "K"), help="plan one matmul of this shape")
     p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--transpose-a", action="store_true", help="with --matmul: A stored [k, m] (a.T @ b)")
+    p.add_argument("--transpose-b", action="store_true", help="with --matmul: B stored [n, k] (x @ w.T)")
     p.add_argument("--attention", nargs=4, type=int, metavar=("BH", "SQ", "SK", "D"),
                    help="plan one fused attention (batch x heads, query and key lengths, head dim)")
     p.add_argument("--causal", action="store_true", help="with --attention: causal mask")

@@ -153,6 +153,17 @@ def test_cli_explain_shows_decisions_change_with_the_spec(capsys: pytest.Capture
     assert "vector-fma" in cpu and "tile @l1d" in cpu and "bound by" in cpu
 
 
+def test_cli_explain_says_how_a_stored_transposed_operand_is_read(capsys: pytest.CaptureFixture[str]) -> None:
+    from pbsdk.cli import main
+
+    assert main(["explain", "--matmul", "512", "3072", "768", "--transpose-b", "--spec", "avx512"]) == 0
+    out = capsys.readouterr().out
+    assert "(B^T stored)" in out and "packing B stored [n, k]" in out
+    assert main(["explain", "--matmul", "512", "3072", "768", "--transpose-a", "--spec", "avx512"]) == 0
+    out = capsys.readouterr().out
+    assert "(A^T stored)" in out and "A stored [k, m]:" in out
+
+
 # ------------------------------------------------------------------ register tile and packed blocking
 def test_register_tile_balances_fma_and_load_issue() -> None:
     from pbsdk.core.plan.contraction import register_tile
