@@ -429,8 +429,8 @@ def _dot_general(cx: Context, a: Tensor, b: Tensor, *, dimension_numbers: Any, p
             math.prod(src.shape[:-2]) == math.prod(batch):
         lhs, mm_batch = src, src.shape[:-2]
     # A batched rhs stored as (batch, N, K) -- q @ kᵀ in attention -- is read transposed by the matmul
-    # (no copy; what the attention recogniser expects); 2-D operands get an explicit transpose, which the
-    # cpu target's packed matmul prefers.
+    # (what the attention recogniser expects); 2-D operands get an explicit transpose. Either way the cpu
+    # target's packed matmul reads the transpose's source through its packing (no copy).
     if batch and rb + rf + rc == tuple(range(b.ndim)):
         out = ops.matmul(lhs, cx.reshape(b, mm_batch + (n, k)), transpose_b=True)
     else:
