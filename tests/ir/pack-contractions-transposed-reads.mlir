@@ -141,20 +141,31 @@ func.func @read_between(%x: memref<64x32xf32>, %w: memref<48x32xf32>, %c: memref
 
 // -----
 
-// Reject: the transposed buffer is read again after the matmul; a permutation that moves the batch.
+// Reject: the transposed buffer is read again after the matmul; a permutation that moves the batch; a
+// product that writes its output into the source's own buffer (the kernel would read what it overwrites).
 // CHECK-LABEL: func.func @read_again(
 // CHECK:         linalg.transpose
 // CHECK:         call @__pbsdk_mm0(
 // CHECK:         linalg.copy
-// CHECK-LABEL: func.func @batch_moved(
+// CHECK-LABEL: func.func @output_is_the_source(
 // CHECK:         linalg.transpose
 // CHECK:         call @__pbsdk_mm1(
+// CHECK-LABEL: func.func @batch_moved(
+// CHECK:         linalg.transpose
+// CHECK:         call @__pbsdk_mm2(
 func.func @read_again(%x: memref<64x32xf32>, %w: memref<48x32xf32>, %c: memref<64x48xf32>, %d: memref<32x48xf32>) {
   %t = memref.alloc() : memref<32x48xf32>
   linalg.transpose ins(%w : memref<48x32xf32>) outs(%t : memref<32x48xf32>) permutation = [1, 0]
   linalg.matmul ins(%x, %t : memref<64x32xf32>, memref<32x48xf32>) outs(%c : memref<64x48xf32>)
   linalg.copy ins(%t : memref<32x48xf32>) outs(%d : memref<32x48xf32>)
   memref.dealloc %t : memref<32x48xf32>
+  return
+}
+func.func @output_is_the_source(%x: memref<48x48xf32>, %w: memref<48x48xf32>) {
+  %t = memref.alloc() : memref<48x48xf32>
+  linalg.transpose ins(%w : memref<48x48xf32>) outs(%t : memref<48x48xf32>) permutation = [1, 0]
+  linalg.matmul ins(%x, %t : memref<48x48xf32>, memref<48x48xf32>) outs(%w : memref<48x48xf32>)
+  memref.dealloc %t : memref<48x48xf32>
   return
 }
 func.func @batch_moved(%q: memref<4x64x32xf32>, %k: memref<32x4x48xf32>, %s: memref<4x64x48xf32>) {

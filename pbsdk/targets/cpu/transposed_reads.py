@@ -17,7 +17,8 @@ its buffer; the kernel reads the source with the swapped layout.
 
 Reading the source at the matmul instead of at the transpose is only right while nothing writes it in
 between: any op between the two that may write the source or a view of the same buffer keeps the
-transpose (known reads: loads, views, and linalg ops that take it as an input only; a call may write).
+transpose (known reads: loads, views, and linalg ops that take it as an input only; a call may write), and
+so does a product that may write it itself (an output sharing the source's buffer).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from mlir import ir
 from mlir.dialects import memref
 
 from pbsdk.core.passes import defining_op, identity_layout, user_op
-from pbsdk.targets.cpu.aliasing import aliases, may_write
+from pbsdk.targets.cpu.aliasing import aliases, may_write, reads_only
 from pbsdk.targets.cpu.prepack import function_of
 
 
@@ -117,9 +118,28 @@ def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> Transp
     if at > upto:
         return None
     buffers = aliases(source)
-    if any(may_write(o, buffers) for o in ops[at + 1:upto]):
+    if any(may_write(o, buffers) for o in ops[at + 1:upto]) or _user_may_write(user, buffers):
         return None
     return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source, view)
+
+
+def _user_may_write(user: ir.Operation, buffers: list[ir.Value]) -> bool:
+    """Whether ``user`` may write one of ``buffers`` (an output of the product that shares the source's
+    buffer would then be written while the kernel still reads the source): for a call, whether its callee
+    may write the arguments that take them."""
+    if user.name != "func.call":
+        return not reads_only(user, buffers)
+    positions = [i for i, v in enumerate(user.operands) if any(v == w for w in buffers)]
+    if not positions:
+        return False
+    module = user
+    while module.name != "builtin.module":
+        if module.parent is None:
+            return True
+        module = module.parent
+    callee = ir.SymbolTable(module)[ir.FlatSymbolRefAttr(user.attributes["callee"]).value]
+    args = [callee.regions[0].blocks[0].arguments[i] for i in positions]
+    return any(may_write(o.operation, args) for o in callee.regions[0].blocks[0].operations)
 
 
 def transposed_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.Operation]]
