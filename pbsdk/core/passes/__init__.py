@@ -77,3 +77,17 @@ def match_signature(fn: ir.Operation) -> None:
     if inputs != list(ftype.inputs):
         with fn.context:
             fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, list(ftype.results)))
+
+
+def map_dims(amap: ir.AffineMap) -> list[int | None] | None:
+    """An indexing map's results as loop positions, None for the constant 0 (a unit dimension); None when a
+    result is anything else."""
+    out: list[int | None] = []
+    for e in amap.results:
+        if isinstance(e, ir.AffineDimExpr):
+            out.append(e.position)
+        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
+            out.append(None)
+        else:
+            return None
+    return out

@@ -23,7 +23,7 @@ from mlir import ir
 from mlir.dialects import memref
 
 from pbsdk.core.ir.builder import collapsed_type, reassociation
-from pbsdk.core.passes import ops_named
+from pbsdk.core.passes import map_dims, ops_named
 
 #: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant
 #: index, i.e. a broadcast dimension of size 1), its sizes and strides.
@@ -69,14 +69,9 @@ def _operand(v: ir.Value, amap: ir.AffineMap) -> Operand | None:
     dyn = ir.ShapedType.get_dynamic_stride_or_offset()
     if any(s == dyn for s in strides):
         return None
-    loops: list[int | None] = []
-    for e in amap.results:
-        if isinstance(e, ir.AffineDimExpr):
-            loops.append(e.position)
-        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
-            loops.append(None)
-        else:
-            return None
+    loops = map_dims(amap)
+    if loops is None:
+        return None
     named = [j for j in loops if j is not None]
     if len(set(named)) != len(named):
         return None  # a loop indexing two dimensions (a diagonal)

@@ -27,7 +27,7 @@ from mlir import ir
 from mlir.dialects import func, linalg, tensor
 
 from pbsdk.core.ir.builder import reassociation
-from pbsdk.core.passes import defining_op, ops_named, user_op
+from pbsdk.core.passes import defining_op, map_dims, ops_named, user_op
 
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 #: The isolated functions are named this plus a number.
@@ -147,18 +147,6 @@ def collapse_read(loop_groups: Sequence[Sequence[int]], extents: Sequence[int], 
     return CollapsedRead(None if all(len(seg) == 1 for seg in groups) else groups, tuple(loops))
 
 
-def _map_results(m: ir.AffineMap) -> list[int | None] | None:
-    out: list[int | None] = []
-    for e in m.results:
-        if isinstance(e, ir.AffineDimExpr):
-            out.append(e.position)
-        elif isinstance(e, ir.AffineConstantExpr) and e.value == 0:
-            out.append(None)
-        else:
-            return None
-    return out
-
-
 def _groups(view: ir.Operation) -> list[list[int]]:
     return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(view.attributes["reassociation"])]
 
@@ -187,7 +175,7 @@ def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
             reads.append(None)
             continue
         t = gen.operands[i].type
-        results = _map_results(maps[i])
+        results = map_dims(maps[i])
         plan = (collapse_read(loop_groups, ir.RankedTensorType(expanded.type).shape, results,
                               ir.RankedTensorType(t).shape)
                 if results is not None and isinstance(t, ir.RankedTensorType) and t.has_static_shape else None)
