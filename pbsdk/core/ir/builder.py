@@ -88,6 +88,13 @@ def reassociation(groups: Sequence[Sequence[int]]) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g]) for g in groups])
 
 
+def reassociation_groups(reshape: ir.Operation) -> list[list[int]]:
+    """The groups of a reshape's (``collapse_shape``/``expand_shape``, tensor or memref) reassociation:
+    the inverse of `reassociation`."""
+    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)]
+            for g in ir.ArrayAttr(reshape.attributes["reassociation"])]
+
+
 def collapsed_layout(shape: Sequence[int], strides: Sequence[int],
                      groups: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
     """(sizes, strides) of a view collapsing ``groups`` of dimensions, as ``memref.collapse_shape`` infers

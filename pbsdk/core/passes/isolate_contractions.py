@@ -26,7 +26,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func, linalg, tensor
 
-from pbsdk.core.ir.builder import reassociation
+from pbsdk.core.ir.builder import reassociation, reassociation_groups
 from pbsdk.core.passes import defining_op, map_dims, ops_named, user_op
 
 CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
@@ -147,10 +147,6 @@ def collapse_read(loop_groups: Sequence[Sequence[int]], extents: Sequence[int], 
     return CollapsedRead(None if all(len(seg) == 1 for seg in groups) else groups, tuple(loops))
 
 
-def _groups(view: ir.Operation) -> list[list[int]]:
-    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(view.attributes["reassociation"])]
-
-
 def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
     """Where ``value`` (a contraction's result, or an epilogue's) is only reshaped by a
     ``tensor.expand_shape`` (a convolution's product viewed as its NHWC or NCHW output) for one elementwise
@@ -163,10 +159,10 @@ def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
     if view.name != "tensor.expand_shape" or len(list(view.results[0].uses)) != 1:
         return None
     expanded = view.results[0]
-    gen = user_op(next(iter(expanded.uses)))
-    if _epilogue_user(expanded) is None:
+    gen = _epilogue_user(expanded)
+    if gen is None:
         return None
-    loop_groups = _groups(view)
+    loop_groups = reassociation_groups(view)
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
     n_in = len(gen.operands) - 1
     reads: list[CollapsedRead | None] = []

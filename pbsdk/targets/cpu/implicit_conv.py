@@ -25,6 +25,7 @@ import dataclasses
 
 from mlir import ir
 
+from pbsdk.core.ir.builder import reassociation_groups
 from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
 from pbsdk.targets.cpu.aliasing import aliases, may_write
@@ -88,9 +89,7 @@ def find_im2col(call: ir.Operation) -> Im2col | None:
     collapse = defining_op(call.operands[0])
     if collapse is None or collapse.name != "memref.collapse_shape":
         return None
-    groups = [[int(ir.IntegerAttr(d).value) for d in ir.ArrayAttr(g)]
-              for g in ir.ArrayAttr(collapse.attributes["reassociation"])]
-    if groups != [[0, 1, 2], [3, 4, 5]]:
+    if reassociation_groups(collapse) != [[0, 1, 2], [3, 4, 5]]:
         return None
     patches = collapse.operands[0]
     alloc = defining_op(patches)

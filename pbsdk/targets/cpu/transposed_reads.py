@@ -29,6 +29,7 @@ import math
 from mlir import ir
 from mlir.dialects import memref
 
+from pbsdk.core.ir.builder import reassociation_groups
 from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.targets.cpu.aliasing import aliases, may_write, reads_only
 from pbsdk.targets.cpu.prepack import function_of
@@ -36,12 +37,11 @@ from pbsdk.targets.cpu.prepack import function_of
 
 @dataclasses.dataclass(frozen=True)
 class TransposedFeed:
-    """``user`` reads, as its operand ``operand``, the buffer ``alloc`` that ``transpose`` fills from
+    """``user`` reads, as one of its operands, the buffer ``alloc`` that ``transpose`` fills from
     ``source`` (its last two dimensions swapped) and that nothing else uses but ``deallocs`` — directly,
     or through ``view``, a ``memref.collapse_shape`` of its leading (batch) dimensions."""
 
     user: ir.Operation
-    operand: int
     transpose: ir.Operation
     alloc: ir.Operation
     deallocs: tuple[ir.Operation, ...]
@@ -55,7 +55,7 @@ class TransposedFeed:
         t = ir.MemRefType(self.source.type)
         if self.view is None:
             return t
-        groups = _groups(self.view)
+        groups = reassociation_groups(self.view)
         shape = [math.prod(t.shape[d] for d in g) for g in groups]
         return ir.MemRefType.get(shape, t.element_type, memory_space=t.memory_space, loc=self.view.location)
 
@@ -66,23 +66,21 @@ def _swaps_last_two(transpose: ir.Operation) -> bool:
     return r >= 2 and perm == [*range(r - 2), r - 1, r - 2]
 
 
-def _groups(view: ir.Operation) -> list[list[int]]:
-    return [[ir.IntegerAttr(d).value for d in ir.ArrayAttr(g)] for g in ir.ArrayAttr(view.attributes["reassociation"])]
-
-
 def _batch_collapse(op: ir.Operation | None, user: ir.Operation) -> bool:
     """Whether ``op`` is a ``memref.collapse_shape`` of leading dimensions only (the last two kept as they
     are) that only ``user`` reads, in ``user``'s block."""
     if op is None or op.name != "memref.collapse_shape" or op.block != user.block:
         return False
-    groups = _groups(op)
+    groups = reassociation_groups(op)
     rank = sum(len(g) for g in groups)
     return (len(groups) >= 2 and groups[-2:] == [[rank - 2], [rank - 1]]
             and all(user_op(u) == user for u in op.results[0].uses))
 
 
-def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> TransposedFeed | None:
-    """The `TransposedFeed` that ``value`` (operand ``operand`` of ``user``) is, or None."""
+def find_transposed(value: ir.Value, user: ir.Operation, operand: int, callee: ir.Operation | None = None
+                    ) -> TransposedFeed | None:
+    """The `TransposedFeed` that ``value`` (operand ``operand`` of ``user``; of a call, ``callee`` the function
+    it calls) is, or None."""
     view = defining_op(value)
     if _batch_collapse(view, user):
         assert view is not None
@@ -118,26 +116,22 @@ def find_transposed(value: ir.Value, user: ir.Operation, operand: int) -> Transp
     if at > upto:
         return None
     buffers = aliases(source)
-    if any(may_write(o, buffers) for o in ops[at + 1:upto]) or _user_may_write(user, buffers):
+    if any(may_write(o, buffers) for o in ops[at + 1:upto]) or _user_may_write(user, buffers, callee):
         return None
-    return TransposedFeed(user, operand, transpose, alloc, tuple(deallocs), source, view)
+    return TransposedFeed(user, transpose, alloc, tuple(deallocs), source, view)
 
 
-def _user_may_write(user: ir.Operation, buffers: list[ir.Value]) -> bool:
+def _user_may_write(user: ir.Operation, buffers: list[ir.Value], callee: ir.Operation | None) -> bool:
     """Whether ``user`` may write one of ``buffers`` (an output of the product that shares the source's
-    buffer would then be written while the kernel still reads the source): for a call, whether its callee
-    may write the arguments that take them."""
+    buffer would then be written while the kernel still reads the source): for a call, whether ``callee``
+    may write the arguments that take them (any call whose callee is not given may)."""
     if user.name != "func.call":
         return not reads_only(user, buffers)
     positions = [i for i, v in enumerate(user.operands) if any(v == w for w in buffers)]
     if not positions:
         return False
-    module = user
-    while module.name != "builtin.module":
-        if module.parent is None:
-            return True
-        module = module.parent
-    callee = ir.SymbolTable(module)[ir.FlatSymbolRefAttr(user.attributes["callee"]).value]
+    if callee is None:
+        return True
     args = [callee.regions[0].blocks[0].arguments[i] for i in positions]
     return any(may_write(o.operation, args) for o in callee.regions[0].blocks[0].operations)
 
@@ -157,7 +151,7 @@ def transposed_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.
         return None
     position = ir.BlockArgument(value).arg_number
     sites = calls.get(ir.StringAttr(fn.attributes["sym_name"]).value, [])
-    feeds = [find_transposed(call.operands[position], call, position) for call in sites]
+    feeds = [find_transposed(call.operands[position], call, position, fn) for call in sites]
     if not feeds or any(f is None for f in feeds):
         return None
     if len({str(f.read_type) for f in feeds if f is not None}) != 1:
