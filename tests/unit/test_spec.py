@@ -173,22 +173,26 @@ def test_host_cache_defaults_when_absent(tmp_path):
 def test_host_cache_parsing(tmp_path):
     from pbsdk.core.spec import host as host_mod
 
-    for i, (level, typ, size, shared) in enumerate(
+    for i, (level, typ, size, shared, ways) in enumerate(
         [
-            (1, "Data", "48K", "0"),
-            (1, "Instruction", "32K", "0"),
-            (2, "Unified", "2048K", "0"),
-            (3, "Unified", "1M", "0-511"),
+            (1, "Data", "48K", "0", "12"),
+            (1, "Instruction", "32K", "0", "8"),
+            (2, "Unified", "2048K", "0", None),
+            (3, "Unified", "1M", "0-511", "0"),
         ]
     ):
         d = tmp_path / f"index{i}"
         d.mkdir()
         for key, val in {
-            "level": level, "type": typ, "size": size, "shared_cpu_list": shared, "coherency_line_size": 64
+            "level": level, "type": typ, "size": size, "shared_cpu_list": shared, "coherency_line_size": 64,
+            "ways_of_associativity": ways,
         }.items():
-            (d / key).write_text(f"{val}\n")
+            if val is not None:
+                (d / key).write_text(f"{val}\n")
     caches = host_mod._read_caches(tmp_path)
-    assert (1, 48 * 1024, False, 64) in caches and (2, 2 * 2**20, False, 64) in caches
+    # the associativity where sysfs has it (0, "fully associative", says nothing of sets: unknown)
+    assert (1, 48 * 1024, False, 64, 12) in caches and (2, 2 * 2**20, False, 64, None) in caches
+    assert all(c[4] is None for c in caches if c[0] == 3)
     assert all(c[0] != 1 or c[1] == 48 * 1024 for c in caches)  # the instruction cache is skipped
     assert len(caches) == 3
 

@@ -182,6 +182,17 @@ LONG_K_ROW_TILES = 16
 #: 1x1 conv at 7x7, 2048 -> 512 as given (512x49x2048, B 49 columns: 2 tiles of 32), Zen 4: 1.78 -> 1.4 ms.
 A_IN_PLACE_PANELS = 2
 
+#: An A stored [m, k] read in place is packed instead when more of a register tile's mr rows fall in one set
+#: of the innermost cache than it has ways (`rows_per_set`: rows a multiple of the set span apart, e.g. 4 KiB)
+#: and the tile does at most this many vector FMAs per A value loaded: the rows' lines then evict one another
+#: before their L values are used, and each A value comes from the next level. Zen 4 (32 KiB 8-way l1d),
+#: 1 thread, packed / in place: 30 rows in one set (the 30x16 tile: 1024x16x4096, 2048x16x2048, 512x16x4096,
+#: 1024x16x6144) 2.9-3.7x, 15 in each of 2 sets (1024x16x512, 1024x16x1536, 1024x16x2560) 1.47-1.51x; 14 rows
+#: in one set with 2 vectors a row (1024x24x1024, 1024x32x4096, 1024x64x4096) 1.03-1.14x; with 3 (the 8x48
+#: tile of 1024x48x1024, 1024x48x4096, 1024x40x4096) 0.79-0.85x: kept in place; 8 rows a set (1024x16x256)
+#: 0.73x and 4 (1024x16x4100) 0.57x: in place, as without conflicts (1024x16x1000 0.71x).
+SET_CONFLICT_MAX_NV = 2
+
 #: An A stored [k, m] (a transposed product's A^T, an ``a.T @ b``) is read in place unless a thread's columns
 #: span more than this many register tiles: its mr values of a k step are adjacent, but the k steps are a
 #: row apart. Zen 4, 1 thread: 512x768x3072 with A stored [768, 512], 96 tiles: packed 1.03x in place; the
@@ -206,6 +217,22 @@ TRANSPOSE_PACK_FMAS = 0.4
 #: [0.94], 256x40x256 0.95 (0.88) [0.95] — the given orientation loses more than its issue cycles say where
 #: it reads A in place from many rows.
 TRANSPOSE_MARGIN = 0.93
+
+
+def rows_per_set(level: MemoryLevel, stride_bytes: int, rows: int) -> int:
+    """The most of ``rows`` rows ``stride_bytes`` apart (the first at a line boundary) whose lines at one
+    column fall in one set of the cache ``level``; 1 where its associativity or line size is unknown."""
+    if not level.ways or not level.line_bytes or rows < 1:
+        return 1
+    sets = level.size_bytes // (level.ways * level.line_bytes)
+    if sets < 1:
+        return 1
+    span = sets * level.line_bytes  # addresses this far apart share a set
+    counts: dict[int, int] = {}
+    for r in range(rows):
+        line = (r * stride_bytes) % span // level.line_bytes
+        counts[line] = counts.get(line, 0) + 1
+    return max(counts.values())
 
 
 def _round_down(v: int, multiple: int) -> int:
@@ -390,6 +417,15 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
+    # Rows of an A stored [m, k] (contiguous: k values apart) that evict one another in l1.
+    shared = rows_per_set(l1, int(op.k * eb), mr) if not a_km else 1
+    conflict = (not a_km and l1.ways is not None and shared > l1.ways
+                and nv <= SET_CONFLICT_MAX_NV)
+    if conflict and not pack_a and opts.pack_a is None:
+        pack_a = True
+        why.append(f"A packed: read in place, {shared} of a tile's {mr} rows ({int(op.k * eb)} B apart) would share one "
+                   f"{l1.name} set ({l1.ways} ways) and evict each other before their {lanes} values are used "
+                   f"({nv} vector FMA(s) per A value)")
     if a_km:
         why.append(f"A stored [k, m]: {'packed' if pack_a else 'read in place'} (its rows' mr adjacent values a k "
                    f"step; {n_part} column(s) per thread, {-(-n_part // nr)} register tile(s), packed past {panels})")

@@ -85,10 +85,10 @@ def _parse_size(text: str) -> int:
     return int(m.group(1)) * {"": 1, "K": _KiB, "M": _MiB, "G": _GiB}[m.group(2).upper()]
 
 
-def _read_caches(cache_dir: Path | None = None) -> list[tuple[int, int, bool, int]]:
-    """[(level, bytes per instance, chip-wide?, line bytes)] of the data/unified caches of cpu0."""
+def _read_caches(cache_dir: Path | None = None) -> list[tuple[int, int, bool, int, int | None]]:
+    """[(level, bytes per instance, chip-wide?, line bytes, ways or None)] of the data/unified caches of cpu0."""
     cache_dir = _SYS_CACHE if cache_dir is None else cache_dir
-    found: list[tuple[int, int, bool, int]] = []
+    found: list[tuple[int, int, bool, int, int | None]] = []
     mine = _affinity()
     try:
         entries = sorted(cache_dir.glob("index*"))
@@ -109,16 +109,23 @@ def _read_caches(cache_dir: Path | None = None) -> list[tuple[int, int, bool, in
                 line = int((entry / "coherency_line_size").read_text())
             except (OSError, ValueError):
                 line = 64
+            try:
+                ways: int | None = int((entry / "ways_of_associativity").read_text())
+            except (OSError, ValueError):
+                ways = None
         except (OSError, ValueError):
             continue
         chip_wide = len(mine) > 1 and mine <= sharers
         if not chip_wide and len(sharers & mine) > 1:
-            # shared by a cluster of cores: count it per core (our hierarchy has no cluster level)
+            # shared by a cluster of cores: count it per core (our hierarchy has no cluster level); its sets
+            # are the whole cache's, which a per-core share no longer says
             size //= len(sharers & mine)
+            ways = None
         if size > 0:
-            found.append((level, size, chip_wide, line if line > 0 and line & (line - 1) == 0 else 64))
+            found.append((level, size, chip_wide, line if line > 0 and line & (line - 1) == 0 else 64,
+                          ways if ways is not None and 1 <= ways <= 1024 else None))
     if not found:
-        found = [(lvl, size, wide, 64) for lvl, size, wide in _DEFAULT_CACHES]
+        found = [(lvl, size, wide, 64, None) for lvl, size, wide in _DEFAULT_CACHES]
     return found
 
 
@@ -200,7 +207,7 @@ def host_spec_data() -> dict:
         }
     ]
     prev_size, seen = ram, set()
-    for level, size, wide, line in caches:
+    for level, size, wide, line, ways in caches:
         name = f"l{level}d" if level == 1 else f"l{level}"
         if name in seen:
             continue
@@ -218,6 +225,7 @@ def host_spec_data() -> dict:
                 "alignment_bytes": line,
                 "line_bytes": line,
                 "managed": "cache",
+                **({"ways": ways} if ways is not None else {}),
             }
         )
     # device-scoped caches must precede core-scoped ones (done by the sort) - nothing else to fix.

@@ -149,6 +149,14 @@ class MemoryLevel(_Model):
     banks: int | None = Field(
         default=None, ge=1, le=4096, description="Number of banks, if the level is banked (e.g. 32)."
     )
+    ways: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Associativity of a cache (lines per set, e.g. 8), if known: with `size_bytes` and "
+        "`line_bytes` it says which addresses share a set. Planners use it to avoid access patterns whose "
+        "lines evict each other (rows a power-of-two stride apart); unknown: no set conflicts are modelled.",
+    )
 
     @field_validator("alignment_bytes", "line_bytes")
     @classmethod
