@@ -417,15 +417,15 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
-    # Rows of an A stored [m, k] (contiguous: k values apart) that evict one another in l1.
-    shared = rows_per_set(l1, int(op.k * eb), mr) if not a_km else 1
-    conflict = (not a_km and l1.ways is not None and shared > l1.ways
-                and nv <= SET_CONFLICT_MAX_NV)
-    if conflict and not pack_a and opts.pack_a is None:
-        pack_a = True
-        why.append(f"A packed: read in place, {shared} of a tile's {mr} rows ({int(op.k * eb)} B apart) would share one "
-                   f"{l1.name} set ({l1.ways} ways) and evict each other before their {lanes} values are used "
-                   f"({nv} vector FMA(s) per A value)")
+    # An A stored [m, k] read in place whose tile rows (contiguous: k values apart) evict one another in l1.
+    if not (a_km or pack_a or opts.pack_a is not None or l1.ways is None) and nv <= SET_CONFLICT_MAX_NV:
+        stride = int(op.k * eb)
+        shared = rows_per_set(l1, stride, mr)
+        if shared > l1.ways:
+            pack_a = True
+            why.append(f"A packed: read in place, {shared} of a tile's {mr} rows ({stride} B apart) would share "
+                       f"one {l1.name} set ({l1.ways} ways) and evict each other before their {lanes} values are "
+                       f"used ({nv} vector FMA(s) per A value)")
     if a_km:
         why.append(f"A stored [k, m]: {'packed' if pack_a else 'read in place'} (its rows' mr adjacent values a k "
                    f"step; {n_part} column(s) per thread, {-(-n_part // nr)} register tile(s), packed past {panels})")

@@ -212,7 +212,8 @@ def host_spec_data() -> dict:
         if name in seen:
             continue
         seen.add(name)
-        size = min(size, prev_size)
+        if size > prev_size:  # clamped: no longer the physical cache, whose sets `ways` would describe
+            size, ways = prev_size, None
         prev_size = size
         per_cycle = {1: 2 * width // 8, 2: 64}.get(level, 16)
         bw = per_cycle * clock * (cores if wide else 1)
