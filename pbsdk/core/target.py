@@ -100,6 +100,15 @@ class Target(abc.ABC):
                        target does not list runs unfused. Default: the scratchpad form only.
       options_type  -- the frozen dataclass (a `TargetOptions` subclass) of the target's own options;
                        `parse_options` splits a user's mapping between it and the core's `Options`.
+      hooks         -- where the target's lowering hooks come from (`pbsdk.core.hooks`): a module, a class
+                       or an object implementing part of the contract, checked by
+                       `pbsdk.core.hooks.check_hooks` when the plugin is discovered (a misspelt hook or a
+                       wrong signature makes the plugin unusable, with the reason). None: the target's
+                       own lowering (the template target: its emulation of every hook).
+
+    The compile cache keys a target on `fingerprint`: by default a hash of every ``.py`` file of the
+    top-level package that defines the class (and of the one defining ``hooks``), so that editing any
+    module of a plugin invalidates its cached kernels.
     """
 
     name: ClassVar[str]
@@ -109,6 +118,26 @@ class Target(abc.ABC):
     implemented: ClassVar[bool] = True
     attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
     options_type: ClassVar[type[TargetOptions]] = TargetOptions
+    hooks: ClassVar[Any] = None
+
+    @classmethod
+    def implemented_hooks(cls) -> frozenset[str]:
+        """The names of the hooks of the contract (`pbsdk.core.hooks.HOOKS`) that ``hooks`` implements
+        (empty without ``hooks``). Raises `TargetError` for a name in ``hooks`` that is not a hook or a
+        hook whose signature is not the contract's."""
+        if cls.hooks is None:
+            return frozenset()
+        from pbsdk.core.hooks import check_hooks
+
+        return check_hooks(cls.hooks, target=cls.name)
+
+    @classmethod
+    def fingerprint(cls) -> str | None:
+        """A string that changes whenever this target's code generation may change, for the compile
+        cache's key; None (the default) lets the cache hash the sources of the target's top-level package
+        (and of the package defining ``hooks``). Override it where the code lives elsewhere (generated
+        modules, a native library the stages call)."""
+        return None
 
     def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:
         """The typed options of a compilation for this target: the core's fields and, as ``.target``, an
@@ -170,6 +199,12 @@ def _load_entry_point(ep: importlib.metadata.EntryPoint) -> TargetInfo:
             ep.name, ep.value, dist, None,
             f"written for target API {obj.api_version}, this pbsdk provides API {API_VERSION}",
         )
+    try:
+        obj.implemented_hooks()  # a misspelt hook or a wrong signature: unusable, with the reason
+    except TargetError as exc:
+        return TargetInfo(ep.name, ep.value, dist, None, str(exc).removeprefix(f"target '{ep.name}': "))
+    except Exception as exc:  # noqa: BLE001 - as for an import failure
+        return TargetInfo(ep.name, ep.value, dist, None, f"checking its hooks failed: {type(exc).__name__}: {exc}")
     return TargetInfo(ep.name, ep.value, dist, obj, None)
 
 

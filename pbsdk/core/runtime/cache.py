@@ -4,7 +4,7 @@ A key is the sha256 of: the input MLIR text, a sha256 digest of each constant op
 shape and dtype; the bytes are hashed in place, never printed; sha256 because OpenSSL's runs on the
 CPU's SHA extensions: ~1 GB/s here against ~0.3 GB/s for blake2b, and the constants are hashed on
 several threads), the ChipSpec's canonical JSON, the target's name and class
-(qualified name plus a hash of its module's source), the parsed options (`Options.cache_key`: every
+(qualified name plus a hash of the sources of its top-level package, or its ``Target.fingerprint()``), the parsed options (`Options.cache_key`: every
 field, the target's too, without ``cache``), pbsdk's
 version and a hash of its own sources (an editable install changes code without changing the version),
 the MLIR bindings' version and llvmlite's version. A hit skips the whole MLIR pipeline; only loading the
@@ -115,14 +115,57 @@ def _source_fingerprint(what: str, compute: Any) -> str:
 def _pbsdk_fingerprint() -> str:
     import pbsdk
 
-    return _source_fingerprint("pbsdk", lambda: _tree_hash(Path(pbsdk.__file__).resolve().parent))
+    root = Path(pbsdk.__file__).resolve().parent
+    return _source_fingerprint(f"source:{root}", lambda: _tree_hash(root))
+
+
+def _package_root(module_name: str) -> Path | None:
+    """The source of the top-level package of ``module_name``: its directory (a package) or its file (a
+    plain module); None without source (a built-in, an interactive session)."""
+    top = module_name.partition(".")[0]
+    module = sys.modules.get(top)
+    file = getattr(module, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    return path.parent if path.name == "__init__.py" else path
+
+
+def _source_hash(root: Path) -> str:
+    return _tree_hash(root) if root.is_dir() else hashlib.sha256(root.read_bytes()).hexdigest()
 
 
 def _target_fingerprint(cls: type) -> str:
-    def compute() -> str:
-        file = inspect.getsourcefile(cls)
-        return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else "unknown"
-    return _source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", compute)
+    """What the key holds of a target's code: ``cls.fingerprint()`` where it gives one, else a hash of
+    the sources of the top-level package defining the class and of the one defining its ``hooks`` (a
+    plugin's every module: editing its ``hooks.py`` changes the key), each hashed once per process."""
+    own = getattr(cls, "fingerprint", None)
+    custom = own() if callable(own) else None
+    if custom is not None:
+        return f"custom:{custom}"
+    modules = [cls.__module__, *_hooks_modules(getattr(cls, "hooks", None))]
+    parts = []
+    for root in dict.fromkeys(r for m in modules if m for r in [_package_root(m)] if r is not None):
+        parts.append(_source_fingerprint(f"source:{root}", lambda root=root: _source_hash(root)))
+    if not parts:  # no package source found (a class made at run time in __main__): the defining file
+        parts.append(_source_fingerprint(f"{cls.__module__}.{cls.__qualname__}", lambda: _class_file_hash(cls)))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _hooks_modules(hooks: Any) -> list[str]:
+    """The modules a target's ``hooks`` come from: the module itself, or those defining its public
+    callables (a class's or a namespace's functions)."""
+    if hooks is None:
+        return []
+    if inspect.ismodule(hooks):
+        return [hooks.__name__]
+    found = [getattr(getattr(hooks, name, None), "__module__", None) for name in dir(hooks) if not name.startswith("_")]
+    return [m for m in found if isinstance(m, str)]
+
+
+def _class_file_hash(cls: type) -> str:
+    file = inspect.getsourcefile(cls)
+    return hashlib.sha256(Path(file).read_bytes()).hexdigest() if file else "unknown"
 
 
 def raw_bytes(array: np.ndarray) -> memoryview:

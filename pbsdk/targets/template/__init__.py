@@ -15,14 +15,15 @@ Its pipeline, after the core's stages (bufferized linalg on memrefs):
 
 The loaded `TemplateExecutable` exposes ``last_counters`` (per run) and ``resources`` (compile time);
 `pbsdk.Kernel.executable` reaches it. A subclass changes the chip by its ``default_spec`` and the code by
-its ``hooks`` (a module or object with the functions of `pbsdk.targets.template.hooks`).
+its ``hooks`` (`Target.hooks`: a module, class or object implementing part of the contract of
+`pbsdk.core.hooks`); every hook it does not implement is the emulation's (`pbsdk.targets.template.hooks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pbsdk.core.errors import TargetError
 from pbsdk.core.options import CONVERT, Options, TargetOptions
@@ -62,10 +63,6 @@ class TemplateTarget(Target):
     options_type = TemplateOptions
     default_spec = "example/npu"
     description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
-    #: Where the lowering hooks come from: any object with the functions of `pbsdk.targets.template.hooks`
-    #: (missing ones fall back to those defaults). None means the defaults.
-    hooks: ClassVar[Any] = None
-
     def check_spec(self, spec: ChipSpec) -> None:
         if spec.kind == "gpu":
             raise TargetError(f"target '{self.name}' emulates accelerators and CPUs with scratchpads; "
@@ -74,12 +71,14 @@ class TemplateTarget(Target):
             raise TargetError(f"target '{self.name}' needs a spec with at least one software-managed memory "
                               f"level besides main memory; '{spec.name}' has none")
 
-    def _hooks(self) -> Any:
-        if self.hooks is not None:
-            return self.hooks
-        from pbsdk.targets.template import hooks
+    def resolved_hooks(self) -> Mapping[str, Callable[..., Any]]:
+        """The function the template calls for each of its hooks (`hooks.TEMPLATE_HOOKS`): the target's
+        own where ``hooks`` implements it (`Target.implemented_hooks`, which raises `TargetError` for a
+        misspelt hook), the emulation's otherwise."""
+        from pbsdk.targets.template import hooks as emulation
 
-        return hooks
+        own = self.implemented_hooks()
+        return {name: getattr(self.hooks if name in own else emulation, name) for name in emulation.TEMPLATE_HOOKS}
 
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
@@ -88,10 +87,8 @@ class TemplateTarget(Target):
         from pbsdk.core.pipeline import Stage
         from pbsdk.targets.template import emulation as emu
 
-        hooks = self._hooks()
+        hooks = self.resolved_hooks()
         tiles = options.target_as(TemplateOptions).tiles
-        parallel = getattr(hooks, "parallel_loop", None) or emu.default_hooks.parallel_loop
-        vector = getattr(hooks, "vector_ops", None) or emu.default_hooks.vector_ops
         return (
             Stage("promote", fn=PromoteToScratchpad(tiles=tiles).apply,  # type: ignore[arg-type]
                   description="contractions tiled by the plan, tiles staged in scratchpads, capacity checked"),
@@ -108,8 +105,8 @@ class TemplateTarget(Target):
                   description="hook scratchpad_alloc; hooks' functions inlined; levels become host memory"),
             Stage("lower-copies", fn=CopiesToLinalg().apply,
                   description="strided memref.copy to linalg.copy (no runtime library needed)"),
-            Stage("parallel", passes=parallel(spec), description="hook parallel_loop"),
-            Stage("lower-loops", passes=vector(spec), description="hook vector_ops: the rest to loops"),
+            Stage("parallel", passes=hooks["parallel_loop"](spec), description="hook parallel_loop"),
+            Stage("lower-loops", passes=hooks["vector_ops"](spec), description="hook vector_ops: the rest to loops"),
             Stage("lower-llvm", passes=emu.LOWER_LLVM, description="to the LLVM dialect, bare-pointer memrefs"),
             Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks), description="hook final_emission (the artifact)"),
         )

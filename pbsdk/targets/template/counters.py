@@ -40,7 +40,7 @@ def declare_counters(module: ir.Module) -> None:
 
 
 class Counter:
-    """One named counter. ``counter(value)`` builds, at the current insertion point and location, the IR
+    """One named counter (what the hook contract's `pbsdk.core.hooks.Counter` fields hold in the emulator). ``counter(value)`` builds, at the current insertion point and location, the IR
     that adds ``value`` to it: a Python ``int`` (a constant) or an ``ir.Value`` of type ``index`` or a
     signless integer (zero-extended to i64). Every call builds fresh values, so a hook may count any
     number of times, in any block (inside a loop it counts once per iteration)."""

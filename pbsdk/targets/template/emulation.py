@@ -1,6 +1,6 @@
 """The template target's stages: apply the lowering hooks to the promoted IR, count, lower to the host.
 
-Each IR-building hook (`pbsdk.targets.template.hooks`) is called once per distinct signature, inside a
+Each IR-building hook (the contract: `pbsdk.core.hooks`; the emulation: `pbsdk.targets.template.hooks`) is called once per distinct signature, inside a
 private function this module builds for it with the bindings (arguments: the op's operands; insertion
 point: its entry block; location: the lowered op's). What the hook built is verified there — an
 exception or an op that does not verify is a `CompileError` naming the hook — then every lowered op
@@ -22,6 +22,7 @@ import numpy as np
 from mlir import ir, passmanager
 from mlir.dialects import func
 
+from pbsdk.core import hooks as contract
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
@@ -30,16 +31,14 @@ from pbsdk.core.plan.chip_time import ModelledTime, modelled_time
 from pbsdk.core.plan.workspace import first_fit
 from pbsdk.core.spec import ChipSpec, MemoryLevel
 from pbsdk.core.target import Artifact, Executable
-from pbsdk.targets.template import hooks as default_hooks
 from pbsdk.targets.template.counters import COUNTERS_GLOBAL, MAX_COUNTERS, Counter, declare_counters
 
 __all__ = ["COUNTERS_GLOBAL", "MAX_COUNTERS", "TemplateExecutable", "lower_dma", "lower_matrix_units",
            "lower_scratchpads", "lower_vector_tiles", "strip_memory_spaces"]
 
 
-def _hook(hooks: Any, name: str) -> Callable[..., Any]:
-    """The target's hook ``name``, or the emulation's when the target does not define it."""
-    return getattr(hooks, name, None) or getattr(default_hooks, name)
+#: The functions the stages call, one per hook of `hooks.TEMPLATE_HOOKS` (`TemplateTarget.resolved_hooks`).
+Hooks = Mapping[str, Callable[..., Any]]
 
 
 def _counter(ctx: StageContext, name: str) -> Counter:
@@ -112,10 +111,10 @@ def compute_level_parts(module: ir.Module) -> int:
     return most
 
 
-def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
+def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Hooks) -> None:
     """Replace every ``pbsdk.matrix_unit`` op by a call to a function the ``matrix_unit_op`` hook built."""
     spec: ChipSpec = ctx.spec
-    hook = _hook(hooks, "matrix_unit_op")
+    hook = hooks["matrix_unit_op"]
     ctx.notes["forall_parts"] = compute_level_parts(module)
     declare_counters(module)
     made: dict[tuple[Any, ...], func.FuncOp] = {}
@@ -143,11 +142,11 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
         if key not in made:
             a_t, b_t, c_t = types
             with module.context:
-                uop = default_hooks.UnitOp(
+                uop = contract.UnitOp(
                     module=module, unit=unit, a_type=a_t, b_type=b_t, c_type=c_t, a_dtype=a_t.element_type,
                     b_dtype=b_t.element_type, c_dtype=c_t.element_type,
-                    operand_dtype=default_hooks.element_type(unit.operand_dtype),
-                    accumulator_dtype=default_hooks.element_type(unit.accumulator_dtype),
+                    operand_dtype=contract.element_type(unit.operand_dtype),
+                    accumulator_dtype=contract.element_type(unit.accumulator_dtype),
                     indexing_maps=(maps[0], maps[1], maps[2]), iterator_types=its,
                     count=_counter(ctx, f"matrix_unit:{unit.name}"))
             fn = _build(module, functools.partial(_unit_body, hook, uop, spec), hook="matrix_unit_op",
@@ -162,12 +161,12 @@ def lower_matrix_units(module: ir.Module, ctx: StageContext, hooks: Any) -> None
 _VECTOR_OPS = ("linalg.generic", "linalg.fill", "linalg.copy", "linalg.matmul", "linalg.batch_matmul")
 
 
-def lower_vector_tiles(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
+def lower_vector_tiles(module: ir.Module, ctx: StageContext, hooks: Hooks) -> None:
     """Lower every op marked ``pbsdk.compute`` in place through the ``vector_tile_op`` hook: called with
     the insertion point before the op, it builds the computation on the op's operands; the op is then
     erased and the function verified (a failure is a `CompileError` naming the hook)."""
     spec: ChipSpec = ctx.spec
-    hook = _hook(hooks, "vector_tile_op")
+    hook = hooks["vector_tile_op"]
     declare_counters(module)
     marked = [op for name in _VECTOR_OPS for op in ops_named(module, name) if attrs.has(op, attrs.COMPUTE)]
     touched: list[ir.Operation] = []
@@ -184,7 +183,7 @@ def lower_vector_tiles(module: ir.Module, ctx: StageContext, hooks: Any) -> None
             maps, its = (), ()
         n_inputs = len(op.operands) - _outputs(op)
         with module.context:
-            vop = default_hooks.VectorTileOp(
+            vop = contract.VectorTileOp(
                 module=module, kind=kind, level=level, op_name=op.name,
                 operand_types=tuple(v.type for v in op.operands), inputs=n_inputs, indexing_maps=maps,
                 iterator_types=its, count_elements=_counter(ctx, f"vector:{level.name}"), original=op)
@@ -219,7 +218,7 @@ def _outputs(op: ir.Operation) -> int:
     return int(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])[1])
 
 
-def _unit_body(hook: Callable[..., Any], op: default_hooks.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
+def _unit_body(hook: Callable[..., Any], op: contract.UnitOp, spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
     a, b, c = args
     return hook(op, a, b, c, spec)
 
@@ -227,10 +226,10 @@ def _unit_body(hook: Callable[..., Any], op: default_hooks.UnitOp, spec: ChipSpe
 def _dma_body(hook: Callable[..., Any], fields: dict[str, Any], spec: ChipSpec, args: Sequence[ir.Value]) -> Any:
     # The description holds the source value (what byte_count measures), so it is made here.
     src, dst = args
-    return hook(default_hooks.DmaCopy(**fields, source=src), src, dst, spec)
+    return hook(contract.DmaCopy(**fields, source=src), src, dst, spec)
 
 
-def _alloc_body(hook: Callable[..., ir.Value | None], alloc: default_hooks.ScratchpadAlloc, spec: ChipSpec,
+def _alloc_body(hook: Callable[..., ir.Value | None], alloc: contract.ScratchpadAlloc, spec: ChipSpec,
                 args: Sequence[ir.Value]) -> ir.Value | None:
     return hook(alloc, spec)
 
@@ -240,7 +239,7 @@ def _alignment(op: ir.Operation) -> int:
 
 
 def _size(t: ir.MemRefType) -> int:
-    return math.prod(t.shape) * default_hooks.bytes_per_element(t.element_type)
+    return math.prod(t.shape) * contract.bytes_per_element(t.element_type)
 
 
 def _scratchpad_offsets(module: ir.Module) -> dict[ir.Operation, int]:
@@ -283,11 +282,11 @@ def _level(spec: ChipSpec, t: ir.MemRefType, op: ir.Operation) -> MemoryLevel:
     return spec.memory[space]
 
 
-def lower_dma(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
+def lower_dma(module: ir.Module, ctx: StageContext, hooks: Hooks) -> None:
     """Replace every copy marked ``pbsdk.dma`` (``linalg.copy`` or ``memref.copy``) by a call to a function
     the ``dma_copy`` hook built."""
     spec: ChipSpec = ctx.spec
-    hook = _hook(hooks, "dma_copy")
+    hook = hooks["dma_copy"]
     declare_counters(module)
     made: dict[tuple[str, str], func.FuncOp] = {}
     copies = [op for name in ("linalg.copy", "memref.copy") for op in ops_named(module, name)
@@ -309,18 +308,18 @@ def lower_dma(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
         _call(op, made[key], list(op.operands))
 
 
-def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Any) -> None:
+def lower_scratchpads(module: ir.Module, ctx: StageContext, hooks: Hooks) -> None:
     """Ask the ``scratchpad_alloc`` hook about every scratchpad buffer; inline the hooks' functions; then,
     on the host, every level is host memory: drop the memory spaces."""
     spec: ChipSpec = ctx.spec
-    hook = _hook(hooks, "scratchpad_alloc")
+    hook = hooks["scratchpad_alloc"]
     offsets = _scratchpad_offsets(module)
     for i, op in enumerate(ops_named(module, "memref.alloc")):
         t = ir.MemRefType(op.result.type)
         space = _space(t)
         if space == 0:
             continue
-        alloc = default_hooks.ScratchpadAlloc(module=module, level=_level(spec, t, op), space=space, type=t,
+        alloc = contract.ScratchpadAlloc(module=module, level=_level(spec, t, op), space=space, type=t,
                                               alignment=_alignment(op), size=_size(t), offset=offsets[op])
         fn = _build(module, functools.partial(_alloc_body, hook, alloc, spec), hook="scratchpad_alloc",
                     name=f"__pbsdk_scratchpad_{i}", inputs=[], result=t, loc=op.location, op=op.name)
@@ -415,10 +414,10 @@ def resources(ctx: StageContext) -> dict[str, Any]:
             "cores": cores, "double_buffered": any(c["double_buffered"] for c in contractions)}
 
 
-def emit(module: ir.Module, ctx: StageContext, hooks: Any) -> Artifact:
+def emit(module: ir.Module, ctx: StageContext, hooks: Hooks) -> Artifact:
     from pbsdk.core.runtime.cache import caching
 
-    payload = getattr(hooks, "final_emission", default_hooks.final_emission)(module, ctx.spec)
+    payload = hooks["final_emission"](module, ctx.spec)
     return Artifact(kind="llvm-ir", payload=payload, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"],
                     metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx),

@@ -1,10 +1,14 @@
-"""The template target's lowering hooks: one function per thing only the chip knows.
+"""The template target's hooks: the emulation of every hook of the contract on the host.
 
-The core (``promote``) has already tiled the work by the plan, staged its tiles in one buffer per
-scratchpad level (``memref.alloc`` in memory space ``i`` = ``spec.memory[i]``), moved them with copies
-marked ``pbsdk.dma = "outer->inner"`` and left the innermost contractions as ``linalg.generic`` ops
-marked ``pbsdk.matrix_unit = "<unit>"``, each exactly one instruction's m x n x k. The template target
-calls these hooks, in this order, to turn that into code:
+The contract — the hooks' names and signatures, the frozen descriptions they receive (`UnitOp`,
+`DmaCopy`, `ScratchpadAlloc`, `VectorTileOp`, `UnitStep`) and the IR helpers — is declared in
+`pbsdk.core.hooks` (re-exported here, so ``from pbsdk.targets.template.hooks import UnitOp`` keeps
+working). The core (``promote``, ``promote-vector``) has already tiled the work by the plan, staged its
+tiles in one buffer per scratchpad level (``memref.alloc`` in memory space ``i`` = ``spec.memory[i]``),
+moved them with copies marked ``pbsdk.dma = "outer->inner"`` and left the innermost contractions as
+``linalg.generic`` ops marked ``pbsdk.matrix_unit = "<unit>"``, each exactly one instruction's m x n x k.
+The template target calls these hooks, in this order (`TEMPLATE_HOOKS`), to turn that into code, and
+uses a target's own hook exactly where its ``hooks`` implements one (`pbsdk.core.hooks.check_hooks`):
 
 ==================  ======================================================  ====================================
 hook                what it gets                                            what the emulator does (default)
@@ -13,287 +17,70 @@ matrix_unit_op      a `UnitOp` and the A, B, C tiles (``ir.Value``)         a lo
                                                                             operands rounded to the unit's
                                                                             dtype, accumulated in its
                                                                             accumulator dtype, one count per op
+vector_tile_op      a `VectorTileOp` and the op's tiles                     the same op for the host, points
+                                                                            counted per level
 dma_copy            a `DmaCopy` and the source and destination              a host copy, bytes counted per
                                                                             (source, destination) level pair
 scratchpad_alloc    a `ScratchpadAlloc`                                     None: keep the ``memref.alloc``
                                                                             (a separate host allocation)
-parallel_loop       the spec's outermost compute level                      sequential loops (one host thread)
+parallel_loop       the spec (its outermost compute level)                  sequential loops (one host thread)
 vector_ops          the spec                                                linalg to scalar loops
 final_emission      the LLVM-dialect module                                 LLVM IR text
 ==================  ======================================================  ====================================
 
-The first three *build IR* with the MLIR Python bindings (``mlir.dialects.arith``, ``linalg``, ``memref``,
+The first four *build IR* with the MLIR Python bindings (``mlir.dialects.arith``, ``linalg``, ``memref``,
 ``scf``, ``func``, ...). The target calls them inside a private function it creates for each distinct
-signature, with that function's arguments as the values, the insertion point in its body and the
-location of the op being lowered active; it then verifies what the hook built (an ill-typed op is a
-`CompileError` naming the hook), calls the function where the op was, and inlines it. So a hook never
-names an SSA value or writes text: it receives ``ir.Value``/``ir.Type``/``ir.AffineMap`` and builds::
+signature (``vector_tile_op``: in place), with that function's arguments as the values, the insertion
+point in its body and the location of the op being lowered active; it then verifies what the hook built
+(an ill-typed op is a `CompileError` naming the hook), calls the function where the op was, and inlines
+it. So a hook never names an SSA value or writes text: it receives ``ir.Value``/``ir.Type``/``ir.AffineMap``
+and builds::
 
     def matrix_unit_op(op, a, b, c, spec):
         fn = op.declare("mynpu_mma_32x32x32", [a.type, b.type, c.type])   # external intrinsic wrapper
         func.CallOp(fn, [a, b, c])
         op.count()                                                       # the matrix_unit:<unit> counter
 
-Counters are typed helpers on the description (`pbsdk.targets.template.counters.Counter`): ``op.count()``
-and ``copy.count_bytes(copy.byte_count())`` build the increments with fresh values wherever they are
-called.
+Counters are the descriptions' `pbsdk.core.hooks.Counter` fields (here
+`pbsdk.targets.template.counters.Counter`): ``op.count()`` and ``copy.count_bytes(copy.byte_count())``
+build the increments with fresh values wherever they are called.
 
 A target generated by ``pbsdk new-target`` starts with a ``hooks.py`` that calls these defaults; replace
-one at a time with the chip's intrinsics and rerun ``pbsdk conform`` after each.
+one at a time with the chip's intrinsics and rerun ``pbsdk conform`` after each. ``unit_step`` (register
+values, for cache-hierarchy chips) has no emulation here: the template never calls it.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Sequence
 
 from mlir import ir
-from mlir.dialects import arith, func, linalg, memref
+from mlir.dialects import linalg
 
-from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.spec import ChipSpec, MatrixUnit, MemoryLevel
-from pbsdk.targets.template.counters import Counter
+from pbsdk.core.hooks import (
+    HOOKS,
+    Counter,
+    DmaCopy,
+    Lowering,
+    Pipeline,
+    ScratchpadAlloc,
+    UnitOp,
+    UnitStep,
+    VectorTileOp,
+    address,
+    bytes_per_element,
+    convert,
+    element_type,
+    strides,
+)
+from pbsdk.core.spec import ChipSpec
 
-#: A pass pipeline as ``PassManager.parse`` reads it, without the ``builtin.module(...)`` wrapper.
-Pipeline = str
-
-
-# ------------------------------------------------------------------------------------------- types
-
-_FLOATS = {"f64": ir.F64Type, "f32": ir.F32Type, "tf32": ir.FloatTF32Type, "f16": ir.F16Type, "bf16": ir.BF16Type,
-           "f8e4m3": ir.Float8E4M3FNType, "f8e5m2": ir.Float8E5M2Type}
-
-
-def element_type(dtype: str) -> ir.Type:
-    """The MLIR element type of a spec dtype name (``"bf16"`` -> ``bf16``, ``"i8"`` -> ``i8``)."""
-    if dtype in _FLOATS:
-        return _FLOATS[dtype].get()
-    if dtype.startswith("i") and dtype[1:].isdigit():
-        return ir.IntegerType.get_signless(int(dtype[1:]))
-    raise ValueError(f"unknown dtype {dtype!r}")
-
-
-def convert(value: ir.Value, to: ir.Type) -> ir.Value:
-    """``value`` as a scalar of type ``to``, built at the insertion point: floats are extended or rounded
-    (between two 16-bit formats through f32), integers sign-extended or truncated, and between the two
-    kinds converted as signed. Returns ``value`` itself when the type is already ``to``."""
-    src = value.type
-    if src == to:
-        return value
-    if isinstance(src, ir.FloatType) and isinstance(to, ir.FloatType):
-        if src.width == to.width:
-            return arith.truncf(to, arith.extf(ir.F32Type.get(), value))
-        return arith.extf(to, value) if src.width < to.width else arith.truncf(to, value)
-    if isinstance(src, ir.IntegerType) and isinstance(to, ir.IntegerType):
-        return arith.extsi(to, value) if src.width < to.width else arith.trunci(to, value)
-    if isinstance(src, ir.IntegerType) and isinstance(to, ir.FloatType):
-        return arith.sitofp(to, value)
-    if isinstance(src, ir.FloatType) and isinstance(to, ir.IntegerType):
-        return arith.fptosi(to, value)
-    raise TypeError(f"cannot convert a value of type {src} to {to}")
-
-
-def bytes_per_element(t: ir.Type) -> int:
-    """Bytes one element of type ``t`` occupies in memory (``index``: the host's word)."""
-    width = t.width if isinstance(t, ir.FloatType | ir.IntegerType) else 64  # index: the host's word
-    return max(1, (width + 7) // 8)
-
-
-def address(buffer: ir.Value) -> ir.Value:
-    """Build the byte address (``index``) of the first element of ``buffer`` (a memref view, any layout):
-    what an intrinsic wrapper or a DMA descriptor takes instead of a memref."""
-    t = ir.MemRefType(buffer.type)
-    index = ir.IndexType.get()
-    offset = memref.ExtractStridedMetadataOp(buffer).offset
-    element_bytes = arith.constant(index, bytes_per_element(t.element_type))
-    return arith.addi(memref.extract_aligned_pointer_as_index(buffer), arith.muli(offset, element_bytes))
-
-
-def strides(buffer: ir.Value) -> list[ir.Value]:
-    """Build the strides (``index``, in elements) of ``buffer``, one per dimension."""
-    return list(memref.ExtractStridedMetadataOp(buffer).strides)
-
-
-# ------------------------------------------------------------------------------ what the hooks get
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Lowering:
-    """What every IR-building hook's description has: the module being lowered, to declare symbols in."""
-
-    module: ir.Module = dataclasses.field(repr=False, compare=False)
-
-    def declare(self, name: str, inputs: Sequence[ir.Type], results: Sequence[ir.Type] = ()) -> func.FuncOp:
-        """The module's ``func.func private @name`` of type ``(inputs) -> results``: a declaration (an
-        external symbol: the chip's intrinsic wrapper, resolved when the code is linked or loaded) the
-        first time, the same op afterwards. Call it with ``func.CallOp(fn, args)``; to define it in IR
-        instead, give it a body when ``not fn.body.blocks`` (``fn.add_entry_block()``). The same name
-        with another type is an error."""
-        ftype = ir.FunctionType.get(list(inputs), list(results))
-        table = ir.SymbolTable(self.module.operation)
-        if name in table:
-            found = table[name]
-            if not isinstance(found, func.FuncOp) or ir.TypeAttr(found.attributes["function_type"]).value != ftype:
-                raise ValueError(f"symbol @{name} already exists and is not a func.func of type {ftype}")
-            return found
-        with ir.InsertionPoint(self.module.body):
-            return func.FuncOp(name, ftype, visibility="private")
-
-    def at_module_level(self) -> ir.InsertionPoint:
-        """An insertion point at the top of the module, for globals a hook needs (``memref.GlobalOp``)."""
-        return ir.InsertionPoint.at_block_begin(self.module.body)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class UnitOp(Lowering):
-    """One matrix-unit instruction to implement: ``C[m, n] += A[m, k] * B[k, n]`` at the unit's shape.
-
-    The hook gets A, B, C as ``memref`` values: views into the innermost scratchpad, exactly the unit's
-    shape, in the level's memory space (``a_type``, ``b_type``, ``c_type``; their element types are
-    ``a_dtype``, ``b_dtype``, ``c_dtype``). ``indexing_maps`` (A, B, C) and ``iterator_types``
-    (``"parallel"``/``"reduction"`` per loop) are the contraction's: they say which operand dimension is
-    m, n, k or batch, and whether B is read transposed. ``operand_dtype``/``accumulator_dtype`` are the
-    unit's (``unit`` has them as spec names, and m, n, k). ``count(n=1)`` adds to the
-    ``matrix_unit:<unit>`` counter."""
-
-    unit: MatrixUnit
-    a_type: ir.MemRefType
-    b_type: ir.MemRefType
-    c_type: ir.MemRefType
-    a_dtype: ir.Type
-    b_dtype: ir.Type
-    c_dtype: ir.Type
-    operand_dtype: ir.Type
-    accumulator_dtype: ir.Type
-    indexing_maps: tuple[ir.AffineMap, ir.AffineMap, ir.AffineMap]
-    iterator_types: tuple[str, ...]
-    count: Counter
-
-    def multiply_accumulate(self, x: ir.Value, y: ir.Value, z: ir.Value) -> ir.Value:
-        """Build the unit's arithmetic on one element, at the insertion point: ``x`` (of A) and ``y`` (of
-        B) rounded to ``operand_dtype``, their product added to ``z`` (of C) in ``accumulator_dtype``;
-        the result in C's dtype."""
-        acc = self.accumulator_dtype
-        xa = convert(convert(x, self.operand_dtype), acc)
-        ya = convert(convert(y, self.operand_dtype), acc)
-        if isinstance(acc, ir.FloatType):
-            s = arith.addf(convert(z, acc), arith.mulf(xa, ya))
-        else:
-            s = arith.addi(convert(z, acc), arith.muli(xa, ya))
-        return convert(s, self.c_dtype)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DmaCopy(Lowering):
-    """One copy between memory levels: a tile of ``src_type`` (level ``src_level``) into one of
-    ``dst_type`` (level ``dst_level``), same shape, element type ``element_type``. ``shape`` has None
-    for a dynamic size (a partial tile at the problem's edge). Nothing says what the copy is for: the
-    tiles of contractions, attention and elementwise chains all move this way.
-
-    ``count_bytes(v)`` adds ``v`` (an int or an index value) to the ``bytes:<src>-><dst>`` counter;
-    ``byte_count()`` builds the number of bytes the copy moves as an ``index`` value (``memref.dim`` of
-    ``source`` for the dynamic sizes)."""
-
-    src_level: MemoryLevel
-    dst_level: MemoryLevel
-    src_type: ir.MemRefType
-    dst_type: ir.MemRefType
-    element_type: ir.Type
-    shape: tuple[int | None, ...]
-    count_bytes: Counter
-    #: The copy's source as the hook receives it: what ``byte_count`` measures.
-    source: ir.Value = dataclasses.field(repr=False, compare=False)
-
-    def byte_count(self) -> ir.Value:
-        """Build the copy's size in bytes (``index``) at the insertion point."""
-        index = ir.IndexType.get()
-        static = bytes_per_element(self.element_type) * math.prod(d for d in self.shape if d is not None)
-        total = arith.constant(index, static)
-        for i, d in enumerate(self.shape):
-            if d is None:
-                total = arith.muli(total, memref.dim(self.source, arith.constant(index, i)))
-        return total
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ScratchpadAlloc(Lowering):
-    """One scratchpad buffer of the promoted code: its level, memory space, type, alignment and size in
-    bytes, and a byte ``offset`` in the level at which it overlaps no other buffer of that level live at
-    the same time (first fit in program order within its function; the core checked that the buffers
-    live together fit the level)."""
-
-    level: MemoryLevel
-    space: int
-    type: ir.MemRefType
-    alignment: int
-    size: int
-    offset: int
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class VectorTileOp(Lowering):
-    """One operation of the vector unit on scratchpad tiles: elementwise work with broadcasts, a
-    reduction, a fill (ops the core marked ``pbsdk.compute = "vector"``), or, where no matrix unit serves a
-    contraction's dtype, its innermost tile (``kind = "vector-fma"``).
-
-    It is lowered *in place*: the hook is called with the insertion point just before the op and the
-    op's location active, receives the op's operands (tiles of ``level``, of types ``operand_types``; the
-    first ``inputs`` are read, the rest written), and builds the computation there; the target then
-    erases the op. ``op_name`` (``linalg.generic``, ``linalg.fill``, ...), ``indexing_maps`` and
-    ``iterator_types`` (empty for a fill) describe what it computes; ``emulate(operands)`` builds the same
-    op on ``operands`` (the host's version), ``iterations()`` the number of points of its iteration domain
-    (an ``index`` value), and ``count_elements(n)`` adds to the ``vector:<level>`` counter."""
-
-    kind: str
-    level: MemoryLevel
-    op_name: str
-    operand_types: tuple[ir.Type, ...]
-    inputs: int
-    indexing_maps: tuple[ir.AffineMap, ...]
-    iterator_types: tuple[str, ...]
-    count_elements: Counter
-    #: The marked op itself (what ``emulate`` clones); a hook that builds its own code need not read it.
-    original: ir.Operation = dataclasses.field(repr=False, compare=False)
-
-    def emulate(self, operands: Sequence[ir.Value]) -> ir.Operation:
-        """Build the marked op again at the insertion point, on ``operands``, without its mark."""
-        clone = self.original.clone()
-        for i, v in enumerate(operands):
-            clone.operands[i] = v
-        op = clone.operation if hasattr(clone, "operation") else clone
-        if attrs.has(op, attrs.COMPUTE):
-            del op.attributes[attrs.COMPUTE]
-        return op
-
-    def iterations(self) -> ir.Value:
-        """Build the number of points the op iterates over (``index``): each loop's extent is read off the
-        first operand dimension indexed by exactly that loop (``memref.dim`` when it is dynamic); a fill
-        iterates over its output."""
-        index = ir.IndexType.get()
-        operands = list(self.original.operands)
-        if not self.indexing_maps:  # a fill: its output's elements
-            out = operands[-1]
-            dims = [(out, d) for d in range(ir.MemRefType(out.type).rank)]
-        else:
-            dims = []
-            for loop in range(len(self.iterator_types)):
-                found = next(((v, j) for v, m in zip(operands, self.indexing_maps)
-                              for j, e in enumerate(m.results)
-                              if isinstance(e, ir.AffineDimExpr) and e.position == loop), None)
-                if found is not None:
-                    dims.append(found)
-        dynamic: ir.Value | None = None
-        static = 1
-        for v, j in dims:
-            t = ir.MemRefType(v.type)
-            if t.is_dynamic_dim(j):
-                size = memref.dim(v, arith.constant(index, j))
-                dynamic = size if dynamic is None else arith.muli(dynamic, size)
-            else:
-                static *= t.shape[j]
-        if dynamic is None:
-            return arith.constant(index, static)
-        return arith.muli(dynamic, arith.constant(index, static)) if static != 1 else dynamic
+# The contract's names, re-exported: plugins written before the contract moved to `pbsdk.core.hooks` import
+# them from here.
+__all__ = ["HOOKS", "TEMPLATE_HOOKS", "Counter", "DmaCopy", "Lowering", "Pipeline", "ScratchpadAlloc", "UnitOp",
+           "UnitStep", "VectorTileOp", "address", "bytes_per_element", "convert", "dma_copy", "element_type",
+           "final_emission", "matrix_unit_op", "parallel_loop", "scratchpad_alloc", "strides", "vector_ops",
+           "vector_tile_op"]
 
 
 # ------------------------------------------------------------------------------ the default hooks
@@ -370,6 +157,7 @@ def final_emission(module: ir.Module, spec: ChipSpec) -> str:
         return str(llvm_dialect.translate_module_to_llvmir(module.operation))
 
 
-#: Names of the hooks, in the order the target calls them.
-HOOKS: Sequence[str] = ("matrix_unit_op", "vector_tile_op", "dma_copy", "scratchpad_alloc", "parallel_loop",
-                        "vector_ops", "final_emission")
+#: The hooks of the contract (`pbsdk.core.hooks.HOOKS`) the template target calls, in that order; each
+#: function above is the emulation used where a target does not implement it.
+TEMPLATE_HOOKS: Sequence[str] = ("matrix_unit_op", "vector_tile_op", "dma_copy", "scratchpad_alloc",
+                                 "parallel_loop", "vector_ops", "final_emission")
