@@ -34,7 +34,7 @@ from typing import Any, Literal
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.quant import compute_dtype
-from pbsdk.core.spec import ChipSpec, MemoryLevel, dtype_bits
+from pbsdk.core.spec import ChipSpec, MatrixUnit, MemoryLevel, dtype_bits
 
 # Fraction of a cache's capacity a tile may use (the rest is headroom for conflict misses, other data).
 CACHE_BUDGET = 0.5
@@ -96,7 +96,11 @@ class ComputeTile:
     operand_dtype: str
     accumulator_dtype: str
     scope: str
-    registers: int = 0  # vector registers the tile uses (vector-fma)
+    registers: int = 0  # vector registers the tile uses (vector-fma, or a unit in the vector registers)
+    #: The instruction's (m, n, k) when the tile is a register tile of many instructions of a matrix unit
+    #: kept in the vector registers (``MatrixUnit.registers == "vector"``: ``m x n`` above is the register
+    #: tile, ``k`` the instruction's depth); None when the tile is one instruction (or not a unit).
+    instruction: tuple[int, int, int] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,6 +163,10 @@ class Blocking:
     #: B^T (the given A) packed (through register transposes where A is stored ``[m, k]``), and C updated a
     #: transposed micro-tile at a time.
     transposed: bool = False
+    #: The matrix unit whose instructions make the register tile (`ComputeTile.instruction`), or "" for
+    #: vector FMAs; ``unit_k`` is its depth: each step of the micro-kernel's k loop consumes that many k.
+    unit: str = ""
+    unit_k: int = 1
 
     def __post_init__(self) -> None:
         if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
@@ -317,8 +325,13 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     When `orientation` says so, the blocking is that of the transposed product (``Blocking.transposed``)."""
     opts = as_options(options)
     caches = [lv for lv in reversed(spec.memory) if lv.managed == "cache"]  # innermost first
-    if unit.kind != "vector-fma" or not caches or spec.vector is None:
+    if not (unit.kind == "vector-fma" or unit.instruction is not None) or not caches or spec.vector is None:
         return None, []
+    if unit.instruction is not None and (op.a_layout != "mk" or op.b_layout != "kn"):
+        return None, [f"{unit.name}: operands stored transposed are not planned for a unit in the vector "
+                      "registers"]
+    if unit.instruction is not None:  # the unit's groups of k are along A's rows: never transposed
+        opts = opts.replace(transpose_gemm=False)
     turn = orientation(spec, op, opts)
     if turn.transposed:
         # The transposed product's B is the given A, packed ahead of time when it is a constant; the split
@@ -432,8 +445,13 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     elif not pack_a:
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
+    unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)
+    if unit_k > 1:
+        why.append(f"{unit_name}: each micro-kernel step consumes {unit_k} k; B packed in groups of {unit_k} rows "
+                   f"interleaved, A {'packed in' if pack_a else 'read in place as'} groups of {unit_k}")
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,
-                    prefetch_c=not transposed, pack_a=pack_a, transposed=transposed), why
+                    prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
+                    unit_k=unit_k), why
 
 
 def split_parallel(loops: Sequence[tuple[str, int]], units: int, *, unit: str = "unit"
@@ -539,6 +557,8 @@ def compute_tile(spec: ChipSpec, op: Contraction,
         units = [u for dt in allowed for u in spec.matrix_units_for(dt, op.accumulator)]
         if units:
             u = units[0]
+            if u.registers == "vector" and spec.vector is not None and spec.caches():
+                return _unit_register_tile(spec, op, u)
             return (ComputeTile("matrix-unit", u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype, u.scope),
                     (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) is the "
                     f"spec's first choice for {op.dtype}"))
@@ -553,6 +573,21 @@ def compute_tile(spec: ChipSpec, op: Contraction,
                 f"({mr * nr_vecs} accumulators of {vec.registers} registers; {why})"))
     return (ComputeTile("scalar", "scalar", 1, 1, 1, op.dtype, op.accumulator, spec.compute[-1].name),
             f"no matrix or vector unit for {op.dtype}: scalar code")
+
+
+def _unit_register_tile(spec: ChipSpec, op: Contraction, u: MatrixUnit) -> tuple[ComputeTile, str]:
+    """The register tile of a dot-product unit kept in the vector registers (``u.registers == "vector"``):
+    ``mr`` rows by ``nv`` vectors of ``u.n`` accumulators, each step one instruction per accumulator
+    consuming ``u.k`` values of k (A: one broadcast group of ``u.k`` a row, B: one vector a column)."""
+    vec = spec.vector
+    assert vec is not None
+    rate = max(1, round(u.per_cycle)) if u.per_cycle else vec.fma_per_cycle
+    mr, nv, why = register_tile(vec.registers, u.n, rate, vec.loads_per_cycle, op.m, op.n)
+    return (ComputeTile("matrix-unit", u.name, mr, nv * u.n, u.k, u.operand_dtype, u.accumulator_dtype,
+                        spec.compute[0].name, registers=mr * nv + nv + 1, instruction=(u.m, u.n, u.k)),
+            f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, in the vector "
+            f"registers) is the spec's first choice for {op.dtype}: {mr}x{nv * u.n} register tile of its "
+            f"instructions ({mr * nv} accumulators of {vec.registers} registers; {why})")
 
 
 def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, m: int,

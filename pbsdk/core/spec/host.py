@@ -164,6 +164,48 @@ def _ram_bytes() -> int:
         return 8 * _GiB
 
 
+#: AMX (Intel's Advanced Matrix Extensions): eight 16-row tile registers of 64 bytes a row; one tile product
+#: (16x16 accumulators, k 32 bf16 or 64 int8) issues every 16 cycles per core (Intel optimization manual).
+AMX_TILE_REGISTERS = 8
+AMX_PER_CYCLE = 1 / 16
+
+
+def host_units(enabled: dict[str, bool], width: int, fma_per_cycle: int) -> list[dict]:
+    """The matrix units of an x86 CPU with the LLVM features ``enabled`` (CPUID, as LLVM reads it) and
+    ``width``-bit vectors, best first: AMX tiles (``amx-bf16``, ``amx-int8`` with ``amx-tile``), then the
+    dot-product instructions in the vector registers — AVX512-BF16's ``vdpbf16ps`` (pairs of bf16 into f32
+    lanes), AVX512-VNNI's or AVX-VNNI's ``vpdpbusd`` (quads of u8 x i8 into i32 lanes; a signed A is
+    offset by 128 and corrected). A dot-product instruction issues on the FMA pipes (``fma_per_cycle``)."""
+    units: list[dict] = []
+    if enabled.get("amx-tile"):
+        for feature, name, k, operand, acc in (("amx-bf16", "tdpbf16ps", 32, "bf16", "f32"),
+                                                ("amx-int8", "tdpbssd", 64, "i8", "i32")):
+            if enabled.get(feature):
+                units.append({"name": name, "scope": "core", "m": 16, "n": 16, "k": k, "operand_dtype": operand,
+                              "accumulator_dtype": acc, "registers": "tile",
+                              "tile_registers": AMX_TILE_REGISTERS, "per_cycle": AMX_PER_CYCLE,
+                              "instruction": f"AMX {name} (16x16 {acc} accumulator tile, k {k})"})
+    lanes = width // 32
+    dot = [("avx512bf16", width == 512, "vdpbf16ps", 2, "bf16", "f32"),
+           ("avx512vnni", width == 512, "vpdpbusd", 4, "i8", "i32"),
+           ("avxvnni", width == 256, "vpdpbusd", 4, "i8", "i32")]
+    for feature, fits, name, k, operand, acc in dot:
+        if enabled.get(feature) and fits and not any(u["name"] == name for u in units):
+            units.append({"name": name, "scope": "core", "m": 1, "n": lanes, "k": k, "operand_dtype": operand,
+                          "accumulator_dtype": acc, "registers": "vector", "per_cycle": float(fma_per_cycle),
+                          "instruction": f"{name} ({width}-bit: {lanes} {acc} lanes += {k} {operand} products each)"})
+    return units
+
+
+def unit_peaks(units: list[dict], cores: int, clock_ghz: float) -> dict[str, float]:
+    """Peak TFLOP/s (TOP/s for integers) per operand dtype of the best of ``units`` (`host_units`)."""
+    peaks: dict[str, float] = {}
+    for u in units:
+        tflops = cores * clock_ghz * u["per_cycle"] * 2 * u["m"] * u["n"] * u["k"] / 1000.0
+        peaks[u["operand_dtype"]] = max(peaks.get(u["operand_dtype"], 0.0), round(tflops, 4))
+    return peaks
+
+
 def host_spec_data() -> dict:
     """The raw mapping `detect_host` validates (exposed for debugging: ``pbsdk spec show host``)."""
     cpu, features, enabled, triple = _llvm_host()
@@ -234,6 +276,7 @@ def host_spec_data() -> dict:
     fma_units = 2  # two FMA pipes per core on current x86/arm server cores
     flops_per_lane = 2 if fma else 1
     f32_peak = cores * clock * f32_lanes * fma_units * flops_per_lane / 1000.0
+    units = host_units(enabled, width, fma_units) if x86 else []
     vec_dtypes = ["f64", "f32", "i64", "i32", "i16", "i8"]
     return {
         "name": "host",
@@ -244,10 +287,11 @@ def host_spec_data() -> dict:
         "dtypes": ["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1"],
         "compute": [{"name": "core", "count": cores}, {"name": "lane", "count": f32_lanes}],
         "memory": memory,
-        "matrix_units": [],
+        "matrix_units": units,
         "vector": {"width_bits": width, "dtypes": vec_dtypes, "registers": regs, "fma": fma,
                     "fma_per_cycle": fma_units if fma else 1, "loads_per_cycle": 2},
-        "peak_tflops": {"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4)},
+        "peak_tflops": {"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4),
+                        **unit_peaks(units, cores, clock)},
         "clock_ghz": clock,
         "codegen": {"triple": triple, "cpu": cpu, "features": features},
     }

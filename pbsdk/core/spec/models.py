@@ -193,6 +193,25 @@ class MatrixUnit(_Model):
         max_length=256,
         description="Free-form instruction text for the target (e.g. the full PTX opcode).",
     )
+    registers: Literal["vector", "tile"] | None = Field(
+        default=None,
+        description="Where the unit keeps its operands and accumulator between instructions on a chip whose "
+        "memory levels are caches: `vector` — the vector unit's registers (a dot-product instruction such as "
+        "AVX512-BF16's `vdpbf16ps` or VNNI's `vpdpbusd`: m is 1, A one broadcast group of k values, n the "
+        "accumulator lanes of one vector), so the planner builds a register tile of many instructions; "
+        "`tile` — a file of `tile_registers` tile registers of its own (AMX). Unset: the operands are tiles "
+        "in memory (a scratchpad), one instruction a tile.",
+    )
+    tile_registers: int | None = Field(
+        default=None, ge=1, le=256,
+        description="With `registers: tile`: how many tile registers one scope instance has (AMX: 8).",
+    )
+    per_cycle: float | None = Field(
+        default=None, gt=0, le=64,
+        description="Instructions one scope instance completes per cycle (throughput, e.g. 1 for a "
+        "dot-product instruction on one pipe, 0.0625 for an AMX tile product every 16 cycles), if known: "
+        "the planner's estimate of the unit's peak.",
+    )
 
     @property
     def flops(self) -> int:
@@ -482,6 +501,7 @@ def _cross_field_problems(spec: ChipSpec) -> list[tuple[str, str]]:
             dt = getattr(u, fld)
             if dt not in dtypes:
                 out.append((f"matrix_units[{i}].{fld}", f"{dt!r} is not in the chip's dtypes"))
+        out += _register_unit_problems(spec, i, u)
         key = (u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype)
         if key in seen_mu:
             out.append(
@@ -499,4 +519,23 @@ def _cross_field_problems(spec: ChipSpec) -> list[tuple[str, str]]:
     for dt in spec.peak_tflops:
         if dt not in dtypes:
             out.append((f"peak_tflops.{dt}", f"{dt!r} is not in the chip's dtypes"))
+    return out
+
+
+def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple[str, str]]:
+    """What is inconsistent about matrix unit ``i`` (``u``) keeping its operands in registers."""
+    out: list[tuple[str, str]] = []
+    where = f"matrix_units[{i}]"
+    if u.registers == "tile" and u.tile_registers is None:
+        out.append((f"{where}.tile_registers", "a unit with `registers: tile` needs its count of tile registers"))
+    if u.registers != "tile" and u.tile_registers is not None:
+        out.append((f"{where}.tile_registers", "only a unit with `registers: tile` has tile registers"))
+    if u.registers == "vector":
+        if spec.vector is None:
+            out.append((f"{where}.registers", "`vector` needs the chip's vector unit (`vector`)"))
+        elif u.m != 1:
+            out.append((f"{where}.m", f"a unit in the vector registers broadcasts one row of A (m = 1), not {u.m}"))
+        elif u.n * dtype_bits(u.accumulator_dtype) != spec.vector.width_bits:
+            out.append((f"{where}.n", f"{u.n} {u.accumulator_dtype} accumulators are not one "
+                                      f"{spec.vector.width_bits}-bit vector"))
     return out

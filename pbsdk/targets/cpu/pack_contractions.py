@@ -20,16 +20,21 @@ reason, so ``--emit`` and the tests can see what happened.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Literal
 
 from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.ir import attributes
+from pbsdk.core.ir.builder import element_type
 from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
+from pbsdk.core.spec import ChipSpec, MatrixUnit
+from pbsdk.targets.cpu.hooks import lowerable
+from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
 from pbsdk.targets.cpu.implicit_conv import find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
     EPILOGUE_OPS,
@@ -47,6 +52,8 @@ from pbsdk.targets.cpu.prepack import (
     rebind,
     set_argument_type,
 )
+from pbsdk.targets.cpu.unit_kernel import OPERANDS as UNIT_OPERANDS
+from pbsdk.targets.cpu.unit_kernel import UnitShape, build_unit_kernel
 from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 
 _FLOATS = {"f32", "f64"}
@@ -181,9 +188,79 @@ def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
     if value is None or value.name != "arith.constant":
         return None
     attr = value.attributes["value"]
+    if isinstance(attr, ir.IntegerAttr) and ir.IntegerAttr(attr).value == 0:
+        return fill
     if not isinstance(attr, ir.FloatAttr) or ir.FloatAttr(attr).value != 0.0:
         return None
     return fill
+
+
+def unit_spec(spec: ChipSpec) -> tuple[ChipSpec, list[str]]:
+    """``spec`` with only the matrix units the cpu target can lower for its machine code (`hooks.lowerable`),
+    and why each other unit was left out."""
+    from pbsdk.targets.cpu import machine
+
+    features = machine(spec)[2]
+    width = spec.vector.width_bits if spec.vector is not None else 0
+    keep, why = [], []
+    for u in spec.matrix_units:
+        reason = lowerable(u, width, features)
+        if reason is None:
+            keep.append(u)
+        else:
+            why.append(reason)
+    if len(keep) == len(spec.matrix_units):
+        return spec, why
+    return spec.model_copy(update={"matrix_units": keep}), why
+
+
+def _unit_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str]) -> int:
+    """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
+    unit in the vector registers the cpu target lowers; else record why it takes the generic lowering.
+    Returns how many kernels were built (0 or 1)."""
+    a, b, c = (ir.MemRefType(v.type) for v in op.operands)
+    dtype, acc = str(a.element_type), str(c.element_type)
+    batched = op.name == "linalg.batch_matmul"
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    bsz = a.shape[0] if batched else 0
+    spec, dropped = unit_spec(ctx.spec)
+    plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype), ctx.options)
+    blk = plan.blocking
+    where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
+    if acc != UNIT_OPERANDS[dtype][0] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
+        reason = (f"accumulates in {acc}" if acc != UNIT_OPERANDS[dtype][0] else
+                  "an operand's innermost stride is not 1" if blk is not None and blk.unit else
+                  f"no matrix unit in the vector registers ({plan.compute.kind} {plan.compute.name})"
+                  + (f"; {'; '.join(dropped)}" if dropped else ""))
+        notes.append(f"{where}: {reason}: generic lowering")
+        return 0
+    unit = next(u for u in spec.matrix_units if u.name == blk.unit)
+    fill = _zero_fill_before(op)
+    with op.location:
+        step = unit_step_builder(unit, ctx)
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, b, c), blk, step,
+                                   zero_init=fill is not None)
+        func.CallOp(kernel, list(op.operands), ip=ir.InsertionPoint(op))
+    op.erase()
+    if fill is not None:
+        fill.erase()
+    notes.append(f"{where}: unit kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}), register tile "
+                 f"{blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, {blk.threads} part(s) along {blk.split}"
+                 + ("" if blk.pack_a else ", A read in place"))
+    return 1
+
+
+def unit_step_builder(unit: MatrixUnit, ctx: Any) -> Callable[[ir.Value, ir.Value, ir.Value], ir.Value]:
+    """``step(acc, a, b)``: the target's ``unit_step`` hook for ``unit`` on L-lane vectors."""
+    from pbsdk.targets.cpu.hooks import UnitStep
+
+    hook = ctx.notes.get("cpu.unit_step") or default_unit_step
+    lanes = unit.n
+    acc_t = ir.VectorType.get([lanes], element_type(unit.accumulator_dtype))
+    op_t = ir.VectorType.get([lanes * unit.k], element_type(unit.operand_dtype))
+    desc = UnitStep(unit=unit, acc_type=acc_t, a_type=op_t, b_type=op_t)
+    return lambda acc, a, b: hook(desc, acc, a, b, ctx.spec)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +282,9 @@ class PackContractions:
                 continue
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
+            if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
+                count += _unit_contraction(module, op, f"__pbsdk_mm{count}", ctx, notes)
+                continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
                              "generic lowering")

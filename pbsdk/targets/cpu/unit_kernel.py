@@ -1,0 +1,335 @@
+"""The cpu target's lowering of a register tile of matrix-unit instructions kept in the vector registers
+(``MatrixUnit.registers == "vector"``: AVX512-BF16's ``vdpbf16ps``, VNNI's ``vpdpbusd``): the packed kernel
+of a (batched) bf16 or int8 matmul, built from its plan with the MLIR bindings' op builders.
+
+Each instruction updates ``L`` accumulator lanes (``L = Blocking.lanes``) with the products of ``u``
+values of k (``u = Blocking.unit_k``: 2 bf16, 4 int8): lane ``j`` of ``acc`` gains
+``sum_t a[t] * b[j*u + t]``, where ``a`` is one group of ``u`` values of a row of A broadcast to every lane
+and ``b`` holds ``u`` rows of B interleaved. The loop nest is the BLIS one of the f32 kernel
+(`pbsdk.targets.cpu.matmul_kernel`), with k counted in groups of ``u``:
+
+    for (batch, rows, cols) of this thread's part                 -- parallel over the spec's cores
+      for jc in cols step NC
+        for pc in 0..K step KC
+          pack B[pc:+kc, jc:+nc]: panels [nc/nr][kc/u][nr*u], u rows interleaved (zero past K and N)
+          for ic in rows step MC
+            pack A[ic:+mc, pc:+kc]: panels [mc/mr][kc/u][mr*u], a row's u values together (or read in place)
+            for jr, ir: micro-kernel: mr x nv accumulators carried through the groups of k as loop-carried
+                        values; per group one broadcast of A per row, one vector of B per column of
+                        vectors, mr*nv unit steps; then C (+)= acc, masked at the edges
+
+The unit step itself is the target's hook (`pbsdk.targets.cpu.hooks.unit_step`): an LLVM intrinsic
+through the LLVM dialect's ``call_intrinsic``. int8: ``vpdpbusd`` multiplies *unsigned* bytes of A by
+signed bytes of B; the kernel flips A's sign bits (``a + 128``, an exact u8) and starts each accumulator at
+``-128 * sum_k B[k, j]`` (the packing computes that sum with the same instruction), so the result is the
+exact i32 product of two i8 matrices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from mlir import ir
+from mlir.dialects import arith, func, memref, scf, vector
+
+from pbsdk.core.ir.builder import Indices, call_parts
+from pbsdk.core.plan.contraction import Blocking
+
+#: The operand and accumulator element types a unit kernel is built for, by the unit's depth.
+OPERANDS = {"bf16": ("f32", 2), "i8": ("i32", 4)}
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitShape:
+    """``C[b, m, n] (+)= A[b, m, k] * B[b, k, n]``: A and B of ``operand`` (bf16 or i8), C of the unit's
+    accumulator (f32 or i32), row-major with unit innermost strides; ``batch`` 0 for rank-2 operands."""
+
+    m: int
+    n: int
+    k: int
+    batch: int
+    a_type: ir.MemRefType
+    b_type: ir.MemRefType
+    c_type: ir.MemRefType
+
+    @property
+    def operand(self) -> str:
+        return str(self.a_type.element_type)
+
+
+StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+def check(shape: UnitShape, blk: Blocking) -> None:
+    """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
+    IR is built)."""
+    if shape.operand not in OPERANDS:
+        raise ValueError(f"unit kernel: operands of {shape.operand}; supported: {', '.join(OPERANDS)}")
+    acc, u = OPERANDS[shape.operand]
+    if blk.unit_k != u or blk.unit == "":
+        raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a {u}-deep {shape.operand} unit")
+    if str(shape.b_type.element_type) != shape.operand or str(shape.c_type.element_type) != acc:
+        raise ValueError(f"unit kernel: A {shape.a_type}, B {shape.b_type}, C {shape.c_type}: B must be "
+                         f"{shape.operand} and C {acc}")
+    if blk.transposed or blk.kc % u or blk.mc % blk.mr or blk.nc % blk.nr:
+        raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
+    rank = 3 if shape.batch else 2
+    for t in (shape.a_type, shape.b_type, shape.c_type):
+        strides, _ = t.get_strides_and_offset()
+        if t.rank != rank or strides[-1] != 1:
+            raise ValueError(f"unit kernel: operand {t} is not rank {rank} with a unit innermost stride")
+
+
+def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Blocking, step: StepFn, *,
+                      zero_init: bool = False) -> func.FuncOp:
+    """Append ``@{name}_part(A, B, C, t)`` (public: thread part ``t``, for the fork glue) and ``@{name}(A, B,
+    C)`` (private: every part, in an ``scf.forall`` when there are several) to ``module``; return the
+    latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's contents are taken to
+    be zero: its first k block is stored, not added. Needs an enclosing ``ir.Location``."""
+    check(shape, blk)
+    with ir.InsertionPoint(module.body):
+        part = _UnitKernel(shape, blk, step, zero_init).build(f"{name}_part")
+        op = func.FuncOp(name, (list(part.type.inputs)[:-1], []), visibility="private")
+        entry = op.add_entry_block()
+        with ir.InsertionPoint(entry):
+            call_parts(f"{name}_part", list(entry.arguments), blk.threads)
+            func.ReturnOp([])
+    return op
+
+
+def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    loop = scf.ForOp(lb, ub, step)
+    with ir.InsertionPoint(loop.body):
+        body(loop.induction_variable)
+        scf.YieldOp([])
+
+
+def _for_values(lb: ir.Value, ub: ir.Value, step: ir.Value, init: Sequence[ir.Value],
+                body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    loop = scf.ForOp(lb, ub, step, list(init))
+    with ir.InsertionPoint(loop.body):
+        scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
+    return list(loop.results)
+
+
+def _if(cond: ir.Value, then: Callable[[], None]) -> None:
+    op = scf.IfOp(cond)
+    with ir.InsertionPoint(op.then_block):
+        then()
+        scf.YieldOp([])
+
+
+class _UnitKernel:
+    """Builds one thread part of the kernel (see the module docstring); every size comes from the
+    `Blocking`, every type from the `UnitShape`."""
+
+    def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool) -> None:
+        self.shape, self.blk, self.step, self.zero_init = shape, blk, step, zero_init
+        self.u, self.L = blk.unit_k, blk.lanes
+        self.et = shape.a_type.element_type
+        self.acc_t = shape.c_type.element_type
+        self.signed_a = shape.operand == "i8"  # vpdpbusd: A is read as u8, so A + 128 and a correction
+        self.i32 = ir.IntegerType.get_signless(32)
+        self.group_t = ir.VectorType.get([self.u], self.et)  # one group of u values of a row of A
+        self.wide_t = ir.VectorType.get([self.L * self.u], self.et)  # one unit operand
+        self.row_t = ir.VectorType.get([self.L], self.et)  # L values of one row of B
+        self.vacc = ir.VectorType.get([self.L], self.acc_t)
+        self.mask_t = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
+        self.index = ir.IndexType.get()
+
+    # ------------------------------------------------------------------------------------ helpers
+    def c(self, v: int) -> ir.Value:
+        return self.x.c(v)
+
+    def min(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return arith.minsi(a, b)
+
+    def zero(self, t: ir.Type) -> ir.Value:
+        et = ir.ShapedType(t).element_type
+        attr = ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)
+        return arith.constant(t, ir.DenseElementsAttr.get_splat(t, attr))
+
+    def broadcast_group(self, group: ir.Value) -> ir.Value:
+        """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand."""
+        word = vector.extract(vector.bitcast(ir.VectorType.get([1], self.i32), group), [], [0])
+        if self.signed_a:  # each byte + 128: the u8 vpdpbusd reads
+            word = arith.xori(word, arith.constant(self.i32, -0x7F7F7F80))  # 0x80808080
+        return vector.bitcast(self.wide_t, vector.broadcast(ir.VectorType.get([self.L], self.i32), word))
+
+    def interleave(self, rows: list[ir.Value]) -> ir.Value:
+        """``u`` vectors of L values (rows of B) as one unit operand: element ``j*u + t`` is ``rows[t][j]``."""
+        while len(rows) > 1:
+            n = ir.VectorType(rows[0].type).shape[0]
+            w = n // self.L  # values of one lane's group so far
+            mask = [s * n + j * w + e for j in range(self.L) for s in range(2) for e in range(w)]
+            rows = [vector.shuffle(rows[i], rows[i + 1], mask) for i in range(0, len(rows), 2)]
+        return rows[0]
+
+    # ------------------------------------------------------------------------------------ structure
+    def build(self, name: str) -> func.FuncOp:
+        s, blk = self.shape, self.blk
+        fn = func.FuncOp(name, ([s.a_type, s.b_type, s.c_type, self.index], []))
+        entry = fn.add_entry_block()
+        self.A, self.B, self.C, tid = entry.arguments
+        self.x = Indices(entry)
+        with ir.InsertionPoint(entry):
+            b0, b1, m0, m1, n0, n1 = self.partition(tid)
+            self.m1, self.n1 = m1, n1
+            groups = blk.kc // self.u
+            self.Bp = memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, groups, blk.nr * self.u], self.et), [], [],
+                                   alignment=64)
+            self.Ap = (memref.alloc(ir.MemRefType.get([blk.mc // blk.mr, groups, blk.mr * self.u], self.et), [], [],
+                                    alignment=64) if blk.pack_a else None)
+            self.Cr = (memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, blk.nr], self.acc_t), [], [], alignment=64)
+                       if self.signed_a else None)
+            _for(b0, b1, self.c(1), lambda b: _for(n0, n1, self.c(blk.nc), lambda jc: _for(
+                self.c(0), self.c(s.k), self.c(blk.kc), lambda pc: self.k_block([b] if s.batch else [], jc, pc, m0))))
+            for buf in (self.Bp, self.Ap, self.Cr):
+                if buf is not None:
+                    memref.dealloc(buf)
+            func.ReturnOp([])
+        self.x.hoist()
+        return fn
+
+    def partition(self, tid: ir.Value) -> tuple[ir.Value, ...]:
+        """This thread's [b0, b1) x [m0, m1) x [n0, n1)."""
+        s, blk, c = self.shape, self.blk, self.c
+        bounds = {"batch": [c(0), c(max(s.batch, 1))], "m": [c(0), c(s.m)], "n": [c(0), c(s.n)]}
+        if blk.threads > 1:
+            extent, unit = {"batch": (max(s.batch, 1), 1), "m": (s.m, blk.mr), "n": (s.n, blk.nr)}[blk.split]
+            per = -(-(-(-extent // unit)) // blk.threads) * unit
+            lo = arith.muli(tid, c(per))
+            bounds[blk.split] = [lo, self.min(arith.addi(lo, c(per)), c(extent))]
+        return (*bounds["batch"], *bounds["m"], *bounds["n"])
+
+    def k_block(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, m0: ir.Value) -> None:
+        blk, c = self.blk, self.c
+        kc = self.min(c(blk.kc), arith.subi(c(self.shape.k), pc))
+        groups = arith.divui(arith.addi(kc, c(self.u - 1)), c(self.u))
+        nc = self.min(c(blk.nc), arith.subi(self.n1, jc))
+        panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
+        _for(c(0), panels, c(1), lambda jb: self.pack_b_panel(lead, jc, pc, jb, groups))
+        first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if self.zero_init else None
+
+        def row_block(ic: ir.Value) -> None:
+            mc = self.min(c(blk.mc), arith.subi(self.m1, ic))
+            tiles = arith.divui(arith.addi(mc, c(blk.mr - 1)), c(blk.mr))
+            if self.Ap is not None:
+                _for(c(0), tiles, c(1), lambda ib: self.pack_a_panel(lead, ic, pc, ib, groups))
+            _for(c(0), panels, c(1), lambda jb: _for(c(0), tiles, c(1), lambda ib: self.micro_tile(
+                lead, ic, jc, pc, ib, jb, groups, first)))
+
+        _for(m0, self.m1, c(blk.mc), row_block)
+
+    # ------------------------------------------------------------------------------------ packing
+    def pack_b_panel(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
+        """Panel ``jb``: ``Bp[jb, g, v*L*u + j*u + t] = B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and
+        this thread's columns; for int8 also ``Cr[jb, :] = -128 * (column sums of the panel)``."""
+        blk, c, u, L = self.blk, self.c, self.u, self.L
+        K = self.shape.k
+        cols = []
+        for v in range(blk.nv):
+            col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
+            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
+            cols.append((col, vector.create_mask(self.mask_t, [count])))
+        zrow = self.zero(self.row_t)
+        init = [self.zero(self.vacc) for _ in range(blk.nv)] if self.signed_a else []
+
+        def group(g: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+            k0 = arith.addi(pc, arith.muli(g, c(u)))
+            out = []
+            for v, (col, msk) in enumerate(cols):
+                rows = []
+                for t in range(u):
+                    kk = arith.addi(k0, c(t))
+                    inside = arith.cmpi(arith.CmpIPredicate.slt, kk, c(K))
+                    row = vector.maskedload(self.row_t, self.B, [*lead, self.min(kk, c(K - 1)), col], msk, zrow)
+                    rows.append(arith.select(inside, row, zrow))
+                packed = self.interleave(rows)
+                vector.store(packed, self.Bp, [jb, g, c(v * L * u)])
+                if self.signed_a:
+                    ones = vector.bitcast(self.wide_t, vector.broadcast(
+                        ir.VectorType.get([L], self.i32), arith.constant(self.i32, -0x7F7F7F80)))
+                    out.append(self.step(sums[v], ones, packed))
+            return out
+
+        sums = _for_values(c(0), groups, c(1), init, group)
+        for v, total in enumerate(sums):
+            vector.store(arith.subi(self.zero(self.vacc), total), self.Cr, [jb, c(v * L)])
+
+    def a_group(self, lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
+        """The group of u values of A at ``[row, kk]`` (zero past K: a masked load at K's tail)."""
+        if self.shape.k % self.u == 0:
+            return vector.load(self.group_t, self.A, [*lead, row, kk])
+        count = self.min(arith.maxsi(arith.subi(self.c(self.shape.k), kk), self.c(0)), self.c(self.u))
+        msk = vector.create_mask(ir.VectorType.get([self.u], ir.IntegerType.get_signless(1)), [count])
+        return vector.maskedload(self.group_t, self.A, [*lead, row, kk], msk, self.zero(self.group_t))
+
+    def tile_row(self, ic: ir.Value, ib: ir.Value, i: int) -> ir.Value:
+        """Row ``i`` of tile ``ib`` of the A block at ``ic``, clamped to this thread's last row (rows past it
+        are computed on and never stored)."""
+        row = arith.addi(arith.addi(ic, arith.muli(ib, self.c(self.blk.mr))), self.c(i))
+        return self.min(row, arith.subi(self.m1, self.c(1)))
+
+    def pack_a_panel(self, lead: list[ir.Value], ic: ir.Value, pc: ir.Value, ib: ir.Value, groups: ir.Value) -> None:
+        """``Ap[ib, g, i*u:(i+1)*u] = A[ic + ib*mr + i, pc + g*u : +u]``: a group per row, rows together."""
+        rows = [self.tile_row(ic, ib, i) for i in range(self.blk.mr)]
+
+        def group(g: ir.Value) -> None:
+            kk = arith.addi(pc, arith.muli(g, self.c(self.u)))
+            for i, row in enumerate(rows):
+                vector.store(self.a_group(lead, row, kk), self.Ap, [ib, g, self.c(i * self.u)])
+
+        _for(self.c(0), groups, self.c(1), group)
+
+    # ------------------------------------------------------------------------------------ micro-kernel
+    def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
+                   jb: ir.Value, groups: ir.Value, first: ir.Value | None) -> None:
+        blk, c, u, L = self.blk, self.c, self.u, self.L
+        rows = [self.tile_row(ic, ib, i) for i in range(blk.mr)]
+        if self.Cr is not None:
+            start = [vector.load(self.vacc, self.Cr, [jb, c(v * L)]) for v in range(blk.nv)]
+            init = [start[v] for _ in range(blk.mr) for v in range(blk.nv)]
+        else:
+            init = [self.zero(self.vacc)] * (blk.mr * blk.nv)
+
+        def group(g: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            bv = [vector.load(self.wide_t, self.Bp, [jb, g, c(v * L * u)]) for v in range(blk.nv)]
+            out = list(acc)
+            for i in range(blk.mr):
+                if self.Ap is not None:
+                    grp = vector.load(self.group_t, self.Ap, [ib, g, c(i * u)])
+                else:
+                    grp = self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))))
+                a = self.broadcast_group(grp)
+                for v in range(blk.nv):
+                    out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
+            return out
+
+        acc = _for_values(c(0), groups, c(1), init, group)
+        self.update_c(lead, rows, ic, ib, jc, jb, acc, first)
+
+    def update_c(self, lead: list[ir.Value], rows: list[ir.Value], ic: ir.Value, ib: ir.Value, jc: ir.Value,
+                 jb: ir.Value, acc: list[ir.Value], first: ir.Value | None) -> None:
+        """``C[row, col] (+)= acc`` for the tile's rows inside this thread's part and its columns, masked."""
+        blk, c, L = self.blk, self.c, self.L
+        add = arith.addf if isinstance(self.acc_t, ir.FloatType) else arith.addi
+        cols = []
+        for v in range(blk.nv):
+            col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
+            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
+            cols.append((col, vector.create_mask(self.mask_t, [count])))
+        zero = self.zero(self.vacc)
+        for i in range(blk.mr):
+            real = arith.addi(arith.addi(ic, arith.muli(ib, c(blk.mr))), c(i))
+
+            def store(i: int = i) -> None:
+                for v, (col, msk) in enumerate(cols):
+                    at = [*lead, rows[i], col]
+                    old = vector.maskedload(self.vacc, self.C, at, msk, zero)
+                    if first is not None:
+                        old = arith.select(first, zero, old)
+                    vector.maskedstore(self.C, at, msk, add(old, acc[i * blk.nv + v]))
+
+            _if(arith.cmpi(arith.CmpIPredicate.slt, real, self.m1), store)
