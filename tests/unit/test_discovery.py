@@ -26,6 +26,7 @@ from pbsdk.core.target import API_VERSION, ENTRY_POINT_GROUP, Target, TargetInfo
 PLUGINS = Path(__file__).resolve().parents[1] / "plugins"
 SAMPLE_SRC = PLUGINS / "sample_target"
 BROKEN_SRC = PLUGINS / "broken_target"
+MISSPELT_SRC = PLUGINS / "misspelt_hook_target"
 
 # The cpu target (and so the sample plugin, which subclasses it) needs the MLIR bindings to import.
 _HAVE_CPU = importlib.util.find_spec("pbsdk.targets.cpu") is not None
@@ -59,7 +60,8 @@ class FutureApiTarget(OldApiTarget):
     api_version = 99
 '''
 ODDITIES_MODULE = "pbsdk_test_oddities"
-PLUGIN_MODULES = ("pbsdk_sample_target", "pbsdk_broken_target", ODDITIES_MODULE)
+PLUGIN_MODULES = ("pbsdk_sample_target", "pbsdk_broken_target", "pbsdk_misspelt_hook_target",
+                  "pbsdk_misspelt_hook_target.hooks", ODDITIES_MODULE)
 
 Install = Callable[[str, Mapping[str, str]], Path]
 
@@ -79,7 +81,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Install]:
     (site_dir / f"{ODDITIES_MODULE}.py").write_text(ODDITIES)
     # The plugins' sources go on sys.path as their packages only: an in-place build of a plugin leaves
     # a *.egg-info next to its sources, which importlib.metadata would discover as an installation.
-    for src in (SAMPLE_SRC, BROKEN_SRC):
+    for src in (SAMPLE_SRC, BROKEN_SRC, MISSPELT_SRC):
         copy = tmp_path / "src" / src.name
         for package in src.glob("pbsdk_*"):
             if package.is_dir() and not package.name.endswith(("-info", ".egg-info")):
@@ -113,6 +115,12 @@ def sample(site: Install) -> Install:
 @pytest.fixture
 def broken(site: Install) -> Install:
     site("pbsdk-broken-target", {"broken": "pbsdk_broken_target:BrokenTarget"})
+    return site
+
+
+@pytest.fixture
+def misspelt(site: Install) -> Install:
+    site("pbsdk-misspelt-hook-target", {"misspelt": "pbsdk_misspelt_hook_target:MisspeltTarget"})
     return site
 
 
@@ -320,6 +328,28 @@ def test_missing_attribute_is_reported_as_an_import_failure(site: Install) -> No
     assert info.error.startswith("import failed: AttributeError")
 
 
+@needs_cpu
+def test_a_plugin_with_a_misspelt_hook_is_refused_naming_it(misspelt: Install,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Its hooks.py defines ``matrix_unit_opp``: the template would have run its emulation instead, so the
+    plugin is unusable, with the name, the closest hook and the known ones (`pbsdk.core.hooks.check_hooks`)."""
+    infos = _by_name(discover())
+    info = infos["misspelt"]
+    assert info.cls is None and info.error is not None
+    assert info.error.startswith("pbsdk_misspelt_hook_target/hooks.py defines 'matrix_unit_opp', which is not a "
+                                 "hook (did you mean 'matrix_unit_op'? hooks: matrix_unit_op, vector_tile_op, ")
+    assert "tile_bytes" not in info.error  # a helper listed in __pbsdk_helpers__
+    assert infos["template"].cls is not None  # the others still load
+    with pytest.raises(TargetError, match="target 'misspelt' cannot be used: pbsdk_misspelt_hook_target/hooks.py "
+                                          "defines 'matrix_unit_opp'"):
+        get_target("misspelt")
+    from pbsdk.cli import main
+
+    assert main(["targets"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("misspelt"))
+    assert "BROKEN" in line and "'matrix_unit_opp', which is not a hook (did you mean 'matrix_unit_op'?" in line
+
+
 @pytest.mark.parametrize("name, version", [("oldapi", 0), ("futureapi", 99)])
 def test_wrong_api_version_is_reported(site: Install, name: str, version: int) -> None:
     cls = "OldApiTarget" if name == "oldapi" else "FutureApiTarget"
@@ -418,4 +448,6 @@ def test_plugin_sources_declare_the_entry_points_used_above() -> None:
     assert group in sample and 'sample = "pbsdk_sample_target:SampleTarget"' in sample
     assert 'name = "pbsdk-sample-target"' in sample
     assert group in broken and 'broken = "pbsdk_broken_target:BrokenTarget"' in broken
+    misspelt = (MISSPELT_SRC / "pyproject.toml").read_text()
+    assert group in misspelt and 'misspelt = "pbsdk_misspelt_hook_target:MisspeltTarget"' in misspelt
 
