@@ -23,7 +23,7 @@ from mlir.dialects import arith, func, memref
 
 import pbsdk
 from pbsdk.conformance import generate_cases, run_cases
-from pbsdk.core.errors import CompileError
+from pbsdk.core.errors import CompileError, TargetError
 from pbsdk.core.spec import ChipSpec
 from pbsdk.targets.template import TemplateTarget
 from pbsdk.targets.template import hooks as emulated
@@ -99,21 +99,45 @@ def test_the_plugins_numbers_are_the_templates_bit_for_bit() -> None:
     assert mine_counts["bytes:sram->dram"] == 33 * 40 * 4
 
 
-def test_the_plugin_is_found_through_its_entry_point(tmp_path: Path) -> None:
+def _installed(plugin: Path, tmp_path: Path) -> dict[str, str]:
+    """pip-install a copy of ``plugin`` into a fresh site directory: the environment that sees it."""
     site, src = tmp_path / "site", tmp_path / "src"
-    shutil.copytree(PLUGIN, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+    shutil.copytree(plugin, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
            "--disable-pip-version-check", "--no-index", "--target", str(site), str(src)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
-           "PBSDK_CACHE": "0"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+            "PBSDK_CACHE": "0"}
+
+
+def test_the_plugin_is_found_through_its_entry_point(tmp_path: Path) -> None:
+    env = _installed(PLUGIN, tmp_path)
     code = ("from pbsdk.core.target import get_target; t = get_target('loophooks'); "
-            "print(type(t).__module__, t.hooks.matrix_unit_op.__module__)")
+            "print(type(t).__module__, t.hooks.matrix_unit_op.__module__, *sorted(t.implemented_hooks()))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
                           cwd=tmp_path, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split() == ["pbsdk_loop_hooks_target", "pbsdk_loop_hooks_target"]
+    assert proc.stdout.split() == ["pbsdk_loop_hooks_target", "pbsdk_loop_hooks_target", "dma_copy", "matrix_unit_op"]
+
+
+def test_a_plugin_with_a_misspelt_hook_is_listed_as_broken(tmp_path: Path) -> None:
+    """``tests/plugins/misspelt_hook_target`` defines ``matrix_unit_opp``: installed, it is listed as broken
+    with the name and the hook meant, instead of running the emulation in its place."""
+    env = _installed(PLUGIN.parent / "misspelt_hook_target", tmp_path)
+    proc = subprocess.run([sys.executable, "-m", "pbsdk.cli", "targets"], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path, check=False)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("misspelt")), proc.stdout)
+    assert "BROKEN" in line and "pbsdk_misspelt_hook_target/hooks.py defines 'matrix_unit_opp', which is not a " \
+        "hook (did you mean 'matrix_unit_op'?" in line, proc.stdout + proc.stderr
+
+
+def test_a_misspelt_hook_stops_the_compilation_before_any_stage() -> None:
+    """A target made in code (not discovered) is checked when its stages are built."""
+    a, b = _inputs((8, 8), (8, 8))
+    with pytest.raises(TargetError, match="target 'typo_test': the SimpleNamespace object defines "
+                                          "'matrix_unit_opp', which is not a hook \\(did you mean 'matrix_unit_op'"):
+        _matmul(_target("typo_test", matrix_unit_opp=emulated.matrix_unit_op), a, b)
 
 
 # ----------------------------------------------------------- an intrinsic in a C shared library

@@ -1,7 +1,7 @@
 """``pbsdk new-target NAME --spec FILE``: render an installable target plugin from ``scaffold/``.
 
-The plugin subclasses `TemplateTarget` with its own ``hooks.py`` (each hook calling the emulation), so it
-works end to end before any edit. Everything is checked before anything is written: the name (a
+The plugin subclasses `TemplateTarget` with its own ``hooks.py`` implementing the hook contract of
+`pbsdk.core.hooks` (each hook calling the emulation), so it works end to end before any edit. Everything is checked before anything is written: the name (a
 lower-case Python identifier, not a keyword, not the name of an installed target), the spec (validated,
 and one the template target can emulate), and the output directory (refused if it exists and is not
 empty, unless ``force``).

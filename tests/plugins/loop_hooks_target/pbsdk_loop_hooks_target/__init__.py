@@ -1,7 +1,7 @@
 """A test pbsdk target plugin: the template target with its own matrix-unit and DMA hooks.
 
 It is what a third-party chip team writes when it replaces hooks: it knows the hook contract
-(`pbsdk.targets.template.hooks`) and the MLIR Python bindings, and nothing about pbsdk's SSA names or
+(`pbsdk.core.hooks`) and the MLIR Python bindings, and nothing about pbsdk's SSA names or
 text formats. Its two hooks build IR where pbsdk asks them to:
 
 - ``matrix_unit_op``: one unit instruction as its own ``scf.for`` loop nest over scalar loads and stores,
@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from mlir import ir
 from mlir.dialects import arith, memref, scf
 
+from pbsdk.core.hooks import DmaCopy, UnitOp
 from pbsdk.core.spec import ChipSpec
 from pbsdk.targets.template import TemplateTarget
-from pbsdk.targets.template.hooks import DmaCopy, UnitOp
 
 
 def _index(value: int) -> ir.Value:
