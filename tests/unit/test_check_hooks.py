@@ -197,3 +197,11 @@ def test_a_targets_implemented_hooks() -> None:
     wrong: type[TemplateTarget] = type("WrongTarget", (TemplateTarget,), {"name": "wrong", "hooks": types.SimpleNamespace(dma_cpy=print)})
     with pytest.raises(TargetError, match="target 'wrong': the SimpleNamespace object defines 'dma_cpy'"):
         wrong().resolved_hooks()
+
+
+def test_the_docs_reference_table_is_the_contract() -> None:
+    """docs/writing-a-target.md lists every hook with the signature `HOOKS` declares, in its order."""
+    docs = Path(__file__).resolve().parents[2] / "docs" / "writing-a-target.md"
+    rows = [line.replace("\\|", "|") for line in docs.read_text().splitlines() if line.startswith("| `")]
+    listed = [row.split("`")[1] for row in rows if row.split("`")[1].split("(")[0] in HOOKS]
+    assert listed[:len(HOOKS)] == [h.signature for h in HOOKS.values()]
