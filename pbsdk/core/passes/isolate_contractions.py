@@ -11,7 +11,9 @@ stage intact.
 
 The contraction's elementwise epilogue goes with it: while the result has exactly one use and that use
 is an all-parallel ``linalg.generic`` reading it once at the identity map, writing a fresh
-(``tensor.empty``) tensor of the same shape without reading its initial value, the generic moves into
+(``tensor.empty``) tensor of the same type (of any element type where the contraction's operands are
+narrower than its accumulator: a bf16 product rounded back to bf16, an i32 one requantized to i8) without
+reading its initial value, the generic moves into
 the function too (its other operands become arguments). Inside, fusion merges the chain into one
 generic, which ``pack-contractions`` folds into the kernel's final store.
 """
@@ -52,8 +54,10 @@ def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
     return found
 
 
-def _epilogue_user(value: ir.Value) -> ir.Operation | None:
-    """The one elementwise consumer of ``value`` that may be fused as an epilogue, or None."""
+def _epilogue_user(value: ir.Value, convert: bool = False) -> ir.Operation | None:
+    """The one elementwise consumer of ``value`` that may be fused as an epilogue, or None. Its result has
+    ``value``'s type, or with ``convert`` (a contraction whose operands are narrower than its accumulator:
+    bf16 -> f32, i8 -> i32) any element type of the same shape (the product rounded back, requantized)."""
     uses = list(value.uses)
     if len(uses) != 1:
         return None
@@ -68,7 +72,8 @@ def _epilogue_user(value: ir.Value) -> ir.Operation | None:
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(user.attributes["indexing_maps"])]
     n_in = len(user.operands) - 1
     out = user.operands[n_in]
-    if not isinstance(out.type, ir.RankedTensorType) or out.type != value.type:
+    if not isinstance(out.type, ir.RankedTensorType) or (
+            out.type != value.type if not convert else ir.RankedTensorType(out.type).shape != value.type.shape):
         return None
     owner = out.owner
     if not isinstance(owner, ir.Operation):
@@ -147,7 +152,7 @@ def collapse_read(loop_groups: Sequence[Sequence[int]], extents: Sequence[int], 
     return CollapsedRead(None if all(len(seg) == 1 for seg in groups) else groups, tuple(loops))
 
 
-def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
+def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation | None:
     """Where ``value`` (a contraction's result, or an epilogue's) is only reshaped by a
     ``tensor.expand_shape`` (a convolution's product viewed as its NHWC or NCHW output) for one elementwise
     generic, rewrite that generic onto ``value``'s own loops (`collapse_read` for each input), the expand
@@ -159,7 +164,7 @@ def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
     if view.name != "tensor.expand_shape" or len(list(view.results[0].uses)) != 1:
         return None
     expanded = view.results[0]
-    gen = _epilogue_user(expanded)
+    gen = _epilogue_user(expanded, convert)
     if gen is None:
         return None
     loop_groups = reassociation_groups(view)
@@ -179,7 +184,8 @@ def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
             return None
         reads.append(plan)
     rank = len(loop_groups)
-    vt = ir.RankedTensorType(value.type)
+    vt = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
+                                 ir.RankedTensorType(gen.results[0].type).element_type)
     with ir.InsertionPoint(gen), gen.location:
         inputs, new_maps = [], []
         for i, plan in enumerate(reads):
@@ -206,7 +212,7 @@ def _collapse_epilogue(value: ir.Value) -> ir.Operation | None:
             old_arg.replace_all_uses_with(new_arg)
         for o in list(old_body.operations):
             body.append(o.operation)
-        back = tensor.ExpandShapeOp(expanded.type, new.result, view.attributes["reassociation"], [],
+        back = tensor.ExpandShapeOp(gen.results[0].type, new.result, view.attributes["reassociation"], [],
                                     list(ir.RankedTensorType(expanded.type).shape)).result
     gen.results[0].replace_all_uses_with(back)
     out = defining_op(gen.operands[n_in])
@@ -269,9 +275,11 @@ class IsolateContractions:
                 init = defining_op(op.operands[len(op.operands) - 1])
                 if init is not None and init.name == "linalg.fill" and len(list(init.results[0].uses)) == 1:
                     chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
+                convert = (ir.ShapedType(op.operands[0].type).element_type
+                           != ir.ShapedType(op.results[0].type).element_type)
                 while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.fuse_epilogues:
                     result = chain[-1].results[0]
-                    user = _epilogue_user(result) or _collapse_epilogue(result)
+                    user = _epilogue_user(result, convert) or _collapse_epilogue(result, convert)
                     if user is None:
                         break
                     chain.append(user)

@@ -404,6 +404,8 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     else:
         kc = l1_kc
         why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
+    if unit.instruction is not None:  # whole groups of the unit's depth (the last one zero-padded past k)
+        kc = _round_up(kc, unit.k)
     mc = _round_down(int(l2.size_bytes * CACHE_BUDGET // (kc * eb)), mr)
     mc = min(mc, _round_up(m_part, mr))
     why.append(f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}")
@@ -430,8 +432,19 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
+    if unit.instruction is not None and opts.pack_a is None and not a_km:
+        # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a
+        # packed copy alike: packing only pays when the tile's rows evict one another from l1.
+        stride = int(op.k * eb)
+        shared = rows_per_set(l1, stride, mr) if l1.ways is not None else mr
+        pack_a = l1.ways is None or shared > l1.ways
+        why.append(f"A {'packed' if pack_a else 'read in place'}: {unit.name}'s A operand is a broadcast group "
+                   + (f"of {unit.k}; {shared} of a tile's {mr} rows ({stride} B apart) share one {l1.name} set "
+                      f"({l1.ways} ways)" if l1.ways is not None else f"of {unit.k}; {l1.name}'s associativity "
+                      "is unknown"))
     # An A stored [m, k] read in place whose tile rows (contiguous: k values apart) evict one another in l1.
-    if not (a_km or pack_a or opts.pack_a is not None or l1.ways is None) and nv <= SET_CONFLICT_MAX_NV:
+    if (not (a_km or pack_a or opts.pack_a is not None or l1.ways is None) and nv <= SET_CONFLICT_MAX_NV
+            and unit.instruction is None):
         stride = int(op.k * eb)
         shared = rows_per_set(l1, stride, mr)
         if shared > l1.ways:
@@ -442,7 +455,7 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     if a_km:
         why.append(f"A stored [k, m]: {'packed' if pack_a else 'read in place'} (its rows' mr adjacent values a k "
                    f"step; {n_part} column(s) per thread, {-(-n_part // nr)} register tile(s), packed past {panels})")
-    elif not pack_a:
+    elif not pack_a and unit.instruction is None:
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
     unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)

@@ -53,7 +53,7 @@ from pbsdk.targets.cpu.prepack import (
     set_argument_type,
 )
 from pbsdk.targets.cpu.unit_kernel import OPERANDS as UNIT_OPERANDS
-from pbsdk.targets.cpu.unit_kernel import UnitShape, build_unit_kernel
+from pbsdk.targets.cpu.unit_kernel import UnitShape, build_unit_kernel, find_epilogue
 from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 
 _FLOATS = {"f32", "f64"}
@@ -237,17 +237,23 @@ def _unit_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, 
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
     fill = _zero_fill_before(op)
+    fused = find_epilogue(op) if ctx.options.fuse_epilogues else None
     with op.location:
         step = unit_step_builder(unit, ctx)
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, b, c), blk, step,
-                                   zero_init=fill is not None)
-        func.CallOp(kernel, list(op.operands), ip=ir.InsertionPoint(op))
+                                   zero_init=fill is not None, epilogue=fused[0] if fused else None)
+        func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
+    fused_ops = len(list(fused[0].generic.regions[0].blocks[0].operations)) - 1 if fused else 0
+    if fused:
+        fused[0].generic.erase()
     op.erase()
     if fill is not None:
         fill.erase()
     notes.append(f"{where}: unit kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}), register tile "
                  f"{blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, {blk.threads} part(s) along {blk.split}"
-                 + ("" if blk.pack_a else ", A read in place"))
+                 + ("" if blk.pack_a else ", A read in place")
+                 + (f", epilogue of {fused_ops} ops fused "
+                    f"(stores {fused[0].out_type.element_type})" if fused else ""))
     return 1
 
 

@@ -61,6 +61,103 @@ class UnitShape:
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
 
 
+@dataclasses.dataclass(frozen=True)
+class UnitEpilogue:
+    """An elementwise ``linalg.generic`` after the product, folded into the kernel's last store: it reads
+    the product (C) once at the identity map, and inputs ``E`` whose maps pick loops of the output
+    (``dims``: per input dimension, the output loop it walks, None for a unit dimension), and writes ``D``
+    (any element type: bf16 rounded back, i8 requantized) at the identity map. ``body`` is the generic's
+    region: its arith and math ops are built again on vectors (`vectorize`)."""
+
+    generic: ir.Operation = dataclasses.field(compare=False)
+    c_arg: int
+    dims: tuple[tuple[int | None, ...], ...]
+    input_types: tuple[ir.MemRefType, ...]
+    out_type: ir.MemRefType
+
+
+def find_epilogue(mm: ir.Operation) -> tuple[UnitEpilogue, list[ir.Value]] | None:
+    """The `UnitEpilogue` right after the contraction ``mm`` (on buffers) and its operands (inputs, then
+    D), or None if the next op is not one the kernel can fold."""
+    from pbsdk.core.passes import map_dims
+
+    ops = [o.operation for o in mm.block.operations]
+    at = next(i for i, o in enumerate(ops) if o == mm)
+    gen = ops[at + 1] if at + 1 < len(ops) else None
+    if gen is None or gen.name != "linalg.generic" or gen.results:
+        return None
+    c = mm.operands[2]
+    iters = [str(a) for a in ir.ArrayAttr(gen.attributes["iterator_types"])]
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    operands = list(gen.operands)
+    n_in, rank = len(operands) - 1, len(iters)
+    ident = ir.AffineMap.get_identity(rank, context=c.type.context)
+    reads = [i for i in range(n_in) if operands[i] == c]
+    out = operands[n_in]
+    if (any("parallel" not in i for i in iters) or len(reads) != 1 or maps[reads[0]] != ident
+            or maps[n_in] != ident or not isinstance(out.type, ir.MemRefType)
+            or list(ir.MemRefType(out.type).shape) != list(ir.MemRefType(c.type).shape)
+            or ir.MemRefType(out.type).get_strides_and_offset()[0][-1] != 1):
+        return None
+    body = gen.regions[0].blocks[0]
+    if list(body.arguments[n_in].uses) or not all(_vectorizable(o.operation) for o in body.operations):
+        return None
+    dims, types, values = [], [], []
+    for i in range(n_in):
+        if i == reads[0]:
+            continue
+        found = map_dims(maps[i])
+        t = operands[i].type
+        if found is None or not isinstance(t, ir.MemRefType):
+            return None
+        dims.append(tuple(found))
+        types.append(ir.MemRefType(t))
+        values.append(operands[i])
+    return UnitEpilogue(gen, reads[0], tuple(dims), tuple(types), ir.MemRefType(out.type)), values + [out]
+
+
+def _vectorizable(op: ir.Operation) -> bool:
+    """Whether ``op`` (in an epilogue body) means the same on vectors: a one-result arith or math op."""
+    if op.name == "linalg.yield":
+        return True
+    return op.name.split(".")[0] in ("arith", "math") and len(op.results) == 1 and not len(op.regions)
+
+
+def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Value:
+    """Build ``ep``'s body on vectors of ``lanes`` at the insertion point: ``args`` holds a vector per body
+    argument (inputs, C's in place of its argument); returns the yielded vector. Scalar constants the body
+    reads from outside (hoisted by canonicalize) become splats."""
+    body = ep.generic.regions[0].blocks[0]
+    env: list[tuple[ir.Value, ir.Value]] = list(zip(body.arguments, args))
+
+    def vec(t: ir.Type) -> ir.Type:
+        return ir.VectorType.get([lanes], t)
+
+    def look(v: ir.Value) -> ir.Value:
+        found = next((w for u, w in env if u == v), None)
+        if found is not None:
+            return found
+        owner = v.owner
+        owner = owner if isinstance(owner, ir.Operation) else owner.operation
+        assert owner.name == "arith.constant", f"epilogue reads {owner.name} from outside"
+        splat = arith.constant(vec(v.type), ir.DenseElementsAttr.get_splat(vec(v.type), owner.attributes["value"]))
+        env.append((v, splat))
+        return splat
+
+    for inner in body.operations:
+        op = inner.operation
+        if op.name == "linalg.yield":
+            return look(op.operands[0])
+        if op.name == "arith.constant":
+            made = look(op.results[0])
+            continue
+        attrs = {name: op.attributes[name] for name in op.attributes}
+        made = ir.Operation.create(op.name, results=[vec(op.results[0].type)],
+                                   operands=[look(v) for v in op.operands], attributes=attrs).results[0]
+        env.append((op.results[0], made))
+    raise ValueError("epilogue body without linalg.yield")
+
+
 def check(shape: UnitShape, blk: Blocking) -> None:
     """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
     IR is built)."""
@@ -82,14 +179,16 @@ def check(shape: UnitShape, blk: Blocking) -> None:
 
 
 def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Blocking, step: StepFn, *,
-                      zero_init: bool = False) -> func.FuncOp:
-    """Append ``@{name}_part(A, B, C, t)`` (public: thread part ``t``, for the fork glue) and ``@{name}(A, B,
-    C)`` (private: every part, in an ``scf.forall`` when there are several) to ``module``; return the
-    latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's contents are taken to
-    be zero: its first k block is stored, not added. Needs an enclosing ``ir.Location``."""
+                      zero_init: bool = False, epilogue: UnitEpilogue | None = None) -> func.FuncOp:
+    """Append ``@{name}_part(A, B, C[, E..., D], t)`` (public: thread part ``t``, for the fork glue) and
+    ``@{name}(A, B, C[, E..., D])`` (private: every part, in an ``scf.forall`` when there are several) to
+    ``module``; return the latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's
+    contents are taken to be zero: its first k block is stored, not added. With an ``epilogue`` the last k
+    block stores ``epilogue(C + acc)`` to D instead (C then holds partial sums only, and is not touched at
+    all when one k block covers K). Needs an enclosing ``ir.Location``."""
     check(shape, blk)
     with ir.InsertionPoint(module.body):
-        part = _UnitKernel(shape, blk, step, zero_init).build(f"{name}_part")
+        part = _UnitKernel(shape, blk, step, zero_init, epilogue).build(f"{name}_part")
         op = func.FuncOp(name, (list(part.type.inputs)[:-1], []), visibility="private")
         entry = op.add_entry_block()
         with ir.InsertionPoint(entry):
@@ -124,8 +223,9 @@ class _UnitKernel:
     """Builds one thread part of the kernel (see the module docstring); every size comes from the
     `Blocking`, every type from the `UnitShape`."""
 
-    def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool) -> None:
-        self.shape, self.blk, self.step, self.zero_init = shape, blk, step, zero_init
+    def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool,
+                 epilogue: UnitEpilogue | None) -> None:
+        self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
         self.u, self.L = blk.unit_k, blk.lanes
         self.et = shape.a_type.element_type
         self.acc_t = shape.c_type.element_type
@@ -169,9 +269,12 @@ class _UnitKernel:
     # ------------------------------------------------------------------------------------ structure
     def build(self, name: str) -> func.FuncOp:
         s, blk = self.shape, self.blk
-        fn = func.FuncOp(name, ([s.a_type, s.b_type, s.c_type, self.index], []))
+        ep = self.epilogue
+        extra = [] if ep is None else [*ep.input_types, ep.out_type]
+        fn = func.FuncOp(name, ([s.a_type, s.b_type, s.c_type, *extra, self.index], []))
         entry = fn.add_entry_block()
-        self.A, self.B, self.C, tid = entry.arguments
+        self.A, self.B, self.C, *rest, tid = entry.arguments
+        self.E, self.D = rest[:-1], (rest[-1] if rest else None)
         self.x = Indices(entry)
         with ir.InsertionPoint(entry):
             b0, b1, m0, m1, n0, n1 = self.partition(tid)
@@ -211,6 +314,8 @@ class _UnitKernel:
         panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
         _for(c(0), panels, c(1), lambda jb: self.pack_b_panel(lead, jc, pc, jb, groups))
         first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if self.zero_init else None
+        self.last = (arith.cmpi(arith.CmpIPredicate.sge, arith.addi(pc, kc), c(self.shape.k))
+                     if self.epilogue is not None and self.shape.k > blk.kc else None)
 
         def row_block(ic: ir.Value) -> None:
             mc = self.min(c(blk.mc), arith.subi(self.m1, ic))
@@ -324,12 +429,54 @@ class _UnitKernel:
         for i in range(blk.mr):
             real = arith.addi(arith.addi(ic, arith.muli(ib, c(blk.mr))), c(i))
 
+            def total(v: int, i: int = i) -> ir.Value:
+                """C + acc (acc alone where C is known zero)."""
+                if first is not None and self.shape.k <= blk.kc:
+                    return acc[i * blk.nv + v]
+                old = vector.maskedload(self.vacc, self.C, [*lead, rows[i], cols[v][0]], cols[v][1], zero)
+                if first is not None:
+                    old = arith.select(first, zero, old)
+                return add(old, acc[i * blk.nv + v])
+
             def store(i: int = i) -> None:
                 for v, (col, msk) in enumerate(cols):
-                    at = [*lead, rows[i], col]
-                    old = vector.maskedload(self.vacc, self.C, at, msk, zero)
-                    if first is not None:
-                        old = arith.select(first, zero, old)
-                    vector.maskedstore(self.C, at, msk, add(old, acc[i * blk.nv + v]))
+                    vector.maskedstore(self.C, [*lead, rows[i], col], msk, total(v, i))
 
-            _if(arith.cmpi(arith.CmpIPredicate.slt, real, self.m1), store)
+            def finish(i: int = i) -> None:
+                for v, (col, msk) in enumerate(cols):
+                    self.store_epilogue(lead, rows[i], col, msk, total(v, i))
+
+            def row(i: int = i) -> None:
+                if self.epilogue is None:
+                    store(i)
+                elif self.last is None:  # one k block covers K
+                    finish(i)
+                else:
+                    op = scf.IfOp(self.last, has_else=True)
+                    with ir.InsertionPoint(op.then_block):
+                        finish(i)
+                        scf.YieldOp([])
+                    with ir.InsertionPoint(op.else_block):
+                        store(i)
+                        scf.YieldOp([])
+
+            _if(arith.cmpi(arith.CmpIPredicate.slt, real, self.m1), row)
+
+    def store_epilogue(self, lead: list[ir.Value], row: ir.Value, col: ir.Value, msk: ir.Value,
+                       value: ir.Value) -> None:
+        """``D[row, col:+L] = epilogue(value, E...)`` (masked): each input read where its map says, a vector
+        along the columns where it walks them, else a broadcast scalar."""
+        ep = self.epilogue
+        assert ep is not None and self.D is not None
+        loops = [*lead, row, col]
+        args: list[ir.Value] = []
+        for e, dims, t in zip(self.E, ep.dims, ep.input_types):
+            at = [loops[d] if d is not None else self.c(0) for d in dims]
+            vt = ir.VectorType.get([self.L], t.element_type)
+            if dims and dims[-1] == len(loops) - 1:
+                args.append(vector.maskedload(vt, e, at, msk, self.zero(vt)))
+            else:
+                args.append(vector.broadcast(vt, memref.load(e, at)))
+        args.insert(ep.c_arg, value)
+        out = vectorize(ep, args, self.L)
+        vector.maskedstore(self.D, loops, msk, out)
