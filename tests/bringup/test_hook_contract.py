@@ -229,7 +229,8 @@ def test_a_unit_op_through_a_declared_function() -> None:
         if not fn.body.blocks:
             block = fn.add_entry_block()
             with ir.InsertionPoint(block):
-                emulated.matrix_unit_op(op, *block.arguments, spec)
+                ta, tb, tc = block.arguments
+                emulated.matrix_unit_op(op, ta, tb, tc, spec)
                 func.ReturnOp([])
         func.CallOp(fn, [a, b, c])
 
