@@ -184,9 +184,9 @@ def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation |
             return None
         reads.append(plan)
     rank = len(loop_groups)
-    vt = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
-                                 ir.RankedTensorType(gen.results[0].type).element_type)
     with ir.InsertionPoint(gen), gen.location:
+        vt = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
+                                     ir.RankedTensorType(gen.results[0].type).element_type)
         inputs, new_maps = [], []
         for i, plan in enumerate(reads):
             if plan is None:
