@@ -1,0 +1,87 @@
+// Pass pack-contractions, bf16 and i8 contractions on a spec with dot-product units in the vector registers
+// (amd/zen4: vdpbf16ps 1x16x2 bf16->f32, vpdpbusd 1x16x4 i8->i32): a unit kernel whose k loop carries the
+// accumulators, broadcasts a group of A per row, loads interleaved B (packed through vector.shuffle) and
+// issues the unit's intrinsic; an elementwise epilogue after the product is folded into the last store.
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec amd/zen4 -p pack-contractions \
+// RUN:   --options threads=1 | filecheck %s
+// On a spec without units (the portable Xeon baseline) the same ops are left for the generic lowering.
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions \
+// RUN:   --options threads=1 | filecheck %s --check-prefix=NOUNIT
+
+// CHECK-LABEL: func.func @bf16(
+// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}) : (memref<40x70xbf16>, memref<70x50xbf16>, memref<40x50xf32>)
+// CHECK-NOT:     linalg.fill
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// B rows interleaved in pairs into the packed panels.
+// CHECK:         vector.shuffle {{.*}} : vector<16xbf16>, vector<16xbf16>
+// The k loop carries the accumulators; A's pair of a row as one 32-bit word, broadcast to every lane.
+// CHECK:         scf.for {{.*}} iter_args(
+// CHECK:         vector.bitcast {{.*}} : vector<2xbf16> to vector<1xi32>
+// CHECK:         vector.broadcast {{.*}} : i32 to vector<16xi32>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"({{.*}}) : (vector<16xf32>, vector<32xbf16>, vector<32xbf16>) -> vector<16xf32>
+// CHECK:         vector.maskedstore
+// CHECK-LABEL: func.func private @__pbsdk_mm0(
+// NOUNIT-LABEL: func.func @bf16(
+// NOUNIT:         linalg.matmul
+// NOUNIT-NOT:     __pbsdk_mm
+func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<40x50xf32>)
+  linalg.matmul ins(%a, %b : memref<40x70xbf16>, memref<70x50xbf16>) outs(%c : memref<40x50xf32>)
+  return
+}
+
+// -----
+
+// i8 x i8 -> i32: A's bytes offset by 128 (xor 0x80808080) for the u8 x i8 instruction; the accumulators
+// start at -128 times B's column sums, computed while packing B with the same instruction.
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK:         vector.shuffle {{.*}} : vector<16xi8>, vector<16xi8>
+// CHECK:         vector.shuffle {{.*}} : vector<32xi8>, vector<32xi8>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
+// CHECK:         arith.subi
+// CHECK:         arith.xori %{{.*}}, %{{.*}} : i32
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
+// NOUNIT-LABEL: func.func @i8(
+// NOUNIT:         linalg.matmul
+func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>) {
+  %zero = arith.constant 0 : i32
+  linalg.fill ins(%zero : i32) outs(%c : memref<33x20xi32>)
+  linalg.matmul ins(%a, %b : memref<33x30xi8>, memref<30x20xi8>) outs(%c : memref<33x20xi32>)
+  return
+}
+
+// -----
+
+// The product rounded back to bf16 and a bias added (what isolate-contractions leaves in the function): the
+// generic is folded into the kernel, which stores bf16 vectors to D; C is never touched (one k block).
+// CHECK-LABEL: func.func @epilogue(
+// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (memref<40x70xbf16>, memref<70x50xbf16>, memref<40x50xf32>, memref<50xbf16>, memref<40x50xbf16>)
+// CHECK-NOT:     linalg.generic
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"
+// CHECK:         vector.maskedload %{{.*}} : memref<50xbf16>, vector<16xi1>, vector<16xbf16> into vector<16xbf16>
+// CHECK:         arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
+// CHECK:         vector.maskedstore %{{.*}} : memref<40x50xbf16>, vector<16xi1>, vector<16xbf16>
+// NOUNIT-LABEL: func.func @epilogue(
+// NOUNIT:         linalg.matmul
+// NOUNIT:         linalg.generic
+func.func @epilogue(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50xf32>,
+                    %bias: memref<50xbf16>, %d: memref<40x50xbf16>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%c : memref<40x50xf32>)
+  linalg.matmul ins(%a, %b : memref<40x70xbf16>, memref<70x50xbf16>) outs(%c : memref<40x50xf32>)
+  linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d0, d1)>, affine_map<(d0, d1) -> (d1)>,
+                                   affine_map<(d0, d1) -> (d0, d1)>],
+                  iterator_types = ["parallel", "parallel"]}
+      ins(%c, %bias : memref<40x50xf32>, memref<50xbf16>) outs(%d : memref<40x50xbf16>) {
+  ^bb0(%in: f32, %bv: bf16, %out: bf16):
+    %r = arith.truncf %in : f32 to bf16
+    %x = arith.extf %r : bf16 to f32
+    %y = arith.extf %bv : bf16 to f32
+    %s = arith.addf %x, %y : f32
+    %t = arith.truncf %s : f32 to bf16
+    linalg.yield %t : bf16
+  }
+  return
+}

@@ -1,0 +1,134 @@
+"""bf16 and int8 contractions on the host's matrix units in the vector registers (AVX512-BF16's vdpbf16ps,
+VNNI's vpdpbusd) through the cpu target's unit kernels: numerics against numpy where this host has the
+unit, and, on any host, the machine code for a CPU that has it (LLVM targets any x86 from any host)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.core.spec import load_spec
+from pbsdk.testing import assert_close
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _host_has(unit: str) -> bool:
+    from pbsdk.targets.cpu.pack_contractions import unit_spec
+
+    return any(u.name == unit for u in unit_spec(load_spec("host"))[0].matrix_units)
+
+
+needs_bf16_unit = pytest.mark.skipif(not _host_has("vdpbf16ps"), reason="this host has no AVX512-BF16 "
+                                     "(vdpbf16ps): its machine code is checked by test_code_for_a_cpu_with_units")
+needs_i8_unit = pytest.mark.skipif(not _host_has("vpdpbusd"), reason="this host has no VNNI (vpdpbusd): its "
+                                   "machine code is checked by test_code_for_a_cpu_with_units")
+
+#: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks.
+SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (130, 17, 1100), (96, 160, 4100)]
+
+
+def _bf16(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(BF16)
+
+
+def _packed(fn: pbsdk.JitFunction, *args: np.ndarray) -> str:
+    """The IR after ``pack-contractions`` for these arguments."""
+    from pbsdk.core.compiler import compile_text
+
+    return str(compile_text(fn.lower(*args), fn.request, stop_after="pack-contractions"))
+
+
+@needs_bf16_unit
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_bf16_matmul_on_vdpbf16ps(m: int, n: int, k: int, threads: int) -> None:
+    a, b = _bf16((m, k), 0), _bf16((k, n), 1)
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False})
+    got = fn(a, b)
+    assert got.dtype == BF16
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(BF16)
+    assert_close(got, want, op="matmul", dtype="bf16", reduction_size=k, accumulator="f32")
+    assert 'llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps' in _packed(fn, a, b)
+
+
+@needs_bf16_unit
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bf16_batched_matmul_with_bias_and_gelu(threads: int) -> None:
+    a, b, bias = _bf16((3, 40, 70), 2), _bf16((3, 70, 50), 3), _bf16((50,), 4)
+    fn = pbsdk.jit(lambda x, w, c: ops.gelu(x @ w + c), target="cpu", options={"threads": threads, "cache": False})
+    got = fn(a, b, bias)
+    acc = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16).astype(np.float32)
+    pre = (acc + bias.astype(np.float32)).astype(BF16).astype(np.float64)
+    from scipy.special import erf  # noqa: PLC0415 - scipy comes with the dev extras' torch/jax stack
+
+    want = (0.5 * pre * (1 + erf(pre / np.sqrt(2)))).astype(BF16)
+    assert_close(got, want, op="gelu", dtype="bf16")
+    packed = _packed(fn, a, b, bias)
+    assert "dpbf16ps" in packed and "linalg.generic" not in packed and "math.erf" in packed  # folded in
+
+
+@needs_i8_unit
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, n, k", SHAPES)
+def test_i8_matmul_on_vpdpbusd_is_exact(m: int, n: int, k: int, threads: int) -> None:
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    a[0, :] = -128  # the extremes: -128 * -128 summed over k
+    b[:, 0] = -128
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False})
+    got = fn(a, b)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+    assert "vpdpbusd" in _packed(fn, a, b)
+
+
+@needs_i8_unit
+def test_i8_requantize_epilogue_is_fused_and_exact() -> None:
+    rng = np.random.default_rng(6)
+    a = rng.integers(-128, 128, (50, 300), dtype=np.int8)
+    b = rng.integers(-128, 128, (300, 70), dtype=np.int8)
+    scale = np.float32(1 / 3000)
+
+    def requant(x, w):  # noqa: ANN001, ANN202
+        acc = ops.astype(x @ w, "f32")
+        return ops.astype(ops.minimum(ops.maximum(ops.round(acc * float(scale)) + 3.0, -128.0), 127.0), "i8")
+
+    fn = pbsdk.jit(requant, target="cpu", options={"threads": 2, "cache": False})
+    got = fn(a, b)
+    acc = (a.astype(np.int32) @ b.astype(np.int32)).astype(np.float32)
+    want = np.clip(np.round(acc * scale) + 3, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got, want)
+    packed = _packed(fn, a, b)
+    assert "vpdpbusd" in packed and "linalg.generic" not in packed
+
+
+@pytest.mark.parametrize("spec, dtype, instruction", [("amd/zen4", "bf16", "vdpbf16ps"),
+                                                      ("amd/zen4", "i8", "vpdpbusd"),
+                                                      ("intel/xeon-amx", "bf16", "vdpbf16ps")])
+def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> None:
+    """Compiled for a preset's CPU (from whatever host runs the test): the instruction is in the machine code."""
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.targets.cpu import parse_llvm_ir, target_machine
+
+    et = {"bf16": "bf16", "i8": "i8"}[dtype]
+    acc = {"bf16": "f32", "i8": "i32"}[dtype]
+    zero = "0.0" if acc == "f32" else "0"
+    text = f"""
+    func.func @mm(%a: tensor<64x96x{et}>, %b: tensor<96x80x{et}>) -> tensor<64x80x{acc}> {{
+      %z = arith.constant {zero} : {acc}
+      %e = tensor.empty() : tensor<64x80x{acc}>
+      %f = linalg.fill ins(%z : {acc}) outs(%e : tensor<64x80x{acc}>) -> tensor<64x80x{acc}>
+      %r = linalg.matmul ins(%a, %b : tensor<64x96x{et}>, tensor<96x80x{et}>) outs(%f : tensor<64x80x{acc}>)
+        -> tensor<64x80x{acc}>
+      return %r : tensor<64x80x{acc}>
+    }}"""
+    chip = load_spec(spec)
+    artifact = compile_text(text, resolve("cpu", chip, {"cache": False}))
+    tm = target_machine(chip)
+    asm = tm.emit_assembly(parse_llvm_ir(artifact.payload))
+    assert instruction in asm

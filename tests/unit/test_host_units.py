@@ -1,0 +1,138 @@
+"""The host's matrix units without IR: detection from CPUID features, their validation in a spec, the plans
+of a register tile of a unit's instructions, and which units the cpu target can lower."""
+
+from __future__ import annotations
+
+import pytest
+
+from pbsdk.core.errors import SpecError
+from pbsdk.core.plan.contraction import Contraction, plan_contraction, rows_per_set
+from pbsdk.core.spec import load_spec, parse_spec
+from pbsdk.core.spec.host import host_units, unit_peaks
+from pbsdk.core.spec.loader import validate_data
+
+ZEN4 = {"avx512f": True, "avx512bf16": True, "avx512vnni": True, "amx-tile": False}
+SPR = {**ZEN4, "amx-tile": True, "amx-bf16": True, "amx-int8": True}
+
+
+def test_zen4_features_give_the_dot_product_units() -> None:
+    units = host_units(ZEN4, 512, 2)
+    assert [(u["name"], u["m"], u["n"], u["k"], u["operand_dtype"], u["accumulator_dtype"], u["registers"])
+            for u in units] == [("vdpbf16ps", 1, 16, 2, "bf16", "f32", "vector"),
+                                ("vpdpbusd", 1, 16, 4, "i8", "i32", "vector")]
+
+
+def test_amx_comes_first_and_keeps_tile_registers() -> None:
+    units = host_units(SPR, 512, 2)
+    assert [u["name"] for u in units] == ["tdpbf16ps", "tdpbssd", "vdpbf16ps", "vpdpbusd"]
+    amx = units[0]
+    assert (amx["m"], amx["n"], amx["k"], amx["registers"], amx["tile_registers"]) == (16, 16, 32, "tile", 8)
+    assert units[1]["k"] == 64
+    # AMX without the tile feature (the OS did not enable its state) is no unit.
+    assert [u["name"] for u in host_units({**SPR, "amx-tile": False}, 512, 2)] == ["vdpbf16ps", "vpdpbusd"]
+
+
+def test_avx_vnni_on_256_bit_vectors_and_none_without_features() -> None:
+    units = host_units({"avxvnni": True}, 256, 2)
+    assert [(u["name"], u["n"]) for u in units] == [("vpdpbusd", 8)]
+    assert host_units({}, 512, 2) == []
+    assert host_units({"avx512vnni": True}, 256, 2) == []  # AVX512-VNNI needs the 512-bit registers
+
+
+def test_unit_peaks_take_the_best_unit_per_dtype() -> None:
+    peaks = unit_peaks(host_units(SPR, 512, 2), cores=2, clock_ghz=2.0)
+    assert peaks["bf16"] == pytest.approx(2 * 2.0 * 16 * 16 * 32 * 2 / 16 / 1000)  # AMX beats vdpbf16ps
+    assert peaks["i8"] == pytest.approx(2 * 2.0 * 16 * 16 * 64 * 2 / 16 / 1000)
+    zen = unit_peaks(host_units(ZEN4, 512, 2), cores=2, clock_ghz=2.0)
+    assert zen["bf16"] == pytest.approx(2 * 2.0 * 2 * (16 * 2 * 2) / 1000)
+
+
+def _zen4_data() -> dict:
+    return load_spec("amd/zen4").model_dump(mode="json")
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"m": 2}, "matrix_units[0].m"),
+    ({"n": 8}, "matrix_units[0].n"),
+    ({"registers": "tile"}, "matrix_units[0].tile_registers"),
+    ({"tile_registers": 8}, "matrix_units[0].tile_registers"),
+])
+def test_register_units_are_validated_with_their_field(change: dict, field: str) -> None:
+    data = _zen4_data()
+    data["matrix_units"][0].update(change)
+    with pytest.raises(SpecError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        validate_data(data, source="zen4-edited")
+
+
+def test_presets_list_their_units() -> None:
+    assert [u.name for u in load_spec("zen4").matrix_units] == ["vdpbf16ps", "vpdpbusd"]
+    amx = load_spec("intel/xeon-amx")
+    assert [u.name for u in amx.matrix_units] == ["tdpbf16ps", "tdpbssd", "vdpbf16ps", "vpdpbusd"]
+    assert "+amx-tile" in amx.codegen["features"]
+    assert load_spec("intel/xeon-avx512").matrix_units == []
+
+
+def test_bf16_plans_a_register_tile_of_vdpbf16ps() -> None:
+    plan = plan_contraction(load_spec("zen4"), Contraction(1024, 1024, 1024, dtype="bf16"), {"threads": 1})
+    tile, blk = plan.compute, plan.blocking
+    assert (tile.kind, tile.name, tile.instruction, tile.k) == ("matrix-unit", "vdpbf16ps", (1, 16, 2), 2)
+    assert tile.n % 16 == 0 and tile.registers <= 32
+    assert blk is not None and (blk.unit, blk.unit_k, blk.mr, blk.nr) == ("vdpbf16ps", 2, tile.m, tile.n)
+    assert blk.kc % 2 == 0 and not blk.transposed
+    assert any("vdpbf16ps: each micro-kernel step consumes 2 k" in r for r in plan.reasons)
+
+
+def test_i8_k_block_is_whole_groups_of_four() -> None:
+    plan = plan_contraction(load_spec("zen4"), Contraction(37, 45, 29, dtype="i8"), {"threads": 1})
+    assert plan.blocking is not None and plan.blocking.unit == "vpdpbusd"
+    assert plan.blocking.kc % 4 == 0 and plan.blocking.kc >= 29
+    assert plan.compute.accumulator_dtype == "i32"
+
+
+def test_f32_keeps_the_fma_tile() -> None:
+    plan = plan_contraction(load_spec("zen4"), Contraction(512, 512, 512), {"threads": 1})
+    assert plan.compute.kind == "vector-fma" and plan.compute.instruction is None
+    assert plan.blocking is not None and plan.blocking.unit == "" and plan.blocking.unit_k == 1
+
+
+def test_unit_tile_packs_a_only_when_rows_share_a_set() -> None:
+    spec = load_spec("zen4")  # 32 KiB, 8 ways, 64 B lines: rows 4 KiB apart share a set
+    l1 = spec.memory_level("l1d")
+    seen = set()
+    for k in (1000, 1024, 2048, 3072, 4096):
+        blk = plan_contraction(spec, Contraction(512, 768, k, dtype="bf16"), {"threads": 1}).blocking
+        assert blk is not None
+        assert blk.pack_a is (rows_per_set(l1, 2 * k, blk.mr) > 8), k
+        seen.add(blk.pack_a)
+    assert seen == {True, False}  # both decisions occur
+    blk = plan_contraction(spec, Contraction(512, 768, 1024, dtype="bf16"), {"threads": 1, "pack_a": True}).blocking
+    assert blk is not None and blk.pack_a
+
+
+def test_units_are_not_planned_for_operands_stored_transposed() -> None:
+    plan = plan_contraction(load_spec("zen4"), Contraction(64, 64, 64, dtype="bf16", b_layout="nk"), {"threads": 1})
+    assert plan.blocking is None
+    assert any("stored transposed" in r for r in plan.reasons)
+
+
+def test_amx_is_planned_as_one_instruction_a_tile() -> None:
+    plan = plan_contraction(load_spec("intel/xeon-amx"), Contraction(256, 256, 256, dtype="bf16"), {"threads": 1})
+    assert (plan.compute.name, plan.compute.m, plan.compute.k, plan.compute.instruction) == ("tdpbf16ps", 16, 32, None)
+    assert plan.blocking is None
+
+
+def test_cpu_lowers_units_in_vector_registers_with_their_features() -> None:
+    from pbsdk.targets.cpu.hooks import lowerable
+
+    amx = load_spec("intel/xeon-amx")
+    features = amx.codegen["features"]
+    tile, dot = amx.matrix_units[0], amx.matrix_units[2]
+    assert "tile registers" in (lowerable(tile, 512, features) or "")
+    assert lowerable(dot, 512, features) is None
+    assert "+avx512bf16" in (lowerable(dot, 512, "+avx512f,+avx2") or "")
+    assert "no 128-bit instruction" in (lowerable(dot, 128, features) or "")
+
+
+def test_a_spec_file_with_a_unit_in_registers_parses() -> None:
+    text = load_spec("zen4").model_dump_json()
+    assert parse_spec(text, source="zen4.json").matrix_units[0].registers == "vector"
