@@ -102,7 +102,7 @@ class Target(abc.ABC):
                        `parse_options` splits a user's mapping between it and the core's `Options`.
       hooks         -- where the target's lowering hooks come from (`pbsdk.core.hooks`): a module, a class
                        or an object implementing part of the contract, checked by
-                       `pbsdk.core.hooks.check_hooks` when the plugin is discovered (a misspelt hook or a
+                       `pbsdk.core.hook_contract.check_hooks` when the plugin is discovered (a misspelt hook or a
                        wrong signature makes the plugin unusable, with the reason). None: the target's
                        own lowering (the template target: its emulation of every hook).
 
@@ -127,7 +127,7 @@ class Target(abc.ABC):
         hook whose signature is not the contract's."""
         if cls.hooks is None:
             return frozenset()
-        from pbsdk.core.hooks import check_hooks
+        from pbsdk.core.hook_contract import check_hooks  # MLIR-free, like discovery
 
         return check_hooks(cls.hooks, target=cls.name)
 
