@@ -25,8 +25,9 @@ without resource checks), ``allow_spills`` (default False); the core's ``matrix_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -34,6 +35,7 @@ import numpy as np
 from pbsdk.core.errors import CompileError, OptionsError, TargetError
 from pbsdk.core.options import Options, TargetOptions
 from pbsdk.core.target import Artifact, Executable, Target
+from pbsdk.targets.nvgpu import hooks as _hooks
 
 if TYPE_CHECKING:
     from pbsdk.core.pipeline import Stage, StageContext
@@ -162,6 +164,9 @@ class NvgpuTarget(Target):
     options_type = NvgpuOptions
     default_spec = "nvidia/h100"
     description = "NVIDIA GPU reference target (PTX via NVPTX, cubin via ptxas, CUDA driver launch)"
+    #: Of the hook contract (`pbsdk.core.hooks`), nvgpu implements ``unit_step`` (`hooks.py`: mma.sync on a
+    #: lane's fragments); a subclass whose ``hooks`` implement it replaces the instruction.
+    hooks: ClassVar[Any] = _hooks
 
     def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:
         """The core's and `NvgpuOptions`; shared memory is placed statically (``.shared`` arrays of the
@@ -197,13 +202,18 @@ class NvgpuTarget(Target):
                   description="core: every other op tiled by its plan and staged in shared memory"),
             Stage("schedule", fn=Schedule().apply, marks=True,
                   description="linalg ops tiled onto blocks/warps/threads (scf.forall), shared-memory tiles"),
-            Stage("map-gpu", fn=lower.map_gpu, description="gpu.launch per kernel; loops to block/thread ids"),
+            Stage("map-gpu", fn=functools.partial(lower.map_gpu, unit_step=self._unit_step()),
+                  description="gpu.launch per kernel; loops to block/thread ids; hook unit_step: mma.sync"),
             Stage("outline", fn=lower.outline, description="kernels in one gpu.module; shared buffers as globals"),
             Stage("nvvm", fn=lower.to_nvvm, description="NVVM/LLVM dialect for the spec's arch"),
             Stage("ptx", fn=lower.to_ptx, description="PTX (LLVM NVPTX back end) and the launch plan"),
             Stage("cubin", fn=_cubin, description="ptxas: cubin; registers/spills/shared memory checked"),
             Stage("artifact", fn=_artifact, description="the .pbsdk artifact: PTX, cubin, launch metadata"),
         )
+
+    def _unit_step(self) -> Callable[..., Any]:
+        """The ``unit_step`` hook: this target's ``hooks``' where they implement it, nvgpu's otherwise."""
+        return self.hooks.unit_step if "unit_step" in self.implemented_hooks() else _hooks.unit_step
 
     def emulate(self, text: str, spec: ChipSpec, options: Options) -> Any:
         """The ``schedule`` stage's IR run on the host (`emulate.py`): blocks, warps and threads in order."""

@@ -2,7 +2,8 @@
 
 Stages (each a function of the module and the `StageContext`):
 
-- ``map-gpu``: the matrix-unit functions get their GPU bodies (`mma.py`), everything is inlined, each
+- ``map-gpu``: the matrix-unit functions get their GPU bodies (`mma.py`, each instruction built by the
+  target's ``unit_step`` hook), everything is inlined, each
   top-level ``scf.forall`` (and each op left for a single thread) is wrapped in a ``gpu.launch``, and the
   upstream ``transform.gpu.map_forall_to_blocks`` / ``map_nested_forall_to_threads`` (a transform script
   built with `mlir.dialects.transform` builders, run by the interpreter) turn the mapped loops into block
@@ -28,6 +29,7 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ from mlir.dialects import arith, gpu, transform
 from mlir.dialects.transform import gpu as transform_gpu
 
 from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.passes import ops_named
 from pbsdk.core.pipeline import StageContext
@@ -91,8 +94,24 @@ def launch_dims(forall: ir.Operation) -> tuple[list[int], list[int]]:
     return grid, block
 
 
-def map_gpu(module: ir.Module, ctx: StageContext) -> None:
-    """Stage ``map-gpu`` (see the module docstring)."""
+def _unit_step(module: ir.Module, ctx: StageContext, unit: str, operand: ir.Type,
+               hook: Callable[..., ir.Value]) -> Callable[[ir.Value, ir.Value, ir.Value], ir.Value]:
+    """``step(acc, a, b)``: the ``unit_step`` hook for the spec's matrix unit ``unit`` on ``operand``s, on
+    a lane's fragments (`pbsdk.targets.nvgpu.hooks`)."""
+    found = next((u for u in ctx.spec.matrix_units if u.name == unit and str(operand) == u.operand_dtype), None)
+    if found is None:  # `promote` picks units from the spec, so this is a spec edited between stages
+        raise CompileError(f"spec '{ctx.spec.name}' has no matrix unit {unit} for {operand} operands", op="func.func")
+    frag = {n: ir.VectorType.get([n], operand) for n in (4, 8)}
+    step = UnitStep(module=module, unit=found, acc_type=ir.VectorType.get([4], ir.F32Type.get()), a_type=frag[8],
+                    b_type=frag[4])
+    return lambda acc, a, b: hook(step, acc, a, b, ctx.spec)
+
+
+def map_gpu(module: ir.Module, ctx: StageContext, unit_step: Callable[..., ir.Value] | None = None) -> None:
+    """Stage ``map-gpu`` (see the module docstring); ``unit_step``: the target's hook (default nvgpu's)."""
+    from pbsdk.targets.nvgpu import hooks
+
+    hook = unit_step or hooks.unit_step
     with module.context:
         # matrix-unit steps: the GPU body replaces the emulation body
         for fn in [op for op in module.body.operations if op.operation.name == "func.func"
@@ -101,7 +120,8 @@ def map_gpu(module: ir.Module, ctx: StageContext) -> None:
             name = ir.StringAttr(fn.attributes["sym_name"]).value
             unit = attrs.string(fn, attrs.MATRIX_UNIT) or ""
             with ir.InsertionPoint(module.body), ir.Location.unknown():
-                mma_gpu_function(name, types, unit, a_transposed=attrs.has(fn, attrs.A_TRANSPOSED),
+                step = _unit_step(module, ctx, unit, ir.MemRefType(types[0]).element_type, hook)
+                mma_gpu_function(name, types, unit, step, a_transposed=attrs.has(fn, attrs.A_TRANSPOSED),
                                  b_transposed=attrs.has(fn, attrs.B_TRANSPOSED),
                                  c_transposed=attrs.has(fn, attrs.C_TRANSPOSED))
             fn.operation.erase()

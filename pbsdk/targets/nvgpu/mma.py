@@ -10,20 +10,21 @@ builders, the body that the hardware instruction needs: every lane loads its fra
 - B (16x8, column-major): register ``j`` (of 2) holds rows ``2t + 8j`` and ``2t + 8j + 1`` of column ``g``;
 - C/D (16x8, f32): rows ``g`` and ``g + 8``, columns ``2t`` and ``2t + 1``;
 
-then issues ``nvvm.mma.sync`` and stores D back over C. f16 operands go as ``vector<2xf16>``, bf16 ones
-packed into ``i32`` (what the NVVM op expects for each). A function may also take a whole warp strip
-(A 16 x K, B K x N, C 16 x N): each 16x8 accumulator fragment then stays in registers across the K/16
-steps, loaded and stored once.
+then issues the instruction through the ``unit_step`` hook of the contract (`pbsdk.core.hooks`; nvgpu's
+own is `pbsdk.targets.nvgpu.hooks.unit_step`: ``nvvm.mma.sync``) on the lane's fragments as vectors (A
+``vector<8xT>``, B ``vector<4xT>``, C ``vector<4xf32>``) and stores D back over C. A function may also take
+a whole warp strip (A 16 x K, B K x N, C 16 x N): each 16x8 accumulator fragment then stays in registers
+across the K/16 steps, loaded and stored once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mlir import ir
-from mlir.dialects import arith, func, gpu, llvm, memref, nvvm, vector
+from mlir.dialects import arith, func, gpu, memref, vector
 
-from pbsdk.core.errors import UnsupportedError
+from pbsdk.core.errors import CompileError, UnsupportedError
 
 
 def _shape(t: ir.Type) -> tuple[int, int]:
@@ -31,11 +32,15 @@ def _shape(t: ir.Type) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
-def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transposed: bool = False,
+#: One instruction on a lane's fragments: ``step(acc, a, b)`` builds it and returns the new accumulator.
+UnitStepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, step: UnitStepFn, *, a_transposed: bool = False,
                      b_transposed: bool = False, c_transposed: bool = False) -> func.FuncOp:
     """Build the lane-level body of ``@name(%a, %b, %c)`` for the matrix unit ``unit`` at the current
     insertion point (a module body, with a context and location active), and return the private
-    ``func.func``.
+    ``func.func``. ``step`` builds each instruction (the target's ``unit_step`` hook).
 
     ``%a`` is 16 x K, ``%b`` K x N, ``%c`` 16 x N (K a multiple of 16, N of 8): one warp's strip
     ``C += A · B`` as N/8 x K/16 ``mma.sync`` steps, each 16x8 accumulator fragment loaded once and
@@ -56,11 +61,9 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
     kb, n = reversed(_shape(tb)) if b_transposed else _shape(tb)
     if m != 16 or mc != 16 or kb != k or nc != n or k % 16 or n % 8:
         raise UnsupportedError(f"mma.sync.m16n8k16 strip for {ta} x {tb} -> {tc}")
-    packed = dtype == "bf16"
-    index, i32, f32 = ir.IndexType.get(), ir.IntegerType.get_signless(32), ir.F32Type.get()
+    index, f32 = ir.IndexType.get(), ir.F32Type.get()
     pair = ir.VectorType.get([2], elem)
-    word = ir.VectorType.get([1], i32)
-    result = ir.Type.parse("!llvm.struct<(f32, f32, f32, f32)>")
+    accumulator = ir.VectorType.get([4], f32)
     fn = func.FuncOp(name, ir.FunctionType.get([ta, tb, tc], []), visibility="private")
     with ir.InsertionPoint(fn.add_entry_block()):
         a, b, c = fn.arguments
@@ -89,10 +92,10 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
             """mem[row][col], mem[next_row][col] (the next row) as one vector: two scalar loads."""
             return vector.from_elements(pair, [memref.load(mem, [row, col]), memref.load(mem, [next_row, col])])
 
-        def pack(v: ir.Value) -> ir.Value:
-            if not packed:
-                return v
-            return vector.extract(vector.bitcast(word, v), [], [0])
+        def fragment(regs: Sequence[ir.Value]) -> ir.Value:
+            """A lane's registers (pairs) as one vector, in order: 2 -> vector<4xT>, 4 -> vector<8xT>."""
+            halves = [vector.shuffle(regs[i], regs[i + 1], [0, 1, 2, 3]) for i in range(0, len(regs), 2)]
+            return halves[0] if len(halves) == 1 else vector.shuffle(halves[0], halves[1], list(range(8)))
 
         # Column/row offsets of the fragments within the strip, shared by all steps.
         kcols = {k0: (idx(t2, k0), idx(t2, k0 + 8)) for k0 in range(0, k, 16)}
@@ -103,26 +106,23 @@ def mma_gpu_function(name: str, types: Sequence[ir.Type], unit: str, *, a_transp
             c1 = idx(c0, 1)
             c_pos = ((g, c0), (g, c1), (g8, c0), (g8, c1))
             c_at = [(cc, row) if c_transposed else (row, cc) for row, cc in c_pos]
-            acc = [memref.load(c, list(at)) for at in c_at]
+            acc = vector.from_elements(accumulator, [memref.load(c, list(at)) for at in c_at])
             for k0 in range(0, k, 16):
                 lo, hi = kcols[k0]
-                a_regs = [pack(pair_down_column(a, cc, idx(cc, 1), row) if a_transposed else pair_along_rows(a, row, cc))
+                a_regs = [pair_down_column(a, cc, idx(cc, 1), row) if a_transposed else pair_along_rows(a, row, cc)
                           for row, cc in ((g, lo), (g8, lo), (g, hi), (g8, hi))]
                 b_regs = []
                 r0, r1, r8, r9 = krows[k0]
                 for k_lo, k_hi in ((r0, r1), (r8, r9)):
                     if b_transposed:  # Bᵀ[n][k], Bᵀ[n][k + 1]: one load where Bᵀ's rows are contiguous
-                        bl = pair_along_rows(b, col, k_lo)
+                        b_regs.append(pair_along_rows(b, col, k_lo))
                     else:
-                        bl = pair_down_column(b, k_lo, k_hi, col)
-                    b_regs.append(pack(bl))
-                d = nvvm.mma_sync(result, ir.Attribute.parse("#nvvm.shape<m = 16, n = 8, k = 16>"),
-                                  ir.Attribute.parse("#nvvm.mma_layout<row>"),
-                                  ir.Attribute.parse("#nvvm.mma_layout<col>"), a_regs, b_regs, acc,
-                                  multiplicand_a_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"),
-                                  multiplicand_b_ptx_type=ir.Attribute.parse(f"#nvvm.mma_type<{dtype}>"))
-                acc = [llvm.extractvalue(f32, d, [i]) for i in range(4)]
-            for value, at in zip(acc, c_at):
-                memref.store(value, c, list(at))
+                        b_regs.append(pair_down_column(b, k_lo, k_hi, col))
+                acc = step(acc, fragment(a_regs), fragment(b_regs))
+                if not isinstance(acc, ir.Value) or acc.type != accumulator:
+                    raise CompileError(f"hook unit_step returned {acc!r}, not a value of the accumulator's type "
+                                       f"{accumulator}", op="nvvm.mma.sync")
+            for i, at in enumerate(c_at):
+                memref.store(vector.extract(acc, [], [i]), c, list(at))
         func.return_([])
     return fn
