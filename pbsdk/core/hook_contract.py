@@ -52,7 +52,7 @@ def _declare(*specs: HookSpec) -> Mapping[str, HookSpec]:
 
 
 #: Every hook of the contract, in the order a scratchpad chip's pipeline (the template's) calls them;
-#: ``unit_step`` is for cache-hierarchy chips (the cpu target's micro-kernels).
+#: ``unit_step`` is one instruction on register values (the cpu target's micro-kernels, nvgpu's mma.sync).
 HOOKS: Mapping[str, HookSpec] = _declare(
     HookSpec("matrix_unit_op", (("op", "UnitOp"), ("a", "ir.Value"), ("b", "ir.Value"), ("c", "ir.Value"),
                                 ("spec", "ChipSpec")), "None",
