@@ -36,7 +36,7 @@ from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
-from pbsdk.targets.cpu.llvm_worker import compile_object, optimize, target_machine_for
+from pbsdk.targets.cpu.llvm_worker import compile_object, illegal_bf16, optimize, target_machine_for
 from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
@@ -117,6 +117,15 @@ def converts_bf16(features: str) -> bool:
     return bool(flags & {"+avx512bf16", "+avxneconvert"})
 
 
+def expands_bf16(features: str) -> bool:
+    """Whether the lowering computes bf16 in f32 with its conversions expanded in arith (no bf16 conversion
+    or arithmetic in the LLVM IR): on a machine without bf16 conversions (`converts_bf16`), and on one whose
+    LLVM back end cannot legalise the bf16 arithmetic the O3 pipeline narrows conversions into
+    (`llvm_worker.BF16_ARITHMETIC_ILLEGAL`: AVX512-FP16, e.g. Sapphire Rapids)."""
+    flags = {f.strip() for f in features.split(",")}
+    return not converts_bf16(features) or bool(flags & llvm_worker.BF16_ARITHMETIC_ILLEGAL)
+
+
 def target_machine(spec: ChipSpec | None) -> Any:
     """An llvmlite TargetMachine for the spec's codegen triple/cpu/features (the host's when unset, or
     for None)."""
@@ -195,7 +204,7 @@ def parse_llvm_ir(text: str | bytes, what: str = "the module") -> Any:
 
 
 def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), *,
-                   object_sink: Any = None) -> tuple[Any, int, list[int]]:
+                   object_sink: Any = None, features: str = "") -> tuple[Any, int, list[int]]:
     """Optimise ``mod`` (O3) for ``tm`` and JIT it with MCJIT: (engine, address of ``entry``, addresses of
     ``globals_``). Every external the code calls must resolve in this process (libm, libc); otherwise
     MCJIT would jump to address 0 at run time, so that is a `CompileError` first. ``object_sink``, if
@@ -207,6 +216,10 @@ def jit_in_process(mod: Any, tm: Any, entry: str, globals_: Sequence[str] = (), 
         raise CompileError(f"the code calls {', '.join(missing)}, which this process cannot resolve",
                            stage="jit")
     optimize(llvm, mod, tm)
+    bad = illegal_bf16(mod, features)
+    if bad is not None:
+        raise CompileError(f"the code holds bf16 arithmetic this machine's LLVM back end cannot legalise: {bad}",
+                           stage="jit", op=bad.split()[2] if len(bad.split()) > 2 else None)
     _install_bf16_runtime()
     with _llvm_lock:
         engine = llvm.create_mcjit_compiler(mod, tm)
@@ -299,7 +312,8 @@ def jit_cached(texts: Sequence[str], spec: ChipSpec | None, entry: str, globals_
     for text in texts[1:]:
         mod.link_in(parse_llvm_ir(text, "the parallel glue"))
     made: list[bytes] = []
-    engine, address, addresses = jit_in_process(mod, tm, entry, globals_, object_sink=made.append)
+    engine, address, addresses = jit_in_process(mod, tm, entry, globals_, object_sink=made.append,
+                                                features=machine(spec)[2])
     if cache is not None and made:
         cache.put_object(key, made[0] if parts == 1 else _pack_objects(made[:1]))
     return engine, address, addresses
@@ -409,15 +423,15 @@ def _compile_parts(parts: Sequence[Sequence[str]], spec: ChipSpec | None, tm: An
     for t in threads:
         t.start()
     while (mine := take()) is not None:
-        objects[mine] = _compile_here(llvm, parts[mine], tm)
+        objects[mine] = _compile_here(llvm, parts[mine], tm, features)
     for t in threads:
         t.join()
-    return [o if o is not None else _compile_here(llvm, p, tm) for o, p in zip(objects, parts)]
+    return [o if o is not None else _compile_here(llvm, p, tm, features) for o, p in zip(objects, parts)]
 
 
-def _compile_here(llvm: Any, texts: Sequence[str], tm: Any) -> bytes:
+def _compile_here(llvm: Any, texts: Sequence[str], tm: Any, features: str) -> bytes:
     try:
-        return compile_object(llvm, texts, tm)
+        return compile_object(llvm, texts, tm, features)
     except RuntimeError as exc:
         raise CompileError(f"LLVM rejected a part of the module: {exc}", stage="jit") from exc
 
@@ -583,7 +597,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     """The stages that lower already-scheduled IR (loops, vectors, memrefs) to LLVM IR for the host JIT,
     deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
     schedule runs (nvgpu's `emulate`)."""
-    expand_bf16 = "" if converts_bf16(machine(spec)[2]) else (
+    expand_bf16 = "" if not expands_bf16(machine(spec)[2]) else (
         "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
         "arith-expand{include-bf16=true}), ")
     return (

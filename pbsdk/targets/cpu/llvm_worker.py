@@ -33,14 +33,45 @@ def optimize(llvm: Any, mod: Any, tm: Any) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-def compile_object(llvm: Any, texts: Sequence[str], tm: Any) -> bytes:
-    """The object file of ``texts`` (the first, with the others linked in), optimised at O3 for ``tm``.
-    Raises RuntimeError (llvmlite's) when a text does not parse or verify."""
+#: Target features with which LLVM 22's x86 back end cannot legalise bf16 arithmetic (``fadd``/``fmul``/...
+#: on ``bfloat`` values, ``llvm.maximum.bf16``): the type is legal as AVX512-FP16 registers hold it, its
+#: arithmetic is not, and selection aborts the process ("LegalizeDAG: Unexpected illegal type!"). The O3
+#: pipeline's InstCombine makes such arithmetic from ``fptrunc(op(fpext x, fpext y))`` to bf16, so the cpu
+#: lowering keeps bf16 conversions out of LLVM IR for such a machine (`pbsdk.targets.cpu.expands_bf16`), and
+#: `illegal_bf16` refuses whatever still reaches the back end.
+BF16_ARITHMETIC_ILLEGAL = frozenset({"+avx512fp16"})
+_BF16_OPS = ("fadd", "fsub", "fmul", "fdiv", "frem", "fneg", "fcmp")
+
+
+def illegal_bf16(mod: Any, features: str) -> str | None:
+    """The first bf16 arithmetic instruction of ``mod`` (an optimised llvmlite module) and its function, on a
+    machine whose ``features`` cannot legalise it (`BF16_ARITHMETIC_ILLEGAL`); None when there is none or
+    the machine can."""
+    if not BF16_ARITHMETIC_ILLEGAL & {f.strip() for f in features.split(",")}:
+        return None
+    for fn in mod.functions:
+        for block in fn.blocks:
+            for ins in block.instructions:
+                if ins.opcode in _BF16_OPS or ins.opcode == "call":
+                    text = str(ins)
+                    if "bfloat" in text and (ins.opcode != "call" or ".bf16(" in text or "bf16(" in text):
+                        return f"{text.strip()} (in @{fn.name})"
+    return None
+
+
+def compile_object(llvm: Any, texts: Sequence[str], tm: Any, features: str = "") -> bytes:
+    """The object file of ``texts`` (the first, with the others linked in), optimised at O3 for ``tm``
+    (whose target features are ``features``). Raises RuntimeError (llvmlite's) when a text does not parse or
+    verify, or when the optimised module holds bf16 arithmetic the machine cannot legalise (`illegal_bf16`),
+    before the back end would abort on it."""
     mod = llvm.parse_assembly(texts[0])
     for text in texts[1:]:
         mod.link_in(llvm.parse_assembly(text))
     mod.verify()
     optimize(llvm, mod, tm)
+    bad = illegal_bf16(mod, features)
+    if bad is not None:
+        raise RuntimeError(f"bf16 arithmetic the target machine cannot legalise: {bad}")
     return bytes(tm.emit_object(mod))
 
 
@@ -69,7 +100,8 @@ def serve(stdin: Any, stdout: Any) -> None:
             if tm is None:
                 machine = json.loads(line)
                 tm = machines[line] = target_machine_for(llvm, machine["triple"], machine["cpu"], machine["features"])
-            status, reply = 0, compile_object(llvm, [t.decode() for t in rest.split(b"\0")], tm)
+            status, reply = 0, compile_object(llvm, [t.decode() for t in rest.split(b"\0")], tm,
+                                              json.loads(line)["features"])
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which compiles the part itself
             status, reply = 1, f"{type(exc).__name__}: {exc}".encode()
         stdout.write(bytes([status]) + len(reply).to_bytes(8, "big") + reply)
