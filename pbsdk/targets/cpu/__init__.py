@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.runtime.kernel import aligned_empty
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
+from pbsdk.targets.cpu import hooks as _cpu_hooks
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
@@ -550,6 +551,15 @@ class CpuTarget(Target):
     attention_forms = ("lanes",)
     default_spec = "host"
     description = "host CPU: LLVM via llvmlite MCJIT, runs in-process on numpy buffers"
+    #: The cpu target's implementation of the hook contract (`pbsdk.targets.cpu.hooks`); a subclass sets its
+    #: own module or object and keeps this one's functions for the hooks it does not implement.
+    hooks: ClassVar[Any] = _cpu_hooks
+
+    def resolved_hook(self, name: str) -> Any:
+        """The function for hook ``name``: the target's ``hooks``' where it implements it
+        (`Target.implemented_hooks`, which raises `TargetError` for a misspelt hook), the cpu target's own
+        (`pbsdk.targets.cpu.hooks`) otherwise."""
+        return getattr(self.hooks if name in self.implemented_hooks() else _cpu_hooks, name)
 
     def check_spec(self, spec: ChipSpec) -> None:
         if spec.kind != "cpu":
@@ -566,7 +576,7 @@ class CpuTarget(Target):
                   description="kernels of repeated layers (identical but for their names) built once"),
             Stage("attention", fn=AttentionKernels().apply,
                   description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
-            Stage("pack-contractions", fn=PackContractions().apply,
+            Stage("pack-contractions", fn=PackContractions(unit_step=self.resolved_hook("unit_step")).apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("depthwise", fn=DepthwiseKernels().apply,
                   description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),

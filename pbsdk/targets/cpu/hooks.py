@@ -6,19 +6,23 @@ ops on the host.
 LLVM dialect (``llvm.call_intrinsic``), which the vector and LLVM lowerings carry through unchanged. The
 micro-kernel of `pbsdk.targets.cpu.unit_kernel` calls it ``mr * nv`` times per group of k.
 
-A plugin replaces it by subclassing `pbsdk.targets.cpu.CpuTarget` with ``hooks`` set to an object whose
-``unit_step`` builds something else (`CpuTarget.unit_step_hook` picks it up).
+This module is the cpu target's ``hooks`` (`pbsdk.core.target.Target.hooks`), checked against the contract
+(`pbsdk.core.hook_contract.HOOKS`) like any plugin's. A plugin replaces a hook by subclassing
+`pbsdk.targets.cpu.CpuTarget` with ``hooks`` set to its own module or object: what that implements is used
+(`CpuTarget.resolved_hook`), this module's function otherwise.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 from mlir import ir
 from mlir.dialects import llvm
 
 from pbsdk.core.errors import CompileError
+from pbsdk.core.hooks import UnitStep
 from pbsdk.core.spec import ChipSpec, MatrixUnit
+
+#: Public functions here that are not hooks (`pbsdk.core.hook_contract.check_hooks`).
+__pbsdk_helpers__ = ("lowerable",)
 
 #: LLVM intrinsic of each unit in the vector registers, by (unit name, vector width in bits), and the
 #: target features the instruction needs (any one of the sets).
@@ -29,18 +33,6 @@ INTRINSICS: dict[tuple[str, int], tuple[str, tuple[frozenset[str], ...]]] = {
     ("vpdpbusd", 256): ("llvm.x86.avx512.vpdpbusd.256", (frozenset({"+avx512vnni", "+avx512vl"}),
                                                           frozenset({"+avxvnni"}))),
 }
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class UnitStep:
-    """One instruction of ``unit`` on register values: ``acc' = acc + A x B``. ``acc_type`` is the
-    accumulator vector (``n`` lanes of the accumulator dtype), ``a_type``/``b_type`` the operands
-    (``n * k`` values: a group of ``k`` values of a row of A in every lane; ``k`` rows of B interleaved)."""
-
-    unit: MatrixUnit
-    acc_type: ir.Type
-    a_type: ir.Type
-    b_type: ir.Type
 
 
 def lowerable(unit: MatrixUnit, width_bits: int, features: str) -> str | None:

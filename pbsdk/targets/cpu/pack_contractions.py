@@ -32,6 +32,8 @@ from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
+from pbsdk.core.errors import CompileError
+from pbsdk.core.hooks import UnitStep
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
@@ -214,7 +216,8 @@ def unit_spec(spec: ChipSpec) -> tuple[ChipSpec, list[str]]:
     return spec.model_copy(update={"matrix_units": keep}), why
 
 
-def _unit_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str]) -> int:
+def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operation, name: str, ctx: Any,
+                      notes: list[str]) -> int:
     """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
     unit in the vector registers the cpu target lowers; else record why it takes the generic lowering.
     Returns how many kernels were built (0 or 1)."""
@@ -239,7 +242,7 @@ def _unit_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, 
     fill = _zero_fill_before(op)
     fused = find_epilogue(op) if ctx.options.fuse_epilogues else None
     with op.location:
-        step = unit_step_builder(unit, ctx)
+        step = unit_step_builder(unit, module, ctx, self.unit_step)
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, b, c), blk, step,
                                    zero_init=fill is not None, epilogue=fused[0] if fused else None)
         func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
@@ -257,21 +260,37 @@ def _unit_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, 
     return 1
 
 
-def unit_step_builder(unit: MatrixUnit, ctx: Any) -> Callable[[ir.Value, ir.Value, ir.Value], ir.Value]:
-    """``step(acc, a, b)``: the target's ``unit_step`` hook for ``unit`` on L-lane vectors."""
-    from pbsdk.targets.cpu.hooks import UnitStep
-
-    hook = ctx.notes.get("cpu.unit_step") or default_unit_step
+def unit_step_builder(unit: MatrixUnit, module: ir.Module, ctx: Any, hook: UnitStepHook
+                      ) -> Callable[[ir.Value, ir.Value, ir.Value], ir.Value]:
+    """``step(acc, a, b)``: the target's ``unit_step`` ``hook`` for ``unit`` on vectors of ``unit.n``
+    accumulators; a hook that returns anything but a value of the accumulator's type is a `CompileError`
+    naming it."""
     lanes = unit.n
     acc_t = ir.VectorType.get([lanes], element_type(unit.accumulator_dtype))
     op_t = ir.VectorType.get([lanes * unit.k], element_type(unit.operand_dtype))
-    desc = UnitStep(unit=unit, acc_type=acc_t, a_type=op_t, b_type=op_t)
-    return lambda acc, a, b: hook(desc, acc, a, b, ctx.spec)
+    desc = UnitStep(module=module, unit=unit, acc_type=acc_t, a_type=op_t, b_type=op_t)
+
+    def step(acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+        out = hook(desc, acc, a, b, ctx.spec)
+        if not isinstance(out, ir.Value) or out.type != acc_t:
+            raise CompileError(f"hook unit_step ({getattr(hook, '__module__', '?')}) returned {out!r} for "
+                               f"{unit.name}, not a value of {acc_t}", op="matmul")
+        return out
+
+    return step
+
+
+#: The signature of the contract's ``unit_step`` hook (`pbsdk.core.hook_contract.HOOKS`).
+UnitStepHook = Callable[[UnitStep, ir.Value, ir.Value, ir.Value, ChipSpec], ir.Value]
 
 
 @dataclasses.dataclass(frozen=True)
 class PackContractions:
+    """The pass; ``unit_step`` is the target's hook that builds one instruction of a matrix unit kept in
+    the vector registers (`pbsdk.targets.cpu.hooks.unit_step` unless a plugin replaces it)."""
+
     name = "pack-contractions"
+    unit_step: UnitStepHook = default_unit_step
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
         if not ctx.options.pack:
@@ -289,7 +308,7 @@ class PackContractions:
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
-                count += _unit_contraction(module, op, f"__pbsdk_mm{count}", ctx, notes)
+                count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes)
                 continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
