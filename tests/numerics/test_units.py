@@ -132,3 +132,45 @@ def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> N
     tm = target_machine(chip)
     asm = tm.emit_assembly(parse_llvm_ir(artifact.payload))
     assert instruction in asm
+
+
+@needs_bf16_unit
+@pytest.mark.parametrize("m, k, n", [(128, 768, 300), (1, 70, 50), (33, 1100, 64)])
+def test_bf16_constant_weights_are_packed_at_compile_time(m: int, k: int, n: int) -> None:
+    """A frozen weight (torch.compile of an nn.Linear in bf16) is packed into the unit's interleaved panels
+    once, at compile time: the kernel reads it in place, the bias and the rounding are folded in."""
+    import torch
+
+    from pbsdk.frontends import torch as pbsdk_torch
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(k, n).eval().to(torch.bfloat16)
+    x = torch.randn(m, k).to(torch.bfloat16)
+    pbsdk_torch.clear_reports()
+    with torch.no_grad():
+        got = torch.compile(lin, backend="pbsdk", options={"target": "cpu"})(x)
+        want = lin(x)
+    assert sum(len(r.fallback_ops) for r in pbsdk_torch.reports()) == 0
+    assert_close(got.float().numpy().astype(BF16), want.float().numpy().astype(BF16), op="matmul", dtype="bf16",
+                 reduction_size=k, accumulator="f32")
+
+
+@needs_i8_unit
+def test_i8_constant_weights_are_packed_at_compile_time() -> None:
+    """An i8 weight packed at compile time: the kernel computes B's column sums (the u8 correction) from the
+    prepacked panels on every k block."""
+    from pbsdk.targets.cpu.unit_kernel import pack_unit_panels, unit_packed_shape
+
+    rng = np.random.default_rng(7)
+    b = rng.integers(-128, 128, (70, 50), dtype=np.int8)
+    packed = pack_unit_panels(b, 32, 4, 16)
+    assert packed.shape == unit_packed_shape(70, 50, 32, 4) == (2, 18, 128)
+    # panel 1, group 3, vector 0, lane 5, t 2 -> b[3*4 + 2, 32 + 5]
+    assert packed[1, 3, 5 * 4 + 2] == b[14, 37]
+    assert packed[1, 17, 4 * 18 + 3] == 0 and packed[1, 0, 18 * 4] == 0  # past k, past n: zero
+    a = rng.integers(-128, 128, (45, 70), dtype=np.int8)
+    for threads in (1, 2):
+        fn = pbsdk.jit(lambda x: x @ b, target="cpu", options={"threads": threads, "cache": False})
+        np.testing.assert_array_equal(fn(a), a.astype(np.int32) @ b.astype(np.int32))
+        assert "memref<2x18x128xi8>" in _packed(fn, a)  # the constant reaches the kernel packed
+

@@ -48,6 +48,7 @@ from pbsdk.targets.cpu.matmul_kernel import (
 )
 from pbsdk.targets.cpu.prepack import (
     ConstantB,
+    Packing,
     find_constant,
     function_of,
     packed_type,
@@ -55,7 +56,13 @@ from pbsdk.targets.cpu.prepack import (
     set_argument_type,
 )
 from pbsdk.targets.cpu.unit_kernel import OPERANDS as UNIT_OPERANDS
-from pbsdk.targets.cpu.unit_kernel import UnitShape, build_unit_kernel, find_epilogue
+from pbsdk.targets.cpu.unit_kernel import (
+    UnitShape,
+    build_unit_kernel,
+    find_epilogue,
+    pack_unit_panels,
+    unit_packed_shape,
+)
 from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 
 _FLOATS = {"f32", "f64"}
@@ -217,7 +224,7 @@ def unit_spec(spec: ChipSpec) -> tuple[ChipSpec, list[str]]:
 
 
 def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operation, name: str, ctx: Any,
-                      notes: list[str]) -> int:
+                      notes: list[str], calls: dict[str, list[ir.Operation]]) -> int:
     """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
     unit in the vector registers the cpu target lowers; else record why it takes the generic lowering.
     Returns how many kernels were built (0 or 1)."""
@@ -228,7 +235,9 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     n = b.shape[-1]
     bsz = a.shape[0] if batched else 0
     spec, dropped = unit_spec(ctx.spec)
-    plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype), ctx.options)
+    sources = (_constant_operand(op, 1, calls, len(ctx.constants))
+               if ctx.options.prepack_b and not batched and _unit_inner_stride(b) else None)
+    plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
     if acc != UNIT_OPERANDS[dtype][0] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
@@ -241,20 +250,29 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
     fill = _zero_fill_before(op)
     fused = find_epilogue(op) if ctx.options.fuse_epilogues else None
+    b_operand = op.operands[1]
     with op.location:
+        packing: Packing | None = None
+        if sources:
+            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, unit.k)), b.element_type)
+            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, unit.k, blk.lanes), packed_t)
         step = unit_step_builder(unit, module, ctx, self.unit_step)
-        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, b, c), blk, step,
-                                   zero_init=fill is not None, epilogue=fused[0] if fused else None)
-        func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c), blk,
+                                   step, zero_init=fill is not None, epilogue=fused[0] if fused else None,
+                                   prepacked_b=packing is not None)
+        new = func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
     fused_ops = len(list(fused[0].generic.regions[0].blocks[0].operations)) - 1 if fused else 0
     if fused:
         fused[0].generic.erase()
     op.erase()
     if fill is not None:
         fill.erase()
+    if sources and packing:
+        _prepack(b_operand, new.operation, sources, blk.nr, ctx, packing=packing)
     notes.append(f"{where}: unit kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}), register tile "
                  f"{blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, {blk.threads} part(s) along {blk.split}"
                  + ("" if blk.pack_a else ", A read in place")
+                 + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")
                  + (f", epilogue of {fused_ops} ops fused "
                     f"(stores {fused[0].out_type.element_type})" if fused else ""))
     return 1
@@ -308,7 +326,7 @@ class PackContractions:
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
-                count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes)
+                count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes, calls)
                 continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
@@ -510,22 +528,22 @@ def _read_source(operand: ir.Value, feeds: list[TransposedFeed]) -> None:
 
 
 def _prepack(b: ir.Value, kernel_call: ir.Operation, sources: list[tuple[ir.Operation | None, ConstantB]],
-             nr: int, ctx: Any, *, transposed: bool = False) -> None:
+             nr: int, ctx: Any, *, transposed: bool = False, packing: Packing | None = None) -> None:
     """Pack the constants `_constant_operand` found for the operand ``b`` that becomes the kernel's B (the
     matmul now replaced by ``kernel_call``, whose operand 1 it is; with ``transposed`` the given A, packed
     as B^T) and pass them packed: to the kernel call itself, or to every call of the matmul's function
     (whose parameter takes the packed type)."""
     b_type = ir.MemRefType(b.type)
     if sources[0][0] is None:
-        rebind(sources[0][1], kernel_call, 1, nr, ctx, transposed=transposed)
+        rebind(sources[0][1], kernel_call, 1, nr, ctx, transposed=transposed, packing=packing)
         return
     fn = function_of(b)
     assert fn is not None
     position = ir.BlockArgument(b).arg_number
-    set_argument_type(fn, position, packed_type(b_type, nr, transposed=transposed))
+    set_argument_type(fn, position, packing[1] if packing else packed_type(b_type, nr, transposed=transposed))
     for call, found in sources:
         assert call is not None
-        rebind(found, call, position, nr, ctx, transposed=transposed)
+        rebind(found, call, position, nr, ctx, transposed=transposed, packing=packing)
 
 
 def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operation, ir.Operation | None,

@@ -20,8 +20,10 @@ takes a packed B only when every call passes one: the caller checks that with `f
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from mlir import ir
 
 from pbsdk.core.ir import attributes
@@ -100,19 +102,27 @@ def packed_type(t: ir.MemRefType, nr: int, *, transposed: bool = False) -> ir.Me
     return ir.MemRefType.get(list(packed_b_shape(k, n, nr)), t.element_type, loc=ir.Location.unknown(t.context))
 
 
+#: A packing of a constant k x n matrix at compile time, and the memref type of its result: what `rebind`
+#: applies instead of the FMA kernel's panels (`pack_b_panels` for ``nr``) when given.
+Packing = tuple[Callable[[np.ndarray], np.ndarray], ir.MemRefType]
+
+
 def rebind(found: ConstantB, user: ir.Operation, operand: int, nr: int, ctx: Any, *,
-           transposed: bool = False) -> ir.Value:
+           transposed: bool = False, packing: Packing | None = None) -> ir.Value:
     """Pack constant ``found.index`` for ``nr`` (in ``ctx.constants``; with ``transposed`` the matrix is
-    n x k and its transpose is packed), give its entry argument the packed type and make it ``user``'s
-    operand ``operand`` (the view goes). Returns the argument."""
+    n x k and its transpose is packed; with ``packing``, by its function into its type), give its entry
+    argument the packed type and make it ``user``'s operand ``operand`` (the view goes). Returns the
+    argument."""
     value = user.operands[operand]
     t = ir.MemRefType(value.type)
     rows, cols = t.shape
     matrix = ctx.constants[found.index].reshape(rows, cols)
+    matrix = matrix.T if transposed else matrix
     constants = list(ctx.constants)
-    constants[found.index] = pack_b_panels(matrix.T if transposed else matrix, nr)
+    constants[found.index] = packing[0](matrix) if packing else pack_b_panels(matrix, nr)
     ctx.constants = tuple(constants)
-    set_argument_type(found.entry, found.position, packed_type(t, nr, transposed=transposed))
+    set_argument_type(found.entry, found.position,
+                      packing[1] if packing else packed_type(t, nr, transposed=transposed))
     user.operands[operand] = found.arg
     if found.view is not None:
         found.view.erase()

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
@@ -59,6 +60,28 @@ class UnitShape:
 
 
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+def unit_packed_shape(k: int, n: int, nr: int, u: int) -> tuple[int, int, int]:
+    """The shape of B (k x n) packed by `pack_unit_panels`: ``(ceil(n/nr), ceil(k/u), nr*u)``."""
+    return (-(-n // nr), -(-k // u), nr * u)
+
+
+def pack_unit_panels(b: np.ndarray, nr: int, u: int, lanes: int) -> np.ndarray:
+    """B (k x n) as a unit kernel's panels at compile time: ``out[p, g, v*L*u + j*u + t] = b[g*u + t,
+    p*nr + v*L + j]`` (``L = lanes``), zero past k and n; C order, 64-byte aligned: what the kernel packs
+    per call otherwise (`_UnitKernel.pack_b_panel`)."""
+    from pbsdk.core.runtime.kernel import aligned_empty
+
+    k, n = b.shape
+    panels, groups, width = unit_packed_shape(k, n, nr, u)
+    padded = np.zeros((groups * u, panels * nr), b.dtype)
+    padded[:k, :n] = b
+    # [g, t, p, v, j] -> [p, g, v, j, t]
+    laid = padded.reshape(groups, u, panels, nr // lanes, lanes).transpose(2, 0, 3, 4, 1)
+    out = aligned_empty(panels * groups * width * b.dtype.itemsize, 64).view(b.dtype).reshape(panels, groups, width)
+    out[...] = laid.reshape(panels, groups, width)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,7 +181,7 @@ def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Valu
     raise ValueError("epilogue body without linalg.yield")
 
 
-def check(shape: UnitShape, blk: Blocking) -> None:
+def check(shape: UnitShape, blk: Blocking, prepacked: bool = False) -> None:
     """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
     IR is built)."""
     if shape.operand not in OPERANDS:
@@ -166,29 +189,34 @@ def check(shape: UnitShape, blk: Blocking) -> None:
     acc, u = OPERANDS[shape.operand]
     if blk.unit_k != u or blk.unit == "":
         raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a {u}-deep {shape.operand} unit")
+    if prepacked and (shape.batch or list(shape.b_type.shape) != list(unit_packed_shape(shape.k, shape.n, blk.nr, u))):
+        raise ValueError(f"unit kernel: a prepacked B needs a plain matmul and B packed for nr {blk.nr} "
+                         f"{unit_packed_shape(shape.k, shape.n, blk.nr, u)}, got {shape.b_type}")
     if str(shape.b_type.element_type) != shape.operand or str(shape.c_type.element_type) != acc:
         raise ValueError(f"unit kernel: A {shape.a_type}, B {shape.b_type}, C {shape.c_type}: B must be "
                          f"{shape.operand} and C {acc}")
     if blk.transposed or blk.kc % u or blk.mc % blk.mr or blk.nc % blk.nr:
         raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
     rank = 3 if shape.batch else 2
-    for t in (shape.a_type, shape.b_type, shape.c_type):
+    for t in (shape.a_type, shape.c_type) if prepacked else (shape.a_type, shape.b_type, shape.c_type):
         strides, _ = t.get_strides_and_offset()
         if t.rank != rank or strides[-1] != 1:
             raise ValueError(f"unit kernel: operand {t} is not rank {rank} with a unit innermost stride")
 
 
 def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Blocking, step: StepFn, *,
-                      zero_init: bool = False, epilogue: UnitEpilogue | None = None) -> func.FuncOp:
+                      zero_init: bool = False, epilogue: UnitEpilogue | None = None,
+                      prepacked_b: bool = False) -> func.FuncOp:
     """Append ``@{name}_part(A, B, C[, E..., D], t)`` (public: thread part ``t``, for the fork glue) and
     ``@{name}(A, B, C[, E..., D])`` (private: every part, in an ``scf.forall`` when there are several) to
     ``module``; return the latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's
     contents are taken to be zero: its first k block is stored, not added. With an ``epilogue`` the last k
     block stores ``epilogue(C + acc)`` to D instead (C then holds partial sums only, and is not touched at
-    all when one k block covers K). Needs an enclosing ``ir.Location``."""
-    check(shape, blk)
+    all when one k block covers K). With ``prepacked_b`` B comes as `pack_unit_panels` made it
+    (``shape.b_type`` is that packed type) and is read in place. Needs an enclosing ``ir.Location``."""
+    check(shape, blk, prepacked_b)
     with ir.InsertionPoint(module.body):
-        part = _UnitKernel(shape, blk, step, zero_init, epilogue).build(f"{name}_part")
+        part = _UnitKernel(shape, blk, step, zero_init, epilogue, prepacked_b).build(f"{name}_part")
         op = func.FuncOp(name, (list(part.type.inputs)[:-1], []), visibility="private")
         entry = op.add_entry_block()
         with ir.InsertionPoint(entry):
@@ -224,8 +252,9 @@ class _UnitKernel:
     `Blocking`, every type from the `UnitShape`."""
 
     def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool,
-                 epilogue: UnitEpilogue | None) -> None:
+                 epilogue: UnitEpilogue | None, prepacked: bool = False) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
+        self.prepacked = prepacked
         self.u, self.L = blk.unit_k, blk.lanes
         self.et = shape.a_type.element_type
         self.acc_t = shape.c_type.element_type
@@ -280,8 +309,9 @@ class _UnitKernel:
             b0, b1, m0, m1, n0, n1 = self.partition(tid)
             self.m1, self.n1 = m1, n1
             groups = blk.kc // self.u
-            self.Bp = memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, groups, blk.nr * self.u], self.et), [], [],
-                                   alignment=64)
+            self.Bp = (None if self.prepacked else
+                       memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, groups, blk.nr * self.u], self.et), [], [],
+                                    alignment=64))
             self.Ap = (memref.alloc(ir.MemRefType.get([blk.mc // blk.mr, groups, blk.mr * self.u], self.et), [], [],
                                     alignment=64) if blk.pack_a else None)
             self.Cr = (memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, blk.nr], self.acc_t), [], [], alignment=64)
@@ -312,7 +342,10 @@ class _UnitKernel:
         groups = arith.divui(arith.addi(kc, c(self.u - 1)), c(self.u))
         nc = self.min(c(blk.nc), arith.subi(self.n1, jc))
         panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
-        _for(c(0), panels, c(1), lambda jb: self.pack_b_panel(lead, jc, pc, jb, groups))
+        if not self.prepacked:
+            _for(c(0), panels, c(1), lambda jb: self.pack_b_panel(lead, jc, pc, jb, groups))
+        elif self.signed_a:
+            _for(c(0), panels, c(1), lambda jb: self.prepacked_sums(jc, pc, jb, groups))
         first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if self.zero_init else None
         self.last = (arith.cmpi(arith.CmpIPredicate.sge, arith.addi(pc, kc), c(self.shape.k))
                      if self.epilogue is not None and self.shape.k > blk.kc else None)
@@ -354,14 +387,38 @@ class _UnitKernel:
                 packed = self.interleave(rows)
                 vector.store(packed, self.Bp, [jb, g, c(v * L * u)])
                 if self.signed_a:
-                    ones = vector.bitcast(self.wide_t, vector.broadcast(
-                        ir.VectorType.get([L], self.i32), arith.constant(self.i32, -0x7F7F7F80)))
-                    out.append(self.step(sums[v], ones, packed))
+                    out.append(self.step(sums[v], self.ones(), packed))
             return out
 
-        sums = _for_values(c(0), groups, c(1), init, group)
+        self.store_sums(jb, _for_values(c(0), groups, c(1), init, group))
+
+    def prepacked_sums(self, jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
+        """`store_sums` of panel ``jb`` of a B packed at compile time (int8), from its groups in this k block."""
+        def group(g: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
+            return [self.step(sums[v], self.ones(), vector.load(self.wide_t, self.B, self.b_at(jc, pc, jb, g, v)))
+                    for v in range(self.blk.nv)]
+
+        c = self.c
+        self.store_sums(jb, _for_values(c(0), groups, c(1), [self.zero(self.vacc)] * self.blk.nv, group))
+
+    def ones(self) -> ir.Value:
+        """128 in every byte: the unit's A operand whose products with B are 128 times B's column sums."""
+        return vector.bitcast(self.wide_t, vector.broadcast(ir.VectorType.get([self.L], self.i32),
+                                                            arith.constant(self.i32, -0x7F7F7F80)))
+
+    def store_sums(self, jb: ir.Value, sums: list[ir.Value]) -> None:
+        """``Cr[jb, :] = -(128 * column sums)``: where panel ``jb``'s accumulators start (int8)."""
         for v, total in enumerate(sums):
-            vector.store(arith.subi(self.zero(self.vacc), total), self.Cr, [jb, c(v * L)])
+            vector.store(arith.subi(self.zero(self.vacc), total), self.Cr, [jb, self.c(v * self.L)])
+
+    def b_at(self, jc: ir.Value, pc: ir.Value, jb: ir.Value, g: ir.Value, v: int) -> list[ir.Value]:
+        """Where vector ``v`` of group ``g`` of panel ``jb`` (of the block at ``jc``, ``pc``) is: in the panels
+        packed per call, or in the prepacked ones (whole panels of B, the block's offset added)."""
+        c, blk = self.c, self.blk
+        off = c(v * self.L * self.u)
+        if not self.prepacked:
+            return [jb, g, off]
+        return [arith.addi(arith.divui(jc, c(blk.nr)), jb), arith.addi(arith.divui(pc, c(self.u)), g), off]
 
     def a_group(self, lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
         """The group of u values of A at ``[row, kk]`` (zero past K: a masked load at K's tail)."""
@@ -400,7 +457,8 @@ class _UnitKernel:
             init = [self.zero(self.vacc)] * (blk.mr * blk.nv)
 
         def group(g: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            bv = [vector.load(self.wide_t, self.Bp, [jb, g, c(v * L * u)]) for v in range(blk.nv)]
+            src = self.B if self.prepacked else self.Bp
+            bv = [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(blk.nv)]
             out = list(acc)
             for i in range(blk.mr):
                 if self.Ap is not None:
