@@ -16,19 +16,21 @@ The loop nest is the BLIS one (Goto's algorithm), with every size taken from a `
                 nr/lanes vector loads of B per k step, then C += acc (masked at the edges)
 
 Packing B is vector loads/stores (masked at the n tail); packing A (rows along k into k-major panels) goes
-through L x L register transposes (`transposing_pack`: L vector loads along k, `transpose_vectors`, L
-stores of the panel's mr lanes), as does packing a B stored [n, k] (see `MatmulShape`). Rows and columns of
-a micro-tile beyond the matrix are computed on whatever the packed buffer holds and never stored, so the packed buffers need no
-zero padding. The kernel accumulates into C (``C += A @ B``), which is what ``linalg.matmul`` means; the
-preceding ``linalg.fill`` stays separate unless the caller asks for ``zero_init``.
+through L x L register transposes (`_PartBuilder._transposing_pack`: L vector loads along k,
+`transpose_vectors`, L stores of the panel's mr lanes), as does packing a B stored [n, k] (see
+`MatmulShape`). Rows and columns of a micro-tile beyond the matrix are computed on whatever the packed
+buffer holds and never stored, so the packed buffers need no zero padding. The kernel accumulates into C
+(``C += A @ B``), which is what ``linalg.matmul`` means; the preceding ``linalg.fill`` stays separate unless
+the caller asks for ``zero_init``.
 
 A constant B (a frozen weight) can come packed already (``prepacked_b``): `pack_b_panels` lays it out at
 compile time as the micro-panels of the whole matrix, ``[ceil(n/nr), k, nr]``, zero-padded past column n, and
 the kernel then reads its (jc, pc) block of panels in place: no B packing at run time, and threads that
 split the rows share one copy instead of each packing all of B.
 
-`build_matmul_kernel` adds the kernel to a module; `pbsdk.targets.cpu.pack_contractions` decides where
-to use it.
+`build_matmul_kernel` adds the kernel to a module: it checks its arguments once (`KernelConfig`), then
+builds one thread's part with a `_PartBuilder`, one method per loop level, packing and step of the C update.
+`pbsdk.targets.cpu.pack_contractions` decides where to use it.
 """
 
 from __future__ import annotations
@@ -384,10 +386,13 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
     first k block stores instead of adding. With a ``window`` the first operand is the convolution's
     input ``X`` (``window.x_type``) instead of A, read in place (see `Window`; ``blk.kc`` must be a
     `window_k_block`). With ``prepacked_b`` B comes as `pack_b_panels` made it for ``blk.nr``
-    (``shape.b_type`` is that packed type) and is not packed again. Like every builder of the bindings, it
-    needs an enclosing ``ir.Location`` (the ops take it)."""
+    (``shape.b_type`` is that packed type) and is not packed again. A combination that makes no kernel
+    is a ValueError (`KernelConfig`). Like every builder of the bindings, it needs an enclosing
+    ``ir.Location`` (the ops take it)."""
+    config = KernelConfig(f"{name}_part", shape, blk, epilogue=epilogue, zero_init=zero_init, window=window,
+                          prepacked_b=prepacked_b)
     with ir.InsertionPoint(module.body):
-        part = _build_part(f"{name}_part", shape, blk, epilogue, zero_init, window, prepacked_b)
+        part = _PartBuilder(config).build()
         arg_types = list(part.type.inputs)[:-1]
         op = func.FuncOp(name, (arg_types, []), visibility="private")
         entry = op.add_entry_block()
@@ -397,457 +402,620 @@ def build_matmul_kernel(module: ir.Module, name: str, shape: MatmulShape, blk: B
     return op
 
 
-def _build_part(name: str, shape: MatmulShape, blk: Blocking, epilogue: Epilogue | None,
-                zero_init: bool, window: Window | None = None, prepacked_b: bool = False) -> func.FuncOp:
-    """``@{name}(A, B, C[, E..., D], t)``: thread part ``t`` of the kernel (see `build_matmul_kernel`)."""
-    t = shape.dtype
-    L, mr, nv, nr = blk.lanes, blk.mr, blk.nv, blk.nr
-    eb = 8 if str(t) == "f64" else 4  # element bytes (the kernels are f32 or f64)
-    index = ir.IndexType.get()
-    vt = ir.VectorType.get([L], t)
-    mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
-    a_km, b_nk, c_nm = shape.a_layout == "km", shape.b_layout == "nk", shape.c_layout == "nm"
-    # A stored [m, k] is packed through L x L transposes like B stored [n, k] (rows up to a head and a block
-    # past kc).
-    ap_type = ir.MemRefType.get([blk.mc // mr, blk.kc if a_km else -(-blk.kc // L) * L + L, mr], t)
-    # A B stored [n, k] is packed L x L blocks at a time, the first one short so that the rest load aligned
-    # vectors: the panel rows run up to a whole block and a head past kc.
-    bp_type = ir.MemRefType.get([blk.nc // nr, -(-blk.kc // L) * L + L if b_nk else blk.kc, nr], t)
-    batched = shape.batch >= 1
-    extra_types = [] if epilogue is None else [mt_ for _, mt_ in epilogue.inputs] + [epilogue.out_type]
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """What one thread part ``@{name}`` of a kernel computes (`build_matmul_kernel`'s arguments), checked
+    once when made: a combination that makes no kernel is a ValueError naming ``name``. The properties
+    are the facts the builder derives from it (layouts, which operands are packed, the buffers' types);
+    the types are made in the current MLIR context."""
 
-    if window is not None and (batched or (blk.kc % window.run and window.run % blk.kc)
-                               or (window.row_runs and window.geometry.dw != 1)):
-        raise ValueError(f"{name}: a window needs a plain matmul, kc {blk.kc} in whole runs or dividing the "
-                         f"run of {window.run}, and adjacent kernel columns for row runs")
-    if prepacked_b and (batched or tuple(shape.b_type.shape) != packed_b_shape(shape.k, shape.n, nr)):
-        raise ValueError(f"{name}: a prepacked B needs a plain matmul and the type of B packed for nr {nr} "
-                         f"{packed_b_shape(shape.k, shape.n, nr)}, got {shape.b_type}")
-    if (a_km or b_nk or c_nm) and window is not None:
-        raise ValueError(f"{name}: a window reads its input in place as A[m, k]; layouts {shape.a_layout}/"
-                         f"{shape.b_layout}/{shape.c_layout} are not for it")
-    if b_nk and not prepacked_b and not blk.pack_b:
-        raise ValueError(f"{name}: a B stored [n, k] is read through its packing (pack_b)")
-    a_type = shape.a_type if window is None else window.x_type
-    fn = func.FuncOp(name, ([a_type, shape.b_type, shape.c_type, *extra_types, index], []))
-    entry = fn.add_entry_block()
-    A, B, C, *extra, tid = entry.arguments
-    E, D = extra[:-1], (extra[-1] if extra else None)
-    x = _Index(entry)
-    c = x.const
-    M, N, K, nb = shape.m, shape.n, shape.k, max(shape.batch, 1)
-    T = blk.threads
+    name: str
+    shape: MatmulShape
+    blk: Blocking
+    epilogue: Epilogue | None = None
+    zero_init: bool = False
+    window: Window | None = None
+    prepacked_b: bool = False
 
-    def per_thread(extent: int, unit: int) -> int:
-        """Elements per thread along a split dimension: whole units, spread evenly."""
-        units = -(-extent // unit)
-        return -(-units // T) * unit
+    def __post_init__(self) -> None:
+        self.validate()
 
-    with ir.InsertionPoint(entry):
-        # Thread partition: [b0, b1) x [m0, m1) x [n0, n1).
-        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), c(M), c(0), c(N)
+    def validate(self) -> None:
+        """Raise a ValueError unless the operands' layouts, the blocking and the flags fit together."""
+        shape, blk, window, name = self.shape, self.blk, self.window, self.name
+        if window is not None and (self.batched or (blk.kc % window.run and window.run % blk.kc)
+                                   or (window.row_runs and window.geometry.dw != 1)):
+            raise ValueError(f"{name}: a window needs a plain matmul, kc {blk.kc} in whole runs or dividing the "
+                             f"run of {window.run}, and adjacent kernel columns for row runs")
+        if self.prepacked_b and (self.batched or tuple(shape.b_type.shape) != packed_b_shape(shape.k, shape.n, blk.nr)):
+            raise ValueError(f"{name}: a prepacked B needs a plain matmul and the type of B packed for nr {blk.nr} "
+                             f"{packed_b_shape(shape.k, shape.n, blk.nr)}, got {shape.b_type}")
+        if (self.a_km or self.b_nk or self.c_nm) and window is not None:
+            raise ValueError(f"{name}: a window reads its input in place as A[m, k]; layouts {shape.a_layout}/"
+                             f"{shape.b_layout}/{shape.c_layout} are not for it")
+        if self.b_nk and not self.prepacked_b and not blk.pack_b:
+            raise ValueError(f"{name}: a B stored [n, k] is read through its packing (pack_b)")
+
+    @property
+    def dtype(self) -> ir.Type:
+        return self.shape.dtype
+
+    @property
+    def element_bytes(self) -> int:
+        return 8 if str(self.dtype) == "f64" else 4  # the kernels are f32 or f64
+
+    @property
+    def batched(self) -> bool:
+        """Batched operands are indexed ``[b, row, col]``, plain ones ``[row, col]``."""
+        return self.shape.batch >= 1
+
+    @property
+    def a_km(self) -> bool:
+        return self.shape.a_layout == "km"
+
+    @property
+    def b_nk(self) -> bool:
+        return self.shape.b_layout == "nk"
+
+    @property
+    def c_nm(self) -> bool:
+        return self.shape.c_layout == "nm"
+
+    @property
+    def packs_a(self) -> bool:
+        """A is copied into the block's micro-panels (a window's input is always read in place)."""
+        return self.window is None and self.blk.pack_a
+
+    @property
+    def packs_b(self) -> bool:
+        """B is copied into the block's micro-panels (a prepacked B is read as it comes)."""
+        return self.blk.pack_b and not self.prepacked_b
+
+    @property
+    def stages_sums(self) -> bool:
+        """The last k block's sums go through a scratch micro-tile before the epilogue (see `_update`); an
+        epilogue on a C stored [n, m] is applied on the transposed registers instead."""
+        return self.epilogue is not None and not self.c_nm
+
+    @property
+    def a_packed_type(self) -> ir.MemRefType:
+        """The packed A block: mc/mr k-major micro-panels of mr rows. An A stored [m, k] is packed through
+        L x L transposes like a B stored [n, k]: its panels run a whole block and a head past kc."""
+        blk = self.blk
+        depth = blk.kc if self.a_km else -(-blk.kc // blk.lanes) * blk.lanes + blk.lanes
+        return ir.MemRefType.get([blk.mc // blk.mr, depth, blk.mr], self.dtype)
+
+    @property
+    def b_packed_type(self) -> ir.MemRefType:
+        """The packed B block: nc/nr micro-panels of nr columns. A B stored [n, k] is packed L x L blocks at
+        a time, the first one short so that the rest load aligned vectors: its panels run up to a whole
+        block and a head past kc."""
+        blk = self.blk
+        depth = -(-blk.kc // blk.lanes) * blk.lanes + blk.lanes if self.b_nk else blk.kc
+        return ir.MemRefType.get([blk.nc // blk.nr, depth, blk.nr], self.dtype)
+
+    @property
+    def arg_types(self) -> list[ir.Type]:
+        """``A`` (a window's ``X``), ``B``, ``C``, the epilogue's inputs and ``D``, the thread index."""
+        a_type = self.shape.a_type if self.window is None else self.window.x_type
+        extra = [] if self.epilogue is None else [t for _, t in self.epilogue.inputs] + [self.epilogue.out_type]
+        return [a_type, self.shape.b_type, self.shape.c_type, *extra, ir.IndexType.get()]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tile:
+    """Where a micro-tile is: its batch index (``lead``), its B block (columns from ``jc``, k from ``pc``,
+    ``kc`` of them), its A block (rows from ``ic``) and its offset in the blocks (``jr``, ``row``); B's
+    packed ``panel`` (None: B read in place, through the ``direct`` columns and masks) and the tile's
+    ``rows`` clamped to the part's last (where C is prefetched and an A in place is read; else empty)."""
+
+    lead: list[ir.Value]
+    jc: ir.Value
+    pc: ir.Value
+    kc: ir.Value
+    ic: ir.Value
+    jr: ir.Value
+    row: ir.Value
+    panel: ir.Value | None
+    direct: list[tuple[ir.Value, ir.Value]]
+    rows: list[ir.Value]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sums:
+    """A micro-tile's accumulators after its k loop (``acc``: mr x nv vectors, row-major) and where they
+    go: C's element at the tile's corner (``row0``, ``col0``), the rows and columns of the tile inside
+    the part (``rvalid``, ``cvalid``), and with zero_init whether this is the first k block (``first``)."""
+
+    lead: list[ir.Value]
+    row0: ir.Value
+    col0: ir.Value
+    rvalid: ir.Value
+    cvalid: ir.Value
+    acc: list[ir.Value]
+    first: ir.Value | None
+
+
+def _per_thread(extent: int, unit: int, threads: int) -> int:
+    """Elements per thread along a split dimension: whole units, spread evenly."""
+    units = -(-extent // unit)
+    return -(-units // threads) * unit
+
+
+class _PartBuilder:
+    """Builds ``@{name}(A, B, C[, E..., D], t)``, thread part ``t`` of the kernel of a `KernelConfig`
+    (see `build_matmul_kernel`), at the current insertion point. The constructor makes the function and
+    its prologue (this thread's part, the packed and scratch buffers); `build` adds the loop nest, one
+    method per loop level and per packing (the module docstring's pseudo-code), and returns it."""
+
+    def __init__(self, config: KernelConfig) -> None:
+        self.cfg = cfg = config
+        blk, shape = cfg.blk, cfg.shape
+        self.L, self.mr, self.nv, self.nr = blk.lanes, blk.mr, blk.nv, blk.nr
+        self.M, self.N, self.K = shape.m, shape.n, shape.k
+        t = cfg.dtype
+        self.vt = ir.VectorType.get([self.L], t)
+        self.mt = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
+        self.fn = func.FuncOp(cfg.name, (cfg.arg_types, []))
+        self.entry = self.fn.add_entry_block()
+        self.A, self.B, self.C, *extra, tid = self.entry.arguments
+        self.E, self.D = extra[:-1], (extra[-1] if extra else None)
+        self.x = x = _Index(self.entry)
+        c = x.const
+        with ir.InsertionPoint(self.entry):
+            self.b0, self.b1, self.m0, self.m1, self.n0, self.n1 = self._partition(tid)
+            self.Ap = memref.alloc(cfg.a_packed_type, [], [], alignment=64) if cfg.packs_a else None
+            w = cfg.window
+            self.rows = _window_rows(w, x, self.m0, self.m1, self.M) if w is not None else None
+            self.A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(w.x_type.shape))], t), self.A,
+                                                  reassociation([[0, 1, 2, 3]])).result if w is not None else None)
+            # Rows past the part are clamped to its last where a tile reads a whole mr rows.
+            self.last_row = x.sub(self.m1, c(1))
+            self.Bp = memref.alloc(cfg.b_packed_type, [], [], alignment=64) if cfg.packs_b else None
+            # The last k block's sums C + acc, one micro-tile, before the epilogue (see `_update`).
+            self.Tp = (memref.alloc(ir.MemRefType.get([self.mr, self.nr], t), [], [], alignment=64)
+                       if cfg.stages_sums else None)
+            self.vzero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(t, 0.0)))
+
+    def build(self) -> func.FuncOp:
+        c = self.x.const
+        with ir.InsertionPoint(self.entry):
+            _for(self.b0, self.b1, c(1), self._batch_loop)
+            for buf in (self.Ap, self.rows, self.Bp, self.Tp):
+                if buf is not None:
+                    memref.dealloc(buf)
+            func.ReturnOp([])
+        self.x.hoist()
+        return self.fn
+
+    def _partition(self, tid: ir.Value) -> tuple[ir.Value, ...]:
+        """This thread's part of the (batch, rows, columns) space: ``b0, b1, m0, m1, n0, n1``."""
+        x, c, blk = self.x, self.x.const, self.cfg.blk
+        nb, T = max(self.cfg.shape.batch, 1), blk.threads
+        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), c(self.M), c(0), c(self.N)
         if T > 1:
             if blk.split == "batch":
-                per = per_thread(nb, 1)
+                per = _per_thread(nb, 1, T)
                 b0 = x.mul(tid, c(per))
                 b1 = x.min(x.add(b0, c(per)), c(nb))
             elif blk.split == "m":
-                per = per_thread(M, mr)
+                per = _per_thread(self.M, self.mr, T)
                 m0 = x.mul(tid, c(per))
-                m1 = x.min(x.add(m0, c(per)), c(M))
+                m1 = x.min(x.add(m0, c(per)), c(self.M))
             else:
-                per = per_thread(N, nr)
+                per = _per_thread(self.N, self.nr, T)
                 n0 = x.mul(tid, c(per))
-                n1 = x.min(x.add(n0, c(per)), c(N))
+                n1 = x.min(x.add(n0, c(per)), c(self.N))
+        return b0, b1, m0, m1, n0, n1
 
-        Ap = memref.alloc(ap_type, [], [], alignment=64) if window is None and blk.pack_a else None
-        rows = _window_rows(window, x, m0, m1, M) if window is not None else None
-        A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(window.x_type.shape))], t), A,
-                                         reassociation([[0, 1, 2, 3]])).result if window is not None else None)
-        last_row = x.sub(m1, c(1))  # rows past the part are clamped to it where a tile reads a whole mr rows
-        Bp = memref.alloc(bp_type, [], [], alignment=64) if blk.pack_b and not prepacked_b else None
-        # The last k block's sums C + acc, one micro-tile, before the epilogue (see `update`).
-        Tp = (memref.alloc(ir.MemRefType.get([mr, nr], t), [], [], alignment=64)
-              if epilogue is not None and not c_nm else None)
-        vzero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(t, 0.0)))
+    def _a_at(self, lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
+        """A[row, kk], however A is stored."""
+        return memref.load(self.A, [*lead, kk, row] if self.cfg.a_km else [*lead, row, kk])
 
-        def a_at(lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
-            """A[row, kk], however A is stored."""
-            return memref.load(A, [*lead, kk, row] if a_km else [*lead, row, kk])
+    # -- the loop nest, outside in
 
-        def batch_loop(b: ir.Value) -> None:
-            # Batched operands are indexed [b, row, col]; plain ones [row, col] (the b loop runs once).
-            lead = [b] if batched else []
-            _for(n0, n1, c(blk.nc), lambda jc: col_block(lead, jc))
+    def _batch_loop(self, b: ir.Value) -> None:
+        lead = [b] if self.cfg.batched else []  # a plain matmul's b loop runs once
+        _for(self.n0, self.n1, self.x.const(self.cfg.blk.nc), lambda jc: self._col_block(lead, jc))
 
-        def col_block(lead: list[ir.Value], jc: ir.Value) -> None:
-            nc = x.min(c(blk.nc), x.sub(n1, jc))
-            _for(c(0), c(K), c(blk.kc), lambda pc: k_block(lead, jc, nc, pc))
+    def _col_block(self, lead: list[ir.Value], jc: ir.Value) -> None:
+        x, c, blk = self.x, self.x.const, self.cfg.blk
+        nc = x.min(c(blk.nc), x.sub(self.n1, jc))
+        _for(c(0), c(self.K), c(blk.kc), lambda pc: self._k_block(lead, jc, nc, pc))
 
-        def k_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value) -> None:
-            kc = x.min(c(blk.kc), x.sub(c(K), pc))
-            if Bp is not None and b_nk:
-                pack_b_transposed(lead, jc, nc, pc, kc)
-            elif Bp is not None:
-                # Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns),
-                # `PACK_B_ROWS` rows of B at a time across every panel (see there).
-                npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
+    def _k_block(self, lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value) -> None:
+        x, c, blk = self.x, self.x.const, self.cfg.blk
+        kc = x.min(c(blk.kc), x.sub(c(self.K), pc))
+        if self.Bp is not None and self.cfg.b_nk:
+            self._pack_b_transposed(lead, jc, nc, pc, kc)
+        elif self.Bp is not None:
+            self._pack_b(lead, jc, nc, pc, kc)
+        _for(self.m0, self.m1, c(blk.mc), lambda ic: self._row_block(lead, jc, nc, pc, kc, ic))
 
-                def b_rows(k0: ir.Value) -> None:
-                    k1 = x.min(x.add(k0, c(PACK_B_ROWS)), kc)
+    def _row_block(self, lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
+                   ic: ir.Value) -> None:
+        x, c = self.x, self.x.const
+        mc = x.min(c(self.cfg.blk.mc), x.sub(self.m1, ic))
+        if self.cfg.window is not None or self.Ap is None:
+            pass  # A is read in place
+        elif not self.cfg.a_km:
+            self._pack_a_transposed(lead, pc, kc, ic, mc)
+        else:
+            self._pack_a(lead, pc, kc, ic, mc)
+        _for(c(0), nc, c(self.nr), lambda jr: self._micro_col(lead, jc, pc, kc, ic, mc, jr))
 
-                    def b_panel(jb: ir.Value) -> None:
-                        colbase = x.add(jc, x.mul(jb, c(nr)))
-                        cols = []
-                        for v in range(nv):
-                            col = x.add(colbase, c(v * L))
-                            cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
-                            cols.append((col, vector.create_mask(mt, [cnt])))
+    def _micro_col(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
+                   mc: ir.Value, jr: ir.Value) -> None:
+        x, c, nr, L = self.x, self.x.const, self.nr, self.L
+        # B's packed micro-panel: in this block's copy, or in the whole prepacked B
+        panel = (x.divu(jr, c(nr)) if self.Bp is not None else x.divu(x.add(jc, jr), c(nr))
+                 if self.cfg.prepacked_b else None)
+        direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
+        if self.Bp is None and not self.cfg.prepacked_b:
+            for v in range(self.nv):
+                col = x.add(x.add(jc, jr), c(v * L))
+                cnt = x.min(x.max(x.sub(self.n1, col), c(0)), c(L))
+                direct.append((col, vector.create_mask(self.mt, [cnt])))
+        _for(c(0), mc, c(self.mr), lambda row: self._micro_tile(lead, jc, pc, kc, ic, jr, row, panel, direct))
 
-                        def b_row(kb: ir.Value) -> None:
-                            krow = x.add(pc, kb)
-                            for v, (col, msk) in enumerate(cols):
-                                val = vector.maskedload(vt, B, [*lead, krow, col], msk, vzero)
-                                vector.store(val, Bp, [jb, kb, c(v * L)])
+    # -- packing
 
-                        _for(k0, k1, c(1), b_row)
+    def _pack_b(self, lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value) -> None:
+        """Pack B: Bp[jb, k, :] = B[pc + k, jc + jb*nr + :]  (masked past this thread's columns),
+        `PACK_B_ROWS` rows of B at a time across every panel (see there)."""
+        x, c, L, nr, Bp = self.x, self.x.const, self.L, self.nr, self.Bp
+        assert Bp is not None
+        npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
 
-                    _for(c(0), npanels, c(1), b_panel)
-
-                _for(c(0), kc, c(PACK_B_ROWS), b_rows)
-            _for(m0, m1, c(blk.mc), lambda ic: row_block(lead, jc, nc, pc, kc, ic))
-
-        def transposing_pack(src: ir.Value, src_type: ir.MemRefType, lead: list[ir.Value], rows: list[ir.Value],
-                             k0: ir.Value, kc: ir.Value, store: Callable[[ir.Value, int, int, ir.Value], None]
-                             ) -> None:
-            """Read ``src[row, k0 + k]`` for ``k`` in ``[0, kc)`` and each of ``rows`` (whole groups of L) an
-            L x L block at a time: L vector loads along k (masked past kc), `transpose_vectors`, then
-            ``store(kb, s, group, vector)`` gets, for k = kb + s, the group's L rows as one vector.
-
-            The loads go a whole cache line at a time: a short head block first (up to where the first row
-            reaches an L-aligned address; the junk its vectors hold past the head is stored where the next
-            block stores again), then aligned blocks. (An unaligned load straddles two lines, and rows a
-            power-of-two stride apart share cache sets: every line came from L2 twice.)"""
-            strides, offset = src_type.get_strides_and_offset()
-            dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-
-            def block(kb: ir.Value, count: ir.Value) -> None:
-                msk = vector.create_mask(mt, [count])
-                kcol = x.add(k0, kb)
-                for g in range(len(rows) // L):
-                    loads = [vector.maskedload(vt, src, [*lead, rows[g * L + j], kcol], msk, vzero) for j in range(L)]
-                    for s_, val in enumerate(transpose_vectors(loads)):
-                        store(kb, s_, g, val)
-
-            if offset == dynamic or dynamic in strides:
-                _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
-                return
-            first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(eb)), c(offset))
-            if lead:
-                first = x.add(first, x.mul(lead[0], c(strides[0])))
-            first = x.add(x.add(first, x.mul(rows[0], c(strides[-2]))), k0)
-            head = x.min(arith.remui(x.sub(c(L), arith.remui(first, c(L))), c(L)), kc)
-            # Block i: the head [0, head) for i = 0 (skipped when empty), then [head + (i-1) L, +L).
-            start = arith.select(arith.cmpi(arith.CmpIPredicate.eq, head, c(0)), c(1), c(0))
-            blocks = x.divu(x.add(x.sub(kc, head), c(L - 1)), c(L))
-
-            def numbered(i: ir.Value) -> None:
-                is_head = arith.cmpi(arith.CmpIPredicate.eq, i, c(0))
-                kb = arith.select(is_head, c(0), x.add(head, x.mul(x.sub(i, c(1)), c(L))))
-                block(kb, arith.select(is_head, head, x.min(x.sub(kc, kb), c(L))))
-
-            _for(start, x.add(blocks, c(1)), c(1), numbered)
-
-        def pack_b_transposed(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value
-                              ) -> None:
-            """Pack B stored [n, k]: Bp[jb, k, :] = Bs[jc + jb*nr + :, pc + k] (`transposing_pack`). Columns
-            past this thread's last read that column (their results are never stored)."""
-            assert Bp is not None
-            npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
+        def b_rows(k0: ir.Value) -> None:
+            k1 = x.min(x.add(k0, c(PACK_B_ROWS)), kc)
 
             def b_panel(jb: ir.Value) -> None:
                 colbase = x.add(jc, x.mul(jb, c(nr)))
-                cols = [x.min(x.add(colbase, c(j)) if j else colbase, x.sub(n1, c(1))) for j in range(nr)]
-                # One group of L rows at a time through the whole k block: L streams of B at once (all nr
-                # rows at once are more streams than the prefetchers follow).
-                for v in range(nv):
-                    def store(kb: ir.Value, s_: int, _g: int, val: ir.Value, v: int = v) -> None:
-                        vector.store(val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(v * L)])
+                cols = []
+                for v in range(self.nv):
+                    col = x.add(colbase, c(v * L))
+                    cnt = x.min(x.max(x.sub(self.n1, col), c(0)), c(L))
+                    cols.append((col, vector.create_mask(self.mt, [cnt])))
 
-                    transposing_pack(B, shape.b_type, lead, cols[v * L:(v + 1) * L], pc, kc, store)
+                def b_row(kb: ir.Value) -> None:
+                    krow = x.add(pc, kb)
+                    for v, (col, msk) in enumerate(cols):
+                        val = vector.maskedload(self.vt, self.B, [*lead, krow, col], msk, self.vzero)
+                        vector.store(val, Bp, [jb, kb, c(v * L)])
+
+                _for(k0, k1, c(1), b_row)
 
             _for(c(0), npanels, c(1), b_panel)
 
-        def pack_a_transposed(lead: list[ir.Value], pc: ir.Value, kc: ir.Value, ic: ir.Value, mc: ir.Value) -> None:
-            """Pack A stored [m, k] into its k-major micro-panels: Ap[ib, k, i] = A[ic + ib*mr + i, pc + k]
-            (`transposing_pack`, the mr rows padded to whole groups of L; each stored vector masked to the
-            panel's mr lanes). Rows past the block read its last row (never stored)."""
-            assert Ap is not None
-            last = x.sub(x.add(ic, mc), c(1))
-            groups = -(-mr // L)
-            lanes = [vector.create_mask(mt, [c(min(L, mr - g * L))]) for g in range(groups)]
+        _for(c(0), kc, c(PACK_B_ROWS), b_rows)
+
+    def _transposing_pack(self, src: ir.Value, src_type: ir.MemRefType, lead: list[ir.Value], rows: list[ir.Value],
+                          k0: ir.Value, kc: ir.Value, store: Callable[[ir.Value, int, int, ir.Value], None]) -> None:
+        """Read ``src[row, k0 + k]`` for ``k`` in ``[0, kc)`` and each of ``rows`` (whole groups of L) an
+        L x L block at a time: L vector loads along k (masked past kc), `transpose_vectors`, then
+        ``store(kb, s, group, vector)`` gets, for k = kb + s, the group's L rows as one vector.
+
+        The loads go a whole cache line at a time: a short head block first (up to where the first row
+        reaches an L-aligned address; the junk its vectors hold past the head is stored where the next
+        block stores again), then aligned blocks. (An unaligned load straddles two lines, and rows a
+        power-of-two stride apart share cache sets: every line came from L2 twice.)"""
+        x, c, L = self.x, self.x.const, self.L
+        strides, offset = src_type.get_strides_and_offset()
+        dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+
+        def block(kb: ir.Value, count: ir.Value) -> None:
+            msk = vector.create_mask(self.mt, [count])
+            kcol = x.add(k0, kb)
+            for g in range(len(rows) // L):
+                loads = [vector.maskedload(self.vt, src, [*lead, rows[g * L + j], kcol], msk, self.vzero)
+                         for j in range(L)]
+                for s_, val in enumerate(transpose_vectors(loads)):
+                    store(kb, s_, g, val)
+
+        if offset == dynamic or dynamic in strides:
+            _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
+            return
+        first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(self.cfg.element_bytes)), c(offset))
+        if lead:
+            first = x.add(first, x.mul(lead[0], c(strides[0])))
+        first = x.add(x.add(first, x.mul(rows[0], c(strides[-2]))), k0)
+        head = x.min(arith.remui(x.sub(c(L), arith.remui(first, c(L))), c(L)), kc)
+        # Block i: the head [0, head) for i = 0 (skipped when empty), then [head + (i-1) L, +L).
+        start = arith.select(arith.cmpi(arith.CmpIPredicate.eq, head, c(0)), c(1), c(0))
+        blocks = x.divu(x.add(x.sub(kc, head), c(L - 1)), c(L))
+
+        def numbered(i: ir.Value) -> None:
+            is_head = arith.cmpi(arith.CmpIPredicate.eq, i, c(0))
+            kb = arith.select(is_head, c(0), x.add(head, x.mul(x.sub(i, c(1)), c(L))))
+            block(kb, arith.select(is_head, head, x.min(x.sub(kc, kb), c(L))))
+
+        _for(start, x.add(blocks, c(1)), c(1), numbered)
+
+    def _pack_b_transposed(self, lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value
+                           ) -> None:
+        """Pack B stored [n, k]: Bp[jb, k, :] = Bs[jc + jb*nr + :, pc + k] (`_transposing_pack`). Columns
+        past this thread's last read that column (their results are never stored)."""
+        x, c, L, nr, Bp = self.x, self.x.const, self.L, self.nr, self.Bp
+        assert Bp is not None
+        npanels = x.divu(x.add(nc, c(nr - 1)), c(nr))
+
+        def b_panel(jb: ir.Value) -> None:
+            colbase = x.add(jc, x.mul(jb, c(nr)))
+            cols = [x.min(x.add(colbase, c(j)) if j else colbase, x.sub(self.n1, c(1))) for j in range(nr)]
+            # One group of L rows at a time through the whole k block: L streams of B at once (all nr
+            # rows at once are more streams than the prefetchers follow).
+            for v in range(self.nv):
+                def store(kb: ir.Value, s_: int, _g: int, val: ir.Value, v: int = v) -> None:
+                    vector.store(val, Bp, [jb, x.add(kb, c(s_)) if s_ else kb, c(v * L)])
+
+                self._transposing_pack(self.B, self.cfg.shape.b_type, lead, cols[v * L:(v + 1) * L], pc, kc, store)
+
+        _for(c(0), npanels, c(1), b_panel)
+
+    def _pack_a_transposed(self, lead: list[ir.Value], pc: ir.Value, kc: ir.Value, ic: ir.Value, mc: ir.Value
+                           ) -> None:
+        """Pack A stored [m, k] into its k-major micro-panels: Ap[ib, k, i] = A[ic + ib*mr + i, pc + k]
+        (`_transposing_pack`, the mr rows padded to whole groups of L; each stored vector masked to the
+        panel's mr lanes). Rows past the block read its last row (never stored)."""
+        x, c, L, mr, Ap = self.x, self.x.const, self.L, self.mr, self.Ap
+        assert Ap is not None
+        last = x.sub(x.add(ic, mc), c(1))
+        groups = -(-mr // L)
+        lanes = [vector.create_mask(self.mt, [c(min(L, mr - g * L))]) for g in range(groups)]
+
+        def a_panel(ib: ir.Value) -> None:
+            base = x.add(ic, x.mul(ib, c(mr)))
+            rows = [x.min(x.add(base, c(i)) if i else base, last) for i in range(mr)]
+            rows += [rows[-1]] * (groups * L - mr)
+            self._transposing_pack(self.A, self.cfg.shape.a_type, lead, rows, pc, kc,
+                                   lambda kb, s_, g, val: vector.maskedstore(
+                                       Ap, [ib, x.add(kb, c(s_)) if s_ else kb, c(g * L)], lanes[g], val))
+
+        _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)
+
+    def _pack_a(self, lead: list[ir.Value], pc: ir.Value, kc: ir.Value, ic: ir.Value, mc: ir.Value) -> None:
+        """Pack A stored [k, m]: Ap[ib, ka, :mr] = A[pc + ka, ic + ib*mr :+ mr] (k-major mr-row micro-panels),
+        a row of A (the block's mc values of one k) at a time, each panel's mr values as masked vectors
+        (rows past the block are not read; the kernel never stores their results)."""
+        x, c, L, mr, Ap = self.x, self.x.const, self.L, self.mr, self.Ap
+        assert Ap is not None
+        groups = -(-mr // L)
+
+        def a_k(ka: ir.Value) -> None:
+            krow = x.add(pc, ka)
 
             def a_panel(ib: ir.Value) -> None:
-                base = x.add(ic, x.mul(ib, c(mr)))
-                rows_ = [x.min(x.add(base, c(i)) if i else base, last) for i in range(mr)]
-                rows_ += [rows_[-1]] * (groups * L - mr)
-                transposing_pack(A, shape.a_type, lead, rows_, pc, kc, lambda kb, s_, g, val: vector.maskedstore(
-                    Ap, [ib, x.add(kb, c(s_)) if s_ else kb, c(g * L)], lanes[g], val))
+                base = x.mul(ib, c(mr))
+                for g in range(groups):
+                    off = x.add(base, c(g * L)) if g else base
+                    msk = vector.create_mask(self.mt, [x.min(x.max(x.sub(mc, off), c(0)), c(min(L, mr - g * L)))])
+                    val = vector.maskedload(self.vt, self.A, [*lead, krow, x.add(ic, off)], msk, self.vzero)
+                    vector.maskedstore(Ap, [ib, ka, c(g * L)], msk, val)
 
             _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)
 
-        def row_block(lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value, kc: ir.Value,
-                      ic: ir.Value) -> None:
-            mc = x.min(c(blk.mc), x.sub(m1, ic))
-            if window is not None or Ap is None:  # A is read in place
-                _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
-                return
+        _for(c(0), kc, c(1), a_k)
 
-            if not a_km:
-                pack_a_transposed(lead, pc, kc, ic, mc)
-                _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
-                return
+    # -- the micro-kernel
 
-            # Pack A stored [k, m]: Ap[ib, ka, :mr] = A[pc + ka, ic + ib*mr :+ mr] (k-major mr-row micro-panels),
-            # a row of A (the block's mc values of one k) at a time, each panel's mr values as masked vectors
-            # (rows past the block are not read; the kernel never stores their results).
-            groups = -(-mr // L)
+    def _micro_tile(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
+                    jr: ir.Value, row: ir.Value, panel: ir.Value | None, direct: list[tuple[ir.Value, ir.Value]]
+                    ) -> None:
+        """The micro-kernel: mr x nv accumulators carried through the k loop, in registers (fewer in the
+        tiles at the edges, see `tile_variants`), then C (+)= them (`_update`, `_update_transposed`)."""
+        cfg, x, c, mr, nv = self.cfg, self.x, self.x.const, self.mr, self.nv
+        prefetch = cfg.blk.prefetch_c and not cfg.c_nm
+        rows = ([x.min(x.add(x.add(ic, row), c(i)), self.last_row) for i in range(mr)]
+                if prefetch or (cfg.window is None and self.Ap is None) else [])
+        tile = _Tile(lead, jc, pc, kc, ic, jr, row, panel, direct, rows)
+        if prefetch:
+            self._prefetch_c(tile)
+        row0 = x.add(ic, row)
+        col0 = x.add(jc, jr)
+        rvalid = x.min(x.sub(self.m1, row0), c(mr))
+        cvalid = x.min(x.sub(self.n1, col0), c(self.nr))
+        full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
+        full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(self.nr))
+        accs = [self.vt] * (mr * nv)
 
-            def a_k(ka: ir.Value) -> None:
-                krow = x.add(pc, ka)
+        # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
+        edge_rows, edge_vecs = tile_variants(self.M, self.N, mr, nv, self.L)
 
-                def a_panel(ib: ir.Value) -> None:
-                    assert Ap is not None
-                    base = x.mul(ib, c(mr))
-                    for g in range(groups):
-                        off = x.add(base, c(g * L)) if g else base
-                        msk = vector.create_mask(mt, [x.min(x.max(x.sub(mc, off), c(0)), c(min(L, mr - g * L)))])
-                        val = vector.maskedload(vt, A, [*lead, krow, x.add(ic, off)], msk, vzero)
-                        vector.maskedstore(Ap, [ib, ka, c(g * L)], msk, val)
+        def cols(nrows: int) -> list[ir.Value]:
+            if edge_vecs:
+                return _if_values(full_c, accs, lambda: self._k_loop(tile, nrows, nv),
+                                  lambda: self._k_loop(tile, nrows, edge_vecs))
+            return self._k_loop(tile, nrows, nv)
 
-                _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)
+        acc = _if_values(full_r, accs, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
 
-            _for(c(0), kc, c(1), a_k)
-            _for(c(0), nc, c(nr), lambda jr: micro_col(lead, jc, pc, kc, ic, mc, jr))
+        # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
+        full = arith.andi(full_r, full_c)
+        first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if cfg.zero_init else None
+        sums = _Sums(lead, row0, col0, rvalid, cvalid, acc, first)
+        update = self._update_transposed if cfg.c_nm else self._update
 
-        def micro_col(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
-                      mc: ir.Value, jr: ir.Value) -> None:
-            # B's packed micro-panel: in this block's copy, or in the whole prepacked B
-            panel = x.divu(jr, c(nr)) if Bp is not None else x.divu(x.add(jc, jr), c(nr)) if prepacked_b else None
-            direct = []  # without packing: B's columns of this panel, and their masks past this thread's columns
-            if Bp is None and not prepacked_b:
-                for v in range(nv):
-                    col = x.add(x.add(jc, jr), c(v * L))
-                    cnt = x.min(x.max(x.sub(n1, col), c(0)), c(L))
-                    direct.append((col, vector.create_mask(mt, [cnt])))
-            _for(c(0), mc, c(mr), lambda ir_: micro_tile(lead, jc, pc, kc, ic, jr, panel, direct, ir_))
+        def both(fused: bool) -> None:
+            _if(full, lambda: update(sums, False, fused), lambda: update(sums, True, fused))
 
-        def micro_tile(lead: list[ir.Value], jc: ir.Value, pc: ir.Value, kc: ir.Value, ic: ir.Value,
-                       jr: ir.Value, panel: ir.Value | None, direct: list[tuple[ir.Value, ir.Value]],
-                       ir_: ir.Value) -> None:
-            # The micro-kernel: mr x nv accumulators carried through the k loop, in registers (fewer in the
-            # tiles at the edges, see `tile_variants`).
-            def b_vectors(k: ir.Value, vecs: int) -> list[ir.Value]:
-                bvs = []
-                for v in range(vecs):
-                    if direct:
-                        col, msk = direct[v]
-                        bvs.append(vector.maskedload(vt, B, [*lead, x.add(pc, k), col], msk, vzero))
-                    elif prepacked_b:
-                        assert panel is not None
-                        bvs.append(vector.load(vt, B, [panel, x.add(pc, k), c(v * L)]))
-                    else:
-                        assert Bp is not None and panel is not None
-                        bvs.append(vector.load(vt, Bp, [panel, k, c(v * L)]))
-                return bvs
+        if cfg.epilogue is None:
+            both(False)
+        else:
+            last = arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(self.K))
+            _if(last, lambda: both(True), lambda: both(False))
 
-            def fmas(avals: list[ir.Value], bvs: list[ir.Value], accs: list[ir.Value]) -> list[ir.Value]:
-                outs = []
-                for i, a_val in enumerate(avals):
-                    ab = vector.broadcast(vt, a_val)
-                    outs += [vector.fma(ab, bv, accs[i * len(bvs) + v]) for v, bv in enumerate(bvs)]
-                return outs
+    def _prefetch_c(self, tile: _Tile) -> None:
+        """Prefetch (for writing) the lines the update after the k loop touches: C's; on the last k block
+        with an epilogue D's, and C's unless that block is also the first with zero_init (C is then not
+        read)."""
+        cfg, x, c = self.cfg, self.x, self.x.const
+        pcols = [x.min(x.add(x.add(tile.jc, tile.jr), c(v * self.L)), x.sub(self.n1, c(1))) for v in range(self.nv)]
 
-            # The tile's rows, those past the part clamped to its last: what C's prefetch and A in place read.
-            tile_rows = ([x.min(x.add(x.add(ic, ir_), c(i)), last_row) for i in range(mr)]
-                         if (blk.prefetch_c and not c_nm) or (window is None and Ap is None) else [])
-            if blk.prefetch_c and not c_nm:
-                # The lines the update after the k loop touches: C's; on the last k block with an epilogue
-                # D's, and C's unless that block is also the first with zero_init (C is then not read).
-                pcols = [x.min(x.add(x.add(jc, jr), c(v * L)), x.sub(n1, c(1))) for v in range(nv)]
+        def prefetch(buf: ir.Value) -> None:
+            for r in tile.rows:
+                for col in pcols:
+                    memref.prefetch(buf, [*tile.lead, r, col], True, 3, True)
 
-                def prefetch(buf: ir.Value) -> None:
-                    for r in tile_rows:
-                        for col in pcols:
-                            memref.prefetch(buf, [*lead, r, col], True, 3, True)
+        if cfg.epilogue is None:
+            prefetch(self.C)
+            return
 
-                if epilogue is None:
-                    prefetch(C)
-                else:
-                    def last_block() -> None:
-                        assert D is not None
-                        prefetch(D)
-                        if zero_init:
-                            _if(arith.cmpi(arith.CmpIPredicate.ne, pc, c(0)), lambda: prefetch(C))
-                        else:
-                            prefetch(C)
-
-                    _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K)), last_block, lambda: prefetch(C))
-
-            def k_loop(nrows: int, vecs: int) -> list[ir.Value]:
-                """The k loop of a tile of ``nrows`` rows and ``vecs`` vectors of columns: its accumulators
-                in the tile's mr x nv order, zeros for the rows and vectors it does not compute."""
-                if window is not None:
-                    assert rows is not None
-                    acc = _window_k_loop(
-                        rows, window, x, nrows, last_row, x.add(ic, ir_), pc, kc, [vzero] * (nrows * vecs),
-                        lambda k, addr, accs: fmas([memref.load(A_flat, [addr(i)]) for i in range(nrows)],
-                                                   b_vectors(k, vecs), accs))
-                else:
-                    apanel = x.divu(ir_, c(mr)) if Ap is not None else None
-                    loop = scf.ForOp(c(0), kc, c(1), [vzero] * (nrows * vecs))
-                    with ir.InsertionPoint(loop.body):
-                        k = loop.induction_variable
-                        if Ap is None:  # A in place
-                            ka = x.add(pc, k)
-                            avals = [a_at(lead, r, ka) for r in tile_rows[:nrows]]
-                        else:
-                            avals = [memref.load(Ap, [apanel, k, c(i)]) for i in range(nrows)]
-                        scf.YieldOp(fmas(avals, b_vectors(k, vecs), list(loop.inner_iter_args)))
-                    acc = list(loop.results)
-                return [acc[i * vecs + v] if i < nrows and v < vecs else vzero for i in range(mr) for v in range(nv)]
-
-            crow0 = x.add(ic, ir_)
-            ccol0 = x.add(jc, jr)
-            rvalid = x.min(x.sub(m1, crow0), c(mr))
-            cvalid = x.min(x.sub(n1, ccol0), c(nr))
-            full_r = arith.cmpi(arith.CmpIPredicate.eq, rvalid, c(mr))
-            full_c = arith.cmpi(arith.CmpIPredicate.eq, cvalid, c(nr))
-            accs = [vt] * (mr * nv)
-
-            # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
-            edge_rows, edge_vecs = tile_variants(M, N, mr, nv, L)
-
-            def cols(nrows: int) -> list[ir.Value]:
-                if edge_vecs:
-                    return _if_values(full_c, accs, lambda: k_loop(nrows, nv), lambda: k_loop(nrows, edge_vecs))
-                return k_loop(nrows, nv)
-
-            res = _if_values(full_r, accs, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
-
-            # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
-            full = arith.andi(full_r, full_c)
-            first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if zero_init else None
-
-            def update(masked: bool, fused: bool) -> None:
-                """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's
-                value goes to D instead.
-
-                With the epilogue, the sums C + acc are first stored to the scratch tile ``Tp`` (which
-                frees the mr x nv accumulator registers), then a loop over the tile's rows applies the
-                epilogue to one row of nv vectors at a time: its temporaries and constants then have the
-                register file to themselves instead of spilling around 28 live accumulators."""
-                vmasks = []
-                if masked:
-                    for v in range(nv):
-                        cnt = x.min(x.max(x.sub(cvalid, c(v * L)), c(0)), c(L))
-                        vmasks.append(vector.create_mask(mt, [cnt]))
-                for i in range(mr):
-                    if masked:
-                        ok = arith.cmpi(arith.CmpIPredicate.slt, c(i), rvalid)
-                        _if(ok, functools.partial(store_row, i, vmasks, fused))
-                    else:
-                        store_row(i, vmasks, fused)
-                if fused:
-                    _for(c(0), rvalid if masked else c(mr), c(1), lambda i: epilogue_row(i, vmasks))
-
-            def load_c(r: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
-                """C[r, col:+L] before this k block's sums: zero on the first block with zero_init."""
-                def load() -> list[ir.Value]:
-                    if mask is not None:
-                        return [vector.maskedload(vt, C, [*lead, r, col], mask, vzero)]
-                    return [vector.load(vt, C, [*lead, r, col])]
-
-                if first is None:
-                    return load()[0]
-                return _if_values(first, [vt], lambda: [vzero], load)[0]
-
-            def store_row(i: int, vmasks: list[ir.Value], fused: bool) -> None:
-                r = x.add(crow0, c(i)) if i else crow0
-                for v in range(nv):
-                    col = x.add(ccol0, c(v * L)) if v else ccol0
-                    mask = vmasks[v] if vmasks else None
-                    new = arith.addf(load_c(r, col, mask), res[i * nv + v])
-                    if fused:  # the epilogue follows, row by row (see `update`)
-                        assert Tp is not None
-                        vector.store(new, Tp, [c(i), c(v * L)])
-                    elif mask is not None:
-                        vector.maskedstore(C, [*lead, r, col], mask, new)
-                    else:
-                        vector.store(new, C, [*lead, r, col])
-
-            def epilogue_row(i: ir.Value, vmasks: list[ir.Value]) -> None:
-                """D[row i of the micro-tile] = epilogue(Tp[i])."""
-                assert epilogue is not None and D is not None and Tp is not None
-                r = x.add(crow0, i)
-                for v in range(nv):
-                    col = x.add(ccol0, c(v * L)) if v else ccol0
-                    mask = vmasks[v] if vmasks else None
-                    new = _epilogue_values(epilogue, E, vector.load(vt, Tp, [i, c(v * L)]), lead, r, col, mask,
-                                           vzero)
-                    if mask is not None:
-                        vector.maskedstore(D, [*lead, r, col], mask, new)
-                    else:
-                        vector.store(new, D, [*lead, r, col])
-
-            def update_transposed(masked: bool, fused: bool) -> None:
-                """C stored [n, m] (the kernel's columns are its rows): each L x L block of accumulators
-                (L kernel columns by up to L kernel rows, zeros past mr) is transposed in registers, and
-                each stored row it covers is updated with one vector masked to the tile's rows; on the last
-                k block with an epilogue, in C's stored frame (its inputs' kinds are the stored C's)."""
-                for v in range(nv):
-                    for i0 in range(0, mr, L):
-                        width = min(L, mr - i0)
-                        cnt = x.min(x.max(x.sub(rvalid, c(i0)), c(0)), c(width)) if masked else c(width)
-                        lanes = vector.create_mask(mt, [cnt])
-                        scol = x.add(crow0, c(i0)) if i0 else crow0
-                        block = [res[(i0 + i) * nv + v] if i0 + i < mr else vzero for i in range(L)]
-                        for j, val in enumerate(transpose_vectors(block)):
-                            srow = x.add(ccol0, c(v * L + j)) if v * L + j else ccol0
-                            row = functools.partial(store_stored_row, srow, scol, lanes, val, fused)
-                            if masked:
-                                _if(arith.cmpi(arith.CmpIPredicate.slt, c(v * L + j), cvalid), row)
-                            else:
-                                row()
-
-            def store_stored_row(srow: ir.Value, scol: ir.Value, lanes: ir.Value, val: ir.Value, fused: bool
-                                 ) -> None:
-                """C[srow, scol:+L] (+)= val on the lanes of the mask, through the epilogue into D when fused."""
-                new = arith.addf(load_c(srow, scol, lanes), val)
-                if fused:
-                    assert epilogue is not None and D is not None
-                    new = _epilogue_values(epilogue, E, new, lead, srow, scol, lanes, vzero)
-                vector.maskedstore(D if fused else C, [*lead, srow, scol], lanes, new)
-
-            def both(fused: bool) -> None:
-                upd = update_transposed if c_nm else update
-                _if(full, lambda: upd(False, fused), lambda: upd(True, fused))
-
-            if epilogue is None:
-                both(False)
+        def last_block() -> None:
+            assert self.D is not None
+            prefetch(self.D)
+            if cfg.zero_init:
+                _if(arith.cmpi(arith.CmpIPredicate.ne, tile.pc, c(0)), lambda: prefetch(self.C))
             else:
-                last = arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(K))
-                _if(last, lambda: both(True), lambda: both(False))
+                prefetch(self.C)
 
-        _for(b0, b1, c(1), batch_loop)
-        if Ap is not None:
-            memref.dealloc(Ap)
-        if rows is not None:
-            memref.dealloc(rows)
-        if Bp is not None:
-            memref.dealloc(Bp)
-        if Tp is not None:
-            memref.dealloc(Tp)
-        func.ReturnOp([])
-    x.hoist()
-    return fn
+        _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(tile.pc, tile.kc), c(self.K)), last_block,
+            lambda: prefetch(self.C))
+
+    def _b_vectors(self, tile: _Tile, k: ir.Value, vecs: int) -> list[ir.Value]:
+        """B's first ``vecs`` vectors of the tile's columns at step ``k`` of the k block."""
+        c, L = self.x.const, self.L
+        bvs = []
+        for v in range(vecs):
+            if tile.direct:
+                col, msk = tile.direct[v]
+                bvs.append(vector.maskedload(self.vt, self.B, [*tile.lead, self.x.add(tile.pc, k), col], msk,
+                                             self.vzero))
+            elif self.cfg.prepacked_b:
+                assert tile.panel is not None
+                bvs.append(vector.load(self.vt, self.B, [tile.panel, self.x.add(tile.pc, k), c(v * L)]))
+            else:
+                assert self.Bp is not None and tile.panel is not None
+                bvs.append(vector.load(self.vt, self.Bp, [tile.panel, k, c(v * L)]))
+        return bvs
+
+    def _fmas(self, avals: list[ir.Value], bvs: list[ir.Value], accs: list[ir.Value]) -> list[ir.Value]:
+        """One k step: each row's A value broadcast times each of B's vectors, added to its accumulator."""
+        outs = []
+        for i, a_val in enumerate(avals):
+            ab = vector.broadcast(self.vt, a_val)
+            outs += [vector.fma(ab, bv, accs[i * len(bvs) + v]) for v, bv in enumerate(bvs)]
+        return outs
+
+    def _k_loop(self, tile: _Tile, nrows: int, vecs: int) -> list[ir.Value]:
+        """The k loop of a tile of ``nrows`` rows and ``vecs`` vectors of columns: its accumulators in the
+        tile's mr x nv order, zeros for the rows and vectors it does not compute."""
+        x, c, vzero, window = self.x, self.x.const, self.vzero, self.cfg.window
+        if window is not None:
+            A_flat = self.A_flat
+            assert self.rows is not None and A_flat is not None
+            acc = _window_k_loop(
+                self.rows, window, x, nrows, self.last_row, x.add(tile.ic, tile.row), tile.pc, tile.kc,
+                [vzero] * (nrows * vecs),
+                lambda k, addr, accs: self._fmas([memref.load(A_flat, [addr(i)]) for i in range(nrows)],
+                                                 self._b_vectors(tile, k, vecs), accs))
+        else:
+            apanel = x.divu(tile.row, c(self.mr)) if self.Ap is not None else None
+            loop = scf.ForOp(c(0), tile.kc, c(1), [vzero] * (nrows * vecs))
+            with ir.InsertionPoint(loop.body):
+                k = loop.induction_variable
+                if self.Ap is None:  # A in place
+                    ka = x.add(tile.pc, k)
+                    avals = [self._a_at(tile.lead, r, ka) for r in tile.rows[:nrows]]
+                else:
+                    avals = [memref.load(self.Ap, [apanel, k, c(i)]) for i in range(nrows)]
+                scf.YieldOp(self._fmas(avals, self._b_vectors(tile, k, vecs), list(loop.inner_iter_args)))
+            acc = list(loop.results)
+        return [acc[i * vecs + v] if i < nrows and v < vecs else vzero for i in range(self.mr) for v in range(self.nv)]
+
+    # -- the update of C (and the epilogue)
+
+    def _update(self, s: _Sums, masked: bool, fused: bool) -> None:
+        """C (+)= acc for this micro-tile; on the last k block with an epilogue, the epilogue's value goes
+        to D instead.
+
+        With the epilogue, the sums C + acc are first stored to the scratch tile ``Tp`` (which frees the
+        mr x nv accumulator registers), then a loop over the tile's rows applies the epilogue to one row
+        of nv vectors at a time: its temporaries and constants then have the register file to themselves
+        instead of spilling around 28 live accumulators."""
+        x, c, L = self.x, self.x.const, self.L
+        vmasks = []
+        if masked:
+            for v in range(self.nv):
+                cnt = x.min(x.max(x.sub(s.cvalid, c(v * L)), c(0)), c(L))
+                vmasks.append(vector.create_mask(self.mt, [cnt]))
+        for i in range(self.mr):
+            if masked:
+                ok = arith.cmpi(arith.CmpIPredicate.slt, c(i), s.rvalid)
+                _if(ok, functools.partial(self._store_row, s, i, vmasks, fused))
+            else:
+                self._store_row(s, i, vmasks, fused)
+        if fused:
+            _for(c(0), s.rvalid if masked else c(self.mr), c(1), lambda i: self._epilogue_row(s, i, vmasks))
+
+    def _load_c(self, s: _Sums, r: ir.Value, col: ir.Value, mask: ir.Value | None) -> ir.Value:
+        """C[r, col:+L] before this k block's sums: zero on the first block with zero_init."""
+        def load() -> list[ir.Value]:
+            if mask is not None:
+                return [vector.maskedload(self.vt, self.C, [*s.lead, r, col], mask, self.vzero)]
+            return [vector.load(self.vt, self.C, [*s.lead, r, col])]
+
+        if s.first is None:
+            return load()[0]
+        return _if_values(s.first, [self.vt], lambda: [self.vzero], load)[0]
+
+    def _store_row(self, s: _Sums, i: int, vmasks: list[ir.Value], fused: bool) -> None:
+        """Row i of the micro-tile: C + acc to C, or to the scratch tile when the epilogue follows."""
+        x, c, L = self.x, self.x.const, self.L
+        r = x.add(s.row0, c(i)) if i else s.row0
+        for v in range(self.nv):
+            col = x.add(s.col0, c(v * L)) if v else s.col0
+            mask = vmasks[v] if vmasks else None
+            new = arith.addf(self._load_c(s, r, col, mask), s.acc[i * self.nv + v])
+            if fused:  # the epilogue follows, row by row (see `_update`)
+                assert self.Tp is not None
+                vector.store(new, self.Tp, [c(i), c(v * L)])
+            elif mask is not None:
+                vector.maskedstore(self.C, [*s.lead, r, col], mask, new)
+            else:
+                vector.store(new, self.C, [*s.lead, r, col])
+
+    def _epilogue_row(self, s: _Sums, i: ir.Value, vmasks: list[ir.Value]) -> None:
+        """D[row i of the micro-tile] = epilogue(Tp[i])."""
+        x, c, L, epilogue, D, Tp = self.x, self.x.const, self.L, self.cfg.epilogue, self.D, self.Tp
+        assert epilogue is not None and D is not None and Tp is not None
+        r = x.add(s.row0, i)
+        for v in range(self.nv):
+            col = x.add(s.col0, c(v * L)) if v else s.col0
+            mask = vmasks[v] if vmasks else None
+            new = _epilogue_values(epilogue, self.E, vector.load(self.vt, Tp, [i, c(v * L)]), s.lead, r, col, mask,
+                                   self.vzero)
+            if mask is not None:
+                vector.maskedstore(D, [*s.lead, r, col], mask, new)
+            else:
+                vector.store(new, D, [*s.lead, r, col])
+
+    def _update_transposed(self, s: _Sums, masked: bool, fused: bool) -> None:
+        """C stored [n, m] (the kernel's columns are its rows): each L x L block of accumulators (L kernel
+        columns by up to L kernel rows, zeros past mr) is transposed in registers, and each stored row it
+        covers is updated with one vector masked to the tile's rows; on the last k block with an epilogue,
+        in C's stored frame (its inputs' kinds are the stored C's)."""
+        x, c, L, mr, nv = self.x, self.x.const, self.L, self.mr, self.nv
+        for v in range(nv):
+            for i0 in range(0, mr, L):
+                width = min(L, mr - i0)
+                cnt = x.min(x.max(x.sub(s.rvalid, c(i0)), c(0)), c(width)) if masked else c(width)
+                lanes = vector.create_mask(self.mt, [cnt])
+                scol = x.add(s.row0, c(i0)) if i0 else s.row0
+                block = [s.acc[(i0 + i) * nv + v] if i0 + i < mr else self.vzero for i in range(L)]
+                for j, val in enumerate(transpose_vectors(block)):
+                    srow = x.add(s.col0, c(v * L + j)) if v * L + j else s.col0
+                    row = functools.partial(self._store_stored_row, s, srow, scol, lanes, val, fused)
+                    if masked:
+                        _if(arith.cmpi(arith.CmpIPredicate.slt, c(v * L + j), s.cvalid), row)
+                    else:
+                        row()
+
+    def _store_stored_row(self, s: _Sums, srow: ir.Value, scol: ir.Value, lanes: ir.Value, val: ir.Value,
+                          fused: bool) -> None:
+        """C[srow, scol:+L] (+)= val on the lanes of the mask, through the epilogue into D when fused."""
+        new = arith.addf(self._load_c(s, srow, scol, lanes), val)
+        if fused:
+            assert self.cfg.epilogue is not None and self.D is not None
+            new = _epilogue_values(self.cfg.epilogue, self.E, new, s.lead, srow, scol, lanes, self.vzero)
+        vector.maskedstore(self.D if fused else self.C, [*s.lead, srow, scol], lanes, new)
