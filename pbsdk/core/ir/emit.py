@@ -94,6 +94,10 @@ def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
     return ir.DenseElementsAttr.get(data, type=element_type(t.dtype))
 
 
+#: (operand dtype, product dtype) of convolutions emitted as contractions besides same-dtype f32/f64: bf16
+#: operands accumulated in f32 (`pbsdk.ops.conv2d`'s accumulator), whose contraction a matrix unit serves.
+MIXED_CONTRACTIONS = frozenset({("bf16", "f32")})
+
 class _Emitter:
     """Builds the entry function ``func_name`` of one graph into ``module`` (at the context and location in
     effect): one op method per graph op, each building at the current insertion point and recording the
@@ -338,7 +342,8 @@ class _Emitter:
         groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
         xv = self.value(x)
         xt = x.type
-        as_matmul = groups == 1 and x.dtype == w.dtype == out.dtype and out.dtype in ("f32", "f64")
+        as_matmul = groups == 1 and x.dtype == w.dtype and (
+            (out.dtype == x.dtype and out.dtype in ("f32", "f64")) or (x.dtype, out.dtype) in MIXED_CONTRACTIONS)
         depthwise = self._depthwise_channels_last(node)
         if depthwise and not nhwc:
             # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
@@ -424,11 +429,11 @@ class _Emitter:
         _, w = node.inputs
         out = node.out
         (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
-        dt = out.dtype
+        dt, odt = w.dtype, out.dtype  # operands, and the product (its accumulator: bf16 -> f32)
         pointwise = sh == sw == 1 and w.shape[-1] == w.shape[-2] == 1
         if node.attrs["layout"] == "NHWC":
             self.values[out.id] = self._nhwc_conv_matmul(xv, xt, self.value(w), w.shape, out.shape, (sh, sw),
-                                                         (dh, dw), dt)
+                                                         (dh, dw), dt, odt)
             return
         if transposed:
             # op_conv2d transposed the (then padded) input to NHWC: weights to (KH, KW, C, O), at compile
@@ -440,7 +445,7 @@ class _Emitter:
             wv = self.folded(w, w_hwco, "hwco", lambda a: a.transpose(2, 3, 1, 0))
             if wv is None:
                 wv = self.permuted(self.value(w), w_hwco, [3, 2, 0, 1])
-            y = self._nhwc_conv_matmul(xv, xt, wv, w_hwco.shape, (n_, oh, ow, o), (sh, sw), (dh, dw), dt)
+            y = self._nhwc_conv_matmul(xv, xt, wv, w_hwco.shape, (n_, oh, ow, o), (sh, sw), (dh, dw), dt, odt)
             self.values[out.id] = self.permuted(y, out.type, [0, 2, 3, 1])
             return
         n_, c_, _hp, _wp = xt.shape
@@ -452,7 +457,7 @@ class _Emitter:
             # A 1x1 convolution of a 1x1 image (a squeeze-excite's fully connected layers) is a linear layer:
             # (N, C) @ (C, O), the weights transposed once (at compile time when constant), so that the
             # contraction's rows are the batch rather than an image's single pixel.
-            xm_t, wt_t, mm_t = TensorType((n_, c_), dt), TensorType((c_, o), dt), TensorType((n_, o), dt)
+            xm_t, wt_t, mm_t = TensorType((n_, c_), dt), TensorType((c_, o), dt), TensorType((n_, o), odt)
             xm = self.collapse(xv, xt, xm_t, [[0], [1, 2, 3]])
             wt = self.folded(w, wt_t, "co", lambda a: a.reshape(o, c_).T)
             if wt is None:
@@ -473,13 +478,13 @@ class _Emitter:
         wmat = self.collapse(self.value(w), w.type, wmat_t, [[0], [1, 2, 3]])
         if n_ == 1:
             cols2 = self.collapse(cols, cols_t, TensorType((depth, pixels), dt), [[0, 1], [2]])
-            mm_t = TensorType((o, pixels), dt)
+            mm_t = TensorType((o, pixels), odt)
             init = self.filled(mm_t, 0.0)
             mm = linalg.matmul(wmat, cols2, outs=[init])
             self.values[out.id] = self.expand(mm, mm_t, out.type, [[0, 1], [2, 3]])
             return
         wb = linalg.broadcast(wmat, outs=[self.empty(TensorType((n_, o, depth), dt))], dimensions=[0]).results[0]
-        mm_t = TensorType((n_, o, pixels), dt)
+        mm_t = TensorType((n_, o, pixels), odt)
         init = self.filled(mm_t, 0.0)
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
@@ -544,9 +549,11 @@ class _Emitter:
 
     def _nhwc_conv_matmul(self, xv: ir.Value, xt: TensorType, wv: ir.Value, w_shape: tuple[int, ...],
                           out_shape: tuple[int, ...], stride: tuple[int, int], dilation: tuple[int, int],
-                          dt: str) -> ir.Value:
+                          dt: str, odt: str | None = None) -> ir.Value:
         """The NHWC convolution of the padded input ``xv`` with weights ``wv`` (KH, KW, C, O) as one
-        matmul of its patches (rows: output pixels, columns: taps x channels); the (N, OH, OW, O) result."""
+        matmul of its patches (rows: output pixels, columns: taps x channels); the (N, OH, OW, O) result, of
+        ``odt`` (the accumulator of ``dt`` operands; ``dt`` itself by default)."""
+        odt = odt or dt
         (sh, sw), (dh, dw) = stride, dilation
         n_, _hp, _wp, c_ = xt.shape
         kh, kw, _, o = w_shape
@@ -562,10 +569,10 @@ class _Emitter:
                 [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
             cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
         wmat = self.collapse(wv, TensorType(tuple(w_shape), dt), TensorType((depth, o), dt), [[0, 1, 2], [3]])
-        mm_t = TensorType((rows, o), dt)
+        mm_t = TensorType((rows, o), odt)
         init = self.filled(mm_t, 0.0)
         mm = linalg.matmul(cols, wmat, outs=[init])
-        return self.expand(mm, mm_t, TensorType(tuple(out_shape), dt), [[0, 1, 2], [3]])
+        return self.expand(mm, mm_t, TensorType(tuple(out_shape), odt), [[0, 1, 2], [3]])
 
     def patches(self, xv: ir.Value, xt: TensorType, patches_t: TensorType, kh: int, kw: int, where: Any) -> ir.Value:
         """im2col as one strided slice of the input per kernel tap, inserted into the patch tensor.

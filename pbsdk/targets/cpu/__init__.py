@@ -75,7 +75,9 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
     return Artifact(kind="llvm-ir", payload=text, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", []),
                                                             "object_cache": caching(ctx.options),
-                                                            WORKSPACE: ctx.notes.get("workspace", 0)},
+                                                            WORKSPACE: ctx.notes.get("workspace", 0),
+                                                            "resources": {"contractions": list(
+                                                                ctx.notes.get("contractions", []))}},
                     constants=ctx.constants)
 
 
@@ -519,6 +521,9 @@ class CpuExecutable(Executable):
         if forks:
             texts.append(fork_glue(forks, threaded=_openmp_available()))
         self._texts, self._spec = texts, spec
+        #: What the compilation did with each contraction (`pack_contractions.CONTRACTIONS`): the compile-time
+        #: record the conformance suite reads (a bf16 or i8 case on the spec's unit must have used it).
+        self.resources: dict[str, Any] = dict(artifact.metadata.get("resources") or {"contractions": []})
         self._engine, address, _ = jit_cached(texts, spec, artifact.entry,
                                               use_cache=bool(artifact.metadata.get("object_cache", True)))
         self._fn = EntryCall(artifact, address)

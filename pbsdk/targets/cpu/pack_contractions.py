@@ -204,6 +204,19 @@ def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
     return fill
 
 
+#: ``ctx.notes`` key: one record per contraction the stage saw, ``{"op", "dtype", "batch", "m", "n", "k",
+#: "compute", "unit"}`` — ``compute`` is "matrix-unit" (``unit`` names it), "vector-fma" or "generic" (left
+#: for the generic lowering). The cpu artifact carries them as its compile-time ``resources``, which the
+#: conformance suite checks a case's matrix unit against.
+CONTRACTIONS = "contractions"
+
+
+def _record(ctx: Any, op: str, dtype: str, batch: int, m: int, n: int, k: int, compute: str,
+            unit: str | None = None) -> None:
+    ctx.notes.setdefault(CONTRACTIONS, []).append({"op": op, "dtype": dtype, "batch": max(batch, 1), "m": m,
+                                                    "n": n, "k": k, "compute": compute, "unit": unit})
+
+
 def unit_spec(spec: ChipSpec) -> tuple[ChipSpec, list[str]]:
     """``spec`` with only the matrix units the cpu target can lower for its machine code (`hooks.lowerable`),
     and why each other unit was left out."""
@@ -246,6 +259,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
                   f"no matrix unit in the vector registers ({plan.compute.kind} {plan.compute.name})"
                   + (f"; {'; '.join(dropped)}" if dropped else ""))
         notes.append(f"{where}: {reason}: generic lowering")
+        _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
     fill = _zero_fill_before(op)
@@ -269,6 +283,8 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         fill.erase()
     if sources and packing:
         _prepack(b_operand, new.operation, sources, blk.nr, ctx, packing=packing)
+    _record(ctx, "linalg.batch_matmul" if batched else "linalg.matmul", dtype, bsz, m, n, k, "matrix-unit",
+            unit.name)
     notes.append(f"{where}: unit kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}), register tile "
                  f"{blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, {blk.threads} part(s) along {blk.split}"
                  + ("" if blk.pack_a else ", A read in place")
@@ -329,6 +345,7 @@ class PackContractions:
                 count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes, calls)
                 continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
+                _record(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
                              "generic lowering")
                 continue
@@ -358,6 +375,7 @@ class PackContractions:
                                                           b_layout=b_layout), ctx.options)
             blk = plan.blocking
             if blk is None:
+                _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
                              f"({plan.compute.kind}): generic lowering")
                 continue
@@ -396,6 +414,7 @@ class PackContractions:
                 if feeds:
                     _read_source(operand, feeds)
             prefix = f"{bsz}x" if batched else ""
+            _record(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
@@ -480,6 +499,7 @@ class PackContractions:
             if weights is not None:
                 rebind(weights, new.operation, 1, blk.nr, ctx)
             rewritten[callee_name] = callee
+            _record(ctx, "conv2d", dtype, 1, m, n, k, "vector-fma")
             notes.append(f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} {channels}->{n} "
                          f"{dtype}: implicit GEMM, packed kernel @{name} reads the input in place (no im2col), "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "

@@ -316,9 +316,11 @@ class _UnitKernel:
                                     alignment=64) if blk.pack_a else None)
             self.Cr = (memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, blk.nr], self.acc_t), [], [], alignment=64)
                        if self.signed_a else None)
+            self.Tp = (memref.alloc(ir.MemRefType.get([blk.mr, blk.nr], self.acc_t), [], [], alignment=64)
+                       if self.epilogue is not None else None)
             _for(b0, b1, self.c(1), lambda b: _for(n0, n1, self.c(blk.nc), lambda jc: _for(
                 self.c(0), self.c(s.k), self.c(blk.kc), lambda pc: self.k_block([b] if s.batch else [], jc, pc, m0))))
-            for buf in (self.Bp, self.Ap, self.Cr):
+            for buf in (self.Bp, self.Ap, self.Cr, self.Tp):
                 if buf is not None:
                     memref.dealloc(buf)
             func.ReturnOp([])
@@ -436,14 +438,15 @@ class _UnitKernel:
 
     def pack_a_panel(self, lead: list[ir.Value], ic: ir.Value, pc: ir.Value, ib: ir.Value, groups: ir.Value) -> None:
         """``Ap[ib, g, i*u:(i+1)*u] = A[ic + ib*mr + i, pc + g*u : +u]``: a group per row, rows together."""
-        rows = [self.tile_row(ic, ib, i) for i in range(self.blk.mr)]
+        c = self.c
 
-        def group(g: ir.Value) -> None:
-            kk = arith.addi(pc, arith.muli(g, self.c(self.u)))
-            for i, row in enumerate(rows):
-                vector.store(self.a_group(lead, row, kk), self.Ap, [ib, g, self.c(i * self.u)])
+        def row(i: ir.Value) -> None:
+            at = self.min(arith.addi(arith.addi(ic, arith.muli(ib, c(self.blk.mr))), i), arith.subi(self.m1, c(1)))
+            dest = arith.muli(i, c(self.u))
+            _for(c(0), groups, c(1), lambda g: vector.store(
+                self.a_group(lead, at, arith.addi(pc, arith.muli(g, c(self.u)))), self.Ap, [ib, g, dest]))
 
-        _for(self.c(0), groups, self.c(1), group)
+        _for(c(0), c(self.blk.mr), c(1), row)
 
     # ------------------------------------------------------------------------------------ micro-kernel
     def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
@@ -475,50 +478,67 @@ class _UnitKernel:
 
     def update_c(self, lead: list[ir.Value], rows: list[ir.Value], ic: ir.Value, ib: ir.Value, jc: ir.Value,
                  jb: ir.Value, acc: list[ir.Value], first: ir.Value | None) -> None:
-        """``C[row, col] (+)= acc`` for the tile's rows inside this thread's part and its columns, masked."""
+        """``C[row, col] (+)= acc`` for the tile's rows inside this thread's part and its columns, masked; with
+        an epilogue, the last k block stores ``epilogue(C + acc)`` to D instead. Without one the rows are
+        unrolled; with one the tile goes through ``Tp`` (one ``mr x nr`` buffer) and a loop over its rows
+        builds the epilogue once per vector column, not once per accumulator (code size, compile time)."""
         blk, c, L = self.blk, self.c, self.L
-        add = arith.addf if isinstance(self.acc_t, ir.FloatType) else arith.addi
         cols = []
         for v in range(blk.nv):
             col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
             count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
             cols.append((col, vector.create_mask(self.mask_t, [count])))
-        zero = self.zero(self.vacc)
+        top = arith.addi(ic, arith.muli(ib, c(blk.mr)))
+        if self.epilogue is None:
+            for i in range(blk.mr):
+                _if(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(top, c(i)), self.m1),
+                    lambda i=i: self.store_row(lead, rows[i], cols, [acc[i * blk.nv + v] for v in range(blk.nv)], first))
+            return
+        assert self.Tp is not None
         for i in range(blk.mr):
-            real = arith.addi(arith.addi(ic, arith.muli(ib, c(blk.mr))), c(i))
+            for v in range(blk.nv):
+                vector.store(acc[i * blk.nv + v], self.Tp, [c(i), c(v * L)])
+        count = self.min(c(blk.mr), arith.subi(self.m1, top))
 
-            def total(v: int, i: int = i) -> ir.Value:
-                """C + acc (acc alone where C is known zero)."""
-                if first is not None and self.shape.k <= blk.kc:
-                    return acc[i * blk.nv + v]
-                old = vector.maskedload(self.vacc, self.C, [*lead, rows[i], cols[v][0]], cols[v][1], zero)
-                if first is not None:
-                    old = arith.select(first, zero, old)
-                return add(old, acc[i * blk.nv + v])
+        def row(i: ir.Value) -> None:
+            values = [vector.load(self.vacc, self.Tp, [i, c(v * L)]) for v in range(blk.nv)]
+            at = arith.addi(top, i)
+            if self.last is None:  # one k block covers K
+                self.finish_row(lead, at, cols, values, first)
+                return
+            op = scf.IfOp(self.last, has_else=True)
+            with ir.InsertionPoint(op.then_block):
+                self.finish_row(lead, at, cols, values, first)
+                scf.YieldOp([])
+            with ir.InsertionPoint(op.else_block):
+                self.store_row(lead, at, cols, values, first)
+                scf.YieldOp([])
 
-            def store(i: int = i) -> None:
-                for v, (col, msk) in enumerate(cols):
-                    vector.maskedstore(self.C, [*lead, rows[i], col], msk, total(v, i))
+        _for(c(0), count, c(1), row)
 
-            def finish(i: int = i) -> None:
-                for v, (col, msk) in enumerate(cols):
-                    self.store_epilogue(lead, rows[i], col, msk, total(v, i))
+    def total(self, lead: list[ir.Value], row: ir.Value, col: tuple[ir.Value, ir.Value], acc: ir.Value,
+              first: ir.Value | None) -> ir.Value:
+        """C + acc at ``[row, col]`` (acc alone where C is known zero: the first and only k block)."""
+        add = arith.addf if isinstance(self.acc_t, ir.FloatType) else arith.addi
+        if first is not None and self.shape.k <= self.blk.kc:
+            return acc
+        zero = self.zero(self.vacc)
+        old = vector.maskedload(self.vacc, self.C, [*lead, row, col[0]], col[1], zero)
+        if first is not None:
+            old = arith.select(first, zero, old)
+        return add(old, acc)
 
-            def row(i: int = i) -> None:
-                if self.epilogue is None:
-                    store(i)
-                elif self.last is None:  # one k block covers K
-                    finish(i)
-                else:
-                    op = scf.IfOp(self.last, has_else=True)
-                    with ir.InsertionPoint(op.then_block):
-                        finish(i)
-                        scf.YieldOp([])
-                    with ir.InsertionPoint(op.else_block):
-                        store(i)
-                        scf.YieldOp([])
+    def store_row(self, lead: list[ir.Value], row: ir.Value, cols: list[tuple[ir.Value, ir.Value]],
+                  acc: list[ir.Value], first: ir.Value | None) -> None:
+        """``C[row, cols] (+)= acc``: one row of the tile, its vectors masked at the columns' edge."""
+        for v, (col, msk) in enumerate(cols):
+            vector.maskedstore(self.C, [*lead, row, col], msk, self.total(lead, row, (col, msk), acc[v], first))
 
-            _if(arith.cmpi(arith.CmpIPredicate.slt, real, self.m1), row)
+    def finish_row(self, lead: list[ir.Value], row: ir.Value, cols: list[tuple[ir.Value, ir.Value]],
+                   acc: list[ir.Value], first: ir.Value | None) -> None:
+        """``D[row, cols] = epilogue(C + acc)``: one row of the tile through the epilogue."""
+        for v, (col, msk) in enumerate(cols):
+            self.store_epilogue(lead, row, col, msk, self.total(lead, row, (col, msk), acc[v], first))
 
     def store_epilogue(self, lead: list[ir.Value], row: ir.Value, col: ir.Value, msk: ir.Value,
                        value: ir.Value) -> None:
