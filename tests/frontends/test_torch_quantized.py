@@ -220,20 +220,20 @@ def test_real_pt2e_models_run_on_the_i8_matrix_unit(pt2e: Any, quantizer: str, m
     assert report.fallback_ops == () and report.failed_partitions == 0 and report.compiled_ops == report.graph_ops, \
         report
 
-    # The i8 unit issued the contractions. The planned matmuls (one per linear, plus one per nonzero input
-    # zero point) are i8 on the mxu and issue ceil(m/32) ceil(n/32) ceil(k/64) of its i8 instructions each;
-    # the convolutions issue the rest. The graph holds no bf16/f16 and the mxu has no f32 form, so every
-    # mxu instruction is an i8 one.
+    # The i8 unit issued the contractions. The planned matmuls (one per linear and per convolution — an i8
+    # convolution is a contraction of its patches —, plus one per nonzero input zero point) are i8 on the mxu
+    # and issue ceil(m/32) ceil(n/32) ceil(k/64) of its i8 instructions each. The graph holds no bf16/f16 and
+    # the mxu has no f32 form, so every mxu instruction is an i8 one.
     planned = [c for k in report.kernels for c in (k.executable.resources or {}).get("contractions", [])]
     linears = sum(n.target == torch.ops.aten.linear.default for n in gm.graph.nodes)
     convs = sum(n.target == torch.ops.aten.conv2d.default for n in gm.graph.nodes)
-    assert len(planned) >= linears and all((c["dtype"], c["unit"]) == ("i8", "mxu") for c in planned), planned
+    assert len(planned) >= linears + convs and all((c["dtype"], c["unit"]) == ("i8", "mxu") for c in planned), planned
     unit = next(u for u in load_spec("npu").matrix_units if u.operand_dtype == "i8")
     by_matmuls = sum(c["batch"] * math.ceil(c["m"] / unit.m) * math.ceil(c["n"] / unit.n) * math.ceil(c["k"] / unit.k)
                      for c in planned)
     issued = sum(n for k in report.kernels for key, n in (k.executable.last_counters or {}).items()
                  if key == "matrix_unit:mxu")
-    assert issued >= by_matmuls > 0 and (issued > by_matmuls) == (convs > 0), (issued, by_matmuls, convs)
+    assert issued == by_matmuls > 0, (issued, by_matmuls, convs)
 
     # Against torch's quantized reference. pbsdk sums the integers exactly; torch sums the dequantized values
     # in f32, so a value next to a rounding boundary of the next quantize may land one step apart, and that
@@ -285,3 +285,37 @@ def test_unsupported_quantized_dtypes_stay_with_torch_and_say_why(caplog: pytest
     assert report.compiled_ops == report.graph_ops - 2 and report.failed_partitions == 0, report
     assert "quantized dtype int16" in caplog.text, caplog.text
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _host_has_vpdpbusd() -> bool:
+    from pbsdk.targets.cpu.pack_contractions import unit_spec
+
+    return any(u.name == "vpdpbusd" for u in unit_spec(load_spec("host"))[0].matrix_units)
+
+
+@pytest.mark.skipif(not _host_has_vpdpbusd(), reason="this host has no VNNI: the cpu target's i8 contractions "
+                    "take the generic lowering (tests/numerics/test_units.py checks the code for a VNNI CPU)")
+@pytest.mark.parametrize("model, shape", [(FloatMLP, (32, 64)), (FloatCNN, (8, 3, 12, 12))], ids=["mlp", "cnn"])
+def test_x86_pt2e_models_run_on_the_host_vnni_unit(pt2e: Any, model: type, shape: tuple[int, ...]) -> None:
+    """X86InductorQuantizer's graph (u8 activations, i8 per-channel weights) on the cpu target: every linear
+    and convolution is an i8 contraction on vpdpbusd (the compile-time record says so), no fallback, and the
+    result is torch's quantized reference within one step of the last layer's output (the same bound as
+    on the template target above)."""
+    gm = _pt2e_quantized(pt2e, "x86", model, shape)
+    torch._dynamo.reset()
+    clear_reports()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5)) * 1.2
+    with torch.no_grad():
+        got = torch.compile(gm, backend="pbsdk", options={"target": "cpu"})(x)
+        want = gm(x)
+    (report,) = reports()
+    assert report.fallback_ops == () and report.failed_partitions == 0, report
+    planned = [c for k in report.kernels for c in (k.executable.resources or {}).get("contractions", [])]
+    layers = sum(n.target in (torch.ops.aten.linear.default, torch.ops.aten.conv2d.default) for n in gm.graph.nodes)
+    on_unit = [c for c in planned if c["unit"] == "vpdpbusd"]
+    assert len(on_unit) >= layers and all(c["dtype"] == "i8" for c in on_unit), planned
+    last = [n for n in gm.graph.nodes if n.target == torch.ops.aten.linear.default][-1]
+    x_dq, w_dq = last.args[0], last.args[1]
+    w_max = 127 * float(torch.as_tensor(_value(gm, w_dq.args[1])).max())
+    diff = (got - want).abs()
+    assert diff.max().item() <= 2 * float(x_dq.args[1]) * w_max * (1 + 1e-5), diff.max().item()

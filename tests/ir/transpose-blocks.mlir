@@ -82,3 +82,23 @@ func.func @rejects(%a: memref<4x8x32xf32>, %b: memref<8x4x32xf32>, %c: memref<3x
   }
   return
 }
+
+// -----
+
+// Integer elements (an i8 activation of a quantized model): the masked loads' padding is an integer zero.
+// CHECK-LABEL: func.func @i8_ragged(
+// CHECK:         arith.constant dense<0> : vector<64xi8>
+// CHECK:         vector.maskedload {{.*}} : memref<70x130xi8>, vector<64xi1>, vector<64xi8> into vector<64xi8>
+// CHECK:         vector.shuffle
+// OFF-LABEL: func.func @i8_ragged(
+// OFF:         linalg.generic
+#in = affine_map<(d0, d1) -> (d1, d0)>
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @i8_ragged(%x: memref<70x130xi8>, %y: memref<130x70xi8>) {
+  linalg.generic {indexing_maps = [#in, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<70x130xi8>) outs(%y : memref<130x70xi8>) {
+  ^bb0(%a: i8, %b: i8):
+    linalg.yield %a : i8
+  }
+  return
+}

@@ -95,8 +95,9 @@ def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
 
 
 #: (operand dtype, product dtype) of convolutions emitted as contractions besides same-dtype f32/f64: bf16
-#: operands accumulated in f32 (`pbsdk.ops.conv2d`'s accumulator), whose contraction a matrix unit serves.
-MIXED_CONTRACTIONS = frozenset({("bf16", "f32")})
+#: operands accumulated in f32 (`pbsdk.ops.conv2d`'s accumulator) and the i8 x i8 -> i32 convolution of a
+#: quantized model (`pbsdk.ops` `_quantized_conv2d`), whose contractions a matrix unit serves.
+MIXED_CONTRACTIONS = frozenset({("bf16", "f32"), ("i8", "i32")})
 
 class _Emitter:
     """Builds the entry function ``func_name`` of one graph into ``module`` (at the context and location in

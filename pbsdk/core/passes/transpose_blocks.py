@@ -153,7 +153,9 @@ def _build(plan: TransposePlan, src: ir.Value, dst: ir.Value, element: ir.Type) 
     c = Indices(ir.InsertionPoint.current.block).c  # constants at the top of the copy's block
 
     ext_a, ext_q = plan.extents[plan.a], plan.extents[plan.q]
-    zero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(element, 0.0)))
+    zero_attr = (ir.IntegerAttr.get(element, 0) if isinstance(element, ir.IntegerType)
+                 else ir.FloatAttr.get(element, 0.0))
+    zero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, zero_attr))
     others = [j for j in range(len(plan.extents)) if j not in (plan.a, plan.q)]
 
     def nest(depth: int, ivs: dict[int, ir.Value]) -> None:
