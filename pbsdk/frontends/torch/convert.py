@@ -153,6 +153,20 @@ def _in(cx: Context, *xs: Any) -> list[Any]:
     return [ops.astype(x, dt) if isinstance(x, Tensor) and x.dtype != dt else x for x in xs]
 
 
+#: The dtype torch's CPU kernels compute a half-precision op in (its "opmath" type): normalisations, softmax,
+#: means, and a product with a Python scalar read the operands as f32, compute in f32 and round
+#: the result once (eager bf16 ``layer_norm``, ``softmax``, ``mean``, ``x * 0.044715``). Rounding every step
+#: to bf16 instead differs from eager in most elements (1/768 as bf16 is 0.2% off; a squared deviation, an
+#: exponential, a running sum each lose bits). `_check` rounds the f32 result to the recorded dtype.
+_OPMATH = {"bf16": "f32", "f16": "f32"}
+
+
+def _opmath(cx: Context, *xs: Any) -> list[Any]:
+    """`_in`, but a half-precision result dtype computes in f32 (`_OPMATH`); ``None`` operands pass."""
+    dt = _OPMATH.get(cx.out_dtype, cx.out_dtype)
+    return [ops.astype(x, dt) if isinstance(x, Tensor) and x.dtype != dt else x for x in xs]
+
+
 def _scalar(v: Any) -> Any:
     if isinstance(v, bool):
         return float(v)
@@ -173,9 +187,12 @@ def _dims(x: Tensor, dim: Any) -> tuple[int, ...]:
 
 # ------------------------------------------------------------------------------------------- elementwise
 
-def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
+def _binary(fn: Callable[[Any, Any], Tensor], *, scalar_opmath: bool = False) -> Converter:
+    """A binary op's converter; ``scalar_opmath``: with a Python scalar ``b``, computed in `_opmath` (the
+    scalar is not rounded to a half-precision operand's dtype first, as torch's mul does not)."""
     def convert(cx: Context, a: Any, b: Any, *, alpha: Any = 1) -> Tensor:
-        a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+        scalar = not isinstance(b, Tensor)
+        a, b = (_opmath if scalar and scalar_opmath else _in)(cx, a, _scalar(b) if scalar else b)
         if alpha != 1:
             b = ops.mul(b, _scalar(alpha)) if isinstance(b, Tensor) else b * alpha
         return fn(a, b)
@@ -183,7 +200,7 @@ def _binary(fn: Callable[[Any, Any], Tensor]) -> Converter:
 
 
 for _n, _f in (("add", ops.add), ("sub", ops.sub), ("mul", ops.mul)):
-    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_binary(_f))
+    converts(f"aten.{_n}.Tensor", f"aten.{_n}.Scalar")(_binary(_f, scalar_opmath=_n == "mul"))
 converts("aten.maximum.default")(_binary(ops.maximum))
 converts("aten.minimum.default")(_binary(ops.minimum))
 
@@ -490,13 +507,13 @@ def _convolution(cx: Context, x: Any, w: Any, bias: Any, stride: Sequence[int], 
 
 @converts("aten._softmax.default")
 def _softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
-    (v,) = _in(cx, x)
+    (v,) = _opmath(cx, x)
     return ops.softmax(v, axis=dim)
 
 
 @converts("aten._log_softmax.default")
 def _log_softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
-    (v,) = _in(cx, x)
+    (v,) = _opmath(cx, x)
     return ops.log_softmax(v, axis=dim)
 
 
@@ -504,7 +521,7 @@ def _log_softmax(cx: Context, x: Any, dim: int, half_to_float: bool) -> Tensor:
 def _layer_norm(cx: Context, x: Any, shape: Sequence[int], w: Any, b: Any, eps: float) -> tuple[Tensor, ...]:
     x = _tensor(x, "layer_norm's input")
     axes = tuple(range(x.ndim - len(shape), x.ndim))
-    (xf,) = _in(cx, x)
+    (xf, w, b) = _opmath(cx, x, w, b)
     out = ops.layernorm(xf, w, b, axis=axes, eps=eps)
     mean = ops.mean(xf, axes, keepdims=True)
     centred = ops.sub(xf, mean)
@@ -515,7 +532,7 @@ def _layer_norm(cx: Context, x: Any, shape: Sequence[int], w: Any, b: Any, eps: 
 @converts("aten._native_batch_norm_legit_no_training.default")
 def _batch_norm(cx: Context, x: Any, w: Any, b: Any, mean: Any, var: Any, momentum: float,
                 eps: float) -> tuple[Any, ...]:
-    (x, mean, var, w, b) = _in(cx, _tensor(x, "batch_norm's input"), mean, var, w, b)
+    (x, mean, var, w, b) = _opmath(cx, _tensor(x, "batch_norm's input"), mean, var, w, b)
     out = ops.batch_norm(x, mean, var, w, b, eps=eps)
     return out, None, None  # the saved statistics of training are empty tensors pbsdk cannot return
 
@@ -553,7 +570,7 @@ def _batch_norm_training(cx: Context, x: Any, w: Any, b: Any, *args: Any) -> tup
 def _group_norm(cx: Context, x: Any, w: Any, b: Any, n: int, c: int, hw: int, groups: int,
                 eps: float) -> tuple[Tensor, ...]:
     """Group norm (instance norm with one channel per group); the saved mean and 1/std are (N, groups)."""
-    (x, w, b) = _in(cx, _tensor(x, "group_norm's input"), w, b)
+    (x, w, b) = _opmath(cx, _tensor(x, "group_norm's input"), w, b)
     out = ops.group_norm(x, groups, w, b, eps=eps)
     mean, _, rstd = _stats(ops.reshape(x, (n, groups, -1)), (2,), eps)
     return out, mean, rstd
@@ -569,7 +586,7 @@ def _sum(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: 
 
 @converts("aten.mean.dim", "aten.mean.default")
 def _mean(cx: Context, x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Tensor:
-    (x,) = _in(cx, x)
+    (x,) = _opmath(cx, x)
     return ops.mean(x, _dims(x, dim), keepdims=keepdim)
 
 
@@ -637,7 +654,7 @@ def _any(cx: Context, x: Any, dim: Any = None, keepdim: bool = False) -> Tensor:
 
 @converts("aten.var.correction")
 def _var(cx: Context, x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Tensor:
-    (x,) = _in(cx, x)
+    (x,) = _opmath(cx, x)
     axes = _dims(x, dim)
     n = math.prod(x.shape[a] for a in axes)
     c = 1 if correction is None else correction
