@@ -46,7 +46,8 @@ _SCRIPT = textwrap.dedent("""
 
 
 def test_bf16_resnet18_for_an_amx_xeon_does_not_abort() -> None:
-    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=900,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "machine code made for 1 partition(s)" in proc.stdout, proc.stdout + proc.stderr[-2000:]
 

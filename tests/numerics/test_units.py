@@ -63,7 +63,7 @@ def test_bf16_batched_matmul_with_bias_and_gelu(threads: int) -> None:
     got = fn(a, b, bias)
     acc = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16).astype(np.float32)
     pre = (acc + bias.astype(np.float32)).astype(BF16).astype(np.float64)
-    from scipy.special import erf  # noqa: PLC0415 - scipy comes with the dev extras' torch/jax stack
+    from scipy.special import erf
 
     want = (0.5 * pre * (1 + erf(pre / np.sqrt(2)))).astype(BF16)
     assert_close(got, want, op="gelu", dtype="bf16")
@@ -94,7 +94,7 @@ def test_i8_requantize_epilogue_is_fused_and_exact() -> None:
     b = rng.integers(-128, 128, (300, 70), dtype=np.int8)
     scale = np.float32(1 / 3000)
 
-    def requant(x, w):  # noqa: ANN001, ANN202
+    def requant(x, w):
         acc = ops.astype(x @ w, "f32")
         return ops.astype(ops.minimum(ops.maximum(ops.round(acc * float(scale)) + 3.0, -128.0), 127.0), "i8")
 
@@ -172,5 +172,112 @@ def test_i8_constant_weights_are_packed_at_compile_time() -> None:
     for threads in (1, 2):
         fn = pbsdk.jit(lambda x: x @ b, target="cpu", options={"threads": threads, "cache": False})
         np.testing.assert_array_equal(fn(a), a.astype(np.int32) @ b.astype(np.int32))
-        assert "memref<2x18x128xi8>" in _packed(fn, a)  # the constant reaches the kernel packed
+        kernel = fn.kernel(fn._signature((a,)))[0]
+        assert [c.shape for c in kernel.artifact.constants] == [(2, 18, 128)]  # the constant reaches it packed
 
+
+
+# --------------------------------------------------------------------------------------------- AMX tiles
+
+def _with_amx(spec_name: str = "host") -> object:
+    """``spec_name`` with the AMX preset's tile units listed first (what an AMX host's detection gives)."""
+    base = load_spec(spec_name)
+    tiles = [u for u in load_spec("intel/xeon-amx").matrix_units if u.registers == "tile"]
+    return base.model_copy(update={"matrix_units": tiles + list(base.matrix_units)})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, n, k", [(64, 64, 64), (37, 45, 29), (70, 33, 600), (1, 20, 3)])
+def test_amx_kernels_emulated(m: int, n: int, k: int, threads: int) -> None:
+    """The AMX tile kernels (option amx="emulate": the tile instructions' arithmetic on host buffers, any
+    machine) pack, address, step and update C correctly: bf16 within bf16 tolerance, i8 exactly."""
+    spec = _with_amx()
+    opts = {"threads": threads, "amx": "emulate", "cache": False}
+    a, b = _bf16((m, k), 11), _bf16((k, n), 12)
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", spec=spec, options=opts)
+    want = (a.astype(np.float64) @ b.astype(np.float64)).astype(BF16)
+    assert_close(fn(a, b), want, op="matmul", dtype="bf16", reduction_size=k, accumulator="f32")
+    rng = np.random.default_rng(13)
+    ai, bi = rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+    gi = pbsdk.jit(lambda x, w: x @ w, target="cpu", spec=spec, options=opts)
+    np.testing.assert_array_equal(gi(ai, bi), ai.astype(np.int32) @ bi.astype(np.int32))
+
+
+def test_amx_kernels_emulated_with_epilogue_and_constant_weights() -> None:
+    """A bias + GELU epilogue through the tile kernel's C update, and an i8 weight packed at compile time
+    for whole k blocks (the unrolled steps read them all)."""
+    spec = _with_amx()
+    opts = {"threads": 2, "amx": "emulate", "cache": False}
+    a, b, bias = _bf16((50, 700), 14), _bf16((700, 40), 15), _bf16((40,), 16)
+    fn = pbsdk.jit(lambda x, w, c: ops.gelu(x @ w + c), target="cpu", spec=spec, options=opts)
+    from scipy.special import erf
+
+    pre = ((a.astype(np.float32) @ b.astype(np.float32)).astype(BF16).astype(np.float32)
+           + bias.astype(np.float32)).astype(BF16).astype(np.float64)
+    assert_close(fn(a, b, bias), (0.5 * pre * (1 + erf(pre / np.sqrt(2)))).astype(BF16), op="gelu", dtype="bf16")
+    rng = np.random.default_rng(17)
+    w = rng.integers(-128, 128, (300, 70), dtype=np.int8)
+    x = rng.integers(-128, 128, (45, 300), dtype=np.int8)
+    gi = pbsdk.jit(lambda v: v @ w, target="cpu", spec=spec, options=opts)
+    np.testing.assert_array_equal(gi(x), x.astype(np.int32) @ w.astype(np.int32))
+    kernel = gi.kernel(gi._signature((x,)))[0]
+    assert [c.shape for c in kernel.artifact.constants] == [(3, 80, 128)]  # 3 panels of 32 columns, k 300 -> 320
+
+
+@pytest.mark.parametrize("dtype, instruction", [("bf16", "tdpbf16ps"), ("i8", "tdpbssd")])
+def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
+    """With amx="on", the machine code for the AMX preset's CPU (made on any host) holds the tile loads,
+    products and stores, and the tile configuration LLVM adds; the artifact asks for AMX's state."""
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.targets.cpu import parse_llvm_ir, target_machine
+
+    acc, zero = {"bf16": ("f32", "0.0"), "i8": ("i32", "0")}[dtype]
+    text = f"""
+    func.func @mm(%a: tensor<100x300x{dtype}>, %b: tensor<300x70x{dtype}>) -> tensor<100x70x{acc}> {{
+      %z = arith.constant {zero} : {acc}
+      %e = tensor.empty() : tensor<100x70x{acc}>
+      %f = linalg.fill ins(%z : {acc}) outs(%e : tensor<100x70x{acc}>) -> tensor<100x70x{acc}>
+      %r = linalg.matmul ins(%a, %b : tensor<100x300x{dtype}>, tensor<300x70x{dtype}>) outs(%f : tensor<100x70x{acc}>)
+        -> tensor<100x70x{acc}>
+      return %r : tensor<100x70x{acc}>
+    }}"""
+    chip = load_spec("intel/xeon-amx")
+    artifact = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "on"}))
+    asm = target_machine(chip).emit_assembly(parse_llvm_ir(artifact.payload))
+    steps = -(-300 // (32 if dtype == "bf16" else 64))
+    assert asm.count(instruction) == 4 * steps and asm.count("tileloadd") == 4 * steps
+    assert "ldtilecfg" in asm and "tilestored" in asm and "tilerelease" in asm
+    assert artifact.metadata["amx"]
+    off = compile_text(text, resolve("cpu", chip, {"cache": False}))  # the default: the dot-product units
+    assert instruction not in target_machine(chip).emit_assembly(parse_llvm_ir(off.payload))
+
+
+def _host_has_amx() -> bool:
+    from pbsdk.targets.cpu.pack_contractions import unit_spec
+
+    return any(u.name == "tdpbf16ps" for u in unit_spec(load_spec("host"), "on")[0].matrix_units)
+
+
+@pytest.mark.skipif(not _host_has_amx(), reason="this host has no AMX: the AMX kernels are checked by emulation "
+                    "(test_amx_kernels_emulated) and by their machine code (test_amx_code_for_an_amx_xeon)")
+def test_amx_kernels_on_this_hosts_tiles() -> None:
+    """Where the host has AMX: the kernels run on its tiles (in a subprocess: a fault fails this test only)."""
+    import subprocess
+    import sys
+
+    script = """
+import numpy as np, ml_dtypes, pbsdk
+BF = np.dtype(ml_dtypes.bfloat16)
+rng = np.random.default_rng(0)
+for m, n, k in ((64, 64, 64), (37, 45, 29), (70, 33, 600)):
+    a, b = rng.standard_normal((m, k)).astype(BF), rng.standard_normal((k, n)).astype(BF)
+    y = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"amx": "on", "cache": False})(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.abs(y.astype(np.float64) - want).max() <= 2 ** -7 * (np.abs(want).max() + 1) + 1e-3 * k, (m, n, k)
+    ai, bi = rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+    yi = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"amx": "on", "cache": False})(ai, bi)
+    assert np.array_equal(yi, ai.astype(np.int32) @ bi.astype(np.int32)), (m, n, k)
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]

@@ -115,19 +115,29 @@ def test_units_are_not_planned_for_operands_stored_transposed() -> None:
     assert any("stored transposed" in r for r in plan.reasons)
 
 
-def test_amx_is_planned_as_one_instruction_a_tile() -> None:
-    plan = plan_contraction(load_spec("intel/xeon-amx"), Contraction(256, 256, 256, dtype="bf16"), {"threads": 1})
-    assert (plan.compute.name, plan.compute.m, plan.compute.k, plan.compute.instruction) == ("tdpbf16ps", 16, 32, None)
-    assert plan.blocking is None
+def test_amx_plans_2x2_accumulator_tiles_with_an_unrolled_k_block() -> None:
+    from pbsdk.core.plan.contraction import TILE_STEPS
+
+    plan = plan_contraction(load_spec("intel/xeon-amx"), Contraction(1024, 1024, 1024, dtype="bf16"), {"threads": 1})
+    tile, blk = plan.compute, plan.blocking
+    assert (tile.name, tile.m, tile.n, tile.k, tile.instruction, tile.registers) == ("tdpbf16ps", 32, 32, 32,
+                                                                                    (16, 16, 32), 8)
+    assert blk is not None and (blk.mr, blk.nr, blk.unit, blk.unit_k) == (32, 32, "tdpbf16ps", 32)
+    assert blk.kc == TILE_STEPS * 32 and blk.pack_a  # straight-line steps; tile loads read a packed A
+    i8 = plan_contraction(load_spec("intel/xeon-amx"), Contraction(100, 70, 300, dtype="i8"), {"threads": 1})
+    assert i8.blocking is not None and (i8.compute.name, i8.blocking.kc) == ("tdpbssd", 320)
 
 
-def test_cpu_lowers_units_in_vector_registers_with_their_features() -> None:
+def test_cpu_lowers_units_by_their_registers_features_and_the_amx_option() -> None:
     from pbsdk.targets.cpu.hooks import lowerable
 
     amx = load_spec("intel/xeon-amx")
     features = amx.codegen["features"]
     tile, dot = amx.matrix_units[0], amx.matrix_units[2]
-    assert "tile registers" in (lowerable(tile, 512, features) or "")
+    assert "AMX kernels are off" in (lowerable(tile, 512, features) or "")  # the default: not yet run on AMX
+    assert lowerable(tile, 512, features, "on") is None
+    assert "+amx-bf16,+amx-tile" in (lowerable(tile, 512, "+avx512f", "on") or "")
+    assert lowerable(tile, 512, "+avx512f", "emulate") is None  # the arithmetic on host buffers: any machine
     assert lowerable(dot, 512, features) is None
     assert "+avx512bf16" in (lowerable(dot, 512, "+avx512f,+avx2") or "")
     assert "no 128-bit instruction" in (lowerable(dot, 128, features) or "")

@@ -186,6 +186,10 @@ class Blocking:
 LONG_K_SHARE = 8
 LONG_K_ROW_TILES = 16
 
+#: Steps of a tile unit (AMX) in one k block: the micro-kernel's k block is straight-line code (MLIR's lowering
+#: does not carry tile registers through loops), so kc is at most this many of the unit's k.
+TILE_STEPS = 16
+
 #: A is read in place (`Blocking.pack_a` False) when a thread's columns fit this many register tiles.
 #: 1x1 conv at 7x7, 2048 -> 512 as given (512x49x2048, B 49 columns: 2 tiles of 32), Zen 4: 1.78 -> 1.4 ms.
 A_IN_PLACE_PANELS = 2
@@ -328,8 +332,8 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     if not (unit.kind == "vector-fma" or unit.instruction is not None) or not caches or spec.vector is None:
         return None, []
     if unit.instruction is not None and (op.a_layout != "mk" or op.b_layout != "kn"):
-        return None, [f"{unit.name}: operands stored transposed are not planned for a unit in the vector "
-                      "registers"]
+        return None, [(f"{unit.name}: operands stored transposed are not planned for a unit in the vector "
+                       "registers")]
     if unit.instruction is not None:  # the unit's groups of k are along A's rows: never transposed
         opts = opts.replace(transpose_gemm=False)
     turn = orientation(spec, op, opts)
@@ -406,6 +410,10 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
         why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
     if unit.instruction is not None:  # whole groups of the unit's depth (the last one zero-padded past k)
         kc = _round_up(kc, unit.k)
+        if unit.instruction[0] > 1 and kc > TILE_STEPS * unit.k:  # a tile unit's k block is unrolled
+            kc = TILE_STEPS * unit.k
+            why.append(f"kc {kc}: {TILE_STEPS} steps of {unit.name}, unrolled (its tiles live in registers only "
+                       "within straight-line code)")
     mc = _round_down(int(l2.size_bytes * CACHE_BUDGET // (kc * eb)), mr)
     mc = min(mc, _round_up(m_part, mr))
     why.append(f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}")
@@ -432,7 +440,13 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
-    if unit.instruction is not None and opts.pack_a is None and not a_km:
+    tile_rows = unit.instruction[0] if unit.instruction is not None else 1
+    tile_unit = tile_rows > 1
+    if tile_unit:
+        # Tile loads read whole rows of 16 x k: A is packed, zero past k and clamped past the last row.
+        pack_a = True
+        why.append(f"A packed: {unit.name} loads tiles of {tile_rows} rows x {unit.k} from a packed block")
+    elif unit.instruction is not None and opts.pack_a is None and not a_km:
         # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a
         # packed copy alike: packing only pays when the tile's rows evict one another from l1.
         stride = int(op.k * eb)
@@ -459,9 +473,12 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
     unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)
-    if unit_k > 1:
+    if unit_k > 1 and not tile_unit:
         why.append(f"{unit_name}: each micro-kernel step consumes {unit_k} k; B packed in groups of {unit_k} rows "
                    f"interleaved, A {'packed in' if pack_a else 'read in place as'} groups of {unit_k}")
+    elif tile_unit:
+        why.append(f"{unit_name}: each step loads 2 A and 2 B tiles of {unit_k} k (B in 32-bit groups of rows "
+                   f"interleaved) into 2 x 2 accumulator tiles; kc {kc} unrolled in {kc // unit_k} steps")
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,
                     prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
                     unit_k=unit_k), why
@@ -572,6 +589,8 @@ def compute_tile(spec: ChipSpec, op: Contraction,
             u = units[0]
             if u.registers == "vector" and spec.vector is not None and spec.caches():
                 return _unit_register_tile(spec, op, u)
+            if u.registers == "tile" and spec.vector is not None and spec.caches() and (u.tile_registers or 0) >= 8:
+                return _unit_tile_registers(spec, u)
             return (ComputeTile("matrix-unit", u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype, u.scope),
                     (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) is the "
                     f"spec's first choice for {op.dtype}"))
@@ -598,9 +617,20 @@ def _unit_register_tile(spec: ChipSpec, op: Contraction, u: MatrixUnit) -> tuple
     mr, nv, why = register_tile(vec.registers, u.n, rate, vec.loads_per_cycle, op.m, op.n)
     return (ComputeTile("matrix-unit", u.name, mr, nv * u.n, u.k, u.operand_dtype, u.accumulator_dtype,
                         spec.compute[0].name, registers=mr * nv + nv + 1, instruction=(u.m, u.n, u.k)),
-            f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, in the vector "
-            f"registers) is the spec's first choice for {op.dtype}: {mr}x{nv * u.n} register tile of its "
-            f"instructions ({mr * nv} accumulators of {vec.registers} registers; {why})")
+            (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, in the vector "
+             f"registers) is the spec's first choice for {op.dtype}: {mr}x{nv * u.n} register tile of its "
+             f"instructions ({mr * nv} accumulators of {vec.registers} registers; {why})"))
+
+
+def _unit_tile_registers(spec: ChipSpec, u: MatrixUnit) -> tuple[ComputeTile, str]:
+    """The register tile of a unit with its own tile registers (AMX, ``u.registers == "tile"``): 2 x 2
+    accumulator tiles fed by 2 tiles of A and 2 of B — the 8 registers such a unit has at least — so each
+    loaded tile serves two instructions."""
+    return (ComputeTile("matrix-unit", u.name, 2 * u.m, 2 * u.n, u.k, u.operand_dtype, u.accumulator_dtype,
+                        spec.compute[0].name, registers=8, instruction=(u.m, u.n, u.k)),
+            (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, "
+             f"{u.tile_registers} tile registers) is the spec's first choice: {2 * u.m}x{2 * u.n} register tile of "
+             "2 x 2 accumulator tiles, 2 A and 2 B tiles a step"))
 
 
 def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, m: int,

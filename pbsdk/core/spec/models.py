@@ -536,6 +536,6 @@ def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple
         elif u.m != 1:
             out.append((f"{where}.m", f"a unit in the vector registers broadcasts one row of A (m = 1), not {u.m}"))
         elif u.n * dtype_bits(u.accumulator_dtype) != spec.vector.width_bits:
-            out.append((f"{where}.n", f"{u.n} {u.accumulator_dtype} accumulators are not one "
-                                      f"{spec.vector.width_bits}-bit vector"))
+            out.append((f"{where}.n", (f"{u.n} {u.accumulator_dtype} accumulators are not one "
+                                       f"{spec.vector.width_bits}-bit vector")))
     return out

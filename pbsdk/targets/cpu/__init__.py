@@ -10,16 +10,17 @@ runtime library is needed at run time.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from pbsdk.core.errors import CompileError, TargetError
-from pbsdk.core.options import Options
+from pbsdk.core.errors import CompileError, DeviceUnavailableError, TargetError
+from pbsdk.core.options import Options, TargetOptions
 from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
@@ -77,7 +78,8 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
                                                             "object_cache": caching(ctx.options),
                                                             WORKSPACE: ctx.notes.get("workspace", 0),
                                                             "resources": {"contractions": list(
-                                                                ctx.notes.get("contractions", []))}},
+                                                                ctx.notes.get("contractions", []))},
+                                                            "amx": bool(ctx.notes.get("amx"))},
                     constants=ctx.constants)
 
 
@@ -520,6 +522,12 @@ class CpuExecutable(Executable):
         forks = artifact.metadata.get("forks", [])
         if forks:
             texts.append(fork_glue(forks, threaded=_openmp_available()))
+        if artifact.metadata.get("amx"):
+            from pbsdk.targets.cpu.tile_kernel import request_amx
+
+            if not request_amx():
+                raise DeviceUnavailableError("the kernel uses AMX tiles and Linux did not grant this process "
+                                             "their state (arch_prctl ARCH_REQ_XCOMP_PERM)")
         self._texts, self._spec = texts, spec
         #: What the compilation did with each contraction (`pack_contractions.CONTRACTIONS`): the compile-time
         #: record the conformance suite reads (a bf16 or i8 case on the spec's unit must have used it).
@@ -549,6 +557,18 @@ class CpuExecutable(Executable):
         self._fn(pointers)
 
 
+@dataclasses.dataclass(frozen=True)
+class CpuOptions(TargetOptions):
+    """The cpu target's own options (the others are the core's, `pbsdk.core.options.Options`)."""
+
+    #: Matrix units with tile registers (AMX: ``tdpbf16ps``, ``tdpbssd``): "off" leaves them out of the plans
+    #: (the vector-register units serve bf16/i8), "on" lowers their instructions (the spec's code must have
+    #: the AMX features), "emulate" builds the same kernels with the instructions' arithmetic on host buffers
+    #: (any machine: what checks the AMX kernels where there is no AMX). Off by default until they have run
+    #: on AMX hardware: so far they are compiled for it and emulated.
+    amx: Literal["off", "on", "emulate"] = "off"
+
+
 class CpuTarget(Target):
     """The host CPU. Correct, simple lowering; the optimising pipeline adds tiling/packing stages."""
 
@@ -556,6 +576,7 @@ class CpuTarget(Target):
     attention_forms = ("lanes",)
     default_spec = "host"
     description = "host CPU: LLVM via llvmlite MCJIT, runs in-process on numpy buffers"
+    options_type = CpuOptions
     #: The cpu target's implementation of the hook contract (`pbsdk.targets.cpu.hooks`); a subclass sets its
     #: own module or object and keeps this one's functions for the hooks it does not implement.
     hooks: ClassVar[Any] = _cpu_hooks
@@ -612,6 +633,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     """The stages that lower already-scheduled IR (loops, vectors, memrefs) to LLVM IR for the host JIT,
     deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
     schedule runs (nvgpu's `emulate`)."""
+    amx = "{enable-amx=true}" if options.target_as(CpuOptions).amx == "on" else ""
     expand_bf16 = "" if not expands_bf16(machine(spec)[2]) else (
         "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
         "arith-expand{include-bf16=true}), ")
@@ -626,7 +648,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
                   description="linalg ops to explicit loops"),
             Stage("lower-llvm",
                   passes="func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, "
-                         "convert-vector-to-llvm, "
+                         f"convert-vector-to-llvm{amx}, "
                          f"expand-strided-metadata, lower-affine, finalize-memref-to-llvm, {expand_bf16}"
                          "convert-arith-to-llvm, "
                          "convert-cf-to-llvm, convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, "

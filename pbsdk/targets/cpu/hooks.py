@@ -35,19 +35,38 @@ INTRINSICS: dict[tuple[str, int], tuple[str, tuple[frozenset[str], ...]]] = {
 }
 
 
-def lowerable(unit: MatrixUnit, width_bits: int, features: str) -> str | None:
+#: Units with tile registers the cpu target lowers (`pbsdk.targets.cpu.tile_kernel`): the target features
+#: each needs (all of them).
+TILE_UNITS: dict[str, frozenset[str]] = {
+    "tdpbf16ps": frozenset({"+amx-tile", "+amx-bf16"}),
+    "tdpbssd": frozenset({"+amx-tile", "+amx-int8"}),
+}
+
+
+def lowerable(unit: MatrixUnit, width_bits: int, features: str, tiles: str = "off") -> str | None:
     """Why the cpu target cannot lower ``unit`` for machine code with ``features`` (an LLVM feature string)
-    and ``width_bits`` vectors, or None when it can."""
+    and ``width_bits`` vectors, or None when it can. ``tiles`` is the cpu option ``amx``: units with tile
+    registers are lowered only when it is "on" (their instructions; the machine code needs the features) or
+    "emulate" (their arithmetic on host buffers, any machine)."""
+    flags = {f.strip() for f in features.split(",")}
+    if unit.registers == "tile":
+        need = TILE_UNITS.get(unit.name)
+        if need is None:
+            return f"{unit.name}: no tile unit of that name is known to the cpu target"
+        if tiles == "off":
+            return (f"{unit.name}: AMX kernels are off (cpu option amx=on; they have not yet run on AMX "
+                    "hardware, only compiled for it and emulated)")
+        if tiles == "on" and not need <= flags:
+            return f"{unit.name}: the code's target features lack {','.join(sorted(need - flags))}"
+        return None
     if unit.registers != "vector":
-        return f"{unit.name}: the cpu target lowers units in the vector registers only (this one keeps " \
-               f"{'tile registers' if unit.registers == 'tile' else 'memory tiles'})"
+        return f"{unit.name}: the cpu target lowers units in registers only (this one keeps memory tiles)"
     found = INTRINSICS.get((unit.name, width_bits))
     if found is None:
         return f"{unit.name}: no {width_bits}-bit instruction known to the cpu target"
-    flags = {f.strip() for f in features.split(",")}
     if not any(need <= flags for need in found[1]):
-        need = " or ".join(",".join(sorted(s)) for s in found[1])
-        return f"{unit.name}: the code's target features lack {need}"
+        wanted = " or ".join(",".join(sorted(s)) for s in found[1])
+        return f"{unit.name}: the code's target features lack {wanted}"
     return None
 
 

@@ -26,14 +26,14 @@ from typing import Any, Literal
 from mlir import ir
 from mlir.dialects import func
 
+from pbsdk.core.errors import CompileError
+from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import element_type
 from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
-from pbsdk.core.errors import CompileError
-from pbsdk.core.hooks import UnitStep
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
@@ -55,6 +55,7 @@ from pbsdk.targets.cpu.prepack import (
     rebind,
     set_argument_type,
 )
+from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 from pbsdk.targets.cpu.unit_kernel import OPERANDS as UNIT_OPERANDS
 from pbsdk.targets.cpu.unit_kernel import (
     UnitShape,
@@ -63,7 +64,6 @@ from pbsdk.targets.cpu.unit_kernel import (
     pack_unit_panels,
     unit_packed_shape,
 )
-from pbsdk.targets.cpu.transposed_reads import TransposedFeed, read_source, source_type, transposed_operand
 
 _FLOATS = {"f32", "f64"}
 
@@ -217,16 +217,16 @@ def _record(ctx: Any, op: str, dtype: str, batch: int, m: int, n: int, k: int, c
                                                     "n": n, "k": k, "compute": compute, "unit": unit})
 
 
-def unit_spec(spec: ChipSpec) -> tuple[ChipSpec, list[str]]:
-    """``spec`` with only the matrix units the cpu target can lower for its machine code (`hooks.lowerable`),
-    and why each other unit was left out."""
+def unit_spec(spec: ChipSpec, tiles: str = "off") -> tuple[ChipSpec, list[str]]:
+    """``spec`` with only the matrix units the cpu target can lower for its machine code (`hooks.lowerable`;
+    ``tiles``: the cpu option ``amx``), and why each other unit was left out."""
     from pbsdk.targets.cpu import machine
 
     features = machine(spec)[2]
     width = spec.vector.width_bits if spec.vector is not None else 0
     keep, why = [], []
     for u in spec.matrix_units:
-        reason = lowerable(u, width, features)
+        reason = lowerable(u, width, features, tiles)
         if reason is None:
             keep.append(u)
         else:
@@ -247,7 +247,10 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     m, k = a.shape[-2:]
     n = b.shape[-1]
     bsz = a.shape[0] if batched else 0
-    spec, dropped = unit_spec(ctx.spec)
+    from pbsdk.targets.cpu import CpuOptions
+
+    amx = ctx.options.target_as(CpuOptions).amx
+    spec, dropped = unit_spec(ctx.spec, amx)
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
                if ctx.options.prepack_b and not batched and _unit_inner_stride(b) else None)
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
@@ -262,19 +265,24 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
+    tiles = ("amx" if amx == "on" else "emulate") if unit.registers == "tile" else None
+    k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)
     fused = find_epilogue(op) if ctx.options.fuse_epilogues else None
     b_operand = op.operands[1]
     with op.location:
         packing: Packing | None = None
         if sources:
-            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, unit.k)), b.element_type)
-            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, unit.k, blk.lanes), packed_t)
+            u = UNIT_OPERANDS[dtype][1]
+            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u, k_multiple)), b.element_type)
+            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes, k_multiple), packed_t)
         step = unit_step_builder(unit, module, ctx, self.unit_step)
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c), blk,
                                    step, zero_init=fill is not None, epilogue=fused[0] if fused else None,
-                                   prepacked_b=packing is not None)
+                                   prepacked_b=packing is not None, tiles=tiles)
         new = func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
+    if tiles == "amx":
+        ctx.notes["amx"] = True  # the executable asks Linux for the tile state
     fused_ops = len(list(fused[0].generic.regions[0].blocks[0].operations)) - 1 if fused else 0
     if fused:
         fused[0].generic.erase()
@@ -285,7 +293,8 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         _prepack(b_operand, new.operation, sources, blk.nr, ctx, packing=packing)
     _record(ctx, "linalg.batch_matmul" if batched else "linalg.matmul", dtype, bsz, m, n, k, "matrix-unit",
             unit.name)
-    notes.append(f"{where}: unit kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}), register tile "
+    notes.append(f"{where}: {'tile' if tiles else 'unit'} kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}"
+                 f"{', emulated' if tiles == 'emulate' else ''}), register tile "
                  f"{blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, {blk.threads} part(s) along {blk.split}"
                  + ("" if blk.pack_a else ", A read in place")
                  + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")

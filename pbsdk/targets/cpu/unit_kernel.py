@@ -62,19 +62,21 @@ class UnitShape:
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
 
 
-def unit_packed_shape(k: int, n: int, nr: int, u: int) -> tuple[int, int, int]:
-    """The shape of B (k x n) packed by `pack_unit_panels`: ``(ceil(n/nr), ceil(k/u), nr*u)``."""
+def unit_packed_shape(k: int, n: int, nr: int, u: int, k_multiple: int = 1) -> tuple[int, int, int]:
+    """The shape of B (k x n) packed by `pack_unit_panels`: ``(ceil(n/nr), ceil(k'/u), nr*u)`` with ``k'``
+    k rounded up to ``k_multiple`` (a tile kernel's k block: its unrolled steps read whole blocks)."""
+    k = -(-k // k_multiple) * k_multiple
     return (-(-n // nr), -(-k // u), nr * u)
 
 
-def pack_unit_panels(b: np.ndarray, nr: int, u: int, lanes: int) -> np.ndarray:
+def pack_unit_panels(b: np.ndarray, nr: int, u: int, lanes: int, k_multiple: int = 1) -> np.ndarray:
     """B (k x n) as a unit kernel's panels at compile time: ``out[p, g, v*L*u + j*u + t] = b[g*u + t,
     p*nr + v*L + j]`` (``L = lanes``), zero past k and n; C order, 64-byte aligned: what the kernel packs
     per call otherwise (`_UnitKernel.pack_b_panel`)."""
     from pbsdk.core.runtime.kernel import aligned_empty
 
     k, n = b.shape
-    panels, groups, width = unit_packed_shape(k, n, nr, u)
+    panels, groups, width = unit_packed_shape(k, n, nr, u, k_multiple)
     padded = np.zeros((groups * u, panels * nr), b.dtype)
     padded[:k, :n] = b
     # [g, t, p, v, j] -> [p, g, v, j, t]
@@ -181,21 +183,22 @@ def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Valu
     raise ValueError("epilogue body without linalg.yield")
 
 
-def check(shape: UnitShape, blk: Blocking, prepacked: bool = False) -> None:
+def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool = False) -> None:
     """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
     IR is built)."""
     if shape.operand not in OPERANDS:
         raise ValueError(f"unit kernel: operands of {shape.operand}; supported: {', '.join(OPERANDS)}")
     acc, u = OPERANDS[shape.operand]
-    if blk.unit_k != u or blk.unit == "":
+    if blk.unit_k % u or blk.unit == "":
         raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a {u}-deep {shape.operand} unit")
-    if prepacked and (shape.batch or list(shape.b_type.shape) != list(unit_packed_shape(shape.k, shape.n, blk.nr, u))):
+    want = unit_packed_shape(shape.k, shape.n, blk.nr, u, blk.kc if tile else 1)
+    if prepacked and (shape.batch or list(shape.b_type.shape) != list(want)):
         raise ValueError(f"unit kernel: a prepacked B needs a plain matmul and B packed for nr {blk.nr} "
-                         f"{unit_packed_shape(shape.k, shape.n, blk.nr, u)}, got {shape.b_type}")
+                         f"{want}, got {shape.b_type}")
     if str(shape.b_type.element_type) != shape.operand or str(shape.c_type.element_type) != acc:
         raise ValueError(f"unit kernel: A {shape.a_type}, B {shape.b_type}, C {shape.c_type}: B must be "
                          f"{shape.operand} and C {acc}")
-    if blk.transposed or blk.kc % u or blk.mc % blk.mr or blk.nc % blk.nr:
+    if blk.transposed or blk.kc % blk.unit_k or blk.mc % blk.mr or blk.nc % blk.nr:
         raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
     rank = 3 if shape.batch else 2
     for t in (shape.a_type, shape.c_type) if prepacked else (shape.a_type, shape.b_type, shape.c_type):
@@ -206,17 +209,25 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False) -> None:
 
 def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Blocking, step: StepFn, *,
                       zero_init: bool = False, epilogue: UnitEpilogue | None = None,
-                      prepacked_b: bool = False) -> func.FuncOp:
+                      prepacked_b: bool = False, tiles: str | None = None) -> func.FuncOp:
     """Append ``@{name}_part(A, B, C[, E..., D], t)`` (public: thread part ``t``, for the fork glue) and
     ``@{name}(A, B, C[, E..., D])`` (private: every part, in an ``scf.forall`` when there are several) to
     ``module``; return the latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's
     contents are taken to be zero: its first k block is stored, not added. With an ``epilogue`` the last k
     block stores ``epilogue(C + acc)`` to D instead (C then holds partial sums only, and is not touched at
     all when one k block covers K). With ``prepacked_b`` B comes as `pack_unit_panels` made it
-    (``shape.b_type`` is that packed type) and is read in place. Needs an enclosing ``ir.Location``."""
-    check(shape, blk, prepacked_b)
+    (``shape.b_type`` is that packed type) and is read in place. ``tiles`` builds the micro-kernel of a
+    unit with tile registers instead (`pbsdk.targets.cpu.tile_kernel`): ``"amx"`` its instructions,
+    ``"emulate"`` their arithmetic on host buffers. Needs an enclosing ``ir.Location``."""
+    check(shape, blk, prepacked_b, tile=tiles is not None)
     with ir.InsertionPoint(module.body):
-        part = _UnitKernel(shape, blk, step, zero_init, epilogue, prepacked_b).build(f"{name}_part")
+        if tiles is None:
+            kernel = _UnitKernel(shape, blk, step, zero_init, epilogue, prepacked_b)
+        else:
+            from pbsdk.targets.cpu.tile_kernel import TileKernel
+
+            kernel = TileKernel(shape, blk, step, zero_init, epilogue, prepacked_b, emulate=tiles == "emulate")
+        part = kernel.build(f"{name}_part")
         op = func.FuncOp(name, (list(part.type.inputs)[:-1], []), visibility="private")
         entry = op.add_entry_block()
         with ir.InsertionPoint(entry):
@@ -255,7 +266,7 @@ class _UnitKernel:
                  epilogue: UnitEpilogue | None, prepacked: bool = False) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
         self.prepacked = prepacked
-        self.u, self.L = blk.unit_k, blk.lanes
+        self.u, self.L = OPERANDS[shape.operand][1], blk.lanes  # values of k in one 32-bit group
         self.et = shape.a_type.element_type
         self.acc_t = shape.c_type.element_type
         self.signed_a = shape.operand == "i8"  # vpdpbusd: A is read as u8, so A + 128 and a correction
@@ -308,24 +319,31 @@ class _UnitKernel:
         with ir.InsertionPoint(entry):
             b0, b1, m0, m1, n0, n1 = self.partition(tid)
             self.m1, self.n1 = m1, n1
-            groups = blk.kc // self.u
-            self.Bp = (None if self.prepacked else
-                       memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, groups, blk.nr * self.u], self.et), [], [],
-                                    alignment=64))
-            self.Ap = (memref.alloc(ir.MemRefType.get([blk.mc // blk.mr, groups, blk.mr * self.u], self.et), [], [],
-                                    alignment=64) if blk.pack_a else None)
-            self.Cr = (memref.alloc(ir.MemRefType.get([blk.nc // blk.nr, blk.nr], self.acc_t), [], [], alignment=64)
-                       if self.signed_a else None)
-            self.Tp = (memref.alloc(ir.MemRefType.get([blk.mr, blk.nr], self.acc_t), [], [], alignment=64)
-                       if self.epilogue is not None else None)
+            buffers = self.buffers()
             _for(b0, b1, self.c(1), lambda b: _for(n0, n1, self.c(blk.nc), lambda jc: _for(
                 self.c(0), self.c(s.k), self.c(blk.kc), lambda pc: self.k_block([b] if s.batch else [], jc, pc, m0))))
-            for buf in (self.Bp, self.Ap, self.Cr, self.Tp):
-                if buf is not None:
-                    memref.dealloc(buf)
+            for buf in buffers:
+                memref.dealloc(buf)
             func.ReturnOp([])
         self.x.hoist()
         return fn
+
+    def pack_groups(self, kc: ir.Value) -> ir.Value:
+        """Groups of k this k block packs and steps through (``kc`` values of k: the last one zero-padded)."""
+        return arith.divui(arith.addi(kc, self.c(self.u - 1)), self.c(self.u))
+
+    def alloc(self, shape: Sequence[int], t: ir.Type) -> ir.Value:
+        return memref.alloc(ir.MemRefType.get(list(shape), t), [], [], alignment=64)
+
+    def buffers(self) -> list[ir.Value]:
+        """This part's packed B block ``Bp`` (unless B comes packed), packed A block ``Ap`` (when the plan packs
+        A), int8 correction ``Cr`` and epilogue tile ``Tp``; returns those it allocated."""
+        blk, groups = self.blk, self.blk.kc // self.u
+        self.Bp = None if self.prepacked else self.alloc([blk.nc // blk.nr, groups, blk.nr * self.u], self.et)
+        self.Ap = self.alloc([blk.mc // blk.mr, groups, blk.mr * self.u], self.et) if blk.pack_a else None
+        self.Cr = self.alloc([blk.nc // blk.nr, blk.nr], self.acc_t) if self.signed_a else None
+        self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t) if self.epilogue is not None else None
+        return [b for b in (self.Bp, self.Ap, self.Cr, self.Tp) if b is not None]
 
     def partition(self, tid: ir.Value) -> tuple[ir.Value, ...]:
         """This thread's [b0, b1) x [m0, m1) x [n0, n1)."""
@@ -333,7 +351,8 @@ class _UnitKernel:
         bounds = {"batch": [c(0), c(max(s.batch, 1))], "m": [c(0), c(s.m)], "n": [c(0), c(s.n)]}
         if blk.threads > 1:
             extent, unit = {"batch": (max(s.batch, 1), 1), "m": (s.m, blk.mr), "n": (s.n, blk.nr)}[blk.split]
-            per = -(-(-(-extent // unit)) // blk.threads) * unit
+            units = -(-extent // unit)
+            per = -(-units // blk.threads) * unit
             lo = arith.muli(tid, c(per))
             bounds[blk.split] = [lo, self.min(arith.addi(lo, c(per)), c(extent))]
         return (*bounds["batch"], *bounds["m"], *bounds["n"])
@@ -341,7 +360,7 @@ class _UnitKernel:
     def k_block(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, m0: ir.Value) -> None:
         blk, c = self.blk, self.c
         kc = self.min(c(blk.kc), arith.subi(c(self.shape.k), pc))
-        groups = arith.divui(arith.addi(kc, c(self.u - 1)), c(self.u))
+        groups = self.pack_groups(kc)
         nc = self.min(c(blk.nc), arith.subi(self.n1, jc))
         panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
         if not self.prepacked:
@@ -477,7 +496,7 @@ class _UnitKernel:
         self.update_c(lead, rows, ic, ib, jc, jb, acc, first)
 
     def update_c(self, lead: list[ir.Value], rows: list[ir.Value], ic: ir.Value, ib: ir.Value, jc: ir.Value,
-                 jb: ir.Value, acc: list[ir.Value], first: ir.Value | None) -> None:
+                 jb: ir.Value, acc: list[ir.Value] | None, first: ir.Value | None) -> None:
         """``C[row, col] (+)= acc`` for the tile's rows inside this thread's part and its columns, masked; with
         an epilogue, the last k block stores ``epilogue(C + acc)`` to D instead. Without one the rows are
         unrolled; with one the tile goes through ``Tp`` (one ``mr x nr`` buffer) and a loop over its rows
@@ -489,20 +508,26 @@ class _UnitKernel:
             count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
             cols.append((col, vector.create_mask(self.mask_t, [count])))
         top = arith.addi(ic, arith.muli(ib, c(blk.mr)))
-        if self.epilogue is None:
+        if self.epilogue is None and acc is not None:
             for i in range(blk.mr):
-                _if(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(top, c(i)), self.m1),
-                    lambda i=i: self.store_row(lead, rows[i], cols, [acc[i * blk.nv + v] for v in range(blk.nv)], first))
+                row_acc = [acc[i * blk.nv + v] for v in range(blk.nv)]
+
+                def unrolled(at: ir.Value = rows[i], row_acc: list[ir.Value] = row_acc) -> None:
+                    self.store_row(lead, at, cols, row_acc, first)
+
+                _if(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(top, c(i)), self.m1), unrolled)
             return
         assert self.Tp is not None
-        for i in range(blk.mr):
-            for v in range(blk.nv):
-                vector.store(acc[i * blk.nv + v], self.Tp, [c(i), c(v * L)])
+        for i, value in enumerate(acc or []):  # None: the tile is in Tp already
+            vector.store(value, self.Tp, [c(i // blk.nv), c(i % blk.nv * L)])
         count = self.min(c(blk.mr), arith.subi(self.m1, top))
 
         def row(i: ir.Value) -> None:
             values = [vector.load(self.vacc, self.Tp, [i, c(v * L)]) for v in range(blk.nv)]
             at = arith.addi(top, i)
+            if self.epilogue is None:
+                self.store_row(lead, at, cols, values, first)
+                return
             if self.last is None:  # one k block covers K
                 self.finish_row(lead, at, cols, values, first)
                 return

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pbsdk.targets.cpu import CpuTarget
-
 from pbsdk_emulated_dot_target import hooks as _hooks
 
 
