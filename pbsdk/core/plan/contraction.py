@@ -440,22 +440,11 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
-    tile_rows = unit.instruction[0] if unit.instruction is not None else 1
-    tile_unit = tile_rows > 1
-    if tile_unit:
-        # Tile loads read whole rows of 16 x k: A is packed, zero past k and clamped past the last row.
-        pack_a = True
-        why.append(f"A packed: {unit.name} loads tiles of {tile_rows} rows x {unit.k} from a packed block")
-    elif unit.instruction is not None and opts.pack_a is None and not a_km:
-        # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a
-        # packed copy alike: packing only pays when the tile's rows evict one another from l1.
-        stride = int(op.k * eb)
-        shared = rows_per_set(l1, stride, mr) if l1.ways is not None else mr
-        pack_a = l1.ways is None or shared > l1.ways
-        why.append(f"A {'packed' if pack_a else 'read in place'}: {unit.name}'s A operand is a broadcast group "
-                   + (f"of {unit.k}; {shared} of a tile's {mr} rows ({stride} B apart) share one {l1.name} set "
-                      f"({l1.ways} ways)" if l1.ways is not None else f"of {unit.k}; {l1.name}'s associativity "
-                      "is unknown"))
+    tile_unit = unit.instruction is not None and unit.instruction[0] > 1
+    unit_packing = _unit_a_packing(unit, op, l1, mr, opts, a_km)
+    if unit_packing is not None:
+        pack_a, reason = unit_packing
+        why.append(reason)
     # An A stored [m, k] read in place whose tile rows (contiguous: k values apart) evict one another in l1.
     if (not (a_km or pack_a or opts.pack_a is not None or l1.ways is None) and nv <= SET_CONFLICT_MAX_NV
             and unit.instruction is None):
@@ -482,6 +471,30 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,
                     prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
                     unit_k=unit_k), why
+
+
+def _unit_a_packing(unit: ComputeTile, op: Contraction, l1: MemoryLevel, mr: int, opts: Options,
+                    a_km: bool) -> tuple[bool, str] | None:
+    """Whether a register tile of unit instructions packs A, and why; None where the FMA tile's rule holds
+    (no unit, A stored [k, m], or the ``pack_a`` option forcing it)."""
+    if unit.instruction is None:
+        return None
+    if unit.instruction[0] > 1:
+        # Tile loads read whole rows of 16 x k: A is packed, zero past k and clamped past the last row.
+        return True, f"A packed: {unit.name} loads tiles of {unit.instruction[0]} rows x {unit.k} from a packed block"
+    if opts.pack_a is not None or a_km:
+        return None
+    # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a packed
+    # copy alike: packing only pays when the tile's rows evict one another from l1.
+    stride = int(op.k * _bytes(op.dtype))
+    if l1.ways is None:
+        return True, (f"A packed: {unit.name}'s A operand is a broadcast group of {unit.k}; {l1.name}'s "
+                      "associativity is unknown")
+    shared = rows_per_set(l1, stride, mr)
+    pack = shared > l1.ways
+    return pack, (f"A {'packed' if pack else 'read in place'}: {unit.name}'s A operand is a broadcast group of "
+                  f"{unit.k}; {shared} of a tile's {mr} rows ({stride} B apart) share one {l1.name} set "
+                  f"({l1.ways} ways)")
 
 
 def split_parallel(loops: Sequence[tuple[str, int]], units: int, *, unit: str = "unit"
