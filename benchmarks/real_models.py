@@ -48,7 +48,8 @@ DTYPES = ("f32", "bf16")
 #: dtype. f32: the real-model tests' full-size bound (contractions up to 3072 long, 12 layers). bf16: every
 #: contender rounds its intermediates to bf16 in its own places (eager after each op, Inductor and pbsdk
 #: after each fused kernel, with f32 inside), so two correct runs differ by a few roundings of u = 2^-8 per
-#: layer; 5e-2 is ~13 u.
+#: layer; 5e-2 is ~13 u (measured at batch 1 and 8: ResNet-50 3.6e-3..7.2e-3, GPT-2 1.2e-2, Llama 8e-3..1e-2,
+#: Inductor alike).
 ERROR_BOUND = {"f32": 2e-3, "bf16": 5e-2}
 
 
