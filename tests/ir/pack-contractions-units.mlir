@@ -33,14 +33,14 @@ func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50
 
 // -----
 
-// i8 x i8 -> i32: A's bytes offset by 128 (xor 0x80808080) for the u8 x i8 instruction; the accumulators
-// start at -128 times B's column sums, computed while packing B with the same instruction.
+// i8 x i8 -> i32: A is packed with its bytes offset by 128 (xor 0x80 each) for the u8 x i8 instruction;
+// the accumulators start at -128 times B's column sums, computed while packing B with the same instruction.
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
 // CHECK:         vector.shuffle {{.*}} : vector<16xi8>, vector<16xi8>
 // CHECK:         vector.shuffle {{.*}} : vector<32xi8>, vector<32xi8>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK:         arith.subi
-// CHECK:         arith.xori %{{.*}}, %{{.*}} : i32
+// CHECK:         arith.xori %{{.*}}, %{{.*}} : vector<4xi8>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
 // NOUNIT-LABEL: func.func @i8(
 // NOUNIT:         linalg.matmul
@@ -54,9 +54,11 @@ func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>)
 // -----
 
 // The product rounded back to bf16 and a bias added (what isolate-contractions leaves in the function): the
-// generic is folded into the kernel, which stores bf16 vectors to D; C is never touched (one k block).
+// generic is folded into the kernel, which stores bf16 vectors to D; C is never touched (one k block), so
+// the kernel gets a one-element stand-in for it (a C the function allocated would go).
 // CHECK-LABEL: func.func @epilogue(
-// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) : (memref<40x70xbf16>, memref<70x50xbf16>, memref<40x50xf32>, memref<50xbf16>, memref<40x50xbf16>)
+// CHECK:         %[[NOC:.*]] = memref.alloca() : memref<1x1xf32>
+// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %[[NOC]], %{{.*}}, %{{.*}}) : (memref<40x70xbf16>, memref<70x50xbf16>, memref<1x1xf32>, memref<50xbf16>, memref<40x50xbf16>)
 // CHECK-NOT:     linalg.generic
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"

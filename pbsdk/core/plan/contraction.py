@@ -398,7 +398,13 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     l2 = caches[1] if len(caches) > 1 else l1
     l1_kc = min(op.k, max(lanes, int(l1.size_bytes // (nr * eb)) // lanes * lanes))
     l2_kc = max(l1_kc, int(l2.size_bytes // LONG_K_SHARE // (nr * eb)) // lanes * lanes)
-    if op.k > l1_kc and m_part >= LONG_K_ROW_TILES * mr:
+    if unit.instruction is not None and unit.instruction[0] == 1 and l1_kc < op.k <= 2 * l2_kc:
+        # A unit tile takes k in one block where its B micro-panel fits the long-k share of l2: no pass of
+        # f32 partial sums over C between blocks (C may then be elided: the epilogue stores D directly).
+        kc = op.k
+        why.append(f"kc {kc}: all of k in one block, the {kc}x{nr} B micro-panel in 1/{LONG_K_SHARE} of {l2.name}: "
+                   "no pass over f32 partial sums")
+    elif op.k > l1_kc and m_part >= LONG_K_ROW_TILES * mr:
         # Many rows: every k block is a pass over C and a pack of the A block, so take few long blocks
         # (equal ones), the B micro-panel streaming from l2 to row tiles enough to hide it.
         blocks = -(-op.k // l2_kc)

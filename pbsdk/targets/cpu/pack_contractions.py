@@ -24,13 +24,13 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from mlir import ir
-from mlir.dialects import func
+from mlir.dialects import func, memref
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import element_type
-from pbsdk.core.passes import defining_op, ops_named
+from pbsdk.core.passes import defining_op, ops_named, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
@@ -265,6 +265,10 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
+    if dtype == "i8" and unit.registers == "vector" and not blk.pack_a:
+        # vpdpbusd reads A as u8: packing offsets each byte by 128 once, where a broadcast from A in place
+        # would offset it in a scalar register at every use (1024^3 at 1 thread: packed 2.05x in place).
+        blk = dataclasses.replace(blk, pack_a=True)
     tiles = ("amx" if amx == "on" else "emulate") if unit.registers == "tile" else None
     k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)
@@ -277,10 +281,19 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
             packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u, k_multiple)), b.element_type)
             packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes, k_multiple), packed_t)
         step = unit_step_builder(unit, module, ctx, self.unit_step)
-        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c), blk,
-                                   step, zero_init=fill is not None, epilogue=fused[0] if fused else None,
+        # With the epilogue storing D from one k block that starts at zero, the product's own buffer C is
+        # never read or written: the kernel takes a one-element stand-in, and C's allocation goes (a
+        # 128 x 50257 f32 product, GPT-2's logits, was 26 MB mapped and faulted in on every call).
+        c_unused = fused is not None and fill is not None and blk.kc >= k
+        c_type = ir.MemRefType.get([1] * c.rank, c.element_type) if c_unused else c
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c_type),
+                                   blk, step, zero_init=fill is not None, epilogue=fused[0] if fused else None,
                                    prepacked_b=packing is not None, tiles=tiles)
-        new = func.CallOp(kernel, list(op.operands) + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
+        operands = list(op.operands)
+        if c_unused:
+            operands[2] = memref.alloca(c_type, [], [], ip=ir.InsertionPoint(op))
+        new = func.CallOp(kernel, operands + (fused[1] if fused else []), ip=ir.InsertionPoint(op))
+    c_value = op.operands[2]
     if tiles == "amx":
         ctx.notes["amx"] = True  # the executable asks Linux for the tile state
     fused_ops = len(list(fused[0].generic.regions[0].blocks[0].operations)) - 1 if fused else 0
@@ -291,6 +304,8 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         fill.erase()
     if sources and packing:
         _prepack(b_operand, new.operation, sources, blk.nr, ctx, packing=packing)
+    if c_unused:
+        _drop_unused_alloc(c_value)
     _record(ctx, "linalg.batch_matmul" if batched else "linalg.matmul", dtype, bsz, m, n, k, "matrix-unit",
             unit.name)
     notes.append(f"{where}: {'tile' if tiles else 'unit'} kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}"
@@ -301,6 +316,18 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
                  + (f", epilogue of {fused_ops} ops fused "
                     f"(stores {fused[0].out_type.element_type})" if fused else ""))
     return 1
+
+
+def _drop_unused_alloc(value: ir.Value) -> None:
+    """Erase ``value``'s ``memref.alloc`` and its deallocs when nothing else uses it."""
+    alloc = defining_op(value)
+    if alloc is None or alloc.name != "memref.alloc":
+        return
+    users = [user_op(u) for u in value.uses]
+    if all(u.name == "memref.dealloc" for u in users):
+        for u in users:
+            u.erase()
+        alloc.erase()
 
 
 def unit_step_builder(unit: MatrixUnit, module: ir.Module, ctx: Any, hook: UnitStepHook

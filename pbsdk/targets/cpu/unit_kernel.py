@@ -290,10 +290,11 @@ class _UnitKernel:
         attr = ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)
         return arith.constant(t, ir.DenseElementsAttr.get_splat(t, attr))
 
-    def broadcast_group(self, group: ir.Value) -> ir.Value:
-        """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand."""
+    def broadcast_group(self, group: ir.Value, offset: bool) -> ir.Value:
+        """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand; ``offset``:
+        each byte + 128 first (an int8 A read in place; packing does it once for a packed A)."""
         word = vector.extract(vector.bitcast(ir.VectorType.get([1], self.i32), group), [], [0])
-        if self.signed_a:  # each byte + 128: the u8 vpdpbusd reads
+        if offset:  # each byte + 128: the u8 vpdpbusd reads
             word = arith.xori(word, arith.constant(self.i32, -0x7F7F7F80))  # 0x80808080
         return vector.bitcast(self.wide_t, vector.broadcast(ir.VectorType.get([self.L], self.i32), word))
 
@@ -462,8 +463,16 @@ class _UnitKernel:
         def row(i: ir.Value) -> None:
             at = self.min(arith.addi(arith.addi(ic, arith.muli(ib, c(self.blk.mr))), i), arith.subi(self.m1, c(1)))
             dest = arith.muli(i, c(self.u))
-            _for(c(0), groups, c(1), lambda g: vector.store(
-                self.a_group(lead, at, arith.addi(pc, arith.muli(g, c(self.u)))), self.Ap, [ib, g, dest]))
+
+            def group(g: ir.Value) -> None:
+                value = self.a_group(lead, at, arith.addi(pc, arith.muli(g, c(self.u))))
+                if self.signed_a:  # each byte + 128, once here rather than at every broadcast
+                    flip = arith.constant(self.group_t, ir.DenseElementsAttr.get_splat(
+                        self.group_t, ir.IntegerAttr.get(self.et, -128)))
+                    value = arith.xori(value, flip)
+                vector.store(value, self.Ap, [ib, g, dest])
+
+            _for(c(0), groups, c(1), group)
 
         _for(c(0), c(self.blk.mr), c(1), row)
 
@@ -487,7 +496,7 @@ class _UnitKernel:
                     grp = vector.load(self.group_t, self.Ap, [ib, g, c(i * u)])
                 else:
                     grp = self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))))
-                a = self.broadcast_group(grp)
+                a = self.broadcast_group(grp, self.signed_a and self.Ap is None)
                 for v in range(blk.nv):
                     out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
             return out
