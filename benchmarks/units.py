@@ -53,7 +53,7 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads: int):  # noqa: ANN202
+def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads: int):
     """(pbsdk call, torch call, check) for one case."""
     import ml_dtypes
     import numpy as np
@@ -90,12 +90,12 @@ def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads
     ta, tb = torch.from_numpy(a), torch.from_numpy(b)
     scale = 1.0 / (16 * k)
     if epilogue:
-        def requant(acc):  # noqa: ANN001, ANN202 - clamp(round(acc * scale) + 3) as i8, in f32
+        def requant(acc):
             return ops.astype(ops.minimum(ops.maximum(ops.round(ops.astype(acc, "f32") * scale) + 3.0, -128.0),
                                           127.0), "i8")
         fn = pbsdk.jit(lambda x, w: requant(x @ w), target="cpu", options=opts)
-        mine = lambda: fn(a, b)  # noqa: E731
-        theirs = lambda: torch.clamp(torch.round(torch._int_mm(ta, tb).float() * scale) + 3, -128, 127).to(torch.int8)  # noqa: E731
+        mine = lambda: fn(a, b)
+        theirs = lambda: torch.clamp(torch.round(torch._int_mm(ta, tb).float() * scale) + 3, -128, 127).to(torch.int8)
     else:
         fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=opts)
         mine, theirs = (lambda: fn(a, b)), (lambda: torch._int_mm(ta, tb))
