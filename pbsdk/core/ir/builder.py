@@ -175,6 +175,47 @@ def loop(lower: ir.Value, upper: ir.Value, step: ir.Value, iter_args: Sequence[i
             scf.YieldOp([])
 
 
+def for_each(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
+    """``scf.for`` without loop-carried values; ``body(iv)`` builds the loop body."""
+    op = scf.ForOp(lb, ub, step)
+    with ir.InsertionPoint(op.body):
+        body(op.induction_variable)
+        scf.YieldOp([])
+
+
+def for_values(lb: ir.Value, ub: ir.Value, step: ir.Value, init: Sequence[ir.Value],
+               body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+    """``scf.for`` carrying ``init``: ``body(iv, values)`` builds the body and returns the values it yields;
+    returns the loop's results."""
+    op = scf.ForOp(lb, ub, step, list(init))
+    with ir.InsertionPoint(op.body):
+        scf.YieldOp(body(op.induction_variable, list(op.inner_iter_args)))
+    return list(op.results)
+
+
+def if_then(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] | None = None) -> None:
+    """``scf.if`` without results."""
+    op = scf.IfOp(cond, has_else=otherwise is not None)
+    with ir.InsertionPoint(op.then_block):
+        then()
+        scf.YieldOp([])
+    if otherwise is not None:
+        with ir.InsertionPoint(op.else_block):
+            otherwise()
+            scf.YieldOp([])
+
+
+def if_values(cond: ir.Value, types: Sequence[ir.Type], then: Callable[[], list[ir.Value]],
+              otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+    """``scf.if`` with results of ``types``: the values ``then`` or ``otherwise`` builds in its branch."""
+    op = scf.IfOp(cond, list(types), has_else=True)
+    with ir.InsertionPoint(op.then_block):
+        scf.YieldOp(then())
+    with ir.InsertionPoint(op.else_block):
+        scf.YieldOp(otherwise())
+    return list(op.results)
+
+
 class Indices:
     """Index arithmetic at the current insertion point, folding additions of 0 and multiplications by 0
     and 1. Constants are memoised per value and built at the top of ``block`` (`hoist` puts them there in

@@ -45,6 +45,9 @@ from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
 from pbsdk.core.ir.builder import Indices, call_parts, reassociation, transpose_vectors
+from pbsdk.core.ir.builder import for_each as _for
+from pbsdk.core.ir.builder import if_then as _if
+from pbsdk.core.ir.builder import if_values as _if_values
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.core.plan.window import ConvGeometry
 from pbsdk.core.runtime.kernel import aligned_empty
@@ -219,37 +222,6 @@ class _Index:
     @staticmethod
     def max(a: ir.Value, b: ir.Value) -> ir.Value:
         return arith.maxsi(a, b)
-
-
-def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
-    """``scf.for`` without loop-carried values; ``body(iv)`` builds the loop body."""
-    loop = scf.ForOp(lb, ub, step)
-    with ir.InsertionPoint(loop.body):
-        body(loop.induction_variable)
-        scf.YieldOp([])
-
-
-def _if(cond: ir.Value, then: Callable[[], None], otherwise: Callable[[], None] | None = None) -> None:
-    """``scf.if`` without results."""
-    op = scf.IfOp(cond, has_else=otherwise is not None)
-    with ir.InsertionPoint(op.then_block):
-        then()
-        scf.YieldOp([])
-    if otherwise is not None:
-        with ir.InsertionPoint(op.else_block):
-            otherwise()
-            scf.YieldOp([])
-
-
-def _if_values(cond: ir.Value, types: Sequence[ir.Type], then: Callable[[], list[ir.Value]],
-               otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
-    """``scf.if`` with results of ``types``: the values ``then`` or ``otherwise`` builds in its branch."""
-    op = scf.IfOp(cond, list(types), has_else=True)
-    with ir.InsertionPoint(op.then_block):
-        scf.YieldOp(then())
-    with ir.InsertionPoint(op.else_block):
-        scf.YieldOp(otherwise())
-    return list(op.results)
 
 
 def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:

@@ -24,11 +24,12 @@ import ctypes
 from typing import Protocol
 
 from mlir import ir
-from mlir.dialects import arith, func, memref, scf, vector
+from mlir.dialects import arith, func, memref, vector
 
-from pbsdk.core.ir.builder import reassociation
+from pbsdk.core.ir.builder import for_each as _for
+from pbsdk.core.ir.builder import for_values, reassociation
 from pbsdk.core.plan.contraction import Blocking
-from pbsdk.targets.cpu.unit_kernel import StepFn, UnitEpilogue, UnitShape, _for, _UnitKernel
+from pbsdk.targets.cpu.unit_kernel import StepFn, UnitEpilogue, UnitShape, _UnitKernel
 
 #: Rows of a tile and accumulator columns of one instruction (AMX: 16 x 16, 64-byte tile rows).
 TILE = 16
@@ -170,10 +171,8 @@ class EmulatedTiles:
                 y = widen(memref.load(B, [arith.divui(kk, self._c(u)),
                                           arith.addi(arith.muli(n, self._c(u)), arith.remui(kk, self._c(u)))]))
                 return [arith.addf(total[0], arith.mulf(x, y)) if floats else arith.addi(total[0], arith.muli(x, y))]
-            loop = scf.ForOp(self._c(0), self._c(self.k), self._c(1), [memref.load(C, [m, n])])
-            with ir.InsertionPoint(loop.body):
-                scf.YieldOp(term(loop.induction_variable, list(loop.inner_iter_args)))
-            memref.store(loop.results[0], C, [m, n])
+            total = for_values(self._c(0), self._c(self.k), self._c(1), [memref.load(C, [m, n])], term)
+            memref.store(total[0], C, [m, n])
 
         _for(self._c(0), self._c(TILE), self._c(1), lambda m: _for(
             self._c(0), self._c(TILE), self._c(1), lambda n: point(m, n)))

@@ -32,9 +32,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, func, memref, scf, vector
+from mlir.dialects import arith, func, memref, vector
 
 from pbsdk.core.ir.builder import Indices, call_parts
+from pbsdk.core.ir.builder import for_each as _for
+from pbsdk.core.ir.builder import for_values as _for_values
+from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.plan.contraction import Blocking
 
 #: The operand and accumulator element types a unit kernel is built for, by the unit's depth.
@@ -236,28 +239,6 @@ def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Block
     return op
 
 
-def _for(lb: ir.Value, ub: ir.Value, step: ir.Value, body: Callable[[ir.Value], None]) -> None:
-    loop = scf.ForOp(lb, ub, step)
-    with ir.InsertionPoint(loop.body):
-        body(loop.induction_variable)
-        scf.YieldOp([])
-
-
-def _for_values(lb: ir.Value, ub: ir.Value, step: ir.Value, init: Sequence[ir.Value],
-                body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
-    loop = scf.ForOp(lb, ub, step, list(init))
-    with ir.InsertionPoint(loop.body):
-        scf.YieldOp(body(loop.induction_variable, list(loop.inner_iter_args)))
-    return list(loop.results)
-
-
-def _if(cond: ir.Value, then: Callable[[], None]) -> None:
-    op = scf.IfOp(cond)
-    with ir.InsertionPoint(op.then_block):
-        then()
-        scf.YieldOp([])
-
-
 class _UnitKernel:
     """Builds one thread part of the kernel (see the module docstring); every size comes from the
     `Blocking`, every type from the `UnitShape`."""
@@ -383,16 +364,23 @@ class _UnitKernel:
         _for(m0, self.m1, c(blk.mc), row_block)
 
     # ------------------------------------------------------------------------------------ packing
+    def columns(self, jc: ir.Value, jb: ir.Value) -> list[tuple[ir.Value, ir.Value]]:
+        """(first column, lane mask) of each vector of panel ``jb`` of the block at ``jc``: the mask stops at
+        this thread's last column."""
+        c, blk, L = self.c, self.blk, self.L
+        out = []
+        for v in range(blk.nv):
+            col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
+            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
+            out.append((col, vector.create_mask(self.mask_t, [count])))
+        return out
+
     def pack_b_panel(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
         """Panel ``jb``: ``Bp[jb, g, v*L*u + j*u + t] = B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and
         this thread's columns; for int8 also ``Cr[jb, :] = -128 * (column sums of the panel)``."""
         blk, c, u, L = self.blk, self.c, self.u, self.L
         K = self.shape.k
-        cols = []
-        for v in range(blk.nv):
-            col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
-            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
-            cols.append((col, vector.create_mask(self.mask_t, [count])))
+        cols = self.columns(jc, jb)
         zrow = self.zero(self.row_t)
         init = [self.zero(self.vacc) for _ in range(blk.nv)] if self.signed_a else []
 
@@ -511,11 +499,7 @@ class _UnitKernel:
         unrolled; with one the tile goes through ``Tp`` (one ``mr x nr`` buffer) and a loop over its rows
         builds the epilogue once per vector column, not once per accumulator (code size, compile time)."""
         blk, c, L = self.blk, self.c, self.L
-        cols = []
-        for v in range(blk.nv):
-            col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
-            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
-            cols.append((col, vector.create_mask(self.mask_t, [count])))
+        cols = self.columns(jc, jb)
         top = arith.addi(ic, arith.muli(ib, c(blk.mr)))
         if self.epilogue is None and acc is not None:
             for i in range(blk.mr):
@@ -540,13 +524,8 @@ class _UnitKernel:
             if self.last is None:  # one k block covers K
                 self.finish_row(lead, at, cols, values, first)
                 return
-            op = scf.IfOp(self.last, has_else=True)
-            with ir.InsertionPoint(op.then_block):
-                self.finish_row(lead, at, cols, values, first)
-                scf.YieldOp([])
-            with ir.InsertionPoint(op.else_block):
-                self.store_row(lead, at, cols, values, first)
-                scf.YieldOp([])
+            _if(self.last, lambda: self.finish_row(lead, at, cols, values, first),
+                lambda: self.store_row(lead, at, cols, values, first))
 
         _for(c(0), count, c(1), row)
 
