@@ -22,6 +22,7 @@ F = torch.nn.functional
 
 import pbsdk  # noqa: F401
 from pbsdk.core.spec import load_spec
+from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.frontends.torch import clear_reports, reports
 from pbsdk.frontends.torch.dynamo_backend import CompiledPartition
 
@@ -287,13 +288,7 @@ def test_unsupported_quantized_dtypes_stay_with_torch_and_say_why(caplog: pytest
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _host_has_vpdpbusd() -> bool:
-    from pbsdk.targets.cpu.pack_contractions import unit_spec
-
-    return any(u.name == "vpdpbusd" for u in unit_spec(load_spec("host"))[0].matrix_units)
-
-
-@pytest.mark.skipif(not _host_has_vpdpbusd(), reason="this host has no VNNI: the cpu target's i8 contractions "
+@pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI: the cpu target's i8 contractions "
                     "take the generic lowering (tests/numerics/test_units.py checks the code for a VNNI CPU)")
 @pytest.mark.parametrize("model, shape", [(FloatMLP, (32, 64)), (FloatCNN, (8, 3, 12, 12))], ids=["mlp", "cnn"])
 def test_x86_pt2e_models_run_on_the_host_vnni_unit(pt2e: Any, model: type, shape: tuple[int, ...]) -> None:

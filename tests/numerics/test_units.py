@@ -11,20 +11,15 @@ import pytest
 import pbsdk
 from pbsdk import ops
 from pbsdk.core.spec import load_spec
+from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.testing import assert_close
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
-def _host_has(unit: str) -> bool:
-    from pbsdk.targets.cpu.pack_contractions import unit_spec
-
-    return any(u.name == unit for u in unit_spec(load_spec("host"))[0].matrix_units)
-
-
-needs_bf16_unit = pytest.mark.skipif(not _host_has("vdpbf16ps"), reason="this host has no AVX512-BF16 "
+needs_bf16_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16ps"), reason="this host has no AVX512-BF16 "
                                      "(vdpbf16ps): its machine code is checked by test_code_for_a_cpu_with_units")
-needs_i8_unit = pytest.mark.skipif(not _host_has("vpdpbusd"), reason="this host has no VNNI (vpdpbusd): its "
+needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI (vpdpbusd): its "
                                    "machine code is checked by test_code_for_a_cpu_with_units")
 
 #: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks.
@@ -33,6 +28,20 @@ SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (130, 17, 1100), (96, 160, 41
 
 def _bf16(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(BF16)
+
+
+def _matmul_text(m: int, n: int, k: int, dtype: str) -> str:
+    """A zero-filled ``linalg.matmul`` of ``dtype`` operands (bf16 -> f32, i8 -> i32) as a compile input."""
+    acc, zero = {"bf16": ("f32", "0.0"), "i8": ("i32", "0")}[dtype]
+    return f"""
+    func.func @mm(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{acc}> {{
+      %z = arith.constant {zero} : {acc}
+      %e = tensor.empty() : tensor<{m}x{n}x{acc}>
+      %f = linalg.fill ins(%z : {acc}) outs(%e : tensor<{m}x{n}x{acc}>) -> tensor<{m}x{n}x{acc}>
+      %r = linalg.matmul ins(%a, %b : tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) outs(%f : tensor<{m}x{n}x{acc}>)
+        -> tensor<{m}x{n}x{acc}>
+      return %r : tensor<{m}x{n}x{acc}>
+    }}"""
 
 
 def _packed(fn: pbsdk.JitFunction, *args: np.ndarray) -> str:
@@ -115,18 +124,7 @@ def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> N
     from pbsdk.core.compiler import compile_text, resolve
     from pbsdk.targets.cpu import parse_llvm_ir, target_machine
 
-    et = {"bf16": "bf16", "i8": "i8"}[dtype]
-    acc = {"bf16": "f32", "i8": "i32"}[dtype]
-    zero = "0.0" if acc == "f32" else "0"
-    text = f"""
-    func.func @mm(%a: tensor<64x96x{et}>, %b: tensor<96x80x{et}>) -> tensor<64x80x{acc}> {{
-      %z = arith.constant {zero} : {acc}
-      %e = tensor.empty() : tensor<64x80x{acc}>
-      %f = linalg.fill ins(%z : {acc}) outs(%e : tensor<64x80x{acc}>) -> tensor<64x80x{acc}>
-      %r = linalg.matmul ins(%a, %b : tensor<64x96x{et}>, tensor<96x80x{et}>) outs(%f : tensor<64x80x{acc}>)
-        -> tensor<64x80x{acc}>
-      return %r : tensor<64x80x{acc}>
-    }}"""
+    text = _matmul_text(64, 80, 96, dtype)
     chip = load_spec(spec)
     artifact = compile_text(text, resolve("cpu", chip, {"cache": False}))
     tm = target_machine(chip)
@@ -231,16 +229,7 @@ def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
     from pbsdk.core.compiler import compile_text, resolve
     from pbsdk.targets.cpu import parse_llvm_ir, target_machine
 
-    acc, zero = {"bf16": ("f32", "0.0"), "i8": ("i32", "0")}[dtype]
-    text = f"""
-    func.func @mm(%a: tensor<100x300x{dtype}>, %b: tensor<300x70x{dtype}>) -> tensor<100x70x{acc}> {{
-      %z = arith.constant {zero} : {acc}
-      %e = tensor.empty() : tensor<100x70x{acc}>
-      %f = linalg.fill ins(%z : {acc}) outs(%e : tensor<100x70x{acc}>) -> tensor<100x70x{acc}>
-      %r = linalg.matmul ins(%a, %b : tensor<100x300x{dtype}>, tensor<300x70x{dtype}>) outs(%f : tensor<100x70x{acc}>)
-        -> tensor<100x70x{acc}>
-      return %r : tensor<100x70x{acc}>
-    }}"""
+    text = _matmul_text(100, 70, 300, dtype)
     chip = load_spec("intel/xeon-amx")
     artifact = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "on"}))
     asm = target_machine(chip).emit_assembly(parse_llvm_ir(artifact.payload))
@@ -252,13 +241,7 @@ def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
     assert instruction not in target_machine(chip).emit_assembly(parse_llvm_ir(off.payload))
 
 
-def _host_has_amx() -> bool:
-    from pbsdk.targets.cpu.pack_contractions import unit_spec
-
-    return any(u.name == "tdpbf16ps" for u in unit_spec(load_spec("host"), "on")[0].matrix_units)
-
-
-@pytest.mark.skipif(not _host_has_amx(), reason="this host has no AMX: the AMX kernels are checked by emulation "
+@pytest.mark.skipif(not lowers_unit(load_spec("host"), "tdpbf16ps", "on"), reason="this host has no AMX: the AMX kernels are checked by emulation "
                     "(test_amx_kernels_emulated) and by their machine code (test_amx_code_for_an_amx_xeon)")
 def test_amx_kernels_on_this_hosts_tiles() -> None:
     """Where the host has AMX: the kernels run on its tiles (in a subprocess: a fault fails this test only)."""

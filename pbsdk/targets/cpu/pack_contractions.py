@@ -236,6 +236,11 @@ def unit_spec(spec: ChipSpec, tiles: str = "off") -> tuple[ChipSpec, list[str]]:
     return spec.model_copy(update={"matrix_units": keep}), why
 
 
+def lowers_unit(spec: ChipSpec, name: str, tiles: str = "off") -> bool:
+    """Whether the cpu target lowers ``spec``'s matrix unit ``name`` (`unit_spec`; ``tiles``: option ``amx``)."""
+    return any(u.name == name for u in unit_spec(spec, tiles)[0].matrix_units)
+
+
 def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operation, name: str, ctx: Any,
                       notes: list[str], calls: dict[str, list[ir.Operation]]) -> int:
     """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
