@@ -22,9 +22,9 @@ F = torch.nn.functional
 
 import pbsdk  # noqa: F401
 from pbsdk.core.spec import load_spec
-from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.frontends.torch import clear_reports, reports
 from pbsdk.frontends.torch.dynamo_backend import CompiledPartition
+from pbsdk.targets.cpu.pack_contractions import lowers_unit
 
 qd = torch.ops.quantized_decomposed
 I8 = (-128, 127, torch.int8)
