@@ -28,7 +28,7 @@ Core never imports it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -214,3 +214,22 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
 
 FULL = tuple(n for n, m in MODELS.items() if not m.small)
 SMALL = tuple(n for n, m in MODELS.items() if m.small)
+
+
+#: Families whose every layer's attention must run as one fused kernel (issue #15: the transformers'
+#: causal masks are proven causal by folding them; BERT's padding mask is a kernel input).
+FUSED_FAMILIES = ("bert", "gpt2", "llama")
+
+
+def assert_fully_compiled(reports: Sequence[Any], model: RealModel, built: Any) -> None:
+    """The torch backend's ``reports`` of one compiled ``model`` (``built``: the module it built): something
+    compiled, no op or partition left to torch, every graph frozen, and, for a family whose attention fuses,
+    one fused attention per layer."""
+    assert reports, "nothing was compiled by pbsdk"
+    for report in reports:
+        assert report.fallback_ops == (), report
+        assert report.failed_partitions == 0, report
+        assert report.compiled_ops == report.graph_ops and report.frozen, report
+    if model.family in FUSED_FAMILIES:
+        layers = built.inner.config.num_hidden_layers
+        assert sum(r.fused_attention for r in reports) == layers, reports

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 
 import pbsdk.frontends.torch as pbsdk_torch
 from pbsdk.testing import Tolerance, assert_close
-from pbsdk.testing.real_models import FULL, MODELS, SMALL
+from pbsdk.testing.real_models import FULL, MODELS, SMALL, assert_fully_compiled
 
 #: f32 error allowed against eager, per family. Measured on the small configs: <= 1e-6 max abs error on
 #: outputs of magnitude ~1 (reordered reductions, polynomial exp/tanh/erf); the bounds leave >= 50x room.
@@ -44,11 +44,6 @@ def _fresh_dynamo() -> None:
     pbsdk_torch.clear_reports()
 
 
-#: Families whose every layer's attention must run as one fused kernel (issue #15: the transformers'
-#: causal masks are proven causal by folding them; BERT's padding mask is a kernel input).
-FUSED_FAMILIES = ("bert", "gpt2", "llama")
-
-
 def _check(name: str, batch: int, tol: Tolerance) -> tuple[Any, Any, tuple[Any, ...]]:
     """Compile ``name`` at ``batch``, check it against eager and its reports; returns (model, compiled, inputs)."""
     spec = MODELS[name]
@@ -59,15 +54,7 @@ def _check(name: str, batch: int, tol: Tolerance) -> tuple[Any, Any, tuple[Any, 
         actual = compiled(*inputs)
     assert float(expected.abs().max()) > 1e-3, "a model whose output is ~0 cannot show a wrong result"
     assert_close(actual.numpy(), expected.numpy(), op=name, tol=tol)
-    reports = pbsdk_torch.reports()
-    assert reports, "nothing was compiled by pbsdk"
-    for report in reports:
-        assert report.fallback_ops == (), report
-        assert report.failed_partitions == 0, report
-        assert report.compiled_ops == report.graph_ops and report.frozen, report
-    if spec.family in FUSED_FAMILIES:
-        layers = model.inner.config.num_hidden_layers
-        assert sum(r.fused_attention for r in reports) == layers, reports
+    assert_fully_compiled(pbsdk_torch.reports(), spec, model)
     return model, compiled, inputs
 
 

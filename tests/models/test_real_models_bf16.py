@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 
 import pbsdk.frontends.torch as pbsdk_torch
 from pbsdk.testing import Tolerance, assert_close
-from pbsdk.testing.real_models import MODELS
+from pbsdk.testing.real_models import MODELS, assert_fully_compiled
 
 #: Error allowed against eager bf16, relative to the output's largest magnitude (the benchmark's bf16 bound,
 #: benchmarks/real_models.py ERROR_BOUND). Eager rounds to bf16 after every op, pbsdk after every fused kernel
@@ -30,9 +30,6 @@ RELATIVE_TO_MAX = 5e-2
 
 #: One small config per family of issue #30's bf16 models (ResNet-50, GPT-2, Llama); ~25 s in all on 2 cores.
 BF16_MODELS = ("resnet_small", "gpt2_small", "llama_small")
-
-#: Families whose every layer's attention must still run as one fused kernel in bf16.
-FUSED_FAMILIES = ("bert", "gpt2", "llama")
 
 
 @pytest.fixture(autouse=True)
@@ -64,11 +61,4 @@ def test_small_bf16_model_matches_eager_bf16_with_no_fallback(name: str) -> None
     # An elementwise bound of the same size for every element: bf16 errors follow the magnitudes the layers
     # saw, not each output element's own (a logit near 0 carries the error of its neighbours).
     assert_close(_f32_numpy(actual), _f32_numpy(expected), op=name, tol=Tolerance(RELATIVE_TO_MAX * scale, 0.0))
-    reports = pbsdk_torch.reports()
-    assert reports, "nothing was compiled by pbsdk"
-    for report in reports:
-        assert report.fallback_ops == (), report
-        assert report.failed_partitions == 0, report
-        assert report.compiled_ops == report.graph_ops and report.frozen, report
-    if spec.family in FUSED_FAMILIES:
-        assert sum(r.fused_attention for r in reports) == model.inner.config.num_hidden_layers, reports
+    assert_fully_compiled(pbsdk_torch.reports(), spec, model)
