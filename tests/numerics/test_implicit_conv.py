@@ -9,11 +9,14 @@ the compiler took, so a silent fallback to im2col fails."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import pbsdk
 from pbsdk import ops
+from pbsdk.core.spec import load_spec
+from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
 
@@ -91,3 +94,31 @@ def test_few_channels_and_the_option_keep_im2col(pack_notes) -> None:
                  reduction_size=27)
     x16, w16 = _inputs(CASES[0])
     assert not any("implicit GEMM" in n for n in pack_notes(_conv(CASES[0]), {"implicit_conv": False}, x16, w16))
+
+
+# bf16 on the host's dot-product unit (vdpbf16ps): the unit kernel reads the input in place too, in groups
+# of the unit's two values of k, so a tap's channels must come in whole pairs (and at least a run's worth:
+# an image stem's 3 channels keep their im2col).
+BF16 = np.dtype(ml_dtypes.bfloat16)
+BF16_CASES = [c for c in CASES if c[1][3] % 2 == 0 and c[1][3] >= 16]
+needs_bf16_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16ps"),
+                                     reason="this host has no AVX512-BF16 (vdpbf16ps)")
+
+
+@needs_bf16_unit
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", BF16_CASES, ids=lambda c: c[0])
+def test_bf16_implicit_conv_on_the_unit(case: tuple, threads: int, pack_notes) -> None:
+    _, (_, _, _, c), (o, kh, kw), stride, padding, dilation = case
+    x, w = (v.astype(BF16) for v in _inputs(case))
+    bias = RNG.standard_normal((o,)).astype(BF16)
+    conv = _conv(case, epilogue=True)
+    options = {"threads": threads}
+    got = pbsdk.jit(conv, options=options)(x, w, bias)
+    assert got.dtype == BF16
+    # The op's own roundings: the product to bf16, then bias + relu (eager PyTorch's bf16 op-math).
+    y = ref.conv2d(x.astype(np.float32), w.astype(np.float32), stride=stride, padding=padding,
+                   dilation=dilation, layout="NHWC").astype(BF16).astype(np.float32)
+    expect = np.maximum(y + bias.astype(np.float32), 0).astype(BF16)
+    assert_close(got, expect, op="conv2d", dtype="bf16", reduction_size=c * kh * kw, accumulator="f32")
+    assert any("implicit GEMM on vdpbf16ps" in n for n in pack_notes(conv, options, x, w, bias))

@@ -37,6 +37,7 @@ from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
 from pbsdk.targets.cpu import hooks as _cpu_hooks
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
+from pbsdk.targets.cpu.bf16 import WidenBf16
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
 from pbsdk.targets.cpu.llvm_worker import compile_object, illegal_bf16, optimize, target_machine_for
 from pbsdk.targets.cpu.outline import OutlineLoopNests
@@ -646,6 +647,10 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
             Stage("lower-loops", passes="scf-forall-to-for, convert-vector-to-scf, convert-linalg-to-loops, "
                                         "lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
+            *(() if expands_bf16(machine(spec)[2]) else (
+                Stage("widen-bf16", fn=WidenBf16().apply,
+                      description="bf16 -> f32 extensions as bit shifts, so LLVM keeps bf16 ops in f32 "
+                                  "and vectorises them"),)),
             Stage("lower-llvm",
                   passes="func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, "
                          f"convert-vector-to-llvm{amx}, "

@@ -183,7 +183,7 @@ def _vector_same(name: str) -> Callable[..., ir.Value]:
     return getattr({"arith": arith, "math": math}[dialect], op)  # type: ignore[no-any-return]
 
 
-class _Index:
+class IndexOps:
     """Index arithmetic at the insertion point, with index constants memoised and hoisted to the top of
     the function (``hoist``) so that they dominate every use."""
 
@@ -224,7 +224,7 @@ class _Index:
         return arith.maxsi(a, b)
 
 
-def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:
+def window_rows(w: Window, x: IndexOps, m0: ir.Value, m1: ir.Value, m: int) -> ir.Value:
     """A table ``rows[r]``: where output pixel ``r = (n, oh, ow)``'s window starts in the flattened input,
     ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C``, filled for this thread's rows ``[m0, m1)`` (so the division of
     ``r`` into pixel coordinates runs once per row, not once per micro-tile and k block)."""
@@ -244,13 +244,14 @@ def _window_rows(w: Window, x: _Index, m0: ir.Value, m1: ir.Value, m: int) -> ir
     return rows
 
 
-def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.Value, r0: ir.Value,
-                   pc: ir.Value, kc: ir.Value, init: list[ir.Value],
-                   step: Callable[[ir.Value, Callable[[int], ir.Value], list[ir.Value]], list[ir.Value]],
-                   ) -> list[ir.Value]:
+def window_k_loop(rows: ir.Value, w: Window, x: IndexOps, mr: int, last_row: ir.Value, r0: ir.Value,
+                  pc: ir.Value, kc: ir.Value, init: list[ir.Value],
+                  step: Callable[[ir.Value, Callable[[int], ir.Value], list[ir.Value]], list[ir.Value]],
+                  k_step: int = 1) -> list[ir.Value]:
     """The k loop of one micro-tile over the k block ``[pc, pc + kc)`` of a `Window` read: taps outer,
     channels inner. ``step(k, addr, accs)`` builds one k step (``k`` relative to the block, for B;
-    ``addr(i)``: the flat input index of row ``i``'s A element) and returns the new accumulators.
+    ``addr(i)``: the flat input index of row ``i``'s A element) and returns the new accumulators. A step
+    consumes ``k_step`` adjacent channels (a matrix unit's group of k: runs and ``pc`` are multiples of it).
 
     Rows past this thread's last row read that row's window (valid memory; the results are never stored).
     When the tile's ``mr`` pixels lie in one output row (they do, unless the tile wraps to the next output
@@ -286,7 +287,7 @@ def _window_k_loop(rows: ir.Value, w: Window, x: _Index, mr: int, last_row: ir.V
                 tj = arith.remui(tap, c(w.geometry.kw))
                 off = x.add(x.add(x.mul(ti, c(w.geometry.dh * wp * ch)), x.mul(tj, c(w.geometry.dw * ch))), c0)
             kb = x.mul(t, c(length))
-            inner = scf.ForOp(c(0), run, c(1), list(outer.inner_iter_args))
+            inner = scf.ForOp(c(0), run, c(k_step), list(outer.inner_iter_args))
             with ir.InsertionPoint(inner.body):
                 chan = inner.induction_variable
                 col = x.add(off, chan)
@@ -532,13 +533,13 @@ class _PartBuilder:
         self.entry = self.fn.add_entry_block()
         self.A, self.B, self.C, *extra, tid = self.entry.arguments
         self.E, self.D = extra[:-1], (extra[-1] if extra else None)
-        self.x = x = _Index(self.entry)
+        self.x = x = IndexOps(self.entry)
         c = x.const
         with ir.InsertionPoint(self.entry):
             self.b0, self.b1, self.m0, self.m1, self.n0, self.n1 = self._partition(tid)
             self.Ap = memref.alloc(cfg.a_packed_type, [], [], alignment=64) if cfg.packs_a else None
             w = cfg.window
-            self.rows = _window_rows(w, x, self.m0, self.m1, self.M) if w is not None else None
+            self.rows = window_rows(w, x, self.m0, self.m1, self.M) if w is not None else None
             self.A_flat = (memref.CollapseShapeOp(ir.MemRefType.get([int(np.prod(w.x_type.shape))], t), self.A,
                                                   reassociation([[0, 1, 2, 3]])).result if w is not None else None)
             # Rows past the part are clamped to its last where a tile reads a whole mr rows.
@@ -876,7 +877,7 @@ class _PartBuilder:
         if window is not None:
             A_flat = self.A_flat
             assert self.rows is not None and A_flat is not None
-            acc = _window_k_loop(
+            acc = window_k_loop(
                 self.rows, window, x, nrows, self.last_row, x.add(tile.ic, tile.row), tile.pc, tile.kc,
                 [vzero] * (nrows * vecs),
                 lambda k, addr, accs: self._fmas([memref.load(A_flat, [addr(i)]) for i in range(nrows)],

@@ -37,7 +37,7 @@ from pbsdk.core.plan.window import window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
-from pbsdk.targets.cpu.implicit_conv import find_im2col
+from pbsdk.targets.cpu.implicit_conv import Im2col, find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
     EPILOGUE_OPS,
     Epilogue,
@@ -483,6 +483,12 @@ class PackContractions:
             if found is None:
                 continue
             callee = table[callee_name]
+            if str(ir.MemRefType(call.operands[0].type).element_type) in UNIT_OPERANDS:
+                built = _unit_window(self, module, ctx, call, found, callee, f"__pbsdk_mm{count}", notes)
+                if built:
+                    count += 1
+                    rewritten[callee_name] = callee
+                continue
             body = _contraction_body(callee, ctx.options.fuse_epilogues)
             if body is None:
                 notes.append(f"@{callee_name}: im2col found but the function is not one matmul on its "
@@ -496,16 +502,9 @@ class PackContractions:
             m, k = a.shape
             n = b.shape[-1]
             g = found.geometry
-            args = list(callee.regions[0].blocks[0].arguments)
 
-            def outer(v: ir.Value, args: list[ir.Value] = args, call: ir.Operation = call) -> ir.Value:
-                """The caller's value for ``v``: the call's operand for an argument; a constant the function
-                reads (an epilogue's, `_contraction_body`) is read again at the call."""
-                if any(arg == v for arg in args):
-                    return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
-                src = defining_op(v)
-                assert src is not None and src.name == "memref.get_global"
-                return src.clone(ip=ir.InsertionPoint(call)).results[0]
+            def outer(v: ir.Value, callee: ir.Operation = callee, call: ir.Operation = call) -> ir.Value:
+                return _at_call(v, callee, call)
 
             x_type = ir.MemRefType(found.x.type)
             channels = int(x_type.shape[3])
@@ -553,6 +552,88 @@ class PackContractions:
                 if name not in called:
                     fn.erase()
         return count
+
+
+def _at_call(v: ir.Value, callee: ir.Operation, call: ir.Operation) -> ir.Value:
+    """The caller's value for ``callee``'s ``v``: the call's operand for an argument; a constant the function
+    reads (an epilogue's, `_contraction_body`) is read again at the call."""
+    args = list(callee.regions[0].blocks[0].arguments)
+    if any(arg == v for arg in args):
+        return call.operands[next(i for i, arg in enumerate(args) if arg == v)]
+    src = defining_op(v)
+    assert src is not None and src.name == "memref.get_global"
+    return src.clone(ip=ir.InsertionPoint(call)).results[0]
+
+
+def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.Operation, found: Im2col,
+                 callee: ir.Operation, name: str, notes: list[str]) -> bool:
+    """Replace the ``call`` of a bf16 contraction whose A is an im2col (``found``) by a call of a unit kernel
+    that reads the convolution's input in place (`build_unit_kernel` with a `Window`: implicit GEMM on the
+    matrix unit), where the spec has a unit in the vector registers and the channels come in whole groups
+    of the unit's k. Returns whether it did; else the im2col stays (the call is packed as a plain
+    contraction later) and the reason is noted."""
+    g, x_type = found.geometry, ir.MemRefType(found.x.type)
+    channels = int(x_type.shape[3])
+    where = f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} {channels} channel(s)"
+    body = _contraction_body(callee, ctx.options.fuse_epilogues, unit=True)
+    if body is None:
+        notes.append(f"{where}: the contraction is not one matmul on its arguments: im2col kept")
+        return False
+    mm, fill, fused = body
+    a, b, c = (ir.MemRefType(v.type) for v in mm.operands)
+    dtype = str(a.element_type)
+    acc, u = UNIT_OPERANDS[dtype]
+    if dtype != "bf16" or str(b.element_type) != dtype or str(c.element_type) != acc:
+        notes.append(f"{where}: {a.element_type}/{b.element_type}/{c.element_type} is read by packing: im2col kept")
+        return False
+    from pbsdk.targets.cpu import CpuOptions
+
+    spec, _ = unit_spec(ctx.spec, ctx.options.target_as(CpuOptions).amx)
+    (m, k), n = a.shape, b.shape[-1]
+    weights = find_constant(_at_call(mm.operands[1], callee, call), call, len(ctx.constants)) \
+        if ctx.options.prepack_b else None
+    blk = plan_contraction(spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None), ctx.options).blocking
+    unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
+    run = window_run(channels, g.kw, g.dw)
+    kc = window_k_block(channels, g.kh * g.kw, blk.kc) if blk is not None and run is not None else None
+    if blk is None or unit is None or unit.registers != "vector" or run is None or run[1] or channels % u \
+            or kc is None or kc % u:
+        notes.append(f"{where}: no in-place read on a unit in the vector registers (channels in groups of {u}, "
+                     "whole taps per k block): im2col kept")
+        return False
+    blk = dataclasses.replace(blk, kc=kc, pack_a=False)
+    c_unused = fused is not None and fill is not None and kc >= k
+    with call.location:
+        c_type = ir.MemRefType.get([1] * c.rank, c.element_type) if c_unused else c
+        if c_unused:
+            c_value = memref.alloca(c_type, [], [], ip=ir.InsertionPoint(call))
+        elif any(arg == mm.operands[2] for arg in callee.regions[0].blocks[0].arguments):
+            c_value = _at_call(mm.operands[2], callee, call)
+        else:  # the function's own accumulator: one of the caller's, for the call
+            c_value = memref.alloc(c_type, [], [], alignment=64, ip=ir.InsertionPoint(call))
+            memref.dealloc(c_value, ip=ir.InsertionPoint.after(call))
+        packing: Packing | None = None
+        if weights is not None:
+            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u)), b.element_type)
+            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes), packed_t)
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, 0, a, packing[1] if packing else b, c_type), blk,
+                                   unit_step_builder(unit, module, ctx, self.unit_step), zero_init=fill is not None,
+                                   epilogue=fused[1] if fused else None, prepacked_b=packing is not None,
+                                   window=Window(g, x_type))
+        operands = [found.x, _at_call(mm.operands[1], callee, call), c_value]
+        operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
+        new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
+    call.erase()
+    found.erase()
+    if weights is not None:
+        rebind(weights, new.operation, 1, blk.nr, ctx, packing=packing)
+    _record(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
+    notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, unit kernel @{name} reads the input in "
+                 f"place (no im2col), register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
+                 f"{blk.threads} part(s) along {blk.split}"
+                 + (f", epilogue fused (stores {fused[1].out_type.element_type})" if fused else "")
+                 + (", B packed at compile time" if weights is not None else ""))
+    return True
 
 
 def _constant_operand(mm: ir.Operation, operand: int, calls: dict[str, list[ir.Operation]], available: int,
@@ -607,30 +688,54 @@ def _prepack(b: ir.Value, kernel_call: ir.Operation, sources: list[tuple[ir.Oper
         rebind(found, call, position, nr, ctx, transposed=transposed, packing=packing)
 
 
-def _contraction_body(fn: ir.Operation, fuse_epilogues: bool) -> tuple[ir.Operation, ir.Operation | None,
-                                                  tuple[ir.Operation, Epilogue, list[ir.Value]] | None] | None:
+def _contraction_body(fn: ir.Operation, fuse_epilogues: bool, unit: bool = False,
+                      ) -> tuple[ir.Operation, ir.Operation | None, tuple[ir.Operation, Any, list[ir.Value]] | None] | None:
     """An isolated contraction function as (its one ``linalg.matmul`` on its arguments, the zero fill before
-    it or None, its fusable epilogue or None), or None if it holds anything else."""
+    it or None, its fusable epilogue or None: (the generic, its `Epilogue` — a `UnitEpilogue` for a
+    ``unit`` kernel — and its operands)), or None if it holds anything else. A ``unit`` contraction's C may
+    be the function's own buffer (the wide accumulator of a bf16 product whose epilogue rounds it into an
+    argument): `_local_c`."""
     entry = fn.regions[0].blocks[0]
     args = list(entry.arguments)
     ops = [o.operation for o in entry.operations]
     mms = [o for o in ops if o.name == "linalg.matmul"]
-    if len(mms) != 1 or len(mms[0].operands) != 3 or not all(v in args for v in mms[0].operands):
+    if len(mms) != 1 or len(mms[0].operands) != 3:
         return None
     mm = mms[0]
+    local = _local_c(mm) if unit else None
+    if not all(v in args for v in mm.operands[:2]) or (mm.operands[2] not in args and local is None):
+        return None
     if not all(isinstance(v.type, ir.MemRefType) and _unit_inner_stride(ir.MemRefType(v.type)) for v in mm.operands):
         return None
     fill = _zero_fill_before(mm)
-    fused = _epilogue(mm, str(ir.MemRefType(mm.operands[0].type).element_type)) if fuse_epilogues else None
+    fused: tuple[ir.Operation, Any, list[ir.Value]] | None = None
+    if fuse_epilogues and unit:
+        found = find_epilogue(mm)
+        fused = (found[0].generic, found[0], found[1]) if found else None
+    elif fuse_epilogues:
+        fused = _epilogue(mm, str(ir.MemRefType(mm.operands[0].type).element_type))
     # An epilogue reads arguments, or constants of the module (a batch norm's, read in by isolate-contractions).
     if fused is not None and not all(v in args or _global(v) for v in fused[2]):
         fused = None
-    allowed = {mm, fill, fused[0] if fused else None}
+    allowed = {mm, fill, fused[0] if fused else None, *(local or ())}
     for o in ops:
         if o in allowed or o.name in ("arith.constant", "func.return", "memref.get_global"):
             continue
         return None
     return mm, fill, fused
+
+
+def _local_c(mm: ir.Operation) -> tuple[ir.Operation, ...] | None:
+    """The ``memref.alloc`` of ``mm``'s C and its deallocs, if C is a buffer of the function that nothing but
+    ``mm``, its zero fill and its epilogue use (so a kernel may take a buffer of the caller's instead)."""
+    alloc = defining_op(mm.operands[2])
+    if alloc is None or alloc.name != "memref.alloc" or alloc.operands:
+        return None
+    users = [user_op(u) for u in alloc.results[0].uses]
+    deallocs = tuple(u for u in users if u.name == "memref.dealloc")
+    if len(users) - len(deallocs) > 3:
+        return None
+    return (alloc, *deallocs)
 
 
 def _global(v: ir.Value) -> bool:

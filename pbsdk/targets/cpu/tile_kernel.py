@@ -236,7 +236,7 @@ class TileKernel(_UnitKernel):
         _for(c(0), c(blk.mr), c(1), row)
 
     def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
-                   jb: ir.Value, groups: ir.Value, first: ir.Value | None) -> None:
+                   jb: ir.Value, groups: ir.Value, first: ir.Value | None, kc: ir.Value) -> None:
         c, blk, t = self.c, self.blk, self.tiles
         panel = arith.addi(arith.divui(jc, c(blk.nr)), jb) if self.prepacked else jb
         g0 = arith.addi(arith.muli(panel, c(self.b_groups)), arith.divui(pc, c(self.u)) if self.prepacked else c(0))

@@ -39,6 +39,7 @@ from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.plan.contraction import Blocking
+from pbsdk.targets.cpu.matmul_kernel import IndexOps, Window, window_k_loop, window_rows
 
 #: The operand and accumulator element types a unit kernel is built for, by the unit's depth.
 OPERANDS = {"bf16": ("f32", 2), "i8": ("i32", 4)}
@@ -186,7 +187,8 @@ def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Valu
     raise ValueError("epilogue body without linalg.yield")
 
 
-def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool = False) -> None:
+def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool = False,
+          window: Window | None = None) -> None:
     """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
     IR is built)."""
     if shape.operand not in OPERANDS:
@@ -203,6 +205,10 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool =
                          f"{shape.operand} and C {acc}")
     if blk.transposed or blk.kc % blk.unit_k or blk.mc % blk.mr or blk.nc % blk.nr:
         raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
+    if window is not None and (shape.batch or tile or window.row_runs or blk.pack_a or window.run % u
+                               or (blk.kc % window.run and window.run % blk.kc)):
+        raise ValueError(f"unit kernel: a window needs a plain matmul on vector registers, A read in place, runs "
+                         f"of whole {u}-groups (run {window.run}) and kc {blk.kc} in whole runs or dividing one")
     rank = 3 if shape.batch else 2
     for t in (shape.a_type, shape.c_type) if prepacked else (shape.a_type, shape.b_type, shape.c_type):
         strides, _ = t.get_strides_and_offset()
@@ -212,7 +218,8 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool =
 
 def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Blocking, step: StepFn, *,
                       zero_init: bool = False, epilogue: UnitEpilogue | None = None,
-                      prepacked_b: bool = False, tiles: str | None = None) -> func.FuncOp:
+                      prepacked_b: bool = False, tiles: str | None = None,
+                      window: Window | None = None) -> func.FuncOp:
     """Append ``@{name}_part(A, B, C[, E..., D], t)`` (public: thread part ``t``, for the fork glue) and
     ``@{name}(A, B, C[, E..., D])`` (private: every part, in an ``scf.forall`` when there are several) to
     ``module``; return the latter. ``step(acc, a, b)`` builds one unit instruction. With ``zero_init`` C's
@@ -221,11 +228,13 @@ def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Block
     all when one k block covers K). With ``prepacked_b`` B comes as `pack_unit_panels` made it
     (``shape.b_type`` is that packed type) and is read in place. ``tiles`` builds the micro-kernel of a
     unit with tile registers instead (`pbsdk.targets.cpu.tile_kernel`): ``"amx"`` its instructions,
-    ``"emulate"`` their arithmetic on host buffers. Needs an enclosing ``ir.Location``."""
-    check(shape, blk, prepacked_b, tile=tiles is not None)
+    ``"emulate"`` their arithmetic on host buffers. With a ``window`` the first operand is a convolution's
+    NHWC input (``window.x_type``), read in place as A (implicit GEMM, `Window`). Needs an enclosing
+    ``ir.Location``."""
+    check(shape, blk, prepacked_b, tile=tiles is not None, window=window)
     with ir.InsertionPoint(module.body):
         if tiles is None:
-            kernel = _UnitKernel(shape, blk, step, zero_init, epilogue, prepacked_b)
+            kernel = _UnitKernel(shape, blk, step, zero_init, epilogue, prepacked_b, window)
         else:
             from pbsdk.targets.cpu.tile_kernel import TileKernel
 
@@ -244,9 +253,10 @@ class _UnitKernel:
     `Blocking`, every type from the `UnitShape`."""
 
     def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool,
-                 epilogue: UnitEpilogue | None, prepacked: bool = False) -> None:
+                 epilogue: UnitEpilogue | None, prepacked: bool = False, window: Window | None = None) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
-        self.prepacked = prepacked
+        self.prepacked, self.window = prepacked, window
+        self.invariant: dict[tuple[int, int], ir.Value] = {}  # the current tile's (`row_invariant_inputs`)
         self.u, self.L = OPERANDS[shape.operand][1], blk.lanes  # values of k in one 32-bit group
         self.et = shape.a_type.element_type
         self.acc_t = shape.c_type.element_type
@@ -293,22 +303,36 @@ class _UnitKernel:
         s, blk = self.shape, self.blk
         ep = self.epilogue
         extra = [] if ep is None else [*ep.input_types, ep.out_type]
-        fn = func.FuncOp(name, ([s.a_type, s.b_type, s.c_type, *extra, self.index], []))
+        a_type = s.a_type if self.window is None else self.window.x_type
+        fn = func.FuncOp(name, ([a_type, s.b_type, s.c_type, *extra, self.index], []))
         entry = fn.add_entry_block()
         self.A, self.B, self.C, *rest, tid = entry.arguments
         self.E, self.D = rest[:-1], (rest[-1] if rest else None)
         self.x = Indices(entry)
+        self.ix = IndexOps(entry)
         with ir.InsertionPoint(entry):
             b0, b1, m0, m1, n0, n1 = self.partition(tid)
             self.m1, self.n1 = m1, n1
-            buffers = self.buffers()
+            buffers = self.buffers() + self.window_buffers(m0)
             _for(b0, b1, self.c(1), lambda b: _for(n0, n1, self.c(blk.nc), lambda jc: _for(
                 self.c(0), self.c(s.k), self.c(blk.kc), lambda pc: self.k_block([b] if s.batch else [], jc, pc, m0))))
             for buf in buffers:
                 memref.dealloc(buf)
             func.ReturnOp([])
         self.x.hoist()
+        self.ix.hoist()
         return fn
+
+    def window_buffers(self, m0: ir.Value) -> list[ir.Value]:
+        """With a window: the flat view of X (``X_flat``) and this part's table of where each output pixel's
+        window starts (`window_rows`, returned to be freed); nothing otherwise."""
+        w = self.window
+        if w is None:
+            return []
+        size = int(np.prod(w.x_type.shape))
+        self.X_flat = memref.collapse_shape(ir.MemRefType.get([size], self.et), self.A, [[0, 1, 2, 3]])
+        self.rows = window_rows(w, self.ix, m0, self.m1, self.shape.m)
+        return [self.rows]
 
     def pack_groups(self, kc: ir.Value) -> ir.Value:
         """Groups of k this k block packs and steps through (``kc`` values of k: the last one zero-padded)."""
@@ -359,7 +383,7 @@ class _UnitKernel:
             if self.Ap is not None:
                 _for(c(0), tiles, c(1), lambda ib: self.pack_a_panel(lead, ic, pc, ib, groups))
             _for(c(0), panels, c(1), lambda jb: _for(c(0), tiles, c(1), lambda ib: self.micro_tile(
-                lead, ic, jc, pc, ib, jb, groups, first)))
+                lead, ic, jc, pc, ib, jb, groups, first, kc)))
 
         _for(m0, self.m1, c(blk.mc), row_block)
 
@@ -466,7 +490,7 @@ class _UnitKernel:
 
     # ------------------------------------------------------------------------------------ micro-kernel
     def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
-                   jb: ir.Value, groups: ir.Value, first: ir.Value | None) -> None:
+                   jb: ir.Value, groups: ir.Value, first: ir.Value | None, kc: ir.Value) -> None:
         blk, c, u, L = self.blk, self.c, self.u, self.L
         rows = [self.tile_row(ic, ib, i) for i in range(blk.mr)]
         if self.Cr is not None:
@@ -489,8 +513,33 @@ class _UnitKernel:
                     out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
             return out
 
-        acc = _for_values(c(0), groups, c(1), init, group)
+        if self.window is None:
+            acc = _for_values(c(0), groups, c(1), init, group)
+        else:
+            acc = self.window_groups(ic, jc, pc, ib, jb, kc, init)
         self.update_c(lead, rows, ic, ib, jc, jb, acc, first)
+
+    def window_groups(self, ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value, jb: ir.Value, kc: ir.Value,
+                      init: list[ir.Value]) -> list[ir.Value]:
+        """The micro-tile's k loop reading A from the window (`window_k_loop`: taps outer, groups of ``u``
+        channels inner, one base address per pixel)."""
+        blk, c, u = self.blk, self.c, self.u
+        assert self.window is not None
+        src = self.B if self.prepacked else self.Bp
+
+        def step(k: ir.Value, addr: Callable[[int], ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+            g = arith.divui(k, c(u))
+            bv = [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(blk.nv)]
+            out = list(acc)
+            for i in range(blk.mr):
+                a = self.broadcast_group(vector.load(self.group_t, self.X_flat, [addr(i)]), self.signed_a)
+                for v in range(blk.nv):
+                    out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
+            return out
+
+        r0 = arith.addi(ic, arith.muli(ib, c(blk.mr)))
+        return window_k_loop(self.rows, self.window, self.ix, blk.mr, arith.subi(self.m1, c(1)), r0, pc, kc, init,
+                             step, k_step=u)
 
     def update_c(self, lead: list[ir.Value], rows: list[ir.Value], ic: ir.Value, ib: ir.Value, jc: ir.Value,
                  jb: ir.Value, acc: list[ir.Value] | None, first: ir.Value | None) -> None:
@@ -514,6 +563,7 @@ class _UnitKernel:
         for i, value in enumerate(acc or []):  # None: the tile is in Tp already
             vector.store(value, self.Tp, [c(i // blk.nv), c(i % blk.nv * L)])
         count = self.min(c(blk.mr), arith.subi(self.m1, top))
+        self.invariant = self.row_invariant_inputs(lead, cols)
 
         def row(i: ir.Value) -> None:
             values = [vector.load(self.vacc, self.Tp, [i, c(v * L)]) for v in range(blk.nv)]
@@ -528,6 +578,7 @@ class _UnitKernel:
                 lambda: self.store_row(lead, at, cols, values, first))
 
         _for(c(0), count, c(1), row)
+        self.invariant = {}
 
     def total(self, lead: list[ir.Value], row: ir.Value, col: tuple[ir.Value, ir.Value], acc: ir.Value,
               first: ir.Value | None) -> ir.Value:
@@ -551,23 +602,46 @@ class _UnitKernel:
                    acc: list[ir.Value], first: ir.Value | None) -> None:
         """``D[row, cols] = epilogue(C + acc)``: one row of the tile through the epilogue."""
         for v, (col, msk) in enumerate(cols):
-            self.store_epilogue(lead, row, col, msk, self.total(lead, row, (col, msk), acc[v], first))
+            self.store_epilogue(lead, row, col, msk, self.total(lead, row, (col, msk), acc[v], first), v)
+
+    def epilogue_input(self, e: int, loops: list[ir.Value], msk: ir.Value) -> ir.Value:
+        """Epilogue input ``e`` at ``loops`` (the batch, the row, the column): a vector along the columns
+        where its map walks them (masked), else a broadcast scalar."""
+        ep = self.epilogue
+        assert ep is not None
+        dims, t = ep.dims[e], ep.input_types[e]
+        at = [loops[d] if d is not None else self.c(0) for d in dims]
+        vt = ir.VectorType.get([self.L], t.element_type)
+        if dims and dims[-1] == len(loops) - 1:
+            return vector.maskedload(vt, self.E[e], at, msk, self.zero(vt))
+        return vector.broadcast(vt, memref.load(self.E[e], at))
+
+    def row_invariant_inputs(self, lead: list[ir.Value], cols: list[tuple[ir.Value, ir.Value]],
+                             ) -> dict[tuple[int, int], ir.Value]:
+        """The epilogue inputs that do not walk the rows (a bias, a batch norm's per-channel vectors), read
+        once per tile for each of its vector columns: {(input, column vector): value}. The rows' loop then
+        reads only what changes from row to row (and LLVM cannot hoist these loads itself: D may alias)."""
+        ep = self.epilogue
+        if ep is None:
+            return {}
+        row_dim = len(lead)
+        out = {}
+        for e, dims in enumerate(ep.dims):
+            if row_dim in dims:
+                continue
+            for v, (col, msk) in enumerate(cols):
+                out[(e, v)] = self.epilogue_input(e, [*lead, self.c(0), col], msk)
+        return out
 
     def store_epilogue(self, lead: list[ir.Value], row: ir.Value, col: ir.Value, msk: ir.Value,
-                       value: ir.Value) -> None:
+                       value: ir.Value, v: int = -1) -> None:
         """``D[row, col:+L] = epilogue(value, E...)`` (masked): each input read where its map says, a vector
         along the columns where it walks them, else a broadcast scalar."""
         ep = self.epilogue
         assert ep is not None and self.D is not None
         loops = [*lead, row, col]
-        args: list[ir.Value] = []
-        for e, dims, t in zip(self.E, ep.dims, ep.input_types):
-            at = [loops[d] if d is not None else self.c(0) for d in dims]
-            vt = ir.VectorType.get([self.L], t.element_type)
-            if dims and dims[-1] == len(loops) - 1:
-                args.append(vector.maskedload(vt, e, at, msk, self.zero(vt)))
-            else:
-                args.append(vector.broadcast(vt, memref.load(e, at)))
+        args = [self.invariant[(e, v)] if (e, v) in self.invariant else self.epilogue_input(e, loops, msk)
+                for e in range(len(ep.dims))]
         args.insert(ep.c_arg, value)
         out = vectorize(ep, args, self.L)
         vector.maskedstore(self.D, loops, msk, out)
