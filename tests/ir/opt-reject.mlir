@@ -14,7 +14,7 @@
 // PASSOPT: pbsdk: error: pass 'math-approx' has no option 'nope' (options: ops)
 // UPOPT: pbsdk: error: upstream pass 'canonicalize{nope=1}': <Pass-Options-Parser>: no such option nope
 // PARENS: pbsdk: error: unclosed '(' in pass pipeline 'func.func(cse'
-// OPTION: pbsdk: error: unknown option 'nope'; known options (pbsdk's): {{.*}}fuse_rows{{.*}}
+// OPTION: pbsdk: error: unknown option 'nope'; known options (pbsdk's): {{.*}}threads{{.*}}
 // The first chunk compiles; the second does not parse, and says so.
 // PARSE: func.func @ok
 // PARSE: // -----
