@@ -165,10 +165,18 @@ def _cmd_opt(args: argparse.Namespace) -> int:
         spec, options = request.spec, request.options
         target_stages = pipeline_for(request).stages
     else:
-        from pbsdk.core.options import parse_options
+        from pbsdk.core.errors import OptionsError
+        from pbsdk.core.options import Options, known_keys, parse_options
         from pbsdk.core.spec import load_spec
+        from pbsdk.core.target import options_elsewhere
 
-        options = parse_options(raw)
+        try:
+            options = parse_options(raw)
+        except OptionsError as err:  # a target's own option: name the target, for --target
+            hint = options_elsewhere([k for k in raw if k not in known_keys(Options)])
+            if not hint:
+                raise
+            raise OptionsError(f"{err} ({hint}: give --target)") from None
         spec = load_spec(args.spec or "host")
     if args.list_passes:
         for name, description in describe_passes():

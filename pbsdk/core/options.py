@@ -36,7 +36,21 @@ def _count(value: Any, what: str) -> int:
 @dataclasses.dataclass(frozen=True)
 class TargetOptions:
     """Base class of a target's options (a target without options uses it as is). A subclass is a frozen
-    dataclass whose fields are the target's options, each with a default."""
+    dataclass whose fields are the target's options, each with a default.
+
+    The methods are what the core's own stages ask a target (the core never imports one): a subclass
+    overrides those that its options decide. The defaults are the core's behaviour."""
+
+    def isolate_contractions(self) -> bool:
+        """Whether the core stage ``isolate-contractions`` moves each named contraction into its own
+        function, so that fusion cannot generalise it before the target's stages see it (the cpu target:
+        not when its option ``pack`` turns its packed kernels off)."""
+        return True
+
+    def isolate_epilogues(self) -> bool:
+        """Whether ``isolate-contractions`` moves a contraction's elementwise epilogue into its function too,
+        for the target's kernel to apply in its final store (the cpu target: its option ``fuse_epilogues``)."""
+        return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,47 +74,23 @@ class Options:
     matrix_units: bool = True
     #: Fuse matmul -> softmax -> matmul into one attention kernel.
     fuse_attention: bool = True
-    #: Pack planned matmuls into register-tiled kernels (cpu).
-    pack: bool = True
+    #: The next four force what the core's planners (`pbsdk.core.plan`) otherwise decide from the spec.
     #: Pack B of a matrix-vector-like product: None lets the planner decide (experiments, tests).
     pack_b: bool | None = None
     #: Pack A of a product with few columns per thread: None lets the planner decide (experiments, tests).
     pack_a: bool | None = None
     #: Compute a packed matmul transposed, C^T = B^T A^T, so that its rows fill the vector registers
     #: instead of its columns: None lets the planner decide (few columns, many rows), True/False force it
-    #: where the kernel can (cpu).
+    #: where the kernel can.
     transpose_gemm: bool | None = None
-    #: Pack a constant B operand (a frozen weight) into the kernel's micro-panels at compile time, and a
-    #: constant A of a product computed transposed (as the panels of A^T) (cpu).
-    prepack_b: bool = True
-    #: Let a packed matmul read an operand that a transpose fills just for it (``x @ w.T``, ``q @ k^T``)
-    #: from the transpose's source, through its packing, instead of materialising the transpose (cpu).
-    transposed_reads: bool = True
     #: Query rows per vector in the lanes attention kernel; 0 lets the planner decide (experiments).
     attention_q_vectors: int = dataclasses.field(default=0, metadata={CONVERT: lambda v: _count(v, "q")})
-    #: Fuse elementwise epilogues into packed matmuls (cpu).
-    fuse_epilogues: bool = True
-    #: Read an NHWC convolution's input in place in its packed kernel instead of copying its patches
-    #: (implicit GEMM; cpu).
-    implicit_conv: bool = True
     #: Run NCHW convolutions that need patches (not 1x1 stride 1) in NHWC: transposes around one NHWC
     #: contraction (weights transposed at compile time when constant).
     conv_nhwc: bool = True
     #: Keep activations in NHWC between NCHW convolutions that run in NHWC, and the ops between them
     #: (`pbsdk.core.ir.layout`), instead of transposing around each convolution.
     channels_last: bool = True
-    #: Run row-local chains (softmax, layernorm, ...) row by row (cpu).
-    fuse_rows: bool = True
-    #: Give ``fuse-rows`` rows to split where leading dimensions are 1 (batch 1) and strided copies (cpu).
-    expose_rows: bool = True
-    #: Fill a padded buffer only around the box a later op overwrites (cpu).
-    fill_borders: bool = True
-    #: Move copies that transpose their innermost dimension (NCHW <-> NHWC) as register-transposed blocks
-    #: (cpu).
-    transpose_blocks: bool = True
-    #: Place the entry's temporaries in one workspace planned at compile time, which the executable
-    #: allocates once, instead of allocating them on every call (cpu).
-    workspace: bool = True
     #: The target's options.
     target: TargetOptions = TargetOptions()
 
@@ -121,7 +111,8 @@ class Options:
         raise OptionsError(f"options were parsed for {type(self.target).__qualname__}, not {cls.__qualname__}")
 
     def replace(self, **changes: Any) -> Options:
-        """A copy with ``changes`` (core fields), checked like parsed options."""
+        """A copy with ``changes``, checked like parsed options: core fields, and the fields of the target's
+        options as parsed (``ctx.options.replace(pack=False)`` with the cpu target's)."""
         return parse_options(changes, base=self)
 
 
@@ -201,7 +192,8 @@ def parse_options(values: Options | Mapping[str, Any] | None, *, target_options:
     rest = {k: v for k, v in values.items() if k not in core_names}
     unknown = sorted(str(k) for k in rest if k not in tnames)
     if unknown:
-        whose = f"pbsdk's and the {target_name} target's" if target_name else "pbsdk's"
+        whose = (f"pbsdk's and the {target_name} target's" if target_name
+                 else f"pbsdk's and the target's, {tcls.__qualname__}" if tnames else "pbsdk's")
         known = ", ".join(sorted(core_names | set(tnames)))
         raise OptionsError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"known options ({whose}): {known}")

@@ -14,8 +14,8 @@ import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pbsdk.core.errors import TargetError
-from pbsdk.core.options import Options, TargetOptions, parse_options
+from pbsdk.core.errors import OptionsError, TargetError
+from pbsdk.core.options import Options, TargetOptions, known_keys, parse_options
 
 if TYPE_CHECKING:
     from pbsdk.core.pipeline import Stage
@@ -141,8 +141,18 @@ class Target(abc.ABC):
 
     def parse_options(self, values: Options | Mapping[str, Any] | None) -> Options:
         """The typed options of a compilation for this target: the core's fields and, as ``.target``, an
-        ``options_type``. An unknown key or a mistyped value raises `OptionsError` naming it."""
-        return parse_options(values, target_options=self.options_type, target_name=self.name)
+        ``options_type``. An unknown key or a mistyped value raises `OptionsError` naming it (and, for a key
+        that another installed target takes, that target: `options_elsewhere`)."""
+        try:
+            return parse_options(values, target_options=self.options_type, target_name=self.name)
+        except OptionsError as err:
+            if isinstance(values, Options) or not values:
+                raise
+            known = set(known_keys(Options)) | set(known_keys(self.options_type))
+            hint = options_elsewhere([k for k in values if k not in known], besides=self.name)
+            if not hint:
+                raise
+            raise OptionsError(f"{err} ({hint})") from None
 
     def check_spec(self, spec: ChipSpec) -> None:
         """Raise `TargetError` if this target cannot generate code for ``spec``. Default: accept."""
@@ -232,6 +242,20 @@ def discover(*, entry_points: Callable[[], list[importlib.metadata.EntryPoint]] 
             continue
         infos.append(_load_entry_point(group[0]))
     return infos
+
+
+def options_elsewhere(keys: Sequence[str], *, besides: str | None = None) -> str:
+    """Which installed targets (other than ``besides``) take each of ``keys`` as an option of their own, as
+    text for an unknown-option error (``"'pack' is an option of target 'cpu'"``; empty when none does).
+    Loads the installed targets (`discover`): for error messages only."""
+    parts = []
+    infos = [i for i in discover() if i.cls is not None and i.name != besides]
+    for key in keys:
+        owners = [i.name for i in infos if i.cls is not None and key in known_keys(i.cls.options_type)]
+        if owners:
+            parts.append(f"'{key}' is an option of target{'s' if len(owners) > 1 else ''} "
+                         f"{', '.join(repr(o) for o in owners)}")
+    return "; ".join(parts)
 
 
 _cache: dict[str, Target] = {}

@@ -2,7 +2,7 @@
 // dimensions are 1 (batch 1) are rebuilt on views without them, and strided memref.copy becomes
 // linalg.copy, so that fuse-rows finds rows to split over the cores.
 // RUN: %pbsdk opt %s --split-input-file -p expose-rows | filecheck %s
-// RUN: %pbsdk opt %s --split-input-file -p expose-rows --options expose_rows=false | filecheck %s --check-prefix=OFF
+// RUN: %pbsdk opt %s --split-input-file --target cpu -p expose-rows --options expose_rows=false | filecheck %s --check-prefix=OFF
 // On one thread there is nothing to split: the pass leaves the IR alone.
 // RUN: %pbsdk opt %s --split-input-file -p expose-rows --options threads=1 | filecheck %s --check-prefix=OFF
 

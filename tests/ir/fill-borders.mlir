@@ -1,7 +1,7 @@
 // Pass fill-borders (core; the cpu target's stage): a fill that a later op overwrites in a static box (the
 // interior of a padded buffer) fills only the frame around the box, at most two slabs per dimension.
 // RUN: %pbsdk opt %s --split-input-file -p fill-borders | filecheck %s
-// RUN: %pbsdk opt %s --split-input-file -p fill-borders --options fill_borders=false | filecheck %s --check-prefix=OFF
+// RUN: %pbsdk opt %s --split-input-file --target cpu -p fill-borders --options fill_borders=false | filecheck %s --check-prefix=OFF
 
 // An NHWC image padded by one pixel: rows 0 and 5 whole, then columns 0 and 5 of rows 1-4.
 // CHECK-LABEL: func.func @pad(

@@ -2,7 +2,7 @@
 // @__pbsdk_rows<N>_part, which loops over its rows and applies every op to one-row views, so a row stays in
 // cache from one op to the next; with enough work the rows are split over the spec's cores (scf.forall).
 // RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p fuse-rows | filecheck %s
-// RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p fuse-rows --options fuse_rows=false \
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p fuse-rows --options fuse_rows=false \
 // RUN:   | filecheck %s --check-prefix=OFF
 
 // Row max then exp(x - max), 64 rows: too little work to fork, so one call covers rows [0, 64).

@@ -5,6 +5,7 @@
 // RUN: not %pbsdk opt %s -p 'canonicalize{nope=1}' 2>&1 | filecheck %s --check-prefix=UPOPT
 // RUN: not %pbsdk opt %s -p 'func.func(cse' 2>&1 | filecheck %s --check-prefix=PARENS
 // RUN: not %pbsdk opt %s -p fuse --options nope=1 2>&1 | filecheck %s --check-prefix=OPTION
+// RUN: not %pbsdk opt %s -p fuse-rows --options fuse_rows=false 2>&1 | filecheck %s --check-prefix=TARGETOPT
 // RUN: not %pbsdk opt %s --split-input-file -p fuse 2>&1 | filecheck %s --check-prefix=PARSE
 // RUN: not %pbsdk opt %s --split-input-file --target cpu -p llvm-ir 2>&1 | filecheck %s --check-prefix=STAGE
 
@@ -14,7 +15,9 @@
 // PASSOPT: pbsdk: error: pass 'math-approx' has no option 'nope' (options: ops)
 // UPOPT: pbsdk: error: upstream pass 'canonicalize{nope=1}': <Pass-Options-Parser>: no such option nope
 // PARENS: pbsdk: error: unclosed '(' in pass pipeline 'func.func(cse'
-// OPTION: pbsdk: error: unknown option 'nope'; known options (pbsdk's): {{.*}}fuse_rows{{.*}}
+// OPTION: pbsdk: error: unknown option 'nope'; known options (pbsdk's): {{.*}}threads{{.*}}
+// A target's own option needs the target: the error names the target that takes it.
+// TARGETOPT: pbsdk: error: unknown option 'fuse_rows'; known options (pbsdk's): {{.*}}threads{{.*}} ('fuse_rows' is an option of target 'cpu': give --target)
 // The first chunk compiles; the second does not parse, and says so.
 // PARSE: func.func @ok
 // PARSE: // -----

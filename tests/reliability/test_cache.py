@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -67,6 +68,45 @@ def test_an_unknown_option_is_an_error_naming_it_and_the_known_ones() -> None:
     # a target's option is unknown to another target
     with pytest.raises(OptionsError, match="unknown option 'ptxas'"):
         resolve("cpu", None, {"ptxas": False})
+
+
+#: The cpu target's own options (`pbsdk.targets.cpu.options.CpuOptions`), not the core's.
+CPU_ONLY = ("pack", "prepack_b", "transposed_reads", "fuse_epilogues", "implicit_conv", "fuse_rows", "expose_rows",
+            "fill_borders", "transpose_blocks", "workspace")
+
+
+@pytest.mark.parametrize("target", ["template", "nvgpu"])
+def test_a_cpu_option_is_unknown_to_another_target_which_names_the_cpu(target: str) -> None:
+    with pytest.raises(OptionsError, match=rf"unknown option 'pack'; known options \(pbsdk's and the {target} "
+                                           r"target's\): .*\bthreads\b.*\('pack' is an option of target 'cpu'\)"):
+        resolve(target, None, {"pack": False})
+    with pytest.raises(OptionsError, match="unknown option 'pack'"):
+        pbsdk.jit(lambda a: a, target=target, options={"pack": False})
+    for key in CPU_ONLY:
+        with pytest.raises(OptionsError, match=rf"unknown option '{key}'.*is an option of target 'cpu'"):
+            resolve(target, None, {key: False})
+    listed = str(_unknown_error(target)).split("known options", 1)[1]  # the core's and the target's
+    assert "threads" in listed and not any(re.search(rf"\b{key}\b", listed) for key in CPU_ONLY)
+
+
+def _unknown_error(target: str) -> OptionsError:
+    try:
+        resolve(target, None, {"nope": 1})
+    except OptionsError as err:
+        return err
+    raise AssertionError("no error")
+
+
+def test_the_cpu_target_takes_its_options() -> None:
+    from pbsdk.targets.cpu import CpuOptions
+
+    options = resolve("cpu", None, {key: False for key in CPU_ONLY}).options
+    assert options.target == CpuOptions(**{key: False for key in CPU_ONLY})
+    assert not options.target.isolate_contractions() and not options.target.isolate_epilogues()
+    assert resolve("cpu", None, None).options.target.isolate_contractions()
+    assert "prepack_b" in str(_unknown_error("cpu")) and "'nope'" in str(_unknown_error("cpu"))
+    with pytest.raises(OptionsError, match="target 'cpu' option 'pack' must be bool, got 1"):
+        resolve("cpu", None, {"pack": 1})
 
 
 def test_round_trip_of_str_and_bytes_payloads(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def test_an_unknown_key_names_itself_and_every_known_key() -> None:
 @pytest.mark.parametrize("values, message", [
     ({"threads": True}, "option 'threads': must be a non-negative int, got True"),
     ({"threads": -1}, "must be a non-negative int, got -1"),
-    ({"pack": 1}, "pbsdk option 'pack' must be bool, got 1"),
+    ({"fuse_attention": 1}, "pbsdk option 'fuse_attention' must be bool, got 1"),
     ({"matmul_precision": "fast"}, "must be 'exact' or 'tf32' or 'mixed', got 'fast'"),
     ({"entry": 3}, "option 'entry' must be str or None, got 3"),
     ({"pack_b": "yes"}, "option 'pack_b' must be bool or None"),
@@ -57,7 +57,7 @@ def test_a_mistyped_value_names_the_option_and_the_type(values: dict, message: s
 def test_the_cache_key_covers_every_field_but_cache() -> None:
     base = _parse({})
     assert _parse({"cache": False}).cache_key() == base.cache_key()
-    assert _parse({"threads": 0, "pack": True}).cache_key() == base.cache_key()  # defaults spelt out
+    assert _parse({"threads": 0, "fast_math": False}).cache_key() == base.cache_key()  # defaults spelt out
     assert _parse({"threads": 1}).cache_key() != base.cache_key()
     assert _parse({"lanes": 8}).cache_key() != base.cache_key()  # the target's options too
     assert parse_options({}).cache_key() != base.cache_key()  # another target's options type
@@ -73,6 +73,34 @@ def test_replace_and_as_options_check_like_parsing() -> None:
     assert as_options(None) is DEFAULT and as_options({"threads": 1}).threads == 1
     with pytest.raises(OptionsError):
         as_options({"fast_math": True})
+
+
+def test_replace_changes_the_parsed_targets_fields_too() -> None:
+    opts = _parse({"threads": 2})
+    changed = opts.replace(lanes=8, threads=1)
+    assert changed.target == ChipOptions(lanes=8) and changed.threads == 1
+    assert changed.replace(fast_math=True).target == ChipOptions(fast_math=True, lanes=8)
+    with pytest.raises(OptionsError, match="option 'lanes' must be int, got 'x'"):
+        opts.replace(lanes="x")
+    with pytest.raises(OptionsError, match="unknown option 'lane'; known options \\(pbsdk's and the target's, "
+                                           "ChipOptions\\): .*lanes"):
+        opts.replace(lane=8)
+    with pytest.raises(OptionsError, match="unknown option 'lanes'; known options \\(pbsdk's\\)"):
+        DEFAULT.replace(lanes=8)  # parsed without a target: only the core's fields
+
+
+def test_the_core_asks_the_target_options_and_defaults_to_its_own_behaviour() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Unpacked(TargetOptions):
+        pack: bool = True
+
+        def isolate_contractions(self) -> bool:
+            return self.pack
+
+    assert DEFAULT.target.isolate_contractions() and DEFAULT.target.isolate_epilogues()
+    assert _parse({}).target.isolate_contractions()  # a target that does not override the query
+    opts = parse_options({"pack": False}, target_options=Unpacked, target_name="unpacked")
+    assert not opts.target.isolate_contractions() and opts.target.isolate_epilogues()
 
 
 def test_target_as_refuses_another_targets_options() -> None:

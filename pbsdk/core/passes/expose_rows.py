@@ -125,11 +125,16 @@ def transpose_as_generic(op: ir.Operation) -> ir.Operation:
 @dataclasses.dataclass(frozen=True)
 class ExposeRows:
     name = "expose-rows"
+    #: False: the pass does nothing (the cpu target sets it from its options ``expose_rows`` and
+    #: ``fuse_rows``: the rows exposed are for ``fuse-rows``).
+    enabled: bool = True
 
     def apply(self, module: ir.Module, ctx: Any = None) -> None:
+        if not self.enabled:
+            return
         if ctx is not None:
             threads = ctx.options.threads or ctx.spec.compute[0].count
-            if not (ctx.options.expose_rows and ctx.options.fuse_rows) or threads < 2:
+            if threads < 2:
                 return  # nothing to split on one core (and fuse-rows' runs of these ops gain nothing there)
         for fn in ops_named(module, "func.func"):
             if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):

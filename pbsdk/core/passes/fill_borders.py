@@ -116,9 +116,11 @@ def _overwritten(op: ir.Operation) -> ir.Value | None:
 @dataclasses.dataclass(frozen=True)
 class FillBorders:
     name = "fill-borders"
+    #: False: the pass does nothing (the cpu target sets it from its option ``fill_borders``).
+    enabled: bool = True
 
     def apply(self, module: ir.Module, ctx: Any = None) -> None:
-        if ctx is not None and not ctx.options.fill_borders:
+        if not self.enabled:
             return
         with module.context:
             for name in ("linalg.fill", "linalg.map"):

@@ -113,9 +113,11 @@ def _row_view_type(t: ir.MemRefType, dim: int) -> tuple[ir.MemRefType, list[int]
 @dataclasses.dataclass(frozen=True)
 class FuseRows:
     name = "fuse-rows"
+    #: False: the pass does nothing (the cpu target sets it from its option ``fuse_rows``).
+    enabled: bool = True
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.fuse_rows:
+        if not self.enabled:
             return
         count = 0
         cores = ctx.spec.compute[0].count

@@ -16,6 +16,10 @@ narrower than its accumulator: a bf16 product rounded back to bf16, an i32 one r
 reading its initial value, the generic moves into
 the function too (its other operands become arguments). Inside, fusion merges the chain into one
 generic, which ``pack-contractions`` folds into the kernel's final store.
+
+The target decides whether either happens (`pbsdk.core.options.TargetOptions.isolate_contractions` and
+``isolate_epilogues``: yes unless its options say otherwise; the cpu target's ``pack`` and
+``fuse_epilogues``).
 """
 
 from __future__ import annotations
@@ -262,7 +266,7 @@ class IsolateContractions:
     name = "isolate-contractions"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.pack:
+        if not ctx.options.target.isolate_contractions():
             return
         count = 0
         for opname in CONTRACTIONS:
@@ -277,7 +281,7 @@ class IsolateContractions:
                     chain.insert(0, init)  # the zero fill goes too: the kernel can skip it
                 convert = (ir.ShapedType(op.operands[0].type).element_type
                            != ir.ShapedType(op.results[0].type).element_type)
-                while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.fuse_epilogues:
+                while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.target.isolate_epilogues():
                     result = chain[-1].results[0]
                     user = _epilogue_user(result, convert) or _collapse_epilogue(result, convert)
                     if user is None:

@@ -54,9 +54,11 @@ class PlanWorkspace:
     name = "plan-workspace"
     #: Buffers smaller than this stay ``memref.alloc``s (see the module docstring).
     min_bytes: int = MIN_BYTES
+    #: False: the pass does nothing (the cpu target sets it from its option ``workspace``).
+    enabled: bool = True
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.workspace:
+        if not self.enabled:
             return
         entry = ctx.notes["entry"]
         fns = [op for op in ops_named(module, "func.func")

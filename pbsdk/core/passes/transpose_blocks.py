@@ -13,7 +13,8 @@ around the blocks. Done on buffers after ``fuse-rows`` (which splits the transpo
 the cores first) and ``collapse-loops`` (which leaves an NCHW image's h, w as one loop of h*w).
 
 `plan_transpose` (pure) decides from the loops each buffer dimension is indexed by and the strides: both
-innermost strides 1, the two innermost loops different, both at least L long. Option ``transpose_blocks``.
+innermost strides 1, the two innermost loops different, both at least L long. Field ``enabled`` (the cpu
+target's option ``transpose_blocks``).
 """
 
 from __future__ import annotations
@@ -108,10 +109,12 @@ class TransposeBlocks:
     """Rewrite every permuting copy that `plan_transpose` takes into L x L register-transposed blocks."""
 
     name = "transpose-blocks"
+    #: False: the pass does nothing but note so (the cpu target sets it from its option ``transpose_blocks``).
+    enabled: bool = True
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
         notes = ctx.notes.setdefault(self.name, []) if ctx is not None else []
-        if ctx is not None and not ctx.options.transpose_blocks:
+        if not self.enabled:
             notes.append("disabled by option transpose_blocks=False")
             return
         vec = ctx.spec.vector if ctx is not None else None

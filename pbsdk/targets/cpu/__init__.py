@@ -10,17 +10,16 @@ runtime library is needed at run time.
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import logging
 import os
 import threading
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 
 from pbsdk.core.errors import CompileError, DeviceUnavailableError, TargetError
-from pbsdk.core.options import Options, TargetOptions
+from pbsdk.core.options import Options
 from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
@@ -40,6 +39,7 @@ from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.bf16 import WidenBf16
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
 from pbsdk.targets.cpu.llvm_worker import compile_object, illegal_bf16, optimize, target_machine_for
+from pbsdk.targets.cpu.options import CpuOptions
 from pbsdk.targets.cpu.outline import OutlineLoopNests
 from pbsdk.targets.cpu.pack_contractions import PackContractions
 from pbsdk.targets.cpu.parallel import ForallToFork, fork_glue
@@ -558,18 +558,6 @@ class CpuExecutable(Executable):
         self._fn(pointers)
 
 
-@dataclasses.dataclass(frozen=True)
-class CpuOptions(TargetOptions):
-    """The cpu target's own options (the others are the core's, `pbsdk.core.options.Options`)."""
-
-    #: Matrix units with tile registers (AMX: ``tdpbf16ps``, ``tdpbssd``): "off" leaves them out of the plans
-    #: (the vector-register units serve bf16/i8), "on" lowers their instructions (the spec's code must have
-    #: the AMX features), "emulate" builds the same kernels with the instructions' arithmetic on host buffers
-    #: (any machine: what checks the AMX kernels where there is no AMX). Off by default until they have run
-    #: on AMX hardware: so far they are compiled for it and emulated.
-    amx: Literal["off", "on", "emulate"] = "off"
-
-
 class CpuTarget(Target):
     """The host CPU. Correct, simple lowering; the optimising pipeline adds tiling/packing stages."""
 
@@ -597,7 +585,9 @@ class CpuTarget(Target):
 
     def scheduling_stages(self, spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
         """The stages that decide how the host runs the kernels: one copy of each repeated kernel, the fused
-        attention kernels, packed matmul kernels, row fusion, the fork onto the cores."""
+        attention kernels, packed matmul kernels, row fusion, the fork onto the cores. The core passes
+        among them take the cpu options that turn them off as their ``enabled`` field."""
+        cpu = options.target_as(CpuOptions)
         return (
             Stage("dedupe-functions", fn=DedupeFunctions().apply,
                   description="kernels of repeated layers (identical but for their names) built once"),
@@ -607,22 +597,22 @@ class CpuTarget(Target):
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("depthwise", fn=DepthwiseKernels().apply,
                   description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),
-            Stage("fill-borders", fn=FillBorders().apply,
+            Stage("fill-borders", fn=FillBorders(enabled=cpu.fill_borders).apply,
                   description="a fill that a later op overwrites in a box (a padded input) fills only the frame"),
-            Stage("expose-rows", fn=ExposeRows().apply,
+            Stage("expose-rows", fn=ExposeRows(enabled=cpu.expose_rows and cpu.fuse_rows).apply,
                   description="leading unit dimensions dropped and strided copies as linalg.copy, for fuse-rows"),
-            Stage("fuse-rows", fn=FuseRows().apply,
+            Stage("fuse-rows", fn=FuseRows(enabled=cpu.fuse_rows).apply,
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("collapse-loops", fn=CollapseLoops().apply,
                   description="adjacent loops of elementwise ops that every operand walks contiguously as one"),
-            Stage("transpose-blocks", fn=TransposeBlocks().apply,
+            Stage("transpose-blocks", fn=TransposeBlocks(enabled=cpu.transpose_blocks).apply,
                   description="copies that transpose their innermost dimension (NCHW <-> NHWC) as L x L "
                               "blocks through the vector registers"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,
                   description="a long body's loop nests to noinline functions, identical ones built once"),
-            Stage("plan-workspace", fn=PlanWorkspace().apply,
+            Stage("plan-workspace", fn=PlanWorkspace(enabled=cpu.workspace).apply,
                   description="the entry's temporaries as views of one workspace the executable allocates once"),
         )
 

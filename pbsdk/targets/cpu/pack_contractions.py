@@ -46,6 +46,7 @@ from pbsdk.targets.cpu.matmul_kernel import (
     Window,
     build_matmul_kernel,
 )
+from pbsdk.targets.cpu.options import cpu_options
 from pbsdk.targets.cpu.prepack import (
     ConstantB,
     Packing,
@@ -257,7 +258,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     amx = ctx.options.target_as(CpuOptions).amx
     spec, dropped = unit_spec(ctx.spec, amx)
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
-               if ctx.options.prepack_b and not batched and _unit_inner_stride(b) else None)
+               if cpu_options(ctx).prepack_b and not batched and _unit_inner_stride(b) else None)
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
@@ -277,7 +278,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     tiles = ("amx" if amx == "on" else "emulate") if unit.registers == "tile" else None
     k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)
-    fused = find_epilogue(op) if ctx.options.fuse_epilogues else None
+    fused = find_epilogue(op) if cpu_options(ctx).fuse_epilogues else None
     b_operand = op.operands[1]
     with op.location:
         packing: Packing | None = None
@@ -368,11 +369,11 @@ class PackContractions:
     unit_step: UnitStepHook = default_unit_step
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        if not ctx.options.pack:
+        if not cpu_options(ctx).pack:
             ctx.notes.setdefault(self.name, []).append("disabled by option pack=False")
             return
         notes = ctx.notes.setdefault(self.name, [])
-        count = self._implicit_convolutions(module, ctx, notes) if ctx.options.implicit_conv else 0
+        count = self._implicit_convolutions(module, ctx, notes) if cpu_options(ctx).implicit_conv else 0
         calls: dict[str, list[ir.Operation]] = {}
         for call in ops_named(module, "func.call"):
             calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
@@ -399,14 +400,14 @@ class PackContractions:
             m, k = a.shape[-2:]
             n = b.shape[-1]
             # An operand a transpose fills just for this op is read from the transpose's source instead.
-            reads = ctx.options.transposed_reads
+            reads = cpu_options(ctx).transposed_reads
             a_feeds = transposed_operand(op, 0, calls) if reads else None
             b_feeds = transposed_operand(op, 1, calls) if reads else None
             a_layout: Literal["mk", "km"] = "km" if a_feeds else "mk"
             b_layout: Literal["kn", "nk"] = "nk" if b_feeds else "kn"
             a_stored = source_type(a_feeds) if a_feeds else a
             b_stored = source_type(b_feeds) if b_feeds else b
-            prepack = ctx.options.prepack_b and not batched
+            prepack = cpu_options(ctx).prepack_b and not batched
             sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack and not b_feeds else None
             # A constant A is packed at compile time where the product is computed transposed (as B^T).
             a_sources = (_constant_operand(op, 0, calls, len(ctx.constants))
@@ -435,7 +436,7 @@ class PackContractions:
             else:
                 shape = MatmulShape(m, n, k, bsz, a_stored, packed_type(b, blk.nr) if sources else b_stored, c,
                                     a_layout, b_layout)
-            fused = _epilogue(op, dtype) if ctx.options.fuse_epilogues else None
+            fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
             fill = _zero_fill_before(op)
             with op.location:
                 kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
@@ -489,7 +490,7 @@ class PackContractions:
                     count += 1
                     rewritten[callee_name] = callee
                 continue
-            body = _contraction_body(callee, ctx.options.fuse_epilogues)
+            body = _contraction_body(callee, cpu_options(ctx).fuse_epilogues)
             if body is None:
                 notes.append(f"@{callee_name}: im2col found but the function is not one matmul on its "
                              "arguments: im2col kept")
@@ -510,7 +511,7 @@ class PackContractions:
             channels = int(x_type.shape[3])
             operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
             operands += [outer(v) for v in fused[2]] if fused else []
-            weights = find_constant(operands[1], call, len(ctx.constants)) if ctx.options.prepack_b else None
+            weights = find_constant(operands[1], call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
             # The window reads the input in place as A: never transposed.
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None),
                                     ctx.options.replace(transpose_gemm=False))
@@ -575,7 +576,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     g, x_type = found.geometry, ir.MemRefType(found.x.type)
     channels = int(x_type.shape[3])
     where = f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} {channels} channel(s)"
-    body = _contraction_body(callee, ctx.options.fuse_epilogues, unit=True)
+    body = _contraction_body(callee, cpu_options(ctx).fuse_epilogues, unit=True)
     if body is None:
         notes.append(f"{where}: the contraction is not one matmul on its arguments: im2col kept")
         return False
@@ -586,12 +587,10 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     if dtype != "bf16" or str(b.element_type) != dtype or str(c.element_type) != acc:
         notes.append(f"{where}: {a.element_type}/{b.element_type}/{c.element_type} is read by packing: im2col kept")
         return False
-    from pbsdk.targets.cpu import CpuOptions
-
-    spec, _ = unit_spec(ctx.spec, ctx.options.target_as(CpuOptions).amx)
+    spec, _ = unit_spec(ctx.spec, cpu_options(ctx).amx)
     (m, k), n = a.shape, b.shape[-1]
     weights = find_constant(_at_call(mm.operands[1], callee, call), call, len(ctx.constants)) \
-        if ctx.options.prepack_b else None
+        if cpu_options(ctx).prepack_b else None
     blk = plan_contraction(spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None), ctx.options).blocking
     unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
     run = window_run(channels, g.kw, g.dw)

@@ -66,6 +66,30 @@ class UnitShape:
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
 
 
+def group_word(group: ir.Value) -> ir.Value:
+    """A group of values filling 32 bits (``vector<u x T>``: a pair of bf16, four i8) as one i32."""
+    i32 = ir.IntegerType.get_signless(32)
+    return vector.extract(vector.bitcast(ir.VectorType.get([1], i32), group), [], [0])
+
+
+def broadcast_word(word: ir.Value, wide_t: ir.VectorType) -> ir.Value:
+    """The i32 ``word`` in every 32-bit lane of ``wide_t`` (e.g. ``vector<32xbf16>``): a dot-product
+    unit's broadcast operand, one group of k values of A for every lane."""
+    lanes = wide_t.shape[0] * wide_t.element_type.width // 32
+    return vector.bitcast(wide_t, vector.broadcast(ir.VectorType.get([lanes], word.type), word))
+
+
+def interleave(rows: list[ir.Value], lanes: int) -> ir.Value:
+    """``u`` vectors of ``lanes`` values as one unit operand: element ``j*u + t`` is ``rows[t][j]`` (u a
+    power of two; ``vector.shuffle`` pairwise)."""
+    while len(rows) > 1:
+        n = ir.VectorType(rows[0].type).shape[0]
+        w = n // lanes  # values of one lane's group so far
+        mask = [s * n + j * w + e for j in range(lanes) for s in range(2) for e in range(w)]
+        rows = [vector.shuffle(rows[i], rows[i + 1], mask) for i in range(0, len(rows), 2)]
+    return rows[0]
+
+
 def unit_packed_shape(k: int, n: int, nr: int, u: int, k_multiple: int = 1) -> tuple[int, int, int]:
     """The shape of B (k x n) packed by `pack_unit_panels`: ``(ceil(n/nr), ceil(k'/u), nr*u)`` with ``k'``
     k rounded up to ``k_multiple`` (a tile kernel's k block: its unrolled steps read whole blocks)."""
@@ -284,19 +308,14 @@ class _UnitKernel:
     def broadcast_group(self, group: ir.Value, offset: bool) -> ir.Value:
         """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand; ``offset``:
         each byte + 128 first (an int8 A read in place; packing does it once for a packed A)."""
-        word = vector.extract(vector.bitcast(ir.VectorType.get([1], self.i32), group), [], [0])
+        word = group_word(group)
         if offset:  # each byte + 128: the u8 vpdpbusd reads
             word = arith.xori(word, arith.constant(self.i32, -0x7F7F7F80))  # 0x80808080
-        return vector.bitcast(self.wide_t, vector.broadcast(ir.VectorType.get([self.L], self.i32), word))
+        return broadcast_word(word, self.wide_t)
 
     def interleave(self, rows: list[ir.Value]) -> ir.Value:
         """``u`` vectors of L values (rows of B) as one unit operand: element ``j*u + t`` is ``rows[t][j]``."""
-        while len(rows) > 1:
-            n = ir.VectorType(rows[0].type).shape[0]
-            w = n // self.L  # values of one lane's group so far
-            mask = [s * n + j * w + e for j in range(self.L) for s in range(2) for e in range(w)]
-            rows = [vector.shuffle(rows[i], rows[i + 1], mask) for i in range(0, len(rows), 2)]
-        return rows[0]
+        return interleave(rows, self.L)
 
     # ------------------------------------------------------------------------------------ structure
     def build(self, name: str) -> func.FuncOp:
