@@ -179,8 +179,8 @@ def test_op_matches_torch(name: str) -> None:
 
 #: One case per op family on the template target: name -> (case, what promote-vector or promote staged).
 TEMPLATE: dict[str, str] = {
-    "conv3d": "window",  # grouped: a windowed reduction (ungrouped convs become matmuls)
-    "conv_transpose2d": "window",
+    "conv3d": "contractions",  # grouped: one batched contraction over its groups (emit.grouped_as_batch)
+    "conv_transpose2d": "contractions",  # grouped: a batched contraction over its groups, as conv3d
     "conv_transpose1d": "contractions",  # ungrouped: a matmul on the matrix unit's tiles
     "log1p_expm1": "elementwise",
     "activations": "elementwise",

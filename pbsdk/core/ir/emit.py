@@ -360,8 +360,9 @@ class _Emitter:
             xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
             xt, nhwc = padded, True
             pt = pb = pl = pr = 0
-        if as_matmul and not nhwc and conv_in_nhwc(node, self.spec, self.options,
-                                                    weights_constant=self._is_const(w)):
+        grouped = not as_matmul and not depthwise and grouped_as_batch(node, self.spec, self.options)
+        if (grouped and not nhwc) or (as_matmul and not nhwc and conv_in_nhwc(
+                node, self.spec, self.options, weights_constant=self._is_const(w))):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
@@ -379,6 +380,9 @@ class _Emitter:
             xv, xt = pad.result, padded
         if as_matmul:
             self._conv2d_as_matmul(node, xv, xt, transposed=nhwc and node.attrs["layout"] != "NHWC")
+            return
+        if grouped:
+            self._grouped_conv_as_batch(node, xv, xt)
             return
         if depthwise:
             self._depthwise_nhwc(node, xv, xt)
@@ -489,6 +493,57 @@ class _Emitter:
         init = self.filled(mm_t, 0.0)
         mm = linalg.batch_matmul(wb, cols, outs=[init])
         self.values[out.id] = self.expand(mm, mm_t, out.type, [[0], [1], [2, 3]])
+
+    def _grouped_conv_as_batch(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
+        """A grouped convolution over the (padded) NHWC input ``xv`` as one batched contraction, a batch
+        entry per group: its patches (one strided slice per tap, as `_nhwc_conv_matmul`) rearranged to
+        (groups, pixels, taps x channels of the group), times the weights as (groups, taps x channels,
+        outputs of the group) — at compile time when constant —; the (groups, pixels, outputs) result back
+        to the node's layout (a generic that fuses with what follows). The target then runs it on its
+        packed kernels (a matrix unit's included) instead of an eight-loop nest."""
+        _, w = node.inputs
+        out = node.out
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        groups, given_nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
+        dt, odt = w.dtype, out.dtype
+        n_, _, _, c_ = xt.shape
+        kh, kw, cg, o = w.shape if given_nhwc else (w.shape[2], w.shape[3], w.shape[1], w.shape[0])
+        oh, ow = out.shape[1:3] if given_nhwc else out.shape[2:4]
+        og, rows, depth = o // groups, n_ * oh * ow, kh * kw * cg
+        patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
+        patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
+            [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
+            [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
+        split_t = TensorType((n_, oh, ow, kh, kw, groups, cg), dt)
+        split = self.expand(patches, patches_t, split_t, [[0], [1], [2], [3], [4], [5, 6]])
+        by_group_t = TensorType((groups, n_, oh, ow, kh, kw, cg), dt)
+        by_group = linalg.transpose(split, outs=[self.empty(by_group_t)], permutation=[5, 0, 1, 2, 3, 4, 6]).results[0]
+        cols = self.collapse(by_group, by_group_t, TensorType((groups, rows, depth), dt), [[0], [1, 2, 3], [4, 5, 6]])
+        wmat_t = TensorType((groups, depth, og), dt)
+        if given_nhwc:  # (KH, KW, CG, G*OG) -> (G, KH, KW, CG, OG)
+            layout: Callable[[np.ndarray], np.ndarray] = lambda a: a.reshape(kh, kw, cg, groups, og).transpose(3, 0, 1, 2, 4)
+            split_w_t, perm = TensorType((kh, kw, cg, groups, og), dt), [3, 0, 1, 2, 4]
+            reassoc = [[0], [1], [2], [3, 4]]
+        else:  # (G*OG, CG, KH, KW) -> (G, KH, KW, CG, OG)
+            layout = lambda a: a.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1)
+            split_w_t, perm = TensorType((groups, og, cg, kh, kw), dt), [0, 3, 4, 2, 1]
+            reassoc = [[0, 1], [2], [3], [4]]
+        wmat = self.folded(w, wmat_t, "g-hwc-o", lambda a: layout(a).reshape(groups, depth, og))
+        if wmat is None:
+            wg_t = TensorType((groups, kh, kw, cg, og), dt)
+            split_w = self.expand(self.value(w), w.type, split_w_t, reassoc)
+            wg = linalg.transpose(split_w, outs=[self.empty(wg_t)], permutation=perm).results[0]
+            wmat = self.collapse(wg, wg_t, wmat_t, [[0], [1, 2, 3], [4]])
+        mm_t = TensorType((groups, rows, og), odt)
+        mm = linalg.batch_matmul(cols, wmat, outs=[self.filled(mm_t, 0.0)])
+        y_t = TensorType((groups, n_, oh, ow, og), odt)
+        y = self.expand(mm, mm_t, y_t, [[0], [1, 2, 3], [4]])
+        if given_nhwc:
+            t = TensorType((n_, oh, ow, groups, og), odt)
+            self.values[out.id] = self.collapse(self.permuted(y, t, [3, 0, 1, 2, 4]), t, out.type, [[0], [1], [2], [3, 4]])
+        else:
+            t = TensorType((n_, groups, og, oh, ow), odt)
+            self.values[out.id] = self.collapse(self.permuted(y, t, [1, 0, 3, 4, 2]), t, out.type, [[0], [1, 2], [3], [4]])
 
     def _depthwise_channels_last(self, node: Node) -> bool:
         """Whether this convolution is depthwise and runs channels last (`depthwise_channels_last`)."""
@@ -706,6 +761,19 @@ class _Emitter:
 
 def _memref(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
+
+
+def grouped_as_batch(node: Node, spec: Any, options: Options) -> bool:
+    """Whether the grouped (not depthwise) convolution ``node`` runs as one batched contraction over its
+    groups (`_Emitter._grouped_conv_as_batch`) rather than a loop nest: option ``conv_nhwc``, operands and
+    product a contraction the targets pack (one float type, or a mixed one), and a spec with a vector FMA
+    unit for the product's type (without one, as given)."""
+    x, w = node.inputs
+    acc = node.out.dtype
+    vec = getattr(spec, "vector", None)
+    same = x.dtype == w.dtype and ((acc == x.dtype and acc in ("f32", "f64")) or (x.dtype, acc) in MIXED_CONTRACTIONS)
+    return (node.attrs["groups"] > 1 and same and options.conv_nhwc and vec is not None and vec.fma
+            and acc in vec.dtypes)
 
 
 def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: bool, input_nhwc: bool = False,
