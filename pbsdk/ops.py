@@ -175,6 +175,29 @@ def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...]
     return value if value.shape == tuple(shape) else None
 
 
+def _const_array(t: Tensor) -> np.ndarray | None:
+    """``t``'s value when a constant produces it (a frozen weight), else None."""
+    src = next((n for n in reversed(t.graph.nodes) if n.out is t.value), None)
+    return None if src is None or src.op != "const" else np.asarray(src.attrs["value"])
+
+
+def _conv_ones_correction(w: np.ndarray, attrs: Mapping[str, Any], shape: tuple[int, ...], in_hw: tuple[int, int],
+                          ) -> np.ndarray:
+    """``conv2d(ones, w)`` over the convolution's zero padding (``attrs``, one image of ``in_hw``), in numpy:
+    per output position and channel, the sum of the weights of the taps that fall inside the image. The
+    correction a quantized convolution subtracts (times the input zero point) for a constant weight."""
+    (sh, sw), (dh, dw), ((pt, _), (pl, _)) = attrs["stride"], attrs["dilation"], attrs["padding"]
+    nchw = attrs["layout"] == "NCHW"
+    taps = w.astype(np.int64).sum(axis=1) if nchw else w.astype(np.int64).sum(axis=2).transpose(2, 0, 1)  # o, i, j
+    oh, ow = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
+    rows = np.arange(oh)[:, None] * sh - pt + np.arange(taps.shape[1])[None, :] * dh
+    cols = np.arange(ow)[:, None] * sw - pl + np.arange(taps.shape[2])[None, :] * dw
+    inside_r = ((rows >= 0) & (rows < in_hw[0])).astype(np.int64)
+    inside_c = ((cols >= 0) & (cols < in_hw[1])).astype(np.int64)
+    corr = np.einsum("oij,ai,bj->oab", taps, inside_r, inside_c)
+    return (corr[None] if nchw else corr.transpose(1, 2, 0)[None]).astype(np.int32)
+
+
 def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, **attrs: Any) -> Tensor:
     # Integer ops: `compute_dtype` raises for an op integers do not support ("cast" is the one op between an
     # integer and a float dtype).
@@ -828,7 +851,12 @@ def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tup
         return None
     with _group("quantized_conv2d"):
         acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
-        if xp.zero_point[0] != 0:
+        w_value = _const_array(wq)
+        if xp.zero_point[0] != 0 and w_value is not None:  # a frozen weight: the correction made here, once
+            in_hw = (xq.shape[2], xq.shape[3]) if attrs["layout"] == "NCHW" else (xq.shape[1], xq.shape[2])
+            corr = _conv_ones_correction(w_value, attrs, shape, in_hw) * np.int64(xp.zero_point[0])
+            acc = sub(acc, _const(corr.astype(np.int32), "i32"))
+        elif xp.zero_point[0] != 0:
             one_shape = list(xq.shape)
             one_shape[0] = 1
             ones = _const(np.ones(one_shape), "i8")
@@ -1583,7 +1611,11 @@ def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None
         return None
     with _group("quantized_matmul"):
         acc = matmul(xq, wq, transpose_b=tb)  # i32
-        if xp.zero_point[0] != 0:
+        w_value = _const_array(wq)
+        if xp.zero_point[0] != 0 and w_value is not None:  # a frozen weight: zx * its column sums, made here
+            sums = w_value.astype(np.int64).sum(axis=1 if tb else 0) * np.int64(xp.zero_point[0])
+            acc = sub(acc, _const(sums.reshape(1, -1).astype(np.int32), "i32"))
+        elif xp.zero_point[0] != 0:
             k = wq.shape[1] if tb else wq.shape[0]
             ones = _const(np.ones((1, k)), "i8")
             acc = sub(acc, mul(matmul(ones, wq, transpose_b=tb), xp.zero_point[0]))

@@ -6,7 +6,7 @@ The contraction between them is recognised by `pbsdk.ops.matmul` itself: ``dequa
 dequantize(wq)`` runs as the i8 contraction with exact i32 accumulation (an i8 matrix unit where the spec
 has one) and one rescale, and the ``quantize`` after it (with the bias add) is the requantize epilogue, an
 elementwise chain the core fuses. Integers cross a partition boundary as f64 (`graph_dtype`); a frozen
-int8 weight arrives as such a constant and is cast back to i8 (exactly).
+int8 weight arrives as such a constant and becomes an i8 constant at conversion (exactly).
 
 int8 and uint8 (PT2E's x86 quantizer: u8 activations with any zero point) are both held in i8
 (`pbsdk.core.quant.quant_storage`: u8 values, zero points and ranges shifted by -128, bit-exact), narrower
@@ -57,6 +57,9 @@ def _stored(cx: Context, q: Any, st: quant.QuantStorage) -> Tensor:
     held = cx.stored.get(q.value.id)
     if held is not None and held[1] == st.offset:  # our own quantize's result: its i8 directly
         return held[0]
+    value = cx.const_of(q)
+    if value is not None:  # a frozen weight: its i8 made here, once, not cast on every call
+        return cx.const(np.ascontiguousarray(np.asarray(value) - st.offset).astype(np.int8), "i8")
     if st.offset == 0:
         return q if q.dtype == "i8" else ops.astype(q, "i8")  # integers carried as f64: exact
     return ops.astype(ops.sub(q, float(st.offset)), "i8")
