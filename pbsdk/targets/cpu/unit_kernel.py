@@ -38,6 +38,7 @@ from pbsdk.core.ir.builder import Indices, call_parts
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
+from pbsdk.core.ir.builder import if_values as _if_values
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.targets.cpu.matmul_kernel import IndexOps, Window, window_k_loop, window_rows
 
@@ -473,9 +474,10 @@ class _UnitKernel:
             return [jb, g, off]
         return [arith.addi(arith.divui(jc, c(blk.nr)), jb), arith.addi(arith.divui(pc, c(self.u)), g), off]
 
-    def a_group(self, lead: list[ir.Value], row: ir.Value, kk: ir.Value) -> ir.Value:
-        """The group of u values of A at ``[row, kk]`` (zero past K: a masked load at K's tail)."""
-        if self.shape.k % self.u == 0:
+    def a_group(self, lead: list[ir.Value], row: ir.Value, kk: ir.Value, tail: bool = True) -> ir.Value:
+        """The group of u values of A at ``[row, kk]`` (zero past K: a masked load where ``tail`` says the group
+        may reach past K's end)."""
+        if self.shape.k % self.u == 0 or not tail:
             return vector.load(self.group_t, self.A, [*lead, row, kk])
         count = self.min(arith.maxsi(arith.subi(self.c(self.shape.k), kk), self.c(0)), self.c(self.u))
         msk = vector.create_mask(ir.VectorType.get([self.u], ir.IntegerType.get_signless(1)), [count])
@@ -518,7 +520,7 @@ class _UnitKernel:
         else:
             init = [self.zero(self.vacc)] * (blk.mr * blk.nv)
 
-        def group(g: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+        def group(g: ir.Value, acc: list[ir.Value], tail: bool = False) -> list[ir.Value]:
             src = self.B if self.prepacked else self.Bp
             bv = [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(blk.nv)]
             out = list(acc)
@@ -526,13 +528,21 @@ class _UnitKernel:
                 if self.Ap is not None:
                     grp = vector.load(self.group_t, self.Ap, [ib, g, c(i * u)])
                 else:
-                    grp = self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))))
+                    grp = self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))), tail)
                 a = self.broadcast_group(grp, self.signed_a and self.Ap is None)
                 for v in range(blk.nv):
                     out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
             return out
 
-        if self.window is None:
+        if self.window is None and self.Ap is None and self.shape.k % u:
+            # K not in whole groups, A read in place: the whole groups load plainly, and only a last, partial
+            # group of the block (the last block's) masks its loads (a masked load per row and group held
+            # a 7x7 stem's 147-deep product to half the unit's rate).
+            whole = arith.divui(kc, c(u))
+            acc = _for_values(c(0), whole, c(1), init, group)
+            partial = arith.cmpi(arith.CmpIPredicate.ne, whole, groups)
+            acc = _if_values(partial, [v.type for v in acc], lambda: group(whole, acc, tail=True), lambda: acc)
+        elif self.window is None:
             acc = _for_values(c(0), groups, c(1), init, group)
         else:
             acc = self.window_groups(ic, jc, pc, ib, jb, kc, init)
