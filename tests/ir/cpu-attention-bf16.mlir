@@ -35,8 +35,10 @@
 // CHECK:         scf.for {{.*}} iter_args(
 // CHECK:           vector.load %{{.*}} : memref<640xbf16>, vector<32xbf16>
 // CHECK:           llvm.call_intrinsic "llvm.x86.avx512bf16.dpbf16ps.512"
-// The output rounded to bf16.
-// CHECK:         arith.truncf %{{.*}} : f32 to bf16
+// The output: Ot's blocks transposed in registers, rounded to bf16, a query row per store (masked past the
+// sequence and Dv; here every row's mask folds to all lanes).
+// CHECK:         %[[ROW:.*]] = arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
+// CHECK-NEXT:    vector.store %[[ROW]], %{{.*}} : memref<320xbf16>, vector<16xbf16>
 // CHECK-LABEL: func.func private @__pbsdk_attn0(
 // CHECK-NOT:     pbsdk.attention
 // CHECK:         call @__pbsdk_attn0_part(
@@ -46,7 +48,7 @@
 // NOUNIT-NOT:     llvm.call_intrinsic
 // NOUNIT:         arith.extf %{{.*}} : bf16 to f32
 // NOUNIT:         vector.fma
-// NOUNIT:         arith.truncf %{{.*}} : f32 to bf16
+// NOUNIT:         arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
 // NOUNIT-LABEL: func.func private @__pbsdk_attn0(
 func.func private @__pbsdk_attn0(memref<1x20x16xbf16>, memref<1x20x16xbf16>, memref<1x20x16xbf16>, memref<1x20x16xbf16>) attributes {pbsdk.attention = {batch = 1 : i64, block_k = 20 : i64, block_q = 32 : i64, causal_offset = 0 : i64, d = 16 : i64, dtype = "bf16", dv = 16 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, mask, o = {shape = [1, 20, 16]}, q = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, v = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}}, p_dtype = "bf16", pv_cols = 8 : i64, q_vectors = 2 : i64, qk_keys = 14 : i64, safe_softmax = false, scale = 2.500000e-01 : f64, sk = 20 : i64, sq = 20 : i64, threads = 1 : i64, unit = {accumulator_dtype = "f32", k = 2 : i64, m = 1 : i64, n = 16 : i64, name = "vdpbf16ps", operand_dtype = "bf16"}, version = 1 : i64, widened = true}}
 func.func @main(%q: memref<1x20x16xbf16>, %k: memref<1x20x16xbf16>, %v: memref<1x20x16xbf16>, %o: memref<1x20x16xbf16>) {
