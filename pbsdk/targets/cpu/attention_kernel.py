@@ -17,6 +17,12 @@ so GQA, transposed K and broadcast masks cost nothing. Scratch is three stack bu
 (Qt, the score tile St, Ot); nothing is allocated per key block and nothing is seq x seq. Scores are
 kept in base 2: Q is pre-multiplied by ``scale * log2(e)`` and the exponential is ``exp2`` built from
 vector arith (round, a degree-6 polynomial, exponent bits), so no libm call is made per element.
+
+bf16 operands with a ``unit`` in the descriptor (the host's ``vdpbf16ps``: pairs of bf16 into f32 lanes) take
+the unit through the target's ``unit_step`` hook (`_Part`): Q packed as pairs of d per query lane, Q·Kᵀ over
+pairs of d with K's pair broadcast, the scores scaled in f32; with ``p_dtype`` bf16 also P rounded and
+interleaved as pairs of keys and P·V over pairs of keys on V's key block packed likewise. The operand dtypes
+(``dtype``, ``mask_dtype``, ``out_dtype``) are converted as they are read and written.
 """
 
 from __future__ import annotations
