@@ -85,6 +85,9 @@ class AttentionMatch:
     scale: float  # applied to Q·Kᵀ
     mask_scale: float  # applied to the mask (scales that came after it)
     covered: frozenset[int]
+    #: For a match that reads f16/bf16 operands the graph widens to f32 (``op.widened``): the same attention
+    #: with the widening casts left to the graph (f32 operands), what runs when the narrow one is not fused.
+    widened: AttentionMatch | None = None
 
 
 # --------------------------------------------------------------------------------------------- views
@@ -136,15 +139,23 @@ def _broadcast(view: View, shape: tuple[int, ...]) -> View | None:
     return View(view.base, tuple(dims))
 
 
-def _view_of(v: Value, producers: Mapping[int, Node],
-             factor: list[float] | None = None) -> tuple[View, list[Node]] | None:
+def _view_of(v: Value, producers: Mapping[int, Node], factor: list[float] | None = None,
+             widened: list[str] | None = None) -> tuple[View, list[Node]] | None:
     """Walk back through reshape / broadcast / transpose nodes to a base value. With ``factor``
     (a one-element list), multiplications by a positive scalar constant on the way are walked through
-    too and their product is left in ``factor[0]`` (torch's SDPA scales Q and Kᵀ by √scale each)."""
+    too and their product is left in ``factor[0]`` (torch's SDPA scales Q and Kᵀ by √scale each). With
+    ``widened`` (a list), casts of f16/bf16 to f32 (exact) are walked through too and the narrow dtype of
+    each is appended to it (torch's decomposed bf16 SDPA widens Q, K and V to f32)."""
     chain: list[Node] = []
     node = producers.get(v.id)
     while node is not None:
         if node.op in ("reshape", "broadcast", "transpose"):
+            chain.append(node)
+            node = producers.get(node.inputs[0].id)
+            continue
+        if (widened is not None and node.op == "cast" and node.out.dtype == "f32"
+                and node.inputs[0].dtype in LOW_PRECISION and node.inputs[0].shape == node.out.shape):
+            widened.append(node.inputs[0].dtype)
             chain.append(node)
             node = producers.get(node.inputs[0].id)
             continue
@@ -158,7 +169,7 @@ def _view_of(v: Value, producers: Mapping[int, Node],
     view: View | None = _contiguous(base)
     for n in reversed(chain):
         assert view is not None
-        if n.op == "mul":
+        if n.op in ("mul", "cast"):
             view = View(view.base, view.dims)
         elif n.op == "reshape":
             view = _reshape(view, n.out.shape)
@@ -615,6 +626,23 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
             covered_nodes.append(pv)
         match = _build(graph, final, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why,
                        pv_matmul=pv, safe_softmax=safe, mask_at=mask_at, memo=memo)
+        if match is not None and match.op.dtype == "f32":
+            # An f32 pattern on f16/bf16 operands widened to f32 (torch's decomposed bf16 SDPA): the same
+            # attention reading the narrow operands, and writing the narrow output where the result is
+            # only rounded back to it; the f32 match stays as its fallback.
+            narrow_final, extra = final, []
+            tail, nxt = [pv], after  # batch reshapes (e.g. (b*h, s, d) -> (b, h, s, d)) before the cast
+            while len(nxt) == 1 and _batch_reshape(nxt[0]) and tail[-1].out.id not in uses.outputs:
+                tail.append(nxt[0])
+                nxt = consumers.get(nxt[0].out.id, [])
+            if (final is pv and len(nxt) == 1 and nxt[0].op == "cast" and nxt[0].out.dtype in LOW_PRECISION
+                    and tail[-1].out.id not in uses.outputs):
+                narrow_final, extra = nxt[0], tail
+            narrow = _build(graph, narrow_final, qk, producers, mask_value, causal, scale, mask_scale,
+                            covered_nodes + extra, uses, [], pv_matmul=pv, safe_softmax=safe, mask_at=mask_at,
+                            memo=memo, narrow=True)
+            if narrow is not None:
+                match = dataclasses.replace(narrow, widened=match)
         if match is not None:
             found.append(match)
             claimed |= match.covered
@@ -625,13 +653,15 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
            causal: int | None, scale: float, mask_scale: float, covered_nodes: list[Node], uses: _Uses,
            why: list[str], pv_matmul: Node | None = None, safe_softmax: bool = False,
            mask_at: tuple[int, ...] = (),
-           memo: dict[int, np.ndarray | None] | None = None) -> AttentionMatch | None:
+           memo: dict[int, np.ndarray | None] | None = None, narrow: bool = False) -> AttentionMatch | None:
     """``pv`` is the node producing the output: the P·V matmul, or the cast after it
     (``pv_matmul``) for f16/bf16 operands. ``safe_softmax``: fully masked rows must give 0. ``mask_at``:
-    the scores' shape where the mask is added (batch dims may be grouped otherwise than Q·Kᵀ's)."""
+    the scores' shape where the mask is added (batch dims may be grouped otherwise than Q·Kᵀ's).
+    ``narrow``: an f32 pattern whose Q, K and V are each widened from one f16/bf16 dtype, read narrow (the
+    casts covered; the mask's too where it has one); None unless they are."""
     out = pv.out
     pvm = pv_matmul or pv
-    batch_shape = out.shape[:-2]
+    batch_shape = pvm.out.shape[:-2]  # the output may group its batch dims otherwise (same row-major order)
     if qk.out.shape[:-2] != batch_shape:
         why.append(f"attention at {out.type}: the two matmuls have different batch shapes")
         return None
@@ -640,17 +670,21 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     q_in, k_in = qk.inputs
     v_in = pvm.inputs[1]
     dtypes = {q_in.dtype, k_in.dtype, v_in.dtype, out.dtype} | ({mask_value.dtype} if mask_value else set())
-    if qk.out.dtype != out.dtype and not (out.dtype in LOW_PRECISION and qk.out.dtype == "f32"):
+    if narrow:  # the pattern computes in f32; the output is f32 or rounded once to a narrow dtype
+        dtypes = (dtypes - {out.dtype}) | {qk.out.dtype, pvm.out.dtype}
+    elif qk.out.dtype != out.dtype and not (out.dtype in LOW_PRECISION and qk.out.dtype == "f32"):
         dtypes.add(qk.out.dtype)
-    if len(dtypes) != 1:
+    if len(dtypes) != 1 or (narrow and dtypes != {"f32"}):
         why.append(f"attention at {out.type}: mixed dtypes {sorted(dtypes)}")
         return None
     views = []
     chains: list[Node] = []
+    widened: list[list[str]] = []
     factors = ([1.0], [1.0], None)  # scalar factors of Q and K join the scale; V's would scale the output
     for (val, transposed), factor in zip(((q_in, False), (k_in, not qk.attrs["transpose_b"]),
                                           (v_in, pvm.attrs["transpose_b"])), factors):
-        found = _view_of(val, producers, factor)
+        widened.append([])
+        found = _view_of(val, producers, factor, widened[-1] if narrow else None)
         if found is None:
             why.append(f"attention at {out.type}: an operand's reshape cannot be read with strides")
             return None
@@ -662,11 +696,17 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         views.append(opnd)
         chains += chain
     q, k, v = views
+    narrow_dtypes = {w[0] for w in widened if len(w) == 1}
+    if narrow and (len(narrow_dtypes) != 1 or any(len(w) != 1 for w in widened)):
+        return None  # not every operand widened, or from different dtypes: the f32 match only
     scale *= factors[0][0] * factors[1][0]
     d = q_in.shape[-1]
     mask = None
+    mask_dtype = ""
     if mask_value is not None:
-        found = _view_of(mask_value, producers)
+        mask_widened: list[str] = []
+        found = _view_of(mask_value, producers, widened=mask_widened if narrow else None)
+        mask_dtype = found[0].base.dtype if found is not None else ""
         mview = _broadcast(found[0], mask_at or qk.out.shape) if found is not None else None
         if mview is not None and mview.shape != qk.out.shape:  # a batch reshape between Q·Kᵀ and the mask
             mview = _reshape(mview, qk.out.shape)
@@ -696,8 +736,14 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     groups = math.prod(s for s, st, _ in k.batch if st == 0) // max(
         1, math.prod(s for s, st, _ in q.batch if st == 0))
     nb = math.prod(batch_shape) if batch_shape else 1
-    op = Attention(nb, sq, sk, d, dv, out.dtype, causal if causal is not None and causal < sk - 1 else None,
-                   mask is not None, max(1, groups), safe_softmax=safe_softmax)
+    causal_offset = causal if causal is not None and causal < sk - 1 else None
+    if narrow:
+        (dtype,) = narrow_dtypes
+        op = Attention(nb, sq, sk, d, dv, dtype, causal_offset, mask is not None, max(1, groups),
+                       safe_softmax=safe_softmax, out_dtype=out.dtype, mask_dtype=mask_dtype, widened=True)
+    else:
+        op = Attention(nb, sq, sk, d, dv, out.dtype, causal_offset, mask is not None, max(1, groups),
+                       safe_softmax=safe_softmax)
     return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
 
 
@@ -706,7 +752,18 @@ def planned_attention(graph: Graph, spec: ChipSpec, options: Options | Mapping[s
                       forms: Collection[str] = FORMS) -> list[tuple[AttentionMatch, AttentionPlan]]:
     """Every recognised attention with the planner's decision for it on ``spec`` (``forms``: the
     kernel forms the target lowers, `pbsdk.core.target.Target.attention_forms`)."""
-    return [(m, plan_attention(spec, m.op, options, forms)) for m in find_attention(graph, rejections)]
+    out = []
+    for m in find_attention(graph, rejections):
+        plan = plan_attention(spec, m.op, options, forms)
+        if not plan.fused and m.widened is not None:
+            # The narrow operands cannot be read here: the f32 kernel reads the graph's widened copies.
+            wide = plan_attention(spec, m.widened.op, options, forms)
+            if wide.fused:
+                why = f"{m.op.dtype} operands widened to f32 by the graph: not read narrow ({plan.reasons[0]})"
+                wide = dataclasses.replace(wide, reasons=(why, *wide.reasons))
+            m, plan = m.widened, wide
+        out.append((m, plan))
+    return out
 
 
 def explain_attention(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None,

@@ -49,7 +49,7 @@ from pbsdk.core.ir.builder import (
     reassociation,
 )
 from pbsdk.core.ir.builder import memref_type as memref_t
-from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles
+from pbsdk.core.plan.attention import AttentionPlan, ScratchpadTiles, UnitChoice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,29 +126,50 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
     """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 1).
 
     Both forms share the op's fields (``batch``, ``sq``, ``sk``, ``d``, ``dv``, ``dtype``,
-    ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``, ``safe_softmax``), ``block_q``, ``block_k``,
-    ``level`` and ``operands`` (q, k, v, mask: base shape, batch factors (size, stride, inner), row and
-    column strides). A ``"lanes"`` plan adds ``"form": "lanes"``, its register tile (``lanes``,
-    ``q_vectors``, ``qk_keys``, ``pv_cols``), ``threads`` and ``operands.o`` (the output's shape,
-    written row-major); a ``"scratchpad"`` plan (no ``form`` key) adds ``unit`` and ``space``."""
+    ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``, ``safe_softmax``; ``out_dtype``,
+    ``mask_dtype`` and ``widened`` only where they differ from ``dtype``, ``dtype`` and false), ``block_q``,
+    ``block_k``, ``level`` and ``operands`` (q, k, v, mask: base shape, batch factors (size, stride,
+    inner), row and column strides). A ``"lanes"`` plan adds ``"form": "lanes"``, its register tile
+    (``lanes``, ``q_vectors``, ``qk_keys``, ``pv_cols``), ``threads``, ``operands.o`` (the output's shape,
+    written row-major) and, where Q·Kᵀ issues on a matrix unit, ``unit`` and ``p_dtype`` (P's dtype for
+    P·V: the unit's operand dtype where P·V issues on it too, else f32); a ``"scratchpad"`` plan (no
+    ``form`` key) adds ``unit`` and ``space``."""
     op = plan.op
     common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": op.sk, "d": op.d, "dv": op.dv,
               "dtype": op.dtype, "causal_offset": op.causal_offset, "mask": op.mask, "kv_groups": op.kv_groups,
               "scale": ops.scale, "mask_scale": ops.mask_scale, "safe_softmax": op.safe_softmax}
+    common.update({key: value for key, value, usual in (("out_dtype", op.out_dtype, op.dtype),
+                                                         ("mask_dtype", op.mask_dtype, op.dtype),
+                                                         ("widened", op.widened, False)) if value != usual})
     operands = {"q": _operand_json(ops.q, ops.q_shape), "k": _operand_json(ops.k, ops.k_shape),
                 "v": _operand_json(ops.v, ops.v_shape), "mask": _operand_json(ops.mask, ops.mask_shape)}
     if plan.schedule == "lanes":
         return {**common, "form": "lanes", "lanes": plan.lanes, "q_vectors": plan.q_vectors,
                 "block_q": plan.block_q, "block_k": plan.block_k, "qk_keys": plan.qk_keys, "pv_cols": plan.pv_cols,
                 "threads": plan.threads, "level": plan.level,
+                **({"unit": unit_json(plan.unit), "p_dtype": plan.p_dtype} if plan.unit is not None else {}),
                 "operands": {**operands, "o": {"shape": list(ops.out_shape)}}}
     t = plan.tiles
     assert t is not None
-    u = t.unit
-    return {**common, "block_q": t.block_q, "block_k": t.block_k,
-            "unit": None if u is None else {"name": u.name, "m": u.m, "n": u.n, "k": u.k,
-                                            "operand_dtype": u.operand_dtype, "accumulator_dtype": u.accumulator_dtype},
+    return {**common, "block_q": t.block_q, "block_k": t.block_k, "unit": unit_json(t.unit),
             "level": t.level, "space": t.space, "operands": operands}
+
+
+def unit_json(u: UnitChoice | None) -> dict[str, Any] | None:
+    """A descriptor's ``unit`` entry: the matrix unit's name, shape and dtypes (None: no unit)."""
+    if u is None:
+        return None
+    return {"name": u.name, "m": u.m, "n": u.n, "k": u.k, "operand_dtype": u.operand_dtype,
+            "accumulator_dtype": u.accumulator_dtype}
+
+
+def unit_from_descriptor(raw: Mapping[str, Any] | None) -> UnitChoice | None:
+    """The `UnitChoice` of a descriptor's ``unit`` entry (`unit_json`); ``KeyError``/``TypeError``/
+    ``ValueError`` when malformed."""
+    if raw is None:
+        return None
+    return UnitChoice(str(raw["name"]), int(raw["m"]), int(raw["n"]), int(raw["k"]), str(raw["operand_dtype"]),
+                      str(raw["accumulator_dtype"]))
 
 
 def _round_up(ix: Indices, v: ir.Value, multiple: int) -> ir.Value:

@@ -26,7 +26,14 @@ operands are strides). The model reads only the `ChipSpec`:
 3. **Parallel mapping**: work items spread over the outermost compute level; with a causal mask the
    round-robin assignment balances the triangle.
 
-The estimate is a roofline: FMAs at the unit's issue rate (the exponentials and rescaling counted as
+With bf16 operands (``Attention.dtype``) both matmuls issue on a matrix unit kept in the vector registers
+(`pick_lanes_unit`: AVX512-BF16's ``vdpbf16ps``, one f32 vector of accumulators += pairs of bf16 products):
+Q·Kᵀ pairs along d (Q packed as pairs of d per query lane, K's pairs broadcast as 32-bit words), the scores
+and the online softmax stay in f32, P is rounded to bf16 and P·V pairs along the keys (V packed as pairs of
+keys per key block). Without such a unit a bf16 attention is not fused here; one the graph widens to f32
+(``Attention.widened``) then runs the f32 kernel on its widened operands (`pbsdk.core.ir.attention`).
+
+The estimate is a roofline: FMAs (unit steps) at the issue rate (the exponentials and rescaling counted as
 extra vector ops), K/V re-read once per query block from the level that holds them, Q read and O
 written once. ``score_bytes_unfused`` is what the unfused pipeline materialises (the seq x seq matrix).
 """
@@ -45,8 +52,18 @@ from pbsdk.core.spec import ChipSpec, dtype_bits
 
 #: Vector ops per lanes scores spent outside the two matmuls: exp2 (~12), max, subtract, sum, mask.
 SOFTMAX_VECTOR_OPS = 16
-#: Dtypes the fused kernel's emission handles (its exp2 builds f32 exponents bit by bit).
+#: Dtypes the fused kernel's emission handles with vector FMAs (its exp2 builds f32 exponents bit by bit).
 FUSED_DTYPES = ("f32",)
+#: Operand dtypes the fused kernel reads with a matrix unit in the vector registers (`pick_lanes_unit`).
+UNIT_DTYPES = ("bf16",)
+#: Dtypes the fused kernel reads a mask in and writes its output in (converted from and to f32).
+IO_DTYPES = ("f32", "bf16", "f16")
+#: Vector ops per lanes scores of a unit kernel beyond the f32 one's: the scale, rounding P to bf16 and
+#: interleaving its pairs of keys.
+UNIT_SCORE_OPS = 2
+#: Vector ops per lanes values of V per key of a unit kernel's packing (two half loads, a shuffle, a store
+#: per pair of keys).
+PACK_V_OPS = 2
 #: Largest key block worth a tile (beyond it the rescaling is already amortised).
 MAX_BLOCK_K = 512
 #: Largest query block of the scratchpad schedule (K/V are re-read once per query block).
@@ -64,7 +81,12 @@ class Attention:
     ``causal_offset``: keys ``j > i + causal_offset`` are masked for query ``i`` (None: no causal
     mask). ``mask``: an additive mask is read. ``kv_groups``: query heads sharing one K/V head.
     ``safe_softmax``: a row whose keys are all masked gives 0 (torch's ``_safe_softmax``), not NaN; set
-    when the graph has that guard and its mask may mask a whole row (a runtime padding mask)."""
+    when the graph has that guard and its mask may mask a whole row (a runtime padding mask).
+
+    ``dtype`` is Q's, K's and V's as the kernel reads them; ``out_dtype`` the output's and ``mask_dtype``
+    the mask's (both ``dtype`` when not given). ``widened``: the graph widens the ``dtype`` operands to f32
+    and computes in f32 (torch's decomposed bf16 SDPA); a kernel reading them narrow keeps the scores and
+    the softmax in f32."""
 
     batch: int
     sq: int
@@ -76,10 +98,21 @@ class Attention:
     mask: bool = False
     kv_groups: int = 1
     safe_softmax: bool = False
+    out_dtype: str = ""
+    mask_dtype: str = ""
+    widened: bool = False
 
     def __post_init__(self) -> None:
         if min(self.batch, self.sq, self.sk, self.d, self.dv, self.kv_groups) < 1:
             raise UnsupportedError(f"attention with an empty dimension: {self}", op="attention")
+        for name in ("out_dtype", "mask_dtype"):
+            if not getattr(self, name):
+                object.__setattr__(self, name, self.dtype)
+
+    @property
+    def mixed(self) -> bool:
+        """Whether the output or the mask is in another dtype than the operands, or the graph widens them."""
+        return self.widened or self.out_dtype != self.dtype or self.mask_dtype != self.dtype
 
     @property
     def causal(self) -> bool:
@@ -103,7 +136,8 @@ class Attention:
 
 @dataclasses.dataclass(frozen=True)
 class UnitChoice:
-    """The matrix unit both matmuls of a scratchpad schedule issue (one instruction: m x n x k)."""
+    """The matrix unit both matmuls issue (one instruction: m x n x k), of a scratchpad schedule or of a
+    ``"lanes"`` one with narrow operands."""
 
     name: str
     m: int
@@ -111,6 +145,9 @@ class UnitChoice:
     k: int
     operand_dtype: str
     accumulator_dtype: str
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.m}x{self.n}x{self.k} {self.operand_dtype}->{self.accumulator_dtype})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +183,9 @@ class AttentionPlan:
     """The fused schedule (``fused=False``: the unfused pipeline runs, ``reasons`` say why).
 
     ``schedule`` is the kernel form: ``"lanes"`` (queries along the vector lanes, tiles in the
-    innermost cache: the cpu target builds it, `pbsdk.targets.cpu.attention_kernel`) or ``"scratchpad"`` (tiles staged in the
-    innermost scratchpad, matmuls on the matrix unit: ``tiles``, `pbsdk.core.ir.attention_tiles`)."""
+    innermost cache: the cpu target builds it, `pbsdk.targets.cpu.attention_kernel`; ``unit``: the matrix
+    unit both matmuls issue on narrow operands) or ``"scratchpad"`` (tiles staged in the innermost
+    scratchpad, matmuls on the matrix unit: ``tiles``, `pbsdk.core.ir.attention_tiles`)."""
 
     op: Attention
     fused: bool
@@ -168,6 +206,8 @@ class AttentionPlan:
     schedule: str = "lanes"
     tiles: ScratchpadTiles | None = None
     compute_level: str = ""  # the compute level whose units the threads are (spec.compute[0]; scratchpad form)
+    unit: UnitChoice | None = None  # "lanes" form: the unit Q·Kᵀ issues (None: vector FMAs in f32)
+    p_dtype: str = "f32"  # "lanes" form: P's dtype for P·V (the unit's operand dtype: P·V on the unit too)
 
     @property
     def block_q(self) -> int:
@@ -205,10 +245,42 @@ def _blocks(spec: ChipSpec, op: Attention, br: int, bc: int,
     return q_blocks, items, threads, total, computed
 
 
-def _tile_cycles(acc_rows: int, vecs: int, fma: int, loads: int) -> float:
+def _tile_cycles(acc_rows: int, vecs: int, fma: float, loads: float) -> float:
     """Issue cycles of one reduction step of an ``acc_rows`` x ``vecs`` register tile: ``acc_rows *
     vecs`` FMAs, ``vecs`` vector loads and ``acc_rows`` broadcasts."""
     return max(acc_rows * vecs / fma, (acc_rows + vecs) / loads)
+
+
+def pick_lanes_unit(spec: ChipSpec, op: Attention, options: Options) -> tuple[UnitChoice | None, str]:
+    """The matrix unit both matmuls of a ``"lanes"`` kernel issue on ``op.dtype`` operands, and why: the
+    spec's first unit in the vector registers whose accumulator is one f32 vector (m 1, n the f32 lanes)
+    and whose k values of the operand dtype fill a 32-bit word (the kernel broadcasts K's and V's groups
+    as words: a pair of bf16 for ``vdpbf16ps``). None (and why not) when no unit serves."""
+    if not options.matrix_units:
+        return None, "matrix units disabled by option matrix_units=False"
+    vec = spec.vector
+    lanes = vec.lanes("f32") if vec is not None else 0
+    for u in spec.matrix_units_for(op.dtype, "f32"):
+        if u.registers == "vector" and u.m == 1 and u.n == lanes and u.k * dtype_bits(op.dtype) == 32:
+            return UnitChoice(u.name, u.m, u.n, u.k, u.operand_dtype, u.accumulator_dtype), (
+                f"Q·Kᵀ on {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}) over pairs of d "
+                "(Q packed in pairs per query block, K's pairs broadcast); scores and softmax in f32")
+    return None, (f"no {op.dtype} matrix unit in the vector registers of spec '{spec.name}' with {lanes} f32 "
+                  f"accumulator lanes and {op.dtype} groups of 32 bits")
+
+
+def _footprint(op: Attention, br: int, bc: int, unit: UnitChoice | None, streamed: bool = False,
+               pv_unit: bool = False) -> int:
+    """Bytes of one work item's tiles for ``bc`` keys. Vector FMAs: Qt and Ot (f32), four vectors of softmax
+    state and the f32 scores per key. A unit: Q's pairs, the state, and per key the f32 scores (and P's
+    pairs where P·V is on the unit, ``pv_unit``); ``streamed`` adds what a key block touches once (Ot,
+    rescaled and accumulated once per key block, and V's pairs, written once and read once)."""
+    if unit is None:
+        eb = _bytes(op.dtype)
+        return (op.d + op.dv + 4 + bc) * br * eb
+    nb = _bytes(op.dtype)
+    resident = _round_up(op.d, unit.k) * br * nb + 4 * br * 4 + bc * br * (4 + (nb if pv_unit else 0))
+    return resident + (op.dv * br * 4 + (bc * op.dv * nb if pv_unit else 0) if streamed else 0)
 
 
 def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str, Any] | None = None,
@@ -219,7 +291,6 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
     schedule, a software-managed scratchpad the ``"scratchpad"`` one. ``forms`` are the forms the
     target lowers; a plan in another form is not fused (and says so)."""
     opts = as_options(options)
-    eb = _bytes(op.dtype)
     score_bytes = op.batch * op.sq * op.sk * _bytes("f32" if op.dtype in ("f16", "bf16") else op.dtype)
     if not opts.fuse_attention:
         return _unfused(op, "disabled by option fuse_attention=False", score_bytes)
@@ -231,42 +302,78 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
         return plan_scratchpad_attention(spec, op, opts)
     if "lanes" not in forms:
         return _unfused(op, "this target does not lower the vector-lanes attention kernel", score_bytes)
-    if op.dtype not in FUSED_DTYPES:
-        return _unfused(op, f"dtype {op.dtype}: the fused kernel is emitted for {', '.join(FUSED_DTYPES)} only",
-                        score_bytes)
+    unit: UnitChoice | None = None
+    pv_unit = False  # P rounded to the operands' dtype and P·V on the unit too
+    reasons: list[str] = []
+    if op.dtype in UNIT_DTYPES:
+        unit, why = pick_lanes_unit(spec, op, opts)
+        if unit is None:
+            return _unfused(op, f"dtype {op.dtype}: {why}; the fused kernel reads {op.dtype} operands only "
+                                "with one", score_bytes)
+        reasons.append(why)
+        # P rounded to the operands' dtype costs what rounding the result costs: done where the result is
+        # narrow, or the graph's own P is (torch's eager bf16 SDPA does the same); a graph that widens the
+        # operands and keeps an f32 result keeps P in f32 (P·V as f32 FMAs, V widened as it is read).
+        pv_unit = not (op.widened and op.out_dtype == "f32")
+        reasons.append(f"P rounded to {op.dtype}, P·V on {unit.name} over pairs of keys (V packed in key pairs "
+                       "per key block)" if pv_unit else
+                       "P kept in f32 (the graph keeps an f32 result), P·V as f32 FMAs on V widened as read")
+    elif op.dtype not in FUSED_DTYPES:
+        return _unfused(op, f"dtype {op.dtype}: the fused kernel is emitted for {', '.join(FUSED_DTYPES)} (and "
+                            f"{', '.join(UNIT_DTYPES)} on a matrix unit) only", score_bytes)
+    for what, dt in (("output", op.out_dtype), ("mask", op.mask_dtype)):
+        if dt not in IO_DTYPES:
+            return _unfused(op, f"{what} dtype {dt}: the fused kernel converts {', '.join(IO_DTYPES)} only",
+                            score_bytes)
     vec = spec.vector
-    if vec is None or op.dtype not in vec.dtypes or not vec.fma:
-        return _unfused(op, f"no vector FMA unit for {op.dtype} in spec '{spec.name}': the fused kernel is "
+    if vec is None or "f32" not in vec.dtypes or not vec.fma:
+        return _unfused(op, f"no vector FMA unit for f32 in spec '{spec.name}': the fused kernel is "
                             "emitted for vector units", score_bytes)
     inner = spec.memory[-1] if len(spec.memory) > 1 else None
     if inner is None or inner.managed != "cache":
         return _unfused(op, f"innermost memory level of '{spec.name}' is not a cache: promoting the fused "
                             "kernel's tiles to a scratchpad is not implemented", score_bytes)
-    reasons: list[str] = []
-    lanes = vec.lanes(op.dtype)
+    if op.widened:
+        reasons.append(f"Q, K, V read as {op.dtype} where the graph widens them to f32 (no f32 copies); "
+                       f"output written as {op.out_dtype}")
+    lanes = vec.lanes("f32")
     regs = vec.registers
-    fma, loads = vec.fma_per_cycle, vec.loads_per_cycle
+    loads = vec.loads_per_cycle
+    rate = _unit_rate(spec, unit)
 
     # 1. Register tiles. For each number of query vectors, the widest key tile that fits the registers;
     # among those whose smallest working set (Qt, Ot and one key tile of scores) fits the innermost
-    # cache, the fewest cycles per useful score (lanes past the sequence end are wasted work).
+    # cache, the fewest cycles per useful score (lanes past the sequence end are wasted work; with a
+    # unit, V's packing is shared by the block's queries).
     budget = int(inner.size_bytes * CACHE_BUDGET)
     forced = opts.attention_q_vectors
     cands: list[tuple[float, int, int, int]] = []  # (cycles per score, nvq, nj, minimal footprint)
+    # A unit's broadcast operand is not folded into its instruction as an FMA's is: it takes a register
+    # (two in flight), one more than the FMA tile's.
+    spare = 1 if unit is None else 2
     for nvq in ((forced,) if forced > 0 else (1, 2, 3, 4)):
-        nj = (regs - nvq - 1) // nvq
+        nj = (regs - nvq - spare) // nvq
         if nj < 1:
             break
         br = nvq * lanes
         padded = -(-op.sq // br) * br
-        per_score = _tile_cycles(nj, nvq, fma, loads) / (nj * nvq * lanes) * padded / op.sq
-        cands.append((per_score, nvq, nj, ((op.d + op.dv + 4) + nj) * br * eb))
+        per_score = _tile_cycles(nj, nvq, rate, loads) / (nj * nvq * lanes)
+        if unit is not None:  # the whole cost: both matmuls (over groups of k on the unit), V's packing
+            ndv = _pv_cols(op.dv, regs, nvq)
+            pv_rate, group = (rate, unit.k) if pv_unit else (vec.fma_per_cycle, 1)
+            per_score = (-(-op.d // unit.k) * per_score + op.dv / group * _tile_cycles(ndv, nvq, pv_rate, loads)
+                         / (ndv * nvq * lanes) + (op.dv / lanes * PACK_V_OPS / vec.fma_per_cycle / br
+                                                  if pv_unit else 0.0))
+        cands.append((per_score * padded / op.sq, nvq, nj, _footprint(op, br, nj, unit, pv_unit=pv_unit)))
     if not cands:
         return _unfused(op, f"{regs} vector registers cannot hold a register tile", score_bytes)
     fitting = [c for c in cands if c[3] <= budget]
     if fitting:
-        fastest = min(c[0] for c in fitting)
-        _, nvq, nj, _ = min((c for c in fitting if c[0] <= fastest * 1.03), key=lambda c: c[1])
+        # Vector FMAs: the fewest query vectors within 3% of the fastest. A unit: the fastest (its cost
+        # counts V's packing, which a longer query block shares; measured on Zen 4, (12, 256, 64) bf16 at
+        # 1 thread, 1, 2, 3, 4 query vectors: 1.31, 1.0, 1.08, 0.97).
+        fastest = min(c[0] for c in fitting) * (1.03 if unit is None else 1.0)
+        _, nvq, nj, _ = min((c for c in fitting if c[0] <= fastest), key=lambda c: c[1])
     else:
         _, nvq, nj, _ = min(cands, key=lambda c: c[3])
         reasons.append(f"{inner.name} ({inner.size_bytes} B) is too small for any query block's tiles: "
@@ -274,23 +381,40 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
     if fitting and len(fitting) < len(cands):
         reasons.append(f"query blocks of {', '.join(str(c[1] * lanes) for c in cands if c not in fitting)} "
                        f"would not fit half of {inner.name} ({budget} B)")
-    ndv_max = max(1, (regs - nvq - 1) // nvq)
-    chunks = -(-op.dv // ndv_max)
-    ndv = -(-op.dv // chunks)
+    ndv = _pv_cols(op.dv, regs, nvq)
+    chunks = -(-op.dv // ndv)
     br = nvq * lanes
-    reasons.append(f"query block {br} = {nvq} vector(s) of {lanes} {op.dtype} lanes; Q·Kᵀ register tile "
+    reasons.append(f"query block {br} = {nvq} vector(s) of {lanes} f32 lanes; Q·Kᵀ register tile "
                    f"{nj} keys x {nvq} vectors ({nj * nvq} accumulators of {regs} registers), P·V tile "
                    f"{ndv} value columns x {nvq} vectors ({chunks} chunk(s) of Dv {op.dv})")
 
-    # 2. Key block from the innermost cache: as many key tiles as fit next to Qt and Ot.
-    fixed = (op.d + op.dv) * br * eb + 4 * br * eb  # Qt, Ot, m/l/alpha/sums
-    room = (budget - fixed) // (br * eb)
-    bc = max(nj, room // nj * nj)
-    bc = min(bc, max(nj, -(-min(op.sk, MAX_BLOCK_K) // nj) * nj))
-    footprint = fixed + bc * br * eb
-    reasons.append(f"key block {bc}: Qt {op.d}x{br}, Ot {op.dv}x{br} and scores {bc}x{br} take {footprint} B "
-                   f"of half of {inner.name} ({budget} B); the {op.sq}x{op.sk} score matrix "
-                   f"({score_bytes} B over the batch) is never stored")
+    # 2. Key block. Vector FMAs: as many key tiles as fit next to Qt and Ot in the innermost cache. A unit:
+    # its tiles of scores and P stay in the innermost cache one key tile at a time (step 1); a key block's
+    # scores, P and V pairs stream through the next cache level, so the key block is as long as fits half
+    # of it (fewer rescalings of Ot; measured on Zen 4 at (12, 256, 64) bf16: 14 keys 1.0, 56 to 256 keys
+    # 0.95-0.96 of its time), in whole key pairs.
+    step = nj if unit is None else math.lcm(nj, unit.k)
+    outer = next((lv for lv in reversed(spec.memory[1:-1]) if lv.managed == "cache"), None)
+    level, limit = (inner, budget) if unit is None or outer is None else (outer, int(outer.size_bytes * CACHE_BUDGET))
+    per_key = _footprint(op, br, 1, unit, True, pv_unit) - _footprint(op, br, 0, unit, True, pv_unit)
+    room = (limit - _footprint(op, br, 0, unit, True, pv_unit)) // per_key
+    bc = max(step, room // step * step)
+    if unit is None:
+        bc = min(bc, max(step, _round_up(min(op.sk, MAX_BLOCK_K), step)))
+    else:  # every key in one block where they fit (whole key pairs; the tile loop takes a partial tile)
+        bc = min(bc, _round_up(min(op.sk, MAX_BLOCK_K), unit.k))
+    footprint = _footprint(op, br, bc if unit is None else nj, unit, pv_unit=pv_unit)
+    if unit is None:
+        reasons.append(f"key block {bc}: Qt {op.d}x{br}, Ot {op.dv}x{br} and scores {bc}x{br} take {footprint} B "
+                       f"of half of {inner.name} ({budget} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B "
+                       "over the batch) is never stored")
+    else:
+        reasons.append(f"key block {bc}: Q pairs {op.d}x{br} {op.dtype} and a key tile's scores{' and P' * pv_unit} "
+                       f"({nj}x{br}) take {footprint} B of half of {inner.name} ({budget} B); a key block's scores"
+                       f"{', P, V pairs' * pv_unit} and Ot {op.dv}x{br} f32 "
+                       f"({_footprint(op, br, bc, unit, True, pv_unit)} B in all) stream through "
+                       f"{level.name} (half: {limit} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B over the "
+                       "batch) is never stored")
 
     # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
     q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, opts)
@@ -305,26 +429,49 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
     if op.kv_groups > 1:
         reasons.append(f"grouped-query attention: {op.kv_groups} query heads share each K/V head (strides, no copy)")
 
-    estimate = _estimate(spec, op, nvq, nj, ndv, lanes, br, computed * bc * br * op.batch, threads)
+    estimate = _estimate(spec, op, nvq, nj, ndv, lanes, br, computed * bc * br * op.batch, threads, unit, pv_unit)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
     return AttentionPlan(op, True, tuple(reasons), lanes, nvq, bc, nj, ndv, threads, inner.name, footprint,
-                         budget, total * op.batch, computed * op.batch, score_bytes, estimate)
+                         budget, total * op.batch, computed * op.batch, score_bytes, estimate, unit=unit,
+                         p_dtype=op.dtype if pv_unit else "f32")
+
+
+def _pv_cols(dv: int, regs: int, nvq: int) -> int:
+    """Value columns per P·V register tile: Dv in as few chunks as the registers allow, evenly split."""
+    chunks = -(-dv // max(1, (regs - nvq - 1) // nvq))
+    return -(-dv // chunks)
+
+
+def _unit_rate(spec: ChipSpec, unit: UnitChoice | None) -> float:
+    """Instructions per cycle of the matmuls: the unit's (its spec entry's ``per_cycle``, else the FMA
+    pipes'), or the vector FMAs'."""
+    vec = spec.vector
+    assert vec is not None
+    if unit is None:
+        return vec.fma_per_cycle
+    found = next((u for u in spec.matrix_units if u.name == unit.name), None)
+    return found.per_cycle if found is not None and found.per_cycle else vec.fma_per_cycle
 
 
 def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes: int, br: int,
-              scores: int, threads: int) -> Estimate:
-    """Roofline: vector issue cycles of both matmuls and the softmax on ``threads`` cores; K/V traffic."""
+              scores: int, threads: int, unit: UnitChoice | None = None, pv_unit: bool = False) -> Estimate:
+    """Roofline: issue cycles of both matmuls (vector FMAs, or the unit's steps over groups of ``unit.k``:
+    Q·Kᵀ with a unit, P·V too with ``pv_unit``) and the softmax on ``threads`` cores; K/V traffic."""
     vec = spec.vector
     assert vec is not None
     clock = (spec.clock_ghz or 1.0) * 1e9
-    peak = spec.peak_tflops.get(op.dtype)  # type: ignore[call-overload]
+    peak = spec.peak_tflops.get("f32")  # type: ignore[call-overload]
     if peak:  # derive the clock the peak implies, so specs without clock_ghz still estimate sensibly
         clock = peak * 1e12 / (2 * lanes * vec.fma_per_cycle * spec.compute[0].count)
+    rate, loads = _unit_rate(spec, unit), vec.loads_per_cycle
+    group = unit.k if unit is not None else 1
+    pv_rate, pv_group = (rate, group) if pv_unit else (vec.fma_per_cycle, 1)
     vectors = scores / lanes  # score vectors computed (including masked lanes of diagonal tiles)
-    qk = vectors * op.d * _tile_cycles(nj, nvq, vec.fma_per_cycle, vec.loads_per_cycle) / (nj * nvq)
-    pv = vectors * op.dv * _tile_cycles(ndv, nvq, vec.fma_per_cycle, vec.loads_per_cycle) / (ndv * nvq)
-    soft = vectors * SOFTMAX_VECTOR_OPS / vec.fma_per_cycle
-    compute = (qk + pv + soft) / clock / threads
+    qk = vectors * -(-op.d // group) * _tile_cycles(nj, nvq, rate, loads) / (nj * nvq)
+    pv = vectors / pv_group * op.dv * _tile_cycles(ndv, nvq, pv_rate, loads) / (ndv * nvq)
+    soft = vectors * (SOFTMAX_VECTOR_OPS + (UNIT_SCORE_OPS if pv_unit else 0)) / vec.fma_per_cycle
+    pack = scores / br * op.dv / lanes * PACK_V_OPS / vec.fma_per_cycle if pv_unit else 0.0
+    compute = (qk + pv + soft + pack) / clock / threads
     terms = [("compute", compute)]
     eb = _bytes(op.dtype)
     kv_bytes: float = op.batch * (-(-op.sq // br)) * op.sk * (op.d + op.dv) * eb
@@ -404,6 +551,10 @@ def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -
     if op.dtype not in SCRATCHPAD_DTYPES:
         return _unfused(op, f"dtype {op.dtype}: the scratchpad attention kernel is emitted for "
                             f"{', '.join(SCRATCHPAD_DTYPES)} only", score_bytes)
+    if op.mixed:
+        return _unfused(op, f"{op.dtype} operands with an {op.out_dtype} output and an {op.mask_dtype} mask"
+                            + (", widened to f32 by the graph" if op.widened else "")
+                            + ": the scratchpad kernel computes in one dtype, as the graph does", score_bytes)
     if op.safe_softmax:
         return _unfused(op, "rows whose keys may all be masked must give 0 (a safe softmax): the scratchpad "
                             "kernel does not zero them", score_bytes)
@@ -493,8 +644,10 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
     """``pbsdk explain`` text for one attention plan."""
     op = plan.op
     head = (f"{title}: attention {op.batch}x [{op.sq}x{op.d}]·[{op.sk}x{op.d}]ᵀ→softmax→·[{op.sk}x{op.dv}] "
-            f"{op.dtype}" + (f", causal offset {op.causal_offset}" if op.causal else "")
-            + (", additive mask" if op.mask else "") + (", fully masked rows 0" if op.safe_softmax else "")
+            f"{op.dtype}" + (" (widened to f32 by the graph)" if op.widened else "")
+            + (f" -> {op.out_dtype}" if op.out_dtype != op.dtype else "")
+            + (f", causal offset {op.causal_offset}" if op.causal else "")
+            + ((f", additive {op.mask_dtype} mask" if op.mask_dtype != op.dtype else ", additive mask") if op.mask else "") + (", fully masked rows 0" if op.safe_softmax else "")
             + (f", GQA x{op.kv_groups}" if op.kv_groups > 1 else "")
             + f" ({op.flops / 1e9:.3f} GFLOP)")
     lines = [head]
@@ -505,10 +658,16 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
         lines.append(f"  fused          online softmax; query block {plan.block_q}, key block {plan.block_k}")
         if plan.tiles is not None:
             u = plan.tiles.unit
-            lines.append("  matmuls        " + (f"{u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}), "
-                                                 f"d padded to {plan.tiles.d_padded}, dv to {plan.tiles.dv_padded}"
+            lines.append("  matmuls        " + (f"{u.describe()}, d padded to {plan.tiles.d_padded}, dv to "
+                                                 f"{plan.tiles.dv_padded}"
                                                  if u else f"vector unit ({plan.lanes} f32 lanes)"))
         else:
+            u = plan.unit
+            if u is None:
+                lines.append(f"  matmuls        vector FMAs ({plan.lanes} f32 lanes)")
+            else:
+                pv = f"P rounded to {plan.p_dtype}, P·V on {u.name}" if plan.p_dtype != "f32" else "P·V as f32 FMAs"
+                lines.append(f"  matmuls        Q·Kᵀ on {u.describe()}; scores and softmax in f32; {pv}")
             lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
                          f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
         lines.append(f"  on chip        {plan.footprint_bytes} B of {plan.budget_bytes} B in {plan.level}; "

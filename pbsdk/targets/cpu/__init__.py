@@ -591,8 +591,9 @@ class CpuTarget(Target):
         return (
             Stage("dedupe-functions", fn=DedupeFunctions().apply,
                   description="kernels of repeated layers (identical but for their names) built once"),
-            Stage("attention", fn=AttentionKernels().apply,
-                  description="fused \"lanes\" attentions (pbsdk.attention declarations) to vector FMA kernels"),
+            Stage("attention", fn=AttentionKernels(unit_step=self.resolved_hook("unit_step")).apply,
+                  description="fused \"lanes\" attentions (pbsdk.attention declarations) to kernels on vector "
+                              "FMAs, and the bf16 unit (hook unit_step) where the plan names it"),
             Stage("pack-contractions", fn=PackContractions(unit_step=self.resolved_hook("unit_step")).apply,
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("depthwise", fn=DepthwiseKernels().apply,

@@ -17,6 +17,12 @@ so GQA, transposed K and broadcast masks cost nothing. Scratch is three stack bu
 (Qt, the score tile St, Ot); nothing is allocated per key block and nothing is seq x seq. Scores are
 kept in base 2: Q is pre-multiplied by ``scale * log2(e)`` and the exponential is ``exp2`` built from
 vector arith (round, a degree-6 polynomial, exponent bits), so no libm call is made per element.
+
+bf16 operands with a ``unit`` in the descriptor (the host's ``vdpbf16ps``: pairs of bf16 into f32 lanes) take
+the unit through the target's ``unit_step`` hook (`_Part`): Q packed as pairs of d per query lane, Q·Kᵀ over
+pairs of d with K's pair broadcast, the scores scaled in f32; with ``p_dtype`` bf16 also P rounded and
+interleaved as pairs of keys and P·V over pairs of keys on V's key block packed likewise. The operand dtypes
+(``dtype``, ``mask_dtype``, ``out_dtype``) are converted as they are read and written.
 """
 
 from __future__ import annotations
@@ -31,10 +37,27 @@ from mlir.dialects import arith, func, memref, scf, vector
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
-from pbsdk.core.ir.attention_tiles import DESCRIPTOR_VERSION, OperandLayout, batch_start, rounded
-from pbsdk.core.ir.builder import Indices, call_parts, element_type, float_constant, loop, reassociation
+from pbsdk.core.ir.attention_tiles import (
+    DESCRIPTOR_VERSION,
+    OperandLayout,
+    batch_start,
+    rounded,
+    unit_from_descriptor,
+)
+from pbsdk.core.ir.builder import (
+    Indices,
+    call_parts,
+    element_type,
+    float_constant,
+    loop,
+    reassociation,
+    transpose_vectors,
+)
 from pbsdk.core.ir.builder import memref_type as memref_t
 from pbsdk.core.pipeline import StageContext
+from pbsdk.core.plan.attention import IO_DTYPES, UnitChoice
+from pbsdk.core.spec import dtype_bits
+from pbsdk.targets.cpu.unit_kernel import StepFn, broadcast_word, group_word, interleave
 
 LOG2E = 1.0 / math.log(2.0)
 #: The lowest finite f32 (-FLT_MAX): where a finite mask's scaled score is floored (see `_build_part`).
@@ -68,6 +91,15 @@ class LanesKernel:
     mask: OperandLayout | None
     out_shape: tuple[int, ...]
     safe_softmax: bool = False  # a row with every key masked gives 0 (torch's safe softmax), not NaN
+    out_dtype: str = ""  # the output's dtype ("": dtype)
+    mask_dtype: str = ""  # the mask's dtype ("": dtype)
+    unit: UnitChoice | None = None  # the unit Q·Kᵀ issues (a pair of the dtype per lane), else FMAs
+    p_dtype: str = "f32"  # P's dtype for P·V: the unit's operand dtype (P·V on the unit), or f32 (FMAs)
+
+    def __post_init__(self) -> None:
+        for name in ("out_dtype", "mask_dtype"):
+            if not getattr(self, name):
+                object.__setattr__(self, name, self.dtype)
 
     @property
     def block_q(self) -> int:
@@ -85,6 +117,11 @@ class LanesKernel:
     def shapes(self) -> list[tuple[int, ...]]:
         """The kernel's argument shapes: Q, K, V[, M], O."""
         return [self.q.shape, self.k.shape, self.v.shape] + ([self.mask.shape] if self.mask else []) + [self.out_shape]
+
+    @property
+    def arg_dtypes(self) -> list[str]:
+        """The kernel's argument dtypes: Q, K, V[, M], O."""
+        return [self.dtype] * 3 + ([self.mask_dtype] if self.mask else []) + [self.out_dtype]
 
 
 def is_lanes(raw: Mapping[str, Any]) -> bool:
@@ -107,9 +144,23 @@ def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> Lane
             float(raw["mask_scale"]), int(raw["lanes"]), int(raw["q_vectors"]), int(raw["block_k"]),
             int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), layout(ops["q"]), layout(ops["k"]),
             layout(ops["v"]), layout(ops["mask"]) if raw["mask"] else None,
-            tuple(int(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)))
+            tuple(int(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)),
+            str(raw.get("out_dtype", raw["dtype"])), str(raw.get("mask_dtype", raw["dtype"])),
+            unit_from_descriptor(raw.get("unit")), str(raw.get("p_dtype", "f32")))
     except (KeyError, TypeError, ValueError) as exc:
         raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
+    u = kern.unit
+    if u is not None and (u.m != 1 or u.n != kern.lanes or u.k != 2 or u.operand_dtype != kern.dtype
+                          or u.accumulator_dtype != "f32" or u.k * dtype_bits(kern.dtype) != 32):
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: unit {u.describe()} is not one of pairs of "
+                           f"{kern.dtype} into {kern.lanes} f32 lanes (the cpu kernel's)", op="func.func")
+    if kern.p_dtype not in ("f32", *((kern.dtype,) if u is not None else ())):
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: p_dtype {kern.p_dtype} (f32, or the unit's "
+                           f"{kern.dtype})", op="func.func")
+    for what, dt in (("dtype", kern.dtype), ("out_dtype", kern.out_dtype), ("mask_dtype", kern.mask_dtype)):
+        if dt not in IO_DTYPES:
+            raise CompileError(f"@{name}: pbsdk.attention descriptor: {what} {dt} (the cpu kernel converts "
+                               f"{', '.join(IO_DTYPES)})", op="func.func")
     if int(raw.get("block_q", kern.block_q)) != kern.block_q:
         raise CompileError(f"@{name}: pbsdk.attention descriptor: block_q {raw['block_q']} is not q_vectors x lanes "
                            f"({kern.block_q})", op="func.func")
@@ -159,240 +210,523 @@ def _int_vector(t: ir.VectorType, values: Sequence[int]) -> ir.Value:
     return arith.ConstantOp(t, attr).result
 
 
-def _flat(names: list[str], shapes: list[tuple[int, ...]], args: Sequence[ir.Value], dtype: str) -> dict[str, ir.Value]:
+def _flat(names: list[str], shapes: list[tuple[int, ...]], args: Sequence[ir.Value],
+          dtypes: Sequence[str]) -> dict[str, ir.Value]:
     """Each operand as a 1-D buffer (``memref.collapse_shape`` unless it is one)."""
     flat = {}
-    for nm, shape, arg in zip(names, shapes, args):
+    for nm, shape, arg, dtype in zip(names, shapes, args, dtypes):
         flat[nm] = arg if len(shape) == 1 else memref.CollapseShapeOp(
             memref_t([math.prod(shape)], dtype), arg, reassociation([list(range(len(shape)))])).result
     return flat
 
 
-def _build_part(name: str, a: LanesKernel, names: list[str], shapes: list[tuple[int, ...]]) -> func.FuncOp:
-    """``@{name}_part(..., %t)``: the work items of thread ``%t``."""
-    t = a.dtype
-    L, nvq, br, bc, nj = a.lanes, a.q_vectors, a.block_q, a.block_k, a.qk_keys
-    D, DV, SQ, SK = a.d, a.dv, a.sq, a.sk
-    et = element_type(t)
-    vt = ir.VectorType.get([L], et)
-    vit = ir.VectorType.get([L], ir.IntegerType.get_signless(32))
-    mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
-    i32 = ir.IntegerType.get_signless(32)
-    nqb = a.q_blocks
-    items = a.work_items
-    T = a.threads
-    index = ir.IndexType.get()
+def _widen(x: ir.Value) -> ir.Value:
+    """``x`` (a scalar or vector of f32, bf16 or f16) as f32."""
+    t = x.type
+    f32 = ir.F32Type.get()
+    if isinstance(t, ir.VectorType):
+        return x if t.element_type == f32 else arith.extf(ir.VectorType.get(t.shape, f32), x)
+    return x if t == f32 else arith.extf(f32, x)
 
-    fn = func.FuncOp(f"{name}_part", ir.FunctionType.get([memref_t(s, t) for s in shapes] + [index], []),
-                     visibility="private")
-    entry = fn.add_entry_block()
-    ix = Indices(entry)
-    c = ix.c
-    tid = entry.arguments[len(names)]
-    with ir.InsertionPoint(entry):
-        flat = _flat(names, shapes, entry.arguments, t)
 
-        # Vector constants.
+class _Part:
+    """Builds ``@{name}_part(..., %t)``: the work items of thread ``%t`` (see the module docstring).
+
+    Without a unit (``step`` None) both matmuls are vector FMAs in f32 on scalars of K and V broadcast to
+    the query lanes; narrow operands are widened as they are read. With one (``step(acc, a, b)``, the
+    target's ``unit_step`` hook for a unit of pairs: `LanesKernel.unit`) Q is packed as pairs of d per
+    query lane (``Qp``), Q·Kᵀ steps over pairs of d with K's pair broadcast as a 32-bit word and the scores
+    are scaled in f32. With ``p_dtype`` the operands' dtype P·V runs on the unit too: the softmax writes P
+    rounded to it as pairs of keys per query lane (``Pp``), V's key block is packed as pairs of keys per
+    column (``Vp``), and P·V steps over pairs of keys with V's pair broadcast; with f32 P stays in the
+    scores' tile and P·V is vector FMAs as without a unit."""
+
+    def __init__(self, name: str, a: LanesKernel, names: list[str], shapes: list[tuple[int, ...]],
+                 step: StepFn | None) -> None:
+        self.name, self.a, self.names, self.shapes, self.step = name, a, names, shapes, step
+        self.f32 = ir.F32Type.get()
+        self.i32 = ir.IntegerType.get_signless(32)
+        L = a.lanes
+        self.vt = ir.VectorType.get([L], self.f32)
+        self.vit = ir.VectorType.get([L], self.i32)
+        self.mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
+        self.nt = element_type(a.dtype)  # Q's, K's and V's element type
+        self.wide_t = ir.VectorType.get([L * 2], self.nt)  # one unit operand: a pair per lane
+        self.pair_t = ir.VectorType.get([2], self.nt)
+        self.pv_unit = step is not None and a.p_dtype != "f32"  # P·V on the unit (P rounded)
+
+    def build(self) -> func.FuncOp:
+        a = self.a
+        index = ir.IndexType.get()
+        dtypes = a.arg_dtypes
+        fn = func.FuncOp(f"{self.name}_part",
+                         ir.FunctionType.get([memref_t(s, dt) for s, dt in zip(self.shapes, dtypes)] + [index], []),
+                         visibility="private")
+        entry = fn.add_entry_block()
+        self.ix = Indices(entry)
+        tid = entry.arguments[len(self.names)]
+        with ir.InsertionPoint(entry):
+            self.flat = _flat(self.names, self.shapes, entry.arguments, dtypes)
+            self.constants()
+            self.buffers()
+            with loop(tid, self.ix.c(a.work_items), self.ix.c(a.threads)) as work:
+                self.work_item(work.induction_variable)
+            func.ReturnOp([])
+        self.ix.hoist()
+        return fn
+
+    # ------------------------------------------------------------------------------------ set-up
+    def constants(self) -> None:
+        a, vt, L = self.a, self.vt, self.a.lanes
         vc = {"zero": _splat(vt, 0.0), "ninf": _splat(vt, -math.inf), "lo": _splat(vt, -127.0),
-              "magic": _splat(vt, rounded(1.5 * 2 ** 23 + 127)), "shift": _int_vector(vit, [23] * L)}
+              "magic": _splat(vt, rounded(1.5 * 2 ** 23 + 127)), "shift": _int_vector(self.vit, [23] * L)}
         for i, cf in enumerate(_EXP2_COEFFS):
             vc[f"p{i}"] = _splat(vt, rounded(cf))
-        vzero, vninf = vc["zero"], vc["ninf"]
-        viota = _int_vector(vit, list(range(L)))
-        qscale = float_constant(rounded(a.scale * LOG2E), et)
+        self.vc = vc
+        self.vzero, self.vninf = vc["zero"], vc["ninf"]
+        self.viota = _int_vector(self.vit, list(range(L)))
+        if self.step is None:  # Q is scaled as it is staged
+            self.qscale = float_constant(rounded(a.scale * LOG2E), self.f32)
+        else:  # the scores are scaled once computed (Q stays exact in its narrow dtype)
+            self.vqscale = _splat(vt, rounded(a.scale * LOG2E))
+            self.nzero = arith.constant(self.wide_t, ir.DenseElementsAttr.get_splat(
+                self.wide_t, ir.FloatAttr.get(self.nt, 0.0)))
         if a.mask is not None:
-            vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
-            vlowest = _splat(vt, F32_LOWEST)
+            self.vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
+            self.vlowest = _splat(vt, F32_LOWEST)
             if a.mask.row_stride not in (0, 1):
-                vmidx = _int_vector(vit, [i * a.mask.row_stride for i in range(L)])
+                self.vmidx = _int_vector(self.vit, [i * a.mask.row_stride for i in range(L)])
+
+    def buffers(self) -> None:
+        """Scratch on the stack, sized by the plan: f32 Qt (or the packed pairs Qp), the f32 scores St, f32
+        Ot; with P·V on a unit also Pp (P's pairs of keys) and Vp (V's)."""
+        a, br, bc = self.a, self.a.block_q, self.a.block_k
         i64 = ir.IntegerType.get_signless(64)
         align = ir.IntegerAttr.get(i64, 64)
-        Qt, St, Ot = (memref.AllocaOp(memref_t([n * br], t), [], [], alignment=align).result for n in (D, bc, DV))
 
-        with loop(tid, c(items), c(T)) as work:
-            it = work.induction_variable
-            beta = ix.divui(it, nqb)
-            qb = ix.remui(it, nqb)
-            i0 = ix.mul(qb, br)
-            nqv = ix.min(c(br), ix.sub(c(SQ), i0))
-            qoff, koff, voff = batch_start(ix, beta, a.q), batch_start(ix, beta, a.k), batch_start(ix, beta, a.v)
-            moff = batch_start(ix, beta, a.mask) if a.mask is not None else None
-            ooff = ix.mul(beta, SQ * DV)
-            # Lanes past the sequence end: masks for the mask reads.
-            lane_masks = []
-            if a.mask is not None and a.mask.row_stride != 0:
-                for v in range(nvq):
-                    cnt = ix.min(ix.max(ix.sub(nqv, c(v * L)), c(0)), c(L))
-                    lane_masks.append(vector.create_mask(mt, [cnt]))
-            # Query indices (+ causal offset) per lane, for the causal compare.
-            qlanes = []
-            if a.causal_offset is not None:
-                for v in range(nvq):
-                    base = arith.index_cast(i32, ix.add(i0, c(v * L + a.causal_offset)))
-                    qlanes.append(arith.addi(vector.broadcast(vit, base), viota))
+        def alloca(n: int, t: ir.Type) -> ir.Value:
+            return memref.AllocaOp(memref_t([n], t), [], [], alignment=align).result
 
-            # Qt = zero, then Qt[d, i] = Q[i0 + i, d] * scale * log2(e)
-            for buf, rows in ((Qt, D), (Ot, DV)):
-                with loop(c(0), c(rows), c(1)) as ld:
-                    row = ix.mul(ld.induction_variable, br)
-                    for v in range(nvq):
-                        vector.store(vzero, buf, [ix.add(row, c(v * L))])
-            with loop(c(0), nqv, c(1)) as li:
-                i = li.induction_variable
-                qrow = ix.add(qoff, ix.mul(ix.add(i0, i), a.q.row_stride))
-                with loop(c(0), c(D), c(1)) as ld:
-                    d = ld.induction_variable
-                    x = memref.load(flat["Q"], [ix.add(qrow, ix.mul(d, a.q.col_stride))])
-                    y = arith.mulf(x, qscale)
-                    memref.store(y, Qt, [ix.add(ix.mul(d, br), i)])
+        if self.step is None:
+            self.Qt, self.St, self.Ot = (alloca(n * br, self.f32) for n in (a.d, bc, a.dv))
+            return
+        self.Qp = alloca(_pairs(a.d) * 2 * br, self.nt)
+        self.St = alloca(bc * br, self.f32)
+        self.Ot = alloca(a.dv * br, self.f32)
+        if self.pv_unit:
+            self.dvp = -(-a.dv // a.lanes) * a.lanes  # V's pairs per key pair, padded to whole vectors
+            self.Pp = alloca(_pairs(bc) * 2 * br, self.nt)
+            self.Vp = alloca(_pairs(bc) * 2 * self.dvp, self.nt)
 
-            # Keys this query block needs.
-            if a.causal_offset is None:
-                kend = c(SK)
-            else:
-                qend = ix.min(ix.add(i0, c(br)), c(SQ))
-                kend = ix.min(ix.max(ix.add(qend, c(a.causal_offset)), c(0)), c(SK))
+    # ------------------------------------------------------------------------------------ one work item
+    def work_item(self, it: ir.Value) -> None:
+        a, ix = self.a, self.ix
+        c = ix.c
+        L, nvq, br = a.lanes, a.q_vectors, a.block_q
+        beta = ix.divui(it, a.q_blocks)
+        qb = ix.remui(it, a.q_blocks)
+        self.i0 = ix.mul(qb, br)
+        self.nqv = ix.min(c(br), ix.sub(c(a.sq), self.i0))
+        self.qoff, self.koff, self.voff = batch_start(ix, beta, a.q), batch_start(ix, beta, a.k), batch_start(ix, beta, a.v)
+        self.moff = batch_start(ix, beta, a.mask) if a.mask is not None else None
+        self.ooff = ix.mul(beta, a.sq * a.dv)
+        # Lanes past the sequence end: masks for the mask reads.
+        self.lane_masks = []
+        if a.mask is not None and a.mask.row_stride != 0:
+            for v in range(nvq):
+                cnt = ix.min(ix.max(ix.sub(self.nqv, c(v * L)), c(0)), c(L))
+                self.lane_masks.append(vector.create_mask(self.mt, [cnt]))
+        # Query indices (+ causal offset) per lane, for the causal compare.
+        self.qlanes = []
+        if a.causal_offset is not None:
+            for v in range(nvq):
+                base = arith.index_cast(self.i32, ix.add(self.i0, c(v * L + a.causal_offset)))
+                self.qlanes.append(arith.addi(vector.broadcast(self.vit, base), self.viota))
 
-            with loop(c(0), kend, c(bc), [vninf] * nvq + [vzero] * nvq) as kl:
-                j0 = kl.induction_variable
-                m_old, l_old = list(kl.inner_iter_args[:nvq]), list(kl.inner_iter_args[nvq:])
-                jn = ix.min(c(bc), ix.sub(kend, j0))
-                ntile = ix.divui(jn, nj)
-                jfull = ix.mul(ntile, nj)
+        if self.step is None:
+            self.stage_q()
+        else:
+            self.stage_q_pairs()
 
-                def qk_tile(keys: int, jl: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
-                    """Scores of ``keys`` keys from local row ``jl`` for every query vector; returns new maxima."""
-                    ja = ix.add(j0, jl)
-                    kbase = [ix.add(koff, ix.mul(ix.add(ja, c(kk)), a.k.row_stride)) for kk in range(keys)]
-                    with loop(c(0), c(D), c(1), [vzero] * (keys * nvq)) as dl:
-                        dd = dl.induction_variable
-                        accs = list(dl.inner_iter_args)
-                        qrow_d = ix.mul(dd, br)
-                        qv = [vector.load(vt, Qt, [ix.add(qrow_d, c(v * L))]) for v in range(nvq)]
-                        outs = []
-                        kd = ix.mul(dd, a.k.col_stride)
-                        for kk in range(keys):
-                            ks = memref.load(flat["K"], [ix.add(kbase[kk], kd)])
-                            kb = vector.broadcast(vt, ks)
-                            for v in range(nvq):
-                                outs.append(vector.fma(kb, qv[v], accs[kk * nvq + v]))
-                        scf.YieldOp(outs)
-                    res = dl.results
-                    new = list(carried)
-                    for kk in range(keys):
-                        key = ix.add(ja, c(kk))
-                        if a.causal_offset is not None:
-                            kv = vector.broadcast(vit, arith.index_cast(i32, key))
-                        if a.mask is not None:
-                            assert moff is not None
-                            mcol = ix.add(moff, ix.mul(key, a.mask.col_stride))
-                        for v in range(nvq):
-                            s = res[kk * nvq + v]
-                            if a.mask is not None:
-                                mrow = ix.add(mcol, ix.mul(ix.add(i0, c(v * L)), a.mask.row_stride))
-                                if a.mask.row_stride == 0:
-                                    mv = vector.broadcast(vt, memref.load(flat["M"], [mcol]))
-                                elif a.mask.row_stride == 1:
-                                    mv = vector.MaskedLoadOp(vt, flat["M"], [mrow], lane_masks[v], vzero).result
-                                else:
-                                    mv = vector.GatherOp(vt, flat["M"], [mrow], vmidx, lane_masks[v], vzero).result
-                                # s + mask·log2(e) overflows to -inf for a finite mask below
-                                # -FLT_MAX / log2(e) (BERT's padding mask is -FLT_MAX) where torch's
-                                # score stays finite: floor it at -FLT_MAX unless the mask is -inf, so a
-                                # row of such keys is uniform (as in torch), and only -inf masks mask.
-                                sm = _vmax(vlowest, vector.fma(mv, vmscale, s))
-                                s = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, mv, vninf), vninf, sm)
-                            if a.causal_offset is not None:
-                                cm = arith.cmpi(arith.CmpIPredicate.sgt, kv, qlanes[v])
-                                s = arith.select(cm, vninf, s)
-                            srow = ix.mul(ix.add(jl, c(kk)), br)
-                            vector.store(s, St, [ix.add(srow, c(v * L))])
-                            new[v] = _vmax(s, new[v])
-                    return new
+        # Keys this query block needs.
+        if a.causal_offset is None:
+            self.kend = c(a.sk)
+        else:
+            qend = ix.min(ix.add(self.i0, c(br)), c(a.sq))
+            self.kend = ix.min(ix.max(ix.add(qend, c(a.causal_offset)), c(0)), c(a.sk))
 
-                with loop(c(0), jfull, c(nj), [vninf] * nvq) as tl:
-                    scf.YieldOp(qk_tile(nj, tl.induction_variable, list(tl.inner_iter_args)))
-                with loop(jfull, jn, c(1), list(tl.results)) as rl:
-                    scf.YieldOp(qk_tile(1, rl.induction_variable, list(rl.inner_iter_args)))
+        with loop(c(0), self.kend, c(a.block_k), [self.vninf] * nvq + [self.vzero] * nvq) as kl:
+            self.key_block(kl)
+        self.store_out(list(kl.results[nvq:]))
 
-                # Online softmax: new maxima, the rescale factor, probabilities in place of the scores.
-                m_use, alpha, m_new = [], [], []
-                for v in range(nvq):
-                    mn = _vmax(rl.results[v], m_old[v])
-                    isinf = arith.cmpf(arith.CmpFPredicate.OEQ, mn, vninf)
-                    mu = arith.select(isinf, vzero, mn)
-                    alpha.append(_exp2(arith.subf(m_old[v], mu), vc))
-                    m_use.append(mu)
-                    m_new.append(mn)
-                with loop(c(0), jn, c(1), [vzero] * nvq) as sl:
-                    srow = ix.mul(sl.induction_variable, br)
-                    outs = []
-                    for v in range(nvq):
-                        idx = ix.add(srow, c(v * L))
-                        s = vector.load(vt, St, [idx])
-                        p = _exp2(arith.subf(s, m_use[v]), vc)
-                        vector.store(p, St, [idx])
-                        outs.append(arith.addf(sl.inner_iter_args[v], p))
-                    scf.YieldOp(outs)
-                l_new = [vector.fma(l_old[v], alpha[v], sl.results[v]) for v in range(nvq)]
-
-                # Ot = Ot * alpha + Vᵀ P, in chunks of value columns held in registers across the key block.
-                c0 = 0
-                while c0 < DV:
-                    ncol = min(a.pv_cols, DV - c0)
-                    inits = []
-                    for r in range(ncol):
-                        for v in range(nvq):
-                            old = vector.load(vt, Ot, [c((c0 + r) * br + v * L)])
-                            inits.append(arith.mulf(old, alpha[v]))
-                    with loop(c(0), jn, c(1), inits) as pl:
-                        srow = ix.mul(pl.induction_variable, br)
-                        pv = [vector.load(vt, St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
-                        vrow = ix.add(voff, ix.mul(ix.add(j0, pl.induction_variable), a.v.row_stride))
-                        outs = []
-                        for r in range(ncol):
-                            vs = memref.load(flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))])
-                            vb = vector.broadcast(vt, vs)
-                            for v in range(nvq):
-                                outs.append(vector.fma(vb, pv[v], pl.inner_iter_args[r * nvq + v]))
-                        scf.YieldOp(outs)
-                    for r in range(ncol):
-                        for v in range(nvq):
-                            vector.store(pl.results[r * nvq + v], Ot, [c((c0 + r) * br + v * L)])
-                    c0 += ncol
-                scf.YieldOp(m_new + l_new)
-
-            # O[i0 + i, :] = Ot[:, i] / l[i]
-            one = _splat(vt, 1.0)
-            inv = [arith.divf(one, kl.results[nvq + v]) for v in range(nvq)]
-            if a.safe_softmax:  # l = 0: every key of the row masked; torch's safe softmax gives 0 there
-                inv = [arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, kl.results[nvq + v], vzero), vzero, inv[v])
-                       for v in range(nvq)]
-            with loop(c(0), c(DV), c(1)) as ld:
+    def stage_q(self) -> None:
+        """Qt = zero, Ot = zero, then Qt[d, i] = Q[i0 + i, d] * scale * log2(e)."""
+        a, ix = self.a, self.ix
+        c, L, br = ix.c, a.lanes, a.block_q
+        for buf, rows in ((self.Qt, a.d), (self.Ot, a.dv)):
+            with loop(c(0), c(rows), c(1)) as ld:
                 row = ix.mul(ld.induction_variable, br)
+                for v in range(a.q_vectors):
+                    vector.store(self.vzero, buf, [ix.add(row, c(v * L))])
+        with loop(c(0), self.nqv, c(1)) as li:
+            i = li.induction_variable
+            qrow = ix.add(self.qoff, ix.mul(ix.add(self.i0, i), a.q.row_stride))
+            with loop(c(0), c(a.d), c(1)) as ld:
+                d = ld.induction_variable
+                x = _widen(memref.load(self.flat["Q"], [ix.add(qrow, ix.mul(d, a.q.col_stride))]))
+                y = arith.mulf(x, self.qscale)
+                memref.store(y, self.Qt, [ix.add(ix.mul(d, br), i)])
+
+    def stage_q_pairs(self) -> None:
+        """Qp = zero, Ot = zero, then Qp[g, i, t] = Q[i0 + i, 2g + t]: for each pair g of d, the pairs of the
+        block's queries side by side, one unit operand per query vector."""
+        a, ix = self.a, self.ix
+        c, L, br = ix.c, a.lanes, a.block_q
+        with loop(c(0), c(_pairs(a.d)), c(1)) as lg:
+            row = ix.mul(lg.induction_variable, 2 * br)
+            for v in range(a.q_vectors):
+                vector.store(self.nzero, self.Qp, [ix.add(row, c(v * 2 * L))])
+        with loop(c(0), c(a.dv), c(1)) as ld:
+            row = ix.mul(ld.induction_variable, br)
+            for v in range(a.q_vectors):
+                vector.store(self.vzero, self.Ot, [ix.add(row, c(v * L))])
+        with loop(c(0), self.nqv, c(1)) as li:
+            i = li.induction_variable
+            qrow = ix.add(self.qoff, ix.mul(ix.add(self.i0, i), a.q.row_stride))
+            dst = ix.mul(i, 2)
+            with loop(c(0), c(a.d // 2), c(1)) as lg:
+                g = lg.induction_variable
+                at = ix.add(ix.mul(g, 2 * br), dst)
+                for t in range(2):
+                    x = memref.load(self.flat["Q"], [ix.add(qrow, ix.mul(ix.add(ix.mul(g, 2), c(t)), a.q.col_stride))])
+                    memref.store(x, self.Qp, [ix.add(at, c(t))])
+            if a.d % 2:  # the last d alone in its pair (its partner stays zero)
+                x = memref.load(self.flat["Q"], [ix.add(qrow, c((a.d - 1) * a.q.col_stride))])
+                memref.store(x, self.Qp, [ix.add(c((a.d - 1) * br), dst)])
+
+    # ------------------------------------------------------------------------------------ one key block
+    def key_block(self, kl: scf.ForOp) -> None:
+        a, ix = self.a, self.ix
+        c, nvq, nj = ix.c, a.q_vectors, a.qk_keys
+        self.j0 = kl.induction_variable
+        m_old, l_old = list(kl.inner_iter_args[:nvq]), list(kl.inner_iter_args[nvq:])
+        self.jn = ix.min(c(a.block_k), ix.sub(self.kend, self.j0))
+        ntile = ix.divui(self.jn, nj)
+        jfull = ix.mul(ntile, nj)
+
+        with loop(c(0), jfull, c(nj), [self.vninf] * nvq) as tl:
+            scf.YieldOp(self.qk_tile(nj, tl.induction_variable, list(tl.inner_iter_args)))
+        with loop(jfull, self.jn, c(1), list(tl.results)) as rl:
+            scf.YieldOp(self.qk_tile(1, rl.induction_variable, list(rl.inner_iter_args)))
+
+        # Online softmax: new maxima, the rescale factor, probabilities in place of the scores.
+        m_use, alpha, m_new = [], [], []
+        for v in range(nvq):
+            mn = _vmax(rl.results[v], m_old[v])
+            isinf = arith.cmpf(arith.CmpFPredicate.OEQ, mn, self.vninf)
+            mu = arith.select(isinf, self.vzero, mn)
+            alpha.append(_exp2(arith.subf(m_old[v], mu), self.vc))
+            m_use.append(mu)
+            m_new.append(mn)
+        sums = self.probability_pairs(m_use) if self.pv_unit else self.probabilities(m_use)
+        l_new = [vector.fma(l_old[v], alpha[v], sums[v]) for v in range(nvq)]
+        if self.pv_unit:
+            self.pack_v()
+            self.pv_pairs(alpha)
+        else:
+            self.pv(alpha)
+        scf.YieldOp(m_new + l_new)
+
+    def qk_tile(self, keys: int, jl: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+        """Scores of ``keys`` keys from local row ``jl`` for every query vector, stored to St; returns the
+        new maxima."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        ja = ix.add(self.j0, jl)
+        kbase = [ix.add(self.koff, ix.mul(ix.add(ja, c(kk)), a.k.row_stride)) for kk in range(keys)]
+        res = self.qk_fma(keys, kbase) if self.step is None else self.qk_pairs(keys, kbase)
+        new = list(carried)
+        for kk in range(keys):
+            key = ix.add(ja, c(kk))
+            if a.causal_offset is not None:
+                kv = vector.broadcast(self.vit, arith.index_cast(self.i32, key))
+            if a.mask is not None:
+                assert self.moff is not None
+                mcol = ix.add(self.moff, ix.mul(key, a.mask.col_stride))
+            for v in range(nvq):
+                s = res[kk * nvq + v]
+                if self.step is not None:
+                    s = arith.mulf(s, self.vqscale)
+                if a.mask is not None:
+                    mv = self.mask_vector(mcol, v)
+                    # s + mask·log2(e) overflows to -inf for a finite mask below -FLT_MAX / log2(e)
+                    # (BERT's padding mask is -FLT_MAX) where torch's score stays finite: floor it at
+                    # -FLT_MAX unless the mask is -inf, so a row of such keys is uniform (as in torch),
+                    # and only -inf masks mask.
+                    sm = _vmax(self.vlowest, vector.fma(mv, self.vmscale, s))
+                    s = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, mv, self.vninf), self.vninf, sm)
+                if a.causal_offset is not None:
+                    cm = arith.cmpi(arith.CmpIPredicate.sgt, kv, self.qlanes[v])
+                    s = arith.select(cm, self.vninf, s)
+                srow = ix.mul(ix.add(jl, c(kk)), br)
+                vector.store(s, self.St, [ix.add(srow, c(v * L))])
+                new[v] = _vmax(s, new[v])
+        return new
+
+    def mask_vector(self, mcol: ir.Value, v: int) -> ir.Value:
+        """The mask of query vector ``v`` at the key whose column starts at ``mcol``, as f32."""
+        a, ix = self.a, self.ix
+        assert a.mask is not None
+        mrow = ix.add(mcol, ix.mul(ix.add(self.i0, ix.c(v * a.lanes)), a.mask.row_stride))
+        m = self.flat["M"]
+        if a.mask.row_stride == 0:
+            return vector.broadcast(self.vt, _widen(memref.load(m, [mcol])))
+        mvt = ir.VectorType.get([a.lanes], element_type(a.mask_dtype))
+        pass_thru = self.vzero if mvt == self.vt else arith.constant(
+            mvt, ir.DenseElementsAttr.get_splat(mvt, ir.FloatAttr.get(mvt.element_type, 0.0)))
+        if a.mask.row_stride == 1:
+            return _widen(vector.MaskedLoadOp(mvt, m, [mrow], self.lane_masks[v], pass_thru).result)
+        return _widen(vector.GatherOp(mvt, m, [mrow], self.vmidx, self.lane_masks[v], pass_thru).result)
+
+    def qk_fma(self, keys: int, kbase: list[ir.Value]) -> list[ir.Value]:
+        """Q·Kᵀ by vector FMAs: a reduction over d, K's values broadcast to the query lanes."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        with loop(c(0), c(a.d), c(1), [self.vzero] * (keys * nvq)) as dl:
+            dd = dl.induction_variable
+            accs = list(dl.inner_iter_args)
+            qrow_d = ix.mul(dd, br)
+            qv = [vector.load(self.vt, self.Qt, [ix.add(qrow_d, c(v * L))]) for v in range(nvq)]
+            outs = []
+            kd = ix.mul(dd, a.k.col_stride)
+            for kk in range(keys):
+                ks = _widen(memref.load(self.flat["K"], [ix.add(kbase[kk], kd)]))
+                kb = vector.broadcast(self.vt, ks)
                 for v in range(nvq):
-                    idx = ix.add(row, c(v * L))
-                    o = vector.load(vt, Ot, [idx])
-                    vector.store(arith.mulf(o, inv[v]), Ot, [idx])
-            with loop(c(0), nqv, c(1)) as li:
-                i = li.induction_variable
-                orow = ix.add(ooff, ix.mul(ix.add(i0, i), DV))
-                with loop(c(0), c(DV), c(1)) as ld:
-                    d = ld.induction_variable
-                    val = memref.load(Ot, [ix.add(ix.mul(d, br), i)])
-                    memref.store(val, flat["O"], [ix.add(orow, d)])
-        func.ReturnOp([])
-    ix.hoist()
-    return fn
+                    outs.append(vector.fma(kb, qv[v], accs[kk * nvq + v]))
+            scf.YieldOp(outs)
+        return list(dl.results)
+
+    def qk_pairs(self, keys: int, kbase: list[ir.Value]) -> list[ir.Value]:
+        """Q·Kᵀ on the unit: a reduction over pairs of d, K's pair broadcast as a word (a last lone d paired
+        with zero)."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        assert self.step is not None
+        step = self.step
+
+        def pair_step(g: ir.Value, accs: list[ir.Value], lone: bool) -> list[ir.Value]:
+            qrow = ix.mul(g, 2 * br)
+            qv = [vector.load(self.wide_t, self.Qp, [ix.add(qrow, c(v * 2 * L))]) for v in range(nvq)]
+            kd = ix.mul(g, 2 * a.k.col_stride)
+            outs = []
+            for kk in range(keys):
+                kb = broadcast_word(group_word(self.pair(self.flat["K"], ix.add(kbase[kk], kd), a.k.col_stride, lone)),
+                                    self.wide_t)
+                for v in range(nvq):
+                    outs.append(step(accs[kk * nvq + v], kb, qv[v]))
+            return outs
+
+        with loop(c(0), c(a.d // 2), c(1), [self.vzero] * (keys * nvq)) as dl:
+            scf.YieldOp(pair_step(dl.induction_variable, list(dl.inner_iter_args), False))
+        res = list(dl.results)
+        if a.d % 2:
+            res = pair_step(c(a.d // 2), res, True)
+        return res
+
+    def pair(self, buf: ir.Value, at: ir.Value, stride: int, lone: bool = False) -> ir.Value:
+        """``buf[at]`` and ``buf[at + stride]`` as a ``vector<2 x T>`` (with ``lone``, the first and zero)."""
+        ix = self.ix
+        if stride == 1 and not lone:
+            return vector.load(self.pair_t, buf, [at])
+        first = memref.load(buf, [at])
+        second = float_constant(0.0, self.nt) if lone else memref.load(buf, [ix.add(at, ix.c(stride))])
+        return vector.from_elements(self.pair_t, [first, second])
+
+    # ------------------------------------------------------------------------------------ softmax
+    def probabilities(self, m_use: list[ir.Value]) -> list[ir.Value]:
+        """P = 2^(S - m) in place of the scores; returns the sums per query vector."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        with loop(c(0), self.jn, c(1), [self.vzero] * nvq) as sl:
+            srow = ix.mul(sl.induction_variable, br)
+            outs = []
+            for v in range(nvq):
+                idx = ix.add(srow, c(v * L))
+                s = vector.load(self.vt, self.St, [idx])
+                p = _exp2(arith.subf(s, m_use[v]), self.vc)
+                vector.store(p, self.St, [idx])
+                outs.append(arith.addf(sl.inner_iter_args[v], p))
+            scf.YieldOp(outs)
+        return list(sl.results)
+
+    def probability_pairs(self, m_use: list[ir.Value]) -> list[ir.Value]:
+        """P = 2^(S - m) rounded to the operand dtype into Pp, keys 2h and 2h + 1 interleaved per query lane
+        (an odd last key paired with zero); returns the f32 sums per query vector."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        half_t = ir.VectorType.get([L], self.nt)
+        with loop(c(0), self.key_pairs(), c(1), [self.vzero] * nvq) as sl:
+            h = sl.induction_variable
+            k0 = ix.mul(h, 2)
+            second = arith.cmpi(arith.CmpIPredicate.slt, ix.add(k0, c(1)), self.jn)
+            outs = []
+            for v in range(nvq):
+                ps = []
+                for t in range(2):
+                    s = vector.load(self.vt, self.St, [ix.add(ix.mul(ix.add(k0, c(t)), br), c(v * L))])
+                    ps.append(_exp2(arith.subf(s, m_use[v]), self.vc))
+                ps[1] = arith.select(second, ps[1], self.vzero)  # past the block: no key (St holds stale scores)
+                outs.append(arith.addf(arith.addf(sl.inner_iter_args[v], ps[0]), ps[1]))
+                packed = interleave([arith.truncf(half_t, p) for p in ps], L)
+                vector.store(packed, self.Pp, [ix.add(ix.mul(h, 2 * br), c(v * 2 * L))])
+            scf.YieldOp(outs)
+        return list(sl.results)
+
+    def key_pairs(self) -> ir.Value:
+        """Pairs of keys in this key block (the last one may hold one key)."""
+        return arith.divui(arith.addi(self.jn, self.ix.c(1)), self.ix.c(2))
+
+    # ------------------------------------------------------------------------------------ P·V
+    def pv(self, alpha: list[ir.Value]) -> None:
+        """Ot = Ot * alpha + Vᵀ P, in chunks of value columns held in registers across the key block."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        c0 = 0
+        while c0 < a.dv:
+            ncol = min(a.pv_cols, a.dv - c0)
+            inits = []
+            for r in range(ncol):
+                for v in range(nvq):
+                    old = vector.load(self.vt, self.Ot, [c((c0 + r) * br + v * L)])
+                    inits.append(arith.mulf(old, alpha[v]))
+            with loop(c(0), self.jn, c(1), inits) as pl:
+                srow = ix.mul(pl.induction_variable, br)
+                pv = [vector.load(self.vt, self.St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
+                vrow = ix.add(self.voff, ix.mul(ix.add(self.j0, pl.induction_variable), a.v.row_stride))
+                outs = []
+                for r in range(ncol):
+                    vs = _widen(memref.load(self.flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))]))
+                    vb = vector.broadcast(self.vt, vs)
+                    for v in range(nvq):
+                        outs.append(vector.fma(vb, pv[v], pl.inner_iter_args[r * nvq + v]))
+                scf.YieldOp(outs)
+            for r in range(ncol):
+                for v in range(nvq):
+                    vector.store(pl.results[r * nvq + v], self.Ot, [c((c0 + r) * br + v * L)])
+            c0 += ncol
+
+    def pack_v(self) -> None:
+        """Vp[h, col, t] = V[j0 + 2h + t, col]: the key block's values as pairs of keys per column (an odd
+        last key paired with zero, never read past the keys)."""
+        a, ix = self.a, self.ix
+        c, L = ix.c, a.lanes
+        half_t = ir.VectorType.get([L], self.nt)
+        zero = arith.constant(half_t, ir.DenseElementsAttr.get_splat(half_t, ir.FloatAttr.get(self.nt, 0.0)))
+        cols = _int_vector(self.vit, [j * a.v.col_stride for j in range(L)]) if a.v.col_stride != 1 else None
+        with loop(c(0), self.key_pairs(), c(1)) as hl:
+            h = hl.induction_variable
+            k0 = ix.add(self.j0, ix.mul(h, 2))
+            second = arith.cmpi(arith.CmpIPredicate.slt, ix.add(k0, c(1)), self.kend)
+            k1 = ix.min(ix.add(k0, c(1)), ix.sub(self.kend, c(1)))
+            rows = [ix.add(self.voff, ix.mul(k, a.v.row_stride)) for k in (k0, k1)]
+            for c0 in range(0, a.dv, L):
+                n = min(L, a.dv - c0)
+                halves = []
+                for row in rows:
+                    at = ix.add(row, c(c0 * a.v.col_stride))
+                    if cols is None and n == L:
+                        halves.append(vector.load(half_t, self.flat["V"], [at]))
+                        continue
+                    msk = vector.create_mask(self.mt, [c(n)])
+                    if cols is None:
+                        halves.append(vector.MaskedLoadOp(half_t, self.flat["V"], [at], msk, zero).result)
+                    else:
+                        halves.append(vector.GatherOp(half_t, self.flat["V"], [at], cols, msk, zero).result)
+                halves[1] = arith.select(second, halves[1], zero)
+                vector.store(interleave(halves, L), self.Vp, [ix.add(ix.mul(h, 2 * self.dvp), c(2 * c0))])
+
+    def pv_pairs(self, alpha: list[ir.Value]) -> None:
+        """Ot = Ot * alpha + Vᵀ P on the unit over pairs of keys, in chunks of value columns held in
+        registers across the key block (V's pair broadcast as a word)."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        assert self.step is not None
+        step = self.step
+        c0 = 0
+        while c0 < a.dv:
+            ncol = min(a.pv_cols, a.dv - c0)
+            inits = []
+            for r in range(ncol):
+                for v in range(nvq):
+                    old = vector.load(self.vt, self.Ot, [c((c0 + r) * br + v * L)])
+                    inits.append(arith.mulf(old, alpha[v]))
+            with loop(c(0), self.key_pairs(), c(1), inits) as pl:
+                h = pl.induction_variable
+                prow = ix.mul(h, 2 * br)
+                pv = [vector.load(self.wide_t, self.Pp, [ix.add(prow, c(v * 2 * L))]) for v in range(nvq)]
+                vrow = ix.mul(h, 2 * self.dvp)
+                outs = []
+                for r in range(ncol):
+                    vb = broadcast_word(group_word(vector.load(self.pair_t, self.Vp, [ix.add(vrow, c(2 * (c0 + r)))])),
+                                        self.wide_t)
+                    for v in range(nvq):
+                        outs.append(step(pl.inner_iter_args[r * nvq + v], vb, pv[v]))
+                scf.YieldOp(outs)
+            for r in range(ncol):
+                for v in range(nvq):
+                    vector.store(pl.results[r * nvq + v], self.Ot, [c((c0 + r) * br + v * L)])
+            c0 += ncol
+
+    # ------------------------------------------------------------------------------------ output
+    def store_out(self, sums: list[ir.Value]) -> None:
+        """O[i0 + i, :] = Ot[:, i] / l[i], rounded to the output's dtype: L x L blocks of Ot (value columns by
+        query lanes) scaled, transposed in registers (`transpose_vectors`) and stored a query row at a time,
+        masked past the sequence end and past Dv. (A loop of scalar copies, which LLVM turns into gathers of
+        Ot, took 4-9 % more of the kernel's time on Zen 4.)"""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+        one = _splat(self.vt, 1.0)
+        inv = [arith.divf(one, sums[v]) for v in range(nvq)]
+        if a.safe_softmax:  # l = 0: every key of the row masked; torch's safe softmax gives 0 there
+            inv = [arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, sums[v], self.vzero), self.vzero, inv[v])
+                   for v in range(nvq)]
+        out_t = element_type(a.out_dtype)
+        row_t = ir.VectorType.get([L], out_t)
+
+        def block(d0: ir.Value, n: int) -> None:
+            """Value columns d0 .. d0 + n (n <= L) of every query of the block."""
+            for v in range(nvq):
+                rows = [arith.mulf(vector.load(self.vt, self.Ot, [ix.add(ix.mul(ix.add(d0, c(r)), br), c(v * L))]),
+                                   inv[v]) if r < n else self.vzero for r in range(L)]
+                left = ix.sub(self.nqv, c(v * L))  # queries of this vector inside the sequence
+                for i, val in enumerate(transpose_vectors(rows)):
+                    if out_t != self.f32:
+                        val = arith.truncf(row_t, val)
+                    at = ix.add(self.ooff, ix.mul(ix.add(self.i0, c(v * L + i)), a.dv))
+                    inside = arith.cmpi(arith.CmpIPredicate.slt, c(i), left)
+                    msk = vector.create_mask(self.mt, [arith.select(inside, c(n), c(0))])
+                    vector.maskedstore(self.flat["O"], [ix.add(at, d0)], msk, val)
+
+        with loop(c(0), c(a.dv // L * L), c(L)) as ld:
+            block(ld.induction_variable, L)
+        if a.dv % L:
+            block(c(a.dv // L * L), a.dv % L)
 
 
-def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel) -> func.FuncOp:
+def _pairs(n: int) -> int:
+    return -(-n // 2)
+
+
+def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel, step: StepFn | None = None) -> func.FuncOp:
     """Give the declaration ``fn`` (``@{name}(Q, K, V[, M], O)``) its body and build ``@{name}_part`` in front
-    of it (in the current context and location); returns ``fn``."""
+    of it (in the current context and location); returns ``fn``. ``step(acc, a, b)`` builds one
+    instruction of ``a.unit`` (the target's ``unit_step`` hook); without one both matmuls are vector FMAs
+    in f32 (narrow operands widened as they are read)."""
     name = ir.StringAttr(fn.sym_name).value
     names = ["Q", "K", "V"] + (["M"] if a.mask is not None else []) + ["O"]
     with ir.InsertionPoint(fn):
-        part = _build_part(name, a, names, a.shapes)
+        part = _Part(name, a, names, a.shapes, step).build()
     entry = fn.add_entry_block()
     with ir.InsertionPoint(entry):
         call_parts(ir.StringAttr(part.sym_name).value, list(entry.arguments), a.threads)
@@ -402,7 +736,7 @@ def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel) -> func.FuncOp:
 
 def _check_signature(fn: func.FuncOp, name: str, a: LanesKernel) -> None:
     """The declaration's arguments must be the descriptor's buffers (static, identity layout, its dtype)."""
-    want = [str(memref_t(s, a.dtype)) for s in a.shapes]
+    want = [str(memref_t(s, dt)) for s, dt in zip(a.shapes, a.arg_dtypes)]
     have = [str(t) for t in fn.type.inputs]
     if have != want or fn.type.results:
         raise CompileError(f"@{name} takes ({', '.join(have)}); its pbsdk.attention descriptor needs "
@@ -414,13 +748,37 @@ def _part_of(module: ir.Module, name: str) -> list[func.FuncOp]:
             if f.operation.name == "func.func" and ir.StringAttr(f.sym_name).value == f"{name}_part"]
 
 
+@dataclasses.dataclass(frozen=True)
 class AttentionKernels:
     """The cpu target's ``attention`` stage: every private ``func.func`` marked ``pbsdk.attention`` with a
     ``"lanes"`` descriptor gets the kernel above as its body (the mark is then dropped: the function is
     an ordinary kernel). Scratchpad descriptors are not this target's form and are left alone.
 
+    A descriptor naming a matrix unit gets its instructions from ``unit_step``, the target's hook
+    (`pbsdk.targets.cpu.hooks.unit_step` unless a plugin replaces it), where the cpu target lowers that
+    unit of the stage's spec for its machine code (`pbsdk.targets.cpu.pack_contractions.lowers_unit`);
+    otherwise both matmuls are vector FMAs on the widened operands, and ``ctx.notes["attention"]`` says why.
+
     The kernel is normalised the way the core's stages normalise code they carry (``canonicalize``,
     ``cse`` on its two functions), so it reaches the lowering stages as it did when the core built it."""
+
+    unit_step: Any = None  # UnitStepHook (pbsdk.targets.cpu.pack_contractions); None: the cpu target's
+
+    def step_for(self, module: ir.Module, name: str, a: LanesKernel, ctx: StageContext) -> StepFn | None:
+        """The unit step of ``a.unit`` (None: FMAs; a note says why where the descriptor asked for a unit)."""
+        from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
+        from pbsdk.targets.cpu.pack_contractions import lowers_unit, unit_step_builder
+
+        if a.unit is None:
+            return None
+        unit = next((u for u in ctx.spec.matrix_units if u.name == a.unit.name), None) if ctx.spec else None
+        if unit is None or not lowers_unit(ctx.spec, unit.name):
+            why = "not in the spec" if unit is None else "not lowered for this spec's machine code"
+            ctx.notes.setdefault("attention", []).append(
+                f"@{name}: matrix unit {a.unit.name} {why}: both matmuls on vector FMAs in f32")
+            return None
+        ctx.notes.setdefault("attention", []).append(f"@{name}: both matmuls on {a.unit.describe()}")
+        return unit_step_builder(unit, module, ctx, self.unit_step or default_unit_step)
 
     def apply(self, module: ir.Module, ctx: StageContext) -> ir.Module:
         from mlir.passmanager import PassManager
@@ -443,7 +801,7 @@ class AttentionKernels:
                     raise CompileError(f"@{name} has a body; a \"lanes\" pbsdk.attention function is a "
                                        "declaration the target builds", op="func.func")
                 _check_signature(fn, name, a)
-                built += [build_lanes_kernel(fn, a), *_part_of(module, name)]
+                built += [build_lanes_kernel(fn, a, self.step_for(module, name, a, ctx)), *_part_of(module, name)]
                 del fn.attributes[attrs.ATTENTION]
             if built:
                 pm = PassManager.parse("func.func(canonicalize, cse)")
