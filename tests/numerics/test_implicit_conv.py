@@ -18,8 +18,8 @@ from pbsdk import ops
 from pbsdk.core.spec import load_spec
 from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.testing import assert_close
-from pbsdk.testing.tolerances import Tolerance, tolerance
 from pbsdk.testing import reference as ref
+from pbsdk.testing.tolerances import Tolerance, tolerance
 
 RNG = np.random.default_rng(11)
 
