@@ -821,7 +821,7 @@ def depthwise_channels_last(node: Node, spec: Any, options: Options, *, given_nh
 
 
 def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool, bool], bool]:
-    """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float convolution by
+    """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float (or i8 -> i32 quantized) convolution by
     `conv_in_nhwc`; a depthwise one by `depthwise_layout` (channels last for free once its input and its
     users are)."""
     producers = {n.out.id: n for n in graph.nodes}
@@ -831,7 +831,9 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
         groups = node.attrs["groups"]
         vec = getattr(spec, "vector", None)
         acc = node.out.dtype
-        if x.dtype != w.dtype or acc not in ("f32", "f64") or vec is None or acc not in vec.dtypes:
+        integer = (x.dtype, acc) == ("i8", "i32")  # a quantized convolution (its requantize follows it)
+        if x.dtype != w.dtype or (acc not in ("f32", "f64") and not integer) or vec is None \
+                or acc not in vec.dtypes:
             return False
         if groups == 1:
             const = (src := producers.get(w.id)) is not None and src.op == "const"
