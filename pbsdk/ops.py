@@ -181,23 +181,6 @@ def _const_array(t: Tensor) -> np.ndarray | None:
     return None if src is None or src.op != "const" else np.asarray(src.attrs["value"])
 
 
-def _conv_ones_correction(w: np.ndarray, attrs: Mapping[str, Any], shape: tuple[int, ...], in_hw: tuple[int, int],
-                          ) -> np.ndarray:
-    """``conv2d(ones, w)`` over the convolution's zero padding (``attrs``, one image of ``in_hw``), in numpy:
-    per output position and channel, the sum of the weights of the taps that fall inside the image. The
-    correction a quantized convolution subtracts (times the input zero point) for a constant weight."""
-    (sh, sw), (dh, dw), ((pt, _), (pl, _)) = attrs["stride"], attrs["dilation"], attrs["padding"]
-    nchw = attrs["layout"] == "NCHW"
-    taps = w.astype(np.int64).sum(axis=1) if nchw else w.astype(np.int64).sum(axis=2).transpose(2, 0, 1)  # o, i, j
-    oh, ow = (shape[2], shape[3]) if nchw else (shape[1], shape[2])
-    rows = np.arange(oh)[:, None] * sh - pt + np.arange(taps.shape[1])[None, :] * dh
-    cols = np.arange(ow)[:, None] * sw - pl + np.arange(taps.shape[2])[None, :] * dw
-    inside_r = ((rows >= 0) & (rows < in_hw[0])).astype(np.int64)
-    inside_c = ((cols >= 0) & (cols < in_hw[1])).astype(np.int64)
-    corr = np.einsum("oij,ai,bj->oab", taps, inside_r, inside_c)
-    return (corr[None] if nchw else corr.transpose(1, 2, 0)[None]).astype(np.int32)
-
-
 def _add(op: str, inputs: Sequence[Value], shape: tuple[int, ...], dtype: str, **attrs: Any) -> Tensor:
     # Integer ops: `compute_dtype` raises for an op integers do not support ("cast" is the one op between an
     # integer and a float dtype).
@@ -850,26 +833,38 @@ def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tup
         _log.info("conv2d of dequantized operands runs in float: %s", plan.reason)
         return None
     with _group("quantized_conv2d"):
-        acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
         w_value = _const_array(wq)
-        if xp.zero_point[0] != 0 and w_value is not None:  # a frozen weight: the correction made here, once
-            in_hw = (xq.shape[2], xq.shape[3]) if attrs["layout"] == "NCHW" else (xq.shape[1], xq.shape[2])
-            corr = _conv_ones_correction(w_value, attrs, shape, in_hw) * np.int64(xp.zero_point[0])
-            acc = sub(acc, _const(corr.astype(np.int32), "i32"))
-        elif xp.zero_point[0] != 0:
+        zx = int(xp.zero_point[0])
+        if zx != 0 and w_value is not None:
+            # A frozen weight: the input padded with its zero point (a real 0), so every tap of every output
+            # carries (x - zx) * w and the correction is zx times each output channel's weight sum, one
+            # constant per channel, made here once (a per-position map would be read in full by the kernel).
+            acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs, pad_value=zx)
+            sums = w_value.astype(np.int64).sum(axis=(1, 2, 3) if attrs["layout"] == "NCHW" else (0, 1, 2)) * zx
+            cshape = [1, 1, 1, 1]
+            cshape[c_axis] = sums.size
+            return _requantized_conv(sub(acc, _const(sums.reshape(cshape).astype(np.int32), "i32")), xp, wp,
+                                     c_axis, x.dtype)
+        acc = _add("conv2d", [xq.value, wq.value], shape, "i32", **attrs)
+        if xp.zero_point[0] != 0:
             one_shape = list(xq.shape)
             one_shape[0] = 1
             ones = _const(np.ones(one_shape), "i8")
             corr = _add("conv2d", [ones.value, wq.value], (1, *shape[1:]), "i32", **attrs)
             acc = sub(acc, mul(corr, xp.zero_point[0]))
-        scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
-        if scale.size > 1:
-            bshape = [1, 1, 1, 1]
-            bshape[c_axis] = scale.size
-            factor: Any = _const(scale.reshape(bshape), "f32")
-        else:
-            factor = float(scale[0])
-        return astype(mul(astype(acc, "f32"), factor), x.dtype)
+        return _requantized_conv(acc, xp, wp, c_axis, x.dtype)
+
+
+def _requantized_conv(acc: Tensor, xp: quant.QuantParams, wp: quant.QuantParams, c_axis: int, dtype: str) -> Tensor:
+    """A quantized convolution's i32 sum times its scales (per output channel along ``c_axis``), as ``dtype``."""
+    scale = np.asarray(xp.scale[0] * np.asarray(wp.scale, np.float64), np.float32)
+    if scale.size > 1:
+        bshape = [1, 1, 1, 1]
+        bshape[c_axis] = scale.size
+        factor: Any = _const(scale.reshape(bshape), "f32")
+    else:
+        factor = float(scale[0])
+    return astype(mul(astype(acc, "f32"), factor), dtype)
 
 
 def _spatial(op: str, name: str, v: Any, n: int, *, low: int = 1) -> tuple[int, ...]:

@@ -63,14 +63,17 @@ show("reduce", lambda a: ops.max(a, axis=(0, 2)), (3, 4, 5))
 # CHECK-SAME: iterator_types = ["reduction", "parallel", "reduction"]
 # CHECK: arith.maximumf
 
-# Grouped, strided, dilated, padded conv2d: tensor.pad, channels split into groups, one generic.
+# Grouped, strided, dilated, padded conv2d (on a spec with vector FMAs: `grouped_as_batch`): the input to
+# NHWC and padded, one strided slice per tap into the patches, rearranged to (groups, pixels, taps x
+# channels); the weights to (groups, taps x channels, outputs); one batch_matmul; the result back to NCHW.
 show("conv", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9), (6, 2, 3, 3))
 # CHECK-LABEL: ----- conv
-# CHECK: #[[X:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d5, d3 * 2 + d6 * 2, d4 * 2 + d7 * 2)>
-# CHECK: tensor.pad %arg0 low[0, 0, 1, 1] high[0, 0, 1, 1]
-# CHECK: tensor.expand_shape {{.*}} output_shape [1, 2, 2, 11, 11]
-# CHECK: tensor.expand_shape %arg1 {{.*}} output_shape [2, 3, 2, 3, 3]
-# CHECK: linalg.generic {indexing_maps = [#[[X]],
+# CHECK: tensor.pad %{{.*}} low[0, 1, 1, 0] high[0, 1, 1, 0]
+# CHECK-COUNT-9: tensor.insert_slice
+# CHECK: linalg.transpose ins(%{{.*}} : tensor<1x4x4x3x3x2x2xf32>) outs(%{{.*}} : tensor<2x1x4x4x3x3x2xf32>) permutation = [5, 0, 1, 2, 3, 4, 6]
+# CHECK: tensor.collapse_shape {{.*}} into tensor<2x16x18xf32>
+# CHECK: linalg.transpose ins(%{{.*}} : tensor<2x3x2x3x3xf32>) outs(%{{.*}} : tensor<2x3x3x2x3xf32>) permutation = [0, 3, 4, 2, 1]
+# CHECK: linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x16x18xf32>, tensor<2x18x3xf32>) outs(%{{.*}} : tensor<2x16x3xf32>)
 # CHECK: tensor.collapse_shape {{.*}} into tensor<1x6x4x4xf32>
 
 # Layout ops: transpose is linalg.transpose; reshape is a collapse and an expand (views after bufferization).

@@ -353,7 +353,7 @@ class _Emitter:
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
             padded = TensorType((xt.shape[0], xt.shape[1] + pt + pb, xt.shape[2] + pl + pr, xt.shape[3]), xt.dtype)
             lo, sizes, ones = [0, pt, pl, 0], list(xt.shape), [1] * 4
-            init = self.filled(padded, 0.0)
+            init = self.filled(padded, node.attrs.get("pad_value", 0.0))
             interior = tensor.ExtractSliceOp(tensor_type(xt.shape, xt.dtype), init, [], [], [], lo, sizes,
                                              ones).result
             xv = self.permuted(xv, xt, [0, 3, 1, 2], init=interior)
@@ -369,11 +369,12 @@ class _Emitter:
             xv = self.permuted(xv, xt, [0, 3, 1, 2])
             nhwc = True
         if pt or pb or pl or pr:
-            # Zero padding as a tensor.pad on the spatial dims.
+            # Padding as a tensor.pad on the spatial dims: zeros, or a quantized input's zero point (attribute
+            # ``pad_value``: a real 0 in its integer representation).
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
             hi = [0, 0, pb, pr] if not nhwc else [0, pb, pr, 0]
             padded = TensorType(tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape)), xt.dtype)
-            zero = scalar_constant(0, element_type(xt.dtype))
+            zero = scalar_constant(node.attrs.get("pad_value", 0), element_type(xt.dtype))
             pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
             with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
                 tensor.YieldOp(zero)
