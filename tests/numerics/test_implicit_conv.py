@@ -128,3 +128,27 @@ def test_bf16_implicit_conv_on_the_unit(case: tuple, threads: int, pack_notes) -
     tol = Tolerance(atol=base.atol + 2 * 2.0**-8 * float(np.abs(y).max()), rtol=base.rtol)
     assert_close(got, expect, op="conv2d", dtype="bf16", tol=tol)
     assert any("implicit GEMM on vdpbf16ps" in n for n in pack_notes(conv, options, x, w, bias))
+
+
+# i8 on VNNI (vpdpbusd): groups of four channels; A's bytes offset by 128 at each broadcast from the input,
+# the accumulators started at -128 x B's column sums: the i32 result is exact.
+I8_CASES = [c for c in CASES if c[1][3] % 4 == 0 and c[1][3] >= 16]
+needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI (vpdpbusd)")
+
+
+@needs_i8_unit
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", I8_CASES, ids=lambda c: c[0])
+def test_i8_implicit_conv_on_the_unit_is_exact(case: tuple, threads: int, pack_notes) -> None:
+    _, (n, h, w_, c), (o, kh, kw), stride, padding, dilation = case
+    rng = np.random.default_rng(17)
+    x = rng.integers(-128, 128, (n, h, w_, c), dtype=np.int8)
+    w = rng.integers(-128, 128, (kh, kw, c, o), dtype=np.int8)
+    x.reshape(-1)[:7] = -128  # the extremes, whose offset (+128) is 0
+    options = {"threads": threads}
+    got = pbsdk.jit(_conv(case), options=options)(x, w)
+    assert got.dtype == np.int32
+    want = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride=stride, padding=padding,
+                      dilation=dilation, layout="NHWC")
+    np.testing.assert_array_equal(got, want.astype(np.int64))
+    assert any("implicit GEMM on vpdpbusd" in n for n in pack_notes(_conv(case), options, x, w))
