@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from pbsdk.bench import cpu_model
 
 CONTENDERS = ("pbsdk", "inductor", "eager")
 
@@ -140,7 +141,7 @@ def measure(name: str, batch: int, threads: int, rounds: int, block_s: float) ->
                 per_round[c].append((time.perf_counter() - start) / reps)
     planned = [c for r in reports for k in r.kernels for c in (k.executable.resources or {}).get("contractions", [])]
     ratios = {o: [a / p for a, p in zip(per_round[o], per_round["pbsdk"])] for o in ("inductor", "eager")}
-    return {"model": name, "batch": batch, "threads": threads, "cpu": _cpu(), "reps": reps, "rounds": rounds,
+    return {"model": name, "batch": batch, "threads": threads, "cpu": cpu_model(), "reps": reps, "rounds": rounds,
             "first_s": first, "relative_error": errors,
             "fallback_ops": sorted({o for r in reports for o in r.fallback_ops}),
             "graphs": len(reports), "ops": [sum(r.compiled_ops for r in reports), sum(r.graph_ops for r in reports)],
@@ -148,16 +149,6 @@ def measure(name: str, batch: int, threads: int, rounds: int, block_s: float) ->
             "i8_contractions": sum(c.get("dtype") == "i8" for c in planned),
             "latency_ms": {c: 1e3 * statistics.median(v) for c, v in per_round.items()},
             "speedup": {o: {"median": statistics.median(v), "min": min(v), "max": max(v)} for o, v in ratios.items()}}
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def table(rows: list[dict[str, Any]]) -> str:

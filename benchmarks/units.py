@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from pbsdk.bench import cpu_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -41,16 +42,6 @@ def _cases() -> list[tuple[str, str, tuple[int, int, int], bool]]:
         m, n, k = SHAPES[-1]
         out.append((f"{dtype}_mm_{'bias_gelu' if dtype == 'bf16' else 'requant'}_{m}x{n}x{k}", dtype, (m, n, k), True))
     return out
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads: int):
@@ -160,7 +151,7 @@ def main() -> int:
     host = load_spec("host")
     units = ", ".join(f"{u.name} ({u.operand_dtype}->{u.accumulator_dtype}, {u.m}x{u.n}x{u.k})"
                       for u in host.matrix_units) or "none"
-    cpu = _cpu_model()
+    cpu = cpu_model()
     print(f"CPU: {cpu}; host matrix units: {units}", file=sys.stderr)
     rows: list[dict] = []
     for t in [int(x) for x in args.threads.split(",")]:

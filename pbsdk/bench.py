@@ -459,7 +459,8 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
 
 # ------------------------------------------------------------------------------------------ machine info
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo), for the reports that must name the CPU beside figures."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -488,7 +489,7 @@ def machine_info() -> dict[str, Any]:
     import pbsdk
 
     info: dict[str, Any] = {
-        "cpu_model": _cpu_model(), "cores": os.cpu_count(),
+        "cpu_model": cpu_model(), "cores": os.cpu_count(),
         "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "platform": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
         "numpy_blas": None, "torch": None, "pbsdk": pbsdk.__version__, "pbsdk_commit": _git_commit(),
