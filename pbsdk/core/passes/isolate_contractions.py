@@ -41,7 +41,7 @@ PREFIX = "__pbsdk_contraction"
 
 
 #: Longest elementwise chain moved in with a contraction (fusion merges it into one op there).
-MAX_EPILOGUE = 8
+MAX_EPILOGUE = 12
 
 
 def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
