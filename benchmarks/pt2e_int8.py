@@ -23,6 +23,8 @@ import argparse
 import json
 import logging
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -179,11 +181,18 @@ def main() -> None:
     parser.add_argument("--block-s", type=float, default=0.5)
     parser.add_argument("--json", help="write the rows here (JSON)")
     parser.add_argument("--md", help="write the markdown table here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:  # one row, in a process of its own (Dynamo's and Inductor's global state stay per row)
+        print(json.dumps(measure(args.models[0], args.batches[0], args.threads, args.rounds, args.block_s)))
+        return
     rows = []
     for name in args.models:
         for batch in args.batches:
-            row = measure(name, batch, args.threads, args.rounds, args.block_s)
+            out = subprocess.run([sys.executable, __file__, "--child", "--models", name, "--batches", str(batch),
+                                  "--threads", str(args.threads), "--rounds", str(args.rounds), "--block-s",
+                                  str(args.block_s)], stdout=subprocess.PIPE, text=True, check=True)
+            row = json.loads(out.stdout.strip().splitlines()[-1])
             rows.append(row)
             print(table([row]).splitlines()[-1], flush=True)
     text = table(rows)
