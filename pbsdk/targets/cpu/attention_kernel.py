@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mlir import ir
@@ -588,33 +588,43 @@ class _Part:
         return arith.divui(arith.addi(self.jn, self.ix.c(1)), self.ix.c(2))
 
     # ------------------------------------------------------------------------------------ P·V
-    def pv(self, alpha: list[ir.Value]) -> None:
-        """Ot = Ot * alpha + Vᵀ P, in chunks of value columns held in registers across the key block."""
-        a, ix = self.a, self.ix
-        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+    def pv_chunks(self, alpha: list[ir.Value], trips: ir.Value,
+                  body: Callable[[ir.Value, int, int, list[ir.Value]], list[ir.Value]]) -> None:
+        """Ot = Ot * alpha + (what ``body`` accumulates over ``trips`` steps), in chunks of value columns held
+        in registers across the key block: ``body(step, c0, ncol, accs)`` returns the chunk's accumulators
+        (``ncol`` columns from ``c0``, by query vectors) after one step."""
+        a, c = self.a, self.ix.c
+        L, br, nvq = a.lanes, a.block_q, a.q_vectors
         c0 = 0
         while c0 < a.dv:
             ncol = min(a.pv_cols, a.dv - c0)
-            inits = []
-            for r in range(ncol):
-                for v in range(nvq):
-                    old = vector.load(self.vt, self.Ot, [c((c0 + r) * br + v * L)])
-                    inits.append(arith.mulf(old, alpha[v]))
-            with loop(c(0), self.jn, c(1), inits) as pl:
-                srow = ix.mul(pl.induction_variable, br)
-                pv = [vector.load(self.vt, self.St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
-                vrow = ix.add(self.voff, ix.mul(ix.add(self.j0, pl.induction_variable), a.v.row_stride))
-                outs = []
-                for r in range(ncol):
-                    vs = _widen(memref.load(self.flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))]))
-                    vb = vector.broadcast(self.vt, vs)
-                    for v in range(nvq):
-                        outs.append(vector.fma(vb, pv[v], pl.inner_iter_args[r * nvq + v]))
-                scf.YieldOp(outs)
+            inits = [arith.mulf(vector.load(self.vt, self.Ot, [c((c0 + r) * br + v * L)]), alpha[v])
+                     for r in range(ncol) for v in range(nvq)]
+            with loop(c(0), trips, c(1), inits) as pl:
+                scf.YieldOp(body(pl.induction_variable, c0, ncol, list(pl.inner_iter_args)))
             for r in range(ncol):
                 for v in range(nvq):
                     vector.store(pl.results[r * nvq + v], self.Ot, [c((c0 + r) * br + v * L)])
             c0 += ncol
+
+    def pv(self, alpha: list[ir.Value]) -> None:
+        """Ot = Ot * alpha + Vᵀ P with f32 FMAs (`pv_chunks`), a key per step."""
+        a, ix = self.a, self.ix
+        c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
+
+        def key(j: ir.Value, c0: int, ncol: int, accs: list[ir.Value]) -> list[ir.Value]:
+            srow = ix.mul(j, br)
+            pv = [vector.load(self.vt, self.St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
+            vrow = ix.add(self.voff, ix.mul(ix.add(self.j0, j), a.v.row_stride))
+            outs = []
+            for r in range(ncol):
+                vs = _widen(memref.load(self.flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))]))
+                vb = vector.broadcast(self.vt, vs)
+                for v in range(nvq):
+                    outs.append(vector.fma(vb, pv[v], accs[r * nvq + v]))
+            return outs
+
+        self.pv_chunks(alpha, self.jn, key)
 
     def pack_v(self) -> None:
         """Vp[h, col, t] = V[j0 + 2h + t, col]: the key block's values as pairs of keys per column (an odd
@@ -647,36 +657,26 @@ class _Part:
                 vector.store(interleave(halves, L), self.Vp, [ix.add(ix.mul(h, 2 * self.dvp), c(2 * c0))])
 
     def pv_pairs(self, alpha: list[ir.Value]) -> None:
-        """Ot = Ot * alpha + Vᵀ P on the unit over pairs of keys, in chunks of value columns held in
-        registers across the key block (V's pair broadcast as a word)."""
+        """Ot = Ot * alpha + Vᵀ P on the unit (`pv_chunks`), a pair of keys per step (V's pair broadcast as a
+        word)."""
         a, ix = self.a, self.ix
         c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
         assert self.step is not None
         step = self.step
-        c0 = 0
-        while c0 < a.dv:
-            ncol = min(a.pv_cols, a.dv - c0)
-            inits = []
+
+        def pair(h: ir.Value, c0: int, ncol: int, accs: list[ir.Value]) -> list[ir.Value]:
+            prow = ix.mul(h, 2 * br)
+            pv = [vector.load(self.wide_t, self.Pp, [ix.add(prow, c(v * 2 * L))]) for v in range(nvq)]
+            vrow = ix.mul(h, 2 * self.dvp)
+            outs = []
             for r in range(ncol):
+                vb = broadcast_word(group_word(vector.load(self.pair_t, self.Vp, [ix.add(vrow, c(2 * (c0 + r)))])),
+                                    self.wide_t)
                 for v in range(nvq):
-                    old = vector.load(self.vt, self.Ot, [c((c0 + r) * br + v * L)])
-                    inits.append(arith.mulf(old, alpha[v]))
-            with loop(c(0), self.key_pairs(), c(1), inits) as pl:
-                h = pl.induction_variable
-                prow = ix.mul(h, 2 * br)
-                pv = [vector.load(self.wide_t, self.Pp, [ix.add(prow, c(v * 2 * L))]) for v in range(nvq)]
-                vrow = ix.mul(h, 2 * self.dvp)
-                outs = []
-                for r in range(ncol):
-                    vb = broadcast_word(group_word(vector.load(self.pair_t, self.Vp, [ix.add(vrow, c(2 * (c0 + r)))])),
-                                        self.wide_t)
-                    for v in range(nvq):
-                        outs.append(step(pl.inner_iter_args[r * nvq + v], vb, pv[v]))
-                scf.YieldOp(outs)
-            for r in range(ncol):
-                for v in range(nvq):
-                    vector.store(pl.results[r * nvq + v], self.Ot, [c((c0 + r) * br + v * L)])
-            c0 += ncol
+                    outs.append(step(accs[r * nvq + v], vb, pv[v]))
+            return outs
+
+        self.pv_chunks(alpha, self.key_pairs(), pair)
 
     # ------------------------------------------------------------------------------------ output
     def store_out(self, sums: list[ir.Value]) -> None:
