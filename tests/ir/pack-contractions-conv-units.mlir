@@ -55,13 +55,18 @@ func.func private @__pbsdk_contraction0(%a: memref<16x64xbf16>, %b: memref<64x8x
 
 // -----
 
-// Reject: 17 channels, so a tap's channels are not whole pairs of the unit's k. The im2col stays; the
-// contraction is packed later as a plain unit matmul.
+// Reject: 17 channels, so a tap's channels are not whole pairs of the unit's k. The im2col stays (the
+// contraction is packed later as a plain unit matmul), but its four tap copies become one function that
+// copies each output pixel's kernel row (2 taps x 17 adjacent values) with masked vector loads and stores.
 // CHECK-LABEL: func.func @odd_channels(
-// CHECK-COUNT-4: memref.copy
+// CHECK-NOT:     memref.copy
+// CHECK:         call @__pbsdk_im2col_rows0(%{{.*}}, %{{.*}}) : (memref<1x5x5x17xbf16>, memref<1x4x4x2x2x17xbf16>) -> ()
 // CHECK:         call @__pbsdk_contraction0(
 // CHECK-LABEL: func.func private @__pbsdk_contraction0(
 // CHECK:         call @__pbsdk_mm0(
+// CHECK-LABEL: func.func private @__pbsdk_im2col_rows0(
+// CHECK:         vector.maskedload %{{.*}} : memref<425xbf16>, vector<32xi1>, vector<32xbf16> into vector<32xbf16>
+// CHECK:         vector.maskedstore %{{.*}} : memref<1088xbf16>, vector<32xi1>, vector<32xbf16>
 func.func @odd_channels(%x: memref<1x5x5x17xbf16>, %w: memref<68x8xbf16>, %d: memref<16x8xbf16>) {
   %p = memref.alloc() {alignment = 64 : i64} : memref<1x4x4x2x2x17xbf16>
   %s00 = memref.subview %x[0, 0, 0, 0] [1, 4, 4, 17] [1, 1, 1, 1] : memref<1x5x5x17xbf16> to memref<1x4x4x17xbf16, strided<[425, 85, 17, 1]>>

@@ -152,3 +152,23 @@ def test_i8_implicit_conv_on_the_unit_is_exact(case: tuple, threads: int, pack_n
                       dilation=dilation, layout="NHWC")
     np.testing.assert_array_equal(got, want.astype(np.int64))
     assert any("implicit GEMM on vpdpbusd" in n for n in pack_notes(_conv(case), options, x, w))
+
+
+@needs_bf16_unit
+@pytest.mark.parametrize("case", [c for c in CASES if c[1][3] < 16], ids=lambda c: c[0])
+def test_few_channels_on_the_unit_copy_patches_by_kernel_rows(case: tuple, pack_notes) -> None:
+    """3 or 8 channels (an image stem) are no whole groups of the unit's k: the im2col stays, but copies a
+    kernel row's KW x C adjacent values at a time (`copy_by_rows`)."""
+    _, (_, _, _, c), (_, kh, kw), stride, padding, dilation = case
+    x, w = (v.astype(BF16) for v in _inputs(case))
+    got = pbsdk.jit(_conv(case))(x, w)
+    y = ref.conv2d(x.astype(np.float32), w.astype(np.float32), stride=stride, padding=padding,
+                   dilation=dilation, layout="NHWC")
+    assert_close(got, y.astype(BF16), op="conv2d", dtype="bf16", reduction_size=c * kh * kw, accumulator="f32")
+    notes = pack_notes(_conv(case), {}, x, w)
+    assert any("copy_by_rows" in n for n in notes), notes
+    xi = np.random.default_rng(3).integers(-128, 128, x.shape, dtype=np.int8)
+    wi = np.random.default_rng(4).integers(-128, 128, w.shape, dtype=np.int8)
+    want = ref.conv2d(xi.astype(np.float64), wi.astype(np.float64), stride=stride, padding=padding,
+                      dilation=dilation, layout="NHWC")
+    np.testing.assert_array_equal(pbsdk.jit(_conv(case))(xi, wi), want.astype(np.int64))

@@ -30,14 +30,14 @@ from pbsdk.core.errors import CompileError
 from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import element_type
-from pbsdk.core.passes import defining_op, ops_named, user_op
+from pbsdk.core.passes import defining_op, identity_layout, ops_named, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
-from pbsdk.targets.cpu.implicit_conv import Im2col, find_im2col
+from pbsdk.targets.cpu.implicit_conv import Im2col, copy_by_rows, find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
     EPILOGUE_OPS,
     Epilogue,
@@ -474,7 +474,7 @@ class PackContractions:
         patch matrix, no packing of A. The patch copies go, and so does the contraction function once
         nothing calls it. Returns how many kernels were built (they are named like the others)."""
         table = ir.SymbolTable(module.operation)
-        count = 0
+        count = rows = 0
         rewritten: dict[str, ir.Operation] = {}  # contraction functions a rewritten call called
         for call in ops_named(module, "func.call"):
             callee_name = ir.FlatSymbolRefAttr(call.attributes["callee"]).value
@@ -489,6 +489,11 @@ class PackContractions:
                 if built:
                     count += 1
                     rewritten[callee_name] = callee
+                elif found.geometry.dw == 1 and identity_layout(ir.MemRefType(found.x.type)):
+                    copy_by_rows(module, found, f"__pbsdk_im2col_rows{rows}")
+                    rows += 1
+                    notes.append(f"@{callee_name}: its im2col copies a kernel row ({found.geometry.kw} taps) at "
+                                 "a time (copy_by_rows)")
                 continue
             body = _contraction_body(callee, cpu_options(ctx).fuse_epilogues)
             if body is None:
