@@ -281,7 +281,6 @@ class _UnitKernel:
                  epilogue: UnitEpilogue | None, prepacked: bool = False, window: Window | None = None) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
         self.prepacked, self.window = prepacked, window
-        self.invariant: dict[tuple[int, int], ir.Value] = {}  # the current tile's (`row_invariant_inputs`)
         self.u, self.L = OPERANDS[shape.operand][1], blk.lanes  # values of k in one 32-bit group
         self.et = shape.a_type.element_type
         self.acc_t = shape.c_type.element_type
@@ -521,18 +520,11 @@ class _UnitKernel:
             init = [self.zero(self.vacc)] * (blk.mr * blk.nv)
 
         def group(g: ir.Value, acc: list[ir.Value], tail: bool = False) -> list[ir.Value]:
-            src = self.B if self.prepacked else self.Bp
-            bv = [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(blk.nv)]
-            out = list(acc)
-            for i in range(blk.mr):
-                if self.Ap is not None:
-                    grp = vector.load(self.group_t, self.Ap, [ib, g, c(i * u)])
-                else:
-                    grp = self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))), tail)
-                a = self.broadcast_group(grp, self.signed_a and self.Ap is None)
-                for v in range(blk.nv):
-                    out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
-            return out
+            bv = self.b_group(jc, pc, jb, g)
+            if self.Ap is not None:
+                return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.Ap, [ib, g, c(i * u)]), False)
+            return self.group_steps(acc, bv, lambda i: self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))),
+                                                                    tail), True)
 
         if self.window is None and self.Ap is None and self.shape.k % u:
             # K not in whole groups, A read in place: the whole groups load plainly, and only a last, partial
@@ -548,23 +540,33 @@ class _UnitKernel:
             acc = self.window_groups(ic, jc, pc, ib, jb, kc, init)
         self.update_c(lead, rows, ic, ib, jc, jb, acc, first)
 
+    def b_group(self, jc: ir.Value, pc: ir.Value, jb: ir.Value, g: ir.Value) -> list[ir.Value]:
+        """Group ``g`` of panel ``jb``: one unit operand of B per vector of the tile's columns."""
+        src = self.B if self.prepacked else self.Bp
+        return [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(self.blk.nv)]
+
+    def group_steps(self, acc: list[ir.Value], bv: list[ir.Value], row_group: Callable[[int], ir.Value],
+                    in_place: bool) -> list[ir.Value]:
+        """One group of k for the whole tile: row ``i``'s group of A (``row_group(i)``) broadcast (offset by
+        128 for an int8 A read in place) and one unit step per accumulator of the row."""
+        nv = self.blk.nv
+        out = list(acc)
+        for i in range(self.blk.mr):
+            a = self.broadcast_group(row_group(i), self.signed_a and in_place)
+            for v in range(nv):
+                out[i * nv + v] = self.step(out[i * nv + v], a, bv[v])
+        return out
+
     def window_groups(self, ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value, jb: ir.Value, kc: ir.Value,
                       init: list[ir.Value]) -> list[ir.Value]:
         """The micro-tile's k loop reading A from the window (`window_k_loop`: taps outer, groups of ``u``
         channels inner, one base address per pixel)."""
         blk, c, u = self.blk, self.c, self.u
         assert self.window is not None
-        src = self.B if self.prepacked else self.Bp
 
         def step(k: ir.Value, addr: Callable[[int], ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-            g = arith.divui(k, c(u))
-            bv = [vector.load(self.wide_t, src, self.b_at(jc, pc, jb, g, v)) for v in range(blk.nv)]
-            out = list(acc)
-            for i in range(blk.mr):
-                a = self.broadcast_group(vector.load(self.group_t, self.X_flat, [addr(i)]), self.signed_a)
-                for v in range(blk.nv):
-                    out[i * blk.nv + v] = self.step(out[i * blk.nv + v], a, bv[v])
-            return out
+            bv = self.b_group(jc, pc, jb, arith.divui(k, c(u)))
+            return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.X_flat, [addr(i)]), True)
 
         r0 = arith.addi(ic, arith.muli(ib, c(blk.mr)))
         return window_k_loop(self.rows, self.window, self.ix, blk.mr, arith.subi(self.m1, c(1)), r0, pc, kc, init,
@@ -592,7 +594,7 @@ class _UnitKernel:
         for i, value in enumerate(acc or []):  # None: the tile is in Tp already
             vector.store(value, self.Tp, [c(i // blk.nv), c(i % blk.nv * L)])
         count = self.min(c(blk.mr), arith.subi(self.m1, top))
-        self.invariant = self.row_invariant_inputs(lead, cols)
+        invariant = self.row_invariant_inputs(lead, cols)
 
         def row(i: ir.Value) -> None:
             values = [vector.load(self.vacc, self.Tp, [i, c(v * L)]) for v in range(blk.nv)]
@@ -601,13 +603,12 @@ class _UnitKernel:
                 self.store_row(lead, at, cols, values, first)
                 return
             if self.last is None:  # one k block covers K
-                self.finish_row(lead, at, cols, values, first)
+                self.finish_row(lead, at, cols, values, first, invariant)
                 return
-            _if(self.last, lambda: self.finish_row(lead, at, cols, values, first),
+            _if(self.last, lambda: self.finish_row(lead, at, cols, values, first, invariant),
                 lambda: self.store_row(lead, at, cols, values, first))
 
         _for(c(0), count, c(1), row)
-        self.invariant = {}
 
     def total(self, lead: list[ir.Value], row: ir.Value, col: tuple[ir.Value, ir.Value], acc: ir.Value,
               first: ir.Value | None) -> ir.Value:
@@ -628,10 +629,11 @@ class _UnitKernel:
             vector.maskedstore(self.C, [*lead, row, col], msk, self.total(lead, row, (col, msk), acc[v], first))
 
     def finish_row(self, lead: list[ir.Value], row: ir.Value, cols: list[tuple[ir.Value, ir.Value]],
-                   acc: list[ir.Value], first: ir.Value | None) -> None:
-        """``D[row, cols] = epilogue(C + acc)``: one row of the tile through the epilogue."""
+                   acc: list[ir.Value], first: ir.Value | None, invariant: list[dict[int, ir.Value]]) -> None:
+        """``D[row, cols] = epilogue(C + acc)``: one row of the tile through the epilogue (``invariant``: per
+        vector of columns, the inputs read once for the tile, `row_invariant_inputs`)."""
         for v, (col, msk) in enumerate(cols):
-            self.store_epilogue(lead, row, col, msk, self.total(lead, row, (col, msk), acc[v], first), v)
+            self.store_epilogue(lead, row, col, msk, self.total(lead, row, (col, msk), acc[v], first), invariant[v])
 
     def epilogue_input(self, e: int, loops: list[ir.Value], msk: ir.Value) -> ir.Value:
         """Epilogue input ``e`` at ``loops`` (the batch, the row, the column): a vector along the columns
@@ -646,31 +648,28 @@ class _UnitKernel:
         return vector.broadcast(vt, memref.load(self.E[e], at))
 
     def row_invariant_inputs(self, lead: list[ir.Value], cols: list[tuple[ir.Value, ir.Value]],
-                             ) -> dict[tuple[int, int], ir.Value]:
+                             ) -> list[dict[int, ir.Value]]:
         """The epilogue inputs that do not walk the rows (a bias, a batch norm's per-channel vectors), read
-        once per tile for each of its vector columns: {(input, column vector): value}. The rows' loop then
-        reads only what changes from row to row (and LLVM cannot hoist these loads itself: D may alias)."""
+        once per tile: for each vector of its columns, {input: value}. The rows' loop then reads only what
+        changes from row to row (and LLVM cannot hoist these loads itself: D may alias)."""
         ep = self.epilogue
         if ep is None:
-            return {}
-        row_dim = len(lead)
-        out = {}
+            return [{} for _ in cols]
+        out: list[dict[int, ir.Value]] = [{} for _ in cols]
         for e, dims in enumerate(ep.dims):
-            if row_dim in dims:
-                continue
-            for v, (col, msk) in enumerate(cols):
-                out[(e, v)] = self.epilogue_input(e, [*lead, self.c(0), col], msk)
+            if len(lead) not in dims:  # the row's loop is dimension len(lead) of [*lead, row, col]
+                for v, (col, msk) in enumerate(cols):
+                    out[v][e] = self.epilogue_input(e, [*lead, self.c(0), col], msk)
         return out
 
     def store_epilogue(self, lead: list[ir.Value], row: ir.Value, col: ir.Value, msk: ir.Value,
-                       value: ir.Value, v: int = -1) -> None:
+                       value: ir.Value, known: dict[int, ir.Value]) -> None:
         """``D[row, col:+L] = epilogue(value, E...)`` (masked): each input read where its map says, a vector
         along the columns where it walks them, else a broadcast scalar."""
         ep = self.epilogue
         assert ep is not None and self.D is not None
         loops = [*lead, row, col]
-        args = [self.invariant[(e, v)] if (e, v) in self.invariant else self.epilogue_input(e, loops, msk)
-                for e in range(len(ep.dims))]
+        args = [known[e] if e in known else self.epilogue_input(e, loops, msk) for e in range(len(ep.dims))]
         args.insert(ep.c_arg, value)
         out = vectorize(ep, args, self.L)
         vector.maskedstore(self.D, loops, msk, out)
