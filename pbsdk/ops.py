@@ -168,16 +168,16 @@ _FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": la
 def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
     if op not in _FOLDABLE or len(inputs) != 1:
         return None
-    src = next((n for n in reversed(graph.nodes) if n.out is inputs[0]), None)
-    if src is None or src.op != "const" or np.asarray(src.attrs["value"]).shape != inputs[0].shape:
+    src = _const_value(graph, inputs[0])
+    if src is None or src.shape != inputs[0].shape:
         return None
-    value = np.ascontiguousarray(_FOLDABLE[op](np.asarray(src.attrs["value"]), {**attrs, "shape": shape}))
+    value = np.ascontiguousarray(_FOLDABLE[op](src, {**attrs, "shape": shape}))
     return value if value.shape == tuple(shape) else None
 
 
-def _const_array(t: Tensor) -> np.ndarray | None:
-    """``t``'s value when a constant produces it (a frozen weight), else None."""
-    src = next((n for n in reversed(t.graph.nodes) if n.out is t.value), None)
+def _const_value(graph: Any, value: Value) -> np.ndarray | None:
+    """``value``'s array when a constant of ``graph`` produces it (a frozen weight), else None."""
+    src = next((n for n in reversed(graph.nodes) if n.out is value), None)
     return None if src is None or src.op != "const" else np.asarray(src.attrs["value"])
 
 
@@ -833,7 +833,7 @@ def _quantized_conv2d(x: Tensor, w: Tensor, attrs: Mapping[str, Any], shape: tup
         _log.info("conv2d of dequantized operands runs in float: %s", plan.reason)
         return None
     with _group("quantized_conv2d"):
-        w_value = _const_array(wq)
+        w_value = _const_value(wq.graph, wq.value)
         zx = int(xp.zero_point[0])
         if zx != 0 and w_value is not None:
             # A frozen weight: the input padded with its zero point (a real 0), so every tap of every output
@@ -1606,7 +1606,7 @@ def _quantized_matmul(x: Tensor, y: Tensor, ta: bool, tb: bool) -> Tensor | None
         return None
     with _group("quantized_matmul"):
         acc = matmul(xq, wq, transpose_b=tb)  # i32
-        w_value = _const_array(wq)
+        w_value = _const_value(wq.graph, wq.value)
         if xp.zero_point[0] != 0 and w_value is not None:  # a frozen weight: zx * its column sums, made here
             sums = w_value.astype(np.int64).sum(axis=1 if tb else 0) * np.int64(xp.zero_point[0])
             acc = sub(acc, _const(sums.reshape(1, -1).astype(np.int32), "i32"))

@@ -343,8 +343,7 @@ class _Emitter:
         groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
         xv = self.value(x)
         xt = x.type
-        as_matmul = groups == 1 and x.dtype == w.dtype and (
-            (out.dtype == x.dtype and out.dtype in ("f32", "f64")) or (x.dtype, out.dtype) in MIXED_CONTRACTIONS)
+        as_matmul = groups == 1 and packed_dtypes(x.dtype, w.dtype, out.dtype)
         depthwise = self._depthwise_channels_last(node)
         if depthwise and not nhwc:
             # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
@@ -764,6 +763,12 @@ def _memref(t: TensorType) -> ir.MemRefType:
     return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
 
 
+def packed_dtypes(x: str, w: str, out: str) -> bool:
+    """Whether a convolution of ``x`` by ``w`` into ``out`` is a contraction the targets pack: one float type
+    throughout, or a mixed contraction (`MIXED_CONTRACTIONS`: bf16 -> f32, i8 -> i32)."""
+    return x == w and ((out == x and out in ("f32", "f64")) or (x, out) in MIXED_CONTRACTIONS)
+
+
 def grouped_as_batch(node: Node, spec: Any, options: Options) -> bool:
     """Whether the grouped (not depthwise) convolution ``node`` runs as one batched contraction over its
     groups (`_Emitter._grouped_conv_as_batch`) rather than a loop nest: option ``conv_nhwc``, operands and
@@ -772,9 +777,8 @@ def grouped_as_batch(node: Node, spec: Any, options: Options) -> bool:
     x, w = node.inputs
     acc = node.out.dtype
     vec = getattr(spec, "vector", None)
-    same = x.dtype == w.dtype and ((acc == x.dtype and acc in ("f32", "f64")) or (x.dtype, acc) in MIXED_CONTRACTIONS)
-    return (node.attrs["groups"] > 1 and same and options.conv_nhwc and vec is not None and vec.fma
-            and acc in vec.dtypes)
+    return (node.attrs["groups"] > 1 and packed_dtypes(x.dtype, w.dtype, acc) and options.conv_nhwc
+            and vec is not None and vec.fma and acc in vec.dtypes)
 
 
 def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: bool, input_nhwc: bool = False,

@@ -32,7 +32,7 @@ from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import element_type
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
-from pbsdk.core.plan.contraction import Contraction, plan_contraction
+from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
 from pbsdk.core.plan.window import window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
@@ -253,9 +253,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     m, k = a.shape[-2:]
     n = b.shape[-1]
     bsz = a.shape[0] if batched else 0
-    from pbsdk.targets.cpu import CpuOptions
-
-    amx = ctx.options.target_as(CpuOptions).amx
+    amx = cpu_options(ctx).amx
     spec, dropped = unit_spec(ctx.spec, amx)
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
                if cpu_options(ctx).prepack_b and not batched and _unit_inner_stride(b) else None)
@@ -281,11 +279,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     fused = find_epilogue(op) if cpu_options(ctx).fuse_epilogues else None
     b_operand = op.operands[1]
     with op.location:
-        packing: Packing | None = None
-        if sources:
-            u = UNIT_OPERANDS[dtype][1]
-            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u, k_multiple)), b.element_type)
-            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes, k_multiple), packed_t)
+        packing = _unit_packing(b, k, n, blk, k_multiple) if sources else None
         step = unit_step_builder(unit, module, ctx, self.unit_step)
         # With the epilogue storing D from one k block that starts at zero, the product's own buffer C is
         # never read or written: the kernel takes a one-element stand-in, and C's allocation goes (a
@@ -322,6 +316,14 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
                  + (f", epilogue of {fused_ops} ops fused "
                     f"(stores {fused[0].out_type.element_type})" if fused else ""))
     return 1
+
+
+def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: int = 1) -> Packing:
+    """How a constant B (``k`` x ``n``) is packed at compile time for a unit kernel of ``blk``: into the unit's
+    interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block)."""
+    u = UNIT_OPERANDS[str(b.element_type)][1]
+    packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u, k_multiple)), b.element_type)
+    return (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes, k_multiple), packed_t)
 
 
 def _drop_unused_alloc(value: ir.Value) -> None:
@@ -509,13 +511,10 @@ class PackContractions:
             n = b.shape[-1]
             g = found.geometry
 
-            def outer(v: ir.Value, callee: ir.Operation = callee, call: ir.Operation = call) -> ir.Value:
-                return _at_call(v, callee, call)
-
             x_type = ir.MemRefType(found.x.type)
             channels = int(x_type.shape[3])
-            operands = [found.x, outer(mm.operands[1]), outer(mm.operands[2])]
-            operands += [outer(v) for v in fused[2]] if fused else []
+            operands = [found.x, _at_call(mm.operands[1], callee, call), _at_call(mm.operands[2], callee, call)]
+            operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
             weights = find_constant(operands[1], call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
             # The window reads the input in place as A: never transposed.
             plan = plan_contraction(ctx.spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None),
@@ -590,13 +589,13 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     a, b, c = (ir.MemRefType(v.type) for v in mm.operands)
     dtype = str(a.element_type)
     acc, u = UNIT_OPERANDS[dtype]
-    if dtype not in ("bf16", "i8") or str(b.element_type) != dtype or str(c.element_type) != acc:
+    if str(b.element_type) != dtype or str(c.element_type) != acc:
         notes.append(f"{where}: {a.element_type}/{b.element_type}/{c.element_type} is read by packing: im2col kept")
         return False
     spec, _ = unit_spec(ctx.spec, cpu_options(ctx).amx)
     (m, k), n = a.shape, b.shape[-1]
-    weights = find_constant(_at_call(mm.operands[1], callee, call), call, len(ctx.constants)) \
-        if cpu_options(ctx).prepack_b else None
+    b_value = _at_call(mm.operands[1], callee, call)  # an argument (`_contraction_body`): the call's operand
+    weights = find_constant(b_value, call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
     blk = plan_contraction(spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None), ctx.options).blocking
     unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
     run = window_run(channels, g.kw, g.dw)
@@ -617,15 +616,12 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         else:  # the function's own accumulator: one of the caller's, for the call
             c_value = memref.alloc(c_type, [], [], alignment=64, ip=ir.InsertionPoint(call))
             memref.dealloc(c_value, ip=ir.InsertionPoint.after(call))
-        packing: Packing | None = None
-        if weights is not None:
-            packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u)), b.element_type)
-            packing = (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes), packed_t)
+        packing = _unit_packing(b, k, n, blk) if weights is not None else None
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k, 0, a, packing[1] if packing else b, c_type), blk,
                                    unit_step_builder(unit, module, ctx, self.unit_step), zero_init=fill is not None,
                                    epilogue=fused[1] if fused else None, prepacked_b=packing is not None,
                                    window=Window(g, x_type))
-        operands = [found.x, _at_call(mm.operands[1], callee, call), c_value]
+        operands = [found.x, b_value, c_value]
         operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
         new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
     call.erase()
