@@ -32,6 +32,7 @@ from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
 from pbsdk.targets.cpu.aliasing import aliases, may_write
+from pbsdk.targets.cpu.matmul_kernel import window_start
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +212,7 @@ def _row_copies(entry: ir.Block, g: ConvGeometry, x_type: ir.MemRefType, p_type:
     x = Indices(entry)
     c = x.c
     et = x_type.element_type
-    _, hp, wp, ch = x_type.shape
+    _, _, wp, ch = x_type.shape
     n = x_type.shape[0]
     run, depth = g.kw * ch, g.kh * g.kw * ch
     width = ir.FloatType(et).width if isinstance(et, ir.FloatType) else ir.IntegerType(et).width
@@ -224,10 +225,7 @@ def _row_copies(entry: ir.Block, g: ConvGeometry, x_type: ir.MemRefType, p_type:
         et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
 
     def pixel(r: ir.Value) -> None:
-        img = arith.divui(r, c(g.oh * g.ow))
-        rem = arith.remui(r, c(g.oh * g.ow))
-        oy, ox = arith.divui(rem, c(g.ow)), arith.remui(rem, c(g.ow))
-        base = x.add(x.add(x.mul(img, hp * wp * ch), x.mul(oy, g.sh * wp * ch)), x.mul(ox, g.sw * ch))
+        base = window_start(r, g, x_type, c)
         for i in range(g.kh):
             src = x.add(base, c(i * g.dh * wp * ch))
             dst = x.add(x.mul(r, depth), c(i * run))

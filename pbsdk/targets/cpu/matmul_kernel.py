@@ -229,19 +229,21 @@ def window_rows(w: Window, x: IndexOps, m0: ir.Value, m1: ir.Value, m: int) -> i
     ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C``, filled for this thread's rows ``[m0, m1)`` (so the division of
     ``r`` into pixel coordinates runs once per row, not once per micro-tile and k block)."""
     c = x.const
-    _, hp, wp, ch = w.x_type.shape
     rows = memref.alloc(ir.MemRefType.get([m], x.index), [], [], alignment=64)
-
-    def fill(r: ir.Value) -> None:
-        n = x.divu(r, c(w.geometry.oh * w.geometry.ow))
-        rem = arith.remui(r, c(w.geometry.oh * w.geometry.ow))
-        oh = x.divu(rem, c(w.geometry.ow))
-        ow = arith.remui(rem, c(w.geometry.ow))
-        off = x.add(x.add(x.mul(n, c(hp * wp * ch)), x.mul(oh, c(w.geometry.sh * wp * ch))), x.mul(ow, c(w.geometry.sw * ch)))
-        memref.store(off, rows, [r])
-
-    _for(m0, m1, c(1), fill)
+    _for(m0, m1, c(1), lambda r: memref.store(window_start(r, w.geometry, w.x_type, c), rows, [r]))
     return rows
+
+
+def window_start(r: ir.Value, g: ConvGeometry, x_type: ir.MemRefType, c: Callable[[int], ir.Value]) -> ir.Value:
+    """Where output pixel ``r = (n, oh, ow)``'s window starts in the flattened NHWC input ``x_type``:
+    ``n*Hp*Wp*C + oh*sh*Wp*C + ow*sw*C`` (``c``: index constants)."""
+    _, hp, wp, ch = x_type.shape
+    n = arith.divui(r, c(g.oh * g.ow))
+    rem = arith.remui(r, c(g.oh * g.ow))
+    oh = arith.divui(rem, c(g.ow))
+    ow = arith.remui(rem, c(g.ow))
+    return arith.addi(arith.addi(arith.muli(n, c(hp * wp * ch)), arith.muli(oh, c(g.sh * wp * ch))),
+                      arith.muli(ow, c(g.sw * ch)))
 
 
 def window_k_loop(rows: ir.Value, w: Window, x: IndexOps, mr: int, last_row: ir.Value, r0: ir.Value,
