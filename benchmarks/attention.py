@@ -235,12 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                 line += " | " + ", ".join(f"{i}/fused {x:.2f} [{r['ratio_p10_p90'][i][0]:.2f}-"
                                           f"{r['ratio_p10_p90'][i][1]:.2f}]" for i, x in r["ratio_vs_fused"].items())
             print(line, file=sys.stderr)
-        text = json.dumps({"benchmark": "attention-bf16", "results": rows}, indent=2)
-        if args.json:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-        print(text)
-        return 0
+        return _report("attention-bf16", rows, args.json)
     impls = tuple(args.impls.split(","))
     if "torch" in impls:
         try:
@@ -258,9 +253,14 @@ def main(argv: list[str] | None = None) -> int:
         if "peak_mb" in r:
             line += " | peak MB " + ", ".join(f"{i} {x:.1f}" for i, x in r["peak_mb"].items())
         print(line, file=sys.stderr)
-    text = json.dumps({"benchmark": "attention", "results": rows}, indent=2)
-    if args.json:
-        with open(args.json, "w") as f:
+    return _report("attention", rows, args.json)
+
+
+def _report(benchmark: str, rows: list, path: str | None) -> int:
+    """The rows as JSON on stdout, and in ``path`` when given; the exit status."""
+    text = json.dumps({"benchmark": benchmark, "results": rows}, indent=2)
+    if path:
+        with open(path, "w") as f:
             f.write(text + "\n")
     print(text)
     return 0
