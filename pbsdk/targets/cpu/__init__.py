@@ -626,7 +626,8 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
     schedule runs (nvgpu's `emulate`)."""
     amx = "{enable-amx=true}" if options.target_as(CpuOptions).amx == "on" else ""
-    expand_bf16 = "" if not expands_bf16(machine(spec)[2]) else (
+    expand = expands_bf16(machine(spec)[2])  # arith expands bf16 whole; else only its extensions are widened
+    expand_bf16 = "" if not expand else (
         "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
         "arith-expand{include-bf16=true}), ")
     return (
@@ -638,7 +639,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
             Stage("lower-loops", passes="scf-forall-to-for, convert-vector-to-scf, convert-linalg-to-loops, "
                                         "lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
-            *(() if expands_bf16(machine(spec)[2]) else (
+            *(() if expand else (
                 Stage("widen-bf16", fn=WidenBf16().apply,
                       description="bf16 -> f32 extensions as bit shifts, so LLVM keeps bf16 ops in f32 "
                                   "and vectorises them"),)),
