@@ -32,6 +32,11 @@ def element_type(dtype: str) -> ir.Type:
     return _FLOAT_TYPES[dtype]()
 
 
+def element_of(t: ir.Type) -> ir.Type:
+    """The element type of a shaped type (vector, tensor, memref); a scalar type itself."""
+    return ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t
+
+
 def scalar_constant(value: float, t: ir.Type) -> ir.Value:
     """``arith.constant value : t`` for a float or integer type ``t``."""
     if isinstance(t, ir.IntegerType):

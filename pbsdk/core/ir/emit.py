@@ -521,14 +521,13 @@ class _Emitter:
         cols = self.collapse(by_group, by_group_t, TensorType((groups, rows, depth), dt), [[0], [1, 2, 3], [4, 5, 6]])
         wmat_t = TensorType((groups, depth, og), dt)
         if given_nhwc:  # (KH, KW, CG, G*OG) -> (G, KH, KW, CG, OG)
-            layout: Callable[[np.ndarray], np.ndarray] = lambda a: a.reshape(kh, kw, cg, groups, og).transpose(3, 0, 1, 2, 4)
             split_w_t, perm = TensorType((kh, kw, cg, groups, og), dt), [3, 0, 1, 2, 4]
             reassoc = [[0], [1], [2], [3, 4]]
         else:  # (G*OG, CG, KH, KW) -> (G, KH, KW, CG, OG)
-            layout = lambda a: a.reshape(groups, og, cg, kh, kw).transpose(0, 3, 4, 2, 1)
             split_w_t, perm = TensorType((groups, og, cg, kh, kw), dt), [0, 3, 4, 2, 1]
             reassoc = [[0, 1], [2], [3], [4]]
-        wmat = self.folded(w, wmat_t, "g-hwc-o", lambda a: layout(a).reshape(groups, depth, og))
+        wmat = self.folded(w, wmat_t, "g-hwc-o",
+                           lambda a: a.reshape(split_w_t.shape).transpose(perm).reshape(groups, depth, og))
         if wmat is None:
             wg_t = TensorType((groups, kh, kw, cg, og), dt)
             split_w = self.expand(self.value(w), w.type, split_w_t, reassoc)

@@ -47,6 +47,7 @@ from typing import Any
 from mlir import ir, passmanager
 from mlir.dialects import arith
 
+from pbsdk.core.ir.builder import element_of
 from pbsdk.core.passes import ops_named
 
 # --------------------------------------------------------------------------------------------- constants
@@ -248,10 +249,6 @@ _METHODS: dict[str, Callable[[_Builder, ir.Value], ir.Value]] = {
 _HALF_TYPES = (ir.F16Type, ir.BF16Type)
 
 
-def _element(t: ir.Type) -> ir.Type:
-    return ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t
-
-
 def _rewritable(t: ir.Type) -> bool:
     """f32/f16/bf16 scalars, fixed-size vectors and static tensors of them (f64 stays with libm)."""
     if isinstance(t, ir.VectorType) and any(t.scalable_dims):
@@ -259,7 +256,7 @@ def _rewritable(t: ir.Type) -> bool:
     if isinstance(t, ir.ShapedType) and not (isinstance(t, (ir.VectorType, ir.RankedTensorType))
                                              and t.has_static_shape):
         return False
-    return isinstance(_element(t), (ir.F32Type, *_HALF_TYPES))
+    return isinstance(element_of(t), (ir.F32Type, *_HALF_TYPES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -289,7 +286,7 @@ class MathApprox:
                 with ir.InsertionPoint(op), op.location:
                     b = _Builder(result.type)
                     x = op.operands[0]
-                    half = isinstance(_element(result.type), _HALF_TYPES)
+                    half = isinstance(element_of(result.type), _HALF_TYPES)
                     if half:
                         x = arith.extf(b.ft, x)
                     y = _METHODS[op.name](b, x)

@@ -23,6 +23,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith
 
+from pbsdk.core.ir.builder import element_of
 from pbsdk.core.passes import ops_named
 
 
@@ -31,10 +32,6 @@ def _like(t: ir.Type, element: ir.Type) -> ir.Type:
     if isinstance(t, ir.VectorType):
         return ir.VectorType.get(t.shape, element)
     return element
-
-
-def _element(t: ir.Type) -> ir.Type:
-    return ir.VectorType(t).element_type if isinstance(t, ir.VectorType) else t
 
 
 def widen(value: ir.Value, result_type: ir.Type) -> ir.Value:
@@ -60,10 +57,11 @@ class WidenBf16:
             bf16, f32 = ir.BF16Type.get(), ir.F32Type.get()
             for op in ops_named(module, "arith.extf"):
                 src, res = op.operands[0], op.results[0]
-                if _element(src.type) != bf16 or _element(res.type) != f32:
+                if element_of(src.type) != bf16 or element_of(res.type) != f32:
                     continue
-                if isinstance(src.type, ir.VectorType) and ir.VectorType(src.type).scalable:
-                    continue
+                if isinstance(src.type, ir.ShapedType) and (not isinstance(src.type, ir.VectorType)
+                                                            or ir.VectorType(src.type).scalable):
+                    continue  # scalars and fixed vectors only (the lowering has no tensors left)
                 with ir.InsertionPoint(op), op.location:
                     wide = widen(src, res.type)
                 res.replace_all_uses_with(wide)
