@@ -32,6 +32,15 @@ def test_amx_comes_first_and_keeps_tile_registers() -> None:
     assert [u["name"] for u in host_units({**SPR, "amx-tile": False}, 512, 2)] == ["vdpbf16ps", "vpdpbusd"]
 
 
+def test_vnni_keeps_a_quarter_of_the_vector_registers_for_broadcasts() -> None:
+    """vpdpbusd's unsigned operand comes only from a register; vdpbf16ps reads its broadcast from memory."""
+    assert {u["name"]: u.get("broadcast_registers", 1) for u in host_units(ZEN4, 512, 2)} == {"vdpbf16ps": 1,
+                                                                                             "vpdpbusd": 8}
+    assert host_units({"avxvnni": True}, 256, 2)[0]["broadcast_registers"] == 4  # 16 ymm registers
+    for preset in ("zen4", "intel/xeon-amx"):
+        assert {u.name: u.broadcast_registers for u in load_spec(preset).matrix_units}["vpdpbusd"] == 8
+
+
 def test_avx_vnni_on_256_bit_vectors_and_none_without_features() -> None:
     units = host_units({"avxvnni": True}, 256, 2)
     assert [(u["name"], u["n"]) for u in units] == [("vpdpbusd", 8)]
@@ -56,6 +65,8 @@ def _zen4_data() -> dict:
     ({"n": 8}, "matrix_units[0].n"),
     ({"registers": "tile"}, "matrix_units[0].tile_registers"),
     ({"tile_registers": 8}, "matrix_units[0].tile_registers"),
+    ({"broadcast_registers": 31}, "matrix_units[0].broadcast_registers"),  # no room for an accumulator
+    ({"registers": None, "broadcast_registers": 2}, "matrix_units[0].broadcast_registers"),
 ])
 def test_register_units_are_validated_with_their_field(change: dict, field: str) -> None:
     data = _zen4_data()
@@ -87,6 +98,19 @@ def test_i8_k_block_is_whole_groups_of_four() -> None:
     assert plan.blocking is not None and plan.blocking.unit == "vpdpbusd"
     assert plan.blocking.kc % 4 == 0 and plan.blocking.kc >= 29
     assert plan.compute.accumulator_dtype == "i32"
+
+
+def test_i8_register_tile_leaves_the_broadcast_registers_free() -> None:
+    """The tile that spilled on Zen 4 (12x2 with 6 registers left) is not planned; bf16's keeps one."""
+    for m, n in ((392, 512), (25088, 64), (512, 3072)):
+        tile = plan_contraction(load_spec("zen4"), Contraction(m, n, 2304, dtype="i8"), {"threads": 1}).compute
+        nv = tile.n // 16
+        assert tile.name == "vpdpbusd" and tile.m * nv + nv + 8 <= 32 and tile.registers == tile.m * nv + nv + 8
+        assert (tile.m, nv) != (12, 2)
+    plan = plan_contraction(load_spec("zen4"), Contraction(392, 512, 2304, dtype="i8"), {"threads": 1})
+    assert any("and 8 for A's broadcasts of 32 registers" in r for r in plan.reasons)
+    bf16 = plan_contraction(load_spec("zen4"), Contraction(392, 512, 2304, dtype="bf16"), {"threads": 1}).compute
+    assert bf16.registers == bf16.m * (bf16.n // 16) + bf16.n // 16 + 1
 
 
 def test_f32_keeps_the_fma_tile() -> None:

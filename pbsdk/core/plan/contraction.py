@@ -633,12 +633,15 @@ def _unit_register_tile(spec: ChipSpec, op: Contraction, u: MatrixUnit) -> tuple
     vec = spec.vector
     assert vec is not None
     rate = max(1, round(u.per_cycle)) if u.per_cycle else vec.fma_per_cycle
-    mr, nv, why = register_tile(vec.registers, u.n, rate, vec.loads_per_cycle, op.m, op.n)
+    staged = u.broadcast_registers
+    mr, nv, why = register_tile(vec.registers, u.n, rate, vec.loads_per_cycle, op.m, op.n, broadcasts=staged)
     return (ComputeTile("matrix-unit", u.name, mr, nv * u.n, u.k, u.operand_dtype, u.accumulator_dtype,
-                        spec.compute[0].name, registers=mr * nv + nv + 1, instruction=(u.m, u.n, u.k)),
+                        spec.compute[0].name, registers=mr * nv + nv + staged, instruction=(u.m, u.n, u.k)),
             (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, in the vector "
              f"registers) is the spec's first choice for {op.dtype}: {mr}x{nv * u.n} register tile of its "
-             f"instructions ({mr * nv} accumulators of {vec.registers} registers; {why})"))
+             f"instructions ({mr * nv} accumulators"
+             + (f" and {staged} for A's broadcasts" if staged > 1 else "")
+             + f" of {vec.registers} registers; {why})"))
 
 
 def _unit_tile_registers(spec: ChipSpec, u: MatrixUnit) -> tuple[ComputeTile, str]:
@@ -653,7 +656,7 @@ def _unit_tile_registers(spec: ChipSpec, u: MatrixUnit) -> tuple[ComputeTile, st
 
 
 def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, m: int,
-                  n: int) -> tuple[int, int, str]:
+                  n: int, broadcasts: int = 1) -> tuple[int, int, str]:
     """The vector register tile (rows ``mr``, columns in vectors ``nv``) with the fewest issue cycles.
 
     One k step of an ``mr x nv`` tile issues ``mr * nv`` FMAs and ``mr + nv`` loads (one broadcast of A
@@ -661,13 +664,14 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
     loads_per_cycle)`` cycles; the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
     tiles, so tiles that overhang the edges cost their full time (conservative: the cpu kernel runs the
     last tile row and column with fewer accumulators, `pbsdk.targets.cpu.matmul_kernel.tile_variants`). ``mr * nv`` accumulators, ``nv`` B
-    vectors and one broadcast must fit the register file. Among tiles within 3 % of the fewest cycles, the
+    vectors and ``broadcasts`` registers for A's broadcasts (`MatrixUnit.broadcast_registers`; one for an
+    FMA, which reads its broadcast from memory) must fit the register file. Among tiles within 3 % of the fewest cycles, the
     narrowest wins (its B micro-panel, reused from the innermost cache across the A block, is smallest,
     so the reduction block can be longest), then the one issuing fewer loads per FMA."""
     options: list[tuple[float, float, int, int]] = []
     for nv in range(1, registers):
         for mr in range(1, registers):
-            if mr * nv + nv + 1 > registers:
+            if mr * nv + nv + broadcasts > registers:
                 break
             cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv)
             options.append((cycles, (mr + nv) / (mr * nv), nv, mr))

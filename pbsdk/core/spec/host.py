@@ -168,6 +168,12 @@ def _ram_bytes() -> int:
 #: (16x16 accumulators, k 32 bf16 or 64 int8) issues every 16 cycles per core (Intel optimization manual).
 AMX_TILE_REGISTERS = 8
 AMX_PER_CYCLE = 1 / 16
+#: VNNI's ``vpdpbusd`` takes its unsigned operand (A's broadcast group, offset by 128 where A is signed)
+#: only from a register, and LLVM keeps several broadcasts in flight ahead of their instructions: a
+#: register tile leaves a quarter of the vector registers for them. Measured on Zen 4 (32 zmm): a 12x2 tile
+#: (6 left) spills accumulators inside the k loop, 1.5-2.3x slower as the stack lands 4 KiB-aliased with
+#: A's loads or not; 11x2 (8 left) runs at the unit's peak.
+VNNI_BROADCAST_SHARE = 4
 
 
 def host_units(enabled: dict[str, bool], width: int, fma_per_cycle: int) -> list[dict]:
@@ -189,10 +195,13 @@ def host_units(enabled: dict[str, bool], width: int, fma_per_cycle: int) -> list
     dot = [("avx512bf16", width == 512, "vdpbf16ps", 2, "bf16", "f32"),
            ("avx512vnni", width == 512, "vpdpbusd", 4, "i8", "i32"),
            ("avxvnni", width == 256, "vpdpbusd", 4, "i8", "i32")]
+    registers = 32 if width == 512 else 16
     for feature, fits, name, k, operand, acc in dot:
         if enabled.get(feature) and fits and not any(u["name"] == name for u in units):
+            staged = {"broadcast_registers": registers // VNNI_BROADCAST_SHARE} if name == "vpdpbusd" else {}
             units.append({"name": name, "scope": "core", "m": 1, "n": lanes, "k": k, "operand_dtype": operand,
                           "accumulator_dtype": acc, "registers": "vector", "per_cycle": float(fma_per_cycle),
+                          **staged,
                           "instruction": f"{name} ({width}-bit: {lanes} {acc} lanes += {k} {operand} products each)"})
     return units
 

@@ -206,6 +206,15 @@ class MatrixUnit(_Model):
         default=None, ge=1, le=256,
         description="With `registers: tile`: how many tile registers one scope instance has (AMX: 8).",
     )
+    broadcast_registers: int = Field(
+        default=1, ge=1, le=64,
+        description="With `registers: vector`: vector registers a register tile of the instruction keeps for A's "
+        "broadcast groups, beside its accumulators and B's vectors. 1 where the instruction reads its "
+        "broadcast operand from memory (`vdpbf16ps`'s `{1to16}`, like an FMA's); more where A must be "
+        "broadcast into a register first (VNNI's `vpdpbusd` takes its unsigned operand only from a register, "
+        "and a signed A is offset on the way): the code generator keeps several such broadcasts in flight, "
+        "and a tile that leaves it too few spills accumulators inside the k loop.",
+    )
     per_cycle: float | None = Field(
         default=None, gt=0, le=64,
         description="Instructions one scope instance completes per cycle (throughput, e.g. 1 for a "
@@ -530,6 +539,8 @@ def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple
         out.append((f"{where}.tile_registers", "a unit with `registers: tile` needs its count of tile registers"))
     if u.registers != "tile" and u.tile_registers is not None:
         out.append((f"{where}.tile_registers", "only a unit with `registers: tile` has tile registers"))
+    if u.registers != "vector" and u.broadcast_registers != 1:
+        out.append((f"{where}.broadcast_registers", "only a unit with `registers: vector` stages broadcasts in them"))
     if u.registers == "vector":
         if spec.vector is None:
             out.append((f"{where}.registers", "`vector` needs the chip's vector unit (`vector`)"))
@@ -538,4 +549,8 @@ def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple
         elif u.n * dtype_bits(u.accumulator_dtype) != spec.vector.width_bits:
             out.append((f"{where}.n", (f"{u.n} {u.accumulator_dtype} accumulators are not one "
                                        f"{spec.vector.width_bits}-bit vector")))
+        elif u.broadcast_registers + 2 > spec.vector.registers:
+            out.append((f"{where}.broadcast_registers",
+                        f"{u.broadcast_registers} leave no room for an accumulator and a B vector among "
+                        f"the {spec.vector.registers} vector registers"))
     return out
