@@ -14,7 +14,7 @@ import itertools
 import logging
 import math
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -1069,11 +1069,13 @@ def max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dil
     with _group("max_pool"):
         if win.tiles_exactly() and not return_indices:
             blocks, axes = win.blocks(t)
-            return max(blocks, axes)
-        taps = list(win.taps(t, -math.inf))
+            return _pooled(max(blocks, axes), t, (kernel_size, stride, padding, dilation, ceil_mode))
+        # Integers pad with their least value: every window holds one real element at least (torch's rule).
+        taps = list(win.taps(t, quant.INT_RANGES[t.dtype][0] if quant.is_int(t.dtype) else -math.inf))
         out = taps[0][1]
         for _, view in taps[1:]:
             out = maximum(out, view)
+        out = _pooled(out, t, (kernel_size, stride, padding, dilation, ceil_mode))
         if not return_indices:
             return out
         # Position of each tap in the spatial plane, per output; where a tap reads padding it never matches.
@@ -1099,6 +1101,35 @@ def max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dil
             flat, _ = where_tap(tap)
             index = where(isnan(view), _const(flat, idx_dtype), index)
         return out, index
+
+
+#: `max_pool` results of live traces: (graph id, value id) -> (graph, the pooled tensor, the pooling's
+#: arguments). `quantize` of one pools the quantized input instead (`_quantized_pool`).
+_max_pooled: dict[tuple[int, int], tuple[Any, Tensor, tuple[Any, ...]]] = {}
+
+
+def _pooled(out: Tensor, t: Tensor, args: tuple[Any, ...]) -> Tensor:
+    for gone in [k for k, v in _max_pooled.items() if v[0]() is None]:
+        del _max_pooled[gone]
+    _max_pooled[(id(current_graph()), out.value.id)] = (weakref.ref(current_graph()), t, args)
+    return out
+
+
+def _quantized_pool(t: Tensor, qp: quant.QuantParams, quantize_input: Callable[[Tensor], Tensor]) -> Tensor | None:
+    """``quantize(max_pool(x))`` as ``max_pool(quantize(x))``, or None. Quantizing is monotone (a positive
+    scale; clamped), so it commutes with a maximum, and the pool pads its integers with their least value
+    where the float pool pads with -inf (quantized: ``qmin``, never above a window's real element): the
+    same integers, the pool reading a quarter of the bytes, and the quantize folding into the producer
+    (a quantized convolution's requantize epilogue: PT2E's stem, whose pool its x86 quantizer leaves in
+    float). Per-channel parameters qualify where the channel axis is not pooled."""
+    found = _max_pooled.get((id(t.graph), t.value.id))
+    if found is None or found[0]() is not t.graph:
+        return None
+    x, (kernel_size, stride, padding, dilation, ceil_mode) = found[1], found[2]
+    pooled = len(_Window.of("max_pool", x, kernel_size, stride, padding, dilation, ceil_mode).kernel)
+    if qp.axis is not None and qp.axis % x.ndim >= x.ndim - pooled:
+        return None
+    return max_pool(quantize_input(x), kernel_size, stride, padding, dilation, ceil_mode=ceil_mode)
 
 
 def avg_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, *, ceil_mode: bool = False,
@@ -1549,6 +1580,16 @@ def quantize(x: Any, scale: Any, zero_point: Any = 0, *, axis: int | None = None
         raise UnsupportedError(f"quantize: input dtype {t.dtype} is not a float", op="quantize")
     qp = quant.quant_params(np.atleast_1d(scale).tolist(), np.atleast_1d(zero_point).tolist(), axis=axis,
                             dtype=dtype, shape=t.shape, qmin=qmin, qmax=qmax)
+    source = _dequantized_source(t) if t.dtype == "f32" and qp.qrange is None else None
+    if source is not None and source[1] == qp:
+        # quantize(dequantize(q)) with q's own parameters over the whole range is q: (q - z) * s * (1/s) is
+        # within 1e-4 of q - z in f32 for every i8 q (PT2E's quantize/dequantize pair around an op it
+        # leaves in float, a max pool, rejoins the integers here).
+        return source[0]
+    pooled = _quantized_pool(t, qp, lambda x: quantize(x, scale, zero_point, axis=axis, dtype=dtype, qmin=qmin,
+                                                       qmax=qmax))
+    if pooled is not None:
+        return pooled
     with _group("quantize"):
         f = astype(t, "f32")
         y = mul(f, _per_channel(tuple(1.0 / s for s in qp.scale), qp.axis, t.ndim, "f32"))

@@ -232,3 +232,67 @@ def test_unsupported_weights_take_the_float_path_and_say_why(zero_point: int, ax
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert _mxu_ops(f) == 0  # f32 has no matrix unit on the npu: the contraction ran on the vector unit
     assert any(why in r.getMessage() and "runs in float" in r.getMessage() for r in caplog.records), caplog.text
+
+
+# ----------------------------------------------- quantize(max_pool(x)) pools the quantized input
+
+@pytest.mark.parametrize("pool, axis", [((3, 2, 1), None), ((3, 2, 1), 1), ((2, 2, 0), None), ((3, 1, 1), None),
+                                        ((3, 2, 1), 3)], ids=["3x3s2p1", "per-channel", "blocks", "3x3s1p1",
+                                                              "pooled-axis"])
+def test_quantize_of_a_max_pool_pools_integers(pool: tuple[int, int, int], axis: int | None) -> None:
+    """PT2E's x86 quantizer leaves a max pool in float between a convolution's ReLU and the next quantize;
+    quantizing is monotone, so pbsdk pools the quantized input (padding with i8's least value where the
+    float pool pads with -inf): the same integers as torch's order, the pool on a quarter of the bytes, the
+    quantize next to its producer. Not where the channel axis of per-channel parameters is pooled."""
+    from pbsdk.frontends.jit import trace
+
+    x = (RNG.standard_normal((2, 4, 9, 9)) * 3).astype(np.float32)
+    x[0, 0, :3, :3] = -50.0  # a window that saturates at qmin, next to the padding
+    scale, zp = (0.05, -3) if axis in (None, 3) else ([0.05, 0.1, 0.02, 0.3], [0, 1, -2, 5])
+    if axis == 3:
+        scale, zp = [0.05] * 5, [-3] * 5
+
+    def fn(v):
+        return ops.quantize(ops.max_pool(v, *pool), scale, zp, axis=axis)
+
+    got = pbsdk.jit(fn)(x)
+    want = ref.quantize(_max_pool(x, *pool), scale, zp, axis=axis)
+    np.testing.assert_array_equal(got, want)
+    graph, _ = trace(fn, pbsdk.jit(fn)._signature((x,)))
+    pooled_dtypes = {n.inputs[0].type.dtype for n in graph.live_nodes() if n.group == "max_pool" and n.inputs}
+    assert pooled_dtypes == ({"f32"} if axis == 3 else {"i8"}), pooled_dtypes
+
+
+def _max_pool(x: np.ndarray, k: int, s: int, p: int) -> np.ndarray:
+    import torch
+
+    return torch.nn.functional.max_pool2d(torch.from_numpy(x), k, s, p).numpy()
+
+
+@pytest.mark.parametrize("params, folds", [
+    ((0.05, -3, None, None), True),
+    (([0.05, 0.1, 0.02, 0.3], [0, 1, -2, 5], 1, None), True),
+    ((0.05, -3, None, (-127, 127)), False),  # a narrower range clamps -128
+], ids=["per-tensor", "per-channel", "narrow-range"])
+def test_quantize_of_its_own_dequantize_is_the_integers(params: tuple, folds: bool) -> None:
+    """PT2E's quantize/dequantize pair around a max pool it leaves in float (a ResNet's stem): the quantize
+    after the pool, with the same parameters, is the integers again — exact for every i8 value in f32 — so
+    the pool runs on them and nothing between the convolutions is float."""
+    from pbsdk.frontends.jit import trace
+
+    scale, zp, axis, qrange = params
+    q = RNG.integers(-128, 128, (2, 4, 9, 9), dtype=np.int8)
+    q.reshape(-1)[:2] = [-128, 127]
+    lo, hi = qrange or (None, None)
+
+    def fn(v):
+        f = ops.dequantize(v, scale, zp, axis=axis)
+        return ops.quantize(ops.max_pool(f, 3, 2, 1), scale, zp, axis=axis, qmin=lo, qmax=hi)
+
+    got = pbsdk.jit(fn)(q)
+    want = ref.quantize(_max_pool(ref.dequantize(q, scale, zp, axis=axis).astype(np.float32), 3, 2, 1), scale, zp,
+                        axis=axis, **({"qmin": lo, "qmax": hi} if qrange else {}))
+    np.testing.assert_array_equal(got, want)
+    graph, _ = trace(fn, pbsdk.jit(fn)._signature((q,)))
+    floats = {n.op for n in graph.live_nodes() if n.out.type.dtype == "f32"}
+    assert (floats == set()) is folds, floats
