@@ -551,6 +551,6 @@ def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple
                                        f"{spec.vector.width_bits}-bit vector")))
         elif u.broadcast_registers + 2 > spec.vector.registers:
             out.append((f"{where}.broadcast_registers",
-                        f"{u.broadcast_registers} leave no room for an accumulator and a B vector among "
-                        f"the {spec.vector.registers} vector registers"))
+                        (f"{u.broadcast_registers} leave no room for an accumulator and a B vector among "
+                         f"the {spec.vector.registers} vector registers")))
     return out
