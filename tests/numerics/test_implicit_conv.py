@@ -172,3 +172,38 @@ def test_few_channels_on_the_unit_copy_patches_by_kernel_rows(case: tuple, pack_
     want = ref.conv2d(xi.astype(np.float64), wi.astype(np.float64), stride=stride, padding=padding,
                       dilation=dilation, layout="NHWC")
     np.testing.assert_array_equal(pbsdk.jit(_conv(case))(xi, wi), want.astype(np.int64))
+
+
+# i8 with few channels and a constant weight: each kernel row's KW x C adjacent values are one run, read in
+# groups of four that go on past the run's end into the next pixel, where B's zero rows (`pad_runs`) make
+# the extra products exact zeros. Not where the last group would read past the input (im2col stays).
+ROW_RUN_CASES = [
+    ("stem_7x7_s2", (2, 30, 27, 3), (16, 7, 7), 2, 3, 21, True),
+    ("rgb_3x3", (1, 12, 40, 3), (8, 5, 5), 1, 2, 15, False),  # 15 < 16: too short a run, im2col
+    ("eight_channels_5x5", (1, 9, 40, 8), (24, 5, 5), 1, 2, 40, True),  # 40: whole groups, no zero rows
+    ("reads_past_the_end", (1, 15, 15, 3), (16, 7, 7), 2, 0, 21, False),  # the last pixel's last run overruns
+]
+
+
+@needs_i8_unit
+@pytest.mark.parametrize("case", ROW_RUN_CASES, ids=lambda c: c[0])
+def test_i8_few_channels_read_kernel_rows_in_place(case: tuple, pack_notes) -> None:
+    _, (n, h, w_, c), (o, kh, kw), stride, padding, run, in_place = case
+    rng = np.random.default_rng(23)
+    x = rng.integers(-128, 128, (n, h, w_, c), dtype=np.int8)
+    w = rng.integers(-128, 128, (kh, kw, c, o), dtype=np.int8)
+    x.reshape(-1)[-5:] = 127  # the pixels a group past the last run would meet
+
+    def conv(a):
+        return ops.conv2d(a, w, stride=stride, padding=padding, layout="NHWC")
+
+    got = pbsdk.jit(conv, options={"threads": 1})(x)
+    want = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride=stride, padding=padding, layout="NHWC")
+    np.testing.assert_array_equal(got, want.astype(np.int64))
+    notes = pack_notes(conv, {"threads": 1}, x)
+    place = [t for t in notes if "implicit GEMM on vpdpbusd" in t]
+    assert bool(place) is in_place, notes
+    if in_place and run % 4:
+        assert f"kernel rows of {run} values as {-(-run // 4)} groups of 4" in place[0], place
+    if not in_place:
+        assert any("im2col kept" in t for t in notes), notes

@@ -135,3 +135,19 @@ def test_window_run_reads_kernel_rows_for_few_channels() -> None:
     assert window_run(3, 3, 1) is None             # 9 values: too short
     assert window_run(3, 7, 2) is None             # dilated columns are not adjacent
     assert window_run(8, 1, 1) is None
+
+
+def test_pad_runs_puts_zero_rows_after_each_run() -> None:
+    """A 3-channel 7x7 kernel's rows of 21 values laid out as 24 (six groups of four): the three k values a
+    group reads past each row meet zero weights."""
+    import numpy as np
+
+    from pbsdk.core.plan.window import pad_runs
+
+    b = np.arange(1, 147 * 2 + 1, dtype=np.int8).reshape(147, 2)
+    padded = pad_runs(b, 21, 24)
+    assert padded.shape == (168, 2) and padded.dtype == np.int8
+    runs = padded.reshape(7, 24, 2)
+    assert (runs[:, 21:] == 0).all()
+    np.testing.assert_array_equal(runs[:, :21].reshape(147, 2), b)
+    np.testing.assert_array_equal(pad_runs(b, 21, 21), b)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+import numpy as np
+
 
 @dataclasses.dataclass(frozen=True)
 class TapCopy:
@@ -103,6 +105,17 @@ def window_run(channels: int, kernel_width: int, dilation_w: int) -> tuple[int, 
     if dilation_w == 1 and kernel_width > 1 and kernel_width * channels >= MIN_CHANNEL_RUN:
         return kernel_width * channels, True
     return None
+
+
+def pad_runs(b: np.ndarray, run: int, k_run: int) -> np.ndarray:
+    """B (k x n, k in runs of ``run`` rows) with every run padded by zero rows to ``k_run`` (a window read
+    whose runs are no whole number of unit groups): the extra k values a group reads past a run's end
+    meet zeros."""
+    k, n = b.shape
+    runs = b.reshape(k // run, run, n)
+    out = np.zeros((k // run, k_run, n), b.dtype)
+    out[:, :run] = runs
+    return out.reshape(-1, n)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,11 +126,29 @@ class Window:
     #: One step of the tap loop reads a whole kernel row (``kw * C`` adjacent values; needs ``dw == 1``)
     #: instead of one tap's ``C`` channels: for inputs with few channels (`window_run`).
     row_runs: bool = False
+    #: The k values of a run come in groups of this many (a matrix unit's k): a run that is no whole number
+    #: of groups reads on past its end into the values that follow it in X, which B's zero rows cancel
+    #: (`k_run`; B laid out with ``k_run`` rows per run,
+    #: `pbsdk.core.plan.window.pad_runs`).
+    group: int = 1
 
     @property
     def run(self) -> int:
         """Contiguous input values per step of the tap loop (the k index advances through them in order)."""
         return self.channels * (self.geometry.kw if self.row_runs else 1)
+
+    @property
+    def k_run(self) -> int:
+        """k values per run: `run` rounded up to whole groups."""
+        return -(-self.run // self.group) * self.group
+
+    def last_read(self) -> int:
+        """One past the flat index of X the last output pixel's last run reads up to (groups included)."""
+        g, (n, _, wp, ch) = self.geometry, self.x_type.shape
+        hp = int(self.x_type.shape[1])
+        pixel = (n - 1) * hp * wp + ((g.oh - 1) * g.sh + (g.kh - 1) * g.dh) * wp + (g.ow - 1) * g.sw
+        last = (g.kw - 1) * g.dw * ch if not self.row_runs else 0
+        return pixel * ch + last + self.k_run
 
     @property
     def channels(self) -> int:
@@ -264,7 +282,7 @@ def window_k_loop(rows: ir.Value, w: Window, x: IndexOps, mr: int, last_row: ir.
     bases = [memref.load(rows, [x.min(x.add(r0, c(i)), last_row) if i else r0]) for i in range(mr)]
     # The block holds whole runs (a tap's channels, or a kernel row's taps and channels) when a run fits in
     # it (pc a multiple of the run), else part of one run starting at c0.
-    length = w.run
+    length = w.k_run
     t0 = x.divu(pc, c(length))
     c0 = arith.remui(pc, c(length))
     ntaps = x.max(x.divu(kc, c(length)), c(1))

@@ -20,9 +20,11 @@ reason, so ``--emit`` and the tests can see what happened.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
+import numpy as np
 from mlir import ir
 from mlir.dialects import func, memref
 
@@ -33,7 +35,7 @@ from pbsdk.core.ir.builder import element_type
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
-from pbsdk.core.plan.window import window_k_block, window_run
+from pbsdk.core.plan.window import ConvGeometry, pad_runs, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
@@ -318,12 +320,38 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     return 1
 
 
-def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: int = 1) -> Packing:
+def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: int = 1,
+                  runs: tuple[int, int] | None = None) -> Packing:
     """How a constant B (``k`` x ``n``) is packed at compile time for a unit kernel of ``blk``: into the unit's
-    interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block)."""
+    interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block);
+    ``runs`` ``(run, k_run)``: first each run of ``run`` rows padded with zero rows to ``k_run`` (`pad_runs`)."""
     u = UNIT_OPERANDS[str(b.element_type)][1]
-    packed_t = ir.MemRefType.get(list(unit_packed_shape(k, n, blk.nr, u, k_multiple)), b.element_type)
-    return (lambda matrix: pack_unit_panels(matrix, blk.nr, u, blk.lanes, k_multiple), packed_t)
+    k_read = k if runs is None else k // runs[0] * runs[1]
+    packed_t = ir.MemRefType.get(list(unit_packed_shape(k_read, n, blk.nr, u, k_multiple)), b.element_type)
+
+    def pack(matrix: np.ndarray) -> np.ndarray:
+        laid = matrix if runs is None else pad_runs(matrix, *runs)
+        return pack_unit_panels(laid, blk.nr, u, blk.lanes, k_multiple)
+
+    return (pack, packed_t)
+
+
+def _unit_window_runs(g: ConvGeometry, x_type: ir.MemRefType, dtype: str, u: int, b_constant: bool) -> Window | None:
+    """How a unit kernel reads a convolution's input in place: runs of a tap's channels when they come in whole
+    groups of the unit's ``u``; for few channels (a 3-channel image stem), runs of a whole kernel row
+    (`window_run`) read in groups that go on past each row's end — i8 only, whose products with B's zero rows
+    there are exact zeros (a float read past the row could meet an infinity), and B constant, packed with
+    those rows (`pad_runs`); None when neither holds or the last group would read past the input."""
+    channels = int(x_type.shape[3])
+    run = window_run(channels, g.kw, g.dw)
+    if run is None:
+        return None
+    if not run[1]:
+        return Window(g, x_type) if channels % u == 0 else None
+    if dtype != "i8" or not b_constant:
+        return None
+    window = Window(g, x_type, row_runs=True, group=u)
+    return window if window.last_read() <= math.prod(x_type.shape) else None
 
 
 def _drop_unused_alloc(value: ir.Value) -> None:
@@ -596,17 +624,20 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     (m, k), n = a.shape, b.shape[-1]
     b_value = _at_call(mm.operands[1], callee, call)  # an argument (`_contraction_body`): the call's operand
     weights = find_constant(b_value, call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
-    blk = plan_contraction(spec, Contraction(m, n, k, 1, dtype, b_prepacked=weights is not None), ctx.options).blocking
+    window = _unit_window_runs(g, x_type, dtype, u, weights is not None)
+    k_read = k if window is None else k // window.run * window.k_run  # with B's zero rows past each run
+    blk = plan_contraction(spec, Contraction(m, n, k_read, 1, dtype, b_prepacked=weights is not None),
+                           ctx.options).blocking
     unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
-    run = window_run(channels, g.kw, g.dw)
-    kc = window_k_block(channels, g.kh * g.kw, blk.kc) if blk is not None and run is not None else None
-    if blk is None or unit is None or unit.registers != "vector" or run is None or run[1] or channels % u \
-            or kc is None or kc % u:
-        notes.append(f"{where}: no in-place read on a unit in the vector registers (channels in groups of {u}, "
-                     "whole taps per k block): im2col kept")
+    kc = window_k_block(window.k_run, k // window.run, blk.kc) if blk is not None and window is not None else None
+    if blk is None or unit is None or unit.registers != "vector" or window is None or kc is None or kc % u:
+        notes.append(f"{where}: no in-place read on a unit in the vector registers (channels in groups of {u}, or "
+                     "i8 kernel rows of a constant weight; whole runs per k block; no read past the input): "
+                     "im2col kept")
         return False
     blk = dataclasses.replace(blk, kc=kc, pack_a=False)
-    c_unused = fused is not None and fill is not None and kc >= k
+    runs = (window.run, window.k_run) if window.k_run != window.run else None
+    c_unused = fused is not None and fill is not None and kc >= k_read
     with call.location:
         c_type = ir.MemRefType.get([1] * c.rank, c.element_type) if c_unused else c
         if c_unused:
@@ -616,11 +647,11 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         else:  # the function's own accumulator: one of the caller's, for the call
             c_value = memref.alloc(c_type, [], [], alignment=64, ip=ir.InsertionPoint(call))
             memref.dealloc(c_value, ip=ir.InsertionPoint.after(call))
-        packing = _unit_packing(b, k, n, blk) if weights is not None else None
-        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, 0, a, packing[1] if packing else b, c_type), blk,
-                                   unit_step_builder(unit, module, ctx, self.unit_step), zero_init=fill is not None,
-                                   epilogue=fused[1] if fused else None, prepacked_b=packing is not None,
-                                   window=Window(g, x_type))
+        packing = _unit_packing(b, k, n, blk, runs=runs) if weights is not None else None
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k_read, 0, a, packing[1] if packing else b, c_type),
+                                   blk, unit_step_builder(unit, module, ctx, self.unit_step),
+                                   zero_init=fill is not None, epilogue=fused[1] if fused else None,
+                                   prepacked_b=packing is not None, window=window)
         operands = [found.x, b_value, c_value]
         operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
         new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
@@ -630,7 +661,10 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         rebind(weights, new.operation, 1, blk.nr, ctx, packing=packing)
     _record(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
     notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, unit kernel @{name} reads the input in "
-                 f"place (no im2col), register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
+                 f"place (no im2col)"
+                 + (f", kernel rows of {runs[0]} values as {runs[1] // u} groups of {u} (B's rows past each "
+                    "row zero)" if runs else "")
+                 + f", register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                  f"{blk.threads} part(s) along {blk.split}"
                  + (f", epilogue fused (stores {fused[1].out_type.element_type})" if fused else "")
                  + (", B packed at compile time" if weights is not None else ""))

@@ -28,6 +28,7 @@ exact i32 product of two i8 matrices.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -212,6 +213,23 @@ def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Valu
     raise ValueError("epilogue body without linalg.yield")
 
 
+def check_window(shape: UnitShape, blk: Blocking, prepacked: bool, tile: bool, window: Window) -> None:
+    """Raise ValueError unless ``window`` can be read in place by a unit kernel of ``blk``: a plain matmul on
+    vector registers, A not packed, k runs of whole groups (runs padded to groups only with B packed at
+    compile time, its zero rows in place: `pad_runs`), ``kc`` whole runs or dividing one, and no read past
+    the end of X."""
+    u = OPERANDS[shape.operand][1]
+    k_run = window.k_run
+    if shape.batch or tile or blk.pack_a or k_run % u or (blk.kc % k_run and k_run % blk.kc) \
+            or (k_run != window.run and not prepacked):
+        raise ValueError(f"unit kernel: a window needs a plain matmul on vector registers, A read in place, runs "
+                         f"of whole {u}-groups (run {window.run}, {k_run} k values) padded only in a B packed "
+                         f"ahead, and kc {blk.kc} in whole runs or dividing one")
+    if shape.k % k_run or window.last_read() > math.prod(window.x_type.shape):
+        raise ValueError(f"unit kernel: k {shape.k} is no whole number of {k_run}-value runs, or the last run "
+                         f"reads past the end of {window.x_type}")
+
+
 def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool = False,
           window: Window | None = None) -> None:
     """Raise ValueError unless the kernel can be built for ``shape`` and ``blk`` (validated once, before any
@@ -230,10 +248,8 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool =
                          f"{shape.operand} and C {acc}")
     if blk.transposed or blk.kc % blk.unit_k or blk.mc % blk.mr or blk.nc % blk.nr:
         raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
-    if window is not None and (shape.batch or tile or window.row_runs or blk.pack_a or window.run % u
-                               or (blk.kc % window.run and window.run % blk.kc)):
-        raise ValueError(f"unit kernel: a window needs a plain matmul on vector registers, A read in place, runs "
-                         f"of whole {u}-groups (run {window.run}) and kc {blk.kc} in whole runs or dividing one")
+    if window is not None:
+        check_window(shape, blk, prepacked, tile, window)
     rank = 3 if shape.batch else 2
     for t in (shape.a_type, shape.c_type) if prepacked else (shape.a_type, shape.b_type, shape.c_type):
         strides, _ = t.get_strides_and_offset()
