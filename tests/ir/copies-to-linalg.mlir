@@ -1,10 +1,11 @@
 // Pass copies-to-linalg (the cpu and template targets' stage lower-copies): a memref.copy touching a
 // strided view becomes linalg.copy (plain loops later; no call into MLIR's runner-utils library), while a
 // copy between identity-layout buffers stays a memref.copy (a memcpy). only-strided=false converts all.
+// The cpu target's lower-copies also sets row-copies: copies-to-linalg-rows.mlir.
 // RUN: %pbsdk opt %s --split-input-file -p copies-to-linalg | filecheck %s
 // RUN: %pbsdk opt %s --split-input-file -p 'copies-to-linalg{only-strided=false}' | filecheck %s --check-prefix=ALL
 // RUN: %pbsdk opt %s --split-input-file -p copies-to-linalg | filecheck %s --check-prefix=KEEP
-// RUN: %pbsdk opt %s --split-input-file --target cpu -p lower-copies | filecheck %s --check-prefixes=CHECK,ROWS
+// RUN: %pbsdk opt %s --split-input-file -p 'copies-to-linalg{memcpy-contiguous}' | filecheck %s --check-prefixes=CHECK,ROWS
 
 // CHECK-LABEL: func.func @copies(
 // CHECK-SAME:      %[[PAD:.*]]: memref<6x10xf32>, %[[A:.*]]: memref<4x8xf32>, %[[B:.*]]: memref<4x8xf32>)
@@ -26,7 +27,7 @@ func.func @copies(%pad: memref<6x10xf32>, %a: memref<4x8xf32>, %b: memref<4x8xf3
 // -----
 
 // A one-row view of a padded image (dynamic offset) is one contiguous run: a memref.copy into it stays a
-// memcpy, and with memcpy-contiguous (the cpu target's lower-copies) a linalg.copy between two such views
+// memcpy, and with memcpy-contiguous (set by the cpu target's lower-copies) a linalg.copy between two such views
 // becomes one; a view with a gap between its rows stays linalg.copy.
 // ROWS-LABEL: func.func @rows(
 // ROWS:         memref.copy %{{.*}}, %{{.*}} : memref<1x4x8xf32, strided<[32, 8, 1], offset: ?>> to memref<1x4x8xf32, strided<[60, 8, 1], offset: ?>>

@@ -633,9 +633,9 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     return (
             Stage("math-approx", fn=MathApprox().apply,
                   description="f32 exp/log/tanh/erf/powf to vectorisable arith polynomials (no libm calls)"),
-            Stage("lower-copies", fn=CopiesToLinalg(memcpy_contiguous=True).apply,
+            Stage("lower-copies", fn=CopiesToLinalg(memcpy_contiguous=True, row_copies=True).apply,
                   description="strided memref.copy to linalg.copy (no runtime library needed), contiguous "
-                              "copies to memcpy"),
+                              "copies to memcpy, strided copies with long contiguous rows to a memcpy per row"),
             Stage("lower-loops", passes="scf-forall-to-for, convert-vector-to-scf, convert-linalg-to-loops, "
                                         "lower-affine, convert-scf-to-cf, canonicalize",
                   description="linalg ops to explicit loops"),
