@@ -349,16 +349,60 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
     return blk, ([turn.why] if turn.why else []) + why
 
 
+@dataclasses.dataclass(frozen=True)
+class _MicroTile:
+    """The register tile `_blocking` blocks for: ``mr`` rows by ``nv`` vectors of ``lanes`` (``nr``
+    columns), on operands of ``eb`` bytes an element."""
+
+    mr: int
+    nv: int
+    nr: int
+    lanes: int
+    eb: float
+
+
+@dataclasses.dataclass(frozen=True)
+class _ThreadSplit:
+    """`_thread_split`'s decision: ``threads`` parts along ``split``, each thread's rows (``m_part``) and
+    columns (``n_part``), and why."""
+
+    threads: int
+    split: str
+    m_part: int
+    n_part: int
+    why: str
+
+
 def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options, solo_seconds: float | None,
               caches: list[MemoryLevel], transposed: bool, b_constant: bool = False) -> tuple[Blocking, list[str]]:
     """The blocking of ``op`` (the transposed product's, with ``transposed``; ``b_constant``: its B is the
     given A, packed at compile time)."""
     assert spec.vector is not None
     lanes = spec.vector.lanes(op.accumulator)
-    mr, nv = unit.m, unit.n // lanes
-    nr = unit.n
-    eb = _bytes(op.dtype)
-    why = []
+    tile = _MicroTile(unit.m, unit.n // lanes, unit.n, lanes, _bytes(op.dtype))
+    par = _thread_split(spec, op, opts, solo_seconds, tile)
+    l1 = caches[0]
+    l2 = caches[1] if len(caches) > 1 else l1
+    l3 = caches[2] if len(caches) > 2 else l2
+    kc, why_kc = _k_block(op, unit, tile, l1, l2, par.m_part)
+    mc, nc, why_mc_nc = _cache_blocks(tile, l2, l3, kc, par)
+    pack_b, why_b = _b_packing(op, opts, tile, par.m_part, transposed, b_constant)
+    pack_a, why_a = _a_packing(op, unit, opts, tile, l1, par.n_part)
+    unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)
+    why = [par.why, *why_kc, *why_mc_nc]
+    if not transposed:
+        why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
+    why += why_b + why_a + _unit_steps(unit, kc, pack_a)
+    return Blocking(tile.mr, tile.nv, lanes, mc, nc, kc, par.threads, par.split, l1.name, l2.name, l3.name, pack_b,
+                    prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
+                    unit_k=unit_k), why
+
+
+def _thread_split(spec: ChipSpec, op: Contraction, opts: Options, solo_seconds: float | None,
+                  tile: _MicroTile) -> _ThreadSplit:
+    """How many units of the outermost compute level share ``op`` and along which dimension: every extra
+    unit gets at least `MIN_PARALLEL_SECONDS` of the work and whole register tiles."""
+    mr, nr = tile.mr, tile.nr
     units = spec.compute[0].count
     per_core = max({str(k): v for k, v in spec.peak_tflops.items()}.get(op.dtype, 0.0), 1e-6) * 1e12 / units
     solo = max(solo_seconds or 0.0, op.flops / per_core)
@@ -389,13 +433,20 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
         threads = min(threads, -(-op.n // nr))
     m_part = -(-op.m // threads) if split == "m" else op.m
     n_part = -(-op.n // threads) if split == "n" else op.n
-    why.append(f"{threads} thread{'s' if threads > 1 else ''} over '{spec.compute[0].name}' split along {split}"
-               + packing
-               + ("" if threads == units else f" (of {units}: less work than {MIN_PARALLEL_SECONDS * 1e6:.0f} us "
-                                                  f"per extra unit (one {spec.compute[0].name}: "
-                                                  f"{solo * 1e6:.1f} us), or too few tiles)"))
-    l1 = caches[0]
-    l2 = caches[1] if len(caches) > 1 else l1
+    why = (f"{threads} thread{'s' if threads > 1 else ''} over '{spec.compute[0].name}' split along {split}"
+           + packing
+           + ("" if threads == units else f" (of {units}: less work than {MIN_PARALLEL_SECONDS * 1e6:.0f} us "
+                                              f"per extra unit (one {spec.compute[0].name}: "
+                                              f"{solo * 1e6:.1f} us), or too few tiles)"))
+    return _ThreadSplit(threads, split, m_part, n_part, why)
+
+
+def _k_block(op: Contraction, unit: ComputeTile, tile: _MicroTile, l1: MemoryLevel, l2: MemoryLevel,
+             m_part: int) -> tuple[int, list[str]]:
+    """The reduction block ``kc`` for a thread of ``m_part`` rows, and why: the B micro-panel in ``l1``,
+    or long blocks streaming it from ``l2`` where passes over C would cost more."""
+    mr, nr, lanes, eb = tile.mr, tile.nr, tile.lanes, tile.eb
+    why = []
     l1_kc = min(op.k, max(lanes, int(l1.size_bytes // (nr * eb)) // lanes * lanes))
     l2_kc = max(l1_kc, int(l2.size_bytes // LONG_K_SHARE // (nr * eb)) // lanes * lanes)
     if unit.instruction is not None and unit.instruction[0] == 1 and l1_kc < op.k <= 2 * l2_kc:
@@ -420,16 +471,30 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
             kc = TILE_STEPS * unit.k
             why.append(f"kc {kc}: {TILE_STEPS} steps of {unit.name}, unrolled (its tiles live in registers only "
                        "within straight-line code)")
+    return kc, why
+
+
+def _cache_blocks(tile: _MicroTile, l2: MemoryLevel, l3: MemoryLevel, kc: int, par: _ThreadSplit
+                  ) -> tuple[int, int, list[str]]:
+    """``mc`` (the packed A block, in half of ``l2``) and ``nc`` (the packed B panel, in half of ``l3``,
+    shared by the threads where ``l3`` is), each at most a thread's part, and why."""
+    mr, nr, eb = tile.mr, tile.nr, tile.eb
     mc = _round_down(int(l2.size_bytes * CACHE_BUDGET // (kc * eb)), mr)
-    mc = min(mc, _round_up(m_part, mr))
-    why.append(f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}")
-    l3 = caches[2] if len(caches) > 2 else l2
-    sharing = threads if l3.scope == "device" else 1
+    mc = min(mc, _round_up(par.m_part, mr))
+    why = [f"mc {mc}: the packed {mc}x{kc} A block in half of {l2.name}"]
+    sharing = par.threads if l3.scope == "device" else 1
     nc = _round_down(int(l3.size_bytes * CACHE_BUDGET // sharing // (kc * eb)), nr)
-    nc = min(nc, _round_up(n_part, nr))
+    nc = min(nc, _round_up(par.n_part, nr))
     why.append(f"nc {nc}: the packed {kc}x{nc} B panel in half of {l3.name}" + (f" (shared by {sharing})" if sharing > 1 else ""))
-    if not transposed:
-        why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
+    return mc, nc, why
+
+
+def _b_packing(op: Contraction, opts: Options, tile: _MicroTile, m_part: int, transposed: bool,
+               b_constant: bool) -> tuple[bool, list[str]]:
+    """Whether B is packed into micro-panels, and why (with, for the transposed product, how its operands
+    are read)."""
+    mr = tile.mr
+    why = []
     b_nk, a_km = op.b_layout == "nk", op.a_layout == "km"
     # A B stored [n, k] is only ever read through its (transposing) pack.
     pack_b = True if transposed or b_nk else opts.pack_b if opts.pack_b is not None else m_part > mr
@@ -443,10 +508,19 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     if not pack_b:
         why.append(f"B not packed: {m_part} row(s) per thread fit one {mr}-row register tile, so every B element "
                    "is used once; the micro-kernel reads B in place")
+    return pack_b, why
+
+
+def _a_packing(op: Contraction, unit: ComputeTile, opts: Options, tile: _MicroTile, l1: MemoryLevel,
+               n_part: int) -> tuple[bool, list[str]]:
+    """Whether A is packed into micro-panels, and why: by the reuse of a thread's ``n_part`` columns, the
+    unit's operand form (`_unit_a_packing`), and rows read in place that would evict each other in ``l1``."""
+    mr, nv, nr, lanes, eb = tile.mr, tile.nv, tile.nr, tile.lanes, tile.eb
+    why = []
+    a_km = op.a_layout == "km"
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
-    tile_unit = unit.instruction is not None and unit.instruction[0] > 1
     unit_packing = _unit_a_packing(unit, op, l1, mr, opts, a_km)
     if unit_packing is not None:
         pack_a, reason = unit_packing
@@ -467,16 +541,20 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     elif not pack_a and unit.instruction is None:
         why.append(f"A not packed: {n_part} column(s) per thread fit {-(-n_part // nr)} {nr}-column register "
                    "tile(s), so every A element is used at most that often; the micro-kernel reads A in place")
+    return pack_a, why
+
+
+def _unit_steps(unit: ComputeTile, kc: int, pack_a: bool) -> list[str]:
+    """What each micro-kernel step of a unit in the vector registers consumes (none without a unit)."""
     unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)
+    tile_unit = unit.instruction is not None and unit.instruction[0] > 1
     if unit_k > 1 and not tile_unit:
-        why.append(f"{unit_name}: each micro-kernel step consumes {unit_k} k; B packed in groups of {unit_k} rows "
-                   f"interleaved, A {'packed in' if pack_a else 'read in place as'} groups of {unit_k}")
-    elif tile_unit:
-        why.append(f"{unit_name}: each step loads 2 A and 2 B tiles of {unit_k} k (B in 32-bit groups of rows "
-                   f"interleaved) into 2 x 2 accumulator tiles; kc {kc} unrolled in {kc // unit_k} steps")
-    return Blocking(mr, nv, lanes, mc, nc, kc, threads, split, l1.name, l2.name, l3.name, pack_b,
-                    prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
-                    unit_k=unit_k), why
+        return [(f"{unit_name}: each micro-kernel step consumes {unit_k} k; B packed in groups of {unit_k} rows "
+                 f"interleaved, A {'packed in' if pack_a else 'read in place as'} groups of {unit_k}")]
+    if tile_unit:
+        return [(f"{unit_name}: each step loads 2 A and 2 B tiles of {unit_k} k (B in 32-bit groups of rows "
+                 f"interleaved) into 2 x 2 accumulator tiles; kc {kc} unrolled in {kc // unit_k} steps")]
+    return []
 
 
 def _unit_a_packing(unit: ComputeTile, op: Contraction, l1: MemoryLevel, mr: int, opts: Options,
