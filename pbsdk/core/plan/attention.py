@@ -302,14 +302,70 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
         return plan_scratchpad_attention(spec, op, opts)
     if "lanes" not in forms:
         return _unfused(op, "this target does not lower the vector-lanes attention kernel", score_bytes)
+    return _plan_lanes(spec, op, opts, score_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _LanesOperands:
+    """How the ``"lanes"`` kernel reads ``op``'s operands (`_lanes_operands`): the matrix unit Q·Kᵀ issues
+    on (None: vector FMAs in f32), whether P is rounded and P·V issues on it too, and why."""
+
+    unit: UnitChoice | None
+    pv_unit: bool
+    reasons: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _RegisterTiles:
+    """Step 1 of the ``"lanes"`` schedule (`_register_tiles`): ``nvq`` query vectors of ``lanes``, ``nj``
+    keys per Q·Kᵀ tile, ``ndv`` value columns per P·V tile; ``budget``: half the innermost cache."""
+
+    lanes: int
+    nvq: int
+    nj: int
+    ndv: int
+    budget: int
+    reasons: tuple[str, ...]
+
+    @property
+    def br(self) -> int:
+        return self.nvq * self.lanes
+
+
+def _plan_lanes(spec: ChipSpec, op: Attention, opts: Options, score_bytes: int) -> AttentionPlan:
+    """The ``"lanes"`` schedule of ``op`` (the innermost memory level is not a scratchpad): register
+    tiles, the key block, the parallel mapping and the estimate (see the module docstring)."""
+    operands = _lanes_operands(spec, op, opts)
+    if isinstance(operands, str):
+        return _unfused(op, operands, score_bytes)
+    tiles = _register_tiles(spec, op, opts, operands)
+    if isinstance(tiles, str):
+        return _unfused(op, tiles, score_bytes)
+    unit, pv_unit, br = operands.unit, operands.pv_unit, tiles.br
+    bc, footprint, why_bc = _key_block(spec, op, operands, tiles, score_bytes)
+    # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
+    q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, opts)
+    reasons = [*operands.reasons, *tiles.reasons, why_bc,
+               *_mapping_reasons(spec, op, q_blocks, items, threads, total, computed)]
+    estimate = _estimate(spec, op, tiles.nvq, tiles.nj, tiles.ndv, tiles.lanes, br, computed * bc * br * op.batch,
+                         threads, unit, pv_unit)
+    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
+    return AttentionPlan(op, True, tuple(reasons), tiles.lanes, tiles.nvq, bc, tiles.nj, tiles.ndv, threads,
+                         spec.memory[-1].name, footprint, tiles.budget, total * op.batch, computed * op.batch,
+                         score_bytes, estimate, unit=unit, p_dtype=op.dtype if pv_unit else "f32")
+
+
+def _lanes_operands(spec: ChipSpec, op: Attention, opts: Options) -> _LanesOperands | str:
+    """The unit the ``"lanes"`` kernel reads ``op``'s narrow operands with (`pick_lanes_unit`) and P's dtype,
+    or why that kernel cannot compute ``op`` on ``spec`` (its dtypes, no f32 vector FMAs, no innermost
+    cache)."""
     unit: UnitChoice | None = None
     pv_unit = False  # P rounded to the operands' dtype and P·V on the unit too
     reasons: list[str] = []
     if op.dtype in UNIT_DTYPES:
         unit, why = pick_lanes_unit(spec, op, opts)
         if unit is None:
-            return _unfused(op, f"dtype {op.dtype}: {why}; the fused kernel reads {op.dtype} operands only "
-                                "with one", score_bytes)
+            return f"dtype {op.dtype}: {why}; the fused kernel reads {op.dtype} operands only with one"
         reasons.append(why)
         # P rounded to the operands' dtype costs what rounding the result costs: done where the result is
         # narrow, or the graph's own P is (torch's eager bf16 SDPA does the same); a graph that widens the
@@ -319,32 +375,37 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
                        "per key block)" if pv_unit else
                        "P kept in f32 (the graph keeps an f32 result), P·V as f32 FMAs on V widened as read")
     elif op.dtype not in FUSED_DTYPES:
-        return _unfused(op, f"dtype {op.dtype}: the fused kernel is emitted for {', '.join(FUSED_DTYPES)} (and "
-                            f"{', '.join(UNIT_DTYPES)} on a matrix unit) only", score_bytes)
+        return (f"dtype {op.dtype}: the fused kernel is emitted for {', '.join(FUSED_DTYPES)} (and "
+                f"{', '.join(UNIT_DTYPES)} on a matrix unit) only")
     for what, dt in (("output", op.out_dtype), ("mask", op.mask_dtype)):
         if dt not in IO_DTYPES:
-            return _unfused(op, f"{what} dtype {dt}: the fused kernel converts {', '.join(IO_DTYPES)} only",
-                            score_bytes)
+            return f"{what} dtype {dt}: the fused kernel converts {', '.join(IO_DTYPES)} only"
     vec = spec.vector
     if vec is None or "f32" not in vec.dtypes or not vec.fma:
-        return _unfused(op, f"no vector FMA unit for f32 in spec '{spec.name}': the fused kernel is "
-                            "emitted for vector units", score_bytes)
+        return f"no vector FMA unit for f32 in spec '{spec.name}': the fused kernel is emitted for vector units"
     inner = spec.memory[-1] if len(spec.memory) > 1 else None
     if inner is None or inner.managed != "cache":
-        return _unfused(op, f"innermost memory level of '{spec.name}' is not a cache: promoting the fused "
-                            "kernel's tiles to a scratchpad is not implemented", score_bytes)
+        return (f"innermost memory level of '{spec.name}' is not a cache: promoting the fused kernel's tiles to a "
+                "scratchpad is not implemented")
     if op.widened:
         reasons.append(f"Q, K, V read as {op.dtype} where the graph widens them to f32 (no f32 copies); "
                        f"output written as {op.out_dtype}")
+    return _LanesOperands(unit, pv_unit, tuple(reasons))
+
+
+def _register_tiles(spec: ChipSpec, op: Attention, opts: Options, operands: _LanesOperands) -> _RegisterTiles | str:
+    """1. Register tiles. For each number of query vectors, the widest key tile that fits the registers;
+    among those whose smallest working set (Qt, Ot and one key tile of scores) fits the innermost cache,
+    the fewest cycles per useful score (lanes past the sequence end are wasted work; with a unit, V's
+    packing is shared by the block's queries). A string: why no tile fits the registers."""
+    vec, inner = spec.vector, spec.memory[-1]
+    assert vec is not None
+    unit, pv_unit = operands.unit, operands.pv_unit
     lanes = vec.lanes("f32")
     regs = vec.registers
     loads = vec.loads_per_cycle
     rate = _unit_rate(spec, unit)
-
-    # 1. Register tiles. For each number of query vectors, the widest key tile that fits the registers;
-    # among those whose smallest working set (Qt, Ot and one key tile of scores) fits the innermost
-    # cache, the fewest cycles per useful score (lanes past the sequence end are wasted work; with a
-    # unit, V's packing is shared by the block's queries).
+    reasons: list[str] = []
     budget = int(inner.size_bytes * CACHE_BUDGET)
     forced = opts.attention_q_vectors
     cands: list[tuple[float, int, int, int]] = []  # (cycles per score, nvq, nj, minimal footprint)
@@ -366,7 +427,7 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
                                                   if pv_unit else 0.0))
         cands.append((per_score * padded / op.sq, nvq, nj, _footprint(op, br, nj, unit, pv_unit=pv_unit)))
     if not cands:
-        return _unfused(op, f"{regs} vector registers cannot hold a register tile", score_bytes)
+        return f"{regs} vector registers cannot hold a register tile"
     fitting = [c for c in cands if c[3] <= budget]
     if fitting:
         # Vector FMAs: the fewest query vectors within 3% of the fastest. A unit: the fastest (its cost
@@ -387,12 +448,19 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
     reasons.append(f"query block {br} = {nvq} vector(s) of {lanes} f32 lanes; Q·Kᵀ register tile "
                    f"{nj} keys x {nvq} vectors ({nj * nvq} accumulators of {regs} registers), P·V tile "
                    f"{ndv} value columns x {nvq} vectors ({chunks} chunk(s) of Dv {op.dv})")
+    return _RegisterTiles(lanes, nvq, nj, ndv, budget, tuple(reasons))
 
-    # 2. Key block. Vector FMAs: as many key tiles as fit next to Qt and Ot in the innermost cache. A unit:
-    # its tiles of scores and P stay in the innermost cache one key tile at a time (step 1); a key block's
-    # scores, P and V pairs stream through the next cache level, so the key block is as long as fits half
-    # of it (fewer rescalings of Ot; measured on Zen 4 at (12, 256, 64) bf16: 14 keys 1.0, 56 to 256 keys
-    # 0.95-0.96 of its time), in whole key pairs.
+
+def _key_block(spec: ChipSpec, op: Attention, operands: _LanesOperands, tiles: _RegisterTiles,
+               score_bytes: int) -> tuple[int, int, str]:
+    """2. Key block: (``Bc``, the footprint of one work item's tiles, why). Vector FMAs: as many key tiles
+    as fit next to Qt and Ot in the innermost cache. A unit: its tiles of scores and P stay in the innermost
+    cache one key tile at a time (step 1); a key block's scores, P and V pairs stream through the next cache
+    level, so the key block is as long as fits half of it (fewer rescalings of Ot; measured on Zen 4 at
+    (12, 256, 64) bf16: 14 keys 1.0, 56 to 256 keys 0.95-0.96 of its time), in whole key pairs."""
+    unit, pv_unit = operands.unit, operands.pv_unit
+    nj, br, budget = tiles.nj, tiles.br, tiles.budget
+    inner = spec.memory[-1]
     step = nj if unit is None else math.lcm(nj, unit.k)
     outer = next((lv for lv in reversed(spec.memory[1:-1]) if lv.managed == "cache"), None)
     level, limit = (inner, budget) if unit is None or outer is None else (outer, int(outer.size_bytes * CACHE_BUDGET))
@@ -405,21 +473,23 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
         bc = min(bc, _round_up(min(op.sk, MAX_BLOCK_K), unit.k))
     footprint = _footprint(op, br, bc if unit is None else nj, unit, pv_unit=pv_unit)
     if unit is None:
-        reasons.append(f"key block {bc}: Qt {op.d}x{br}, Ot {op.dv}x{br} and scores {bc}x{br} take {footprint} B "
-                       f"of half of {inner.name} ({budget} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B "
-                       "over the batch) is never stored")
-    else:
-        reasons.append(f"key block {bc}: Q pairs {op.d}x{br} {op.dtype} and a key tile's scores{' and P' * pv_unit} "
-                       f"({nj}x{br}) take {footprint} B of half of {inner.name} ({budget} B); a key block's scores"
-                       f"{', P, V pairs' * pv_unit} and Ot {op.dv}x{br} f32 "
-                       f"({_footprint(op, br, bc, unit, True, pv_unit)} B in all) stream through "
-                       f"{level.name} (half: {limit} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B over the "
-                       "batch) is never stored")
+        return bc, footprint, (f"key block {bc}: Qt {op.d}x{br}, Ot {op.dv}x{br} and scores {bc}x{br} take "
+                               f"{footprint} B of half of {inner.name} ({budget} B); the {op.sq}x{op.sk} score "
+                               f"matrix ({score_bytes} B over the batch) is never stored")
+    return bc, footprint, (f"key block {bc}: Q pairs {op.d}x{br} {op.dtype} and a key tile's scores"
+                           f"{' and P' * pv_unit} ({nj}x{br}) take {footprint} B of half of {inner.name} "
+                           f"({budget} B); a key block's scores{', P, V pairs' * pv_unit} and Ot {op.dv}x{br} f32 "
+                           f"({_footprint(op, br, bc, unit, True, pv_unit)} B in all) stream through "
+                           f"{level.name} (half: {limit} B); the {op.sq}x{op.sk} score matrix ({score_bytes} B over "
+                           "the batch) is never stored")
 
-    # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
-    q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, opts)
-    reasons.append(f"{items} work item(s) ({op.batch} batch x heads, {q_blocks} query block(s)) round-robin "
-                   f"over {threads} of {spec.compute[0].count} '{spec.compute[0].name}'(s)")
+
+def _mapping_reasons(spec: ChipSpec, op: Attention, q_blocks: int, items: int, threads: int, total: int,
+                     computed: int) -> list[str]:
+    """3. The parallel mapping's reasons (`_blocks`' figures): work items over the outermost compute
+    level, causal tiles skipped, the mask's reads, grouped-query heads."""
+    reasons = [(f"{items} work item(s) ({op.batch} batch x heads, {q_blocks} query block(s)) round-robin "
+                f"over {threads} of {spec.compute[0].count} '{spec.compute[0].name}'(s)")]
     if op.causal:
         reasons.append(f"causal (offset {op.causal_offset}): {total - computed} of {total} key tiles per head "
                        "are fully masked and skipped; the diagonal tiles are masked lane-wise")
@@ -428,12 +498,7 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
                        "contiguous or constant along queries)")
     if op.kv_groups > 1:
         reasons.append(f"grouped-query attention: {op.kv_groups} query heads share each K/V head (strides, no copy)")
-
-    estimate = _estimate(spec, op, nvq, nj, ndv, lanes, br, computed * bc * br * op.batch, threads, unit, pv_unit)
-    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
-    return AttentionPlan(op, True, tuple(reasons), lanes, nvq, bc, nj, ndv, threads, inner.name, footprint,
-                         budget, total * op.batch, computed * op.batch, score_bytes, estimate, unit=unit,
-                         p_dtype=op.dtype if pv_unit else "f32")
+    return reasons
 
 
 def _pv_cols(dv: int, regs: int, nvq: int) -> int:
