@@ -486,6 +486,47 @@ def _users(graph_nodes: Iterable[Node]) -> dict[int, int]:
     return counts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Analysis:
+    """What `find_attention` reads of a graph's live nodes: each value's producer and consumers, the
+    uses of each value, and the constants folded so far (``memo``, shared by every candidate)."""
+
+    graph: Graph
+    producers: dict[int, Node]
+    consumers: dict[int, list[Node]]
+    uses: _Uses
+    memo: dict[int, np.ndarray | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Probabilities:
+    """P of a ``matmul(P, V)`` read back to the softmax's input ``x`` (`_probabilities`): the nodes passed
+    (the softmax's, batch reshapes, a safe softmax's guard), how many of them read ``x``, and whether the
+    softmax is guarded (torch's safe softmax)."""
+
+    x: Value
+    nodes: tuple[Node, ...]
+    x_users: int
+    guarded: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class _Logits:
+    """The walk from the softmax's input back to Q·Kᵀ (`_walk_to_qk`): the value ``cur`` reached, the scale
+    applied to it, the additive mask (``mask_value``, the scale seen before it, ``mask_scale``, and the
+    scores' shape where it is added, ``mask_at``), the causal offset and the nodes passed; ``qk`` once
+    the walk has reached Q·Kᵀ."""
+
+    cur: Value
+    scale: float = 1.0
+    mask_scale: float = 1.0
+    mask_value: Value | None = None
+    mask_at: tuple[int, ...] = ()
+    causal: int | None = None
+    nodes: tuple[Node, ...] = ()
+    qk: Node | None = None
+
+
 def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[AttentionMatch]:
     """Every attention in ``graph`` that the fused kernel can replace (see the module docstring)."""
     nodes = graph.live_nodes()
@@ -501,152 +542,190 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
     for n in nodes:
         for i in n.inputs:
             consumers.setdefault(i.id, []).append(n)
+    g = _Analysis(graph, producers, consumers, uses, memo)
 
     for pv in nodes:
         if pv.op != "matmul" or pv.attrs["transpose_a"] or pv.out.id in claimed:
             continue
-        final = pv
-        after = consumers.get(pv.out.id, [])
-        if (pv.out.dtype == "f32" and pv.inputs[0].dtype in LOW_PRECISION and len(after) == 1
-                and after[0].op == "cast" and after[0].out.dtype == pv.inputs[0].dtype
-                and pv.out.id not in uses.outputs):
-            final = after[0]
-        p = pv.inputs[0]
-        if not uses.only_inside(p):
-            continue
-        batch_views: list[Node] = []
-        rp = producers.get(p.id)
-        if rp is not None and _batch_reshape(rp) and uses.only_inside(rp.inputs[0]):
-            batch_views.append(rp)  # (b, h, sq, sk) -> (b*h, sq, sk) for a 3-D matmul
-            p = rp.inputs[0]
-        guard = _safe_softmax(p, producers, uses, memo)
-        if guard is not None:
-            p = guard[0]
-        soft = _softmax_input(p, producers, uses)
-        if soft is None:
-            continue
-        x, covered_nodes, x_users = soft
-        covered_nodes += batch_views
-        if guard is not None:
-            if guard[2] is not x:
-                continue
-            covered_nodes += guard[1]
-            x_users += 1
-        # Walk from the logits back to Q·Kᵀ.
-        scale, mask_scale = 1.0, 1.0
-        mask_value: Value | None = None
-        mask_at: tuple[int, ...] = ()  # the scores' shape where the mask is added
-        causal: int | None = None
-        node = producers.get(x.id)
-        cur = x
-        ok = True
-        while node is not None and node.op != "matmul":
-            if not uses.only_inside(cur, x_users if cur is x else 1):
-                ok = False
-                break
-            a = node.inputs
-            if node.op in ("mul", "div") and len(a) == 2:
-                side = 0 if a[0].shape == cur.shape and _scalar(a[1], producers) is not None else \
-                    1 if node.op == "mul" and a[1].shape == cur.shape and _scalar(a[0], producers) is not None else None
-                if side is None:
-                    ok = False
-                    break
-                c = _scalar(a[1 - side], producers)
-                assert c is not None
-                c = 1.0 / c if node.op == "div" else c
-                if not (math.isfinite(c) and c > 0):
-                    ok = False
-                    break
-                scale *= c  # walking backwards: a scale seen before the mask also scales the mask
-                cur = a[side]
-            elif node.op == "add":
-                side = 0 if a[0].shape == cur.shape else 1
-                other = a[1 - side]
-                folded = _fold(other, producers, memo)
-                off = None
-                if folded is not None:
-                    finite = np.isfinite(folded)
-                    if ((folded == 0) | (folded == -np.inf)).all() and (~finite).any():
-                        off = causal_offset(np.broadcast_to(folded == -np.inf, cur.shape))
-                if off is not None and causal is None:
-                    causal = off
-                elif mask_value is None:
-                    mask_value, mask_scale, mask_at = other, scale, node.out.shape
-                else:
-                    ok = False
-                    break
-                cur = a[side]
-            elif (node.op == "cast" and node.out.dtype in LOW_PRECISION and node.inputs[0].dtype == "f32"
-                  and getattr(producers.get(node.inputs[0].id), "op", None) == "matmul"):
-                cur = node.inputs[0]  # Q·Kᵀ accumulated in f32, cast to the operands' dtype
-            elif _batch_reshape(node):
-                cur = a[0]  # batch dims merged or split; the score rows and columns unchanged
-            elif node.op == "select":
-                cond, t, f = a
-                tf, ff = _scalar(t, producers), _scalar(f, producers)
-                folded = _fold(cond, producers, memo)
-                if folded is None or causal is not None:
-                    ok = False
-                    break
-                if tf == -math.inf and f.shape == cur.shape:
-                    masked, cur = folded != 0, f
-                elif ff == -math.inf and t.shape == cur.shape:
-                    masked, cur = folded == 0, t
-                else:
-                    ok = False
-                    break
-                off = causal_offset(np.broadcast_to(masked, cur.shape))
-                if off is None:
-                    ok = False
-                    break
-                causal = off
-            else:
-                ok = False
-                break
-            covered_nodes.append(node)
-            node = producers.get(cur.id)
-        if not ok or node is None or not uses.only_inside(cur, x_users if cur is x else 1):
-            if ok:
-                why.append(f"matmul -> softmax -> matmul at {pv.out.type}: scores not computed by a matmul")
-            else:
-                why.append(f"matmul -> softmax -> matmul at {pv.out.type}: an op between Q·Kᵀ and the softmax "
-                           "is not a positive scalar scale, an additive mask or a causal select, or a value is "
-                           "used elsewhere")
-            continue
-        # torch's safe softmax gives 0 for a row whose keys are all masked. A causal pattern with offset
-        # >= 0 masks no whole row (the guard is then a no-op); any other mask may (a runtime padding mask
-        # of zeros), so the kernel is asked to zero such rows exactly as torch does.
-        safe = guard is not None and (mask_value is not None or (causal is not None and causal < 0))
-        qk = node
-        covered_nodes.append(qk)
-        if qk.attrs["transpose_a"]:
-            why.append("Q·Kᵀ with Q transposed is not recognised")
-            continue
-        if final is not pv:
-            covered_nodes.append(pv)
-        match = _build(graph, final, qk, producers, mask_value, causal, scale, mask_scale, covered_nodes, uses, why,
-                       pv_matmul=pv, safe_softmax=safe, mask_at=mask_at, memo=memo)
-        if match is not None and match.op.dtype == "f32":
-            # An f32 pattern on f16/bf16 operands widened to f32 (torch's decomposed bf16 SDPA): the same
-            # attention reading the narrow operands, and writing the narrow output where the result is
-            # only rounded back to it; the f32 match stays as its fallback.
-            narrow_final, extra = final, []
-            tail, nxt = [pv], after  # batch reshapes (e.g. (b*h, s, d) -> (b, h, s, d)) before the cast
-            while len(nxt) == 1 and _batch_reshape(nxt[0]) and tail[-1].out.id not in uses.outputs:
-                tail.append(nxt[0])
-                nxt = consumers.get(nxt[0].out.id, [])
-            if (final is pv and len(nxt) == 1 and nxt[0].op == "cast" and nxt[0].out.dtype in LOW_PRECISION
-                    and tail[-1].out.id not in uses.outputs):
-                narrow_final, extra = nxt[0], tail
-            narrow = _build(graph, narrow_final, qk, producers, mask_value, causal, scale, mask_scale,
-                            covered_nodes + extra, uses, [], pv_matmul=pv, safe_softmax=safe, mask_at=mask_at,
-                            memo=memo, narrow=True)
-            if narrow is not None:
-                match = dataclasses.replace(narrow, widened=match)
+        match = _match_at(g, pv, why)
         if match is not None:
             found.append(match)
             claimed |= match.covered
     return found
+
+
+def _match_at(g: _Analysis, pv: Node, why: list[str]) -> AttentionMatch | None:
+    """The attention whose P·V is the matmul ``pv``, or None (with a reason in ``why`` where the softmax
+    was found but not what computes its input)."""
+    final = pv
+    after = g.consumers.get(pv.out.id, [])
+    if (pv.out.dtype == "f32" and pv.inputs[0].dtype in LOW_PRECISION and len(after) == 1
+            and after[0].op == "cast" and after[0].out.dtype == pv.inputs[0].dtype
+            and pv.out.id not in g.uses.outputs):
+        final = after[0]
+    soft = _probabilities(g, pv)
+    if soft is None:
+        return None
+    # Walk from the logits back to Q·Kᵀ.
+    logits = _walk_to_qk(g, soft.x, soft.x_users)
+    if isinstance(logits, str):
+        why.append(f"matmul -> softmax -> matmul at {pv.out.type}: {logits}")
+        return None
+    covered_nodes = [*soft.nodes, *logits.nodes]
+    # torch's safe softmax gives 0 for a row whose keys are all masked. A causal pattern with offset
+    # >= 0 masks no whole row (the guard is then a no-op); any other mask may (a runtime padding mask
+    # of zeros), so the kernel is asked to zero such rows exactly as torch does.
+    causal = logits.causal
+    safe = soft.guarded and (logits.mask_value is not None or (causal is not None and causal < 0))
+    qk = logits.qk
+    assert qk is not None
+    covered_nodes.append(qk)
+    if qk.attrs["transpose_a"]:
+        why.append("Q·Kᵀ with Q transposed is not recognised")
+        return None
+    if final is not pv:
+        covered_nodes.append(pv)
+    match = _build(g.graph, final, qk, g.producers, logits.mask_value, causal, logits.scale, logits.mask_scale,
+                   covered_nodes, g.uses, why, pv_matmul=pv, safe_softmax=safe, mask_at=logits.mask_at,
+                   memo=g.memo)
+    if match is not None and match.op.dtype == "f32":
+        # An f32 pattern on f16/bf16 operands widened to f32 (torch's decomposed bf16 SDPA): the same
+        # attention reading the narrow operands, and writing the narrow output where the result is
+        # only rounded back to it; the f32 match stays as its fallback.
+        narrow_final, extra = _narrow_output(g, pv, final, after)
+        narrow = _build(g.graph, narrow_final, qk, g.producers, logits.mask_value, causal, logits.scale,
+                        logits.mask_scale, covered_nodes + extra, g.uses, [], pv_matmul=pv, safe_softmax=safe,
+                        mask_at=logits.mask_at, memo=g.memo, narrow=True)
+        if narrow is not None:
+            match = dataclasses.replace(narrow, widened=match)
+    return match
+
+
+def _probabilities(g: _Analysis, pv: Node) -> _Probabilities | None:
+    """``pv``'s P read back through a batch reshape and torch's safe-softmax guard to the softmax's input;
+    None where P is not a softmax used only there."""
+    uses, producers = g.uses, g.producers
+    p = pv.inputs[0]
+    if not uses.only_inside(p):
+        return None
+    batch_views: list[Node] = []
+    rp = producers.get(p.id)
+    if rp is not None and _batch_reshape(rp) and uses.only_inside(rp.inputs[0]):
+        batch_views.append(rp)  # (b, h, sq, sk) -> (b*h, sq, sk) for a 3-D matmul
+        p = rp.inputs[0]
+    guard = _safe_softmax(p, producers, uses, g.memo)
+    if guard is not None:
+        p = guard[0]
+    soft = _softmax_input(p, producers, uses)
+    if soft is None:
+        return None
+    x, covered_nodes, x_users = soft
+    covered_nodes += batch_views
+    if guard is not None:
+        if guard[2] is not x:
+            return None
+        covered_nodes += guard[1]
+        x_users += 1
+    return _Probabilities(x, tuple(covered_nodes), x_users, guard is not None)
+
+
+def _walk_to_qk(g: _Analysis, x: Value, x_users: int) -> _Logits | str:
+    """The walk from the softmax's input ``x`` (read by ``x_users`` of the softmax's nodes) back to Q·Kᵀ
+    through scales, masks, casts and batch reshapes (`_step_back`); a string: why it does not reach one."""
+    s = _Logits(x)
+    node = g.producers.get(x.id)
+    while node is not None and node.op != "matmul":
+        stepped = _step_back(g, node, s) if g.uses.only_inside(s.cur, x_users if s.cur is x else 1) else None
+        if stepped is None:
+            return ("an op between Q·Kᵀ and the softmax is not a positive scalar scale, an additive mask or a causal "
+                    "select, or a value is used elsewhere")
+        s = dataclasses.replace(stepped, nodes=stepped.nodes + (node,))
+        node = g.producers.get(s.cur.id)
+    if node is None or not g.uses.only_inside(s.cur, x_users if s.cur is x else 1):
+        return "scores not computed by a matmul"
+    return dataclasses.replace(s, qk=node)
+
+
+def _step_back(g: _Analysis, node: Node, s: _Logits) -> _Logits | None:
+    """The walk one op further back, through ``node`` (the producer of ``s.cur``): a positive scalar scale,
+    an additive mask or causal pattern, a cast of Q·Kᵀ's f32 result, a batch reshape or a causal select;
+    None for any other op."""
+    producers, a = g.producers, node.inputs
+    if node.op in ("mul", "div") and len(a) == 2:
+        side = 0 if a[0].shape == s.cur.shape and _scalar(a[1], producers) is not None else \
+            1 if node.op == "mul" and a[1].shape == s.cur.shape and _scalar(a[0], producers) is not None else None
+        if side is None:
+            return None
+        c = _scalar(a[1 - side], producers)
+        assert c is not None
+        c = 1.0 / c if node.op == "div" else c
+        if not (math.isfinite(c) and c > 0):
+            return None
+        # walking backwards: a scale seen before the mask also scales the mask
+        return dataclasses.replace(s, scale=s.scale * c, cur=a[side])
+    if node.op == "add":
+        return _through_add(g, node, s)
+    if (node.op == "cast" and node.out.dtype in LOW_PRECISION and node.inputs[0].dtype == "f32"
+            and getattr(producers.get(node.inputs[0].id), "op", None) == "matmul"):
+        return dataclasses.replace(s, cur=node.inputs[0])  # Q·Kᵀ accumulated in f32, cast to the operands' dtype
+    if _batch_reshape(node):
+        return dataclasses.replace(s, cur=a[0])  # batch dims merged or split; the score rows and columns unchanged
+    if node.op == "select":
+        return _through_select(g, node, s)
+    return None
+
+
+def _through_add(g: _Analysis, node: Node, s: _Logits) -> _Logits | None:
+    """An addition: a constant causal pattern (0 and -inf) if none was seen, else the additive mask (one)."""
+    a = node.inputs
+    side = 0 if a[0].shape == s.cur.shape else 1
+    other = a[1 - side]
+    folded = _fold(other, g.producers, g.memo)
+    off = None
+    if folded is not None:
+        finite = np.isfinite(folded)
+        if ((folded == 0) | (folded == -np.inf)).all() and (~finite).any():
+            off = causal_offset(np.broadcast_to(folded == -np.inf, s.cur.shape))
+    if off is not None and s.causal is None:
+        return dataclasses.replace(s, causal=off, cur=a[side])
+    if s.mask_value is None:
+        return dataclasses.replace(s, mask_value=other, mask_scale=s.scale, mask_at=node.out.shape, cur=a[side])
+    return None
+
+
+def _through_select(g: _Analysis, node: Node, s: _Logits) -> _Logits | None:
+    """``where(c, -inf, s)`` or ``where(c, s, -inf)`` whose condition folds to a causal pattern (when no
+    causal pattern was seen)."""
+    cond, t, f = node.inputs
+    tf, ff = _scalar(t, g.producers), _scalar(f, g.producers)
+    folded = _fold(cond, g.producers, g.memo)
+    if folded is None or s.causal is not None:
+        return None
+    if tf == -math.inf and f.shape == s.cur.shape:
+        masked, cur = folded != 0, f
+    elif ff == -math.inf and t.shape == s.cur.shape:
+        masked, cur = folded == 0, t
+    else:
+        return None
+    off = causal_offset(np.broadcast_to(masked, cur.shape))
+    if off is None:
+        return None
+    return dataclasses.replace(s, causal=off, cur=cur)
+
+
+def _narrow_output(g: _Analysis, pv: Node, final: Node, after: list[Node]) -> tuple[Node, list[Node]]:
+    """For an f32 match on widened operands: the node the narrow match's output is (the cast rounding the
+    result back to f16/bf16, past batch reshapes, where the result is only that) and the nodes it covers
+    beyond the f32 match's; else ``final`` and none."""
+    narrow_final, extra = final, []
+    tail, nxt = [pv], after  # batch reshapes (e.g. (b*h, s, d) -> (b, h, s, d)) before the cast
+    while len(nxt) == 1 and _batch_reshape(nxt[0]) and tail[-1].out.id not in g.uses.outputs:
+        tail.append(nxt[0])
+        nxt = g.consumers.get(nxt[0].out.id, [])
+    if (final is pv and len(nxt) == 1 and nxt[0].op == "cast" and nxt[0].out.dtype in LOW_PRECISION
+            and tail[-1].out.id not in g.uses.outputs):
+        narrow_final, extra = nxt[0], tail
+    return narrow_final, extra
 
 
 def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask_value: Value | None,
