@@ -186,6 +186,42 @@ _Size: TypeAlias = ir.Value | int
 _Body: TypeAlias = Callable[[Sequence[ir.Value]], Sequence[ir.Value]]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Scalars:
+    """The f32 scalars a work item's online softmax reads (`_Tiles.build` makes them once per kernel):
+    0, -inf, the scale of Q·Kᵀ and the mask's (None without a mask)."""
+
+    zero: ir.Value
+    ninf: ir.Value
+    scale: ir.Value
+    mscale: ir.Value | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Item:
+    """One work item's indices (`_Tiles.item`): its flat batch index ``beta``, its first query ``q0`` and
+    its ``rows`` (``rows_u``: rounded up to the unit's m), where batch ``beta`` starts in Q, K and V."""
+
+    beta: ir.Value
+    q0: ir.Value
+    rows: ir.Value
+    rows_u: ir.Value
+    qoff: ir.Value
+    koff: ir.Value
+    voff: ir.Value
+
+
+@dataclasses.dataclass(frozen=True)
+class _Keys:
+    """One key block (`_Tiles.load_keys`): its first key ``j0`` and its ``cols`` keys (``cols_n`` and
+    ``cols_k``: rounded up to the unit's n and k)."""
+
+    j0: ir.Value
+    cols: ir.Value
+    cols_n: ir.Value
+    cols_k: ir.Value
+
+
 class _Tiles:
     """Builds one scratchpad attention kernel (see the module docstring)."""
 
@@ -320,140 +356,181 @@ class _Tiles:
     def work_item(self, it: ir.Value, flat: dict[str, ir.Value], zero: ir.Value, ninf: ir.Value, scale: ir.Value,
                   mscale: ir.Value | None) -> None:
         """One (batch, query block) work item ``it``: Q's tile in, the key blocks, O's tile out."""
-        ix, op, t, ops, dt = self.ix, self.op, self.t, self.ops, self.dt
-        BR, BC, DP, DVP, D, DV, SQ, SK = t.block_q, t.block_k, t.d_padded, t.dv_padded, op.d, op.dv, op.sq, op.sk
-        u = t.unit
-        into, out_of = f"{t.main_level}->{t.level}", f"{t.level}->{t.main_level}"
-        nqb = self.plan.q_blocks
-        f32, et = ir.F32Type.get(), element_type(dt)
+        ix, op, t = self.ix, self.op, self.t
         c0 = ix.c
-        beta = ix.divui(it, nqb)
-        qb = ix.remui(it, nqb)
-        q0 = ix.mul(qb, BR)
-        rows = ix.min(c0(BR), ix.sub(c0(SQ), q0))
-        rows_u = _round_up(ix, rows, u.m if u else 1)
-        qoff, koff, voff = batch_start(ix, beta, ops.q), batch_start(ix, beta, ops.k), batch_start(ix, beta, ops.v)
+        sc = _Scalars(zero, ninf, scale, mscale)
+        w = self.item(it)
 
         # Q's tile, once per work item.
-        qsrc = self.main_view(flat["Q"], ix.add(qoff, ix.mul(q0, ops.q.row_stride)), [rows, D],
-                              (ops.q.row_stride, ops.q.col_stride))
-        self.dma(qsrc, self.view("Qs", [c0(0), c0(0)], [rows, D]), into)
+        qsrc = self.main_view(flat["Q"], ix.add(w.qoff, ix.mul(w.q0, self.ops.q.row_stride)), [w.rows, op.d],
+                              (self.ops.q.row_stride, self.ops.q.col_stride))
+        self.dma(qsrc, self.view("Qs", [c0(0), c0(0)], [w.rows, op.d]), f"{t.main_level}->{t.level}")
         self.fill(zero, "O")
         self.fill(ninf, "m")
         self.fill(zero, "l")
 
         if op.causal_offset is None:
-            kend = c0(SK)
+            kend = c0(op.sk)
         else:
-            qend = ix.min(ix.add(q0, c0(BR)), c0(SQ))
-            kend = ix.min(ix.max(ix.add(qend, c0(op.causal_offset)), c0(0)), c0(SK))
-        with loop(c0(0), kend, c0(BC)) as kloop:
-            j0 = kloop.induction_variable
-            cols = ix.min(c0(BC), ix.sub(kend, j0))
-            cols_n = _round_up(ix, cols, u.n if u else 1)
-            cols_k = _round_up(ix, cols, u.k if u else 1)
-            ksrc = self.main_view(flat["K"], ix.add(koff, ix.mul(j0, ops.k.row_stride)), [cols, D],
-                                  (ops.k.row_stride, ops.k.col_stride))
-            self.dma(ksrc, self.view("Ks", [c0(0), c0(0)], [cols, D]), into)
-            vsrc = self.main_view(flat["V"], ix.add(voff, ix.mul(j0, ops.v.row_stride)), [cols, DV],
-                                  (ops.v.row_stride, ops.v.col_stride))
-            self.dma(vsrc, self.view("Vs", [c0(0), c0(0)], [cols, DV]), into)
+            qend = ix.min(ix.add(w.q0, c0(t.block_q)), c0(op.sq))
+            kend = ix.min(ix.max(ix.add(qend, c0(op.causal_offset)), c0(0)), c0(op.sk))
+        with loop(c0(0), kend, c0(t.block_k)) as kloop:
+            kb = self.load_keys(w, flat, kloop.induction_variable, kend)
+            self.scores_product(w, kb, sc)
+            sv = self.masked_scores(w, kb, sc)
+            self.online_softmax(w, kb, sc, sv)
+            self.values_product(w, kb)
+        self.store_out(w, flat)
+
+    def item(self, it: ir.Value) -> _Item:
+        """Work item ``it``'s batch index, query block and operand offsets."""
+        ix, t, ops = self.ix, self.t, self.ops
+        u = t.unit
+        nqb = self.plan.q_blocks
+        c0 = ix.c
+        beta = ix.divui(it, nqb)
+        qb = ix.remui(it, nqb)
+        q0 = ix.mul(qb, t.block_q)
+        rows = ix.min(c0(t.block_q), ix.sub(c0(self.op.sq), q0))
+        rows_u = _round_up(ix, rows, u.m if u else 1)
+        qoff, koff, voff = batch_start(ix, beta, ops.q), batch_start(ix, beta, ops.k), batch_start(ix, beta, ops.v)
+        return _Item(beta, q0, rows, rows_u, qoff, koff, voff)
+
+    def load_keys(self, w: _Item, flat: dict[str, ir.Value], j0: ir.Value, kend: ir.Value) -> _Keys:
+        """The key block at ``j0`` (ending at most at ``kend``): K's and V's tiles in (and the mask's)."""
+        ix, t, ops, D, DV = self.ix, self.t, self.ops, self.op.d, self.op.dv
+        u = t.unit
+        into = f"{t.main_level}->{t.level}"
+        c0 = ix.c
+        cols = ix.min(c0(t.block_k), ix.sub(kend, j0))
+        cols_n = _round_up(ix, cols, u.n if u else 1)
+        cols_k = _round_up(ix, cols, u.k if u else 1)
+        ksrc = self.main_view(flat["K"], ix.add(w.koff, ix.mul(j0, ops.k.row_stride)), [cols, D],
+                              (ops.k.row_stride, ops.k.col_stride))
+        self.dma(ksrc, self.view("Ks", [c0(0), c0(0)], [cols, D]), into)
+        vsrc = self.main_view(flat["V"], ix.add(w.voff, ix.mul(j0, ops.v.row_stride)), [cols, DV],
+                              (ops.v.row_stride, ops.v.col_stride))
+        self.dma(vsrc, self.view("Vs", [c0(0), c0(0)], [cols, DV]), into)
+        if ops.mask is not None:
+            moff = ix.add(ix.add(batch_start(ix, w.beta, ops.mask), ix.mul(w.q0, ops.mask.row_stride)),
+                          ix.mul(j0, ops.mask.col_stride))
+            msrc = self.main_view(flat["M"], moff, [w.rows, cols], (ops.mask.row_stride, ops.mask.col_stride))
+            self.dma(msrc, self.view("Ms", [c0(0), c0(0)], [w.rows, cols]), into)
+        return _Keys(j0, cols, cols_n, cols_k)
+
+    def scores_product(self, w: _Item, kb: _Keys, sc: _Scalars) -> None:
+        """S = Q · Kᵀ: on the unit, tile by tile, or one vector op."""
+        c0, u, D, DP = self.ix.c, self.t.unit, self.op.d, self.t.d_padded
+        self.fill(sc.zero, "S")
+        if u is not None:
+            with loop(c0(0), w.rows_u, c0(u.m)) as lm, loop(c0(0), kb.cols_n, c0(u.n)) as ln, \
+                    loop(c0(0), c0(DP), c0(u.k)) as lk:
+                mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
+                self.mac(self.view("Qs", [mi, ki], [u.m, u.k]), self.view("Ks", [ni, ki], [u.n, u.k]),
+                         self.view("S", [mi, ni], [u.m, u.n]), True, True)
+        else:
+            self.mac(self.view("Qs", [c0(0), c0(0)], [w.rows, D]), self.view("Ks", [c0(0), c0(0)], [kb.cols, D]),
+                     self.view("S", [c0(0), c0(0)], [w.rows, kb.cols]), True, False)
+
+    def masked_scores(self, w: _Item, kb: _Keys, sc: _Scalars) -> ir.Value:
+        """The scores scaled, plus the scaled mask, -inf where masked (keys past the block, padding rows of
+        the mask, causal): in place on the ``rows_u x cols_k`` view of S the P·V step reads, returned."""
+        c0, op, ops, dt = self.ix.c, self.op, self.ops, self.dt
+        f32 = ir.F32Type.get()
+        scale, mscale, zero, ninf = sc.scale, sc.mscale, sc.zero, sc.ninf
+        rows, cols, q0, j0 = w.rows, kb.cols, w.q0, kb.j0
+        # Online softmax over the rows_u x cols_k scores the P·V step reads.
+        sv = self.view("S", [c0(0), c0(0)], [w.rows_u, kb.cols_k])
+        ins: list[tuple[ir.Value, list[int]]] = []
+        if ops.mask is not None:
+            ins.append((self.view("Ms", [c0(0), c0(0)], [w.rows_u, kb.cols_k]), [0, 1]))
+        causal = None if op.causal_offset is None else c0(op.causal_offset)
+
+        def scores(x: Sequence[ir.Value]) -> list[ir.Value]:
+            r, c = linalg.IndexOp(0).result, linalg.IndexOp(1).result
+            y0 = x[-1]
+            s = arith.mulf(y0, scale)
             if ops.mask is not None:
-                moff = ix.add(ix.add(batch_start(ix, beta, ops.mask), ix.mul(q0, ops.mask.row_stride)),
-                              ix.mul(j0, ops.mask.col_stride))
-                msrc = self.main_view(flat["M"], moff, [rows, cols], (ops.mask.row_stride, ops.mask.col_stride))
-                self.dma(msrc, self.view("Ms", [c0(0), c0(0)], [rows, cols]), into)
-
-            # S = Q · Kᵀ
-            self.fill(zero, "S")
-            if u is not None:
-                with loop(c0(0), rows_u, c0(u.m)) as lm, loop(c0(0), cols_n, c0(u.n)) as ln, \
-                        loop(c0(0), c0(DP), c0(u.k)) as lk:
-                    mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
-                    self.mac(self.view("Qs", [mi, ki], [u.m, u.k]), self.view("Ks", [ni, ki], [u.n, u.k]),
-                             self.view("S", [mi, ni], [u.m, u.n]), True, True)
+                assert mscale is not None
+                mx = arith.extf(f32, x[0]) if dt != "f32" else x[0]
+                s1 = arith.addf(s, arith.mulf(mx, mscale))
             else:
-                self.mac(self.view("Qs", [c0(0), c0(0)], [rows, D]), self.view("Ks", [c0(0), c0(0)], [cols, D]),
-                         self.view("S", [c0(0), c0(0)], [rows, cols]), True, False)
-
-            # Online softmax over the rows_u x cols_k scores the P·V step reads.
-            sv = self.view("S", [c0(0), c0(0)], [rows_u, cols_k])
-            ins: list[tuple[ir.Value, list[int]]] = []
-            if ops.mask is not None:
-                ins.append((self.view("Ms", [c0(0), c0(0)], [rows_u, cols_k]), [0, 1]))
-            causal = None if op.causal_offset is None else c0(op.causal_offset)
-
-            def scores(x: Sequence[ir.Value]) -> list[ir.Value]:
-                r, c = linalg.IndexOp(0).result, linalg.IndexOp(1).result
-                y0 = x[-1]
-                s = arith.mulf(y0, scale)
-                if ops.mask is not None:
-                    assert mscale is not None
-                    mx = arith.extf(f32, x[0]) if dt != "f32" else x[0]
-                    s1 = arith.addf(s, arith.mulf(mx, mscale))
-                else:
-                    s1 = arith.addf(s, zero)
-                # Masked: keys past this block's end (padding), and causal j > i + offset.
-                pad = arith.cmpi(arith.CmpIPredicate.uge, c, cols)
-                if ops.mask is not None:  # padding rows of the mask tile were not copied
-                    pad1 = arith.ori(pad, arith.cmpi(arith.CmpIPredicate.uge, r, rows))
-                else:
-                    pad1 = arith.ori(pad, pad)
-                if causal is not None:
-                    j = arith.addi(j0, c)
-                    io = arith.addi(arith.addi(q0, r), causal)
-                    msk = arith.ori(pad1, arith.cmpi(arith.CmpIPredicate.sgt, j, io))
-                else:
-                    msk = arith.ori(pad1, pad1)
-                return [arith.select(msk, ninf, s1)]
-
-            self.generic(ins, [(sv, [0, 1])], 2, (), scores)
-            mv = self.view("m", [c0(0)], [rows_u])
-            mnv = self.view("mn", [c0(0)], [rows_u])
-            alv = self.view("al", [c0(0)], [rows_u])
-            lv = self.view("l", [c0(0)], [rows_u])
-            self.generic([(mv, [0])], [(mnv, [0])], 1, (), lambda x: [x[0]])
-            self.generic([(sv, [0, 1])], [(mnv, [0])], 2, (1,), lambda x: [arith.maximumf(x[0], x[1])])
-
-            # al = 2^... = exp(m - mn) (0 while m is still -inf); l *= al; m = mn
-            def rescale(x: Sequence[ir.Value]) -> list[ir.Value]:
-                ex = math_d.exp(arith.subf(x[1], x[0]))
-                first = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
-                a = arith.select(first, zero, ex)
-                return [x[0], a, arith.mulf(x[3], a)]
-
-            self.generic([(mnv, [0])], [(mv, [0]), (alv, [0]), (lv, [0])], 1, (), rescale)
-
-            # P = exp(S - mn) (0 where masked), l += Σ P
-            outs = [(sv, [0, 1])]
-            if dt != "f32":
-                outs.append((self.view("P", [c0(0), c0(0)], [rows_u, cols_k]), [0, 1]))
-
-            def probabilities(x: Sequence[ir.Value]) -> list[ir.Value]:
-                ex = math_d.exp(arith.subf(x[1], x[0]))
-                dead = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
-                p = arith.select(dead, zero, ex)
-                return [p, arith.truncf(et, p)] if dt != "f32" else [p]
-
-            self.generic([(mnv, [0])], outs, 2, (), probabilities)
-            self.generic([(sv, [0, 1])], [(lv, [0])], 2, (1,), lambda x: [arith.addf(x[1], x[0])])
-            # O *= al
-            self.generic([(alv, [0])], [(self.view("O", [c0(0), c0(0)], [rows_u, DVP]), [0, 1])], 2, (),
-                         lambda x: [arith.mulf(x[1], x[0])])
-
-            # O += P · V
-            pname = "P" if dt != "f32" else "S"
-            if u is not None:
-                with loop(c0(0), rows_u, c0(u.m)) as lm, loop(c0(0), c0(DVP), c0(u.n)) as ln, \
-                        loop(c0(0), cols_k, c0(u.k)) as lk:
-                    mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
-                    self.mac(self.view(pname, [mi, ki], [u.m, u.k]), self.view("Vs", [ki, ni], [u.k, u.n]),
-                             self.view("O", [mi, ni], [u.m, u.n]), False, True)
+                s1 = arith.addf(s, zero)
+            # Masked: keys past this block's end (padding), and causal j > i + offset.
+            pad = arith.cmpi(arith.CmpIPredicate.uge, c, cols)
+            if ops.mask is not None:  # padding rows of the mask tile were not copied
+                pad1 = arith.ori(pad, arith.cmpi(arith.CmpIPredicate.uge, r, rows))
             else:
-                self.mac(self.view(pname, [c0(0), c0(0)], [rows, cols]), self.view("Vs", [c0(0), c0(0)], [cols, DV]),
-                         self.view("O", [c0(0), c0(0)], [rows, DV]), False, False)
+                pad1 = arith.ori(pad, pad)
+            if causal is not None:
+                j = arith.addi(j0, c)
+                io = arith.addi(arith.addi(q0, r), causal)
+                msk = arith.ori(pad1, arith.cmpi(arith.CmpIPredicate.sgt, j, io))
+            else:
+                msk = arith.ori(pad1, pad1)
+            return [arith.select(msk, ninf, s1)]
 
-        # O / l, rounded to the output dtype, copied out.
+        self.generic(ins, [(sv, [0, 1])], 2, (), scores)
+        return sv
+
+    def online_softmax(self, w: _Item, kb: _Keys, sc: _Scalars, sv: ir.Value) -> None:
+        """The running maximum and sum updated with the scores ``sv``, P = exp(S - max) (rounded to the op's
+        dtype as P), and O rescaled."""
+        c0, dt, rows_u = self.ix.c, self.dt, w.rows_u
+        et = element_type(dt)
+        zero, ninf = sc.zero, sc.ninf
+        mv = self.view("m", [c0(0)], [rows_u])
+        mnv = self.view("mn", [c0(0)], [rows_u])
+        alv = self.view("al", [c0(0)], [rows_u])
+        lv = self.view("l", [c0(0)], [rows_u])
+        self.generic([(mv, [0])], [(mnv, [0])], 1, (), lambda x: [x[0]])
+        self.generic([(sv, [0, 1])], [(mnv, [0])], 2, (1,), lambda x: [arith.maximumf(x[0], x[1])])
+
+        # al = 2^... = exp(m - mn) (0 while m is still -inf); l *= al; m = mn
+        def rescale(x: Sequence[ir.Value]) -> list[ir.Value]:
+            ex = math_d.exp(arith.subf(x[1], x[0]))
+            first = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
+            a = arith.select(first, zero, ex)
+            return [x[0], a, arith.mulf(x[3], a)]
+
+        self.generic([(mnv, [0])], [(mv, [0]), (alv, [0]), (lv, [0])], 1, (), rescale)
+
+        # P = exp(S - mn) (0 where masked), l += Σ P
+        outs = [(sv, [0, 1])]
+        if dt != "f32":
+            outs.append((self.view("P", [c0(0), c0(0)], [rows_u, kb.cols_k]), [0, 1]))
+
+        def probabilities(x: Sequence[ir.Value]) -> list[ir.Value]:
+            ex = math_d.exp(arith.subf(x[1], x[0]))
+            dead = arith.cmpf(arith.CmpFPredicate.OEQ, x[1], ninf)
+            p = arith.select(dead, zero, ex)
+            return [p, arith.truncf(et, p)] if dt != "f32" else [p]
+
+        self.generic([(mnv, [0])], outs, 2, (), probabilities)
+        self.generic([(sv, [0, 1])], [(lv, [0])], 2, (1,), lambda x: [arith.addf(x[1], x[0])])
+        # O *= al
+        self.generic([(alv, [0])], [(self.view("O", [c0(0), c0(0)], [rows_u, self.t.dv_padded]), [0, 1])], 2, (),
+                     lambda x: [arith.mulf(x[1], x[0])])
+
+    def values_product(self, w: _Item, kb: _Keys) -> None:
+        """O += P · V: on the unit, tile by tile, or one vector op."""
+        c0, u, DV, DVP = self.ix.c, self.t.unit, self.op.dv, self.t.dv_padded
+        pname = "P" if self.dt != "f32" else "S"
+        if u is not None:
+            with loop(c0(0), w.rows_u, c0(u.m)) as lm, loop(c0(0), c0(DVP), c0(u.n)) as ln, \
+                    loop(c0(0), kb.cols_k, c0(u.k)) as lk:
+                mi, ni, ki = lm.induction_variable, ln.induction_variable, lk.induction_variable
+                self.mac(self.view(pname, [mi, ki], [u.m, u.k]), self.view("Vs", [ki, ni], [u.k, u.n]),
+                         self.view("O", [mi, ni], [u.m, u.n]), False, True)
+        else:
+            self.mac(self.view(pname, [c0(0), c0(0)], [w.rows, kb.cols]),
+                     self.view("Vs", [c0(0), c0(0)], [kb.cols, DV]),
+                     self.view("O", [c0(0), c0(0)], [w.rows, DV]), False, False)
+
+    def store_out(self, w: _Item, flat: dict[str, ir.Value]) -> None:
+        """O / l, rounded to the output dtype, copied out."""
+        ix, t, dt, SQ, DV, rows = self.ix, self.t, self.dt, self.op.sq, self.op.dv, w.rows
+        c0, et = ix.c, element_type(dt)
         oname = "Oo" if dt != "f32" else "O"
         lfin = self.view("l", [c0(0)], [rows])
         ofin = self.view(oname, [c0(0), c0(0)], [rows, DV])
@@ -463,8 +540,8 @@ class _Tiles:
                          lambda x: [arith.truncf(et, arith.divf(x[0], x[1]))])
         else:
             self.generic([(lfin, [0])], [(ofin, [0, 1])], 2, (), lambda x: [arith.divf(x[1], x[0])])
-        ooff = ix.add(ix.mul(beta, SQ * DV), ix.mul(q0, DV))
-        self.dma(ofin, self.main_view(flat["O"], ooff, [rows, DV], (DV, 1)), out_of)
+        ooff = ix.add(ix.mul(w.beta, SQ * DV), ix.mul(w.q0, DV))
+        self.dma(ofin, self.main_view(flat["O"], ooff, [rows, DV], (DV, 1)), f"{t.level}->{t.main_level}")
 
 
 def build_tiles_kernel(ip: ir.InsertionPoint, name: str, plan: AttentionPlan, ops: KernelOperands) -> func.FuncOp:
