@@ -296,3 +296,21 @@ def test_quantize_of_its_own_dequantize_is_the_integers(params: tuple, folds: bo
     graph, _ = trace(fn, pbsdk.jit(fn)._signature((q,)))
     floats = {n.op for n in graph.live_nodes() if n.out.type.dtype == "f32"}
     assert (floats == set()) is folds, floats
+
+
+def test_rounding_is_one_instruction_where_the_cpu_has_it() -> None:
+    """math.roundeven (every quantize and requantize epilogue) stays an llvm.roundeven on a CPU with SSE4.1
+    (roundps / vrndscaleps) instead of upstream's ~55-op arith expansion; a CPU without keeps the expansion.
+    Half-way values still round to even (checked bit for bit)."""
+    from pbsdk.core.options import as_options
+    from pbsdk.core.spec import load_spec
+    from pbsdk.targets.cpu import MATH_EXPANDED, lowering_stages, machine, math_expansions
+
+    assert math_expansions("") == MATH_EXPANDED
+    native = math_expansions("+avx2,+sse4.1,+fma")
+    assert "roundeven" not in native and "ceil" not in native and "fma" not in native and "tanh" in native
+    spec = load_spec("host")
+    (lower,) = [s for s in lowering_stages(spec, as_options({})) if s.name == "lower-llvm"]
+    assert f"math-expand-ops{{ops={','.join(math_expansions(machine(spec)[2]))}}}" in lower.passes
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 126.5, -127.5, 0.49999997], np.float32)
+    np.testing.assert_array_equal(pbsdk.jit(lambda v: ops.quantize(v, 1.0, 0))(x), ref.quantize(x, 1.0, 0))
