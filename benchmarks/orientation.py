@@ -15,23 +15,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
+
+from pbsdk.bench import best_of
 
 DEFAULT_SHAPES = ("512x49x2048", "64x49x576", "512x33x512", "2048x49x512", "2048x49x2048", "4096x8x4096",
                   "1024x24x1024", "512x196x512", "256x196x1024", "1024x196x256", "256x40x256", "1024x100x1024",
                   "1000x10x1000")
-
-
-def _block(fn: Callable[[], object], calls: int) -> float:
-    best = float("inf")
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{text}: wrong result with transpose_gemm={flag}", file=sys.stderr)
                 return 1
             fns.append(lambda f=f, a=a, b=b: f(a, b))
-        calls = max(3, min(200, int(0.05 / max(_block(fns[0], 3), 1e-6))))
+        calls = max(3, min(200, int(0.05 / max(best_of(fns[0], (), 3), 1e-6))))
         times: list[list[float]] = [[], []]
         for _ in range(args.rounds):
             for i, fn in enumerate(fns):
-                times[i].append(_block(fn, calls))
+                times[i].append(best_of(fn, (), calls))
         given, transposed = (statistics.median(t) for t in times)
         ratios = [t / g for g, t in zip(*times)]
         chosen = plan_contraction(spec, Contraction(m, n, k), {"threads": args.threads}).blocking

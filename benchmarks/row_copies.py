@@ -15,26 +15,18 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from pbsdk.bench import best_of
 
 CASES: tuple[tuple[str, tuple[int, ...], Any], ...] = (
     ("8x56x56x64 -> 8x58x58x64", (8, 56, 56, 64), ((0, 0), (1, 1), (1, 1), (0, 0))),
     *((f"{3 * (1 << 19) // c}x{c} -> +16 cols", (3 * (1 << 19) // c, c), ((0, 0), (0, 16)))
       for c in (2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096)),
 )
-
-
-def _block(fn: Callable[[], object], calls: int) -> float:
-    best = float("inf")
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def _compiled(shape: tuple[int, ...], widths: Any, min_row_bytes: int, x: np.ndarray) -> Callable[[], Any]:
@@ -67,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         times: list[list[float]] = [[], []]
         for _ in range(args.rounds):
             for i, fn in enumerate(fns):
-                times[i].append(_block(fn, args.calls))
+                times[i].append(best_of(fn, (), args.calls))
         before, after = (statistics.median(t) * 1e3 for t in times)
         row = shape[-1] * (shape[-2] if len(shape) == 4 else 1)
         print(f"| {name} | {row} | {before:.3f} | {after:.3f} | {after / before:.2f} |")

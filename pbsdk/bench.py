@@ -263,7 +263,7 @@ def _build_conv(d: dict[str, Any], rng: np.random.Generator) -> Workload:
 
 # ------------------------------------------------------------------------------------------------ timing
 
-def _block(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> float:
+def best_of(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> float:
     """The fastest of ``repeats`` back-to-back calls (seconds); each output is dropped before the next."""
     best = math.inf
     for _ in range(repeats):
@@ -426,7 +426,7 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
     repeats: dict[str, int] = {}
     for name in order:
         fn, args = fns[name]
-        warm = _block(fn, args, 1 if quick else 2)
+        warm = best_of(fn, args, 1 if quick else 2)
         repeats[name] = _repeats_for(warm, quick=quick)
     minima: dict[str, list[float]] = {name: [] for name in order}
     gc_was_enabled = gc.isenabled()
@@ -435,7 +435,7 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
         for _ in range(rounds):
             for name in order:
                 fn, args = fns[name]
-                minima[name].append(_block(fn, args, repeats[name]))
+                minima[name].append(best_of(fn, args, repeats[name]))
                 if not quick:
                     time.sleep(0.02)  # let the previous library's spinning threads go idle
     finally:
