@@ -104,8 +104,10 @@ def test_the_cache_keys_on_the_bytes_and_round_trips_them(target: str, tmp_path:
     first = compile_text(program.text, request, constants=program.constants)
     assert runs[0] == 1
     (entry,) = tmp_path.glob("*.pbsdk-artifact")
-    # Stored binary: the weight's bytes once, next to the code (no text, no base64).
-    assert entry.stat().st_size < W.nbytes + 2 * len(first.payload) + 65536
+    # Stored binary: the weight's bytes once, in the weight store beside the entry (no text, no base64).
+    assert entry.stat().st_size < 2 * len(first.payload) + 65536
+    (weight,) = (tmp_path / "weights").iterdir()
+    assert weight.stat().st_size == first.constants[0].nbytes
     cache = get_cache()
     assert cache is not None
     hit = cache.get(key)
@@ -137,9 +139,10 @@ def test_a_stored_constant_that_fails_its_digest_is_refused(tmp_path: Path, monk
     key = cache_key(program.text, request, program.constants)
     compile_text(program.text, request, constants=program.constants)
     (entry,) = tmp_path.glob("*.pbsdk-artifact")
-    data = bytearray(entry.read_bytes())
-    data[-5] ^= 0xFF  # inside the weight's bytes, past the checksummed body
-    entry.write_bytes(bytes(data))
+    (weight,) = (tmp_path / "weights").iterdir()  # the weight's bytes, stored apart from the entry
+    data = bytearray(weight.read_bytes())
+    data[-5] ^= 0xFF
+    weight.write_bytes(bytes(data))
     # A compilation has the weights it hashed: the stored copy is not even read.
     artifact = compile_text(program.text, request, constants=program.constants)
     assert artifact.constants[0] is program.constants[0]
@@ -148,7 +151,7 @@ def test_a_stored_constant_that_fails_its_digest_is_refused(tmp_path: Path, monk
     assert cache is not None
     with pytest.warns(pbsdk.core.runtime.cache.CacheWarning, match="fails its checksum"):
         assert cache.get(key) is None
-    assert not entry.exists()
+    assert not entry.exists() and not weight.exists()  # the bad weight would fail every entry naming it
 
 
 def test_a_weight_packed_at_compile_time_comes_from_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -182,10 +185,10 @@ def test_a_weight_packed_at_compile_time_comes_from_the_cache(tmp_path: Path, mo
     assert_close(out, expected, op="matmul", reduction_size=K)
 
     # The stored packed copy is what a hit uses, so it is checked: a flipped byte is a rebuild, not a wrong result.
-    (entry,) = tmp_path.glob("*.pbsdk-artifact")
-    data = bytearray(entry.read_bytes())
+    (weight,) = (tmp_path / "weights").iterdir()
+    data = bytearray(weight.read_bytes())
     data[-5] ^= 0xFF
-    entry.write_bytes(bytes(data))
+    weight.write_bytes(bytes(data))
     with pytest.warns(pbsdk.core.runtime.cache.CacheWarning, match="fails its checksum"):
         rebuilt = compile_text(program.text, request, constants=program.constants)
     assert pipeline_runs[0] == 2

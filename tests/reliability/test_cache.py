@@ -175,7 +175,7 @@ def test_corrupt_entry_is_reported_removed_and_rebuilt(kind: str, private_cache:
     if kind == "bad-json-valid-checksum":
         import hashlib
         body = b"{not json\n" + b"payload"
-        new = b"PBSDKCACHE 2 %s %d\n" % (hashlib.sha256(body).hexdigest().encode(), len(body)) + body
+        new = b"PBSDKCACHE 3 %s %d\n" % (hashlib.sha256(body).hexdigest().encode(), len(body)) + body
     else:
         new = _corruptions()[kind](blob)  # type: ignore[operator]
     entry.write_bytes(new)

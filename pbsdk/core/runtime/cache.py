@@ -12,17 +12,19 @@ artifact remains (on the host targets, mapping machine code the JIT stored: see 
 
 One entry is one file ``<key>.pbsdk-artifact``::
 
-    PBSDKCACHE 2 <sha256 of body> <body length>\\n
+    PBSDKCACHE 3 <sha256 of body> <body length>\\n
     <body> = <JSON: kind, entry, inputs, outputs, metadata, payload type, constants>\\n<payload bytes>
-    <constant 0's bytes>, <constant 1's bytes>, ...   (each at a 64-byte aligned file offset)
 
-The constants (`Artifact.constants`, frozen weights) are stored as their raw bytes after the body, each
-described in the JSON by shape, dtype, file offset, size and sha256 digest. A compilation's hit keeps
+The constants (`Artifact.constants`, frozen weights) are not in the entry: each is one content-addressed
+file ``weights/<sha256 of its bytes>`` holding its raw bytes, shared by every entry whose artifact has the
+same constant (recompiling a model after editing a target's hooks makes new entries, not new copies of
+its weights). The entry's JSON describes each by shape, dtype, size and digest. A compilation's hit keeps
 the caller's own constants (the key hashed exactly those bytes), so the stored copy is not even read —
 unless a stage rewrote them (`pbsdk.core.target.DERIVED_CONSTANTS`, e.g. weights packed for the cpu
-kernels): those are read from the entry like the constants of a lookup without them. `CompileCache.get`
-without them maps the file (copy-on-write) and returns the constants as read-only
-arrays over the mapping, verified against their digests: no parsing, no copy into the process's memory.
+kernels): those are read from the store like the constants of a lookup without them. `CompileCache.get`
+without them maps each weight file (copy-on-write) and returns read-only arrays over the mappings,
+verified against their digests: no parsing, no copy into the process's memory. An entry whose weight is
+gone (evicted by another process between the two reads) is a plain miss.
 
 Writes go to a temporary file in the cache directory, are flushed and ``os.replace``-d into place, so a
 reader sees a whole entry or none, and processes compiling the same kernel at once are safe (last writer
@@ -35,14 +37,30 @@ object file, or for a kernel the cpu JIT compiled in parts, all the parts' objec
 container), so a hit maps code instead of running LLVM's optimiser and back end again
 (`CompileCache.get_object`).
 
+The cache is bounded (`DEFAULT_MAX_BYTES`, or ``PBSDK_CACHE_MAX_BYTES``): entries, object files and
+weights all count. After a store that takes it over the cap, the least recently *used* entries and
+object files are removed until it is under 90% of the cap (so the next stores do not each evict again),
+and with them every weight no remaining entry names. Recency is the file's mtime, which a store sets and
+every hit refreshes (``os.utime``): atime is not used because it is often off (``noatime``) or lazy
+(``relatime``), and a side file of recencies would be one more thing to keep consistent across processes.
+Eviction runs under an exclusive ``flock`` of ``<dir>/.lock``; stores hold it shared while they write
+(never while they compile), so an evictor never takes a weight a store is about to reference. Readers
+take no lock: an entry or weight removed under a reader that has it open or mapped stays readable (the
+inode lives on); one removed before it is opened is a clean miss. ``pbsdk cache prune`` evicts the same
+way down to the cap (or ``--max-bytes``).
+
 Configuration: ``PBSDK_CACHE_DIR`` (default ``~/.cache/pbsdk``); ``PBSDK_CACHE=0`` or
 ``PBSDK_DISABLE_CACHE=1`` turn the cache off, as does ``options={"cache": False}`` for one compilation.
-``PBSDK_DUMP_DIR`` also bypasses it (a dump needs the stages to run).
+``PBSDK_DUMP_DIR`` also bypasses it (a dump needs the stages to run). ``PBSDK_CACHE_MAX_BYTES``: the cap,
+in bytes or with a binary suffix (``512M``, ``4G``); a value that does not parse is reported with a
+warning naming the variable and the default is used.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import importlib.metadata
 import inspect
@@ -53,6 +71,7 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,12 +82,11 @@ from pbsdk.core.target import DERIVED_CONSTANTS, Artifact
 if TYPE_CHECKING:
     from pbsdk.core.compiler import CompileRequest
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 _MAGIC = b"PBSDKCACHE"
 _SUFFIX = ".pbsdk-artifact"
 _OBJECT_SUFFIX = ".pbsdk-object"
 _MAX_HEADER = 256
-_ALIGN = 64
 
 
 class CacheWarning(UserWarning):
@@ -221,23 +239,33 @@ class _Corrupt(Exception):
     pass
 
 
+class _BadWeight(_Corrupt):
+    """A stored weight is not its digest's bytes: it is removed along with the entry that read it."""
+
+    def __init__(self, digest: str, why: str) -> None:
+        super().__init__(f"weight {digest}: {why}")
+        self.digest = digest
+
+
+class _Missing(Exception):
+    """A weight an entry names is not in the store (evicted under the reader): a plain miss."""
+
+
 def _tupled(sig: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
     return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in sig)
 
 
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
 def encode(artifact: Artifact) -> bytes | None:
-    """The entry's bytes, or None if the artifact cannot be stored (metadata that JSON cannot hold)."""
+    """The entry's bytes (its constants described, not included), or None if the artifact cannot be
+    stored (metadata that JSON cannot hold)."""
     pieces = encode_pieces(artifact)
     return None if pieces is None else b"".join(pieces)
 
 
 def encode_pieces(artifact: Artifact, digests: list[str] | None = None) -> list[bytes | memoryview] | None:
-    """The entry's bytes as pieces to write in order (the constants' own memory, not copies of it), or
-    None if the artifact cannot be stored. ``digests``: the constants' `constant_digests`, if known."""
+    """The entry's bytes as pieces to write in order, or None if the artifact cannot be stored. The
+    constants are described by shape, dtype, size and digest; their bytes go to the weight store.
+    ``digests``: the constants' `constant_digests`, if known."""
     payload = artifact.payload
     is_bytes = isinstance(payload, (bytes, bytearray))
     data = payload if isinstance(payload, bytes) else payload.encode("utf-8", "surrogatepass")
@@ -245,42 +273,27 @@ def encode_pieces(artifact: Artifact, digests: list[str] | None = None) -> list[
     if digests is None or len(digests) != len(arrays):
         digests = constant_digests(tuple(arrays))
     try:
-        described = [{"shape": list(a.shape), "dtype": a.dtype.str, "size": a.nbytes, "sha256": d}
-                     for a, d in zip(arrays, digests)]
         meta = {
             "kind": artifact.kind, "entry": artifact.entry,
             "inputs": [[list(s), d] for s, d in artifact.inputs],
             "outputs": [[list(s), d] for s, d in artifact.outputs],
             "metadata": dict(artifact.metadata), "payload": "bytes" if is_bytes else "str",
-            "constants": described,
+            "constants": [{"shape": list(a.shape), "dtype": a.dtype.str, "size": a.nbytes, "sha256": d}
+                          for a, d in zip(arrays, digests)],
         }
-        # The constants' offsets depend on the body's length, which depends on the offsets' digits: lay
-        # them out after a body long enough for any offset (padding the JSON), then fill them in.
-        body_len = len(json.dumps(meta, sort_keys=True, allow_nan=False)) + 1 + len(data) + 32 * len(arrays) + 96
-        offset = _aligned(body_len + _MAX_HEADER)
-        for d, a in zip(described, arrays):
-            d["offset"] = offset
-            offset = _aligned(offset + a.nbytes)
         text = json.dumps(meta, sort_keys=True, allow_nan=False).encode()
     except (TypeError, ValueError):
         return None
-    body = text + b"\n" + data
+    body = text + b"\n" + bytes(data)
     header = b"%s %d %s %d\n" % (_MAGIC, FORMAT_VERSION, hashlib.sha256(body).hexdigest().encode(), len(body))
-    pieces: list[bytes | memoryview] = [header, body]
-    position = len(header) + len(body)
-    for d, a in zip(described, arrays):
-        if position > d["offset"]:
-            return None  # cannot happen with the margin above; never write a wrong layout
-        pieces.append(b"\0" * (d["offset"] - position))
-        pieces.append(raw_bytes(a))
-        position = d["offset"] + a.nbytes
-    return pieces
+    return [header, body]
 
 
-def decode(blob: bytes | mmap.mmap, constants: tuple[np.ndarray, ...] | None = None) -> Artifact:
+def decode(blob: bytes | mmap.mmap, constants: tuple[np.ndarray, ...] | None = None,
+           weight: Callable[[str, int], bytes | mmap.mmap] | None = None) -> Artifact:
     """The artifact in an entry's bytes. Its constants: ``constants`` when the caller has them (the key
     it looked up hashes their bytes, so the stored ones are equal: they are neither read nor checked),
-    else read-only arrays over ``blob``'s memory, checked against their digests."""
+    else read-only arrays over the bytes ``weight(digest, size)`` gives, checked against their digests."""
     end = blob.find(b"\n", 0, _MAX_HEADER)
     if end < 0:
         raise _Corrupt("no header")
@@ -303,32 +316,92 @@ def decode(blob: bytes | mmap.mmap, constants: tuple[np.ndarray, ...] | None = N
         meta = json.loads(body[:split])
         data = body[split + 1:]
         payload: str | bytes = data if meta["payload"] == "bytes" else data.decode("utf-8", "surrogatepass")
+        described = meta["constants"]
         if constants is not None and not meta["metadata"].get(DERIVED_CONSTANTS):
-            described = [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in meta["constants"]]
-            if described != [(c.shape, c.dtype) for c in constants]:
+            if [(tuple(d["shape"]), np.dtype(d["dtype"])) for d in described] != [(c.shape, c.dtype)
+                                                                                 for c in constants]:
                 raise _Corrupt("the stored constants' shapes or dtypes differ from the ones looked up")
-            end = max((int(d["offset"]) + int(d["size"]) for d in meta["constants"]), default=0)
-            if end > len(blob):
-                raise _Corrupt(f"truncated: the constants end at byte {end}, the file has {len(blob)}")
-            return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
-                            inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
-                            metadata=dict(meta["metadata"]), constants=constants)
-        loaded = []
-        view = memoryview(blob)
-        for d in meta["constants"]:
-            lo, size = int(d["offset"]), int(d["size"])
-            if lo + size > len(blob):
-                raise _Corrupt(f"truncated: a constant ends past the file ({lo + size} > {len(blob)} bytes)")
-            array = np.frombuffer(view[lo:lo + size], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
-            if constant_digest(array) != d["sha256"]:
-                raise _Corrupt("a constant fails its checksum")
-            array.flags.writeable = False
-            loaded.append(array)
+        else:
+            loaded = []
+            for d in described:
+                if weight is None:
+                    raise _Corrupt("the entry's constants are stored apart and no weight store was given")
+                size = int(d["size"])
+                raw = weight(str(d["sha256"]), size)
+                if len(raw) != size:
+                    raise _BadWeight(str(d["sha256"]), f"{len(raw)} bytes, the entry says {size}")
+                array = np.frombuffer(raw, dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+                if constant_digest(array) != d["sha256"]:
+                    raise _BadWeight(str(d["sha256"]), "a constant fails its checksum")
+                array.flags.writeable = False
+                loaded.append(array)
+            constants = tuple(loaded)
         return Artifact(kind=str(meta["kind"]), payload=payload, entry=str(meta["entry"]),
                         inputs=_tupled(meta["inputs"]), outputs=_tupled(meta["outputs"]),
-                        metadata=dict(meta["metadata"]), constants=tuple(loaded))
+                        metadata=dict(meta["metadata"]), constants=constants)
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise _Corrupt(f"unparseable body: {exc}") from None
+
+
+def _referenced(path: Path) -> list[str]:
+    """The weight digests an entry names, read from its JSON line without checking the checksum (what
+    eviction needs; an entry that does not parse names none, and will fail its own read)."""
+    try:
+        with open(path, "rb") as f:
+            f.readline()
+            meta = json.loads(f.readline())
+        return [str(d["sha256"]) for d in meta["constants"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+# --------------------------------------------------------------------------------------------- the bound
+
+#: The default cap: a few GiB holds hundreds of compiled models with their weights (an afternoon's work
+#: filled 1.8 GB unbounded, most of it stale), and is small against any disk that builds LLVM.
+DEFAULT_MAX_BYTES = 4 << 30
+#: Eviction after a store goes down to this fraction of the cap, so the next stores do not each evict.
+EVICT_TO = 0.9
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(text: str) -> int:
+    """A positive byte count: an integer, optionally with a binary suffix (``512M``, ``4G``, ``4GiB``)."""
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    unit = t[-1:] if t[-1:] in _UNITS and t[-1:] else ""
+    number = t[:-1] if unit else t
+    value = int(number) * _UNITS[unit]  # ValueError when it is not an integer
+    if value <= 0:
+        raise ValueError(f"must be positive, got {text!r}")
+    return value
+
+
+_reported: set[str] = set()
+
+
+def max_bytes_from_env() -> int:
+    """``PBSDK_CACHE_MAX_BYTES`` or `DEFAULT_MAX_BYTES`; a value that does not parse is reported once
+    (a `CacheWarning` naming the variable) and the default used: a compilation never fails on it."""
+    raw = os.environ.get("PBSDK_CACHE_MAX_BYTES")
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_BYTES
+    try:
+        return parse_size(raw)
+    except ValueError:
+        if raw not in _reported:
+            _reported.add(raw)
+            warnings.warn(f"pbsdk cache: PBSDK_CACHE_MAX_BYTES={raw!r} is not a positive byte count (e.g. "
+                          f"1073741824, 512M, 4G); using the default {DEFAULT_MAX_BYTES} bytes",
+                          CacheWarning, stacklevel=3)
+        return DEFAULT_MAX_BYTES
+
+
+@dataclasses.dataclass
+class _File:
+    path: Path
+    size: int
+    mtime: int
+    refs: list[str]
 
 
 # -------------------------------------------------------------------------------------------- the cache
@@ -339,17 +412,26 @@ class CacheStats:
     misses: int = 0
     stores: int = 0
     corrupt: int = 0
+    evicted: int = 0
 
 
 class CompileCache:
-    """A directory of artifacts. Every method is safe to call from several threads and processes."""
+    """A directory of artifacts, bounded to ``max_bytes`` (None: ``PBSDK_CACHE_MAX_BYTES`` or
+    `DEFAULT_MAX_BYTES`, read at each store). Every method is safe to call from several threads and
+    processes."""
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int | None = None) -> None:
         self.dir = Path(directory).expanduser()
+        self.weights = self.dir / "weights"
+        self._max_bytes = max_bytes
         self.stats = CacheStats()
 
     def __repr__(self) -> str:
         return f"CompileCache({str(self.dir)!r})"
+
+    @property
+    def max_bytes(self) -> int:
+        return self._max_bytes if self._max_bytes is not None else max_bytes_from_env()
 
     def path(self, key: str) -> Path:
         if not key or any(c not in "0123456789abcdef" for c in key):
@@ -362,38 +444,69 @@ class CompileCache:
         path = self.path(key)
         try:
             blob = _map(path)
-        except (FileNotFoundError, NotADirectoryError):
+            artifact = decode(blob, constants, self._weight)
+        except (FileNotFoundError, NotADirectoryError, _Missing):
             self.stats.misses += 1
             return None
         except OSError as exc:
             warnings.warn(f"pbsdk cache: cannot read {path}: {exc}", CacheWarning, stacklevel=2)
             self.stats.misses += 1
             return None
-        try:
-            artifact = decode(blob, constants)
         except _Corrupt as exc:
             self.stats.corrupt += 1
             self.stats.misses += 1
             warnings.warn(f"pbsdk cache: corrupt entry {path} ({exc}); removed, it will be rebuilt",
                           CacheWarning, stacklevel=2)
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            _unlink(path)
+            if isinstance(exc, _BadWeight):  # it would fail every entry that names it
+                _unlink(self.weights / exc.digest)
             return None
         self.stats.hits += 1
+        _touch(path)
         return artifact
 
+    def _weight(self, digest: str, size: int) -> bytes | mmap.mmap:
+        """The stored bytes of the weight ``digest``, mapped; `_Missing` when it is not stored."""
+        if not digest or any(c not in "0123456789abcdef" for c in digest):
+            raise _Corrupt(f"not a weight digest: {digest!r}")
+        path = self.weights / digest
+        try:
+            return _map(path)
+        except (FileNotFoundError, NotADirectoryError):
+            raise _Missing(digest) from None
+
     def put(self, key: str, artifact: Artifact, digests: list[str] | None = None) -> bool:
-        """Store ``artifact`` atomically. Returns False (and stores nothing) when it cannot be stored.
-        ``digests``: its constants' `constant_digests`, where the caller has them."""
+        """Store ``artifact`` atomically: its constants into the weight store (each once per content), then
+        the entry; then evict down from the cap if the store went over it. Returns False (and stores
+        nothing) when it cannot be stored. ``digests``: its constants' `constant_digests`, if known."""
         path = self.path(key)
+        arrays = [np.ascontiguousarray(c) for c in artifact.constants]
+        if digests is None or len(digests) != len(arrays):
+            digests = constant_digests(tuple(arrays))
         blob = encode_pieces(artifact, digests)
         if blob is None:
             return False
-        if not self._write(key, path, blob):
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if arrays:
+                self.weights.mkdir(exist_ok=True)
+        except OSError as exc:
+            warnings.warn(f"pbsdk cache: cannot write {path}: {exc}", CacheWarning, stacklevel=2)
             return False
+        with self._lock(exclusive=False):  # an evictor waits until the entry names its weights
+            for array, digest in zip(arrays, digests):
+                stored = self.weights / digest
+                try:
+                    if stored.stat().st_size == array.nbytes:
+                        continue
+                except OSError:
+                    pass
+                if not self._write(digest, stored, [raw_bytes(array)]):
+                    return False
+            if not self._write(key, path, blob):
+                return False
         self.stats.stores += 1
+        self._bound()
         return True
 
     def get_object(self, key: str) -> bytes | None:
@@ -408,21 +521,28 @@ class CompileCache:
         if hashlib.sha256(obj).digest() != digest:
             warnings.warn(f"pbsdk cache: corrupt object file {path}; removed, it will be rebuilt", CacheWarning,
                           stacklevel=2)
-            try:
-                path.unlink()
-            except OSError:
-                pass
+            _unlink(path)
             return None
+        _touch(path)
         return obj
 
     def put_object(self, key: str, obj: bytes) -> bool:
         """Store a host JIT's object file under ``key`` (a hash of its LLVM IR and machine), atomically."""
-        return self._write(key, self.path(key).with_suffix(_OBJECT_SUFFIX), [hashlib.sha256(obj).digest(), obj])
+        path = self.path(key).with_suffix(_OBJECT_SUFFIX)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            warnings.warn(f"pbsdk cache: cannot write {path}: {exc}", CacheWarning, stacklevel=2)
+            return False
+        with self._lock(exclusive=False):
+            if not self._write(key, path, [hashlib.sha256(obj).digest(), obj]):
+                return False
+        self._bound()
+        return True
 
     def _write(self, key: str, path: Path, blob: list[bytes | memoryview]) -> bool:
         tmp = None
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=self.dir)
             with os.fdopen(fd, "wb") as f:
                 for piece in blob:
@@ -436,11 +556,101 @@ class CompileCache:
             return False
         finally:
             if tmp is not None:
-                try:
-                    os.unlink(tmp)
-                except OSError:
-                    pass
+                _unlink(Path(tmp))
         return True
+
+    @contextlib.contextmanager
+    def _lock(self, *, exclusive: bool) -> Iterator[None]:
+        """``flock`` of ``<dir>/.lock``: shared by stores while they write, exclusive for eviction. Where
+        the lock file cannot be made (a read-only directory) nothing is written or evicted anyway."""
+        try:
+            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            yield
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _scan(self, *, refs: bool = True) -> tuple[list[_File], dict[str, int]]:
+        """The entries and object files (with the weights each entry names, where ``refs``), and the
+        stored weights' sizes by digest."""
+        files: list[_File] = []
+        weights: dict[str, int] = {}
+        for directory, into_weights in ((self.dir, False), (self.weights, True)):
+            try:
+                listing = list(os.scandir(directory))
+            except OSError:
+                continue
+            for e in listing:
+                is_entry = e.name.endswith(_SUFFIX)
+                if not into_weights and not (is_entry or e.name.endswith(_OBJECT_SUFFIX)):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # removed meanwhile
+                if into_weights:
+                    if not e.name.startswith("."):
+                        weights[e.name] = st.st_size
+                else:
+                    path = Path(e.path)
+                    files.append(_File(path, st.st_size, st.st_mtime_ns, _referenced(path) if is_entry and refs else []))
+        return files, weights
+
+    def usage(self) -> int:
+        """The bytes the cache holds: entries, object files and weights."""
+        files, weights = self._scan(refs=False)
+        return sum(f.size for f in files) + sum(weights.values())
+
+    def _bound(self) -> None:
+        """After a store: evict down to `EVICT_TO` of the cap if the cache is over it."""
+        cap = self.max_bytes
+        try:
+            if self.usage() > cap:
+                self.prune(int(cap * EVICT_TO))
+        except OSError as exc:  # never fail a compilation over the cache's upkeep
+            warnings.warn(f"pbsdk cache: cannot evict from {self.dir}: {exc}", CacheWarning, stacklevel=3)
+
+    def prune(self, max_bytes: int | None = None) -> tuple[int, int]:
+        """Remove the least recently used entries and object files (a store or a hit makes one recent), and
+        the weights no remaining entry names, until the cache holds at most ``max_bytes`` (default: the
+        cap). Returns (entries and object files removed, bytes freed). Unreferenced weights go first."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        removed = freed = 0
+        if not self.dir.is_dir():
+            return 0, 0
+        with self._lock(exclusive=True):
+            files, weights = self._scan()
+            refs: dict[str, int] = {}
+            for f in files:
+                for d in set(f.refs):
+                    refs[d] = refs.get(d, 0) + 1
+            total = sum(f.size for f in files) + sum(weights.values())
+
+            def drop_weight(digest: str) -> None:
+                nonlocal total, freed
+                if _unlink(self.weights / digest):
+                    freed += weights[digest]
+                total -= weights.pop(digest)
+
+            for digest in [d for d in weights if refs.get(d, 0) == 0]:  # no store is in flight: orphans
+                drop_weight(digest)
+            for f in sorted(files, key=lambda f: (f.mtime, f.path.name)):
+                if total <= limit:
+                    break
+                total -= f.size
+                if _unlink(f.path):
+                    removed += 1
+                    freed += f.size
+                for d in set(f.refs):
+                    refs[d] -= 1
+                    if refs[d] == 0 and d in weights:
+                        drop_weight(d)
+        self.stats.evicted += removed
+        return removed, freed
 
     def _entries(self) -> list[Path]:
         try:
@@ -455,39 +665,50 @@ class CompileCache:
             return []
 
     def info(self) -> dict[str, Any]:
-        entries = self._entries()
-        objects = self._objects()
-        size = 0
-        for p in entries + objects:
-            try:
-                size += p.stat().st_size
-            except OSError:
-                pass
-        return {"dir": str(self.dir), "entries": len(entries), "objects": len(objects), "bytes": size}
+        files, weights = self._scan(refs=False)
+        entries = sum(f.path.name.endswith(_SUFFIX) for f in files)
+        return {"dir": str(self.dir), "entries": entries, "objects": len(files) - entries,
+                "weights": len(weights), "weight_bytes": sum(weights.values()),
+                "bytes": sum(f.size for f in files) + sum(weights.values()), "max_bytes": self.max_bytes}
 
     def clear(self) -> int:
-        """Remove every entry, object file and stale temporary file; returns the number of entries removed."""
-        removed = 0
-        for p in self._entries():
-            try:
-                p.unlink()
-                removed += 1
-            except OSError:
-                pass
-        for p in self._objects():
-            try:
-                p.unlink()
-            except OSError:
-                pass
-        try:
-            for p in self.dir.glob(".*.tmp"):
+        """Remove every entry, object file, weight and stale temporary file; returns the number of entries
+        removed."""
+        if not self.dir.is_dir():
+            return 0
+        with self._lock(exclusive=True):
+            removed = sum(_unlink(p) for p in self._entries())
+            for p in self._objects():
+                _unlink(p)
+            for directory in (self.dir, self.weights):
                 try:
-                    p.unlink()
+                    stale = list(directory.glob(".*.tmp"))
                 except OSError:
-                    pass
-        except OSError:
-            pass
+                    stale = []
+                for p in stale:
+                    _unlink(p)
+            try:
+                for p in self.weights.iterdir():
+                    _unlink(p)
+            except OSError:
+                pass
         return removed
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except OSError:
+        return False
+
+
+def _touch(path: Path) -> None:
+    """Make a hit entry the most recently used (its mtime: see the module's docstring)."""
+    try:
+        os.utime(path)
+    except OSError:  # evicted meanwhile, or a read-only cache: the hit stands
+        pass
 
 
 def _map(path: Path) -> mmap.mmap | bytes:
