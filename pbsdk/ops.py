@@ -208,18 +208,26 @@ def _wider(a: str, b: str) -> str:
 
 
 def _const(value: Any, dtype: str, *, copy: bool = True) -> Tensor:
-    """A constant of ``value`` in ``dtype``. ``copy=False`` (a frontend whose arrays cannot change behind
-    the kernel's back, e.g. torch's frozen parameters, which it checks on every call) holds a large
-    ``value`` of the right dtype without copying it."""
+    """A constant of ``value`` in ``dtype``, held as a read-only C-order array: the kernel reads a constant
+    as a dense row-major buffer, whatever the strides of ``value``.
+
+    ``copy=True`` holds a snapshot: later changes to ``value`` do not reach the kernel. ``copy=False`` is
+    for a frontend whose arrays cannot change behind the kernel's back (torch's frozen parameters, which it
+    checks on every call): a large ``value`` that is already C-contiguous and of the right dtype is then
+    held without a copy, so a model's weights are not duplicated in memory; one that is not (a
+    channels-last or transposed weight, any strided view, another dtype) is copied once, to C order."""
     array = np.asarray(value)
     if array.dtype.kind not in "biuf" and array.dtype.name not in NUMPY_TO_DTYPE:  # bfloat16 is kind "V"
         raise UnsupportedError(f"constant of dtype {array.dtype} is not supported")
     if any(d == 0 for d in array.shape):
         raise PbsdkError(f"constant of shape {array.shape} has an empty dimension")
-    # A snapshot: later changes to ``value`` do not reach the kernel. Small constants are held in float64
-    # (folding reads them), large ones (frozen weights) in the graph's dtype, not widened.
+    # Small constants are held in float64 (folding reads them), large ones (frozen weights) in the graph's
+    # dtype, not widened.
     wide = array.size <= INLINE_LIMIT or dtype not in DTYPE_TO_NUMPY
-    held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C", copy=copy or wide)
+    if copy or wide:
+        held = np.array(array, dtype=np.float64 if wide else DTYPE_TO_NUMPY[dtype], order="C")
+    else:
+        held = np.asarray(array, dtype=DTYPE_TO_NUMPY[dtype], order="C")  # copies only when it must
     if held.flags.writeable:
         held = held.view()
         held.flags.writeable = False

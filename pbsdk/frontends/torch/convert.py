@@ -58,7 +58,7 @@ def op_name(target: Any) -> str:
 class Context:
     """State of one lowering: constants by value id (so layout ops on frozen weights fold), transposes
     by value id (so a matmul reads a transposed operand through its indexing map), and the current
-    node's recorded output (a FakeTensor, or a sequence of them)."""
+    node's recorded output (a FakeTensor, or a sequence of them) and recorded inputs (their strides)."""
 
     def __init__(self) -> None:
         self.consts: dict[int, np.ndarray] = {}
@@ -66,6 +66,7 @@ class Context:
         self.stored: dict[int, tuple[Tensor, int]] = {}  # quantize results -> their i8 and its offset (quantized.py)
         self.meta: Any = None
         self.target: Any = None  # the node's OpOverload, for converters shared by several overloads
+        self.in_meta: list[Any] = []  # the recorded values of the node's FX operands, in argument order
 
     @property
     def out_dtype(self) -> str:
@@ -125,7 +126,7 @@ _INT_EXACT = {
     "aten.div.Scalar_mode", "aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_or.Tensor",
     "aten.bitwise_or.Scalar", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_not.default",
     "aten.sum.dim_IntList", "aten.sum.default", "aten.index_put.default", "aten.slice_scatter.default",
-    "aten.select_scatter.default",
+    "aten.select_scatter.default", "aten.as_strided.default",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -134,7 +135,7 @@ LAYOUT_OPS = {
     "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
     "aten.squeeze.default", "aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default",
     "aten.t.default", "aten.transpose.int", "aten.slice.Tensor", "aten.select.int", "getitem",
-    "aten.split_with_sizes.default", "aten.split.Tensor",
+    "aten.split_with_sizes.default", "aten.split.Tensor", "aten.as_strided.default",
 }
 
 
@@ -777,6 +778,26 @@ def _identity(cx: Context, x: Any, **_: Any) -> Tensor:
     return _tensor(x, "the input")
 
 
+@converts("aten.as_strided.default")
+def _as_strided(cx: Context, x: Any, size: Sequence[int], stride: Sequence[int],
+                storage_offset: int | None = None) -> Tensor:
+    """An ``as_strided`` that only restrides: the input's sizes and storage offset, and its recorded stride
+    on every dimension of more than one element, so each element reads what the input's element at the
+    same index holds (decompositions restride a result this way, e.g. adaptive_avg_pool2d's ``mean`` to
+    channels-last). pbsdk's values have no strides, so that is the identity; any other ``as_strided``
+    reads storage a logical value does not describe, and stays with torch."""
+    x = _tensor(x, "as_strided's input")
+    src = cx.in_meta[0] if cx.in_meta else None
+    if not isinstance(src, torch.Tensor):
+        raise UnsupportedError("as_strided: the input has no recorded strides")
+    offset = src.storage_offset() if storage_offset is None else storage_offset
+    if (tuple(size) != tuple(src.shape) or offset != src.storage_offset()
+            or any(n > 1 and s != t for n, s, t in zip(size, stride, src.stride()))):
+        raise UnsupportedError("as_strided: only a restride of the input's own layout (same sizes, offset "
+                               "and strides of every dimension longer than 1) is supported")
+    return x
+
+
 @converts("aten._to_copy.default")
 def _to_copy(cx: Context, x: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor:
     x = _tensor(x, "_to_copy's input")
@@ -1001,6 +1022,7 @@ def convert_node(cx: Context, node: torch.fx.Node, env: dict[torch.fx.Node, Any]
     kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
     cx.meta = node.meta.get("val")
     cx.target = node.target
+    cx.in_meta = [n.meta.get("val") for n in node.args if isinstance(n, torch.fx.Node)]
     if cx.meta is None:
         raise UnsupportedError(f"{name}: the node has no recorded shape", op=name)
     try:
@@ -1049,6 +1071,8 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
             convert_node(cx, node, env)
     except UnsupportedError as exc:
         return False, exc.reason
+    except Exception as exc:  # noqa: BLE001 - a converter that fails leaves its op to torch, logged
+        return False, f"the converter raised {type(exc).__name__}: {exc}"
     return True, ""
 
 # quantized_decomposed (PT2E) converters register themselves with `converts`.

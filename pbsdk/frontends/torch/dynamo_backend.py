@@ -12,6 +12,9 @@ Flow of one Dynamo graph:
 4. Each partition becomes one pbsdk graph, is compiled for the chosen target and spec, and runs as a
    `CompiledPartition` module inside the partitioned FX graph; the rest of the graph runs eagerly. A
    partition whose compilation fails is logged and runs eagerly too: never a crash, never a wrong result.
+   So does a whole graph whose tracing or partitioning raises (`_runs_in_torch`), and a partition whose
+   call raises (`CompiledPartition._fall_back`): inside the backend every exception is a logged
+   fallback to torch, never an error in the user's call.
 
 Parameters and buffers are frozen into the kernels as constants when compiling for inference (no input
 requires grad) and ``freeze`` is on; each call checks (by identity and version counter, O(1)) that the
@@ -107,10 +110,11 @@ class CompileReport:
     compiled_ops: int                 # of those, how many run in pbsdk kernels
     partitions: int                   # kernels compiled
     fallback_ops: tuple[str, ...]     # ATen ops left to torch because they do not convert
-    failed_partitions: int            # partitions that did not compile and run eagerly
+    failed_partitions: int            # partitions that did not compile and run eagerly (1: the whole graph)
     frozen: bool                      # parameters folded as constants
     seconds: float                    # wall time of partitioning, lowering and compiling
     fused_attention: int = 0          # attention patterns (e.g. decomposed SDPA) run as one fused kernel
+    errors: tuple[str, ...] = ()      # why a partition, or the whole graph, runs in torch ("Type: message")
     kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
 
     def modelled_seconds(self) -> float | None:
@@ -155,8 +159,13 @@ class CompiledPartition(torch.nn.Module):
     """One partition of the ATen graph compiled by pbsdk, called with the partition's torch inputs.
 
     Inputs are handed to the kernel without copies where they are contiguous and of a float dtype
-    (``Tensor.numpy()`` shares memory); outputs are numpy arrays wrapped with ``torch.from_numpy``
-    (no copy). Booleans and integers are converted at this boundary (pbsdk carries them as floats).
+    (``Tensor.numpy()`` shares memory); others (channels-last, strided views) are copied to C order.
+    Outputs are numpy arrays wrapped with ``torch.from_numpy`` (no copy), C-contiguous whatever the
+    inputs' layout. Booleans and integers are converted at this boundary (pbsdk carries them as floats).
+
+    A call that raises (in the kernel's argument checks, a recompilation, or the run) is logged and
+    answered by torch running the partition's own graph, ``sub``; the partition stays with torch from
+    then on (`_fall_back`). The user's call never sees pbsdk's exception.
     """
 
     def __init__(self, name: str, sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor],
@@ -170,6 +179,7 @@ class CompiledPartition(torch.nn.Module):
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
         # Empty operands (`convert.Empty`) are not kernel inputs: no dtype to convert them to.
         self._in_dtypes = [value_type(n.meta["val"]).dtype if n.meta["val"].numel() else "" for n in placeholders]
+        self._eager = False  # set by `_fall_back`: every call runs ``sub`` in torch
         (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
         result = out_node.args[0]
         self._single = not isinstance(result, (tuple, list))
@@ -182,9 +192,10 @@ class CompiledPartition(torch.nn.Module):
         """Build ``self._fast``: the per-call path on the tensors' own memory, one Python frame.
 
         It checks, in order, that the frozen parameters are the same unmodified tensors, and that every
-        kernel input is a contiguous CPU tensor of exactly the kernel's shape and dtype. Then it takes
-        numpy-backed outputs (fresh, or recycled once dropped: `OutputPool`) and calls the executable's raw
-        entry on the data pointers. It returns
+        kernel input is a CPU tensor of exactly the kernel's shape and dtype; one that is not C-contiguous
+        (channels-last, a transposed or sliced view) is copied to C order for the call, since the kernel
+        reads dense row-major buffers. Then it takes numpy-backed outputs (fresh, or recycled once dropped:
+        `OutputPool`) and calls the executable's raw entry on the data pointers. It returns
         None when any check fails (or the executable has no raw entry); `_general` then takes the call,
         and recompiles if a frozen parameter changed."""
         # Outputs are recycled once the caller has dropped them (and every view): `OutputPool`.
@@ -206,12 +217,14 @@ class CompiledPartition(torch.nn.Module):
             for i, t, version in checks:
                 if args[i] is not t or t._version != version:
                     return None
-            pointers = []
+            pointers, copies = [], []
             for i, shape, dtype in expect:
                 t = args[i]
-                if (not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu or t.shape != shape
-                        or not t.is_contiguous()):
+                if not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu or t.shape != shape:
                     return None
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                    copies.append(t)  # alive until the kernel has run
                 pointers.append(t.data_ptr())
             outs = []
             for a in take():
@@ -242,13 +255,25 @@ class CompiledPartition(torch.nn.Module):
         return True
 
     def forward(self, *args: Any) -> Any:
-        fast = self._fast
-        got = fast(args) if fast is not None else None
-        return self._general(args) if got is None else got
+        try:
+            fast = self._fast
+            got = fast(args) if fast is not None else None
+            return self._general(args) if got is None else got
+        except Exception as exc:  # noqa: BLE001 - any failure of pbsdk's call is torch's to answer
+            return self._fall_back(args, exc)
+
+    def _fall_back(self, args: Sequence[Any], exc: Exception) -> Any:
+        """Answer a call that raised with torch, logged once; later calls go to torch directly."""
+        log.warning("pbsdk: partition %s raised when called (%s); it runs in torch from now on", self.name,
+                    _described(exc))
+        self._eager, self._fast = True, None
+        return self.sub(*args)
 
     def _general(self, args: Sequence[Any]) -> Any:
         """The call when `_fast` declined it: recompile with parameters as inputs if a frozen one changed,
         else convert the inputs (copies where needed) and run the kernel on numpy arrays."""
+        if self._eager:
+            return self.sub(*args)
         if not self._frozen_unchanged(args):
             log.info("pbsdk: frozen parameters of %s changed; recompiling it with them as inputs", self.name)
             self._frozen, self._checks = {}, ()
@@ -260,6 +285,12 @@ class CompiledPartition(torch.nn.Module):
         self.kernel.executable.run(arrays + outs)
         tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
         return tensors[0] if self._single else tuple(tensors)
+
+
+def _described(exc: BaseException) -> str:
+    """``Type: first line of the message``, for a fallback's log line and report."""
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
@@ -320,8 +351,9 @@ def lower_partition(sub: torch.fx.GraphModule,
                     value = frozen[i].detach().to(torch.float64 if vt.dtype == "f64" else frozen[i].dtype)
                     if value.dtype == torch.bool:
                         value = value.to(torch.float32)
-                    # Not copied: the partition checks these tensors on every call and recompiles
-                    # if one changed, so the kernel may read the parameters' own memory.
+                    # Not copied when C-contiguous: the partition checks these tensors on every call
+                    # and recompiles if one changed, so the kernel may read the parameters' own memory.
+                    # A strided one (channels-last, transposed) is copied to C order by `ops._const`.
                     env[node] = cx.const(torch_to_numpy(value), vt.dtype, copy=False)
                 else:
                     env[node] = Tensor(graph.add("input", [], vt), graph)
@@ -355,7 +387,7 @@ class _Support(OperatorSupportBase):
 _VIEWS = {"aten.view.default", "aten._unsafe_view.default", "aten.reshape.default", "aten.permute.default",
           "aten.expand.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims",
           "aten.squeeze.default", "aten.alias.default", "aten.t.default", "aten.transpose.int",
-          "aten.slice.Tensor", "aten.select.int"}
+          "aten.slice.Tensor", "aten.select.int", "aten.as_strided.default"}
 
 
 def _aliases_of_inputs(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
@@ -398,6 +430,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
     compiled_ops = failed = attention = 0
     kernels = []
+    errors: list[str] = []
     for node in list(fused.graph.nodes):
         if node.op != "call_module" or not str(node.target).startswith("pbsdk_part_"):
             continue
@@ -411,10 +444,11 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
             # AOTAutograd calls us under its fake-tensor mode; the frozen values are real tensors.
             with unset_fake_temporarily():
                 part = CompiledPartition(str(node.target), sub, positions, request)
-        except PbsdkError as exc:
+        except Exception as exc:  # noqa: BLE001 - a partition that fails to lower or compile runs in torch
             failed += 1
+            errors.append(_described(exc))
             log.warning("pbsdk: partition %s (%d ops) did not compile and runs in torch: %s", node.target,
-                        n_ops, exc)
+                        n_ops, errors[-1])
             continue
         setattr(fused, str(node.target), part)
         compiled_ops += n_ops
@@ -424,7 +458,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
                            fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
                            seconds=time.perf_counter() - start, fused_attention=attention,
-                           kernels=tuple(_KernelOf(p) for p in kernels))
+                           kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors))
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
@@ -599,9 +633,12 @@ def _single_partition_call(fused: torch.fx.GraphModule) -> Any | None:
 
     def call(args: Sequence[Any]) -> Any:
         chosen = pick(args)
-        fast = part._fast  # rebuilt if the partition recompiles
-        got = fast(chosen) if fast is not None else None
-        return part._general(chosen) if got is None else got
+        try:
+            fast = part._fast  # rebuilt if the partition recompiles
+            got = fast(chosen) if fast is not None else None
+            return part._general(chosen) if got is None else got
+        except Exception as exc:  # noqa: BLE001 - as `CompiledPartition.forward`
+            return part._fall_back(chosen, exc)
 
     if plan == [("all", 0)] and not as_tuple:
         def run_one(*args: Any) -> Any:
@@ -643,8 +680,12 @@ class PerShape:
                     return self.gm(*args)
                 if fn is None:
                     log.info("pbsdk: compiling for shapes %s", [k[0] for k in key if isinstance(k, tuple)])
-                    specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm)(*args)
-                    fn = compile_static(specialized, list(args), self.request, self.opts, self.static)
+                    start = time.perf_counter()
+                    try:
+                        specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm)(*args)
+                        fn = compile_static(specialized, list(args), self.request, self.opts, self.static)
+                    except Exception as exc:  # noqa: BLE001 - this shape runs in torch, as any failed graph
+                        fn = _runs_in_torch(self.gm, exc, start)
                     self.compiled[key] = fn
         return fn(*args)
 
@@ -662,18 +703,29 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         return PerShape(gm, request, opts, static)
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+    start = time.perf_counter()
     try:
         if not training and opts.direct:
             direct = compile_inference(gm, example_inputs, request, opts, static)
             if direct is not None:
                 return direct
         return compile_static(gm, example_inputs, request, opts, static)
-    except PbsdkError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - AOTAutograd cannot trace it (data-dependent ops, ...): torch runs it
-        log.warning("pbsdk: AOTAutograd could not trace this graph (%s: %s); it runs in torch",
-                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-        return gm.forward
+    except Exception as exc:  # noqa: BLE001 - untraceable (data-dependent ops, ...) or a pbsdk failure
+        return _runs_in_torch(gm, exc, start)
+
+
+def _runs_in_torch(gm: torch.fx.GraphModule, exc: Exception, start: float) -> Any:
+    """The whole graph left to torch after ``exc`` (raised while tracing, partitioning, converting or
+    compiling it): logged, reported as one failed partition, and Dynamo's graph returned to run eagerly.
+    KeyboardInterrupt and SystemExit are not Exceptions and still reach the user."""
+    why = _described(exc)
+    log.warning("pbsdk: this graph could not be compiled (%s); it runs in torch", why)
+    ops = sum(1 for n in gm.graph.nodes if n.op.startswith("call_"))
+    report = CompileReport(graph_ops=ops, compiled_ops=0, partitions=0, fallback_ops=(), failed_partitions=1,
+                           frozen=False, seconds=time.perf_counter() - start, errors=(why,))
+    with _reports_lock:
+        _reports.append(report)
+    return gm.forward
 
 
 __all__ = ["CompileReport", "CompiledPartition", "TorchOptions", "backend", "clear_reports", "compile_aten",
