@@ -194,7 +194,7 @@ INJECTIONS = {
     # partitioning the graph: the whole graph runs in torch
     "partitioning": (db, "compile_aten", "could not be compiled (_Injected: injected failure); it runs in torch"),
     # the first call (the kernel's boundary): the partition runs in torch from then on
-    "first_call": (db, "numpy_to_torch", "raised when called (_Injected: injected failure); it runs in torch"),
+    "first_call": (db.OutputPool, "take", "raised when called (_Injected: injected failure); it runs in torch"),
 }
 
 

@@ -211,7 +211,11 @@ class CompiledPartition(torch.nn.Module):
         converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
                        for (_, dt), want in zip(self.kernel.artifact.outputs, wants))
         single = self._single
-        tensor, from_numpy, take = torch.Tensor, numpy_to_torch, self._outputs.take
+        tensor, take = torch.Tensor, self._outputs.take
+        # torch.from_numpy itself unless an output is bf16 (which numpy_to_torch reinterprets): no dtype
+        # lookup per call.
+        from_numpy = numpy_to_torch if any(DTYPE_TO_NUMPY[dt] == "bfloat16" for _, dt in
+                                           self.kernel.artifact.outputs) else torch.from_numpy
 
         def fast(args: Sequence[Any]) -> Any:
             for i, t, version in checks:
