@@ -263,21 +263,40 @@ def test_channels_last_model_at_a_second_batch_size() -> None:
 
 def test_as_strided_restride_converts_and_any_other_stays_with_torch() -> None:
     # adaptive_avg_pool2d's decomposition restrides its mean to channels-last with as_strided: the same
-    # elements at the same indices, converted as the identity. A real re-read of storage stays with torch.
+    # elements at the same indices, converted as the identity.
     def restride(x: torch.Tensor) -> torch.Tensor:
         y = x.relu().mean((-1, -2), keepdim=True)  # (2, 8, 1, 1), strides (8, 1, 1, 1)
         return torch.as_strided(y, y.shape, (8, 1, 8, 8)).flatten(1) * 2.0
-
-    def reread(x: torch.Tensor) -> torch.Tensor:
-        return torch.as_strided(x.relu(), (4, 3), (1, 4)) * 2.0  # a transposed read of 12 elements
 
     x = torch.randn(2, 8, 3, 3, generator=torch.Generator().manual_seed(12))
     actual, expected = _run(restride, x)
     assert_close(actual.numpy(), expected.numpy(), op="mean", tol=F32)
     _assert_no_fallback(frozen=False)  # no parameters
-    torch._dynamo.reset()
-    pbsdk_torch.clear_reports()
-    v = torch.randn(12, generator=torch.Generator().manual_seed(13))
-    actual, expected = _run(reread, v)
+
+
+@pytest.mark.parametrize("read", ["windows", "transposed", "overlapping_rows_of_a_view", "strided_input"])
+def test_as_strided_that_rereads_storage_is_a_gather(read: str) -> None:
+    """Sliding windows, a transposed read, overlapping rows of a slice, a read through a transposed input:
+    each element of the result is the input's element at the storage position it names."""
+    reads = {
+        "windows": (lambda v: torch.as_strided(v.relu(), (5, 4), (2, 1)) * 2.0, (12,)),
+        "transposed": (lambda v: torch.as_strided(v.relu(), (4, 3), (1, 4)) * 2.0, (12,)),
+        "overlapping_rows_of_a_view": (lambda v: torch.as_strided(v[2:], (3, 4), (3, 1)) + 1.0, (16,)),
+        "strided_input": (lambda m: torch.as_strided(m.t(), (3, 2), (1, 4), 1) + 1.0, (3, 4)),
+    }
+    fn, shape = reads[read]
+    v = torch.randn(*shape, generator=torch.Generator().manual_seed(13))
+    actual, expected = _run(fn, v)
+    assert_close(actual.numpy(), expected.numpy(), op="mul", tol=F32)
+    assert all(r.fallback_ops == () for r in pbsdk_torch.reports()), pbsdk_torch.reports()
+
+
+def test_as_strided_reading_storage_outside_its_input_stays_with_torch() -> None:
+    # v[4:] holds storage 4..11; reading from offset 0 names positions no element of it holds.
+    def outside(v: torch.Tensor) -> torch.Tensor:
+        return torch.as_strided(v[4:], (3,), (1,), 0) * 2.0
+
+    v = torch.randn(12, generator=torch.Generator().manual_seed(14))
+    actual, expected = _run(outside, v)
     assert_close(actual.numpy(), expected.numpy(), op="mul", tol=F32)
     assert "aten.as_strided.default" in pbsdk_torch.reports()[0].fallback_ops

@@ -778,24 +778,55 @@ def _identity(cx: Context, x: Any, **_: Any) -> Tensor:
     return _tensor(x, "the input")
 
 
+#: The most elements an ``as_strided`` that re-reads storage is converted for (its gather's index table is a
+#: compile-time constant of this many entries).
+AS_STRIDED_MAX_ELEMENTS = 1 << 22
+
+
 @converts("aten.as_strided.default")
 def _as_strided(cx: Context, x: Any, size: Sequence[int], stride: Sequence[int],
                 storage_offset: int | None = None) -> Tensor:
-    """An ``as_strided`` that only restrides: the input's sizes and storage offset, and its recorded stride
-    on every dimension of more than one element, so each element reads what the input's element at the
-    same index holds (decompositions restride a result this way, e.g. adaptive_avg_pool2d's ``mean`` to
-    channels-last). pbsdk's values have no strides, so that is the identity; any other ``as_strided``
-    reads storage a logical value does not describe, and stays with torch."""
+    """``as_strided`` as what it reads. A restride (the input's sizes and storage offset, its recorded stride
+    on every dimension of more than one element: decompositions restride a result this way, e.g.
+    adaptive_avg_pool2d's ``mean`` to channels-last) is the identity, pbsdk's values having no strides.
+    Any other re-reads the input's storage — sliding windows, a transposed read, overlapping rows: a gather
+    of the input's elements at the storage positions it names (`_storage_indices`), refused (the op stays
+    with torch) where it names a position none of the input's elements holds."""
     x = _tensor(x, "as_strided's input")
     src = cx.in_meta[0] if cx.in_meta else None
     if not isinstance(src, torch.Tensor):
         raise UnsupportedError("as_strided: the input has no recorded strides")
     offset = src.storage_offset() if storage_offset is None else storage_offset
-    if (tuple(size) != tuple(src.shape) or offset != src.storage_offset()
-            or any(n > 1 and s != t for n, s, t in zip(size, stride, src.stride()))):
-        raise UnsupportedError("as_strided: only a restride of the input's own layout (same sizes, offset "
-                               "and strides of every dimension longer than 1) is supported")
-    return x
+    if (tuple(size) == tuple(src.shape) and offset == src.storage_offset()
+            and all(n <= 1 or s == t for n, s, t in zip(size, stride, src.stride()))):
+        return x
+    base = src.storage_offset()
+    if not all(isinstance(v, int) for v in (base, offset, *src.shape, *src.stride(), *size, *stride)):
+        raise UnsupportedError("as_strided: a re-read of storage needs static sizes, strides and offsets")
+    index = _storage_indices(tuple(src.shape), tuple(src.stride()), int(base), tuple(size), tuple(stride),
+                             int(offset))
+    return ops.take(ops.reshape(x, (math.prod(x.shape),)), index, axis=0)
+
+
+def _storage_indices(shape: tuple[int, ...], strides: tuple[int, ...], base: int, size: tuple[int, ...],
+                     stride: tuple[int, ...], offset: int) -> np.ndarray:
+    """For each element of ``as_strided(t, size, stride, offset)``, the flat (row-major) index of the element
+    of ``t`` (of ``shape``, ``strides``, storage offset ``base``) that holds the storage position it reads."""
+    count = math.prod(size)
+    if count > AS_STRIDED_MAX_ELEMENTS or math.prod(shape) > AS_STRIDED_MAX_ELEMENTS:
+        raise UnsupportedError(f"as_strided: a re-read of storage converts up to {AS_STRIDED_MAX_ELEMENTS} "
+                               "elements (a gather through a constant index table)")
+    held = base + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(shape))]) * s
+                      for d, (n, s) in enumerate(zip(shape, strides))) if shape else np.array(base)
+    held = np.broadcast_to(held, shape).reshape(-1)
+    order = np.argsort(held, kind="stable")
+    wanted = offset + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(size))]) * s
+                          for d, (n, s) in enumerate(zip(size, stride))) if size else np.array(offset)
+    wanted = np.broadcast_to(wanted, size).reshape(-1)
+    at = np.clip(np.searchsorted(held[order], wanted), 0, max(held.size - 1, 0))
+    if held.size == 0 or not np.array_equal(held[order][at], wanted):
+        raise UnsupportedError("as_strided: it reads storage none of its input's elements holds")
+    return order[at].reshape(size).astype(np.int64)
 
 
 @converts("aten._to_copy.default")
