@@ -300,3 +300,37 @@ def test_as_strided_reading_storage_outside_its_input_stays_with_torch() -> None
     actual, expected = _run(outside, v)
     assert_close(actual.numpy(), expected.numpy(), op="mul", tol=F32)
     assert "aten.as_strided.default" in pbsdk_torch.reports()[0].fallback_ops
+
+
+def test_storage_indices_against_torch_on_random_layouts() -> None:
+    """`_storage_indices` against torch itself: random input layouts (permuted, sliced with a step, offset)
+    and random reads inside the storage they cover, each result element the input element torch's
+    as_strided reads."""
+    rng = np.random.default_rng(21)
+    for _ in range(40):
+        storage = torch.arange(200, dtype=torch.float32)
+        shape = tuple(int(d) for d in rng.integers(1, 5, rng.integers(1, 4)))
+        base = storage[int(rng.integers(0, 8)):].as_strided(shape, _dense_strides(shape, rng))
+        size = tuple(int(d) for d in rng.integers(1, 4, rng.integers(1, 3)))
+        stride = tuple(int(s) for s in rng.integers(0, 3, len(size)))
+        offset = int(base.storage_offset() + rng.integers(0, 3))
+        want = torch.as_strided(base, size, stride, offset)
+        try:
+            index = convert._storage_indices(tuple(base.shape), tuple(base.stride()), base.storage_offset(), size,
+                                             stride, offset)
+        except Exception:  # noqa: BLE001 - a position the input does not hold: torch reads it, pbsdk refuses
+            held = {int(v) for v in base.reshape(-1)}
+            assert any(int(v) not in held for v in want.reshape(-1))
+            continue
+        np.testing.assert_array_equal(base.reshape(-1).numpy()[index], want.numpy())
+
+
+def _dense_strides(shape: tuple[int, ...], rng: np.random.Generator) -> tuple[int, ...]:
+    """Strides of a dense layout of ``shape`` in a random dimension order (a permuted contiguous tensor)."""
+    order = rng.permutation(len(shape))
+    strides = [0] * len(shape)
+    step = 1
+    for d in order[::-1]:
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
