@@ -143,6 +143,33 @@ def test_covered_nodes_exclude_views_used_outside():
     assert g.outputs[1].id not in m.covered and g.outputs[0].id in m.covered
 
 
+def test_a_view_chain_read_outside_is_kept_whole():
+    """A decoder with its cache: the key's reshape and transpose feed the attention and are also the cache's
+    output. The transpose read outside is kept, and so is the reshape it reads (else the emitter meets a
+    value the fused kernel never makes: KeyError 'value', GPT-2 with use_cache=True)."""
+    import pbsdk
+
+    def f(q, k, v):
+        heads = ops.transpose(ops.reshape(k, (5, 2, 4)), (1, 0, 2))  # (2, 5, 4): the cache's "present" key
+        scores = ops.matmul(q, ops.transpose(heads, (0, 2, 1)))
+        return ops.softmax(scores, -1) @ v, heads
+
+    g = _graph(f, (2, 3, 4), (5, 8), (2, 5, 4))
+    (m,) = find_attention(g)
+    heads = g.outputs[1]
+    reshape = next(n for n in g.live_nodes() if n.out.id == next(
+        x.id for x in next(n for n in g.live_nodes() if n.out.id == heads.id).inputs))
+    assert heads.id not in m.covered and reshape.out.id not in m.covered
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3, 4), (5, 8), (2, 5, 4)))
+    out, present = pbsdk.jit(f)(q, k, v)
+    kh = k.reshape(5, 2, 4).transpose(1, 0, 2)
+    sc = q @ kh.transpose(0, 2, 1)
+    p = np.exp(sc - sc.max(-1, keepdims=True))
+    np.testing.assert_allclose(out, (p / p.sum(-1, keepdims=True)) @ v, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(present, kh)
+
+
 @pytest.mark.parametrize("off", [-2, 0, 3, 10])
 def test_causal_offset_detection(off):
     sq, sk = 6, 8

@@ -805,8 +805,10 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     for n in graph.live_nodes():
         if n.out.id not in inside:
             outside_users.update(x.id for x in n.inputs)
-    keep = {c for c in covered if c in outside_users or c in uses.outputs}
-    pattern = {n.out.id for n in covered_nodes}
+    keep = _kept(graph, covered, {c for c in covered if c in outside_users or c in uses.outputs}, out.id)
+    # A view of the pattern's operands read outside (a decoder's cache takes the key's heads) is emitted as
+    # well; any other intermediate read outside refuses the match.
+    pattern = {n.out.id for n in covered_nodes if n.op not in _VIEW_OPS}
     if keep & (pattern - {out.id}):
         why.append(f"attention at {out.type}: an intermediate value is used outside the pattern")
         return None
@@ -824,6 +826,26 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         op = Attention(nb, sq, sk, d, dv, out.dtype, causal_offset, mask is not None, max(1, groups),
                        safe_softmax=safe_softmax)
     return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
+
+
+#: Ops that only view their input (no arithmetic): emitting one beside the fused kernel costs nothing extra.
+_VIEW_OPS = frozenset({"reshape", "transpose", "broadcast", "slice"})
+
+
+def _kept(graph: Graph, covered: set[int], keep: set[int], out: int) -> set[int]:
+    """``keep`` (covered nodes read outside the fused region) with every covered node they read in turn: a
+    view chain whose end something else uses (a decoder's key and value going into its cache as well as
+    into the attention) is emitted whole, not from a value the kernel never makes. ``out``, the fused
+    kernel's own result, is made by the kernel: what it reads is not walked."""
+    producers = {n.out.id: n for n in graph.live_nodes()}
+    todo = [c for c in keep if c != out]
+    while todo:
+        node = producers.get(todo.pop())
+        for x in node.inputs if node is not None else ():
+            if x.id in covered and x.id not in keep:
+                keep.add(x.id)
+                todo.append(x.id)
+    return keep
 
 
 def planned_attention(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None,
