@@ -107,6 +107,12 @@ def window_run(channels: int, kernel_width: int, dilation_w: int) -> tuple[int, 
     return None
 
 
+def padded_k(k: int, run: int, k_run: int) -> int:
+    """The reduction length of ``k`` values in runs of ``run`` once each run is padded to ``k_run``
+    (`pad_runs`)."""
+    return k // run * k_run
+
+
 def pad_runs(b: np.ndarray, run: int, k_run: int) -> np.ndarray:
     """B (k x n, k in runs of ``run`` rows) with every run padded by zero rows to ``k_run`` (a window read
     whose runs are no whole number of unit groups): the extra k values a group reads past a run's end
@@ -115,7 +121,7 @@ def pad_runs(b: np.ndarray, run: int, k_run: int) -> np.ndarray:
     runs = b.reshape(k // run, run, n)
     out = np.zeros((k // run, k_run, n), b.dtype)
     out[:, :run] = runs
-    return out.reshape(-1, n)
+    return out.reshape(padded_k(k, run, k_run), n)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -812,21 +812,26 @@ def _storage_indices(shape: tuple[int, ...], strides: tuple[int, ...], base: int
                      stride: tuple[int, ...], offset: int) -> np.ndarray:
     """For each element of ``as_strided(t, size, stride, offset)``, the flat (row-major) index of the element
     of ``t`` (of ``shape``, ``strides``, storage offset ``base``) that holds the storage position it reads."""
-    count = math.prod(size)
-    if count > AS_STRIDED_MAX_ELEMENTS or math.prod(shape) > AS_STRIDED_MAX_ELEMENTS:
+    if math.prod(size) > AS_STRIDED_MAX_ELEMENTS or math.prod(shape) > AS_STRIDED_MAX_ELEMENTS:
         raise UnsupportedError(f"as_strided: a re-read of storage converts up to {AS_STRIDED_MAX_ELEMENTS} "
                                "elements (a gather through a constant index table)")
-    held = base + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(shape))]) * s
-                      for d, (n, s) in enumerate(zip(shape, strides))) if shape else np.array(base)
-    held = np.broadcast_to(held, shape).reshape(-1)
+    held = _positions(shape, strides, base)
     order = np.argsort(held, kind="stable")
-    wanted = offset + sum(np.arange(n).reshape([-1 if i == d else 1 for i in range(len(size))]) * s
-                          for d, (n, s) in enumerate(zip(size, stride))) if size else np.array(offset)
-    wanted = np.broadcast_to(wanted, size).reshape(-1)
-    at = np.clip(np.searchsorted(held[order], wanted), 0, max(held.size - 1, 0))
-    if held.size == 0 or not np.array_equal(held[order][at], wanted):
+    sorted_held = held[order]
+    wanted = _positions(size, stride, offset)
+    at = np.clip(np.searchsorted(sorted_held, wanted), 0, max(held.size - 1, 0))
+    if held.size == 0 or not np.array_equal(sorted_held[at], wanted):
         raise UnsupportedError("as_strided: it reads storage none of its input's elements holds")
     return order[at].reshape(size).astype(np.int64)
+
+
+def _positions(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> np.ndarray:
+    """The storage position of each element of a tensor of ``shape``, ``strides`` and storage ``offset``,
+    in row-major order."""
+    pos = np.full(shape, offset, np.int64)
+    for d, (n, s) in enumerate(zip(shape, strides)):
+        pos += (np.arange(n, dtype=np.int64) * s).reshape([-1 if i == d else 1 for i in range(len(shape))])
+    return pos.reshape(-1)
 
 
 @converts("aten._to_copy.default")

@@ -144,8 +144,7 @@ class Window:
 
     def last_read(self) -> int:
         """One past the flat index of X the last output pixel's last run reads up to (groups included)."""
-        g, (n, _, wp, ch) = self.geometry, self.x_type.shape
-        hp = int(self.x_type.shape[1])
+        g, (n, hp, wp, ch) = self.geometry, self.x_type.shape
         pixel = (n - 1) * hp * wp + ((g.oh - 1) * g.sh + (g.kh - 1) * g.dh) * wp + (g.ow - 1) * g.sw
         last = (g.kw - 1) * g.dw * ch if not self.row_runs else 0
         return pixel * ch + last + self.k_run

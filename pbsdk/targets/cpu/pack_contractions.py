@@ -35,7 +35,7 @@ from pbsdk.core.ir.builder import element_type
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
-from pbsdk.core.plan.window import ConvGeometry, pad_runs, window_k_block, window_run
+from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
@@ -328,7 +328,7 @@ def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: i
     interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block);
     ``runs`` ``(run, k_run)``: first each run of ``run`` rows padded with zero rows to ``k_run`` (`pad_runs`)."""
     u = UNIT_OPERANDS[str(b.element_type)][1]
-    k_read = k if runs is None else k // runs[0] * runs[1]
+    k_read = k if runs is None else padded_k(k, *runs)
     packed_t = ir.MemRefType.get(list(unit_packed_shape(k_read, n, blk.nr, u, k_multiple)), b.element_type)
 
     def pack(matrix: np.ndarray) -> np.ndarray:
@@ -627,7 +627,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     b_value = _at_call(mm.operands[1], callee, call)  # an argument (`_contraction_body`): the call's operand
     weights = find_constant(b_value, call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
     window = _unit_window_runs(g, x_type, dtype, u, weights is not None)
-    k_read = k if window is None else k // window.run * window.k_run  # with B's zero rows past each run
+    k_read = k if window is None else padded_k(k, window.run, window.k_run)  # with B's zero rows past each run
     blk = plan_contraction(spec, Contraction(m, n, k_read, 1, dtype, b_prepacked=weights is not None),
                            ctx.options).blocking
     unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
