@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -227,12 +228,22 @@ def junit_xml(results: Sequence[CaseResult], *, target: str, spec: ChipSpec) -> 
     return ET.tostring(suite, encoding="unicode")
 
 
+def _contraction_summary(contractions: list[dict[str, Any]]) -> list[str]:
+    """Where a target without run-time counters compiled a case's contractions, from its compile-time record:
+    e.g. ``vpdpbusd 1/1 contractions`` (each unit's share), ``vector-fma 2/2 contractions``."""
+    total = len(contractions)
+    where = Counter(c.get("unit") or c.get("compute") or "?" for c in contractions)
+    return [f"{name} {n}/{total} contractions" for name, n in sorted(where.items())]
+
+
 def resource_summary(result: CaseResult) -> str:
     """One short line of a case's reported resource use, e.g. ``spm 20480 B, sram 57344 B, mxu 16 ops``."""
     if result.resources is None:
         return "resources not reported" if result.status != "skip" else ""
     parts = [f"{lv} {b} B" for lv, b in result.resources.get("scratchpad_bytes", {}).items()]
     parts += [f"{u} {n} ops" for u, n in (result.resources.get("matrix_unit_ops") or {}).items()]
+    if result.resources.get("matrix_unit_ops") is None:  # no run-time counters: the compile-time record
+        parts += _contraction_summary(result.resources.get("contractions") or [])
     counters = result.resources.get("counters") or {}
     parts += [f"vector@{k.split(':', 1)[1]} {n} pts" for k, n in counters.items() if k.startswith("vector:")]
     if result.resources.get("cores", 1) > 1:

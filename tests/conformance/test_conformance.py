@@ -131,3 +131,40 @@ def test_the_resource_check_bars() -> None:
     over = check_resources(case, spec, {"counters": moved, "scratchpad_bytes": {"spm": 10**9}})
     assert "spm" in over and over != "ok"
     assert check_resources(case, spec, None) == "not reported"
+
+
+def test_cpu_cases_on_the_host_units_say_so() -> None:
+    """On the host spec, every bf16/i8 case whose contraction the planner puts on a matrix unit passes its
+    resource check from the cpu target's compile-time record — fused attention's two products included —
+    and its one-line summary names the unit (the cpu target has no run-time counters)."""
+    from pbsdk.conformance import run_cases
+    from pbsdk.conformance.runner import resource_summary
+
+    spec = load_spec("host")
+    cases = [c for c in generate_cases(spec, ops_filter=["matmul", "attention", "quantized_linear"])
+             if c.matrix_unit and not c.skip and c.dtype in ("bf16", "i8")]
+    if not cases:
+        pytest.skip("this host lists no bf16 or i8 matrix unit (pbsdk spec show host)")
+    wanted = {"attention", "matmul"}
+    cases = [c for c in cases if c.name.split("/")[0] in wanted and ("unit/" in c.name or "attention" in c.name)]
+    results = run_cases(cases, target="cpu", spec=spec)
+    for case, result in zip(cases, results):
+        assert result.status == "pass" and result.resource_check == "ok", (case.name, result.message)
+        assert f"{case.matrix_unit} " in resource_summary(result), (case.name, resource_summary(result))
+    fused = [r for r in results if r.name.startswith("attention/")]
+    for r in fused:
+        assert len(r.resources["contractions"]) == 2
+
+
+def test_the_summary_of_a_compile_time_record() -> None:
+    from pbsdk.conformance.runner import CaseResult, resource_summary
+
+    record = [{"compute": "matrix-unit", "unit": "vpdpbusd"}, {"compute": "vector-fma", "unit": None},
+              {"compute": "matrix-unit", "unit": "vpdpbusd"}]
+    result = CaseResult("x", "pass", "", 0.0, resources={"scratchpad_bytes": {}, "contractions": record})
+    assert resource_summary(result) == "vector-fma 1/3 contractions, vpdpbusd 2/3 contractions"
+    counted = CaseResult("x", "pass", "", 0.0, resources={"scratchpad_bytes": {}, "matrix_unit_ops": {"mxu": 4},
+                                                          "contractions": record})
+    assert resource_summary(counted) == "mxu 4 ops"
+    assert resource_summary(CaseResult("x", "pass", "", 0.0, resources={"scratchpad_bytes": {}})) == \
+        "no scratchpad, no matrix unit"

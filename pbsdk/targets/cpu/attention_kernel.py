@@ -801,13 +801,29 @@ class AttentionKernels:
                     raise CompileError(f"@{name} has a body; a \"lanes\" pbsdk.attention function is a "
                                        "declaration the target builds", op="func.func")
                 _check_signature(fn, name, a)
-                built += [build_lanes_kernel(fn, a, self.step_for(module, name, a, ctx)), *_part_of(module, name)]
+                step = self.step_for(module, name, a, ctx)
+                _record_products(ctx, a, step is not None)
+                built += [build_lanes_kernel(fn, a, step), *_part_of(module, name)]
                 del fn.attributes[attrs.ATTENTION]
             if built:
                 pm = PassManager.parse("func.func(canonicalize, cse)")
                 for f in built:
                     pm.run(f.operation)
         return module
+
+
+def _record_products(ctx: StageContext, a: LanesKernel, on_unit: bool) -> None:
+    """Record the kernel's two products with the stage's contractions (`record_contraction`: what the
+    artifact reports and the conformance suite checks a case's matrix unit against): Q·Kᵀ on the unit where
+    the kernel has its step, P·V too where P is rounded to the unit's operand dtype, else vector FMAs."""
+    from pbsdk.targets.cpu.pack_contractions import record_contraction
+
+    unit = a.unit.name if on_unit and a.unit is not None else None
+    pv_unit = unit if a.p_dtype != "f32" else None
+    record_contraction(ctx, "attention.qk", a.dtype, a.batch, a.sq, a.sk, a.d,
+                       "matrix-unit" if unit else "vector-fma", unit)
+    record_contraction(ctx, "attention.pv", a.dtype, a.batch, a.sq, a.dv, a.sk,
+                       "matrix-unit" if pv_unit else "vector-fma", pv_unit)
 
 
 __all__ = ["AttentionKernels", "LanesKernel", "build_lanes_kernel", "is_lanes", "parse_descriptor"]

@@ -214,7 +214,7 @@ def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
 CONTRACTIONS = "contractions"
 
 
-def _record(ctx: Any, op: str, dtype: str, batch: int, m: int, n: int, k: int, compute: str,
+def record_contraction(ctx: Any, op: str, dtype: str, batch: int, m: int, n: int, k: int, compute: str,
             unit: str | None = None) -> None:
     ctx.notes.setdefault(CONTRACTIONS, []).append({"op": op, "dtype": dtype, "batch": max(batch, 1), "m": m,
                                                     "n": n, "k": k, "compute": compute, "unit": unit})
@@ -268,7 +268,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
                   f"no matrix unit in the vector registers ({plan.compute.kind} {plan.compute.name})"
                   + (f"; {'; '.join(dropped)}" if dropped else ""))
         notes.append(f"{where}: {reason}: generic lowering")
-        _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
+        record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
     if dtype == "i8" and unit.registers == "vector" and not blk.pack_a:
@@ -310,7 +310,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         _prepack(b_operand, new.operation, sources, blk.nr, ctx, packing=packing)
     if c_unused:
         _drop_unused_alloc(c_value)
-    _record(ctx, "linalg.batch_matmul" if batched else "linalg.matmul", dtype, bsz, m, n, k, "matrix-unit",
+    record_contraction(ctx, "linalg.batch_matmul" if batched else "linalg.matmul", dtype, bsz, m, n, k, "matrix-unit",
             unit.name)
     notes.append(f"{where}: {'tile' if tiles else 'unit'} kernel @{name} on {unit.name} ({unit.m}x{unit.n}x{unit.k}"
                  f"{', emulated' if tiles == 'emulate' else ''}), register tile "
@@ -419,7 +419,7 @@ class PackContractions:
                 count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes, calls)
                 continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
-                _record(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
+                record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
                              "generic lowering")
                 continue
@@ -449,7 +449,7 @@ class PackContractions:
                                                           b_layout=b_layout), ctx.options)
             blk = plan.blocking
             if blk is None:
-                _record(ctx, op.name, dtype, bsz, m, n, k, "generic")
+                record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
                              f"({plan.compute.kind}): generic lowering")
                 continue
@@ -488,7 +488,7 @@ class PackContractions:
                 if feeds:
                     _read_source(operand, feeds)
             prefix = f"{bsz}x" if batched else ""
-            _record(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
+            record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
@@ -574,7 +574,7 @@ class PackContractions:
             if weights is not None:
                 rebind(weights, new.operation, 1, blk.nr, ctx)
             rewritten[callee_name] = callee
-            _record(ctx, "conv2d", dtype, 1, m, n, k, "vector-fma")
+            record_contraction(ctx, "conv2d", dtype, 1, m, n, k, "vector-fma")
             notes.append(f"conv2d {g.oh}x{g.ow} {g.kh}x{g.kw} s{g.sh}x{g.sw} d{g.dh}x{g.dw} {channels}->{n} "
                          f"{dtype}: implicit GEMM, packed kernel @{name} reads the input in place (no im2col), "
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
@@ -661,7 +661,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     found.erase()
     if weights is not None:
         rebind(weights, new.operation, 1, blk.nr, ctx, packing=packing)
-    _record(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
+    record_contraction(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
     notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, unit kernel @{name} reads the input in "
                  f"place (no im2col)"
                  + (f", kernel rows of {runs[0]} values as {runs[1] // u} groups of {u} (B's rows past each "
