@@ -33,14 +33,16 @@ func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50
 
 // -----
 
-// i8 x i8 -> i32: A is packed with its bytes offset by 128 (xor 0x80 each) for the u8 x i8 instruction;
-// the accumulators start at -128 times B's column sums, computed while packing B with the same instruction.
+// i8 x i8 -> i32 with few columns (two register tiles of 16): A read in place, each broadcast group offset
+// by 128 (xor 0x80808080 on its 32 bits) for the u8 x i8 instruction; the accumulators start at -128 times
+// B's column sums, computed while packing B with the same instruction.
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK-NOT:     memref<{{[0-9]+}}x11x128xi8>
 // CHECK:         vector.shuffle {{.*}} : vector<16xi8>, vector<16xi8>
 // CHECK:         vector.shuffle {{.*}} : vector<32xi8>, vector<32xi8>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"
 // CHECK:         arith.subi
-// CHECK:         arith.xori %{{.*}}, %{{.*}} : vector<4xi8>
+// CHECK:         arith.xori %{{.*}}, %{{.*}} : i32
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
 // NOUNIT-LABEL: func.func @i8(
 // NOUNIT:         linalg.matmul
@@ -48,6 +50,26 @@ func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>)
   %zero = arith.constant 0 : i32
   linalg.fill ins(%zero : i32) outs(%c : memref<33x20xi32>)
   linalg.matmul ins(%a, %b : memref<33x30xi8>, memref<30x20xi8>) outs(%c : memref<33x20xi32>)
+  return
+}
+
+// -----
+
+// With many columns (200: 7 register tiles) A is packed, its bytes offset by 128 once: a 64-byte vector of
+// a row at a time (masked at K's end) into rows padded by a vector (30 -> 128 bytes apart); B is packed
+// several micro-panels a pass down its rows (the preset's 20x16 tile: 13 panels of 16 columns, one pass).
+// CHECK-LABEL: func.func @__pbsdk_mm0_part(
+// CHECK:         memref.alloc() {alignment = 64 : i64} : memref<13x8x64xi8>
+// CHECK:         memref.alloc() {alignment = 64 : i64} : memref<{{[0-9]+}}x11x128xi8>
+// CHECK:         vector.maskedload {{.*}} : memref<33x30xi8>, vector<64xi1>, vector<64xi8> into vector<64xi8>
+// CHECK-NEXT:    arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
+// CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
+// NOUNIT-LABEL: func.func @i8_wide(
+// NOUNIT:         linalg.matmul
+func.func @i8_wide(%a: memref<33x30xi8>, %b: memref<30x200xi8>, %c: memref<33x200xi32>) {
+  %zero = arith.constant 0 : i32
+  linalg.fill ins(%zero : i32) outs(%c : memref<33x200xi32>)
+  linalg.matmul ins(%a, %b : memref<33x30xi8>, memref<30x200xi8>) outs(%c : memref<33x200xi32>)
   return
 }
 

@@ -22,8 +22,9 @@ needs_bf16_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16
 needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI (vpdpbusd): its "
                                    "machine code is checked by test_code_for_a_cpu_with_units")
 
-#: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks.
-SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (130, 17, 1100), (96, 160, 4100)]
+#: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks;
+#: few rows and many columns (B packed several panels a pass, split over the threads by columns).
+SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (130, 17, 1100), (96, 160, 4100), (12, 4000, 1000)]
 
 
 def _bf16(shape: tuple[int, ...], seed: int) -> np.ndarray:

@@ -170,3 +170,26 @@ def test_cpu_lowers_units_by_their_registers_features_and_the_amx_option() -> No
 def test_a_spec_file_with_a_unit_in_registers_parses() -> None:
     text = load_spec("zen4").model_dump_json()
     assert parse_spec(text, source="zen4.json").matrix_units[0].registers == "vector"
+
+
+def test_b_is_packed_several_panels_a_pass() -> None:
+    """A unit kernel packing B per call reads PASS_LINES lines of each row a pass (256 bytes of 64-byte
+    lines), no more than a block's columns, and for int8 with the panels'
+    column sums (one register a vector) in at most half the registers."""
+    from pbsdk.core.plan.contraction import PASS_LINES
+
+    spec = load_spec("zen4")  # 64-byte lines, 32 registers
+    for dtype, eb in (("i8", 1), ("bf16", 2)):
+        plan = plan_contraction(spec, Contraction(256, 4096, 4096, dtype=dtype), {"threads": 1})
+        blk = plan.blocking
+        assert blk is not None and blk.unit and blk.pass_panels > 1, (dtype, blk)
+        assert blk.pass_panels * blk.nr * eb == PASS_LINES * 64
+        assert any(f"B packed {blk.pass_panels} micro-panel(s) a pass" in r for r in plan.reasons)
+    narrow = plan_contraction(spec, Contraction(256, 40, 4096, dtype="i8"), {"threads": 1}).blocking
+    assert narrow is not None and narrow.pass_panels == -(-40 // narrow.nr)  # no pass past the columns
+    assert spec.vector is not None
+    few = spec.model_copy(update={"vector": spec.vector.model_copy(update={"registers": 16})})
+    i8 = plan_contraction(few, Contraction(256, 4096, 4096, dtype="i8"), {"threads": 1}).blocking
+    assert i8 is not None and 1 <= i8.pass_panels * i8.nv <= 8
+    f32 = plan_contraction(spec, Contraction(256, 4096, 4096), {"threads": 1}).blocking
+    assert f32 is not None and f32.pass_panels == 1  # the FMA kernel packs its own way

@@ -167,6 +167,10 @@ class Blocking:
     #: vector FMAs; ``unit_k`` is its depth: each step of the micro-kernel's k loop consumes that many k.
     unit: str = ""
     unit_k: int = 1
+    #: Panels of B a unit kernel packs per call in one pass down B's rows (`_pass_panels`): each pass reads
+    #: that many panels' columns of every row, so B's rows (and pages) are visited once per pass, not once
+    #: per panel.
+    pass_panels: int = 1
 
     def __post_init__(self) -> None:
         if min(self.mr, self.nv, self.lanes, self.mc, self.nc, self.kc, self.threads) < 1:
@@ -393,9 +397,13 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     if not transposed:
         why.append("C prefetched by each micro-tile before its k loop (C is updated once per k block)")
     why += why_b + why_a + _unit_steps(unit, kc, pack_a)
+    passes = 1
+    if unit_k > 1 and pack_b and not b_constant:
+        passes, why_pass = _pass_panels(spec, op, tile, l1, nc, par.n_part)
+        why.append(why_pass)
     return Blocking(tile.mr, tile.nv, lanes, mc, nc, kc, par.threads, par.split, l1.name, l2.name, l3.name, pack_b,
                     prefetch_c=not transposed, pack_a=pack_a, transposed=transposed, unit=unit_name,
-                    unit_k=unit_k), why
+                    unit_k=unit_k, pass_panels=passes), why
 
 
 def _thread_split(spec: ChipSpec, op: Contraction, opts: Options, solo_seconds: float | None,
@@ -521,7 +529,7 @@ def _a_packing(op: Contraction, unit: ComputeTile, opts: Options, tile: _MicroTi
     # A stored [k, m] is read in place, mr adjacent values a k step, unless very many column tiles reuse it.
     panels = A_IN_PLACE_PANELS if not a_km else A_KM_IN_PLACE_PANELS
     pack_a = opts.pack_a if opts.pack_a is not None else n_part > panels * nr
-    unit_packing = _unit_a_packing(unit, op, l1, mr, opts, a_km)
+    unit_packing = _unit_a_packing(unit, op, l1, mr, opts, a_km, -(-n_part // nr))
     if unit_packing is not None:
         pack_a, reason = unit_packing
         why.append(reason)
@@ -544,13 +552,40 @@ def _a_packing(op: Contraction, unit: ComputeTile, opts: Options, tile: _MicroTi
     return pack_a, why
 
 
+#: Lines of each row of B one packing pass of a unit kernel reads (`_pass_panels`). Zen 4, 1 thread, i8 /
+#: bf16 256x4096x4096 with B given per call, against a pass per panel (one 32-byte / 64-byte read a row): 2
+#: lines 1.145x / 1.07x, 4 lines 1.156x / 1.10x; 1024^3, 2048^3, 512x768x3072 within 1 %.
+PASS_LINES = 4
+#: Line size where the spec's innermost cache does not give one.
+DEFAULT_LINE_BYTES = 64
+
+
+def _pass_panels(spec: ChipSpec, op: Contraction, tile: _MicroTile, l1: MemoryLevel, nc: int, n_part: int
+                 ) -> tuple[int, str]:
+    """How many of B's micro-panels a unit kernel packs in one pass down B's rows, and why: enough that each
+    row's read is `PASS_LINES` lines of ``l1`` (packed one panel at a time, a B of wide rows has every row, on
+    its own page, visited once per panel for an nr-column sliver), at most the columns of a thread's
+    ``nc``-column block (a pass past the block's last panel masks its loads), and for int8 with the column
+    sums of the pass's panels (one accumulator per vector) in at most half the vector registers."""
+    assert spec.vector is not None
+    line = l1.line_bytes or DEFAULT_LINE_BYTES
+    row_bytes = tile.nr * tile.eb
+    cap = min(max(1, int(PASS_LINES * line // row_bytes)), -(-min(nc, n_part) // tile.nr))
+    if op.dtype == "i8":
+        cap = min(cap, max(1, spec.vector.registers // 2 // tile.nv))
+    panels = max(1, cap)
+    return panels, (f"B packed {panels} micro-panel(s) a pass down its rows ({panels * row_bytes:g} B of each row, "
+                    f"{PASS_LINES} lines of {line} B wanted)")
+
+
 def _unit_steps(unit: ComputeTile, kc: int, pack_a: bool) -> list[str]:
     """What each micro-kernel step of a unit in the vector registers consumes (none without a unit)."""
     unit_name, unit_k = (unit.name, unit.k) if unit.instruction is not None else ("", 1)
     tile_unit = unit.instruction is not None and unit.instruction[0] > 1
     if unit_k > 1 and not tile_unit:
         return [(f"{unit_name}: each micro-kernel step consumes {unit_k} k; B packed in groups of {unit_k} rows "
-                 f"interleaved, A {'packed in' if pack_a else 'read in place as'} groups of {unit_k}")]
+                 f"interleaved, A broadcast in groups of {unit_k} "
+                 f"{'from rows packed a vector at a time' if pack_a else 'from its rows in place'}")]
     if tile_unit:
         return [(f"{unit_name}: each step loads 2 A and 2 B tiles of {unit_k} k (B in 32-bit groups of rows "
                  f"interleaved) into 2 x 2 accumulator tiles; kc {kc} unrolled in {kc // unit_k} steps")]
@@ -558,9 +593,10 @@ def _unit_steps(unit: ComputeTile, kc: int, pack_a: bool) -> list[str]:
 
 
 def _unit_a_packing(unit: ComputeTile, op: Contraction, l1: MemoryLevel, mr: int, opts: Options,
-                    a_km: bool) -> tuple[bool, str] | None:
+                    a_km: bool, panels: int) -> tuple[bool, str] | None:
     """Whether a register tile of unit instructions packs A, and why; None where the FMA tile's rule holds
-    (no unit, A stored [k, m], or the ``pack_a`` option forcing it)."""
+    (no unit, A stored [k, m], or the ``pack_a`` option forcing it). ``panels``: the register tiles across a
+    thread's columns, i.e. how often each A group is broadcast."""
     if unit.instruction is None:
         return None
     if unit.instruction[0] > 1:
@@ -569,16 +605,24 @@ def _unit_a_packing(unit: ComputeTile, op: Contraction, l1: MemoryLevel, mr: int
     if opts.pack_a is not None or a_km:
         return None
     # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a packed
-    # copy alike: packing only pays when the tile's rows evict one another from l1.
+    # copy alike: packing pays when the tile's rows evict one another from l1, and for int8 (read as u8, each
+    # byte offset by 128) when the offset, once per packed byte, saves more broadcasts' offsets than the
+    # pass costs. Zen 4, 1 thread, packed against in place: 2 panels (6272x64x576, 25088x64x64) 0.94x, 8
+    # (3136x256x64) and 16 (784x512x4608) 1.00x, 32 (1024^3) 1.05x, 64 (2048^3) 1.02x.
     stride = int(op.k * _bytes(op.dtype))
     if l1.ways is None:
         return True, (f"A packed: {unit.name}'s A operand is a broadcast group of {unit.k}; {l1.name}'s "
                       "associativity is unknown")
     shared = rows_per_set(l1, stride, mr)
-    pack = shared > l1.ways
-    return pack, (f"A {'packed' if pack else 'read in place'}: {unit.name}'s A operand is a broadcast group of "
-                  f"{unit.k}; {shared} of a tile's {mr} rows ({stride} B apart) share one {l1.name} set "
-                  f"({l1.ways} ways)")
+    where = f"{shared} of a tile's {mr} rows ({stride} B apart) share one {l1.name} set ({l1.ways} ways)"
+    if shared > l1.ways:
+        return True, f"A packed: {unit.name}'s A operand is a broadcast group of {unit.k}; {where}"
+    if op.dtype == "i8":
+        pack = panels > A_IN_PLACE_PANELS
+        return pack, (f"A {'packed' if pack else 'read in place'}: {unit.name} reads A as u8 (each byte + 128), "
+                      f"{'once while packing' if pack else 'at each broadcast'}: each group is broadcast for "
+                      f"{panels} register tile(s) of columns (in place up to {A_IN_PLACE_PANELS}); {where}")
+    return False, f"A read in place: {unit.name}'s A operand is a broadcast group of {unit.k}; {where}"
 
 
 def split_parallel(loops: Sequence[tuple[str, int]], units: int, *, unit: str = "unit"

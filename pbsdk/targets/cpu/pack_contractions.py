@@ -271,12 +271,6 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
-    if dtype == "i8" and unit.registers == "vector" and not blk.pack_a:
-        # vpdpbusd reads A as u8: packing offsets each byte by 128 once, where a broadcast from A in place
-        # would offset it in a scalar register at every use. Measured 2.05x at 1024^3 with a 12x32 tile
-        # that spilled; with the 11x32 tile (`MatrixUnit.broadcast_registers`) packed and in place are
-        # within 3 % (Zen 4, 1 thread: 1024^3 1.02x, 512x768x3072 0.99x, 2048^3 1.01x, 128x768x3072 1.03x).
-        blk = dataclasses.replace(blk, pack_a=True)
     tiles = ("amx" if amx == "on" else "emulate") if unit.registers == "tile" else None
     k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)

@@ -308,6 +308,7 @@ class _UnitKernel:
         self.vacc = ir.VectorType.get([self.L], self.acc_t)
         self.mask_t = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
         self.index = ir.IndexType.get()
+        self.pass_panels = blk.pass_panels
 
     # ------------------------------------------------------------------------------------ helpers
     def c(self, v: int) -> ir.Value:
@@ -373,6 +374,12 @@ class _UnitKernel:
         """Groups of k this k block packs and steps through (``kc`` values of k: the last one zero-padded)."""
         return arith.divui(arith.addi(kc, self.c(self.u - 1)), self.c(self.u))
 
+    def a_row_stride(self) -> int:
+        """Elements between the rows of the packed A block: a k block in whole vectors, plus one vector, so
+        that rows a multiple of the cache's set span apart (4 KiB of k) land in different sets."""
+        W = self.wide_t.shape[0]
+        return -(-self.blk.kc // W) * W + W
+
     def alloc(self, shape: Sequence[int], t: ir.Type) -> ir.Value:
         return memref.alloc(ir.MemRefType.get(list(shape), t), [], [], alignment=64)
 
@@ -380,9 +387,10 @@ class _UnitKernel:
         """This part's packed B block ``Bp`` (unless B comes packed), packed A block ``Ap`` (when the plan packs
         A), int8 correction ``Cr`` and epilogue tile ``Tp``; returns those it allocated."""
         blk, groups = self.blk, self.blk.kc // self.u
-        self.Bp = None if self.prepacked else self.alloc([blk.nc // blk.nr, groups, blk.nr * self.u], self.et)
-        self.Ap = self.alloc([blk.mc // blk.mr, groups, blk.mr * self.u], self.et) if blk.pack_a else None
-        self.Cr = self.alloc([blk.nc // blk.nr, blk.nr], self.acc_t) if self.signed_a else None
+        panels = -(-blk.nc // blk.nr // self.pass_panels) * self.pass_panels  # whole packing passes
+        self.Bp = None if self.prepacked else self.alloc([panels, groups, blk.nr * self.u], self.et)
+        self.Ap = self.alloc([blk.mc // blk.mr, blk.mr, self.a_row_stride()], self.et) if blk.pack_a else None
+        self.Cr = self.alloc([panels, blk.nr], self.acc_t) if self.signed_a else None
         self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t) if self.epilogue is not None else None
         return [b for b in (self.Bp, self.Ap, self.Cr, self.Tp) if b is not None]
 
@@ -405,7 +413,9 @@ class _UnitKernel:
         nc = self.min(c(blk.nc), arith.subi(self.n1, jc))
         panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
         if not self.prepacked:
-            _for(c(0), panels, c(1), lambda jb: self.pack_b_panel(lead, jc, pc, jb, groups))
+            P = self.pass_panels
+            passes = arith.divui(arith.addi(panels, c(P - 1)), c(P))
+            _for(c(0), passes, c(1), lambda q: self.pack_b_panels(lead, jc, pc, arith.muli(q, c(P)), groups))
         elif self.signed_a:
             _for(c(0), panels, c(1), lambda jb: self.prepacked_sums(jc, pc, jb, groups))
         first = arith.cmpi(arith.CmpIPredicate.eq, pc, c(0)) if self.zero_init else None
@@ -425,41 +435,52 @@ class _UnitKernel:
     # ------------------------------------------------------------------------------------ packing
     def columns(self, jc: ir.Value, jb: ir.Value) -> list[tuple[ir.Value, ir.Value]]:
         """(first column, lane mask) of each vector of panel ``jb`` of the block at ``jc``: the mask stops at
-        this thread's last column."""
+        this thread's last column and the block's (a packing pass's panels past the block are all masked)."""
         c, blk, L = self.c, self.blk, self.L
+        end = self.min(self.n1, arith.addi(jc, c(blk.nc)))
         out = []
         for v in range(blk.nv):
             col = arith.addi(arith.addi(jc, arith.muli(jb, c(blk.nr))), c(v * L))
-            count = self.min(arith.maxsi(arith.subi(self.n1, col), c(0)), c(L))
+            count = self.min(arith.maxsi(arith.subi(end, col), c(0)), c(L))
             out.append((col, vector.create_mask(self.mask_t, [count])))
         return out
 
-    def pack_b_panel(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
-        """Panel ``jb``: ``Bp[jb, g, v*L*u + j*u + t] = B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and
-        this thread's columns; for int8 also ``Cr[jb, :] = -128 * (column sums of the panel)``."""
-        blk, c, u, L = self.blk, self.c, self.u, self.L
-        K = self.shape.k
-        cols = self.columns(jc, jb)
-        zrow = self.zero(self.row_t)
-        init = [self.zero(self.vacc) for _ in range(blk.nv)] if self.signed_a else []
+    def pack_b_panels(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, jb0: ir.Value,
+                      groups: ir.Value) -> None:
+        """Panels ``jb0 .. jb0 + pass_panels`` in one pass down B's rows: ``Bp[jb, g, v*L*u + j*u + t] =
+        B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and this thread's columns (a panel past them is
+        packed as zeros, never read); for int8 also ``Cr[jb, :] = -128 * (column sums of the panel)``."""
+        blk, c, P = self.blk, self.c, self.pass_panels
+        panels = [arith.addi(jb0, c(p)) if p else jb0 for p in range(P)]
+        cols = [col for jb in panels for col in self.columns(jc, jb)]
+        init = [self.zero(self.vacc) for _ in cols] if self.signed_a else []
 
         def group(g: ir.Value, sums: list[ir.Value]) -> list[ir.Value]:
-            k0 = arith.addi(pc, arith.muli(g, c(u)))
             out = []
-            for v, (col, msk) in enumerate(cols):
-                rows = []
-                for t in range(u):
-                    kk = arith.addi(k0, c(t))
-                    inside = arith.cmpi(arith.CmpIPredicate.slt, kk, c(K))
-                    row = vector.maskedload(self.row_t, self.B, [*lead, self.min(kk, c(K - 1)), col], msk, zrow)
-                    rows.append(arith.select(inside, row, zrow))
-                packed = self.interleave(rows)
-                vector.store(packed, self.Bp, [jb, g, c(v * L * u)])
+            for i, col in enumerate(cols):
+                packed = self.packed_vector(lead, pc, g, col)
+                vector.store(packed, self.Bp, [panels[i // blk.nv], g, c(i % blk.nv * self.L * self.u)])
                 if self.signed_a:
-                    out.append(self.step(sums[v], self.ones(), packed))
+                    out.append(self.step(sums[i], self.ones(), packed))
             return out
 
-        self.store_sums(jb, _for_values(c(0), groups, c(1), init, group))
+        sums = _for_values(c(0), groups, c(1), init, group)
+        for p, jb in enumerate(panels):
+            self.store_sums(jb, sums[p * blk.nv:(p + 1) * blk.nv])
+
+    def packed_vector(self, lead: list[ir.Value], pc: ir.Value, g: ir.Value, col: tuple[ir.Value, ir.Value]
+                      ) -> ir.Value:
+        """One unit operand of B: group ``g``'s ``u`` rows of the L columns at ``col`` (masked), interleaved."""
+        c, u, K = self.c, self.u, self.shape.k
+        k0 = arith.addi(pc, arith.muli(g, c(u)))
+        zrow = self.zero(self.row_t)
+        rows = []
+        for t in range(u):
+            kk = arith.addi(k0, c(t))
+            inside = arith.cmpi(arith.CmpIPredicate.slt, kk, c(K))
+            row = vector.maskedload(self.row_t, self.B, [*lead, self.min(kk, c(K - 1)), col[0]], col[1], zrow)
+            rows.append(arith.select(inside, row, zrow))
+        return self.interleave(rows)
 
     def prepacked_sums(self, jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
         """`store_sums` of panel ``jb`` of a B packed at compile time (int8), from its groups in this k block."""
@@ -505,22 +526,30 @@ class _UnitKernel:
         return self.min(row, arith.subi(self.m1, self.c(1)))
 
     def pack_a_panel(self, lead: list[ir.Value], ic: ir.Value, pc: ir.Value, ib: ir.Value, groups: ir.Value) -> None:
-        """``Ap[ib, g, i*u:(i+1)*u] = A[ic + ib*mr + i, pc + g*u : +u]``: a group per row, rows together."""
-        c = self.c
+        """``Ap[ib, i, :kc] = A[ic + ib*mr + i, pc : pc + kc]`` (zero past K; int8 each byte + 128, once here
+        rather than at every broadcast): tile ``ib``'s rows copied a vector at a time into rows padded by a
+        vector (`a_row_stride`), so the tile's rows never share an l1 set however A's rows fell."""
+        c, W = self.c, self.wide_t.shape[0]
+        K = self.shape.k
+        mask_t = ir.VectorType.get([W], ir.IntegerType.get_signless(1))
+        chunks = arith.divui(arith.addi(arith.muli(groups, c(self.u)), c(W - 1)), c(W))
+        flip = arith.constant(self.wide_t, ir.DenseElementsAttr.get_splat(
+            self.wide_t, ir.IntegerAttr.get(self.et, -128))) if self.signed_a else None
 
         def row(i: ir.Value) -> None:
             at = self.min(arith.addi(arith.addi(ic, arith.muli(ib, c(self.blk.mr))), i), arith.subi(self.m1, c(1)))
-            dest = arith.muli(i, c(self.u))
 
-            def group(g: ir.Value) -> None:
-                value = self.a_group(lead, at, arith.addi(pc, arith.muli(g, c(self.u))))
-                if self.signed_a:  # each byte + 128, once here rather than at every broadcast
-                    flip = arith.constant(self.group_t, ir.DenseElementsAttr.get_splat(
-                        self.group_t, ir.IntegerAttr.get(self.et, -128)))
+            def chunk(j: ir.Value) -> None:
+                off = arith.muli(j, c(W))
+                kk = arith.addi(pc, off)
+                count = self.min(arith.maxsi(arith.subi(c(K), kk), c(0)), c(W))
+                value = vector.maskedload(self.wide_t, self.A, [*lead, at, kk], vector.create_mask(mask_t, [count]),
+                                          self.zero(self.wide_t))
+                if flip is not None:
                     value = arith.xori(value, flip)
-                vector.store(value, self.Ap, [ib, g, dest])
+                vector.store(value, self.Ap, [ib, i, off])
 
-            _for(c(0), groups, c(1), group)
+            _for(c(0), chunks, c(1), chunk)
 
         _for(c(0), c(self.blk.mr), c(1), row)
 
@@ -538,7 +567,8 @@ class _UnitKernel:
         def group(g: ir.Value, acc: list[ir.Value], tail: bool = False) -> list[ir.Value]:
             bv = self.b_group(jc, pc, jb, g)
             if self.Ap is not None:
-                return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.Ap, [ib, g, c(i * u)]), False)
+                kk = arith.muli(g, c(u))
+                return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.Ap, [ib, c(i), kk]), False)
             return self.group_steps(acc, bv, lambda i: self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))),
                                                                     tail), True)
 
