@@ -10,6 +10,7 @@ import pytest
 
 import pbsdk
 from pbsdk import ops
+from pbsdk.core.plan import Contraction, plan_contraction
 from pbsdk.core.spec import load_spec
 from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.testing import assert_close
@@ -172,7 +173,9 @@ def test_i8_constant_weights_are_packed_at_compile_time() -> None:
         fn = pbsdk.jit(lambda x: x @ b, target="cpu", options={"threads": threads, "cache": False})
         np.testing.assert_array_equal(fn(a), a.astype(np.int32) @ b.astype(np.int32))
         kernel = fn.kernel(fn._signature((a,)))[0]
-        assert [c.shape for c in kernel.artifact.constants] == [(2, 18, 128)]  # the constant reaches it packed
+        nr = plan_contraction(load_spec("host"), Contraction(45, 50, 70, dtype="i8"), {"threads": threads}).blocking.nr
+        # the constant reaches the kernel packed for the planned tile's nr
+        assert [c.shape for c in kernel.artifact.constants] == [unit_packed_shape(70, 50, nr, 4)]
 
 
 
