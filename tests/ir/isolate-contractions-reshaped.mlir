@@ -116,3 +116,48 @@ func.func @partial_group(%a: tensor<196x64xf32>, %w: tensor<64x32xf32>, %c: tens
   } -> tensor<1x14x14x32xf32>
   return %g : tensor<1x14x14x32xf32>
 }
+
+// -----
+
+// A residual dequantized in NHWC (i8 -> f32, times a scale, only the epilogue reads it) is collapsed above
+// its elementwise chain (so fusion never meets a reshape) and moves in with the epilogue: the function takes
+// the i8 residual, collapsed to the product's shape.
+// CHECK-LABEL: func.func @dequantized_residual(
+// CHECK-SAME:      %[[A:[^:]*]]: tensor<196x64xi8>, %[[W:[^:]*]]: tensor<64x32xi8>, %[[R:[^:]*]]: tensor<1x14x14x32xi8>)
+// CHECK:         %[[RC:.*]] = tensor.collapse_shape %[[R]] {{\[}}[0, 1, 2], [3]] : tensor<1x14x14x32xi8> into tensor<196x32xi8>
+// CHECK-NOT:     linalg.generic
+// CHECK:         call @__pbsdk_contraction0(%[[A]], %[[W]], %[[RC]]) : {{.*}} -> tensor<196x32xf32>
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK:         linalg.matmul
+// CHECK:         linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]} ins(%{{.*}} : tensor<196x32xi8>)
+// CHECK:         arith.sitofp {{.*}} : i8 to f32
+// CHECK:         linalg.generic {{.*}} iterator_types = ["parallel", "parallel"]
+// CHECK-NOT:     tensor.collapse_shape
+// CHECK:         return
+#id4r = affine_map<(d0, d1, d2, d3) -> (d0, d1, d2, d3)>
+func.func @dequantized_residual(%a: tensor<196x64xi8>, %w: tensor<64x32xi8>, %r: tensor<1x14x14x32xi8>)
+    -> tensor<1x14x14x32xf32> {
+  %zero = arith.constant 0 : i32
+  %e = tensor.empty() : tensor<196x32xi32>
+  %f = linalg.fill ins(%zero : i32) outs(%e : tensor<196x32xi32>) -> tensor<196x32xi32>
+  %mm = linalg.matmul ins(%a, %w : tensor<196x64xi8>, tensor<64x32xi8>) outs(%f : tensor<196x32xi32>) -> tensor<196x32xi32>
+  %x = tensor.expand_shape %mm [[0, 1, 2], [3]] output_shape [1, 14, 14, 32] : tensor<196x32xi32> into tensor<1x14x14x32xi32>
+  %e0 = tensor.empty() : tensor<1x14x14x32xf32>
+  %deq = linalg.generic {indexing_maps = [#id4r, #id4r], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%r : tensor<1x14x14x32xi8>) outs(%e0 : tensor<1x14x14x32xf32>) {
+  ^bb0(%p: i8, %o: f32):
+    %s = arith.constant 0.25 : f32
+    %v = arith.sitofp %p : i8 to f32
+    %u = arith.mulf %v, %s : f32
+    linalg.yield %u : f32
+  } -> tensor<1x14x14x32xf32>
+  %e1 = tensor.empty() : tensor<1x14x14x32xf32>
+  %g1 = linalg.generic {indexing_maps = [#id4r, #id4r, #id4r], iterator_types = ["parallel", "parallel", "parallel", "parallel"]}
+      ins(%x, %deq : tensor<1x14x14x32xi32>, tensor<1x14x14x32xf32>) outs(%e1 : tensor<1x14x14x32xf32>) {
+  ^bb0(%p: i32, %q: f32, %o: f32):
+    %v = arith.sitofp %p : i32 to f32
+    %u = arith.addf %v, %q : f32
+    linalg.yield %u : f32
+  } -> tensor<1x14x14x32xf32>
+  return %g1 : tensor<1x14x14x32xf32>
+}

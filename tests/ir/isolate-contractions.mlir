@@ -89,3 +89,56 @@ func.func @on_buffers(%a: memref<4x8xf32>, %b: memref<8x16xf32>, %c: memref<4x16
   linalg.matmul ins(%a, %b : memref<4x8xf32>, memref<8x16xf32>) outs(%c : memref<4x16xf32>)
   return
 }
+
+// -----
+
+// An epilogue operand made by elementwise ops that only it reads (a dequantized i8 residual: i8 -> f32,
+// times a scale) moves in with it: the function takes the i8 tensor, and fusion there reads it in the
+// epilogue. The dequantized %keep is also returned, so its chain stays outside (an argument).
+// CHECK-LABEL: func.func @residual(
+// CHECK-SAME:      %[[A:.*]]: tensor<4x8xi8>, %[[B:.*]]: tensor<8x16xi8>, %[[R:.*]]: tensor<4x16xi8>, %[[K:.*]]: tensor<4x16xi8>)
+// CHECK:         %[[KEEP:.*]] = linalg.generic {{.*}} ins(%[[K]] : tensor<4x16xi8>)
+// CHECK-NOT:     linalg.generic
+// CHECK:         call @__pbsdk_contraction0(%[[A]], %[[B]], %[[R]], %[[KEEP]]) : (tensor<4x8xi8>, tensor<8x16xi8>, tensor<4x16xi8>, tensor<4x16xf32>) -> tensor<4x16xf32>
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK-SAME:      %{{.*}}: tensor<4x8xi8>, %{{.*}}: tensor<8x16xi8>, %[[RI:.*]]: tensor<4x16xi8>, %[[KI:.*]]: tensor<4x16xf32>)
+// CHECK:         linalg.matmul
+// CHECK:         linalg.generic {{.*}} ins(%[[RI]] : tensor<4x16xi8>)
+// CHECK:         arith.sitofp
+// CHECK:         linalg.generic {{.*}} ins(%{{.*}}, %[[KI]]
+// OFF-LABEL: func.func @residual(
+// OFF-NOT:     call
+func.func @residual(%a: tensor<4x8xi8>, %b: tensor<8x16xi8>, %r: tensor<4x16xi8>, %k: tensor<4x16xi8>)
+    -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  %zero = arith.constant 0 : i32
+  %e = tensor.empty() : tensor<4x16xi32>
+  %f = linalg.fill ins(%zero : i32) outs(%e : tensor<4x16xi32>) -> tensor<4x16xi32>
+  %mm = linalg.matmul ins(%a, %b : tensor<4x8xi8>, tensor<8x16xi8>) outs(%f : tensor<4x16xi32>) -> tensor<4x16xi32>
+  %e1 = tensor.empty() : tensor<4x16xf32>
+  %deq = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                         iterator_types = ["parallel", "parallel"]} ins(%r : tensor<4x16xi8>) outs(%e1 : tensor<4x16xf32>) {
+  ^bb0(%x: i8, %o: f32):
+    %s = arith.constant 0.5 : f32
+    %v = arith.sitofp %x : i8 to f32
+    %w = arith.mulf %v, %s : f32
+    linalg.yield %w : f32
+  } -> tensor<4x16xf32>
+  %e2 = tensor.empty() : tensor<4x16xf32>
+  %keep = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                          iterator_types = ["parallel", "parallel"]} ins(%k : tensor<4x16xi8>) outs(%e2 : tensor<4x16xf32>) {
+  ^bb0(%x: i8, %o: f32):
+    %v = arith.sitofp %x : i8 to f32
+    linalg.yield %v : f32
+  } -> tensor<4x16xf32>
+  %e3 = tensor.empty() : tensor<4x16xf32>
+  %out = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>,
+                                          affine_map<(i, j) -> (i, j)>, affine_map<(i, j) -> (i, j)>],
+                         iterator_types = ["parallel", "parallel"]} ins(%mm, %deq, %keep : tensor<4x16xi32>, tensor<4x16xf32>, tensor<4x16xf32>) outs(%e3 : tensor<4x16xf32>) {
+  ^bb0(%x: i32, %y: f32, %z: f32, %o: f32):
+    %v = arith.sitofp %x : i32 to f32
+    %w = arith.addf %v, %y : f32
+    %u = arith.addf %w, %z : f32
+    linalg.yield %u : f32
+  } -> tensor<4x16xf32>
+  return %out, %keep : tensor<4x16xf32>, tensor<4x16xf32>
+}

@@ -14,8 +14,12 @@ is an all-parallel ``linalg.generic`` reading it once at the identity map, writi
 (``tensor.empty``) tensor of the same type (of any element type where the contraction's operands are
 narrower than its accumulator: a bf16 product rounded back to bf16, an i32 one requantized to i8) without
 reading its initial value, the generic moves into
-the function too (its other operands become arguments). Inside, fusion merges the chain into one
-generic, which ``pack-contractions`` folds into the kernel's final store.
+the function too (its other operands become arguments). An operand of the epilogue made by elementwise
+generics that only the epilogue reads, element for element (a dequantized residual: i8 -> f32, minus the
+zero point, times the scale), moves in with its producers (`_producer`; a reshape between them is pushed
+above the chain first, `_push_collapse`), so the function takes the narrow tensor they started from.
+Inside, fusion merges the chain into one generic, which ``pack-contractions`` folds into the kernel's final
+store.
 
 The target decides whether either happens (`pbsdk.core.options.TargetOptions.isolate_contractions` and
 ``isolate_epilogues``: yes unless its options say otherwise; the cpu target's ``pack`` and
@@ -156,6 +160,58 @@ def collapse_read(loop_groups: Sequence[Sequence[int]], extents: Sequence[int], 
     return CollapsedRead(None if all(len(seg) == 1 for seg in groups) else groups, tuple(loops))
 
 
+def _on_collapsed_loops(gen: ir.Operation, loop_groups: Sequence[Sequence[int]], extents: Sequence[int],
+                        expanded: ir.Value | None = None, value: ir.Value | None = None) -> linalg.GenericOp | None:
+    """A copy of the elementwise ``gen`` (over loops of ``extents``) on the collapsed loops ``loop_groups``,
+    built at the insertion point, its body moved in, each input read through `collapse_read` (collapsed by a
+    ``tensor.collapse_shape`` where it must be); an input equal to ``expanded`` is read as ``value`` (at the
+    identity map). None, building nothing, where some input cannot be read so."""
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
+    n_in = len(gen.operands) - 1
+    reads: list[CollapsedRead | None] = []
+    for i in range(n_in):
+        if expanded is not None and gen.operands[i] == expanded:
+            reads.append(None)
+            continue
+        t = gen.operands[i].type
+        results = map_dims(maps[i])
+        plan = (collapse_read(loop_groups, extents, results, ir.RankedTensorType(t).shape)
+                if results is not None and isinstance(t, ir.RankedTensorType) and t.has_static_shape else None)
+        if plan is None:
+            return None
+        reads.append(plan)
+    rank = len(loop_groups)
+    shape = [math.prod(extents[d] for d in g) for g in loop_groups]
+    vt = ir.RankedTensorType.get(shape, ir.RankedTensorType(gen.results[0].type).element_type)
+    inputs, new_maps = [], []
+    for i, plan in enumerate(reads):
+        if plan is None:
+            assert value is not None
+            inputs.append(value)
+            new_maps.append(ir.AffineMap.get_identity(rank))
+            continue
+        v = gen.operands[i]
+        if plan.groups is not None:
+            st = ir.RankedTensorType(v.type)
+            collapsed = [math.prod(st.shape[p] for p in g) for g in plan.groups]
+            v = tensor.CollapseShapeOp(ir.RankedTensorType.get(collapsed, st.element_type), v,
+                                       reassociation(plan.groups)).result
+        inputs.append(v)
+        new_maps.append(ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(d) for d in plan.loops]))
+    new_maps.append(ir.AffineMap.get_identity(rank))
+    empty = tensor.EmptyOp(vt.shape, vt.element_type).result
+    parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
+    new = linalg.GenericOp([vt], inputs, [empty], ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps]),
+                           ir.ArrayAttr.get([parallel] * rank))
+    old_body = gen.regions[0].blocks[0]
+    body = new.regions[0].blocks.append(*[a.type for a in old_body.arguments])
+    for old_arg, new_arg in zip(old_body.arguments, body.arguments):
+        old_arg.replace_all_uses_with(new_arg)
+    for o in list(old_body.operations):
+        body.append(o.operation)
+    return new
+
+
 def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation | None:
     """Where ``value`` (a contraction's result, or an epilogue's) is only reshaped by a
     ``tensor.expand_shape`` (a convolution's product viewed as its NHWC or NCHW output) for one elementwise
@@ -172,54 +228,14 @@ def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation |
     if gen is None:
         return None
     loop_groups = reassociation_groups(view)
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(gen.attributes["indexing_maps"])]
-    n_in = len(gen.operands) - 1
-    reads: list[CollapsedRead | None] = []
-    for i in range(n_in):
-        if gen.operands[i] == expanded:
-            reads.append(None)
-            continue
-        t = gen.operands[i].type
-        results = map_dims(maps[i])
-        plan = (collapse_read(loop_groups, ir.RankedTensorType(expanded.type).shape, results,
-                              ir.RankedTensorType(t).shape)
-                if results is not None and isinstance(t, ir.RankedTensorType) and t.has_static_shape else None)
-        if plan is None:
-            return None
-        reads.append(plan)
-    rank = len(loop_groups)
     with ir.InsertionPoint(gen), gen.location:
-        vt = ir.RankedTensorType.get(ir.RankedTensorType(value.type).shape,
-                                     ir.RankedTensorType(gen.results[0].type).element_type)
-        inputs, new_maps = [], []
-        for i, plan in enumerate(reads):
-            if plan is None:
-                inputs.append(value)
-                new_maps.append(ir.AffineMap.get_identity(rank))
-                continue
-            v = gen.operands[i]
-            if plan.groups is not None:
-                st = ir.RankedTensorType(v.type)
-                shape = [math.prod(st.shape[p] for p in g) for g in plan.groups]
-                v = tensor.CollapseShapeOp(ir.RankedTensorType.get(shape, st.element_type), v,
-                                           reassociation(plan.groups)).result
-            inputs.append(v)
-            new_maps.append(ir.AffineMap.get(rank, 0, [ir.AffineDimExpr.get(d) for d in plan.loops]))
-        new_maps.append(ir.AffineMap.get_identity(rank))
-        empty = tensor.EmptyOp(vt.shape, vt.element_type).result
-        parallel = ir.Attribute.parse("#linalg.iterator_type<parallel>")
-        new = linalg.GenericOp([vt], inputs, [empty], ir.ArrayAttr.get([ir.AffineMapAttr.get(m) for m in new_maps]),
-                               ir.ArrayAttr.get([parallel] * rank))
-        old_body = gen.regions[0].blocks[0]
-        body = new.regions[0].blocks.append(*[a.type for a in old_body.arguments])
-        for old_arg, new_arg in zip(old_body.arguments, body.arguments):
-            old_arg.replace_all_uses_with(new_arg)
-        for o in list(old_body.operations):
-            body.append(o.operation)
+        new = _on_collapsed_loops(gen, loop_groups, ir.RankedTensorType(expanded.type).shape, expanded, value)
+        if new is None:
+            return None
         back = tensor.ExpandShapeOp(gen.results[0].type, new.result, view.attributes["reassociation"], [],
                                     list(ir.RankedTensorType(expanded.type).shape)).result
     gen.results[0].replace_all_uses_with(back)
-    out = defining_op(gen.operands[n_in])
+    out = defining_op(gen.operands[len(gen.operands) - 1])
     gen.erase()
     view.erase()
     if out is not None and not list(out.results[0].uses):
@@ -227,10 +243,76 @@ def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation |
     return new.operation
 
 
-def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.Value]) -> ir.Operation:
+def _producer(value: ir.Value, consumer: ir.Operation, index: int) -> ir.Operation | None:
+    """The op making epilogue operand ``index`` of ``consumer`` that moves into the contraction's function
+    with it, or None: an elementwise ``linalg.generic`` (`_elementwise`) whose result only ``consumer``
+    reads, at its identity map (element for element). A dequantized residual (i8 -> f32, minus the zero
+    point, times the scale) is then read by the kernel's epilogue as i8, not written and read back in f32
+    by a pass of its own. A ``tensor.collapse_shape`` of such a producer (an epilogue on a convolution's
+    collapsed product) is first pushed above it (`_push_collapse`)."""
+    owner = defining_op(value)
+    if owner is None or len(list(value.uses)) != 1 or consumer.name != "linalg.generic":
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(consumer.attributes["indexing_maps"])]
+    if maps[index] != ir.AffineMap.get_identity(maps[index].n_dims):
+        return None
+    if owner.name == "tensor.collapse_shape":
+        owner = _push_collapse(owner)
+    return owner if owner is not None and _elementwise(owner) else None
+
+
+def _push_collapse(collapse: ir.Operation) -> ir.Operation | None:
+    """``collapse_shape(gen(x...))`` of a single-use elementwise ``gen`` as ``gen'(collapse(x)...)`` on the
+    collapsed loops (`_on_collapsed_loops`), so that fusion in the contraction's function never meets a
+    reshape (it would propagate it into the contraction and generalise it); returns ``gen'``, or None,
+    changing nothing."""
+    gen = defining_op(collapse.operands[0])
+    if gen is None or len(list(collapse.operands[0].uses)) != 1 or not _elementwise(gen):
+        return None
+    extents = ir.RankedTensorType(gen.results[0].type).shape
+    with ir.InsertionPoint(collapse), collapse.location:
+        new = _on_collapsed_loops(gen, reassociation_groups(collapse), extents)
+    if new is None:
+        return None
+    collapse.results[0].replace_all_uses_with(new.result)
+    out = defining_op(gen.operands[len(gen.operands) - 1])
+    collapse.erase()
+    gen.erase()
+    if out is not None and not list(out.results[0].uses):
+        out.erase()
+    return new.operation
+
+
+def _elementwise(op: ir.Operation) -> bool:
+    """An all-parallel ``linalg.generic`` of one result, written at the identity map into a fresh tensor it
+    does not read, its body reading only constants from outside."""
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return False
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n_in = len(op.operands) - 1
+    init = defining_op(op.operands[n_in])
+    if init is None or init.name != "tensor.empty" or maps[n_in] != ir.AffineMap.get_identity(maps[n_in].n_dims):
+        return False
+    if list(op.regions[0].blocks[0].arguments[n_in].uses):
+        return False
+    return all((d := defining_op(v)) is not None and d.name == "arith.constant" for _, _, v in _captures(op))
+
+
+def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.Value],
+                pulled: list[ir.Operation] | None = None) -> ir.Operation:
     """Clone ``op`` at the end of ``block`` (before nothing: callers set the insertion point), remapping
     operands through ``mapping``; operands not yet mapped become new block arguments (or, for
-    ``tensor.empty``, are cloned)."""
+    ``tensor.empty``, are cloned). With ``pulled``, the elementwise producers of an epilogue's operands
+    (`_producer`) are cloned first, recursively, and listed there (for the caller to erase)."""
+    if pulled is not None and len(pulled) < MAX_EPILOGUE:
+        for i, v in enumerate(list(op.operands)):
+            producer = _producer(v, op, i) if v not in mapping else None
+            if producer is not None:
+                v = op.operands[i]  # a pushed collapse replaced the operand
+                mapping[v] = _clone_into(producer, mapping, block, args, pulled).results[0]
+                pulled.append(producer)
     clone = op.clone()
     for i, v in enumerate(list(op.operands)):
         if v in mapping:
@@ -295,10 +377,11 @@ class IsolateContractions:
                         block = fn.regions[0].blocks.append()
                     args: list[ir.Value] = []
                     mapping: dict = {}
+                    pulled: list[ir.Operation] = []
                     with ir.InsertionPoint(block):
                         clones = []
                         for o in chain:
-                            clones.append(_clone_into(o, mapping, block, args))
+                            clones.append(_clone_into(o, mapping, block, args, pulled if o is not op else None))
                             mapping[o.results[0]] = clones[-1].results[0]
                         func.ReturnOp([clones[-1].results[0]])
                     fn.attributes["function_type"] = ir.TypeAttr.get(
@@ -307,5 +390,7 @@ class IsolateContractions:
                         call = func.CallOp([last.results[0].type], ir.FlatSymbolRefAttr.get(name), args)
                 last.results[0].replace_all_uses_with(call.results[0])
                 for o in reversed(chain):
+                    o.erase()
+                for o in reversed(pulled):  # consumers before their producers
                     o.erase()
 
