@@ -285,7 +285,7 @@ def _push_collapse(collapse: ir.Operation) -> ir.Operation | None:
 
 def _elementwise(op: ir.Operation) -> bool:
     """An all-parallel ``linalg.generic`` of one result, written at the identity map into a fresh tensor it
-    does not read, its body reading only constants from outside."""
+    does not read, its body arith and math ops reading only constants from outside."""
     if op.name != "linalg.generic" or len(op.results) != 1:
         return False
     if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
@@ -295,8 +295,10 @@ def _elementwise(op: ir.Operation) -> bool:
     init = defining_op(op.operands[n_in])
     if init is None or init.name != "tensor.empty" or maps[n_in] != ir.AffineMap.get_identity(maps[n_in].n_dims):
         return False
-    if list(op.regions[0].blocks[0].arguments[n_in].uses):
-        return False
+    body = op.regions[0].blocks[0]
+    if list(body.arguments[n_in].uses) or any(o.operation.name.split(".")[0] not in ("arith", "math")
+                                              for o in list(body.operations)[:-1]):
+        return False  # only arith and math (what a kernel's epilogue builds on vectors)
     return all((d := defining_op(v)) is not None and d.name == "arith.constant" for _, _, v in _captures(op))
 
 
