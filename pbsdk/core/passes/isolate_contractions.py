@@ -235,12 +235,18 @@ def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation |
         back = tensor.ExpandShapeOp(gen.results[0].type, new.result, view.attributes["reassociation"], [],
                                     list(ir.RankedTensorType(expanded.type).shape)).result
     gen.results[0].replace_all_uses_with(back)
+    _erase_rewritten(gen, view)
+    return new.operation
+
+
+def _erase_rewritten(gen: ir.Operation, view: ir.Operation) -> None:
+    """Erase a generic rewritten onto collapsed loops, its reshape ``view`` (first if it is ``gen``'s user),
+    and ``gen``'s init tensor once nothing else uses it."""
     out = defining_op(gen.operands[len(gen.operands) - 1])
-    gen.erase()
-    view.erase()
+    for op in ((view, gen) if view.operands and view.operands[0] == gen.results[0] else (gen, view)):
+        op.erase()
     if out is not None and not list(out.results[0].uses):
         out.erase()
-    return new.operation
 
 
 def _producer(value: ir.Value, consumer: ir.Operation, index: int) -> ir.Operation | None:
@@ -275,11 +281,7 @@ def _push_collapse(collapse: ir.Operation) -> ir.Operation | None:
     if new is None:
         return None
     collapse.results[0].replace_all_uses_with(new.result)
-    out = defining_op(gen.operands[len(gen.operands) - 1])
-    collapse.erase()
-    gen.erase()
-    if out is not None and not list(out.results[0].uses):
-        out.erase()
+    _erase_rewritten(gen, collapse)
     return new.operation
 
 
