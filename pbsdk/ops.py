@@ -130,6 +130,7 @@ __all__ = [
     "softmax",
     "softplus",
     "softsign",
+    "sort",
     "sqrt",
     "stack",
     "sub",
@@ -140,6 +141,7 @@ __all__ = [
     "tan",
     "tanh",
     "tile",
+    "topk",
     "transpose",
     "trunc",
     "vector_norm",
@@ -564,6 +566,76 @@ def max_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, T
 def min_with_index(x: Any, axis: int, keepdims: bool = False) -> tuple[Tensor, Tensor]:
     """``(min, argmin)`` along ``axis`` (``torch.min(x, dim)``)."""
     return _arg_extreme("argmin", x, axis, keepdims, False)
+
+
+#: `sort` and `topk` rank each element against every other one along the axis: at most this many pairs.
+MAX_RANK_PAIRS = 1 << 24
+
+
+def _stable_ranks(t: Tensor, descending: bool) -> Tensor:
+    """Each element's position in a stable sort of ``t`` along its last axis, NaN above every number (torch's
+    order): the count of elements that come before it, ``rank[i] = #{j : t[j] before t[i]}``, where ``j``
+    comes before ``i`` when its value is smaller (larger when ``descending``), or equal with ``j < i``."""
+    n = t.shape[-1]
+    xi, xj = reshape(t, t.shape + (1,)), reshape(t, t.shape[:-1] + (1, n))
+    iota = _const(np.arange(n, dtype=np.float64), t.dtype if n <= _EXACT_INTS.get(t.dtype, 0) else "f64")
+    earlier = less(reshape(iota, (1, n)), reshape(iota, (n, 1)))  # [i, j] = j < i
+    nan_i, nan_j = isnan(xi), isnan(xj)
+    tie = maximum(equal(xj, xi), mul(nan_i, nan_j))
+    if descending:  # j first: a greater value, or NaN where i is a number
+        first = maximum(greater(xj, xi), mul(nan_j, sub(1.0, nan_i)))
+    else:  # j first: a smaller value, or a number where i is NaN
+        first = maximum(less(xj, xi), mul(nan_i, sub(1.0, nan_j)))
+    before = maximum(first, mul(tie, astype(earlier, tie.dtype)))
+    return sum(astype(before, _exact_dtype("f32", n + 1)), -1)
+
+
+def _by_rank(t: Tensor, ranks: Tensor, count: int) -> tuple[Tensor, Tensor]:
+    """The elements of ranks ``0 .. count - 1`` along the last axis and their indices: ``index[r]`` is the
+    ``i`` whose rank is ``r`` (ranks are a permutation, so exactly one term of the sum is nonzero)."""
+    n = t.shape[-1]
+    idx_dtype = _exact_dtype("f32", n + 1)
+    slots = _const(np.arange(count, dtype=np.float64).reshape(count, 1), ranks.dtype)
+    hit = equal(reshape(ranks, ranks.shape[:-1] + (1, n)), slots)  # [..., r, i] = rank[i] == r
+    iota = _const(np.arange(n, dtype=np.float64), idx_dtype)
+    index = sum(where(hit, iota, 0.0), -1)
+    return take_along_axis(t, index, -1), index
+
+
+def _ranked(op: str, x: Any, axis: int, count: int | None, descending: bool) -> tuple[Tensor, Tensor]:
+    (t,) = _operands(x)
+    if t.ndim == 0:
+        return t, _const(0.0, "f32")
+    (ax,) = _norm_axes(op, axis, t.ndim)
+    n = t.shape[ax]
+    if n * math.prod(t.shape) > MAX_RANK_PAIRS:
+        raise UnsupportedError(f"{op}: {math.prod(t.shape) // n} rows of {n} elements need more than "
+                               f"{MAX_RANK_PAIRS} comparisons (every pair is ranked)")
+    perm = [d for d in range(t.ndim) if d != ax] + [ax]
+    back = [perm.index(d) for d in range(t.ndim)]
+    with _group(op):
+        last = transpose(t, perm) if ax != t.ndim - 1 else t
+        values, index = _by_rank(last, _stable_ranks(last, descending), n if count is None else count)
+        if ax != t.ndim - 1:
+            values, index = transpose(values, back), transpose(index, back)
+    return values, index
+
+
+def sort(x: Any, axis: int = -1, *, descending: bool = False) -> tuple[Tensor, Tensor]:
+    """``(values, indices)`` of a stable sort along ``axis`` (``torch.sort(stable=True)``; NaN sorts as the
+    largest value); the indices are floats of whole numbers. Every pair along the axis is compared, so it is
+    meant for modest lengths (at most `MAX_RANK_PAIRS` comparisons in all)."""
+    return _ranked("sort", x, axis, None, descending)
+
+
+def topk(x: Any, k: int, axis: int = -1, *, largest: bool = True) -> tuple[Tensor, Tensor]:
+    """``(values, indices)`` of the ``k`` largest (smallest) elements along ``axis``, in order, the earlier
+    of equal elements first (``torch.topk``; NaN is the largest). Ranks every pair, as `sort`."""
+    (t,) = _operands(x)
+    n = t.shape[axis] if t.ndim else 1
+    if not 0 <= k <= n:
+        raise PbsdkError(f"topk: k={k} is outside 0..{n}")
+    return _ranked("topk", t, axis, k, largest)
 
 
 def _scan(op: str, x: Any, axis: int | None, combine: Any, identity: float, reverse: bool = False) -> Tensor:

@@ -47,9 +47,11 @@ def graph_dtype(dtype: torch.dtype) -> str | None:
 
 
 def op_name(target: Any) -> str:
-    """``aten.add.Tensor`` style name of an FX call target (for logs and the converter table)."""
+    """``aten.add.Tensor`` style name of an FX call target, in its operator namespace (``transformers.
+    grouped_mm_fallback.default`` for a library's custom op), for logs and the converter table."""
     if isinstance(target, torch._ops.OpOverload):
-        return f"aten.{target._schema.name.split('::')[-1]}.{target._overloadname}"
+        namespace, name = target._schema.name.split("::")
+        return f"{namespace}.{name}.{target._overloadname}"
     if target is operator.getitem:
         return "getitem"
     return getattr(target, "__name__", str(target))
@@ -126,7 +128,8 @@ _INT_EXACT = {
     "aten.div.Scalar_mode", "aten.bitwise_and.Tensor", "aten.bitwise_and.Scalar", "aten.bitwise_or.Tensor",
     "aten.bitwise_or.Scalar", "aten.bitwise_xor.Tensor", "aten.bitwise_xor.Scalar", "aten.bitwise_not.default",
     "aten.sum.dim_IntList", "aten.sum.default", "aten.index_put.default", "aten.slice_scatter.default",
-    "aten.select_scatter.default", "aten.as_strided.default",
+    "aten.select_scatter.default", "aten.as_strided.default", "aten.topk.default", "aten.sort.default",
+    "aten.sort.stable", "aten.empty_permuted.default", "aten.empty.memory_format",
 }
 
 #: Ops that only move or relabel data; a partition made of nothing else is left to torch.
@@ -422,8 +425,8 @@ def _full_default(cx: Context, size: Sequence[int], value: Any, **_: Any) -> Ten
     return _full(cx, size, value)
 
 
-@converts("aten.empty.memory_format")
-def _empty(cx: Context, size: Sequence[int], **_: Any) -> Tensor:
+@converts("aten.empty.memory_format", "aten.empty_permuted.default")
+def _empty(cx: Context, size: Sequence[int], *_: Any, **__: Any) -> Tensor:
     return _full(cx, size, 0.0)  # an empty tensor's contents are unspecified: zeros are as good as any
 
 
@@ -774,8 +777,10 @@ def _squeeze(cx: Context, x: Any, dim: Any = None) -> Tensor:
 
 
 @converts("aten.clone.default", "aten.alias.default", "aten.lift_fresh_copy.default")
-def _identity(cx: Context, x: Any, **_: Any) -> Tensor:
-    return _tensor(x, "the input")
+def _identity(cx: Context, x: Any, **_: Any) -> Tensor | Empty:
+    """The input itself; an `Empty` one too (a cache's first keys, ``torch.tensor([])``, lifted as a
+    constant), which only a consumer that ignores it (``cat``) may then take."""
+    return x if isinstance(x, Empty) else _tensor(x, "the input")
 
 
 #: The most elements an ``as_strided`` that re-reads storage is converted for (its gather's index table is a
@@ -844,9 +849,15 @@ def _to_copy(cx: Context, x: Any, *, dtype: Any = None, **kwargs: Any) -> Tensor
         return x
     if dtype == torch.bool:
         return ops.astype(ops.not_equal(x, 0.0), "f32")
-    if dtype in _INTS and x.dtype != "f64":
-        raise UnsupportedError("float to integer conversion")
+    if dtype in _INTS and not _int_input(cx):
+        return ops.astype(ops.trunc(x), "f64")  # toward zero, as C's conversion (a bool is already 0 or 1)
     return ops.astype(x, cx.out_dtype)
+
+
+def _int_input(cx: Context) -> bool:
+    """Whether the node's first operand was recorded as an integer tensor (carried as whole f64 numbers)."""
+    src = cx.in_meta[0] if cx.in_meta else None
+    return isinstance(src, torch.Tensor) and src.dtype in _INTS
 
 
 @converts("aten.cat.default")
@@ -1010,6 +1021,57 @@ def _roll(cx: Context, x: Any, shifts: Sequence[int], dims: Sequence[int] = ()) 
     return ops.roll(_tensor(x, "roll's input"), tuple(shifts), tuple(dims) if dims else None)
 
 
+# ------------------------------------------------------------------------ routing (mixture of experts)
+
+@converts("aten.topk.default")
+def _topk(cx: Context, x: Any, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest (smallest) along ``dim`` in order (also when ``sorted=False``, which leaves the order
+    to the implementation), the earlier of equal elements first (`pbsdk.ops.topk`)."""
+    return ops.topk(_tensor(x, "topk's input"), k, dim, largest=largest)
+
+
+@converts("aten.sort.default", "aten.sort.stable")
+def _sort(cx: Context, x: Any, dim: int = -1, descending: bool = False, *, stable: bool | None = None) -> tuple[Tensor, Tensor]:
+    """A stable sort (which an unstable one may also return), NaN as the largest value (`pbsdk.ops.sort`)."""
+    return ops.sort(_tensor(x, "sort's input"), dim, descending=descending)
+
+
+@converts("aten.histc.default")
+def _histc(cx: Context, x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Tensor:
+    """Counts of the elements in ``bins`` equal bins between ``min`` and ``max`` (torch's bin edges, each bin
+    holding its lower edge, the last also ``max``; elements outside, and NaN, counted nowhere)."""
+    (x,) = _in(cx, _tensor(x, "histc's input"))
+    lo, hi = float(_scalar(min)), float(_scalar(max))
+    if not lo < hi:
+        raise UnsupportedError("histc without min < max (a range taken from the data)")
+    edges = torch.linspace(lo, hi, bins + 1, dtype=cx.meta.dtype).double().numpy()
+    flat = ops.reshape(x, (math.prod(x.shape), 1))
+    at_or_above = ops.sum(ops.greater_equal(flat, cx.const(edges[:bins].reshape(1, bins), x.dtype)), 0)
+    above = ops.reshape(ops.sum(ops.greater(flat, hi)), (1,))  # beyond the last bin's upper edge
+    return ops.sub(at_or_above, ops.concatenate([ops.slice(at_or_above, 0, 1), above], axis=0))
+
+
+@converts("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default")
+def _grouped_mm(cx: Context, x: Any, w: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Tensor:
+    """Rows of ``x`` (grouped by expert: group ``e`` ends at row ``offs[e]``) times their group's matrix
+    ``w[e]``; rows from ``offs[-1]`` on are zero. Static shapes cannot size a group, so every row is
+    multiplied by every expert's matrix in one matmul (``x @ [w_0 | w_1 | ...]``) and its own group's
+    product is selected: ``e`` times the grouped work, no data-dependent loop."""
+    x, w = _tensor(x, "grouped_mm's input"), _tensor(w, "grouped_mm's weight")
+    if x.ndim != 2 or w.ndim != 3 or not isinstance(offs, Tensor) or bias is not None:
+        raise UnsupportedError("grouped_mm other than 2-D rows x 3-D per-group weights with offsets, no bias")
+    experts, k, n = w.shape
+    rows = x.shape[0]
+    wide = ops.reshape(ops.transpose(w, (1, 0, 2)), (k, experts * n))  # folded for a frozen weight
+    products = ops.reshape(_matmul(cx, x, wide), (rows, experts, n))
+    row = cx.const(np.arange(rows, dtype=np.float64).reshape(rows, 1), "f64")
+    ends = ops.reshape(ops.astype(offs, "f64"), (1, experts))
+    group = ops.sum(ops.less_equal(ends, row), 1, keepdims=True)  # experts whose group ended by this row
+    pick = ops.broadcast_to(ops.reshape(ops.minimum(group, float(experts - 1)), (rows, 1, 1)), (rows, 1, n))
+    chosen = ops.reshape(ops.take_along_axis(products, pick, 1), (rows, n))
+    return ops.where(ops.less(group, float(experts)), chosen, 0.0)
+
+
 @converts("getitem")
 def _getitem(cx: Context, xs: Any, i: int) -> Any:
     item = xs[i]
@@ -1030,10 +1092,13 @@ def _check(name: str, result: Any, meta: Any) -> Any:
     metas = _meta_items(meta)
     if len(results) != len(metas):
         raise UnsupportedError(f"{name}: converter gave {len(results)} results, torch records {len(metas)}")
-    out: list[Tensor | None] = []
+    out: list[Tensor | Empty | None] = []
     for r, m in zip(results, metas):
         if r is None:
             out.append(None)
+            continue
+        if isinstance(r, Empty) and isinstance(m, torch.Tensor) and tuple(m.shape) == r.shape:
+            out.append(r)  # an element-less value travels as itself
             continue
         if not isinstance(m, torch.Tensor) or not isinstance(r, Tensor):
             raise UnsupportedError(f"{name}: result is not a tensor")

@@ -114,6 +114,7 @@ class CompileReport:
     frozen: bool                      # parameters folded as constants
     seconds: float                    # wall time of partitioning, lowering and compiling
     fused_attention: int = 0          # attention patterns (e.g. decomposed SDPA) run as one fused kernel
+    host_checks: int = 0              # assertions (``_assert_async``) torch evaluates on the kernels' results
     errors: tuple[str, ...] = ()      # why a partition, or the whole graph, runs in torch ("Type: message")
     kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
 
@@ -410,6 +411,31 @@ def _aliases_of_inputs(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     return keep
 
 
+#: Ops that check a condition and raise, with no result (``one_hot``'s range check): torch evaluates them on
+#: the kernels' results, between calls to them, as it must (a kernel cannot raise); they are counted in
+#: `CompileReport.host_checks`, not as fallbacks, since there is nothing to compute.
+_HOST_CHECKS = {"aten._assert_async.msg", "aten._assert_async.default", "aten._assert_scalar.default"}
+
+
+def _empty_at_the_boundary(supported: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """Supported nodes whose result has no elements (``torch.tensor([])``, a cache's first keys) but is read
+    outside the supported nodes: they stay with torch, since a kernel has no element-less outputs (inside
+    a partition such a value travels as `convert.Empty` to the ``cat`` that ignores it). Removed from
+    ``supported`` and returned."""
+    left: list[torch.fx.Node] = []
+    changed = True
+    while changed:
+        changed = False
+        for node in list(supported):
+            val = node.meta.get("val")
+            if (isinstance(val, torch.Tensor) and val.numel() == 0
+                    and any(user not in supported for user in node.users)):
+                supported.discard(node)
+                left.append(node)
+                changed = True
+    return left
+
+
 def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.Tensor],
                  request: CompileRequest) -> torch.fx.GraphModule:
     """Partition a functional core-ATen graph and replace its supported partitions with pbsdk kernels."""
@@ -419,8 +445,12 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     excluded = _aliases_of_inputs(gm)
     supported: set[torch.fx.Node] = set()
     fallbacks: list[str] = []
+    checks = 0
     for node in calls:
         if node in excluded:
+            continue
+        if op_name(node.target) in _HOST_CHECKS:
+            checks += 1
             continue
         ok, why = _supported(node)
         if ok:
@@ -428,6 +458,10 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
         elif op_name(node.target) != "getitem":
             fallbacks.append(op_name(node.target))
             log.info("pbsdk: %s falls back to torch: %s", op_name(node.target), why)
+    for node in _empty_at_the_boundary(supported):
+        fallbacks.append(op_name(node.target))
+        log.info("pbsdk: %s falls back to torch: its element-less result is read outside pbsdk's kernels",
+                 op_name(node.target))
     partitioner = CapabilityBasedPartitioner(gm, _Support(supported), allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
@@ -461,7 +495,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     fused.recompile()
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
                            fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
-                           seconds=time.perf_counter() - start, fused_attention=attention,
+                           seconds=time.perf_counter() - start, fused_attention=attention, host_checks=checks,
                            kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors))
     with _reports_lock:
         _reports.append(report)
@@ -587,7 +621,7 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
         return None
     # An op pbsdk does not convert here might convert after AOTAutograd's rewrites: let it try.
-    if any(not _supported(n)[0] and op_name(n.target) != "getitem" for n in calls):
+    if any(not _supported(n)[0] and op_name(n.target) not in _HOST_CHECKS | {"getitem"} for n in calls):
         return None
     placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):

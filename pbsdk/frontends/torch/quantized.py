@@ -28,14 +28,14 @@ from pbsdk.frontends.torch.convert import _INT_EXACT, Context, converts
 from pbsdk.frontends.tracing import Tensor
 
 # Their integer results are exact (rounded and clamped in f32, then converted).
-_INT_EXACT.update({"aten.quantize_per_tensor.default", "aten.quantize_per_channel.default"})
+_INT_EXACT.update({"quantized_decomposed.quantize_per_tensor.default", "quantized_decomposed.quantize_per_channel.default"})
 #: Torch's quantized dtypes by pbsdk's names for them (`pbsdk.core.quant.QUANT_DTYPES`).
 _QUANT_DTYPES = {torch.int8: "i8", torch.uint8: "u8"}
 
 
 def _decomposed(cx: Context) -> None:
-    """These names are shared with ATen's own quantized ops (another convention): only the
-    ``quantized_decomposed`` namespace is converted."""
+    """Only the ``quantized_decomposed`` namespace is converted (the converter table is keyed by namespace
+    too; this guards a converter called for another namespace's op of the same name)."""
     ns = getattr(cx.target, "namespace", None) or str(getattr(cx.target, "_schema", "")).split("::")[0]
     if ns != "quantized_decomposed":
         raise UnsupportedError(f"{cx.target}: only quantized_decomposed quantize/dequantize ops are converted")
@@ -88,7 +88,7 @@ def _along(t: Any, axis: int, ndim: int) -> Tensor:
     return ops.reshape(ops.astype(t, "f32"), tuple(shape))
 
 
-@converts("aten.quantize_per_tensor.default")
+@converts("quantized_decomposed.quantize_per_tensor.default")
 def _quantize_per_tensor(cx: Context, x: Any, scale: float, zero_point: int, qmin: int, qmax: int,
                          dtype: Any) -> Tensor:
     _decomposed(cx)
@@ -97,7 +97,7 @@ def _quantize_per_tensor(cx: Context, x: Any, scale: float, zero_point: int, qmi
     return _as_torch(cx, ops.quantize(ops.astype(x, "f32"), float(scale), z, qmin=st.qmin, qmax=st.qmax), st)
 
 
-@converts("aten.dequantize_per_tensor.default")
+@converts("quantized_decomposed.dequantize_per_tensor.default")
 def _dequantize_per_tensor(cx: Context, q: Any, scale: float, zero_point: int, qmin: int, qmax: int, dtype: Any,
                            *, out_dtype: Any = None) -> Tensor:
     _decomposed(cx)
@@ -107,7 +107,7 @@ def _dequantize_per_tensor(cx: Context, q: Any, scale: float, zero_point: int, q
     return ops.dequantize(_stored(cx, q, st), float(scale), z)
 
 
-@converts("aten.quantize_per_channel.default")
+@converts("quantized_decomposed.quantize_per_channel.default")
 def _quantize_per_channel(cx: Context, x: Any, scales: Any, zero_points: Any, axis: int, qmin: int, qmax: int,
                           dtype: Any) -> Tensor:
     _decomposed(cx)
@@ -120,7 +120,7 @@ def _quantize_per_channel(cx: Context, x: Any, scales: Any, zero_points: Any, ax
     return _as_torch(cx, q8, st)
 
 
-@converts("aten.dequantize_per_channel.default")
+@converts("quantized_decomposed.dequantize_per_channel.default")
 def _dequantize_per_channel(cx: Context, q: Any, scales: Any, zero_points: Any, axis: int, qmin: int, qmax: int,
                             dtype: Any, *, out_dtype: Any = None) -> Tensor:
     _decomposed(cx)
