@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
@@ -66,6 +67,8 @@ class Context:
         self.consts: dict[int, np.ndarray] = {}
         self.transposes: dict[int, Tensor] = {}
         self.stored: dict[int, tuple[Tensor, int]] = {}  # quantize results -> their i8 and its offset (quantized.py)
+        self.row_gathers: dict[int, tuple[Tensor, Tensor]] = {}  # x[index] (rows) -> (x, index)
+        self.expert_rows: dict[int, ExpertRows] = {}  # grouped_mm results (and row-wise ops of them)
         self.meta: Any = None
         self.target: Any = None  # the node's OpOverload, for converters shared by several overloads
         self.in_meta: list[Any] = []  # the recorded values of the node's FX operands, in argument order
@@ -85,6 +88,19 @@ class Context:
 
     def const_of(self, x: Any) -> np.ndarray | None:
         return self.consts.get(x.value.id) if isinstance(x, Tensor) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertRows:
+    """A value whose row ``s`` is row ``token[s] * experts + group(s)`` of ``dense``, ``group(s)`` being the
+    expert whose group holds row ``s`` by the grouped_mm offsets ``offs`` (a value id): what a grouped_mm
+    of gathered token rows computes for every (token, expert) pair (`_grouped_mm`). A second grouped_mm
+    with the same offsets then multiplies each expert's own rows of ``dense`` only."""
+
+    dense: Tensor
+    token: Tensor
+    offs: int
+    experts: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -921,7 +937,11 @@ def _embedding(cx: Context, w: Any, idx: Any, padding_idx: int = -1, scale_grad_
 
 @converts("aten.index_select.default")
 def _index_select(cx: Context, x: Any, dim: int, idx: Any) -> Tensor:
-    return ops.take(_tensor(x, "index_select's input"), _tensor(idx, "index_select's index"), axis=dim)
+    x, idx = _tensor(x, "index_select's input"), _tensor(idx, "index_select's index")
+    out = ops.take(x, idx, axis=dim)
+    if dim % x.ndim == 0 and idx.ndim == 1:
+        cx.row_gathers[out.value.id] = (x, ops._wrapped(idx, x.shape[0]))
+    return out
 
 
 @converts("aten.gather.default")
@@ -956,7 +976,10 @@ def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
         linear = ik if linear is None else ops.add(ops.mul(linear, float(x.shape[k])), ik)
     assert linear is not None
     flat = ops.reshape(x, x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
-    return ops.take(flat, linear, axis=first)
+    out = ops.take(flat, linear, axis=first)
+    if first == 0 and last == 1 and linear.ndim == 1:
+        cx.row_gathers[out.value.id] = (x, linear)
+    return out
 
 
 @converts("aten.index_put.default")
@@ -1044,7 +1067,8 @@ def _histc(cx: Context, x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> 
     lo, hi = float(_scalar(min)), float(_scalar(max))
     if not lo < hi:
         raise UnsupportedError("histc without min < max (a range taken from the data)")
-    edges = torch.linspace(lo, hi, bins + 1, dtype=cx.meta.dtype).double().numpy()
+    with unset_fake_temporarily():  # converted under a tracer's fake mode: torch's own edges, computed now
+        edges = torch.linspace(lo, hi, bins + 1, dtype=cx.meta.dtype).double().numpy()
     flat = ops.reshape(x, (math.prod(x.shape), 1))
     at_or_above = ops.sum(ops.greater_equal(flat, cx.const(edges[:bins].reshape(1, bins), x.dtype)), 0)
     above = ops.reshape(ops.sum(ops.greater(flat, hi)), (1,))  # beyond the last bin's upper edge
@@ -1054,22 +1078,79 @@ def _histc(cx: Context, x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> 
 @converts("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default")
 def _grouped_mm(cx: Context, x: Any, w: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Tensor:
     """Rows of ``x`` (grouped by expert: group ``e`` ends at row ``offs[e]``) times their group's matrix
-    ``w[e]``; rows from ``offs[-1]`` on are zero. Static shapes cannot size a group, so every row is
-    multiplied by every expert's matrix in one matmul (``x @ [w_0 | w_1 | ...]``) and its own group's
-    product is selected: ``e`` times the grouped work, no data-dependent loop."""
+    ``w[e]``; rows from ``offs[-1]`` on are zero. Static shapes cannot size a group, so products are
+    computed for every expert and each row's own is selected, on the fewest rows the operand allows:
+
+    - ``x`` gathers rows of a smaller ``src`` (``hidden[perm // top_k]``, a mixture of experts' tokens):
+      ``src @ [w_0 | w_1 | ...]``, every (token, expert) pair once; the result remembers that form
+      (`ExpertRows`), and row-wise ops of it (the gate) are computed on it too (`_row_wise`);
+    - ``x`` is such a form with the same offsets (the down projection): each expert's ``w[e]`` times its
+      own rows of the form only, one batched matmul;
+    - otherwise every row times every expert, ``x @ [w_0 | w_1 | ...]``."""
     x, w = _tensor(x, "grouped_mm's input"), _tensor(w, "grouped_mm's weight")
     if x.ndim != 2 or w.ndim != 3 or not isinstance(offs, Tensor) or bias is not None:
         raise UnsupportedError("grouped_mm other than 2-D rows x 3-D per-group weights with offsets, no bias")
     experts, k, n = w.shape
     rows = x.shape[0]
-    wide = ops.reshape(ops.transpose(w, (1, 0, 2)), (k, experts * n))  # folded for a frozen weight
-    products = ops.reshape(_matmul(cx, x, wide), (rows, experts, n))
-    row = cx.const(np.arange(rows, dtype=np.float64).reshape(rows, 1), "f64")
+    row = cx.const(np.arange(rows, dtype=np.float64), "f64")
     ends = ops.reshape(ops.astype(offs, "f64"), (1, experts))
-    group = ops.sum(ops.less_equal(ends, row), 1, keepdims=True)  # experts whose group ended by this row
-    pick = ops.broadcast_to(ops.reshape(ops.minimum(group, float(experts - 1)), (rows, 1, 1)), (rows, 1, n))
-    chosen = ops.reshape(ops.take_along_axis(products, pick, 1), (rows, n))
-    return ops.where(ops.less(group, float(experts)), chosen, 0.0)
+    group = ops.sum(ops.less_equal(ends, ops.reshape(row, (rows, 1))), 1)  # experts whose group ended by then
+    own = ops.minimum(group, float(experts - 1))
+    form = cx.expert_rows.get(x.value.id)
+    gathered = cx.row_gathers.get(x.value.id)
+    if form is not None and form.offs == offs.value.id and form.experts == experts:
+        tokens = form.dense.shape[0] // experts
+        per_expert = ops.transpose(ops.reshape(form.dense, (tokens, experts, k)), (1, 0, 2))
+        products = ops.reshape(_matmul(cx, per_expert, w), (experts * tokens, n))  # [e * tokens + t]
+        out = ops.take(products, ops.add(ops.mul(own, float(tokens)), form.token), axis=0)
+    else:
+        wide = ops.reshape(ops.transpose(w, (1, 0, 2)), (k, experts * n))  # folded for a frozen weight
+        src, token = gathered if gathered is not None and gathered[0].shape[0] < rows else (x, row)
+        dense = ops.reshape(_matmul(cx, src, wide), (src.shape[0] * experts, n))  # [t * experts + e]
+        out = ops.take(dense, ops.add(ops.mul(token, float(experts)), own), axis=0)
+        if src is not x:
+            cx.expert_rows[out.value.id] = ExpertRows(dense, token, offs.value.id, experts)
+    masked = ops.where(ops.less(ops.reshape(group, (rows, 1)), float(experts)), out, 0.0)
+    if masked is not out and out.value.id in cx.expert_rows:
+        cx.expert_rows[masked.value.id] = cx.expert_rows[out.value.id]  # rows beyond offs[-1]: masked again
+    return masked
+
+
+#: Ops whose every result row comes from the same row of each tensor operand (with ``dim`` off the rows for
+#: split and slice): applied to `ExpertRows` operands they are computed on the dense forms too.
+_ROW_WISE = {"aten.silu.default", "aten.gelu.default", "aten.sigmoid.default", "aten.relu.default",
+             "aten.tanh.default", "aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Scalar",
+             "aten.add.Scalar", "aten.split.Tensor", "aten.split_with_sizes.default", "aten.slice.Tensor",
+             "aten.clone.default", "aten._to_copy.default"}
+
+
+def _row_wise(cx: Context, name: str, fn: Converter, args: Sequence[Any], kwargs: dict[str, Any],
+              result: Any) -> None:
+    """Record `ExpertRows` forms of ``result`` when a row-wise op reads only values of one form (same
+    tokens and offsets) and scalars: the converter is applied to the dense forms as well. Unused, that
+    computation is dead code; a grouped_mm reading the result uses it (`_grouped_mm`)."""
+    tensors = [a for a in args if isinstance(a, Tensor)]
+    forms = [cx.expert_rows.get(t.value.id) for t in tensors]
+    if name not in _ROW_WISE or not forms or any(f is None for f in forms):
+        return
+    first = forms[0]
+    assert first is not None
+    if any(f is None or f.token is not first.token or f.offs != first.offs for f in forms):
+        return
+    dim = args[2] if name.startswith("aten.split") and len(args) > 2 else args[1] if "slice" in name else 1
+    if isinstance(dim, int) and dim % tensors[0].ndim == 0:
+        return  # along the rows: not row-wise
+    dense_args = [cx.expert_rows[a.value.id].dense if isinstance(a, Tensor) else a for a in args]
+    try:
+        dense = fn(cx, *dense_args, **kwargs)
+    except (PbsdkError, TypeError, ValueError, IndexError):
+        return
+    outs = list(result) if isinstance(result, (tuple, list)) else [result]
+    denses = list(dense) if isinstance(dense, (tuple, list)) else [dense]
+    for out, d in zip(outs, denses):
+        if isinstance(out, Tensor) and isinstance(d, Tensor):
+            d = ops.astype(d, out.dtype) if d.dtype != out.dtype else d
+            cx.expert_rows[out.value.id] = ExpertRows(d, first.token, first.offs, first.experts)
 
 
 @converts("getitem")
@@ -1132,7 +1213,10 @@ def convert_node(cx: Context, node: torch.fx.Node, env: dict[torch.fx.Node, Any]
         raise
     except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
         raise UnsupportedError(f"{name}: {exc}", op=name) from exc
-    return _check(name, result, cx.meta)
+    checked = _check(name, result, cx.meta)
+    if cx.expert_rows:
+        _row_wise(cx, name, fn, args, kwargs, checked)
+    return checked
 
 
 def value_type(meta: Any) -> TensorType:

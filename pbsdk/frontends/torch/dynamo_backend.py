@@ -29,6 +29,7 @@ import dataclasses
 import logging
 import operator
 import re
+import sys
 import threading
 import time
 import weakref
@@ -728,10 +729,40 @@ class PerShape:
         return fn(*args)
 
 
+#: The transformers releases the frontend supports, ``[lowest, beyond)`` as (major, minor): tested with 4.57.6
+#: (the 4.x pin) and 5.23.0; the model tests and the real-model tier run on both.
+TRANSFORMERS_SUPPORTED = ((4, 57), (6, 0))
+_transformers_checked = False
+
+
+def transformers_support(version: str) -> str | None:
+    """Why a transformers ``version`` is outside `TRANSFORMERS_SUPPORTED` (a message), or None inside it."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    (lo, beyond) = TRANSFORMERS_SUPPORTED
+    if match and lo <= (int(match[1]), int(match[2])) < beyond:
+        return None
+    return (f"transformers {version} is not a version pbsdk's torch frontend supports (>= {lo[0]}.{lo[1]}, "
+            f"< {beyond[0]}.{beyond[1]}); its models may trace to graphs or ops pbsdk does not convert, which "
+            "then run in torch (each logged), or compile with untested patterns")
+
+
+def _check_transformers() -> None:
+    """Once per process, when the model's code comes from transformers: state an unsupported version."""
+    global _transformers_checked
+    module = sys.modules.get("transformers")
+    if _transformers_checked or module is None:
+        return
+    _transformers_checked = True
+    why = transformers_support(str(getattr(module, "__version__", "unknown")))
+    if why is not None:
+        log.warning("pbsdk: %s", why)
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             options: Mapping[str, Any] | None = None) -> Any:
     """The Dynamo backend registered as ``"pbsdk"`` (entry point ``torch_dynamo_backends``)."""
     opts = TorchOptions.from_dict(options)
+    _check_transformers()
     request = resolve(opts.target, opts.spec, opts.compile_options)
     if any(isinstance(x, torch.Tensor) and x.device.type != "cpu" for x in example_inputs):
         log.warning("pbsdk: inputs are not on the CPU; the graph runs in torch")
@@ -766,5 +797,5 @@ def _runs_in_torch(gm: torch.fx.GraphModule, exc: Exception, start: float) -> An
     return gm.forward
 
 
-__all__ = ["CompileReport", "CompiledPartition", "TorchOptions", "backend", "clear_reports", "compile_aten",
-           "graph_dtype", "reports"]
+__all__ = ["TRANSFORMERS_SUPPORTED", "CompileReport", "CompiledPartition", "TorchOptions", "backend",
+           "clear_reports", "compile_aten", "graph_dtype", "reports", "transformers_support"]
