@@ -192,3 +192,27 @@ def test_an_unsupported_transformers_version_is_stated(caplog: pytest.LogCapture
         tf.__version__ = saved
         backend._transformers_checked = False
     assert "transformers 6.1.0 is not a version" in caplog.text, caplog.text
+
+
+@pytest.mark.realmodels
+@pytest.mark.parametrize("name", ["mixtral", "qwen2"])
+def test_full_size_decoder_compiles_without_fallbacks(name: str) -> None:
+    """The benchmark's configs (benchmarks/moe_decoders.py: 4 layers, d 512, vocab 32000; Mixtral-style with 4
+    experts of 1376, top-2) at batch 2 x 128 tokens, default cache: the logits against eager, no fallback."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_decoders.py"
+    spec = importlib.util.spec_from_file_location("moe_decoders", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _transformers()
+    model = bench.build(name)
+    ids = torch.randint(0, 32000, (2, 128), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        got = _compiled(model)(ids).logits
+        want = model(ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
+    reports = _no_fallbacks()
+    assert sum(r.fused_attention for r in reports) == 4, reports
