@@ -93,28 +93,33 @@ class _Grouped(torch.nn.Module):
         self.up = torch.nn.Parameter(torch.randn(4, 16, 32, generator=g) * 0.2)
         self.down = torch.nn.Parameter(torch.randn(4, 16, 16, generator=g) * 0.2)
 
-    def forward(self, x: torch.Tensor, perm: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, perm: torch.Tensor, offs: torch.Tensor, offs2: torch.Tensor) -> torch.Tensor:
         h = torch.nn.functional.grouped_mm(x[perm // 2], self.up, offs=offs)
         gate, up = h.chunk(2, dim=-1)
-        return torch.nn.functional.grouped_mm(torch.nn.functional.silu(gate) * up, self.down, offs=offs)
+        return torch.nn.functional.grouped_mm(torch.nn.functional.silu(gate) * up, self.down, offs=offs2)
 
 
-@pytest.mark.parametrize("offsets", [[3, 9, 9, 16], [0, 5, 11, 14]], ids=["an-empty-group", "rows-left-over"])
-def test_grouped_mm_of_gathered_rows_matches_torch(offsets: list[int]) -> None:
+@pytest.mark.parametrize(("offsets", "offsets2"), [([3, 9, 9, 16], None), ([0, 5, 11, 14], None),
+                                                  ([3, 9, 9, 16], [8, 8, 12, 16])],
+                         ids=["an-empty-group", "rows-left-over", "other-groups-second"])
+def test_grouped_mm_of_gathered_rows_matches_torch(offsets: list[int], offsets2: list[int] | None) -> None:
+    """The second grouped_mm reads the first's (token, expert) form when both have the same offsets
+    (`convert.ExpertRows`); with other offsets it multiplies its rows by every expert."""
     if not hasattr(torch.nn.functional, "grouped_mm"):
         pytest.skip("torch.nn.functional.grouped_mm needs torch >= 2.10")
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(4))
     offs = torch.tensor(offsets, dtype=torch.int32)
+    offs2 = offs if offsets2 is None else torch.tensor(offsets2, dtype=torch.int32)
     model = _Grouped().eval().to(torch.bfloat16)
     with torch.no_grad():
-        got = _compiled(model)(x, perm, offs)
-        want = model(x, perm, offs)
+        got = _compiled(model)(x, perm, offs, offs2)
+        want = model(x, perm, offs, offs2)
     _no_fallbacks()
     # bf16 results: torch rounds the first product to bf16 before the gate, pbsdk the same; the sums of 16
     # products each accumulate in f32 in both, in different orders.
     # Rows from offs[-1] on belong to no group: torch leaves them unwritten, pbsdk makes them zero.
-    end = offsets[-1]
+    end = min(offsets[-1], (offsets2 or offsets)[-1])
     torch.testing.assert_close(got.float()[:end], want.float()[:end], rtol=2e-2, atol=2e-2)
     assert (got.float()[end:] == 0).all()
 

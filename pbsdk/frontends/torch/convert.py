@@ -1137,9 +1137,11 @@ def _row_wise(cx: Context, name: str, fn: Converter, args: Sequence[Any], kwargs
     assert first is not None
     if any(f is None or f.token is not first.token or f.offs != first.offs for f in forms):
         return
-    dim = args[2] if name.startswith("aten.split") and len(args) > 2 else args[1] if "slice" in name else 1
-    if isinstance(dim, int) and dim % tensors[0].ndim == 0:
-        return  # along the rows: not row-wise
+    if name.startswith(("aten.split", "aten.slice")):  # row-wise off the rows only; torch's default dim is 0
+        at = 2 if name.startswith("aten.split") else 1
+        dim = args[at] if len(args) > at else kwargs.get("dim", 0)
+        if not isinstance(dim, int) or dim % tensors[0].ndim == 0:
+            return
     dense_args = [cx.expert_rows[a.value.id].dense if isinstance(a, Tensor) else a for a in args]
     try:
         dense = fn(cx, *dense_args, **kwargs)
