@@ -221,3 +221,17 @@ def test_full_size_decoder_compiles_without_fallbacks(name: str) -> None:
     torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-3)
     reports = _no_fallbacks()
     assert sum(r.fused_attention for r in reports) == 4, reports
+
+
+def test_a_sort_beyond_the_pair_limit_falls_back_named(caplog: pytest.LogCaptureFixture) -> None:
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(8))  # 25M pairs > MAX_RANK_PAIRS
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.sort(x * 2).values + 1
+
+    with caplog.at_level(logging.INFO, logger="pbsdk"), torch.no_grad():
+        got = _compiled(f)(x)
+    torch.testing.assert_close(got, f(x), rtol=0, atol=0)
+    (report,) = pbsdk_torch.reports()
+    assert report.fallback_ops == ("aten.sort.default",), report
+    assert "comparisons (every pair is ranked)" in caplog.text, caplog.text
