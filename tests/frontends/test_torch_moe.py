@@ -169,6 +169,28 @@ def test_decoder_with_default_config_compiles_without_fallbacks(name: str, batch
         assert reports[0].partitions == 1 and reports[0].compiled_ops == reports[0].graph_ops, reports
 
 
+@pytest.mark.parametrize("name", ["qwen2_moe", "olmoe"])
+def test_other_moe_families_compile_without_fallbacks(name: str) -> None:
+    """The experts implementation is transformers' own (`use_experts_implementation`), shared by its MoE
+    families: Qwen2-MoE (with a shared expert) and OLMoE compile as Mixtral does."""
+    tf = _transformers()
+    torch.manual_seed(0)
+    if name == "qwen2_moe":
+        config = tf.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                                   shared_expert_intermediate_size=64, **_SMALL)
+        model = tf.Qwen2MoeModel(config).eval()
+    else:
+        model = tf.OlmoeModel(tf.OlmoeConfig(num_experts=4, num_experts_per_tok=2, **_SMALL)).eval()
+    ids = torch.randint(0, 300, (2, 10), generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        got = _compiled(model)(ids)
+        want = model(ids)
+    torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, rtol=1e-4, atol=1e-4)
+    reports = _no_fallbacks()
+    if _major(tf) >= 5:
+        assert len(reports) == 1 and reports[0].compiled_ops == reports[0].graph_ops, reports
+
+
 def test_mixtral_generate_gives_eagers_tokens() -> None:
     model = _model("mixtral", lm=True)
     ids = torch.randint(0, 300, (2, 8), generator=torch.Generator().manual_seed(6))
