@@ -153,8 +153,7 @@ def _major(tf: Any) -> int:
     return int(tf.__version__.split(".")[0])
 
 
-@pytest.mark.parametrize("name", ["mixtral", "qwen2"])
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize(("name", "batch"), [("mixtral", 2), ("qwen2", 1), ("qwen2", 3)])
 def test_decoder_with_default_config_compiles_without_fallbacks(name: str, batch: int) -> None:
     model = _model(name)
     ids = torch.randint(0, 300, (batch, 10), generator=torch.Generator().manual_seed(5))
@@ -174,6 +173,8 @@ def test_other_moe_families_compile_without_fallbacks(name: str) -> None:
     """The experts implementation is transformers' own (`use_experts_implementation`), shared by its MoE
     families: Qwen2-MoE (with a shared expert) and OLMoE compile as Mixtral does."""
     tf = _transformers()
+    if _major(tf) < 5:
+        pytest.skip("transformers 4.x loops over the experts hit (Mixtral's 4.x path, tested above)")
     torch.manual_seed(0)
     if name == "qwen2_moe":
         config = tf.Qwen2MoeConfig(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
@@ -191,10 +192,12 @@ def test_other_moe_families_compile_without_fallbacks(name: str) -> None:
         assert len(reports) == 1 and reports[0].compiled_ops == reports[0].graph_ops, reports
 
 
-def test_mixtral_generate_gives_eagers_tokens() -> None:
+def test_mixtral_generate_gives_eagers_tokens(request: pytest.FixtureRequest) -> None:
+    if _major(_transformers()) < 5 and not request.config.getoption("--runslow"):
+        pytest.skip("transformers 4.x: every expert's graph compiles per token count (~40 s); run with --runslow")
     model = _model("mixtral", lm=True)
     ids = torch.randint(0, 300, (2, 8), generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
+    with torch.no_grad():  # the prompt and two decode steps (each new length compiles anew: #31 item 2)
         want = model.generate(ids, max_new_tokens=3, do_sample=False)
         model.forward = _compiled(model.forward)
         got = model.generate(ids, max_new_tokens=3, do_sample=False)
