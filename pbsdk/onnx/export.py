@@ -75,9 +75,12 @@ def _exportable_masks() -> Iterator[None]:
     def no_packed_sequences(position_ids: Any) -> None:
         return None
 
-    # plain tensor indexing: the index transform exists for vmap, and the exporter cannot trace it either
+    # plain tensor indexing: the index transform exists for vmap, and the exporter cannot trace it either.
+    # transformers 5 builds masks by broadcasting already (its vmap builder is only for custom patterns and
+    # has another name): only what this version has is replaced.
     replacements = {"_vmap_for_bhqkv": broadcast, "TransformGetItemToIndex": contextlib.nullcontext,
                     "find_packed_sequence_indices": no_packed_sequences}
+    replacements = {n: v for n, v in replacements.items() if hasattr(masking_utils, n)}
     real = {n: getattr(masking_utils, n) for n in replacements}
     for n, v in replacements.items():
         setattr(masking_utils, n, v)
