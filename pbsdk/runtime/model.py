@@ -1,0 +1,220 @@
+"""Loading a deploy artifact and calling its entries from numpy: the cpu target's runtime.
+
+Needs numpy, ctypes and the standard library only. The file is memory-mapped once: every weight is a
+read-only view of the map (nothing is copied; pages are read from the page cache as the code touches
+them), and each entry's shared library is copied to an anonymous in-memory file (``memfd_create``) and
+opened with ``dlopen``. Calls are thread-safe: each call in flight gets its own outputs and workspace.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import platform
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pbsdk.runtime import format as fmt
+from pbsdk.runtime.errors import (
+    CpuFeatureError,
+    InputError,
+    LibraryError,
+    TargetMismatchError,
+)
+
+
+def _numpy_dtype(name: str) -> np.dtype:
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError:
+            raise InputError("this entry takes bfloat16 arrays, which need the ml_dtypes package") from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def host_cpu_flags() -> frozenset[str] | None:
+    """The CPU flags Linux reports (``/proc/cpuinfo``'s ``flags``); None where they cannot be read."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
+
+
+def check_host(manifest: fmt.Manifest) -> None:
+    """Refuse code this host cannot run: another target, machine or OS, or missing CPU features."""
+    if manifest.target != "cpu":
+        raise TargetMismatchError(f"the file holds code for target {manifest.target!r}; this runtime runs 'cpu' "
+                                  "artifacts only")
+    here = (platform.machine(), platform.system())
+    if (manifest.machine, manifest.system) != here:
+        raise TargetMismatchError(f"the code was compiled for {manifest.machine} {manifest.system}; this host is "
+                                  f"{here[0]} {here[1]}")
+    flags = host_cpu_flags()
+    if flags is None:
+        if manifest.cpu_features:
+            raise CpuFeatureError("cannot read this host's CPU features (/proc/cpuinfo) to check the code's "
+                                  f"requirements ({', '.join(manifest.cpu_features)})", missing=())
+        return
+    missing = tuple(f for f in manifest.cpu_features if f not in flags)
+    if missing:
+        raise CpuFeatureError(f"the code was compiled for CPU features this host lacks: {', '.join(missing)} "
+                              f"(spec {manifest.spec_name!r}); re-export for this host", missing=missing)
+
+
+def _request_amx() -> None:
+    """Ask Linux for the AMX tile state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(158, 0x1023, 18) != 0:
+        raise LibraryError("the code uses AMX tiles and Linux did not grant this process their state")
+
+
+def _open_library(data: Any, section: fmt.Section, name: str) -> ctypes.CDLL:
+    """dlopen the shared library held in ``section`` of ``data``, through an in-memory file."""
+    blob = memoryview(data)[section.offset:section.offset + section.size]
+    try:
+        fd = os.memfd_create(f"pbsdk-{name}", 0)
+    except (AttributeError, OSError):
+        import tempfile
+        fd, tmp = tempfile.mkstemp(suffix=".so")
+        os.unlink(tmp)
+    try:
+        os.write(fd, blob)
+        try:
+            return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_LOCAL | os.RTLD_NOW)
+        except OSError as exc:
+            raise LibraryError(f"the dynamic loader refused entry {name!r}'s code: {exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes]
+
+
+class Entry:
+    """One entry point of a loaded file, called with numpy arrays (its inputs, in order); returns its
+    output, or a tuple of them. Inputs must match the exported shapes and dtypes exactly (an `InputError`
+    otherwise); non-contiguous ones are copied to C order. Outputs are fresh arrays on every call."""
+
+    def __init__(self, desc: fmt.EntryDesc, library: ctypes.CDLL, base: int, manifest: fmt.Manifest) -> None:
+        self.desc = desc
+        self.name = desc.name
+        self._library = library  # keeps the code loaded
+        try:
+            self._fn = getattr(library, desc.symbol)
+        except AttributeError:
+            raise LibraryError(f"entry {desc.name!r}: its code has no symbol {desc.symbol!r}") from None
+        self._fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        self._fn.restype = None
+        self._in = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.inputs]
+        self._out = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.outputs]
+        self._constants = [base + manifest.sections[c].offset for c in desc.constants]
+        self._n = len(self._in) + len(self._constants) + len(self._out) + (1 if desc.workspace else 0)
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    @property
+    def inputs(self) -> tuple[fmt.TensorDesc, ...]:
+        return self.desc.inputs
+
+    @property
+    def outputs(self) -> tuple[fmt.TensorDesc, ...]:
+        return self.desc.outputs
+
+    def _arrays(self, args: Sequence[Any]) -> list[np.ndarray]:
+        if len(args) != len(self._in):
+            raise InputError(f"{self.name}: takes {len(self._in)} input(s) "
+                             f"({', '.join(t.name for t in self.desc.inputs)}), got {len(args)}")
+        arrays = []
+        for i, (arg, (shape, dtype)) in enumerate(zip(args, self._in)):
+            if not isinstance(arg, np.ndarray):
+                raise InputError(f"{self.name}: input {i} must be a numpy array, got {type(arg).__name__}")
+            if arg.dtype != dtype:
+                raise InputError(f"{self.name}: input {i} ({self.desc.inputs[i].name}) has dtype {arg.dtype}, "
+                                 f"expected {dtype}")
+            if arg.shape != shape:
+                raise InputError(f"{self.name}: input {i} ({self.desc.inputs[i].name}) has shape {arg.shape}, "
+                                 f"expected {shape}")
+            arrays.append(np.ascontiguousarray(arg))
+        return arrays
+
+    def __call__(self, *args: Any) -> Any:
+        arrays = self._arrays(args)
+        outs = [np.empty(shape, dtype) for shape, dtype in self._out]
+        pointers = [a.ctypes.data for a in arrays] + self._constants + [o.ctypes.data for o in outs]
+        workspace = None
+        if self.desc.workspace:
+            with self._lock:
+                workspace = self._free.pop() if self._free else None
+            if workspace is None:
+                workspace = _aligned_empty(self.desc.workspace)
+            pointers.append(workspace.ctypes.data)
+        try:
+            self._fn((ctypes.c_void_p * self._n)(*pointers))  # ctypes releases the GIL for the call
+        finally:
+            if workspace is not None:
+                with self._lock:
+                    self._free.append(workspace)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.desc.inputs)
+        return f"<pbsdk.runtime.Entry {self.name}({ins})>"
+
+
+class Model:
+    """A loaded deploy artifact: its `manifest` and its `entries` by name. Calling the model calls its
+    only entry (`entry` picks one of several)."""
+
+    def __init__(self, path: str, *, verify: bool = True) -> None:
+        self.path = str(path)
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        layout = fmt.read_header(self._map)
+        self.manifest = fmt.read_manifest(self._map, layout)
+        check_host(self.manifest)
+        # Code is always checked before it is loaded; weights (most of the file) unless verify=False.
+        code = {e.code for e in self.manifest.entries}
+        fmt.verify_sections(self._map, self.manifest, sorted(code) if not verify else None)
+        if self.manifest.amx:
+            _request_amx()
+        self._bytes = np.frombuffer(self._map, np.uint8)  # a read-only view: the weights' base address
+        base = self._bytes.ctypes.data
+        self.entries = {e.name: Entry(e, _open_library(self._map, self.manifest.sections[e.code], e.name),
+                                      base, self.manifest) for e in self.manifest.entries}
+
+    def entry(self, name: str) -> Entry:
+        try:
+            return self.entries[name]
+        except KeyError:
+            raise InputError(f"no entry {name!r}; the file has {', '.join(self.entries)}") from None
+
+    def __call__(self, *args: Any) -> Any:
+        if len(self.entries) != 1:
+            raise InputError(f"the file has {len(self.entries)} entries ({', '.join(self.entries)}); "
+                             "call model.entry(name)")
+        return next(iter(self.entries.values()))(*args)
+
+    def __repr__(self) -> str:
+        return f"<pbsdk.runtime.Model {self.path} ({', '.join(map(repr, self.entries.values()))})>"
+
+
+def load(path: str | os.PathLike[str], *, verify: bool = True) -> Model:
+    """Load a deploy artifact written by ``pbsdk.export`` (or ``pbsdk compile model.onnx -o m.pbsdk``).
+
+    Checks the file (format, version, checksums of the header, manifest, code and — unless
+    ``verify=False`` — the weights), that this host can run the code (target, machine, CPU features),
+    then maps the weights and loads the code. Every failure is a `pbsdk.runtime.errors.DeployError`."""
+    return Model(os.fspath(path), verify=verify)
