@@ -35,3 +35,14 @@ docs: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+
+# The deploy runtime's C API (docs/deploy.md): libpbsdk_runtime.so and its header, with the system C compiler.
+RUNTIME_BUILD ?= build/runtime
+CC ?= cc
+.PHONY: runtime-c
+runtime-c: $(RUNTIME_BUILD)/libpbsdk_runtime.so
+
+$(RUNTIME_BUILD)/libpbsdk_runtime.so: pbsdk/runtime/c/pbsdk_runtime.c pbsdk/runtime/c/pbsdk_runtime.h
+	mkdir -p $(RUNTIME_BUILD)
+	$(CC) -O2 -Wall -Wextra -fPIC -shared -o $@ pbsdk/runtime/c/pbsdk_runtime.c -ldl -lpthread
+	cp pbsdk/runtime/c/pbsdk_runtime.h $(RUNTIME_BUILD)/
