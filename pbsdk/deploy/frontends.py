@@ -41,7 +41,7 @@ def from_jit(fn: Any, args: Sequence[Any], request: CompileRequest, name: str | 
         params = []
     ins = tuple(params[i] if i < len(params) else f"input{i}" for i in range(len(kernel.artifact.inputs)))
     outs = tuple(f"output{i}" for i in range(len(kernel.artifact.outputs)))
-    return EntryArtifact(_identifier(name or getattr(jf.fn, "__name__", "main")), kernel.artifact, ins, outs)
+    return EntryArtifact(_identifier(name or str(getattr(jf.fn, "__name__", "main"))), kernel.artifact, ins, outs)
 
 
 def _onnx_model(obj: Any) -> Any:

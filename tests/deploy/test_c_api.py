@@ -1,0 +1,56 @@
+"""The C API: libpbsdk_runtime.so built by ``make runtime-c``, and the test program tests/deploy/c/run_model.c
+built against it, run an exported file (outputs equal to the JIT's, two threads at once, a wrong shape
+refused) and refuse damaged files with the status the Python runtime's error corresponds to."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from damage import DAMAGE
+
+REPO = Path(__file__).resolve().parents[2]
+CC = shutil.which("cc") or shutil.which("gcc")
+
+pytestmark = pytest.mark.skipif(CC is None or shutil.which("make") is None,
+                                reason="the C API needs a C compiler (cc/gcc) and make")
+
+
+@pytest.fixture(scope="module")
+def run_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    build = tmp_path_factory.mktemp("runtime-c")
+    subprocess.run(["make", "-s", "-C", str(REPO), "runtime-c", f"RUNTIME_BUILD={build}"], check=True,
+                   capture_output=True)
+    assert (build / "libpbsdk_runtime.so").exists() and (build / "pbsdk_runtime.h").exists()
+    exe = build / "run_model"
+    assert CC is not None
+    subprocess.run([CC, "-O2", "-Wall", "-Werror", f"-I{build}", "-o", str(exe),
+                    str(REPO / "tests/deploy/c/run_model.c"), f"-L{build}", "-lpbsdk_runtime",
+                    f"-Wl,-rpath,{build}", "-lpthread"], check=True, capture_output=True)
+    return exe
+
+
+def test_c_program_matches_the_jit(run_model, exported_mlp, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    x = tmp_path / "x.bin"
+    exported_mlp.inputs[0].tofile(x)
+    outs = [tmp_path / f"out{i}.bin" for i in range(len(exported_mlp.expected))]
+    done = subprocess.run([str(run_model), str(exported_mlp.path), str(x), *map(str, outs)], check=False, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "wrong-shape input" in done.stdout
+    for out, want in zip(outs, exported_mlp.expected):
+        np.testing.assert_array_equal(np.fromfile(out, want.dtype).reshape(want.shape), want)
+
+
+@pytest.mark.parametrize("kind", sorted(k for k, (_, _, status) in DAMAGE.items() if status is not None))
+def test_c_refuses_damage(kind: str, run_model, exported_mlp, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    damage, _, status = DAMAGE[kind]
+    path = tmp_path / "damaged.pbsdk"
+    shutil.copy(exported_mlp.path, path)
+    damage(path)
+    done = subprocess.run([str(run_model), str(path)], check=False, capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[0] == f"status {status}", done.stdout + done.stderr
+    assert done.returncode not in (0, -11, -6, -7)  # an error code, not success or a signal
