@@ -81,6 +81,10 @@ def _cmd_compile(args: argparse.Namespace) -> int:
     options = _parse_options(args.options)
     if args.entry:
         options["entry"] = args.entry
+    from pbsdk import cli_deploy
+
+    if cli_deploy.exports(args):
+        return cli_deploy.export_onnx(args, options)
     if args.file.endswith(".onnx") and not args.list_stages:
         from pbsdk.cli_onnx import compile_onnx
 
@@ -418,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="compile options (docs/targets.md): KEY=VALUE items (VALUE read as JSON where it parses) "
                         "or a JSON object, e.g. --options threads=1 'tiles={\"spm\": [32, 32, 32]}'")
     p.add_argument("--list-stages", action="store_true", help="print the pipeline's stages and exit")
-    p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout")
+    p.add_argument("-o", "--output", default=None, help="write to a file instead of stdout; for an ONNX model, "
+                                                        "NAME.pbsdk writes a deploy artifact (docs/deploy.md)")
     from pbsdk import cli_onnx
     cli_onnx.add_model_arguments(p)
     p.set_defaults(func=_cmd_compile)
@@ -499,6 +504,8 @@ def build_parser() -> argparse.ArgumentParser:
     from pbsdk import cli_bench
     cli_bench.register(sub)
     cli_onnx.register(sub)
+    from pbsdk import cli_deploy
+    cli_deploy.register(sub)
     return parser
 
 

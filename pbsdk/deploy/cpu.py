@@ -122,7 +122,12 @@ def build_library(artifact: Artifact, spec: ChipSpec) -> Library:
     n_args = len(artifact.inputs) + len(artifact.constants) + len(artifact.outputs) + (1 if workspace else 0)
     cc = find_cc()
     with tempfile.TemporaryDirectory(prefix="pbsdk-export-") as tmp:
-        paths = {name: os.path.join(tmp, name) for name in ("code.o", "bf16.o", "entry.c", "entry.o", "lib.so")}
+        paths = {name: os.path.join(tmp, name) for name in ("code.o", "bf16.o", "entry.c", "entry.o", "lib.so",
+                                                            "exports.map")}
+        with open(paths["exports.map"], "w") as f:
+            # Only the entry is exported: the kernels' own symbols stay local to the library, so one that
+            # shares a name with a symbol already in the process is never interposed (nor exported).
+            f.write(f"{{ global: {ENTRY_SYMBOL}; local: *; }};\n")
         for name, data in (("code.o", code), ("bf16.o", bf16)):
             with open(paths[name], "wb") as f:
                 f.write(data)
@@ -130,7 +135,8 @@ def build_library(artifact: Artifact, spec: ChipSpec) -> Library:
             f.write(_wrapper_source(artifact.entry, n_args))
         _run([cc, "-c", "-O2", "-fPIC", "-o", paths["entry.o"], paths["entry.c"]], "compiling the entry wrapper")
         _run([cc, "-shared", "-o", paths["lib.so"], paths["entry.o"], paths["code.o"], paths["bf16.o"],
-              "-Wl,--no-undefined", "-Wl,-z,noexecstack", "-lgomp", "-lm"], "linking the shared library")
+              f"-Wl,--version-script={paths['exports.map']}", "-Wl,-Bsymbolic", "-Wl,--no-undefined",
+              "-Wl,-z,noexecstack", "-lgomp", "-lm"], "linking the shared library")
         with open(paths["lib.so"], "rb") as f:
             data = f.read()
     return Library(data, required_flags(features), bool(artifact.metadata.get("amx")), workspace)

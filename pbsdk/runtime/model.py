@@ -13,6 +13,7 @@ import mmap
 import os
 import platform
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -77,23 +78,51 @@ def _request_amx() -> None:
         raise LibraryError("the code uses AMX tiles and Linux did not grant this process their state")
 
 
-def _open_library(data: Any, section: fmt.Section, name: str) -> ctypes.CDLL:
-    """dlopen the shared library held in ``section`` of ``data``, through an in-memory file."""
-    blob = memoryview(data)[section.offset:section.offset + section.size]
-    try:
-        fd = os.memfd_create(f"pbsdk-{name}", 0)
-    except (AttributeError, OSError):
-        import tempfile
-        fd, tmp = tempfile.mkstemp(suffix=".so")
-        os.unlink(tmp)
-    try:
-        os.write(fd, blob)
+class _Library:
+    """An entry's shared library, dlopened from an in-memory file (``memfd_create``) holding its bytes.
+
+    The file stays open while the library is loaded, and the library is closed (``dlclose``) before the
+    file: the loader knows a library by its path, ``/proc/self/fd/N``, so a number reused while an older
+    library of that path is still loaded would hand back the older library's code."""
+
+    def __init__(self, data: Any, section: fmt.Section, name: str) -> None:
+        self._fd = -1
+        self.cdll: ctypes.CDLL | None = None
+        blob = memoryview(data)[section.offset:section.offset + section.size]
         try:
-            return ctypes.CDLL(f"/proc/self/fd/{fd}", mode=os.RTLD_LOCAL | os.RTLD_NOW)
+            self._fd = os.memfd_create(f"pbsdk-{name}", 0)
+        except (AttributeError, OSError):
+            import tempfile
+            self._fd, tmp = tempfile.mkstemp(suffix=".so")
+            os.unlink(tmp)
+        os.write(self._fd, blob)
+        live = {lib.cdll._handle for lib in list(_LOADED) if lib.cdll is not None}
+        try:
+            self.cdll = ctypes.CDLL(f"/proc/self/fd/{self._fd}", mode=os.RTLD_LOCAL | os.RTLD_NOW)
         except OSError as exc:
+            self.close()
             raise LibraryError(f"the dynamic loader refused entry {name!r}'s code: {exc}") from None
-    finally:
-        os.close(fd)
+        if self.cdll._handle in live:  # never call another library's code (see the class docstring)
+            self.cdll = None
+            self.close()
+            raise LibraryError(f"the dynamic loader returned an already loaded library for entry {name!r}")
+        _LOADED.add(self)
+
+    def close(self) -> None:
+        if self.cdll is not None:
+            import _ctypes
+
+            _ctypes.dlclose(self.cdll._handle)  # type: ignore[attr-defined]
+            self.cdll = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+_LOADED: weakref.WeakSet[_Library] = weakref.WeakSet()
 
 
 def _aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
@@ -107,12 +136,12 @@ class Entry:
     output, or a tuple of them. Inputs must match the exported shapes and dtypes exactly (an `InputError`
     otherwise); non-contiguous ones are copied to C order. Outputs are fresh arrays on every call."""
 
-    def __init__(self, desc: fmt.EntryDesc, library: ctypes.CDLL, base: int, manifest: fmt.Manifest) -> None:
+    def __init__(self, desc: fmt.EntryDesc, library: _Library, base: int, manifest: fmt.Manifest) -> None:
         self.desc = desc
         self.name = desc.name
         self._library = library  # keeps the code loaded
         try:
-            self._fn = getattr(library, desc.symbol)
+            self._fn = getattr(library.cdll, desc.symbol)
         except AttributeError:
             raise LibraryError(f"entry {desc.name!r}: its code has no symbol {desc.symbol!r}") from None
         self._fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
@@ -192,7 +221,7 @@ class Model:
             _request_amx()
         self._bytes = np.frombuffer(self._map, np.uint8)  # a read-only view: the weights' base address
         base = self._bytes.ctypes.data
-        self.entries = {e.name: Entry(e, _open_library(self._map, self.manifest.sections[e.code], e.name),
+        self.entries = {e.name: Entry(e, _Library(self._map, self.manifest.sections[e.code], e.name),
                                       base, self.manifest) for e in self.manifest.entries}
 
     def entry(self, name: str) -> Entry:

@@ -91,3 +91,20 @@ def test_calls_from_threads(exported_mlp) -> None:  # type: ignore[no-untyped-de
 def test_unverified_load_still_checks_the_code(exported_mlp) -> None:  # type: ignore[no-untyped-def]
     model = pbsdk.runtime.load(exported_mlp.path, verify=False)
     np.testing.assert_array_equal(model(*exported_mlp.inputs)[1], exported_mlp.expected[1])
+
+
+def test_several_files_loaded_at_once(exported_mlp, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pbsdk
+    from pbsdk import ops
+
+    def double(x):  # type: ignore[no-untyped-def]
+        return ops.relu(x) * 2.0
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    other = pbsdk.runtime.load(pbsdk.export(double, (x,), tmp_path / "double.pbsdk"))
+    first = pbsdk.runtime.load(exported_mlp.path)
+    models = [other]
+    for _ in range(3):  # each file's code, never the other's (both load from /proc/self/fd/N paths)
+        np.testing.assert_array_equal(models[-1](x), np.maximum(x, 0) * 2)
+        np.testing.assert_array_equal(first(*exported_mlp.inputs)[0], exported_mlp.expected[0])
+        models = [pbsdk.runtime.load(tmp_path / "double.pbsdk")]  # the previous one closed

@@ -36,6 +36,7 @@ typedef struct {
   int64_t *dims;
   int *consts;
   void *lib;
+  int fd; /* the in-memory file the library was loaded from: open while it is loaded (see open_code) */
   void (*fn)(void **);
   pthread_mutex_t lock;
   void *free_ws[MAX_FREE_WORKSPACES];
@@ -289,8 +290,10 @@ static pbsdk_status open_code(pbsdk_model *m, entry *en, char *err, size_t len) 
   }
   char path[64];
   snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  /* The loader knows a library by its path: the file stays open (its number taken) until pbsdk_unload has
+   * closed the library, so a later load never gets this path while this library is loaded. */
   en->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  close(fd);
+  en->fd = fd;
   if (!en->lib) return fail(PBSDK_ERR_LIBRARY, err, len, "the dynamic loader refused entry %s: %s", en->name, dlerror());
   *(void **)&en->fn = dlsym(en->lib, en->symbol);
   if (!en->fn) return fail(PBSDK_ERR_LIBRARY, err, len, "entry %s's code has no symbol %s", en->name, en->symbol);
@@ -346,6 +349,7 @@ void pbsdk_unload(pbsdk_model *m) {
   for (int e = 0; e < m->n_entries; e++) {
     entry *en = &m->entries[e];
     if (en->lib) dlclose(en->lib);
+    if (en->fd > 0) close(en->fd);
     for (int i = 0; i < en->n_free; i++) free(en->free_ws[i]);
     pthread_mutex_destroy(&en->lock);
     free(en->in), free(en->out), free(en->consts), free(en->dims);
