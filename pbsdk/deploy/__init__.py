@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.compiler import CompileRequest
-from pbsdk.core.errors import PbsdkError, TargetError
+from pbsdk.core.errors import PbsdkError, TargetError, UnsupportedError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.target import Artifact, Target
@@ -32,6 +32,20 @@ class EntryArtifact:
     artifact: Artifact
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    #: Per input, the dtype callers pass where the code takes another (integers carried as floats), or "".
+    input_given: tuple[str, ...] = ()
+
+
+def carried(given: np.dtype, takes: str, name: str) -> str:
+    """"" when an input of dtype ``given`` is what the code ``takes``; ``given``'s name when it is an integer the
+    code takes as floats (the runtime converts: `pbsdk.runtime.format.TensorDesc.given`); otherwise an
+    `UnsupportedError`."""
+    if given == np.dtype(takes):
+        return ""
+    if given.kind in "iub" and np.dtype(takes).kind == "f":
+        return given.name
+    raise UnsupportedError(f"input {name!r} is {given.name} and pbsdk's kernel takes {takes}; export with inputs of "
+                           "the kernel's dtype")
 
 
 def _check_exportable(request: CompileRequest) -> None:
@@ -43,9 +57,11 @@ def _check_exportable(request: CompileRequest) -> None:
                           "kernels; template runs under the compiler's emulation)")
 
 
-def _tensors(types: Sequence[tuple[tuple[int, ...], str]], names: Sequence[str]) -> tuple[fmt.TensorDesc, ...]:
-    return tuple(fmt.TensorDesc(n, tuple(int(d) for d in shape), DTYPE_TO_NUMPY[dt])
-                 for n, (shape, dt) in zip(names, types))
+def _tensors(types: Sequence[tuple[tuple[int, ...], str]], names: Sequence[str],
+             given: Sequence[str] = ()) -> tuple[fmt.TensorDesc, ...]:
+    given = list(given) + [""] * (len(types) - len(given))
+    return tuple(fmt.TensorDesc(n, tuple(int(d) for d in shape), DTYPE_TO_NUMPY[dt], g)
+                 for n, (shape, dt), g in zip(names, types, given))
 
 
 def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact], request: CompileRequest) -> Path:
@@ -70,7 +86,7 @@ def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact
         for i, c in enumerate(e.artifact.constants):
             consts.append(len(payloads))
             payloads.append((f"{e.name}.weight{i}", [np.ascontiguousarray(c).reshape(-1).view(np.uint8)]))
-        descs.append(fmt.EntryDesc(e.name, cpu.ENTRY_SYMBOL, code, _tensors(e.artifact.inputs, e.input_names),
+        descs.append(fmt.EntryDesc(e.name, cpu.ENTRY_SYMBOL, code, _tensors(e.artifact.inputs, e.input_names, e.input_given),
                                    tuple(consts), _tensors(e.artifact.outputs, e.output_names), lib.workspace))
     machine, system = cpu.platform_of(request.spec)
     manifest = fmt.Manifest(target="cpu", machine=machine, system=system, spec_name=request.spec.name,
@@ -101,4 +117,4 @@ def export(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], path: st
     return write_artifact(path, entries, request)
 
 
-__all__ = ["EntryArtifact", "export", "write_artifact"]
+__all__ = ["EntryArtifact", "carried", "export", "write_artifact"]

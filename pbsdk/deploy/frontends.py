@@ -77,18 +77,16 @@ def from_onnx(model: Any, request: CompileRequest, name: str | None) -> EntryArt
         raise UnsupportedError("the model's outputs are not all computed by its kernel (some are constants "
                                "folded at import); exporting such a model is not supported")
     kernel, _ = jit.kernel(sig)
-    for (tname, t, onnx_dtype) in model.inputs:
-        if np.dtype(onnx_dtype) != np.dtype(DTYPE_TO_NUMPY[t.dtype]):
-            raise UnsupportedError(f"input {tname!r} is {np.dtype(onnx_dtype).name} in the model and "
-                                   f"{DTYPE_TO_NUMPY[t.dtype]} in pbsdk's kernel; export such models with the "
-                                   "input in the kernel's dtype")
+    from pbsdk.deploy import carried
+
+    given = tuple(carried(np.dtype(onnx_dtype), DTYPE_TO_NUMPY[t.dtype], tname) for tname, t, onnx_dtype in model.inputs)
     for oname, (_, dt) in zip(model.output_names, kernel.artifact.outputs):
         want = model._onnx_dtype(oname)
         if want is not None and np.dtype(want) != np.dtype(DTYPE_TO_NUMPY[dt]):
             raise UnsupportedError(f"output {oname!r} is {np.dtype(want).name} in the model and {DTYPE_TO_NUMPY[dt]} "
                                    "in pbsdk's kernel; exporting such models is not supported")
     return EntryArtifact(_identifier(name or model.name), kernel.artifact, tuple(model.input_names),
-                         tuple(model.output_names))
+                         tuple(model.output_names), given)
 
 
 def entries_for(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], *, target: str | Target | None,

@@ -20,7 +20,7 @@ from pbsdk.core.compiler import CompileRequest, compile_text
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.ir.emit import emit_program
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
-from pbsdk.deploy import EntryArtifact
+from pbsdk.deploy import EntryArtifact, carried
 from pbsdk.frontends.torch.convert import node_supported, op_name
 from pbsdk.frontends.torch.dynamo_backend import lower_partition
 
@@ -81,10 +81,8 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Mapping[
     del graph
     artifact = compile_text(emitted.text, request, constants=emitted.constants)
     user_in = [s.arg.name for s in specs if s.kind == InputKind.USER_INPUT]
-    for (shape, dt), arg, nm in zip(artifact.inputs, args, user_in):
-        if np.dtype(DTYPE_TO_NUMPY[dt]) != torch.empty(0, dtype=arg.dtype).numpy().dtype:
-            raise UnsupportedError(f"input {nm!r} is {arg.dtype} and pbsdk's kernel takes {DTYPE_TO_NUMPY[dt]}; "
-                                   "export with inputs of the kernel's dtype")
+    given = [carried(torch.empty(0, dtype=arg.dtype).numpy().dtype, DTYPE_TO_NUMPY[dt], nm)
+             for (_, dt), arg, nm in zip(artifact.inputs, args, user_in)]
     (out_node,) = [n for n in gm.graph.nodes if n.op == "output"]
     results = out_node.args[0]
     outs = list(results) if isinstance(results, (tuple, list)) else [results]
@@ -94,4 +92,5 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Mapping[
             raise UnsupportedError(f"an output is {want} and pbsdk's kernel makes {DTYPE_TO_NUMPY[dt]}; exporting "
                                    "such modules is not supported")
     out_names = [str(s.arg.name) for s in program.graph_signature.output_specs]
-    return EntryArtifact(entry, artifact, tuple(user_in), tuple(out_names))
+    return EntryArtifact(entry, artifact, tuple(user_in), tuple(out_names), tuple(given))
+

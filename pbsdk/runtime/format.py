@@ -43,18 +43,26 @@ def crc32(data: Any, value: int = 0) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class TensorDesc:
-    """An input or output of an entry: its name, static shape and numpy dtype name."""
+    """An input or output of an entry: its name, static shape and numpy dtype name.
+
+    ``given``, when set (inputs only), is the dtype callers pass while the code takes ``dtype``: integers the
+    model computes with as floats (token ids as float64: exact below 2**53), which the runtime converts."""
 
     name: str
     shape: tuple[int, ...]
     dtype: str
+    given: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype,
+                **({"given": self.given} if self.given else {})}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> TensorDesc:
-        return TensorDesc(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]))
+        return TensorDesc(str(d["name"]), tuple(int(x) for x in d["shape"]), str(d["dtype"]), str(d.get("given", "")))
+
+    def index_line(self, kind: str) -> str:
+        return f"{kind} {self.dtype} {self.given or '-'} {len(self.shape)} {' '.join(map(str, self.shape))}".rstrip()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,9 +151,9 @@ class Manifest:
         for e in self.entries:
             lines.append(f"e {e.name} {e.symbol} {e.code} {len(e.inputs)} {len(e.constants)} {len(e.outputs)} "
                          f"{e.workspace}")
-            lines += [f"i {t.dtype} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip() for t in e.inputs]
+            lines += [t.index_line("i") for t in e.inputs]
             lines += [f"c {c}" for c in e.constants]
-            lines += [f"o {t.dtype} {len(t.shape)} {' '.join(map(str, t.shape))}".rstrip() for t in e.outputs]
+            lines += [t.index_line("o") for t in e.outputs]
         return "\n".join(lines) + "\nend\n"
 
 

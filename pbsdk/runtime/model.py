@@ -147,6 +147,7 @@ class Entry:
         self._fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
         self._fn.restype = None
         self._in = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.inputs]
+        self._given = [_numpy_dtype(t.given) if t.given else None for t in desc.inputs]
         self._out = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.outputs]
         self._constants = [base + manifest.sections[c].offset for c in desc.constants]
         self._n = len(self._in) + len(self._constants) + len(self._out) + (1 if desc.workspace else 0)
@@ -166,16 +167,17 @@ class Entry:
             raise InputError(f"{self.name}: takes {len(self._in)} input(s) "
                              f"({', '.join(t.name for t in self.desc.inputs)}), got {len(args)}")
         arrays = []
-        for i, (arg, (shape, dtype)) in enumerate(zip(args, self._in)):
+        for i, (arg, (shape, dtype), given) in enumerate(zip(args, self._in, self._given)):
             if not isinstance(arg, np.ndarray):
                 raise InputError(f"{self.name}: input {i} must be a numpy array, got {type(arg).__name__}")
-            if arg.dtype != dtype:
+            if arg.dtype != (given or dtype):
                 raise InputError(f"{self.name}: input {i} ({self.desc.inputs[i].name}) has dtype {arg.dtype}, "
-                                 f"expected {dtype}")
+                                 f"expected {given or dtype}")
             if arg.shape != shape:
                 raise InputError(f"{self.name}: input {i} ({self.desc.inputs[i].name}) has shape {arg.shape}, "
                                  f"expected {shape}")
-            arrays.append(np.ascontiguousarray(arg))
+            # Integers the code takes as floats (`TensorDesc.given`) are converted; others copied if strided.
+            arrays.append(arg.astype(dtype, order="C") if given is not None else np.ascontiguousarray(arg))
         return arrays
 
     def __call__(self, *args: Any) -> Any:

@@ -104,3 +104,29 @@ def test_other_targets_are_refused(target: str, tmp_path: Path) -> None:
 
     with pytest.raises(pbsdk.TargetError, match="only the cpu target"):
         pbsdk.export(f, (np.ones((4, 4), np.float32),), tmp_path / "f.pbsdk", target=target)
+
+
+
+def test_integer_inputs_carried_as_floats(tmp_path: Path) -> None:
+    """Token ids: int64 for the caller, floats inside the kernel; the runtime converts them."""
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+
+    class Embed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 8)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            return torch.tanh(self.emb(ids)).sum(-1)
+
+    module = Embed().eval()
+    ids = torch.randint(0, 50, (2, 5))
+    model = pbsdk.runtime.load(pbsdk.export(module, (ids,), tmp_path / "embed.pbsdk"))
+    (desc,) = model.manifest.entries[0].inputs
+    assert desc.given == "int64" and desc.dtype.startswith("float")
+    with torch.no_grad():
+        want = module(ids).numpy()
+    np.testing.assert_allclose(model(ids.numpy()), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(pbsdk.runtime.InputError, match="int64"):
+        model(ids.numpy().astype(np.float32))

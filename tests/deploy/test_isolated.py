@@ -39,6 +39,7 @@ import numpy as np
 import pbsdk.runtime
 model = pbsdk.runtime.load(sys.argv[3])
 outs = model(np.load(sys.argv[4]))
+outs = outs if isinstance(outs, tuple) else (outs,)
 for i, o in enumerate(outs):
     np.save(sys.argv[5] + str(i) + ".npy", o)
 leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))

@@ -33,6 +33,7 @@ typedef struct {
   int n_in, n_const, n_out;
   uint64_t workspace;
   pbsdk_tensor *in, *out; /* shapes point into `dims` */
+  const char **takes;     /* per input: the dtype the code takes when callers pass another (in[i].dtype), or NULL */
   int64_t *dims;
   int *consts;
   void *lib;
@@ -124,9 +125,12 @@ static int expect(tokens *t, const char *word) {
   return !t->bad;
 }
 
-static int read_tensor(tokens *t, const char *kind, pbsdk_tensor *out, int64_t **dims, int64_t *end) {
+static int read_tensor(tokens *t, const char *kind, pbsdk_tensor *out, const char **given, int64_t **dims,
+                       int64_t *end) {
   if (!expect(t, kind)) return 0;
   out->dtype = tok(t);
+  *given = tok(t);
+  if (strcmp(*given, "-") == 0) *given = NULL;
   long long nd = num(t);
   if (t->bad || nd > 16 || *dims + nd > end) return (t->bad = 1, 0);
   out->ndim = (int)nd;
@@ -159,16 +163,27 @@ static int parse_entries(pbsdk_model *m, tokens *t) {
     en->in = calloc(ni + 1, sizeof(pbsdk_tensor));
     en->out = calloc(no + 1, sizeof(pbsdk_tensor));
     en->consts = calloc(nc + 1, sizeof(int));
+    en->takes = calloc(ni + 1, sizeof(char *));
     en->dims = calloc(16 * (ni + no) + 1, sizeof(int64_t));
-    if (!en->in || !en->out || !en->consts || !en->dims) return 0;
+    if (!en->in || !en->out || !en->consts || !en->dims || !en->takes) return 0;
     int64_t *dims = en->dims, *end = en->dims + 16 * (ni + no);
-    for (int i = 0; i < ni; i++) if (!read_tensor(t, "i", &en->in[i], &dims, end)) return 0;
+    for (int i = 0; i < ni; i++) {
+      if (!read_tensor(t, "i", &en->in[i], &en->takes[i], &dims, end)) return 0;
+      if (en->takes[i]) { /* the index says (code's dtype, given dtype): callers see the given one */
+        const char *code = en->in[i].dtype;
+        en->in[i].dtype = en->takes[i];
+        en->takes[i] = code;
+      }
+    }
     for (int i = 0; i < nc; i++) {
       if (!expect(t, "c")) return 0;
       en->consts[i] = (int)num(t);
       if (en->consts[i] >= m->n_sections) return (t->bad = 1, 0);
     }
-    for (int i = 0; i < no; i++) if (!read_tensor(t, "o", &en->out[i], &dims, end)) return 0;
+    for (int i = 0; i < no; i++) {
+      const char *ignored;
+      if (!read_tensor(t, "o", &en->out[i], &ignored, &dims, end)) return 0;
+    }
   }
   return !t->bad && expect(t, "end");
 }
@@ -352,7 +367,7 @@ void pbsdk_unload(pbsdk_model *m) {
     if (en->fd > 0) close(en->fd);
     for (int i = 0; i < en->n_free; i++) free(en->free_ws[i]);
     pthread_mutex_destroy(&en->lock);
-    free(en->in), free(en->out), free(en->consts), free(en->dims);
+    free(en->in), free(en->out), free(en->consts), free(en->dims), free(en->takes);
   }
   free(m->entries);
   free(m->sections);
@@ -399,13 +414,32 @@ size_t pbsdk_tensor_bytes(const pbsdk_tensor *t) {
   return n;
 }
 
+/* A copy of integer input `t` as the floats the code takes (`takes`); NULL if unsupported. */
+static void *convert(const pbsdk_tensor *t, const char *takes) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++) n *= (size_t)t->shape[d];
+  int wide = !strcmp(takes, "float64");
+  if (!wide && strcmp(takes, "float32") != 0) return NULL;
+  void *out = malloc(n * (wide ? 8 : 4) + 1);
+  if (!out) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    double v;
+    if (!strcmp(t->dtype, "int64")) v = (double)((const int64_t *)t->data)[i];
+    else if (!strcmp(t->dtype, "int32")) v = (double)((const int32_t *)t->data)[i];
+    else { free(out); return NULL; }
+    if (wide) ((double *)out)[i] = v; else ((float *)out)[i] = (float)v;
+  }
+  return out;
+}
+
 static pbsdk_status check_args(const pbsdk_tensor *want, const pbsdk_tensor *got, int n, const char *what,
                                char *err, size_t len) {
   for (int i = 0; i < n; i++) {
+    const char *expected = want[i].dtype;
     if (!got[i].data) return fail(PBSDK_ERR_INPUT, err, len, "%s %d has no data", what, i);
-    if (!got[i].dtype || strcmp(got[i].dtype, want[i].dtype) != 0)
+    if (!got[i].dtype || strcmp(got[i].dtype, expected) != 0)
       return fail(PBSDK_ERR_INPUT, err, len, "%s %d has dtype %s, expected %s", what, i,
-                  got[i].dtype ? got[i].dtype : "(null)", want[i].dtype);
+                  got[i].dtype ? got[i].dtype : "(null)", expected);
     if (got[i].ndim != want[i].ndim || (want[i].ndim && !got[i].shape))
       return fail(PBSDK_ERR_INPUT, err, len, "%s %d has rank %d, expected %d", what, i, got[i].ndim, want[i].ndim);
     for (int d = 0; d < want[i].ndim; d++)
@@ -426,11 +460,23 @@ pbsdk_status pbsdk_run(pbsdk_model *m, int e, const pbsdk_tensor *inputs, int n_
   pbsdk_status s = check_args(en->in, inputs, n_inputs, "input", err, len);
   if (s == PBSDK_OK) s = check_args(en->out, outputs, n_outputs, "output", err, len);
   if (s != PBSDK_OK) return s;
+  void *converted[64] = {0}; /* inputs converted to the dtype the code takes (`given`) */
+  if (en->n_in > 64) return fail(PBSDK_ERR_INPUT, err, len, "more than 64 inputs");
+  for (int i = 0; i < en->n_in; i++) {
+    if (!en->takes[i]) continue;
+    if (!(converted[i] = convert(&inputs[i], en->takes[i]))) {
+      for (int j = 0; j < i; j++) free(converted[j]);
+      return fail(PBSDK_ERR_INPUT, err, len, "cannot convert input %d from %s to %s", i, en->in[i].dtype, en->takes[i]);
+    }
+  }
   int n = en->n_in + en->n_const + en->n_out + (en->workspace ? 1 : 0);
   void **args = malloc(sizeof(void *) * (n ? n : 1));
-  if (!args) return fail(PBSDK_ERR_MEMORY, err, len, "out of memory");
+  if (!args) {
+    for (int i = 0; i < en->n_in; i++) free(converted[i]);
+    return fail(PBSDK_ERR_MEMORY, err, len, "out of memory");
+  }
   int k = 0;
-  for (int i = 0; i < en->n_in; i++) args[k++] = inputs[i].data;
+  for (int i = 0; i < en->n_in; i++) args[k++] = converted[i] ? converted[i] : inputs[i].data;
   for (int i = 0; i < en->n_const; i++) args[k++] = (void *)(m->map + m->sections[en->consts[i]].offset);
   for (int i = 0; i < en->n_out; i++) args[k++] = outputs[i].data;
   void *ws = NULL;
@@ -440,6 +486,7 @@ pbsdk_status pbsdk_run(pbsdk_model *m, int e, const pbsdk_tensor *inputs, int n_
     pthread_mutex_unlock(&en->lock);
     if (!ws && !(ws = aligned_alloc(64, (en->workspace + 63) / 64 * 64))) {
       free(args);
+      for (int i = 0; i < en->n_in; i++) free(converted[i]);
       return fail(PBSDK_ERR_MEMORY, err, len, "out of memory (workspace of %llu bytes)",
                   (unsigned long long)en->workspace);
     }
@@ -447,6 +494,7 @@ pbsdk_status pbsdk_run(pbsdk_model *m, int e, const pbsdk_tensor *inputs, int n_
   }
   en->fn(args);
   free(args);
+  for (int i = 0; i < en->n_in; i++) free(converted[i]);
   if (ws) {
     pthread_mutex_lock(&en->lock);
     if (en->n_free < MAX_FREE_WORKSPACES) en->free_ws[en->n_free++] = ws, ws = NULL;

@@ -1,0 +1,88 @@
+"""Full-size models exported and run without the compiler (``--runrealmodels``; minutes each on 2 cores):
+ResNet-50 (torchvision, random weights) through torch.export, and BERT-base through ONNX. The isolated
+runtime process (`test_isolated`) and the C program (`test_c_api`) must give outputs identical to the JIT's
+run of the same compilation."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.realmodels
+
+
+def _jit_outputs(entry, request, inputs):  # type: ignore[no-untyped-def]
+    from pbsdk.core.runtime.kernel import Kernel
+
+    kernel = Kernel(entry.artifact, request.target.load(entry.artifact, request.spec))
+    out = kernel(*inputs)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _run_isolated(path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:
+    from test_isolated import _SCRIPT, numpy_only, runtime_tree
+
+    code, deps = runtime_tree(tmp / "runtime"), numpy_only(tmp / "deps")
+    assert len(inputs) == 1
+    np.save(tmp / "x.npy", inputs[0])
+    (tmp / "run.py").write_text(_SCRIPT)
+    done = subprocess.run([sys.executable, "-I", "-S", str(tmp / "run.py"), str(code), str(deps), str(path),
+                           str(tmp / "x.npy"), str(tmp / "out")], check=False, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    return [np.load(tmp / "out0.npy")]
+
+
+def test_resnet50_runtime_and_c_match_the_jit(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    from pbsdk.core.compiler import resolve
+    from pbsdk.deploy import write_artifact
+    from pbsdk.deploy.torch_export import from_torch
+    from pbsdk.testing.real_models import MODELS
+
+    model, inputs = MODELS["resnet50"].make(1)
+    request = resolve("cpu", None, None)
+    entry = from_torch(model.eval(), inputs, request, "resnet50")
+    path = write_artifact(tmp_path / "resnet50.pbsdk", [entry], request)
+    x = [np.ascontiguousarray(i.numpy()) for i in inputs]
+    (want,) = _jit_outputs(entry, request, x)
+    np.testing.assert_array_equal(_run_isolated(path, x, tmp_path)[0], want)
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or shutil.which("make") is None:
+        pytest.skip("the C half needs cc and make")
+    from test_c_api import REPO
+
+    build = tmp_path / "c"
+    subprocess.run(["make", "-s", "-C", str(REPO), "runtime-c", f"RUNTIME_BUILD={build}"], check=True)
+    exe = build / "run_model"
+    subprocess.run([cc, "-O2", f"-I{build}", "-o", str(exe), str(REPO / "tests/deploy/c/run_model.c"), f"-L{build}",
+                    "-lpbsdk_runtime", f"-Wl,-rpath,{build}", "-lpthread"], check=True)
+    x[0].tofile(tmp_path / "x.bin")
+    done = subprocess.run([str(exe), str(path), str(tmp_path / "x.bin"), str(tmp_path / "y.bin")], check=False,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32).reshape(want.shape), want)
+
+
+def test_onnx_bert_base_runtime_matches_the_jit(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    pytest.importorskip("transformers")
+    import pbsdk.onnx
+    import pbsdk.runtime
+    from pbsdk.onnx.export import export, inputs_of
+
+    compiled = pbsdk.onnx.load(export("bert_base"))
+    feeds = inputs_of("bert_base")
+    want = compiled.run(feeds)
+    path = pbsdk.export(compiled, (), tmp_path / "bert.pbsdk")
+    model = pbsdk.runtime.load(path)
+    got = model(*[feeds[n] for n in compiled.input_names])
+    got = got if isinstance(got, tuple) else (got,)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
