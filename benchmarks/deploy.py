@@ -63,7 +63,7 @@ def interleaved(contenders: dict[str, Any], rounds: int, block: int) -> dict[str
     return per
 
 
-def bench(name: str, batch: int, rounds: int, block: int, workdir: Path) -> dict[str, Any]:
+def bench(name: str, batch: int, rounds: int, block: int, workdir: Path, threads: int | None) -> dict[str, Any]:
     import torch
 
     import pbsdk.runtime
@@ -75,7 +75,8 @@ def bench(name: str, batch: int, rounds: int, block: int, workdir: Path) -> dict
 
     model, inputs = MODELS[name].make(batch)
     model.eval()
-    request = resolve("cpu", None, None)
+    compile_options = {"threads": threads} if threads else None
+    request = resolve("cpu", None, compile_options)
     t0 = time.perf_counter()
     entry = from_torch(model, inputs, request, name)
     path = write_artifact(workdir / f"{name}.pbsdk", [entry], request)
@@ -87,7 +88,8 @@ def bench(name: str, batch: int, rounds: int, block: int, workdir: Path) -> dict
     runtime = pbsdk.runtime.load(path)
     load_in_process_s = time.perf_counter() - t0
     with torch.no_grad():
-        compiled = torch.compile(model, backend="pbsdk")
+        compiled = torch.compile(model, backend="pbsdk",
+                                 options={"compile_options": compile_options} if compile_options else None)
         compiled(*inputs)
         y_rt, y_jit, y_tc = runtime(*x), jit(*x), compiled(*inputs).numpy()
     identical = bool(np.array_equal(y_rt, y_jit))
@@ -111,7 +113,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=["resnet50"])
     parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS/torch threads")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="compile for N threads (pbsdk option threads) and run torch on N")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--json", default=None)
@@ -124,7 +127,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
-            row = bench(name, args.batch, args.rounds, args.block, Path(args.keep or tmp))
+            row = bench(name, args.batch, args.rounds, args.block, Path(args.keep or tmp), args.threads)
             row["threads"] = args.threads
             print(json.dumps(row), flush=True)
             rows.append(row)
