@@ -54,3 +54,28 @@ def test_c_refuses_damage(kind: str, run_model, exported_mlp, tmp_path) -> None:
     done = subprocess.run([str(run_model), str(path)], check=False, capture_output=True, text=True, timeout=60)
     assert done.stdout.splitlines()[0] == f"status {status}", done.stdout + done.stderr
     assert done.returncode not in (0, -11, -6, -7)  # an error code, not success or a signal
+
+
+def test_c_program_many_weights(run_model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """More index records than the index's first token is long (the C reader once bounded counts by that)."""
+    import pbsdk
+    import pbsdk.runtime
+    from pbsdk import ops
+
+    rng = np.random.default_rng(5)
+    weights = [rng.standard_normal((48, 48)).astype(np.float32) / 7 for _ in range(16)]
+
+    def deep(x):  # type: ignore[no-untyped-def]
+        for w in weights:
+            x = ops.tanh(x @ w)
+        return x
+
+    x = rng.standard_normal((4, 48)).astype(np.float32)
+    path = pbsdk.export(deep, (x,), tmp_path / "deep.pbsdk")
+    assert len(pbsdk.runtime.load(path).manifest.entries[0].constants) >= 12
+    x.tofile(tmp_path / "x.bin")
+    done = subprocess.run([str(run_model), str(path), str(tmp_path / "x.bin"), str(tmp_path / "y.bin")], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    want = pbsdk.jit(deep)(x)
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32).reshape(want.shape), want)

@@ -48,6 +48,7 @@ struct pbsdk_model {
   const uint8_t *map;
   size_t size;
   char *index; /* a NUL-terminated copy of the index, tokenised in place */
+  size_t index_len; /* its length before tokenising: an upper bound on any count it holds */
   int n_sections;
   section *sections;
   int n_entries;
@@ -142,7 +143,7 @@ static int read_tensor(tokens *t, const char *kind, pbsdk_tensor *out, const cha
 }
 
 static int parse_entries(pbsdk_model *m, tokens *t) {
-  size_t limit = strlen(m->index); /* an upper bound on any count */
+  size_t limit = m->index_len;
   if (!expect(t, "entries")) return 0;
   long long n = num(t);
   if (t->bad || (size_t)n > limit) return 0;
@@ -332,6 +333,7 @@ static pbsdk_status load(pbsdk_model *m, const char *path, int verify, char *err
   if (!(m->index = malloc(ilen + 1))) return fail(PBSDK_ERR_MEMORY, err, len, "out of memory");
   memcpy(m->index, m->map + ioff, ilen);
   m->index[ilen] = 0;
+  m->index_len = ilen;
   tokens t = {m->index, 0};
   if ((s = parse_index(m, &t, err, len)) != PBSDK_OK) return s;
   for (int i = 0; i < m->n_sections; i++) {
