@@ -40,6 +40,19 @@ def traced(module: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> Any:
         return program.run_decompositions(core_aten_decompositions())  # type: ignore[arg-type]
 
 
+#: Checks torch.export leaves in the graph (a tensor's dtype/shape, a symbolic size's range): the exported
+#: shapes are static and checked by the runtime at each call, so they compute nothing here.
+_ASSERTIONS = {"aten._assert_tensor_metadata.default", "aten._assert_scalar.default", "aten._assert_async.msg",
+               "aten.sym_constrain_range_for_size.default", "aten.sym_constrain_range.default"}
+
+
+def drop_assertions(gm: torch.fx.GraphModule) -> None:
+    for node in list(gm.graph.nodes):
+        if node.op == "call_function" and op_name(node.target) in _ASSERTIONS and not node.users:
+            gm.graph.erase_node(node)
+    gm.recompile()
+
+
 def refuse_fallbacks(gm: torch.fx.GraphModule) -> None:
     """An `UnsupportedError` naming the ops pbsdk would leave to torch, if there are any."""
     left: Counter[str] = Counter()
@@ -65,6 +78,7 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Mapping[
     args = _as_tensors(example_inputs)
     program = traced(module, args)
     gm = program.graph_module
+    drop_assertions(gm)
     refuse_fallbacks(gm)
     specs = program.graph_signature.input_specs
     frozen: dict[int, torch.Tensor] = {}

@@ -8,6 +8,8 @@ opened with ``dlopen``. Calls are thread-safe: each call in flight gets its own 
 
 from __future__ import annotations
 
+import _ctypes
+import contextlib
 import ctypes
 import mmap
 import os
@@ -110,8 +112,6 @@ class _Library:
 
     def close(self) -> None:
         if self.cdll is not None:
-            import _ctypes
-
             _ctypes.dlclose(self.cdll._handle)  # type: ignore[attr-defined]
             self.cdll = None
         if self._fd >= 0:
@@ -119,7 +119,8 @@ class _Library:
             self._fd = -1
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at interpreter shutdown, modules may already be gone
+            self.close()
 
 
 _LOADED: weakref.WeakSet[_Library] = weakref.WeakSet()
