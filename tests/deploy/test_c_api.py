@@ -79,3 +79,21 @@ def test_c_program_many_weights(run_model, tmp_path) -> None:  # type: ignore[no
     assert done.returncode == 0, done.stdout + done.stderr
     want = pbsdk.jit(deep)(x)
     np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", np.float32).reshape(want.shape), want)
+
+
+def test_c_program_converts_integer_inputs(run_model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """int64 token ids given, floats taken: the C runtime converts them as the Python runtime does."""
+    torch = pytest.importorskip("torch")
+    import pbsdk
+    import pbsdk.runtime
+
+    torch.manual_seed(0)
+    module = torch.nn.Sequential(torch.nn.Embedding(40, 6), torch.nn.Tanh()).eval()
+    ids = torch.randint(0, 40, (3, 7))
+    path = pbsdk.export(module, (ids,), tmp_path / "embed.pbsdk")
+    want = pbsdk.runtime.load(path)(ids.numpy())
+    ids.numpy().tofile(tmp_path / "ids.bin")
+    done = subprocess.run([str(run_model), str(path), str(tmp_path / "ids.bin"), str(tmp_path / "y.bin")], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", want.dtype).reshape(want.shape), want)

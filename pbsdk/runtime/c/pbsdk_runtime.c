@@ -403,9 +403,9 @@ const pbsdk_tensor *pbsdk_output(const pbsdk_model *m, int e, int i) {
 }
 
 static size_t dtype_size(const char *d) {
-  if (!strcmp(d, "float64")) return 8;
+  if (!strcmp(d, "float64") || !strcmp(d, "int64") || !strcmp(d, "uint64")) return 8;
   if (!strcmp(d, "float32") || !strcmp(d, "int32")) return 4;
-  if (!strcmp(d, "float16") || !strcmp(d, "bfloat16")) return 2;
+  if (!strcmp(d, "float16") || !strcmp(d, "bfloat16") || !strcmp(d, "int16") || !strcmp(d, "uint16")) return 2;
   if (!strcmp(d, "int8") || !strcmp(d, "uint8") || !strcmp(d, "bool")) return 1;
   return 0;
 }
