@@ -38,10 +38,10 @@ sys.path[:0] = sys.argv[1:3]
 import numpy as np
 import pbsdk.runtime
 model = pbsdk.runtime.load(sys.argv[3])
-outs = model(np.load(sys.argv[4]))
+outs = model(*[np.load(p) for p in sys.argv[5:]])
 outs = outs if isinstance(outs, tuple) else (outs,)
 for i, o in enumerate(outs):
-    np.save(sys.argv[5] + str(i) + ".npy", o)
+    np.save(sys.argv[4] + str(i) + ".npy", o)
 leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))
 assert not leaked, leaked
 print("modules", len(sys.modules))
@@ -77,7 +77,7 @@ def test_runtime_runs_without_the_compiler(exported_mlp, tmp_path) -> None:  # t
     script = tmp_path / "run.py"
     script.write_text(_SCRIPT)
     done = subprocess.run([sys.executable, "-I", "-S", str(script), str(code), str(deps), str(exported_mlp.path),
-                           str(tmp_path / "x.npy"), str(tmp_path / "out")],
+                           str(tmp_path / "out"), str(tmp_path / "x.npy")],
                           check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     for i, want in enumerate(exported_mlp.expected):

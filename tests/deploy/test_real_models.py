@@ -1,5 +1,6 @@
 """Full-size models exported and run without the compiler (``--runrealmodels``; minutes each on 2 cores):
-ResNet-50 (torchvision, random weights) through torch.export, and BERT-base through ONNX. The isolated
+ResNet-50 (torchvision, random weights) and GPT-2 (12 layers, 128 tokens) through torch.export, and
+BERT-base through ONNX. The isolated
 runtime process (`test_isolated`) and the C program (`test_c_api`) must give outputs identical to the JIT's
 run of the same compilation."""
 
@@ -25,17 +26,19 @@ def _jit_outputs(entry, request, inputs):  # type: ignore[no-untyped-def]
 
 
 def _run_isolated(path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:
+    """The file run by the runtime alone (numpy and the runtime's files; `test_isolated`)."""
     from test_isolated import _SCRIPT, numpy_only, runtime_tree
 
     code, deps = runtime_tree(tmp / "runtime"), numpy_only(tmp / "deps")
-    assert len(inputs) == 1
-    np.save(tmp / "x.npy", inputs[0])
+    names = []
+    for i, x in enumerate(inputs):
+        np.save(tmp / f"x{i}.npy", x)
+        names.append(str(tmp / f"x{i}.npy"))
     (tmp / "run.py").write_text(_SCRIPT)
     done = subprocess.run([sys.executable, "-I", "-S", str(tmp / "run.py"), str(code), str(deps), str(path),
-                           str(tmp / "x.npy"), str(tmp / "out")], check=False, capture_output=True, text=True,
-                          timeout=600)
+                           str(tmp / "out"), *names], check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    return [np.load(tmp / "out0.npy")]
+    return [np.load(p) for p in sorted(tmp.glob("out*.npy"))]
 
 
 def test_resnet50_runtime_and_c_match_the_jit(tmp_path: Path) -> None:
@@ -74,15 +77,30 @@ def test_onnx_bert_base_runtime_matches_the_jit(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
     pytest.importorskip("transformers")
     import pbsdk.onnx
-    import pbsdk.runtime
     from pbsdk.onnx.export import export, inputs_of
 
     compiled = pbsdk.onnx.load(export("bert_base"))
     feeds = inputs_of("bert_base")
     want = compiled.run(feeds)
     path = pbsdk.export(compiled, (), tmp_path / "bert.pbsdk")
-    model = pbsdk.runtime.load(path)
-    got = model(*[feeds[n] for n in compiled.input_names])
-    got = got if isinstance(got, tuple) else (got,)
+    got = _run_isolated(path, [feeds[n] for n in compiled.input_names], tmp_path)
+    assert len(got) == len(want)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def test_gpt2_runtime_matches_the_jit(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    from pbsdk.core.compiler import resolve
+    from pbsdk.deploy import write_artifact
+    from pbsdk.deploy.torch_export import from_torch
+    from pbsdk.testing.real_models import MODELS
+
+    model, inputs = MODELS["gpt2"].make(1)
+    request = resolve("cpu", None, None)
+    entry = from_torch(model.eval(), inputs, request, "gpt2")
+    path = write_artifact(tmp_path / "gpt2.pbsdk", [entry], request)
+    ids = [np.ascontiguousarray(i.numpy()) for i in inputs]
+    assert [i.dtype for i in ids] == [np.int64]
+    (want,) = _jit_outputs(entry, request, [i.astype(np.float64) for i in ids])  # the kernel takes floats
+    np.testing.assert_array_equal(_run_isolated(path, ids, tmp_path)[0], want)
