@@ -105,7 +105,8 @@ def export(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], path: st
     """Compile ``obj`` for ``example_inputs``' shapes and dtypes and write it to ``path`` as one deploy
     artifact that `pbsdk.runtime.load` (or the C API) runs without the compiler. Returns the path.
 
-    ``obj``: a ``pbsdk.jit`` function (or a plain function written with ``pbsdk.ops``), an ONNX model (a
+    ``obj``: a ``pbsdk.jit`` function (or a plain function written with ``pbsdk.ops``), a ``pbsdk.jax.jit``
+    function (refused, naming the primitives, when any equation would run in XLA), an ONNX model (a
     path to a ``.onnx`` file, its bytes, a ``ModelProto`` or a ``pbsdk.onnx`` model), or a ``torch.nn.Module``
     (through ``torch.export``; refused, naming the ops, when any op would fall back to torch).
     ``target``/``spec``/``options`` as for ``pbsdk.jit`` (a jit function's own by default); only the cpu

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -102,6 +103,14 @@ def entries_for(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], *, 
         request = _request(target, spec, options, default)
         _check_exportable(request)
         return [from_onnx(obj, request, name)], request
+    jax_function = sys.modules.get("pbsdk.frontends.jax.function")
+    if jax_function is not None and isinstance(obj, jax_function.JaxFunction):
+        from pbsdk.deploy.jax_export import from_jax
+
+        request = _request(target, spec, options, obj.request)
+        _check_exportable(request)
+        args = list(example_inputs.values()) if isinstance(example_inputs, Mapping) else list(example_inputs)
+        return [from_jax(obj, args, request, name)], request
     if _is_torch_module(obj):
         from pbsdk.deploy.torch_export import from_torch
 
@@ -118,7 +127,5 @@ def entries_for(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], *, 
 
 
 def _is_torch_module(obj: Any) -> bool:
-    import sys
-
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)

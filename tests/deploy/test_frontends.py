@@ -1,6 +1,7 @@
 """Exporting from each frontend: ONNX (API and ``pbsdk compile model.onnx -o m.pbsdk``), torch modules
-(through torch.export; a module with an op that would fall back to torch is refused, naming it), and the
-targets that cannot export (refused clearly)."""
+(through torch.export; a module with an op that would fall back to torch is refused, naming it),
+``pbsdk.jax.jit`` functions (refused when an equation would run in XLA), and the targets that cannot export
+(refused clearly)."""
 
 from __future__ import annotations
 
@@ -130,3 +131,27 @@ def test_integer_inputs_carried_as_floats(tmp_path: Path) -> None:
     np.testing.assert_allclose(model(ids.numpy()), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(pbsdk.runtime.InputError, match="int64"):
         model(ids.numpy().astype(np.float32))
+
+
+def test_jax_function_export(tmp_path: Path) -> None:
+    jax = pytest.importorskip("jax")
+    import pbsdk.jax
+
+    w = np.random.default_rng(6).standard_normal((16, 8)).astype(np.float32)
+
+    def layer(x):  # type: ignore[no-untyped-def]
+        return jax.nn.relu(x @ w) * 2.0
+
+    f = pbsdk.jax.jit(layer, target="cpu")
+    x = np.random.default_rng(7).standard_normal((4, 16)).astype(np.float32)
+    model = pbsdk.runtime.load(pbsdk.export(f, (x,), tmp_path / "layer.pbsdk"))
+    np.testing.assert_array_equal(model(x), np.asarray(f(x)))
+
+
+def test_jax_xla_fallback_is_refused(tmp_path: Path) -> None:
+    jax = pytest.importorskip("jax")
+    import pbsdk.jax
+
+    f = pbsdk.jax.jit(lambda x: jax.numpy.sort(x, axis=-1) + 1.0, target="cpu")
+    with pytest.raises(pbsdk.UnsupportedError, match="XLA"):
+        pbsdk.export(f, (np.ones((3, 5), np.float32),), tmp_path / "s.pbsdk")
