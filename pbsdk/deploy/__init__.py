@@ -37,9 +37,9 @@ class EntryArtifact:
 
 
 def carried(given: np.dtype, takes: str, name: str) -> str:
-    """"" when an input of dtype ``given`` is what the code ``takes``; ``given``'s name when it is an integer the
-    code takes as floats (the runtime converts: `pbsdk.runtime.format.TensorDesc.given`); otherwise an
-    `UnsupportedError`."""
+    """The empty string when an input of dtype ``given`` is what the code ``takes``; ``given``'s name when it is
+    an integer the code takes as floats (the runtime converts: `pbsdk.runtime.format.TensorDesc.given`);
+    otherwise an `UnsupportedError`."""
     if given == np.dtype(takes):
         return ""
     if given.kind in "iub" and np.dtype(takes).kind == "f":
