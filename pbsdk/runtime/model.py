@@ -137,7 +137,7 @@ class Entry:
     output, or a tuple of them. Inputs must match the exported shapes and dtypes exactly (an `InputError`
     otherwise); non-contiguous ones are copied to C order. Outputs are fresh arrays on every call."""
 
-    def __init__(self, desc: fmt.EntryDesc, library: _Library, base: int, manifest: fmt.Manifest) -> None:
+    def __init__(self, desc: fmt.EntryDesc, library: _Library, weights: np.ndarray, manifest: fmt.Manifest) -> None:
         self.desc = desc
         self.name = desc.name
         self._library = library  # keeps the code loaded
@@ -150,6 +150,8 @@ class Entry:
         self._in = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.inputs]
         self._given = [_numpy_dtype(t.given) if t.given else None for t in desc.inputs]
         self._out = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.outputs]
+        self._weights = weights  # the file's map: keeps the weights mapped while this entry lives
+        base = weights.ctypes.data
         self._constants = [base + manifest.sections[c].offset for c in desc.constants]
         self._n = len(self._in) + len(self._constants) + len(self._out) + (1 if desc.workspace else 0)
         self._free: list[np.ndarray] = []
@@ -223,9 +225,8 @@ class Model:
         if self.manifest.amx:
             _request_amx()
         self._bytes = np.frombuffer(self._map, np.uint8)  # a read-only view: the weights' base address
-        base = self._bytes.ctypes.data
         self.entries = {e.name: Entry(e, _Library(self._map, self.manifest.sections[e.code], e.name),
-                                      base, self.manifest) for e in self.manifest.entries}
+                                      self._bytes, self.manifest) for e in self.manifest.entries}
 
     def entry(self, name: str) -> Entry:
         try:

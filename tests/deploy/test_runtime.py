@@ -108,3 +108,11 @@ def test_several_files_loaded_at_once(exported_mlp, tmp_path) -> None:  # type: 
         np.testing.assert_array_equal(models[-1](x), np.maximum(x, 0) * 2)
         np.testing.assert_array_equal(first(*exported_mlp.inputs)[0], exported_mlp.expected[0])
         models = [pbsdk.runtime.load(tmp_path / "double.pbsdk")]  # the previous one closed
+
+
+def test_an_entry_outlives_its_model(exported_mlp) -> None:  # type: ignore[no-untyped-def]
+    import gc
+
+    entry = pbsdk.runtime.load(exported_mlp.path).entry("mlp")  # the model itself is dropped
+    gc.collect()
+    np.testing.assert_array_equal(entry(*exported_mlp.inputs)[0], exported_mlp.expected[0])
