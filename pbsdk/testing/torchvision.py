@@ -42,3 +42,13 @@ def _defined(torch: Any, name: str) -> bool:
         return False
     return True
 
+
+def import_transformers() -> ModuleType:
+    """The ``transformers`` module, after `import_torchvision` (transformers imports torchvision when it is
+    installed, and with torchvision's C extension missing that import fails); ImportError when it is not
+    installed."""
+    import_torchvision()
+    import transformers
+
+    return transformers
+

@@ -14,14 +14,12 @@ import pbsdk.frontends.torch as pbsdk_torch
 
 
 def _transformers() -> Any:
-    from pbsdk.testing.torchvision import import_torchvision
+    from pbsdk.testing.torchvision import import_transformers
 
     try:
-        import_torchvision()  # transformers imports torchvision when it is installed
-        import transformers
+        return import_transformers()
     except ImportError as exc:
         pytest.skip(f"transformers: {exc}")
-    return transformers
 
 
 def _decoder(name: str) -> Any:

@@ -125,14 +125,12 @@ def test_grouped_mm_of_gathered_rows_matches_torch(offsets: list[int], offsets2:
 
 
 def _transformers() -> Any:
-    from pbsdk.testing.torchvision import import_torchvision
+    from pbsdk.testing.torchvision import import_transformers
 
     try:
-        import_torchvision()  # transformers imports torchvision when it is installed
-        import transformers
+        return import_transformers()
     except ImportError as exc:
         pytest.skip(f"transformers: {exc}")
-    return transformers
 
 
 _SMALL = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4,
