@@ -12,6 +12,10 @@ paths do not trace with it, and are replaced during the export only (`_exportabl
 - without an attention mask (GPT-2, Llama) transformers looks for packed sequences in the position ids
   with ``aten::diff``, which does not export: the position ids of these calls are ``arange(seq)``, one
   sequence, so the search is skipped (it would find none).
+
+transformers 5 builds masks by broadcasting already (only what a version has is replaced), and calls
+``scaled_dot_product_attention`` with ``enable_gqa``, which the exporter does not convert: the key and value
+heads are repeated to the query's during the export instead (`_gqa_expanded`).
 """
 
 from __future__ import annotations
@@ -103,6 +107,27 @@ def _mha_fastpath_off(torch: Any) -> Iterator[None]:
         torch.backends.mha.set_fastpath_enabled(was)
 
 
+@contextlib.contextmanager
+def _gqa_expanded(torch: Any) -> Iterator[None]:
+    """``scaled_dot_product_attention(..., enable_gqa=True)`` (transformers 5's Llama with fewer key/value
+    heads than query heads), which the TorchScript exporter does not convert, called with the key and value
+    heads repeated to the query's instead: the same attention."""
+    functional = torch.nn.functional
+    real = functional.scaled_dot_product_attention
+
+    def sdpa(query: Any, key: Any, value: Any, *args: Any, enable_gqa: bool = False, **kwargs: Any) -> Any:
+        if enable_gqa and key.shape[-3] != query.shape[-3]:
+            groups = query.shape[-3] // key.shape[-3]
+            key, value = key.repeat_interleave(groups, dim=-3), value.repeat_interleave(groups, dim=-3)
+        return real(query, key, value, *args, **kwargs)
+
+    functional.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = real
+
+
 def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17) -> bytes:
     """The serialized ONNX model of ``module`` called on ``inputs`` (positionally, named as given), static
     shapes, one output named ``out``. Initializers are stored as binary tensors in the protobuf."""
@@ -110,7 +135,8 @@ def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17
 
     args = tuple(torch.from_numpy(v) for v in inputs.values())
     buf: Any = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad(), _exportable_masks(), _mha_fastpath_off(torch):
+    with (warnings.catch_warnings(), torch.no_grad(), _exportable_masks(), _mha_fastpath_off(torch),
+          _gqa_expanded(torch)):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, buf, input_names=list(inputs), output_names=["out"], opset_version=opset,
                           dynamo=False)

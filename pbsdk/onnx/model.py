@@ -189,12 +189,36 @@ def _attrs(node: Any) -> dict[str, Any]:
     return out
 
 
+def gather_elements(data: np.ndarray, indices: np.ndarray, axis: int = 0) -> np.ndarray:
+    """ONNX GatherElements in numpy: ``out[i][j][k] = data[i][indices[i][j][k]][k]`` along ``axis`` (negative
+    indices counted from the end); ``indices`` has ``data``'s rank and, off ``axis``, dimensions no larger."""
+    axis = int(axis) % data.ndim
+    idx = np.where(indices < 0, indices + data.shape[axis], indices)
+    view = data[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(idx.shape))]
+    return np.take_along_axis(view, idx, axis=axis)
+
+
+def _reference_ops() -> list[Any]:
+    """Node implementations used in place of ``onnx.reference``'s own: its GatherElements (onnx 1.23) fails on
+    data longer than the indices along the axis (data (1, 512), indices (1, 16): "cannot reshape array"),
+    which BERT's export by transformers 5 has for its token-type buffer."""
+    from onnx.reference.op_run import OpRun
+
+    class GatherElements(OpRun):  # type: ignore[misc]
+        op_domain = ""
+
+        def _run(self, data: np.ndarray, indices: np.ndarray, axis: int | None = None) -> tuple[np.ndarray]:
+            return (gather_elements(data, indices, axis or 0),)
+
+    return [GatherElements]
+
+
 def _reference_run(node: Any, opsets: Mapping[str, int], inputs: Sequence[Any]) -> list[np.ndarray]:
-    """One node through ``onnx.reference`` (folding and fallback)."""
+    """One node through ``onnx.reference`` (folding and fallback), with `_reference_ops` for its faulty ones."""
     from onnx.reference import ReferenceEvaluator
 
     feeds = {name: value for name, value in zip(node.input, inputs) if name}
-    evaluator = ReferenceEvaluator(node, opsets=dict(opsets))
+    evaluator = ReferenceEvaluator(node, opsets=dict(opsets), new_ops=_reference_ops())
     return [np.asarray(v) for v in evaluator.run(None, feeds)]
 
 

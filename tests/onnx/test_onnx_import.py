@@ -168,3 +168,33 @@ def test_malformed_large_initializer_is_a_typed_error() -> None:
     proto.graph.initializer[0].raw_data = np.zeros(10, np.float32).tobytes()  # 10 values for 64x64
     with pytest.raises(PbsdkError, match="initializer 'w'"):
         pbsdk.onnx.load(proto)
+
+
+def test_gather_elements_folds_with_data_longer_than_its_indices() -> None:
+    """onnx.reference's own GatherElements (onnx 1.23) fails on data longer than the indices along the axis
+    (BERT's token-type buffer as transformers 5 exports it); folding and fallback use numpy's instead."""
+    from onnx import helper
+
+    from pbsdk.onnx.model import _reference_run, gather_elements
+
+    node = helper.make_node("GatherElements", ["d", "i"], ["o"], axis=1)
+    data, idx = np.arange(512, dtype=np.int64)[None], np.arange(16, dtype=np.int64)[None]
+    (got,) = _reference_run(node, {"": 17}, [data, idx])
+    np.testing.assert_array_equal(got, idx)
+    data = np.arange(12).reshape(3, 4)
+    np.testing.assert_array_equal(gather_elements(data, np.array([[0, -1], [2, 1]]), 1), [[0, 3], [6, 5]])
+    np.testing.assert_array_equal(gather_elements(data, np.array([[2, 0, 1, 1]]), 0), [[8, 1, 6, 7]])
+
+
+def test_gqa_attention_exports_with_its_heads_repeated() -> None:
+    """scaled_dot_product_attention with enable_gqa (transformers 5's Llama) is the same attention with the
+    key and value heads repeated, which the TorchScript exporter converts."""
+    torch = pytest.importorskip("torch")
+    from pbsdk.onnx.export import _gqa_expanded
+
+    q, k, v = (torch.randn(1, h, 5, 8) for h in (4, 2, 2))
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    with _gqa_expanded(torch):
+        got = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(got, want)
+    assert torch.nn.functional.scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"
