@@ -62,43 +62,45 @@ def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
     return found
 
 
+def _fresh_parallel(op: ir.Operation) -> bool:
+    """An all-parallel ``linalg.generic`` of one result, written at the identity map into a fresh tensor
+    (``tensor.empty``) it does not read, whose body takes only constants from outside (they are cloned in):
+    what moves into a contraction's function, as its epilogue or (`_elementwise`) an epilogue's producer."""
+    if op.name != "linalg.generic" or len(op.results) != 1:
+        return False
+    if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return False
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n_in = len(op.operands) - 1
+    init = defining_op(op.operands[n_in])
+    ident = ir.AffineMap.get_identity(maps[n_in].n_dims, context=op.context)
+    if init is None or init.name != "tensor.empty" or maps[n_in] != ident:
+        return False
+    if list(op.regions[0].blocks[0].arguments[n_in].uses):
+        return False
+    return all((d := defining_op(v)) is not None and d.name == "arith.constant" for _, _, v in _captures(op))
+
+
 def _epilogue_user(value: ir.Value, convert: bool = False) -> ir.Operation | None:
-    """The one elementwise consumer of ``value`` that may be fused as an epilogue, or None. Its result has
-    ``value``'s type, or with ``convert`` (a contraction whose operands are narrower than its accumulator:
-    bf16 -> f32, i8 -> i32) any element type of the same shape (the product rounded back, requantized)."""
+    """The one elementwise consumer of ``value`` that may be fused as an epilogue (`_fresh_parallel`, reading
+    ``value`` once at the identity map), or None. Its result has ``value``'s type, or with ``convert`` (a
+    contraction whose operands are narrower than its accumulator: bf16 -> f32, i8 -> i32) any element type of
+    the same shape (the product rounded back, requantized)."""
     uses = list(value.uses)
     if len(uses) != 1:
         return None
-    user = uses[0].owner
-    if not isinstance(user, ir.Operation):
-        user = user.operation
-    if user.name != "linalg.generic" or len(user.results) != 1:
+    user = user_op(uses[0])
+    if not _fresh_parallel(user):
         return None
-    its = [str(a) for a in ir.ArrayAttr(user.attributes["iterator_types"])]
-    if any("parallel" not in i for i in its):
-        return None
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(user.attributes["indexing_maps"])]
     n_in = len(user.operands) - 1
     out = user.operands[n_in]
     if not isinstance(out.type, ir.RankedTensorType) or (
             out.type != value.type if not convert else ir.RankedTensorType(out.type).shape != value.type.shape):
         return None
-    owner = out.owner
-    if not isinstance(owner, ir.Operation):
-        owner = owner.operation
-    if owner.name != "tensor.empty":
-        return None
-    ident = ir.AffineMap.get_identity(len(its), context=value.type.context)
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(user.attributes["indexing_maps"])]
     reads = [i for i in range(n_in) if user.operands[i] == value]
-    if len(reads) != 1 or maps[reads[0]] != ident or maps[n_in] != ident:
+    if len(reads) != 1 or maps[reads[0]] != maps[n_in]:  # the identity map (`_fresh_parallel`)
         return None
-    body = user.regions[0].blocks[0]
-    if list(body.arguments[n_in].uses):
-        return None
-    for _, _, v in _captures(user):  # only constants may come from outside (they are cloned in)
-        owner = defining_op(v)
-        if owner is None or owner.name != "arith.constant":
-            return None
     return user
 
 
@@ -260,7 +262,7 @@ def _producer(value: ir.Value, consumer: ir.Operation, index: int) -> ir.Operati
     if owner is None or len(list(value.uses)) != 1 or consumer.name != "linalg.generic":
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(consumer.attributes["indexing_maps"])]
-    if maps[index] != ir.AffineMap.get_identity(maps[index].n_dims):
+    if maps[index] != ir.AffineMap.get_identity(maps[index].n_dims, context=consumer.context):
         return None
     if owner.name == "tensor.collapse_shape":
         owner = _push_collapse(owner)
@@ -286,22 +288,10 @@ def _push_collapse(collapse: ir.Operation) -> ir.Operation | None:
 
 
 def _elementwise(op: ir.Operation) -> bool:
-    """An all-parallel ``linalg.generic`` of one result, written at the identity map into a fresh tensor it
-    does not read, its body arith and math ops reading only constants from outside."""
-    if op.name != "linalg.generic" or len(op.results) != 1:
-        return False
-    if any("parallel" not in str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])):
-        return False
-    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    n_in = len(op.operands) - 1
-    init = defining_op(op.operands[n_in])
-    if init is None or init.name != "tensor.empty" or maps[n_in] != ir.AffineMap.get_identity(maps[n_in].n_dims):
-        return False
-    body = op.regions[0].blocks[0]
-    if list(body.arguments[n_in].uses) or any(o.operation.name.split(".")[0] not in ("arith", "math")
-                                              for o in list(body.operations)[:-1]):
-        return False  # only arith and math (what a kernel's epilogue builds on vectors)
-    return all((d := defining_op(v)) is not None and d.name == "arith.constant" for _, _, v in _captures(op))
+    """A `_fresh_parallel` generic whose body is arith and math ops only (what a kernel's epilogue builds on
+    vectors), so that moving it into an epilogue never keeps the epilogue out of the kernel."""
+    return _fresh_parallel(op) and all(o.operation.name.split(".")[0] in ("arith", "math")
+                                       for o in list(op.regions[0].blocks[0].operations)[:-1])
 
 
 def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.Value],
