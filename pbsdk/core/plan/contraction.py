@@ -573,10 +573,9 @@ def _pass_panels(spec: ChipSpec, op: Contraction, tile: _MicroTile, l1: MemoryLe
     assert spec.vector is not None
     line = l1.line_bytes or DEFAULT_LINE_BYTES
     row_bytes = tile.nr * tile.eb
-    cap = min(max(1, int(PASS_LINES * line // row_bytes)), -(-min(nc, n_part) // tile.nr))
+    panels = min(max(1, int(PASS_LINES * line // row_bytes)), -(-min(nc, n_part) // tile.nr))
     if op.dtype == "i8":
-        cap = min(cap, max(1, spec.vector.registers // 2 // tile.nv))
-    panels = max(1, cap)
+        panels = min(panels, max(1, spec.vector.registers // 2 // tile.nv))
     return panels, (f"B packed {panels} micro-panel(s) a pass down its rows ({panels * row_bytes:g} B of each row, "
                     f"{PASS_LINES} lines of {line} B wanted)")
 

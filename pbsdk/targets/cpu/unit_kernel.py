@@ -308,7 +308,6 @@ class _UnitKernel:
         self.vacc = ir.VectorType.get([self.L], self.acc_t)
         self.mask_t = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
         self.index = ir.IndexType.get()
-        self.pass_panels = blk.pass_panels
 
     # ------------------------------------------------------------------------------------ helpers
     def c(self, v: int) -> ir.Value:
@@ -387,7 +386,7 @@ class _UnitKernel:
         """This part's packed B block ``Bp`` (unless B comes packed), packed A block ``Ap`` (when the plan packs
         A), int8 correction ``Cr`` and epilogue tile ``Tp``; returns those it allocated."""
         blk, groups = self.blk, self.blk.kc // self.u
-        panels = -(-blk.nc // blk.nr // self.pass_panels) * self.pass_panels  # whole packing passes
+        panels = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels  # whole packing passes
         self.Bp = None if self.prepacked else self.alloc([panels, groups, blk.nr * self.u], self.et)
         self.Ap = self.alloc([blk.mc // blk.mr, blk.mr, self.a_row_stride()], self.et) if blk.pack_a else None
         self.Cr = self.alloc([panels, blk.nr], self.acc_t) if self.signed_a else None
@@ -413,7 +412,7 @@ class _UnitKernel:
         nc = self.min(c(blk.nc), arith.subi(self.n1, jc))
         panels = arith.divui(arith.addi(nc, c(blk.nr - 1)), c(blk.nr))
         if not self.prepacked:
-            P = self.pass_panels
+            P = blk.pass_panels
             passes = arith.divui(arith.addi(panels, c(P - 1)), c(P))
             _for(c(0), passes, c(1), lambda q: self.pack_b_panels(lead, jc, pc, arith.muli(q, c(P)), groups))
         elif self.signed_a:
@@ -447,10 +446,11 @@ class _UnitKernel:
 
     def pack_b_panels(self, lead: list[ir.Value], jc: ir.Value, pc: ir.Value, jb0: ir.Value,
                       groups: ir.Value) -> None:
-        """Panels ``jb0 .. jb0 + pass_panels`` in one pass down B's rows: ``Bp[jb, g, v*L*u + j*u + t] =
-        B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and this thread's columns (a panel past them is
-        packed as zeros, never read); for int8 also ``Cr[jb, :] = -128 * (column sums of the panel)``."""
-        blk, c, P = self.blk, self.c, self.pass_panels
+        """Panels ``jb0 .. jb0 + blk.pass_panels`` in one pass down B's rows: ``Bp[jb, g, v*L*u + j*u + t] =
+        B[pc + g*u + t, jc + jb*nr + v*L + j]``, zero past K and past this thread's and this block's columns (a
+        panel past them is packed as zeros, never read); for int8 also ``Cr[jb, :] = -128 * (column sums of the
+        panel)``."""
+        blk, c, P = self.blk, self.c, self.blk.pass_panels
         panels = [arith.addi(jb0, c(p)) if p else jb0 for p in range(P)]
         cols = [col for jb in panels for col in self.columns(jc, jb)]
         init = [self.zero(self.vacc) for _ in cols] if self.signed_a else []
