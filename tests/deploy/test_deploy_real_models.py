@@ -41,18 +41,23 @@ def _run_isolated(path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.nd
     return [np.load(p) for p in sorted(tmp.glob("out*.npy"))]
 
 
-def test_resnet50_runtime_and_c_match_the_jit(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
+def _exported(name: str, tmp: Path):  # type: ignore[no-untyped-def]
+    """Real model ``name`` exported through torch.export for cpu: (entry, request, file, inputs as numpy)."""
     from pbsdk.core.compiler import resolve
     from pbsdk.deploy import write_artifact
     from pbsdk.deploy.torch_export import from_torch
     from pbsdk.testing.real_models import MODELS
 
-    model, inputs = MODELS["resnet50"].make(1)
+    model, inputs = MODELS[name].make(1)
     request = resolve("cpu", None, None)
-    entry = from_torch(model.eval(), inputs, request, "resnet50")
-    path = write_artifact(tmp_path / "resnet50.pbsdk", [entry], request)
-    x = [np.ascontiguousarray(i.numpy()) for i in inputs]
+    entry = from_torch(model.eval(), inputs, request, name)
+    path = write_artifact(tmp / f"{name}.pbsdk", [entry], request)
+    return entry, request, path, [np.ascontiguousarray(i.numpy()) for i in inputs]
+
+
+def test_resnet50_runtime_and_c_match_the_jit(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    entry, request, path, x = _exported("resnet50", tmp_path)
     (want,) = _jit_outputs(entry, request, x)
     np.testing.assert_array_equal(_run_isolated(path, x, tmp_path)[0], want)
 
@@ -91,16 +96,7 @@ def test_onnx_bert_base_runtime_matches_the_jit(tmp_path: Path) -> None:
 
 def test_gpt2_runtime_matches_the_jit(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
-    from pbsdk.core.compiler import resolve
-    from pbsdk.deploy import write_artifact
-    from pbsdk.deploy.torch_export import from_torch
-    from pbsdk.testing.real_models import MODELS
-
-    model, inputs = MODELS["gpt2"].make(1)
-    request = resolve("cpu", None, None)
-    entry = from_torch(model.eval(), inputs, request, "gpt2")
-    path = write_artifact(tmp_path / "gpt2.pbsdk", [entry], request)
-    ids = [np.ascontiguousarray(i.numpy()) for i in inputs]
+    entry, request, path, ids = _exported("gpt2", tmp_path)
     assert [i.dtype for i in ids] == [np.int64]
     (want,) = _jit_outputs(entry, request, [i.astype(np.float64) for i in ids])  # the kernel takes floats
     np.testing.assert_array_equal(_run_isolated(path, ids, tmp_path)[0], want)
