@@ -315,3 +315,29 @@ def test_x86_pt2e_models_run_on_the_host_vnni_unit(pt2e: Any, model: type, shape
     w_max = 127 * float(torch.as_tensor(_value(gm, w_dq.args[1])).max())
     diff = (got - want).abs()
     assert diff.max().item() <= 2 * float(x_dq.args[1]) * w_max * (1 + 1e-5), diff.max().item()
+
+
+@pytest.mark.parametrize("model, shape", [(FloatMLP, (32, 64)), (FloatCNN, (8, 3, 12, 12))], ids=["mlp", "cnn"])
+def test_pt2e_with_inductor_freezing_on_still_compiles_on_the_unit(pt2e: Any, model: type,
+                                                                   shape: tuple[int, ...]) -> None:
+    """PyTorch's x86 int8 recipe sets ``torch._inductor.config.freezing = True``; Dynamo then keeps the
+    weights on the graph module (``get_attr``) instead of passing them as inputs. The whole graph once fell
+    back to torch ('Please convert all Tensors to FakeTensors first'), and with that fixed alone every
+    convolution became a float one (its weight a kernel input, not an i8 constant). Both checked here."""
+    import torch._inductor.config as inductor_config
+
+    gm = _pt2e_quantized(pt2e, "x86", model, shape)
+    torch._dynamo.reset()
+    clear_reports()
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad(), inductor_config.patch(freezing=True):
+        got = torch.compile(gm, backend="pbsdk", options={"target": "template", "spec": "npu"})(x)
+        want = gm(x)
+    (report,) = reports()
+    assert report.failed_partitions == 0 and report.compiled_ops == report.graph_ops and report.frozen, report
+    planned = [c for k in report.kernels for c in (k.executable.resources or {}).get("contractions", [])]
+    layers = sum(n.target in (torch.ops.aten.linear.default, torch.ops.aten.conv2d.default) for n in gm.graph.nodes)
+    assert len(planned) >= layers and all((c["dtype"], c["unit"]) == ("i8", "mxu") for c in planned), planned
+    last = [n for n in gm.graph.nodes if n.target == torch.ops.aten.linear.default][-1]
+    w_max = 127 * float(torch.as_tensor(_value(gm, last.args[1].args[1])).max())
+    assert (got - want).abs().max().item() <= 2 * float(last.args[0].args[1]) * w_max * (1 + 1e-5)

@@ -476,8 +476,8 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
         sub = fused.get_submodule(str(node.target))
         assert isinstance(sub, torch.fx.GraphModule)
         # Placeholders by name: partitioning may rebuild the graph, so node identity is not kept.
-        positions = {i: frozen_by_name[a.name] for i, a in enumerate(node.args)
-                     if isinstance(a, torch.fx.Node) and a.op == "placeholder" and a.name in frozen_by_name}
+        positions = {i: frozen_by_name[a.name] for i, a in enumerate(node.args) if isinstance(a, torch.fx.Node)
+                     and a.op in ("placeholder", "get_attr") and a.name in frozen_by_name}
         n_ops = sum(1 for n in sub.graph.nodes if n.op == "call_function")
         try:
             # AOTAutograd calls us under its fake-tensor mode; the frozen values are real tensors.
@@ -556,6 +556,8 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
             frozen = {placeholders[i]: real[i] for i in frozen_positions}
         elif frozen_positions:
             log.info("pbsdk: AOTAutograd rewrote the inputs; parameters stay kernel inputs")
+        if freeze:
+            frozen.update(_attribute_constants(fx))
         return make_boxed_func(compile_aten(fx, frozen, request))
 
     def backward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
@@ -603,7 +605,7 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with unset_fake_temporarily(), torch.no_grad():
-        mode = FakeTensorMode()
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
         fakes = [mode.from_tensor(x, static_shapes=True) for x in example_inputs]
         with mode:
             traced: torch.fx.GraphModule = gm
@@ -628,8 +630,29 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if len(placeholders) != len(example_inputs):
         return None
     frozen = {placeholders[i]: example_inputs[i] for i in static} if opts.freeze else {}
+    if opts.freeze:
+        frozen.update(_attribute_constants(aten))
     fused = compile_aten(aten, frozen, request)
     return _single_partition_call(fused) or fused
+
+
+def _attribute_constants(gm: torch.fx.GraphModule) -> dict[torch.fx.Node, torch.Tensor]:
+    """The real tensors ``gm`` reads through ``get_attr``: the parameters Dynamo keeps on the graph module
+    (not as inputs) when ``torch._inductor.config.freezing`` is on — what PyTorch's x86 int8 guide sets —
+    and the constants a trace captured. Frozen like parameters, so a PT2E weight is still an i8 constant
+    the planner sees (as inputs it would make the convolution a float one)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    out: dict[torch.fx.Node, torch.Tensor] = {}
+    for n in gm.graph.nodes:
+        if n.op != "get_attr":
+            continue
+        value: Any = gm
+        for part in str(n.target).split("."):
+            value = getattr(value, part, None)
+        if isinstance(value, torch.Tensor) and not is_fake(value):
+            out[n] = value
+    return out
 
 
 def _uses_vmap(gm: torch.fx.GraphModule) -> bool:
