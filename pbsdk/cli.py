@@ -36,6 +36,13 @@ def _cmd_targets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _field_value(data: Any, path: str) -> Any:
+    """The value at a provenance path (``memory.l2.bandwidth_gbps``: list entries by their ``name``)."""
+    for part in path.split("."):
+        data = next((d for d in data if d.get("name") == part), None) if isinstance(data, list) else data.get(part)
+    return data
+
+
 def _cmd_spec(args: argparse.Namespace) -> int:
     from pbsdk.core import spec as specs
 
@@ -56,6 +63,18 @@ def _cmd_spec(args: argparse.Namespace) -> int:
         return 0
     if args.spec_cmd == "schema":
         print(json.dumps(specs.spec_json_schema(), indent=2))
+        return 0
+    if args.spec_cmd == "calibrate":
+        from pbsdk.core.spec.host import recalibrate
+
+        chip = recalibrate()
+        measured = {k: v for k, v in chip.provenance.items() if v.startswith("measured")}
+        if not measured:
+            raise PbsdkError("host calibration failed or is off (PBSDK_CALIBRATE=0); the host spec keeps its "
+                             "estimates (run with --log-level info for why)")
+        print(f"host: {chip.description}")
+        for field, how in measured.items():
+            print(f"  {field} = {_field_value(chip.model_dump(mode='json'), field)}  [{how}]")
         return 0
     if args.spec_cmd == "list":
         for name, path in sorted(specs.list_presets().items()):
@@ -400,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="exit 1 if any plugin failed to load")
     p.set_defaults(func=_cmd_targets)
 
-    p = sub.add_parser("spec", help="chip specs: validate, show, schema, list")
+    p = sub.add_parser("spec", help="chip specs: validate, show, schema, list, calibrate")
     ssub = p.add_subparsers(dest="spec_cmd", required=True)
     v = ssub.add_parser("validate", help="validate YAML chip spec files")
     v.add_argument("files", nargs="+")
@@ -409,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--format", choices=["yaml", "json"], default="yaml")
     ssub.add_parser("schema", help="print the JSON Schema of chip specs (for editors)")
     ssub.add_parser("list", help="list presets")
+    ssub.add_parser("calibrate", help="measure this machine's clock, FMA and matrix-instruction issue rates and "
+                                      "memory bandwidths again (cached per machine; used by the 'host' spec)")
     p.set_defaults(func=_cmd_spec)
 
     p = sub.add_parser("compile", help="compile an MLIR file (linalg on tensors) and print the IR after a stage, "

@@ -187,6 +187,21 @@ With it, `spec.total_units("lane") == 64`, `[m.name for m in spec.scratchpads()]
 | `spec.supports(dtype)` | `dtype in spec.dtypes` |
 | `vector.lanes(dtype)` | `width_bits // dtype_bits(dtype)` |
 
+## The detected host (`"host"`)
+
+`detect_host()` reads what the machine says about itself — CPUID features through LLVM (vector width,
+matrix units), the usable cores, the caches (size, line, associativity) from sysfs — and **measures what
+nothing says** (`pbsdk/core/spec/calibrate.py`, once per machine, well under a second): the clock the cores
+run vector code at (a chain of dependent one-cycle `add`/`xor` pairs; `/proc/cpuinfo` gives a nominal or a
+VM's clock), vector FMA issue rate at each width the CPU has (a Zen 4 issues one 512-bit FMA a cycle, a
+Xeon with two 512-bit ports two), `vpdpbusd`/`vdpbf16ps` issue rates, loads per cycle (from the L1's
+bandwidth) and each memory level's read bandwidth (core-scoped caches on one core, shared levels on every
+core at once). Peaks follow from those. Every figure's origin is in the spec's `provenance`
+(`pbsdk spec show host`); `pbsdk spec calibrate` measures again (say, on a quiet machine). The figures
+are cached in `~/.cache/pbsdk/host/` (`PBSDK_HOST_DIR`), keyed by the CPU, its features, the usable cores
+and the caches; `PBSDK_CALIBRATE=0` keeps the estimates (labelled `estimate` in `provenance`). A saved
+spec (`pbsdk spec show host > my.yaml`, any preset) is used as written, never re-measured.
+
 ## Reference
 
 `DType` is one of {dtypes}.

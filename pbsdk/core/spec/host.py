@@ -2,8 +2,10 @@
 
 CPU name and features come from llvmlite (the same LLVM that generates the code), the core count from the
 process's CPU affinity, the caches from ``/sys/devices/system/cpu/cpu0/cache``, the clock from
-``/proc/cpuinfo``. Anything that cannot be read falls back to a conservative default. Bandwidths and
-peaks are estimates (nothing is measured), good enough for tile-size heuristics.
+``/proc/cpuinfo``. Anything that cannot be read falls back to a conservative default. What none of them
+says — the clock the cores run vector code at, FMA and matrix-instruction issue rates, the bandwidth of
+each memory level — is measured once per machine (`pbsdk.core.spec.calibrate`, under a second, cached);
+the spec's ``provenance`` says which figure came from where.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import os
 import platform
 import re
 from pathlib import Path
+from typing import Any
 
+from pbsdk.core.spec import calibrate as cal
 from pbsdk.core.spec.loader import validate_data
 from pbsdk.core.spec.models import ChipSpec
 
@@ -215,50 +219,29 @@ def unit_peaks(units: list[dict], cores: int, clock_ghz: float) -> dict[str, flo
     return peaks
 
 
-def host_spec_data() -> dict:
-    """The raw mapping `detect_host` validates (exposed for debugging: ``pbsdk spec show host``)."""
-    cpu, features, enabled, triple = _llvm_host()
-    cores = _core_count()
-    clock = _clock_ghz()
-    x86 = triple.startswith(("x86_64", "i386", "i686"))
+def _vector_shape(enabled: dict[str, bool], triple: str) -> tuple[int, int, list[int]]:
+    """(widest vector width in bits, vector registers, the widths the CPU has, widest first) from CPUID."""
     if enabled.get("avx512f"):
-        width, regs = 512, 32
-    elif enabled.get("avx2") or enabled.get("avx"):
-        width, regs = 256, 16
-    elif x86:
-        width, regs = 128, 16
-    else:  # aarch64 NEON and others: 128-bit, 32 registers
-        width, regs = 128, 32
-    fma = bool(enabled.get("fma") or enabled.get("neon") or triple.startswith(("aarch64", "arm64")))
-    f32_lanes = width // 32
+        return 512, 32, [512, 256, 128]
+    if enabled.get("avx2") or enabled.get("avx"):
+        return 256, 16, [256, 128]
+    if triple.startswith(("x86_64", "i386", "i686")):
+        return 128, 16, [128]
+    return 128, 32, [128]  # aarch64 NEON and others: 128-bit, 32 registers
 
-    vendor_id = (_cpuinfo_field("vendor_id") or "").lower()
-    vendor = (
-        {"genuineintel": "intel", "authenticamd": "amd"}.get(vendor_id)
-        or platform.machine().lower()
-        or "unknown"
-    )
-    model = _cpuinfo_field("model name") or cpu
 
-    # Memory: main memory, then caches outermost (chip-wide, high level) first; keep sizes non-increasing
-    # so the spec validates even on odd topologies.
-    caches = sorted(_read_caches(), key=lambda c: (0 if c[2] else 1, -c[0]))
+def _memory(caches: list[tuple[int, int, bool, int, int | None]], cores: int, clock: float,
+            width: int) -> tuple[list[dict], dict[str, str]]:
+    """Main memory, then the caches outermost first (sizes kept non-increasing so the spec validates on
+    odd topologies), with estimated bandwidths (GB/s: ~10 GB/s of DRAM per core; L1 two vector loads per
+    cycle, L2 64 B/cycle, a shared last-level cache 16 B/cycle per core); and where each figure came from."""
     ram = max(_ram_bytes(), 64 * _MiB)
-    # Rough bandwidths (GB/s): ~10 GB/s of DRAM per core; L1 two vector loads per cycle, L2 64 B/cycle,
-    # shared last-level cache 16 B/cycle per core.
-    memory = [
-        {
-            "name": "dram",
-            "scope": "device",
-            "size_bytes": ram,
-            "bandwidth_gbps": round(min(10.0 * cores, 400.0), 1),
-            "alignment_bytes": 64,
-            "line_bytes": 64,
-            "managed": "software",
-        }
-    ]
+    memory = [{"name": "dram", "scope": "device", "size_bytes": ram,
+               "bandwidth_gbps": round(min(10.0 * cores, 400.0), 1), "alignment_bytes": 64, "line_bytes": 64,
+               "managed": "software"}]
+    prov = {"memory.dram.size_bytes": "sysconf", "memory.dram.bandwidth_gbps": "estimate (10 GB/s a core)"}
     prev_size, seen = ram, set()
-    for level, size, wide, line, ways in caches:
+    for level, size, wide, line, ways in sorted(caches, key=lambda c: (0 if c[2] else 1, -c[0])):
         name = f"l{level}d" if level == 1 else f"l{level}"
         if name in seen:
             continue
@@ -267,43 +250,103 @@ def host_spec_data() -> dict:
             size, ways = prev_size, None
         prev_size = size
         per_cycle = {1: 2 * width // 8, 2: 64}.get(level, 16)
-        bw = per_cycle * clock * (cores if wide else 1)
-        memory.append(
-            {
-                "name": name,
-                "scope": "device" if wide else "core",
-                "size_bytes": size,
-                "bandwidth_gbps": round(bw, 1),
-                "alignment_bytes": line,
-                "line_bytes": line,
-                "managed": "cache",
-                **({"ways": ways} if ways is not None else {}),
-            }
-        )
-    # device-scoped caches must precede core-scoped ones (done by the sort) - nothing else to fix.
+        memory.append({"name": name, "scope": "device" if wide else "core", "size_bytes": size,
+                       "bandwidth_gbps": round(per_cycle * clock * (cores if wide else 1), 1),
+                       "alignment_bytes": line, "line_bytes": line, "managed": "cache",
+                       **({"ways": ways} if ways is not None else {})})
+        prov[f"memory.{name}.size_bytes"] = "sysfs" if _SYS_CACHE.exists() else "default"
+        prov[f"memory.{name}.bandwidth_gbps"] = f"estimate ({per_cycle} B/cycle{' a core' if wide else ''})"
+    return memory, prov
 
-    fma_units = 2  # two FMA pipes per core on current x86/arm server cores
-    flops_per_lane = 2 if fma else 1
-    f32_peak = cores * clock * f32_lanes * fma_units * flops_per_lane / 1000.0
-    units = host_units(enabled, width, fma_units) if x86 else []
-    vec_dtypes = ["f64", "f32", "i64", "i32", "i16", "i8"]
-    return {
-        "name": "host",
-        "aliases": [],
-        "vendor": vendor,
-        "kind": "cpu",
+
+def host_spec_data(*, calibrate: bool = True, force: bool = False) -> dict:
+    """The raw mapping `detect_host` validates (exposed for debugging: ``pbsdk spec show host``).
+    ``calibrate``: measure what CPUID and sysfs do not say (`pbsdk.core.spec.calibrate`), once per machine;
+    ``force``: measure again even if this machine's figures are cached (``pbsdk spec calibrate``)."""
+    cpu, features, enabled, triple = _llvm_host()
+    cores = _core_count()
+    x86 = triple.startswith(("x86_64", "i386", "i686"))
+    width, regs, widths = _vector_shape(enabled, triple)
+    fma = bool(enabled.get("fma") or enabled.get("neon") or triple.startswith(("aarch64", "arm64")))
+    vendor_id = (_cpuinfo_field("vendor_id") or "").lower()
+    vendor = {"genuineintel": "intel", "authenticamd": "amd"}.get(vendor_id) or platform.machine().lower() or "unknown"
+    model = _cpuinfo_field("model name") or cpu
+    clock = _clock_ghz()
+    memory, prov = _memory(_read_caches(), cores, clock, width)
+    prov.update({"clock_ghz": f"/proc/cpuinfo ({clock} GHz: nominal, not necessarily the running clock)",
+                 "compute.core.count": "sched_getaffinity", "vector.width_bits": "cpuid",
+                 "vector.fma_per_cycle": "estimate (two FMA pipes)", "vector.loads_per_cycle": "estimate"})
+    units = host_units(enabled, width, 2) if x86 else []
+    for u in units:
+        prov[f"matrix_units.{u['name']}.per_cycle"] = "estimate" if u["registers"] == "vector" else "Intel manual"
+    data: dict[str, Any] = {
+        "name": "host", "aliases": [], "vendor": vendor, "kind": "cpu",
         "description": f"Detected host: {model} ({cores} cores usable, {width}-bit vectors).",
         "dtypes": ["f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "i1"],
-        "compute": [{"name": "core", "count": cores}, {"name": "lane", "count": f32_lanes}],
+        "compute": [{"name": "core", "count": cores}, {"name": "lane", "count": width // 32}],
         "memory": memory,
         "matrix_units": units,
-        "vector": {"width_bits": width, "dtypes": vec_dtypes, "registers": regs, "fma": fma,
-                    "fma_per_cycle": fma_units if fma else 1, "loads_per_cycle": 2},
-        "peak_tflops": {"f32": max(round(f32_peak, 4), 1e-4), "f64": max(round(f32_peak / 2, 4), 1e-4),
-                        **unit_peaks(units, cores, clock)},
+        "vector": {"width_bits": width, "dtypes": ["f64", "f32", "i64", "i32", "i16", "i8"], "registers": regs,
+                   "fma": fma, "fma_per_cycle": 2 if fma else 1, "loads_per_cycle": 2},
         "clock_ghz": clock,
         "codegen": {"triple": triple, "cpu": cpu, "features": features},
+        "provenance": prov,
     }
+    if calibrate:
+        levels = [(m["name"], m["size_bytes"], m["scope"] == "device") for m in reversed(memory[1:])]
+        levels.append(("dram", 0, True))
+        key = cal.host_key(model, cpu, features, cores, levels)
+        found = cal.calibration(key, lambda: cal.measure(cpu, features, enabled, widths, levels, cores),
+                                force=force)
+        if found is not None:
+            _apply_calibration(data, found)
+    data["peak_tflops"] = _peaks(data)
+    return data
+
+
+def _apply_calibration(data: dict, c: cal.Calibration) -> None:
+    """Replace ``data``'s estimates with the measured figures, saying so in its provenance."""
+    prov, vec = data["provenance"], data["vector"]
+    note = f"measured in {c.seconds} s, cached per machine (PBSDK_CALIBRATE=0: estimates)"
+    prov["clock_ghz"] = f"measured (dependent add/xor chain); {prov['clock_ghz']}; {note}"
+    data["clock_ghz"] = c.clock_ghz
+    rates = ", ".join(f"{w}-bit {r}" for w, r in sorted(c.fma_per_cycle.items(), reverse=True))
+    width = vec["width_bits"]
+    prov["vector.width_bits"] = f"cpuid (the widest; FMAs a cycle measured: {rates})"
+    if width in c.fma_per_cycle:
+        vec["fma_per_cycle"] = cal.issue_rate(c.fma_per_cycle[width])
+        prov["vector.fma_per_cycle"] = f"measured {c.fma_per_cycle[width]} {width}-bit FMAs a cycle ({rates})"
+    l1 = next((m for m in data["memory"] if m["name"] == "l1d"), None)
+    if l1 is not None and "l1d" in c.bandwidth_gbps:
+        per_cycle = c.bandwidth_gbps["l1d"] / c.clock_ghz
+        vec["loads_per_cycle"] = cal.issue_rate(per_cycle / (width // 8))
+        prov["vector.loads_per_cycle"] = f"measured: the l1d delivers {per_cycle:.1f} B a cycle to one core"
+    for m in data["memory"]:
+        if m["name"] in c.bandwidth_gbps:
+            m["bandwidth_gbps"] = c.bandwidth_gbps[m["name"]]
+            who = "every core" if m["scope"] == "device" else "one core"
+            prov[f"memory.{m['name']}.bandwidth_gbps"] = f"measured ({who} reading)"
+    for u in data["matrix_units"]:
+        if u["name"] in c.unit_per_cycle:
+            u["per_cycle"] = c.unit_per_cycle[u["name"]]
+            prov[f"matrix_units.{u['name']}.per_cycle"] = "measured"
+
+
+def _peaks(data: dict) -> dict[str, float]:
+    """Peak TFLOP/s: the vector unit's f32 (f64 half), and each matrix unit's operand dtype."""
+    vec, cores, clock = data["vector"], data["compute"][0]["count"], data["clock_ghz"]
+    f32 = cores * clock * data["compute"][1]["count"] * vec["fma_per_cycle"] * (2 if vec["fma"] else 1) / 1000.0
+    data["provenance"]["peak_tflops"] = "derived: cores x clock x lanes x issue rate x 2"
+    return {"f32": max(round(f32, 4), 1e-4), "f64": max(round(f32 / 2, 4), 1e-4),
+            **unit_peaks(data["matrix_units"], cores, clock)}
+
+
+def recalibrate() -> ChipSpec:
+    """Measure this machine again (replacing its cached figures) and return the new host spec; the
+    process's `detect_host` answers with it from now on."""
+    spec = validate_data(host_spec_data(force=True), source="host")
+    detect_host.cache_clear()
+    return spec
 
 
 @functools.lru_cache(maxsize=1)

@@ -324,6 +324,12 @@ class ChipSpec(_Model):
         "core, e.g. `{arch: sm_90, ptx_features: +ptx80}` for nvgpu or `{triple, cpu, "
         "features}` for cpu.",
     )
+    provenance: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where figures came from, by dotted field path (e.g. `clock_ghz: measured ...`, "
+        "`memory.l2.size_bytes: sysfs`); written by host detection, which measures what CPUID and sysfs "
+        "do not say. Informational: nothing reads it to decide.",
+    )
 
     # ------------------------------------------------------------------ validation
 
