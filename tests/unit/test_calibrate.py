@@ -42,8 +42,10 @@ def test_read_plan_sizes_each_level_past_the_inner_ones() -> None:
     assert plan["l1d"] == (1, 16 << 10) and plan["l2"] == (1, 512 << 10)
     assert plan["l3"] == (2, 8 << 20)  # half the shared cache, split over both cores
     assert plan["dram"] == (2, 64 << 20)  # 4x the last cache in all
+    assert plan["l3@core"] == (1, 8 << 20) and plan["dram@core"] == (1, 64 << 20)  # one core alone
+    assert "l2@core" not in plan
     small = {n: b for n, _, b in cal.read_plan([("l1d", 4096, False), ("dram", 0, True)], cores=1)}
-    assert "l1d" not in small and small["dram"] == cal.DRAM_MIN_BYTES  # a level under a page is not probed
+    assert small == {"dram": cal.DRAM_MIN_BYTES}  # a level under a page is not probed; one core: no @core
 
 
 def test_the_key_changes_with_the_machine() -> None:
@@ -101,7 +103,7 @@ def test_off_or_failing_calibration_keeps_the_estimates(host_dir, monkeypatch, c
 
 def test_measured_figures_replace_the_estimates_and_say_so(monkeypatch) -> None:
     c = cal.Calibration(clock_ghz=3.7, fma_per_cycle={512: 0.99, 256: 2.0}, unit_per_cycle={"vpdpbusd": 1.01},
-                        bandwidth_gbps={"l1d": 230.0, "l2": 118.0, "dram": 27.0}, seconds=0.5)
+                        bandwidth_gbps={"l1d": 230.0, "l2": 118.0, "dram": 27.0, "dram@core": 24.0}, seconds=0.5)
     monkeypatch.setattr(host_mod, "_llvm_host", lambda: ("znver4", "+avx512f", {"avx512f": True, "fma": True,
                                                                                   "avx512vnni": True},
                                                          "x86_64-unknown-linux-gnu"))
@@ -112,6 +114,8 @@ def test_measured_figures_replace_the_estimates_and_say_so(monkeypatch) -> None:
     assert spec.clock_ghz == 3.7 and spec.vector.fma_per_cycle == 1 and spec.vector.width_bits == 512
     assert spec.vector.loads_per_cycle == 1  # 230 GB/s / 3.7 GHz = 62 B a cycle: one 64-byte load
     assert spec.memory_level("l1d").bandwidth_gbps == 230.0 and spec.main_memory.bandwidth_gbps == 27.0
+    assert spec.main_memory.core_bandwidth_gbps == 24.0 and spec.memory_level("l2").core_bandwidth_gbps is None
+    assert spec.main_memory.shared_bandwidth(1) == 24.0 and spec.main_memory.shared_bandwidth(2) == 27.0
     (unit,) = [u for u in spec.matrix_units if u.name == "vpdpbusd"]
     assert unit.per_cycle == 1.01
     assert spec.peak_tflops["f32"] == pytest.approx(2 * 3.7 * 16 * 1 * 2 / 1000, rel=1e-3)

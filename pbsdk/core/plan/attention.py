@@ -547,13 +547,14 @@ def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes:
     per_head_kv = op.sk * (op.d + op.dv) * eb
     holder = next((lv for lv in reversed(caches) if lv.size_bytes * CACHE_BUDGET >= per_head_kv), None)
     main = spec.memory[0]
+    main_bw = main.shared_bandwidth(threads) * 1e9
     if holder is None:
-        terms.append((main.name, (kv_bytes + io_bytes) / (main.bandwidth_gbps * 1e9)))
+        terms.append((main.name, (kv_bytes + io_bytes) / main_bw))
     else:
-        inst = spec.instances(holder.name) if holder.scope != "device" else 1
-        inst = max(1, min(inst, threads))
-        terms.append((holder.name, kv_bytes / (holder.bandwidth_gbps * 1e9 * inst)))
-        terms.append((main.name, io_bytes / (main.bandwidth_gbps * 1e9)))
+        held = (holder.shared_bandwidth(threads) if holder.scope == "device"
+                else holder.bandwidth_gbps * max(1, min(spec.instances(holder.name), threads)))
+        terms.append((holder.name, kv_bytes / (held * 1e9)))
+        terms.append((main.name, io_bytes / main_bw))
     bound, seconds = max(terms, key=lambda t: t[1])
     return Estimate(seconds, bound, tuple(terms))
 

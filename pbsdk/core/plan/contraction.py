@@ -994,9 +994,10 @@ def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[Le
             traffic = _traffic(op, unit.m, unit.n, tiles[0].k if tiles else unit.k)
         else:
             traffic = inner_traffic[inner_name]
-        inst = spec.instances(level.name)
         if level.scope != "device":
-            inst = max(1, min(inst, ways))
-        terms.append((level.name, traffic / (level.bandwidth_gbps * 1e9 * inst)))
+            bandwidth = level.bandwidth_gbps * max(1, min(spec.instances(level.name), ways))
+        else:  # a chip-wide level serves the cores in use (each drawing at most its per-core share)
+            bandwidth = level.shared_bandwidth(min(ways, units)) * spec.instances(level.name)
+        terms.append((level.name, traffic / (bandwidth * 1e9)))
     bound, seconds = max(terms, key=lambda t: t[1])
     return Estimate(seconds, bound, tuple(terms))

@@ -6,7 +6,10 @@
   group, they take the larger of (a) the bytes that cross the group's boundary — every value read from
   outside it (at its size before any broadcast) and every value written for a contraction or the caller,
   each once; intermediates stay in registers — at the bandwidth of the innermost level that holds them
-  all (its ports on the cores used), and (b) their elements, at one vector FMA per element on every core.
+  all (its ports on the cores used; a chip-wide level serves at most ``core_bandwidth_gbps`` a core), and
+  (b) their vector instructions on the cores used, at the vector unit's issue rate: one per element of an
+  elementwise op, `EXPANDED_OPS` for the functions ``math-approx`` expands into arithmetic, one per *input*
+  element of a reduction.
 
 Pure: graphs and specs in, a frozen `Prediction` out; no IR.
 """
@@ -26,6 +29,12 @@ from pbsdk.core.spec.models import dtype_bits
 
 #: Ops that move no data of their own (views the fused loops read through).
 _VIEWS = frozenset({"reshape", "broadcast", "input", "const"})
+#: Vector instructions per element of the functions the ``math-approx`` pass expands into ``arith`` (its f32
+#: sequences, bitcasts not counted; tests/unit/test_predict_ops.py counts them in the pass's output).
+EXPANDED_OPS = {"exp": 32, "log": 40, "tanh": 25, "erf": 31}
+#: Elementwise ops emitted as one of those plus a few arithmetic ops (`pbsdk.core.ir.emit._scalar_body`).
+COMPOSED_OPS = {"sigmoid": EXPANDED_OPS["exp"] + 3, "gelu": EXPANDED_OPS["erf"] + 4,
+                "gelu_tanh": EXPANDED_OPS["tanh"] + 7, "pow": EXPANDED_OPS["exp"] + EXPANDED_OPS["log"] + 1}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,9 +72,17 @@ def predict_graph(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, 
                     crossing[src.id] = src
             if node.out.id in consumed_outside:  # written for a contraction or the caller
                 crossing[node.out.id] = node.out
-        elements = sum(n.out.type.size for n in loops)
-        terms.append(("fused loops", _loops_seconds(spec, opts, sum(map(_bytes, crossing.values())), elements)))
+        vector_ops = sum(map(_vector_ops, loops))
+        terms.append(("fused loops", _loops_seconds(spec, opts, sum(map(_bytes, crossing.values())), vector_ops)))
     return Prediction(sum(s for _, s in terms), tuple(terms))
+
+
+def _vector_ops(node: Any) -> int:
+    """Element operations of one fused-loop node (lanes not divided out): a reduction reads every input
+    element once; an expanded function costs its sequence per element; anything else one per element."""
+    if node.op.startswith("reduce_"):
+        return int(node.inputs[0].type.size)
+    return int(node.out.type.size) * {**EXPANDED_OPS, **COMPOSED_OPS}.get(node.op, 1)
 
 
 def _source(v: Value, producer: Mapping[int, Any]) -> Value:
@@ -77,15 +94,17 @@ def _source(v: Value, producer: Mapping[int, Any]) -> Value:
     return v
 
 
-def _loops_seconds(spec: ChipSpec, opts: Options, nbytes: int, elements: int) -> float:
+def _loops_seconds(spec: ChipSpec, opts: Options, nbytes: int, element_ops: int) -> float:
     cores = max(1, min(opts.threads or spec.compute[0].count, spec.compute[0].count))
     level = spec.memory[0]
     for lv in spec.memory[1:]:  # outermost to innermost: the innermost that holds the working set
         capacity = lv.size_bytes * (cores if lv.scope != "device" else 1)
         if nbytes <= capacity:
             level = lv
-    ports = 1 if level.scope == "device" else cores
-    memory = nbytes / (level.bandwidth_gbps * 1e9 * ports)
+    bandwidth = level.shared_bandwidth(cores) if level.scope == "device" else level.bandwidth_gbps * cores
+    memory = nbytes / (bandwidth * 1e9)
+    # the f32 peak is 2 FLOP per lane per FMA issued: half of it is the rate of element operations
     peak = {str(k): v for k, v in spec.peak_tflops.items()}.get("f32") or max(spec.peak_tflops.values(), default=1.0)
-    compute = elements / (peak * 1e12 / 2 * cores / spec.compute[0].count)  # one FMA (2 FLOP) per element
+    compute = element_ops / (peak * 1e12 / 2 * cores / spec.compute[0].count)
     return max(memory, compute)
+

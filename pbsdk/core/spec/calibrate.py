@@ -41,7 +41,7 @@ from typing import Any
 log = logging.getLogger("pbsdk.calibrate")
 
 #: Bumped whenever a probe or `derive` changes meaning: older cached calibrations are then re-measured.
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 #: Dependent steps per loop iteration of the clock probe; each step is an add and an xor (2 cycles).
 CLOCK_UNROLL = 16
 #: Independent accumulator chains of the FMA / matrix-instruction probes: more than latency (4-5 cycles)
@@ -88,12 +88,13 @@ class Calibration:
     unit_per_cycle: dict[str, float]
     bandwidth_gbps: dict[str, float]
     seconds: float
+    load: float = 0.0  # the 1-minute load average when measured (other processes lower shared-level figures)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": PROBE_VERSION, "clock_ghz": self.clock_ghz,
                 "fma_per_cycle": {str(k): v for k, v in self.fma_per_cycle.items()},
                 "unit_per_cycle": dict(self.unit_per_cycle), "bandwidth_gbps": dict(self.bandwidth_gbps),
-                "seconds": self.seconds}
+                "seconds": self.seconds, "load": self.load}
 
     @classmethod
     def from_json(cls, data: Any) -> Calibration:
@@ -105,7 +106,7 @@ class Calibration:
                       fma_per_cycle={int(k): float(v) for k, v in data["fma_per_cycle"].items()},
                       unit_per_cycle={str(k): float(v) for k, v in data["unit_per_cycle"].items()},
                       bandwidth_gbps={str(k): float(v) for k, v in data["bandwidth_gbps"].items()},
-                      seconds=float(data["seconds"]))
+                      seconds=float(data["seconds"]), load=float(data.get("load", 0.0)))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a calibration: {exc!r}") from exc
         if not (0.1 <= cal.clock_ghz <= 20) or any(not (0 < v < 64) for v in cal.fma_per_cycle.values()):
@@ -135,17 +136,21 @@ def issue_rate(measured: float) -> int:
 def read_plan(levels: Sequence[tuple[str, int, bool]], cores: int) -> list[tuple[str, int, int]]:
     """For each memory level ``(name, bytes per instance, chip-wide?)`` (caches, then ``dram`` with size
     0), the probe's threads and bytes per thread: half a core-scoped cache on one core; half a chip-wide
-    cache split over every core; main memory 4x the last cache (at least `DRAM_MIN_BYTES`) split alike."""
+    cache split over every core; main memory 4x the last cache (at least `DRAM_MIN_BYTES`) split alike.
+    A chip-wide level of several cores is read once more by one core alone (``<name>@core``: the most one
+    core draws from it)."""
     plan: list[tuple[str, int, int]] = []
     largest = 0
     for name, size, wide in levels:
         if name == "dram":
-            total = max(4 * largest, DRAM_MIN_BYTES)
-            plan.append((name, cores, _round_down(total // cores)))
+            per_thread = _round_down(max(4 * largest, DRAM_MIN_BYTES) // cores)
         elif wide:
-            plan.append((name, cores, _round_down(size // 2 // cores)))
+            per_thread = _round_down(size // 2 // cores)
         else:
-            plan.append((name, 1, _round_down(size // 2)))
+            per_thread = _round_down(size // 2)
+        plan.append((name, cores if wide else 1, per_thread))
+        if wide and cores > 1:
+            plan.append((f"{name}@core", 1, per_thread))
         largest = max(largest, size)
     return [p for p in plan if p[2] >= 4096]
 
@@ -435,6 +440,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _load() -> float:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not Unix
+        return 0.0
+
+
 def enabled_by_env() -> bool:
     return os.environ.get("PBSDK_CALIBRATE", "1").strip().lower() not in ("0", "off", "false", "no")
 
@@ -451,11 +463,14 @@ def calibration(key: str, run: Callable[[], Timings], *, force: bool = False) ->
                 with contextlib.suppress(OSError, ValueError):
                     return Calibration.from_json(json.loads(path.read_text()))
             start = time.perf_counter()
-            cal = dataclasses.replace(derive(run()), seconds=round(time.perf_counter() - start, 3))
+            cal = dataclasses.replace(derive(run()), seconds=round(time.perf_counter() - start, 3), load=_load())
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(cal.to_json(), indent=1))
             tmp.replace(path)
             log.info("pbsdk: host calibrated in %.2f s: %s", cal.seconds, cal)
+            if cal.load > max(1.0, (os.cpu_count() or 2) / 2):
+                log.warning("pbsdk: host calibrated at load average %.1f: other processes lower the bandwidth "
+                            "of shared levels; 'pbsdk spec calibrate' on a quieter machine measures again", cal.load)
             return cal
     except Exception as exc:  # noqa: BLE001 - calibration is an improvement, never a failure
         log.warning("pbsdk: host calibration failed (%s: %s); the host spec keeps its estimates",

@@ -130,6 +130,14 @@ class MemoryLevel(_Model):
         le=MAX_BANDWIDTH_GBPS,
         description="Peak bandwidth of one instance in GB/s (10^9 bytes per second).",
     )
+    core_bandwidth_gbps: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_BANDWIDTH_GBPS,
+        description="For a level shared by several cores: the most one core draws from it in GB/s (one core "
+        "reading main memory alone rarely gets all of `bandwidth_gbps`); `null`: unknown, any core may draw "
+        "all of it. Host detection measures it.",
+    )
     alignment_bytes: int = Field(
         default=16,
         ge=1,
@@ -172,6 +180,13 @@ class MemoryLevel(_Model):
         if v is not None and size is not None and v < size:
             raise ValueError(f"{v} is smaller than size_bytes ({size})")
         return v
+
+    def shared_bandwidth(self, cores: int) -> float:
+        """GB/s one instance serves to ``cores`` cores reading it together: its bandwidth, or less where
+        one core draws at most `core_bandwidth_gbps`."""
+        if self.core_bandwidth_gbps is None:
+            return self.bandwidth_gbps
+        return min(self.bandwidth_gbps, max(1, cores) * self.core_bandwidth_gbps)
 
 
 class MatrixUnit(_Model):
