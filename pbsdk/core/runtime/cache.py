@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pbsdk.core.runtime.remote import RemoteTier, remote_from_env
 from pbsdk.core.target import DERIVED_CONSTANTS, Artifact
 
 if TYPE_CHECKING:
@@ -413,6 +414,7 @@ class CacheStats:
     stores: int = 0
     corrupt: int = 0
     evicted: int = 0
+    remote_hits: int = 0
 
 
 class CompileCache:
@@ -420,10 +422,12 @@ class CompileCache:
     `DEFAULT_MAX_BYTES`, read at each store). Every method is safe to call from several threads and
     processes."""
 
-    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int | None = None) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, max_bytes: int | None = None,
+                 remote: RemoteTier | None = None) -> None:
         self.dir = Path(directory).expanduser()
         self.weights = self.dir / "weights"
         self._max_bytes = max_bytes
+        self.remote = remote
         self.stats = CacheStats()
 
     def __repr__(self) -> str:
@@ -445,7 +449,9 @@ class CompileCache:
         try:
             blob = _map(path)
             artifact = decode(blob, constants, self._weight)
-        except (FileNotFoundError, NotADirectoryError, _Missing):
+        except (FileNotFoundError, NotADirectoryError):
+            return self._remote_get(key, constants)
+        except _Missing:
             self.stats.misses += 1
             return None
         except OSError as exc:
@@ -463,6 +469,34 @@ class CompileCache:
             return None
         self.stats.hits += 1
         _touch(path)
+        return artifact
+
+    def _remote_get(self, key: str, constants: tuple[np.ndarray, ...] | None) -> Artifact | None:
+        """A local miss looked up in the remote tier: its entry checked as a local one and stored here.
+        Its weights must be the caller's ``constants`` or in the local weight store (they never travel)."""
+        blob = self.remote.get(f"entry:{key}") if self.remote is not None else None
+        if blob is None:
+            self.stats.misses += 1
+            return None
+        try:
+            artifact = decode(blob, constants, self._weight)
+        except _Missing:
+            self.stats.misses += 1
+            return None
+        except _Corrupt as exc:
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            assert self.remote is not None
+            self.remote.delete(f"entry:{key}")
+            self.remote.failed(f"returned a damaged entry ({exc}); removed there")
+            return None
+        self.stats.hits += 1
+        self.stats.remote_hits += 1
+        with contextlib.suppress(OSError):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with self._lock(exclusive=False):
+                self._write(key, self.path(key), [blob])
+            self._bound()
         return artifact
 
     def _weight(self, digest: str, size: int) -> bytes | mmap.mmap:
@@ -506,6 +540,8 @@ class CompileCache:
             if not self._write(key, path, blob):
                 return False
         self.stats.stores += 1
+        if self.remote is not None:
+            self.remote.put(f"entry:{key}", b"".join(blob))
         self._bound()
         return True
 
@@ -516,7 +552,7 @@ class CompileCache:
         try:
             data = path.read_bytes()
         except OSError:
-            return None
+            return self._remote_object(key, path)
         digest, obj = data[:32], data[32:]
         if hashlib.sha256(obj).digest() != digest:
             warnings.warn(f"pbsdk cache: corrupt object file {path}; removed, it will be rebuilt", CacheWarning,
@@ -524,6 +560,24 @@ class CompileCache:
             _unlink(path)
             return None
         _touch(path)
+        return obj
+
+    def _remote_object(self, key: str, path: Path) -> bytes | None:
+        """A local miss of an object file looked up in the remote tier (checked, then stored here)."""
+        data = self.remote.get(f"object:{key}") if self.remote is not None else None
+        if data is None:
+            return None
+        digest, obj = data[:32], data[32:]
+        if hashlib.sha256(obj).digest() != digest:
+            assert self.remote is not None
+            self.remote.delete(f"object:{key}")
+            self.remote.failed("returned a damaged object file; removed there")
+            return None
+        self.stats.remote_hits += 1
+        with contextlib.suppress(OSError):
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with self._lock(exclusive=False):
+                self._write(key, path, [data])
         return obj
 
     def put_object(self, key: str, obj: bytes) -> bool:
@@ -537,6 +591,8 @@ class CompileCache:
         with self._lock(exclusive=False):
             if not self._write(key, path, [hashlib.sha256(obj).digest(), obj]):
                 return False
+        if self.remote is not None:
+            self.remote.put(f"object:{key}", hashlib.sha256(obj).digest() + obj)
         self._bound()
         return True
 
@@ -733,19 +789,22 @@ def cache_dir() -> Path:
     return Path(os.environ.get("PBSDK_CACHE_DIR") or Path("~/.cache/pbsdk")).expanduser()
 
 
-_caches: dict[Path, CompileCache] = {}
+_caches: dict[tuple[Path, str], CompileCache] = {}
 _caches_lock = threading.Lock()
 
 
 def get_cache() -> CompileCache | None:
-    """The cache configured by the environment, or None when it is disabled."""
+    """The cache configured by the environment (``PBSDK_CACHE_DIR``, and ``PBSDK_CACHE_URL``'s remote tier
+    behind it: `pbsdk.core.runtime.remote`), or None when it is disabled."""
     if _off(os.environ.get("PBSDK_CACHE")) or _on(os.environ.get("PBSDK_DISABLE_CACHE")):
         return None
     directory = cache_dir()
+    url = os.environ.get("PBSDK_CACHE_URL", "").strip()
     with _caches_lock:
-        cache = _caches.get(directory)
+        cache = _caches.get((directory, url))
         if cache is None:
-            cache = _caches[directory] = CompileCache(directory)
+            remote = remote_from_env(f"pbsdk:cache{FORMAT_VERSION}") if url else None
+            cache = _caches[(directory, url)] = CompileCache(directory, remote=remote)
         return cache
 
 
