@@ -341,6 +341,34 @@ def _print_modelled(fn: Any, what: Any, spec: Any, options: dict[str, Any]) -> N
               f"(modelled / planner = {t.seconds / max(run.planner_estimate_seconds, 1e-15):.2f})")
 
 
+def _read_report(path: Path) -> dict[str, Any] | None:
+    """An earlier (partial) report to resume from; None (said so) where there is none."""
+    try:
+        return dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        print(f"pbsdk dse: --resume: no report at {path}; starting the sweep from the beginning", file=sys.stderr)
+        return None
+    except (OSError, ValueError) as exc:
+        raise PbsdkError(f"--resume: cannot read the report {path}: {exc}") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _streamed(path: Path, partial: dict[str, Any], total: int) -> None:
+    """A finished variant: the report so far written (an interrupted sweep resumes from it) and the
+    progress bar redrawn on stderr."""
+    _write_atomic(path, json.dumps(partial, indent=2))
+    done = len(partial["variants"])
+    width = 30
+    filled = width * done // max(1, total)
+    print(f"\r  [{'#' * filled}{'.' * (width - filled)}] {done}/{total} variants", end="", file=sys.stderr,
+          flush=True)
+
+
 def _cmd_dse(args: argparse.Namespace) -> int:
     from pbsdk import dse
 
@@ -360,10 +388,18 @@ def _cmd_dse(args: argparse.Namespace) -> int:
             index, count = (int(x) for x in args.shard.split("/"))
         except ValueError:
             raise PbsdkError(f"--shard {args.shard!r}: expected I/N, e.g. 0/4") from None
+        out.mkdir(parents=True, exist_ok=True)
+        resume = _read_report(out / "dse.json") if args.resume else None
+        from pbsdk.core.spec import load_spec
+
+        total = sum(v.index % count == index for v in dse.variants(load_spec(args.spec),
+                                                                    [dse.parse_vary(v) for v in args.vary]))
         report = dse.explore(args.spec, [dse.parse_vary(v) for v in args.vary], args.model, jobs=args.jobs,
-                             shard=(index, count))
+                             shard=(index, count), engine=args.engine, address=args.address, resume=resume,
+                             on_row=lambda partial: _streamed(out / "dse.json", partial, total))
+        print(file=sys.stderr)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "dse.json").write_text(json.dumps(report, indent=2))
+    _write_atomic(out / "dse.json", json.dumps(report, indent=2))
     print(dse.format_table(report))
     print(f"wrote {out / 'dse.json'}", end="")
     if report["shard"][1] == 1:
@@ -376,25 +412,45 @@ def _cmd_dse(args: argparse.Namespace) -> int:
     return 0 if all("error" not in r for r in report["variants"]) else 1
 
 
+def _conform_results(args: argparse.Namespace, request: Any, families: list[str], cases: Sequence[Any]) -> Any:
+    """Each case's result as it finishes: here in order, or on an engine (`pbsdk.engines`), where each
+    worker generates the suite again and runs the case it is named."""
+    from pbsdk.conformance import run_cases
+    from pbsdk.conformance.runner import run_named_case
+    from pbsdk.engines import run_unordered
+
+    emulate = not args.no_emulate
+    if args.engine == "local" and args.jobs <= 1:
+        for case in cases:
+            yield run_cases([case], target=request.target.name, spec=request.spec, emulate=emulate)[0]
+        return
+    data = request.spec.model_dump(mode="json", exclude_none=True)
+    items = [(c.name, (request.target.name, data, families or None, args.full, c.name, emulate)) for c in cases]
+    for _, result in run_unordered(run_named_case, items, engine=args.engine, jobs=args.jobs, address=args.address):
+        yield result
+
+
 def _cmd_conform(args: argparse.Namespace) -> int:
-    from pbsdk.conformance import generate_cases, junit_xml, run_cases, summary
+    from pbsdk.conformance import generate_cases, junit_xml, summary
     from pbsdk.conformance.runner import EMULATED, report, resource_summary
     from pbsdk.core.compiler import resolve
 
     request = resolve(args.target, args.spec, None)
     families = [f for f in (args.ops or "").split(",") if f]
     cases = generate_cases(request.spec, ops_filter=families or None, full=args.full)
-    print(f"conformance: target {request.target.name}, spec {request.spec.name}, {len(cases)} cases")
+    print(f"conformance: target {request.target.name}, spec {request.spec.name}, {len(cases)} cases"
+          + (f" on {args.engine} ({args.jobs} jobs)" if args.engine != "local" or args.jobs > 1 else ""))
     results = []
-    for case in cases:
-        (result,) = run_cases([case], target=request.target.name, spec=request.spec, emulate=not args.no_emulate)
+    for result in _conform_results(args, request, families, cases):
         results.append(result)
         err = f" max abs {result.max_abs_error:.2e}" if result.max_abs_error is not None else ""
         if result.message.startswith(EMULATED):
             err += " (emulated)"
         detail = f"  ({result.message.splitlines()[0]})" if result.status != "pass" and result.message else ""
         used = resource_summary(result) if result.resources is not None else ""
-        print(f"  {result.status.upper():<5} {result.name}{err}{detail}{f'  [{used}]' if used else ''}")
+        print(f"  {result.status.upper():<5} {result.name}{err}{detail}{f'  [{used}]' if used else ''}", flush=True)
+    order = {c.name: i for i, c in enumerate(cases)}
+    results.sort(key=lambda r: order[r.name])  # the report in the suite's order, whatever finished first
     counts = summary(results)
     print(" ".join(f"{k}={v}" for k, v in counts.items()))
     if args.report:
@@ -498,6 +554,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "a sweep over machines; --merge joins the reports)")
     p.add_argument("--merge", nargs="+", metavar="JSON", help="merge shard reports of one sweep instead of running")
     p.add_argument("--out", default="dse-out", help="directory for dse.json and dse.png (default dse-out)")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="where variants run: local processes (--jobs), or Ray tasks (pip install 'pbsdk[ray]'): a "
+                        "local Ray of --jobs CPUs, or the cluster at --address")
+    p.add_argument("--address", default=None, help="with --engine ray: the Ray cluster to use (e.g. ray://host:10001)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the finished variants of the (partial) report in --out and run only the others")
     p.set_defaults(func=_cmd_dse)
 
     p = sub.add_parser("conform", help="run the spec-driven conformance suite on a target")
@@ -511,6 +573,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-emulate", action="store_true",
                    help="without the device, only compile (default: run on the target's host emulation "
                         "where it has one, e.g. nvgpu)")
+    p.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="where cases run: here (--jobs processes), or as Ray tasks (pip install 'pbsdk[ray]')")
+    p.add_argument("--jobs", type=int, default=1, help="cases run in parallel (processes; with --engine ray: the "
+                                                       "local Ray's CPUs)")
+    p.add_argument("--address", default=None, help="with --engine ray: the Ray cluster to use")
     p.set_defaults(func=_cmd_conform)
 
     p = sub.add_parser("demo", help="compile and run an MLP layer (bias+GELU) and a softmax; compare with numpy")

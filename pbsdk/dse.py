@@ -4,8 +4,10 @@
 the spec for every combination of the varied fields' values, runs the program on each variant's emulation
 (`pbsdk.emulation`: the template target's counters priced by `pbsdk.core.plan.chip_time`) and reports the
 modelled time, the bytes each memory level served and the matrix units' utilisation per variant, as JSON and
-a plot. Variants are independent: they run in parallel processes here (``jobs``), and ``shard=(i, n)``
-runs every n-th variant from the i-th, so that n machines can share one sweep (docs/dse.md).
+a plot. Variants are independent: they run in parallel processes here (``jobs``) or as Ray tasks
+(``engine="ray"``, `pbsdk.engines`), each finished one streamed into the report (``on_row``) so that an
+interrupted sweep resumes from it; and ``shard=(i, n)`` runs every n-th variant from the i-th, so that n
+machines can share one sweep without a cluster (docs/dse.md).
 
 A field is a dotted path into the spec: ``clock_ghz``, ``peak_tflops.bf16``, ``vector.width_bits``;
 list entries by name: ``memory.<level>.<field>``, ``compute.<level>.<field>``,
@@ -18,14 +20,13 @@ The planning half (`parse_vary`, `variants`) is pure and tested without MLIR.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import itertools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -244,32 +245,49 @@ def _worker(args: tuple[str, dict[str, Any], dict[str, Any] | None]) -> dict[str
 
 
 def explore(spec: str | ChipSpec, vary: Sequence[Vary], model: str, *, options: Mapping[str, Any] | None = None,
-            jobs: int = 1, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
-    """The sweep: every variant (of this ``shard``) run, in ``jobs`` processes; the report as a dict."""
+            jobs: int = 1, shard: tuple[int, int] = (0, 1), engine: str = "local", address: str | None = None,
+            resume: Mapping[str, Any] | None = None,
+            on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """The sweep: every variant (of this ``shard``) run on ``engine`` (`pbsdk.engines`: ``local`` with
+    ``jobs`` processes, or ``ray`` at ``address``); the report as a dict. ``resume``: an earlier
+    (partial) report of the same sweep, whose finished variants are kept and not run again. ``on_row``:
+    called with the report so far each time a variant finishes (rows in index order)."""
+    from pbsdk.engines import run_unordered
+
     base = load_spec(spec)
     model = resolve_model(model)
     index, count = shard
     if not (count >= 1 and 0 <= index < count):
         raise PbsdkError(f"--shard {index}/{count}: expected I/N with 0 <= I < N")
     todo = [v for v in variants(base, vary) if v.index % count == index]
-    t0 = time.perf_counter()
-    results: dict[int, dict[str, Any]] = {}
-    runnable = [v for v in todo if v.spec is not None]
-    opts = dict(options) if options else None
-    if jobs > 1 and len(runnable) > 1:
-        with concurrent.futures.ProcessPoolExecutor(max_workers=min(jobs, len(runnable))) as pool:
-            futures = {v.index: pool.submit(_worker, (model, v.spec.model_dump(mode="json", exclude_none=True),
-                                                      opts)) for v in runnable if v.spec is not None}
-            results = {i: f.result() for i, f in futures.items()}
-    else:
-        results = {v.index: run_variant(model, v.spec, opts) for v in runnable if v.spec is not None}
-    rows = []
+    head = {"spec": base.name, "model": model, "vary": {x.field: list(x.values) for x in vary}, "shard": [index, count]}
+    rows = _resumed(resume, head) if resume is not None else {}
     for v in todo:
-        row: dict[str, Any] = {"index": v.index, "values": dict(v.values)}
-        row.update({"error": v.error} if v.error else results[v.index])
-        rows.append(row)
-    return {"spec": base.name, "model": model, "vary": {x.field: list(x.values) for x in vary},
-            "shard": [index, count], "seconds": time.perf_counter() - t0, "variants": rows}
+        if v.error:
+            rows[v.index] = {"index": v.index, "values": dict(v.values), "error": v.error}
+    t0 = time.perf_counter()
+    opts = dict(options) if options else None
+    items = [(v.index, (model, v.spec.model_dump(mode="json", exclude_none=True), opts)) for v in todo
+             if v.spec is not None and v.index not in rows]
+    values = {v.index: dict(v.values) for v in todo}
+
+    def report() -> dict[str, Any]:
+        return {**head, "seconds": time.perf_counter() - t0, "variants": [rows[i] for i in sorted(rows)]}
+
+    for key, result in run_unordered(_worker, items, engine=engine, jobs=jobs, address=address):
+        i = cast(int, key)
+        rows[i] = {"index": i, "values": values[i], **result}
+        if on_row is not None:
+            on_row(report())
+    return report()
+
+
+def _resumed(previous: Mapping[str, Any], head: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
+    """The finished rows of ``previous``, a report of the same sweep (`PbsdkError` if it is another's);
+    a variant that failed to run is run again."""
+    if any(previous.get(k) != v for k, v in head.items()):
+        raise PbsdkError("--resume: the report is of another sweep (spec, model, varied fields or shard differ)")
+    return {int(r["index"]): dict(r) for r in previous.get("variants", []) if "error" not in r}
 
 
 def merge_reports(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

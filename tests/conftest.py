@@ -20,6 +20,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--runslow", action="store_true", default=False, help="run long sweeps marked slow")
     parser.addoption("--runrealmodels", action="store_true", default=False,
                      help="run the full-size real models (torchvision, transformers) marked realmodels")
+    parser.addoption("--runray", action="store_true", default=False,
+                     help="run the tests marked ray (each starts a local Ray: pip install 'pbsdk[ray]')")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -27,7 +29,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     has_gpu = shutil.which("nvidia-smi") is not None
     skip_gpu = pytest.mark.skip(reason="needs an NVIDIA GPU")
     skip_real = pytest.mark.skip(reason="full-size real model: run with --runrealmodels")
+    skip_ray = pytest.mark.skip(reason="starts a local Ray: run with --runray")
     for item in items:
+        if "ray" in item.keywords and not config.getoption("--runray"):
+            item.add_marker(skip_ray)
         if "realmodels" in item.keywords and not config.getoption("--runrealmodels"):
             item.add_marker(skip_real)
         if "slow" in item.keywords and not config.getoption("--runslow"):

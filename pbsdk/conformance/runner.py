@@ -195,6 +195,19 @@ def run_cases(cases: Sequence[Case], *, target: str, spec: ChipSpec, seed: int =
     return [run_case(c, target=target, spec=spec, seed=seed, emulate=emulate) for c in cases]
 
 
+def run_named_case(args: tuple[str, dict[str, Any], list[str] | None, bool, str, bool]) -> CaseResult:
+    """One case of a suite run where its generator cannot be sent (an engine's worker, `pbsdk.engines`):
+    ``(target, spec data, families, full, case name, emulate)``; the suite is generated again here (it is
+    deterministic) and the named case run."""
+    from pbsdk.conformance.cases import generate_cases
+    from pbsdk.core.spec import validate_data
+
+    target, spec_data, families, full, name, emulate = args
+    spec = validate_data(spec_data, "conformance")
+    (case,) = [c for c in generate_cases(spec, ops_filter=families, full=full) if c.name == name]
+    return run_case(case, target=target, spec=spec, emulate=emulate)
+
+
 def summary(results: Sequence[CaseResult]) -> dict[str, int]:
     counts = {"pass": 0, "fail": 0, "error": 0, "skip": 0}
     for r in results:
