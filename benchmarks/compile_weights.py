@@ -169,7 +169,8 @@ def _rss_mb() -> float:
 
 
 def child(name: str) -> None:
-    """One measurement: build, compile on the first call, check against eager, print JSON."""
+    """One measurement: build, compile on the first call, check against eager, print JSON (with a digest of
+    the output and the compile cache's counters)."""
     import torch
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))
@@ -187,17 +188,22 @@ def child(name: str) -> None:
         compiled(x)
         second = time.perf_counter() - start
     err = float((got - expected).abs().max() / expected.abs().max().clamp(min=1e-30))
+    import hashlib
+
     import pbsdk.frontends.torch as pt
+    from pbsdk.core.runtime.cache import get_cache
 
     reports = pt.reports()
     print(json.dumps({"model": name, "weights_mb": params / 2**20, "first_call_s": first, "second_call_s": second,
                       "built_rss_mb": built_mb, "peak_rss_mb": _hwm_mb(), "relative_error": err,
                       "pbsdk_s": sum(r.seconds for r in reports), "partitions": sum(r.partitions for r in reports),
-                      "fallback_ops": sorted({o for r in reports for o in r.fallback_ops})}))
+                      "fallback_ops": sorted({o for r in reports for o in r.fallback_ops}),
+                      "output_sha256": hashlib.sha256(got.contiguous().numpy().tobytes()).hexdigest(),
+                      "cache_stats": vars(cache.stats) if (cache := get_cache()) is not None else None}))
 
 
 def _run(name: str, cache: str, pbsdk: str | None, timeout: float) -> dict[str, Any]:
-    env = dict(os.environ, PBSDK_CACHE_DIR=cache)
+    env = dict(os.environ, PBSDK_CACHE_DIR=cache)  # PBSDK_CACHE_URL passes through
     env.pop("PBSDK_CACHE", None)
     env.pop("PBSDK_DISABLE_CACHE", None)
     root = pbsdk or str(Path(__file__).resolve().parent.parent)

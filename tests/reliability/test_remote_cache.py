@@ -87,6 +87,28 @@ def test_two_machines_share_code_not_weights(server: _Server, tmp_path: Path) ->
     assert c.get(_key(1)) is None  # no weights here, none given: a miss, not a failure
 
 
+def test_weights_the_compiler_packed_travel_by_digest(server: _Server, tmp_path: Path) -> None:
+    from pbsdk.core.target import DERIVED_CONSTANTS
+
+    tier = _tier(server.url)
+    packed = np.arange(1 << 14, dtype=np.float32).reshape(128, 128)  # made at compile time from the caller's
+    art = Artifact("llvm-ir", "k", "main", (((4,), "f32"),), (((4,), "f32"),), {DERIVED_CONSTANTS: True},
+                   constants=(packed,))
+    assert CompileCache(tmp_path / "a", remote=tier).put(_key(7), art)
+    assert any(k.startswith(b"test") and b":weight:" in k for k in server.client.keys("*"))
+    b = CompileCache(tmp_path / "b", remote=tier)
+    got = b.get(_key(7))  # no constants passed: they are the compiler's, fetched by digest and checked
+    assert got is not None and np.array_equal(got.constants[0], packed) and (b.weights).is_dir()
+    for k in server.client.keys("*:weight:*"):  # a damaged packed weight: a miss, not a wrong kernel
+        blob = bytearray(server.client.get(k))
+        blob[0] ^= 1
+        server.client.set(k, bytes(blob))
+    c = CompileCache(tmp_path / "c", remote=tier)
+    with pytest.warns(CacheWarning, match="damaged"):
+        assert c.get(_key(7)) is None
+    assert server.client.keys("*") == [] and not any(c.weights.glob("*"))  # removed there and here
+
+
 def test_a_server_stopped_mid_run_degrades_to_local_with_one_warning(server: _Server, tmp_path: Path) -> None:
     tier = _tier(server.url, retry_s=60)
     cache = CompileCache(tmp_path / "a", remote=tier)

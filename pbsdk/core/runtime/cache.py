@@ -473,7 +473,8 @@ class CompileCache:
 
     def _remote_get(self, key: str, constants: tuple[np.ndarray, ...] | None) -> Artifact | None:
         """A local miss looked up in the remote tier: its entry checked as a local one and stored here.
-        Its weights must be the caller's ``constants`` or in the local weight store (they never travel)."""
+        Its constants: the caller's ``constants`` (those never travel), or, where the compiler made them
+        (packed weights, `DERIVED_CONSTANTS`), the local weight store's, else the remote's by digest."""
         blob = self.remote.get(f"entry:{key}") if self.remote is not None else None
         if blob is None:
             self.stats.misses += 1
@@ -488,6 +489,9 @@ class CompileCache:
             self.stats.misses += 1
             assert self.remote is not None
             self.remote.delete(f"entry:{key}")
+            if isinstance(exc, _BadWeight):  # fetched from there and stored here before it was checked
+                self.remote.delete(f"weight:{exc.digest}")
+                _unlink(self.weights / exc.digest)
             self.remote.failed(f"returned a damaged entry ({exc}); removed there")
             return None
         self.stats.hits += 1
@@ -507,7 +511,14 @@ class CompileCache:
         try:
             return _map(path)
         except (FileNotFoundError, NotADirectoryError):
+            pass
+        data = self.remote.get(f"weight:{digest}") if self.remote is not None else None
+        if data is None or len(data) != size:
             raise _Missing(digest) from None
+        with contextlib.suppress(OSError):  # checked against its digest by the reader (`decode`)
+            self.weights.mkdir(parents=True, exist_ok=True)
+            self._write(digest, path, [data])
+        return data
 
     def put(self, key: str, artifact: Artifact, digests: list[str] | None = None) -> bool:
         """Store ``artifact`` atomically: its constants into the weight store (each once per content), then
@@ -541,6 +552,9 @@ class CompileCache:
                 return False
         self.stats.stores += 1
         if self.remote is not None:
+            if artifact.metadata.get(DERIVED_CONSTANTS):  # made by the compiler (packed weights), not the caller's
+                for array, digest in zip(arrays, digests):
+                    self.remote.put(f"weight:{digest}", bytes(raw_bytes(array)))
             self.remote.put(f"entry:{key}", b"".join(blob))
         self._bound()
         return True

@@ -1,9 +1,11 @@
 """A remote tier behind the local compile cache, shared by many machines (``PBSDK_CACHE_URL``).
 
 Lookups go local, then remote; a remote hit is written to the local directory, so the next lookup is
-local. New entries are written to both. What travels is code and small metadata: an entry's bytes describe
-its constants (shape, dtype, digest) without holding them — the weights are the caller's and stay in the
-local weight store — and a host JIT's object files. The keys are the local cache's (`cache_key`, the
+local. New entries are written to both. What travels is code and metadata: an entry's bytes describe its
+constants (shape, dtype, digest) without holding them, a host JIT's object files, and the constants the
+compiler made (weights packed at compile time, each by its digest, each at most `MAX_REMOTE_BYTES`). The
+caller's own weights never travel: a lookup that passes them uses them, one that does not finds them in
+the local weight store or misses. The keys are the local cache's (`cache_key`, the
 object keys), under a namespace with the entry format's version; the bytes carry the same checksums, which
 the local cache checks on every remote read as on a local one.
 
