@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import compile_weights  # noqa: E402
+import compile_weights
 
 
 def _server(tmp: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -96,7 +96,7 @@ def main() -> None:
         stats = r.get("cache_stats") or {}
         same = r["output_sha256"] == results[0].get("output_sha256")
         print(f"{r['run']:8} {r['first_call_s']:12.2f} {cold / r['first_call_s']:7.2f}x {stats.get('remote_hits', 0):11d} "
-              f"{stats.get('stores', 0):6d} {str(same):>11}  {len(r['remote_warnings'])}")
+              f"{stats.get('stores', 0):6d} {same!s:>11}  {len(r['remote_warnings'])}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
