@@ -88,6 +88,9 @@ class Options:
     #: Run NCHW convolutions that need patches (not 1x1 stride 1) in NHWC: transposes around one NHWC
     #: contraction (weights transposed at compile time when constant).
     conv_nhwc: bool = True
+    #: Let the planner run an f32 convolution as a direct kernel where it finds one cheaper than a contraction
+    #: (narrow groups, few input channels: `pbsdk.core.plan.direct_conv`; only with ``conv_nhwc``).
+    direct_conv: bool = True
     #: Keep activations in NHWC between NCHW convolutions that run in NHWC, and the ops between them
     #: (`pbsdk.core.ir.layout`), instead of transposing around each convolution.
     channels_last: bool = True

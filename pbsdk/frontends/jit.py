@@ -79,6 +79,7 @@ class JitFunction:
     def explain(self, *args: Any) -> str:
         """The planner's decisions for each contraction this function traces to, as text."""
         from pbsdk.core.plan import explain_graph, format_plan
+        from pbsdk.core.plan.explain import explain_conv_routes
 
         graph, _ = trace(self.fn, self._signature(args))
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
@@ -89,6 +90,7 @@ class JitFunction:
         plans = explain_graph(graph, self.request.spec, self.request.options)
         inside = fused_nodes(graph, self.request.spec, self.request.options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]
+        text += explain_conv_routes(graph, self.request.spec, self.request.options)
         text += explain_attention(graph, self.request.spec, self.request.options,
                                   self.request.target.attention_forms)
         return "\n".join(([layout] if layout else []) + text) or "no contractions"

@@ -1,5 +1,5 @@
 """Grouped convolutions (not depthwise) as one batched contraction over their groups
-(`pbsdk.core.ir.emit.grouped_as_batch`): against numpy in both layouts, strides, dilations, rectangular
+(`pbsdk.core.ir.emit.grouped_as_batch`) or, f32 where the planner finds it cheaper, a direct kernel: against numpy in both layouts, strides, dilations, rectangular
 kernels, groups with one input channel and a channel multiplier, f32 on the packed vector-FMA kernels and
 bf16 on the host's dot-product unit, whose counters must say so."""
 
@@ -49,9 +49,22 @@ def _contractions(fn: pbsdk.JitFunction, *args: np.ndarray) -> list[dict]:
     return list(exe.resources["contractions"])
 
 
+def _route(fn: pbsdk.JitFunction, *args: np.ndarray):
+    """The planner's route for the program's one convolution (`pbsdk.core.ir.emit.direct_conv_route`)."""
+    from pbsdk.core.ir.emit import direct_conv_route
+    from pbsdk.core.options import parse_options
+    from pbsdk.frontends.jit import trace
+
+    graph, _ = trace(fn.fn, fn._signature(args))
+    (node,) = [n for n in graph.live_nodes() if n.op == "conv2d"]
+    return direct_conv_route(node, load_spec("host"), parse_options({}))
+
+
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
-def test_grouped_conv_f32_is_one_batched_contraction(case: tuple, layout: str) -> None:
+def test_grouped_conv_f32_runs_where_the_planner_says(case: tuple, layout: str) -> None:
+    """One batched contraction over the groups, or the direct kernel (`pbsdk.core.plan.direct_conv`) where
+    the planner finds it cheaper — groups of 8 channels (g8_3x3) always on a host with a vector unit."""
     _, (_, c, _, _), (_, kh, kw), groups, stride, padding, dilation = case
     x, w = _inputs(case, layout, np.dtype(np.float32))
     fn = pbsdk.jit(_conv(case, layout), options={"cache": False})
@@ -59,7 +72,13 @@ def test_grouped_conv_f32_is_one_batched_contraction(case: tuple, layout: str) -
     want = ref.conv2d(x, w, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout)
     assert_close(got, want, op="conv2d", reduction_size=c // groups * kh * kw)
     records = _contractions(fn, x, w)
-    assert [r["batch"] for r in records] == [groups], records
+    route = _route(fn, x, w)
+    if route is not None and route.direct:
+        assert records == [], (route.reason, records)
+    else:
+        assert [r["batch"] for r in records] == [groups], records
+    if case[0] == "g8_3x3" and load_spec("host").vector is not None:
+        assert route is not None and route.direct, route
 
 
 @pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16ps"), reason="this host has no AVX512-BF16 (vdpbf16ps)")

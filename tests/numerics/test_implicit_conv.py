@@ -85,14 +85,16 @@ def test_implicit_conv_then_bias_relu(pack_notes) -> None:
 
 def test_few_channels_and_the_option_keep_im2col(pack_notes) -> None:
     """A 3-channel image stem is not read in place (too short a channel run), and implicit_conv=False
-    turns the path off; both still compute the convolution."""
+    turns the path off; both still compute the convolution. (In f32 the planner sends such a stem to a
+    direct kernel, `pbsdk.core.plan.direct_conv`, unless option direct_conv=False keeps the contraction.)"""
     x = RNG.standard_normal((1, 16, 16, 3)).astype(np.float32)
     w = RNG.standard_normal((3, 3, 3, 8)).astype(np.float32)
     case = ("stem", (1, 16, 16, 3), (8, 3, 3), 1, 1, 1)
-    notes = pack_notes(_conv(case), {}, x, w)
+    options = {"direct_conv": False}
+    notes = pack_notes(_conv(case), options, x, w)
     assert any("im2col of 3 channel(s) kept" in n for n in notes), notes
-    assert_close(pbsdk.jit(_conv(case))(x, w), ref.conv2d(x, w, padding=1, layout="NHWC"), op="conv2d",
-                 reduction_size=27)
+    assert_close(pbsdk.jit(_conv(case), options=options)(x, w), ref.conv2d(x, w, padding=1, layout="NHWC"),
+                 op="conv2d", reduction_size=27)
     x16, w16 = _inputs(CASES[0])
     assert not any("implicit GEMM" in n for n in pack_notes(_conv(CASES[0]), {"implicit_conv": False}, x16, w16))
 

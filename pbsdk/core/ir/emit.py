@@ -359,8 +359,10 @@ class _Emitter:
             xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
             xt, nhwc = padded, True
             pt = pb = pl = pr = 0
-        grouped = not as_matmul and not depthwise and grouped_as_batch(node, self.spec, self.options)
-        if (grouped and not nhwc) or (as_matmul and not nhwc and conv_in_nhwc(
+        direct = not depthwise and direct_conv(node, self.spec, self.options)
+        as_matmul = as_matmul and not direct
+        grouped = not as_matmul and not depthwise and not direct and grouped_as_batch(node, self.spec, self.options)
+        if ((grouped or direct) and not nhwc) or (as_matmul and not nhwc and conv_in_nhwc(
                 node, self.spec, self.options, weights_constant=self._is_const(w))):
             # Run in NHWC (see _conv2d_as_matmul): transposed before padding, as a generic, so the transpose
             # fuses with the elementwise ops that produce the input.
@@ -386,6 +388,9 @@ class _Emitter:
             return
         if depthwise:
             self._depthwise_nhwc(node, xv, xt)
+            return
+        if direct:
+            self._direct_nhwc(node, xv, xt)
             return
         # Split channels into (groups, channels per group) so every map is a plain affine sum.
         d = dims(8)
@@ -577,6 +582,41 @@ class _Emitter:
                          init=self.filled(y_t, 0.0), out_results=[d[0], d[1], d[2], d[5]], n_loops=6,
                          iterators=["parallel"] * 3 + ["reduction"] * 2 + ["parallel"],
                          body=_mac_body(xt.dtype, w.dtype, out.dtype))
+        self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
+
+    def _direct_nhwc(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
+        """A convolution the planner runs as a direct kernel (`direct_conv`) over the (padded) NHWC input
+        ``xv``: one ``linalg.generic`` with loops (n, oh, ow, g, o, kh, kw, c) over the input viewed as (N, Hp,
+        Wp, G, CG), the weights as (KH, KW, CG, G, OG) — from (O, CG, KH, KW) at compile time when they are a
+        constant — and the output as (N, OH, OW, G, OG), which the cpu target's ``direct-conv`` stage
+        recognises (`pbsdk.core.plan.direct_conv.direct_conv_geometry`); an NCHW result is transposed back (a
+        generic that fuses with what follows)."""
+        x, w = node.inputs
+        out = node.out
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        groups, given_nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
+        n_, h_, w_, _ = xt.shape
+        kh, kw, cg, o = w.shape if given_nhwc else (w.shape[2], w.shape[3], w.shape[1], w.shape[0])
+        oh, ow = out.shape[1:3] if given_nhwc else out.shape[2:4]
+        og = o // groups
+        w_t = TensorType((kh, kw, cg, o), w.dtype)
+        if given_nhwc:
+            wv = self.value(w)
+        elif (folded := self.folded(w, w_t, "hwco", lambda a: a.transpose(2, 3, 1, 0))) is not None:
+            wv = folded
+        else:
+            wv = self.permuted(self.value(w), w_t, [3, 2, 0, 1])
+        xg = TensorType((n_, h_, w_, groups, cg), xt.dtype)
+        wg = TensorType((kh, kw, cg, groups, og), w.dtype)
+        y5_t = TensorType((n_, oh, ow, groups, og), out.dtype)
+        d = dims(8)  # loops: n oh ow g og kh kw c
+        y5 = self.generic(ins=[(self.expand(xv, xt, xg, [[0], [1], [2], [3, 4]]),
+                                [d[0], d[1] * sh + d[5] * dh, d[2] * sw + d[6] * dw, d[3], d[7]]),
+                               (self.expand(wv, w_t, wg, [[0], [1], [2], [3, 4]]), [d[5], d[6], d[7], d[3], d[4]])],
+                          init=self.filled(y5_t, 0.0), out_results=d[:5], n_loops=8,
+                          iterators=["parallel"] * 5 + ["reduction"] * 3, body=_mac_body(x.dtype, w.dtype, out.dtype))
+        y_t = TensorType((n_, oh, ow, o), out.dtype)
+        y = self.collapse(y5, y5_t, y_t, [[0], [1], [2], [3, 4]])
         self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
 
     def _is_const(self, v: Value) -> bool:
@@ -778,6 +818,41 @@ def grouped_as_batch(node: Node, spec: Any, options: Options) -> bool:
     vec = getattr(spec, "vector", None)
     return (node.attrs["groups"] > 1 and packed_dtypes(x.dtype, w.dtype, acc) and options.conv_nhwc
             and vec is not None and vec.fma and acc in vec.dtypes)
+
+
+def direct_conv_route(node: Node, spec: Any, options: Options) -> Any:
+    """The planner's route (`pbsdk.core.plan.direct_conv.plan_conv_route`) for the f32 convolution ``node``
+    that is not depthwise, on a spec with a vector FMA unit for f32 and options ``conv_nhwc`` and
+    ``direct_conv``; None where
+    it is not asked (the convolution then goes as before: a contraction, or the generic loop nest)."""
+    x, w = node.inputs
+    vec = getattr(spec, "vector", None)
+    if (not options.conv_nhwc or not options.direct_conv or vec is None or not vec.fma or "f32" not in vec.dtypes
+            or (x.dtype, w.dtype, node.out.dtype) != ("f32", "f32", "f32")):
+        return None
+    from pbsdk.core.plan.direct_conv import DirectConv, plan_conv_route
+
+    groups, nhwc = node.attrs["groups"], node.attrs["layout"] == "NHWC"
+    c_ = x.shape[3] if nhwc else x.shape[1]
+    kh, kw, cg, o = w.shape if nhwc else (w.shape[2], w.shape[3], w.shape[1], w.shape[0])
+    if groups > 1 and groups == c_ and o == c_:
+        return None  # depthwise: `depthwise_channels_last`
+    n_, oh, ow = (node.out.shape[0], *(node.out.shape[1:3] if nhwc else node.out.shape[2:4]))
+    (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+    conv = DirectConv(n_, oh, ow, groups, o // groups, kh, kw, cg, sh, sw, dh, dw)
+    clock = getattr(spec, "clock_ghz", None)
+    caches = sorted(((m.size_bytes, m.bandwidth_gbps / clock) for m in spec.memory
+                     if m.managed == "cache" and m.bandwidth_gbps), key=lambda c: c[0])
+    if not clock or not caches:
+        return None  # no caches to keep the weights in (a chip's scratchpads): its contractions decide
+    return plan_conv_route(vec.registers, vec.lanes("f32"), vec.fma_per_cycle, vec.loads_per_cycle, conv,
+                           caches=caches)
+
+
+def direct_conv(node: Node, spec: Any, options: Options) -> bool:
+    """Whether the convolution ``node`` runs as a direct kernel (`direct_conv_route`)."""
+    route = direct_conv_route(node, spec, options)
+    return route is not None and route.direct
 
 
 def conv_in_nhwc(node: Node, spec: Any, options: Options, *, weights_constant: bool, input_nhwc: bool = False,

@@ -35,12 +35,36 @@ def contraction_of(node: Node) -> Contraction | None:
 
 def explain_graph(graph: Graph, spec: ChipSpec,
                   options: Options | Mapping[str, Any] | None = None) -> list[tuple[str, ContractionPlan]]:
+    """The contraction plan of every node that runs as a contraction (not the convolutions that
+    `explain_conv_routes` sends to a direct kernel)."""
     plans = []
+    direct = {title for title, route in _conv_routes(graph, spec, options) if route.direct}
     for i, node in enumerate(graph.live_nodes()):
         op = contraction_of(node)
-        if op is not None:
-            plans.append((f"#{i} {node.op} {node.out.type}", plan_contraction(spec, op, options)))
+        title = f"#{i} {node.op} {node.out.type}"
+        if op is not None and title not in direct:
+            plans.append((title, plan_contraction(spec, op, options)))
     return plans
+
+
+def _conv_routes(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    from pbsdk.core.ir.emit import direct_conv_route
+    from pbsdk.core.options import parse_options
+
+    opts = options if isinstance(options, Options) else parse_options(options)
+    routes = []
+    for i, node in enumerate(graph.live_nodes()):
+        if node.op == "conv2d":
+            route = direct_conv_route(node, spec, opts)
+            if route is not None:
+                routes.append((f"#{i} {node.op} {node.out.type}", route))
+    return routes
+
+
+def explain_conv_routes(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, Any] | None = None) -> list[str]:
+    """Per float convolution the planner routed (`pbsdk.core.plan.direct_conv.plan_conv_route`): a direct
+    kernel or a contraction, and why."""
+    return [f"{title}: {route.reason}" for title, route in _conv_routes(graph, spec, options)]
 
 
 def format_plan(title: str, plan: ContractionPlan) -> str:

@@ -1,7 +1,8 @@
 """The planner's predicted time of a whole program: what the kernel benchmark ranks against measurements.
 
 - Each contraction (matmul, batch matmul, conv2d as an implicit GEMM) takes its plan's estimate
-  (`plan_contraction`: the roofline of its tiles on the spec's levels, on the cores its parallel plan uses).
+  (`plan_contraction`: the roofline of its tiles on the spec's levels, on the cores its parallel plan uses);
+  a conv2d that runs as a direct kernel (`pbsdk.core.plan.direct_conv`), its issue cycles at the clock.
 - The other ops (elementwise, reductions, softmax/layernorm rows, layout ops) run as fused loops: as one
   group, they take the larger of (a) the bytes that cross the group's boundary — every value read from
   outside it (at its size before any broadcast) and every value written for a contraction or the caller,
@@ -58,7 +59,10 @@ def predict_graph(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, 
     loops = [n for n in nodes if contraction_of(n) is None and n.op not in _VIEWS]
     for i, node in enumerate(nodes):
         op = contraction_of(node)
-        if op is not None:
+        direct = _direct_seconds(node, spec, opts) if node.op == "conv2d" else None
+        if direct is not None:
+            terms.append((f"#{i} {node.op} (direct)", direct))
+        elif op is not None:
             terms.append((f"#{i} {node.op}", plan_contraction(spec, op, opts).estimate.seconds))
     if loops:
         in_loops = {n.out.id for n in loops}
@@ -83,6 +87,19 @@ def _vector_ops(node: Any) -> int:
     if node.op.startswith("reduce_"):
         return int(node.inputs[0].type.size)
     return int(node.out.type.size) * {**EXPANDED_OPS, **COMPOSED_OPS}.get(node.op, 1)
+
+
+def _direct_seconds(node: Any, spec: ChipSpec, opts: Options) -> float | None:
+    """A convolution the planner runs as a direct kernel (`pbsdk.core.ir.emit.direct_conv_route`): its issue
+    cycles at the spec's clock, its output rows split over the cores used; None for any other."""
+    from pbsdk.core.ir.emit import direct_conv_route
+
+    route = direct_conv_route(node, spec, opts)
+    if route is None or not route.direct or route.direct_cycles is None or not spec.clock_ghz:
+        return None
+    n, rows = node.out.shape[0], node.out.shape[1] if node.attrs["layout"] == "NHWC" else node.out.shape[2]
+    cores = max(1, min(opts.threads or spec.compute[0].count, spec.compute[0].count, n * rows))
+    return route.direct_cycles / (spec.clock_ghz * 1e9) / cores
 
 
 def _source(v: Value, producer: Mapping[int, Any]) -> Value:

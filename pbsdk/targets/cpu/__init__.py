@@ -38,6 +38,7 @@ from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.bf16 import WidenBf16
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
+from pbsdk.targets.cpu.direct_conv_kernel import DirectConvKernels
 from pbsdk.targets.cpu.llvm_worker import compile_object, illegal_bf16, optimize, target_machine_for
 from pbsdk.targets.cpu.options import CpuOptions
 from pbsdk.targets.cpu.outline import OutlineLoopNests
@@ -617,6 +618,9 @@ class CpuTarget(Target):
                   description="planned matmuls to packed, register-tiled vector FMA kernels"),
             Stage("depthwise", fn=DepthwiseKernels().apply,
                   description="channels-last depthwise convolutions to register-tiled vector FMA kernels"),
+            Stage("direct-conv", fn=DirectConvKernels().apply,
+                  description="channels-last convolutions the planner sends to a direct kernel (narrow groups, "
+                              "few channels) to register-tiled vector FMA kernels"),
             Stage("fill-borders", fn=FillBorders(enabled=cpu.fill_borders).apply,
                   description="a fill that a later op overwrites in a box (a padded input) fills only the frame"),
             Stage("expose-rows", fn=ExposeRows(enabled=cpu.expose_rows and cpu.fuse_rows).apply,
