@@ -1022,37 +1022,120 @@ def _dilate(t: Tensor, factors: Sequence[int]) -> Tensor:
 
 
 def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
-                   dilation: Any = 1, groups: int = 1) -> Tensor:
+                   dilation: Any = 1, groups: int = 1, layout: str = "NCHW") -> Tensor:
     """Transposed convolution (the gradient of a convolution with respect to its input), 1-D to 3-D:
-    x (N, Cin, *S), w (Cin, Cout/groups, *K), as ``torch.nn.functional.conv_transpose{1,2,3}d``.
+    x (N, Cin, *S), w (Cin, Cout/groups, *K), as ``torch.nn.functional.conv_transpose{1,2,3}d``; 2-D also
+    with ``layout="NHWC"``: x (N, H, W, Cin) and the result (N, OH, OW, Cout), the weight as above.
 
-    Computed as a plain convolution: zeros inserted between the input's elements (``stride - 1`` of
+    Run as the planner says (`pbsdk.core.plan.conv_transpose.plan_conv_transpose`): with a stride, one
+    stride-1 convolution per output phase — the input, cropped or padded per phase, by the sub-kernel of
+    that phase's taps (flipped, channel axes swapped) — interleaved into the output; with a dilated kernel
+    (or stride 1), as a plain convolution: zeros inserted between the input's elements (``stride - 1`` of
     them), the result padded by ``dilation * (K - 1) - padding`` (plus ``output_padding`` after), then
     convolved with stride 1 by the weight with its spatial axes flipped and its channel axes swapped."""
+    from pbsdk.core.plan.conv_transpose import plan_conv_transpose
+
     t, k = _operands(x, w)
     nsp = t.ndim - 2
     if nsp not in (1, 2, 3) or k.ndim != t.ndim:
         raise PbsdkError(f"conv_transpose: input and weight must both be 3-D to 5-D, got {t.shape} and {k.shape}")
+    if layout not in ("NCHW", "NHWC") or (layout == "NHWC" and nsp != 2):
+        raise PbsdkError(f"conv_transpose: layout must be 'NCHW' (or 'NHWC' for 2-D), got {layout!r}")
+    nhwc = layout == "NHWC"
     strides = _spatial("conv_transpose", "stride", stride, nsp)
     dil = _spatial("conv_transpose", "dilation", dilation, nsp)
     pads = _spatial("conv_transpose", "padding", padding, nsp, low=0)
     extra = _spatial("conv_transpose", "output_padding", output_padding, nsp, low=0)
     cin, cout_g = k.shape[:2]
-    if not isinstance(groups, (int, np.integer)) or groups < 1 or cin % groups or t.shape[1] != cin:
+    channels = t.shape[-1] if nhwc else t.shape[1]
+    if not isinstance(groups, (int, np.integer)) or groups < 1 or cin % groups or channels != cin:
         raise PbsdkError(f"conv_transpose: groups={groups} does not fit input {t.shape} and weight {k.shape}")
     if builtins.any(e >= builtins.max(s, d) for e, s, d in zip(extra, strides, dil)):
         raise PbsdkError(f"conv_transpose: output_padding {extra} must be smaller than stride or dilation")
     ksp = k.shape[2:]
+    spatial = t.shape[1:3] if nhwc else t.shape[2:]
+    plan = plan_conv_transpose(spatial, ksp, strides, pads, extra, dil)
+    g = int(groups)
     with _group("conv_transpose"):
-        t = _dilate(t, (1, 1, *strides))
-        edges = [(d * (kk - 1) - p, d * (kk - 1) - p + e) for d, kk, p, e in zip(dil, ksp, pads, extra)]
-        t = _pad(t, ((0, 0), (0, 0), *edges), 0.0)
-        g = int(groups)
+        # The weight as a convolution's (O, C/groups, *K): the channel axes swapped within each group.
         kt = reshape(k, (g, cin // g, cout_g) + ksp)
         kt = reshape(transpose(kt, (0, 2, 1) + tuple(range(3, k.ndim + 1))), (g * cout_g, cin // g) + ksp)
-        kt = flip(kt, tuple(range(2, k.ndim)))
         conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
-        return conv(t, kt, dilation=dil, groups=g)
+        if plan.route == "zeros":
+            if nhwc:
+                t = transpose(t, (0, 3, 1, 2))
+            t = _dilate(t, (1, 1, *strides))
+            edges = [(d * (kk - 1) - p, d * (kk - 1) - p + e) for d, kk, p, e in zip(dil, ksp, pads, extra)]
+            t = _pad(t, ((0, 0), (0, 0), *edges), 0.0)
+            out = conv(t, flip(kt, tuple(range(2, k.ndim))), dilation=dil, groups=g)
+            return transpose(out, (0, 2, 3, 1)) if nhwc else out
+        return _conv_transpose_phases(t, kt, plan, g, nhwc)
+
+
+def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: bool) -> Tensor:
+    """A transposed convolution by output phases (`pbsdk.core.plan.conv_transpose`): ``kt`` is its weight
+    as a convolution's (O, C/groups, *K); per combination of the axes' phases a stride-1 convolution of the
+    input (cropped where a phase's padding is negative) by those taps, then the phases interleaved axis by
+    axis (a phase axis of size 1 concatenated next to each spatial axis, merged by a reshape: no
+    transposes) and the result cropped to the output's size."""
+    from pbsdk.core.plan.conv_transpose import phase_combinations
+
+    nsp = len(plan.axes)
+    first = 1 if nhwc else 2  # the first spatial axis
+    n = t.shape[0]
+    cout = kt.shape[0]
+    if nhwc:
+        kt = transpose(kt, (2, 3, 1, 0))  # (KH, KW, C/groups, O), as conv2d takes it in NHWC
+    k_first = 0 if nhwc else 2
+    conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
+    counts = tuple(a.count for a in plan.axes)
+    phases: dict[tuple[int, ...], Tensor] = {}
+    for combo in phase_combinations(plan):
+        key = tuple(ph.phase for ph in combo)
+        out_shape = (n, *counts, cout) if nhwc else (n, cout, *counts)
+        if builtins.any(not ph.taps for ph in combo):
+            phases[key] = broadcast_to(_const(0.0, t.dtype), out_shape)
+            continue
+        xin, wk = t, kt
+        pad_pairs = []
+        for i, ph in enumerate(combo):
+            ax, kax = first + i, k_first + i
+            lo, hi = ph.pad_before, ph.pad_after
+            if lo < 0 or hi < 0:
+                xin = slice(xin, ax, builtins.max(-lo, 0), xin.shape[ax] - builtins.max(-hi, 0))
+            pad_pairs.append((builtins.max(lo, 0), builtins.max(hi, 0)))
+            # The phase's taps in correlation order: an arithmetic run (step -stride), so a strided slice
+            # read backwards: ascending from the smallest, then flipped.
+            taps = sorted(ph.taps)
+            wk = slice(wk, kax, taps[0], taps[-1] + 1, plan.axes[i].stride)
+            if len(taps) > 1:
+                wk = flip(wk, kax)
+        if nsp == 2:
+            y = conv2d(xin, wk, padding=tuple(pad_pairs), groups=groups, layout="NHWC" if nhwc else "NCHW")
+        else:
+            y = conv(xin, wk, padding=tuple(pad_pairs), groups=groups)
+        phases[key] = y
+    # Interleave, last axis first: for each axis, the phases along it stacked next to it and merged.
+    for i in reversed(range(nsp)):
+        ax = first + i
+        stride = plan.axes[i].stride
+        merged: dict[tuple[int, ...], Tensor] = {}
+        for key in sorted({k[:i] for k in phases}):
+            parts = [phases[key + (ph,)] for ph in range(stride)]
+            if stride > 1:
+                shape = parts[0].shape
+                parts = [reshape(p, shape[:ax + 1] + (1,) + shape[ax + 1:]) for p in parts]
+                stacked = concatenate(parts, axis=ax + 1)
+                part = reshape(stacked, shape[:ax] + (shape[ax] * stride,) + shape[ax + 1:])
+            else:
+                part = parts[0]
+            merged[key] = part
+        phases = merged
+    (out,) = phases.values()
+    for i, a in enumerate(plan.axes):
+        if a.count * a.stride != a.out:
+            out = slice(out, first + i, 0, a.out)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- pooling

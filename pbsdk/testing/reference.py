@@ -313,6 +313,44 @@ def conv2d(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, dilation: Any =
     return _done(np.ascontiguousarray(y), out_dtype)
 
 
+def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_padding: Any = 0,
+                   dilation: Any = 1, groups: int = 1, layout: str = "NCHW", dtype: Any = None) -> np.ndarray:
+    """Transposed convolution, 1-D to 3-D (torch's conv_transpose{1,2,3}d): x (N, Cin, *S) — 2-D NHWC:
+    (N, H, W, Cin), result likewise channels last —, w (Cin, Cout/groups, *K).
+
+    Computed by its definition, in float64: every input element times every kernel tap, scattered to
+    output ``i*stride + k*dilation - padding`` (one strided slice per tap, einsum per group), then cropped.
+    """
+    out_dtype = _result_dtype(x, w, dtype=dtype)
+    xv, wv = _f64(x), _f64(w)
+    if layout == "NHWC":
+        xv = np.moveaxis(xv, -1, 1)
+    elif layout != "NCHW":
+        raise ValueError(f"conv_transpose: layout must be 'NCHW' or 'NHWC', got {layout!r}")
+    n, cin, *size = xv.shape
+    _, cout_g, *kernel = wv.shape
+    dims = len(size)
+
+    def each(v: Any) -> tuple[int, ...]:
+        return (int(v),) * dims if isinstance(v, (int, np.integer)) else tuple(int(u) for u in v)
+
+    s, p, e, d = each(stride), each(padding), each(output_padding), each(dilation)
+    full = [(size[i] - 1) * s[i] + d[i] * (kernel[i] - 1) + 1 + e[i] for i in range(dims)]
+    out = [full[i] - 2 * p[i] for i in range(dims)]
+    cig = cin // groups
+    y = np.zeros((n, groups * cout_g, *full))
+    for tap in np.ndindex(*kernel):
+        window = tuple(slice(tap[i] * d[i], tap[i] * d[i] + (size[i] - 1) * s[i] + 1, s[i]) for i in range(dims))
+        for g in range(groups):
+            wg = wv[(slice(g * cig, (g + 1) * cig), slice(None)) + tuple(tap)]
+            y[(slice(None), slice(g * cout_g, (g + 1) * cout_g)) + window] += np.einsum(
+                "nc...,co->no...", xv[:, g * cig:(g + 1) * cig], wg)
+    y = y[(slice(None), slice(None)) + tuple(slice(p[i], p[i] + out[i]) for i in range(dims))]
+    if layout == "NHWC":
+        y = np.moveaxis(y, 1, -1)
+    return _done(np.ascontiguousarray(y), out_dtype)
+
+
 # ------------------------------------------------------------------------------------------------- layout
 
 def transpose(x: Any, axes: Sequence[int] | None = None) -> np.ndarray:

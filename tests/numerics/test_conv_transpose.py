@@ -1,0 +1,83 @@
+"""Transposed convolutions (`pbsdk.ops.conv_transpose`) by output phases (`pbsdk.core.plan.conv_transpose`)
+or with zeros inserted, against the float64 definition (`pbsdk.testing.reference.conv_transpose`, itself
+checked against torch): 1-D to 3-D, NCHW and 2-D NHWC, groups, phases with no taps, cropped and padded
+phases, a dilated kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pbsdk
+from pbsdk import ops
+from pbsdk.core.plan.conv_transpose import plan_conv_transpose
+from pbsdk.testing import assert_close
+from pbsdk.testing import reference as ref
+
+RNG = np.random.default_rng(7)
+
+# id, (N, Cin, *S), (Cout/groups, *K), groups, stride, padding, output_padding, dilation, route
+CASES = [
+    ("up2x_3x3", (1, 16, 9, 9), (8, 3, 3), 1, 2, 1, 1, 1, "phases"),
+    ("4x4_s2_p1", (2, 8, 5, 6), (4, 4, 4), 1, 2, 1, 0, 1, "phases"),
+    ("grouped_s2", (1, 12, 6, 6), (2, 3, 3), 3, 2, 1, 1, 1, "phases"),
+    ("rect_s23_crop", (1, 4, 6, 7), (3, 5, 2), 1, (2, 3), (2, 0), (1, 2), 1, "phases"),
+    ("kernel_below_stride", (1, 4, 5, 5), (4, 1, 2), 1, 3, 0, 0, 1, "phases"),
+    ("dilated", (1, 4, 6, 6), (4, 3, 3), 1, 2, 1, 1, 2, "zeros"),
+    ("stride1", (1, 4, 6, 6), (4, 3, 3), 1, 1, 1, 0, 1, "zeros"),
+    ("1d_s2", (2, 6, 11), (5, 3), 1, 2, 1, 1, 1, "phases"),
+    ("3d_s2", (1, 8, 4, 5, 5), (4, 3, 3, 3), 1, 2, 1, 1, 1, "phases"),
+    ("3d_grouped_s2", (1, 4, 3, 4, 4), (2, 3, 3, 2), 2, 2, 1, 0, 1, "phases"),
+]
+
+
+def _case(case: tuple) -> tuple[np.ndarray, np.ndarray, dict]:
+    _, xs, (cout_g, *k), groups, stride, padding, output_padding, dilation, _ = case
+    x = RNG.standard_normal(xs).astype(np.float32)
+    w = RNG.standard_normal((xs[1], cout_g, *k)).astype(np.float32)
+    return x, w, {"stride": stride, "padding": padding, "output_padding": output_padding, "dilation": dilation,
+                  "groups": groups}
+
+
+def _axes(v, dims: int) -> tuple[int, ...]:
+    return (v,) * dims if isinstance(v, int) else tuple(v)
+
+
+def test_reference_matches_torch() -> None:
+    torch = pytest.importorskip("torch")
+    f = torch.nn.functional
+    for case in CASES:
+        x, w, kw = _case(case)
+        fn = {3: f.conv_transpose1d, 4: f.conv_transpose2d, 5: f.conv_transpose3d}[x.ndim]
+        want = fn(torch.from_numpy(x).double(), torch.from_numpy(w).double(), **kw).numpy()
+        np.testing.assert_allclose(ref.conv_transpose(x, w, **kw, dtype=np.float64), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_route(case: tuple) -> None:
+    x, w, kw = _case(case)
+    dims = x.ndim - 2
+    plan = plan_conv_transpose(x.shape[2:], w.shape[2:], _axes(kw["stride"], dims), _axes(kw["padding"], dims),
+                               _axes(kw["output_padding"], dims), _axes(kw["dilation"], dims))
+    assert plan.route == case[-1], plan.reason
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
+def test_conv_transpose_matches_the_definition(case: tuple, layout: str) -> None:
+    x, w, kw = _case(case)
+    if layout == "NHWC":
+        if x.ndim != 4:
+            pytest.skip("NHWC is 2-D only")
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    got = pbsdk.jit(lambda a, b: ops.conv_transpose(a, b, **kw, layout=layout), options={"cache": False})(x, w)
+    want = ref.conv_transpose(x, w, **kw, layout=layout)
+    taps = int(np.prod(w.shape[2:]))
+    assert_close(got, want, op="conv2d", reduction_size=w.shape[0] // kw["groups"] * taps)
+
+
+def test_nhwc_rejected_beyond_2d() -> None:
+    x = np.zeros((1, 3, 3, 3, 4), np.float32)
+    w = np.zeros((4, 2, 3, 3, 3), np.float32)
+    with pytest.raises(pbsdk.PbsdkError, match="NHWC"):
+        pbsdk.jit(lambda a, b: ops.conv_transpose(a, b, stride=2, layout="NHWC"))(x, w)
