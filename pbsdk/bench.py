@@ -90,11 +90,28 @@ _Q_ROWS = {"rows": 8, "cols": 64}
 
 
 def _conv(name: str, layout: str, k: int, hw: int, c: int, o: int, stride: int = 1,
-          targets: tuple[Target, ...] = _CONV) -> Case:
+          targets: tuple[Target, ...] = _CONV, *, groups: int = 1, n: int = 1) -> Case:
     dims = {"layout": layout, "kh": k, "kw": k, "h": hw, "w": hw, "c": c, "o": o, "stride": stride,
             "pad": k // 2}
     quick = {**dims, **_Q_CONV}
+    if groups > 1 or n > 1:  # (the ResNet-50 rows keep their dims as recorded)
+        dims = {**dims, "groups": groups, "n": n}
+        # Quick: the same group width (depthwise stays depthwise), a few groups, a batch of 2.
+        cg, og = c // groups, o // groups
+        quick = {**quick, "c": cg * min(groups, 3), "o": og * min(groups, 3), "groups": min(groups, 3),
+                 "n": min(n, 2)}
     return Case(name, "conv2d", dims, quick, targets)
+
+
+#: Issue #33's bar for the convolutions of every shape: >= 0.9x torch channels_last (oneDNN).
+_CONV_SHAPES = (Target("torch", 0.9),)
+
+
+def _conv_transpose(name: str, layout: str, k: int, size: tuple[int, ...], c: int, o: int, stride: int) -> Case:
+    dims = {"layout": layout, "k": k, "size": size, "c": c, "o": o, "stride": stride, "pad": k // 2,
+            "output_padding": stride - 1}
+    quick = {**dims, "size": (5,) * len(size), "c": 4, "o": 3}
+    return Case(name, "conv_transpose", dims, quick, _CONV_SHAPES)
 
 
 #: The suite. matmul dims are (m, k, n): A is m x k, B is k x n. conv2d: ResNet-50 layers, batch 1, with
@@ -112,6 +129,17 @@ CASES: tuple[Case, ...] = (
     _conv("conv1x1_56_64to256_nchw", "NCHW", 1, 56, 64, 256),
     _conv("conv3x3_14_256_nhwc", "NHWC", 3, 14, 256, 256),   # conv4_x 3x3
     _conv("conv1x1_7_2048to512_nchw", "NCHW", 1, 7, 2048, 512),  # conv5_x reduction 1x1
+    # Convolutions of every shape (issue #33 item 3), channels last against torch's channels_last (oneDNN):
+    # grouped 3x3 of group width 16 and 8 (RegNet/ResNeXt-like), depthwise 3x3 (MobileNetV2) and 7x7
+    # (ConvNeXt), a 3 -> 16-channel 3x3 on a batch of 128 32x32 images (a CIFAR stem), transposed 3x3
+    # stride 2 in 2-D (a decoder's 2x upsampling) and 3x3x3 in 3-D (NCDHW; torch channels_last_3d).
+    _conv("conv3x3_28_128_g8_nhwc", "NHWC", 3, 28, 128, 128, targets=_CONV_SHAPES, groups=8),
+    _conv("conv3x3_28_128_g16_nhwc", "NHWC", 3, 28, 128, 128, targets=_CONV_SHAPES, groups=16),
+    _conv("dwconv3x3_56_144_nhwc", "NHWC", 3, 56, 144, 144, targets=_CONV_SHAPES, groups=144),
+    _conv("dwconv7x7_56_96_nhwc", "NHWC", 7, 56, 96, 96, targets=_CONV_SHAPES, groups=96),
+    _conv("conv3x3_32_3to16_b128_nhwc", "NHWC", 3, 32, 3, 16, targets=_CONV_SHAPES, n=128),
+    _conv_transpose("convT3x3s2_28_64to32_nhwc", "NHWC", 3, (28, 28), 64, 32, 2),
+    _conv_transpose("convT3x3x3s2_8x16x16_32to16_ncdhw", "NCHW", 3, (8, 16, 16), 32, 16, 2),
     Case("matmul_bias_gelu_512x768x3072", "mlp", {"m": 512, "k": 768, "n": 3072}, _Q_MM, _FUSED),
     Case("softmax_4096x4096", "softmax", {"rows": 4096, "cols": 4096}, _Q_ROWS, _ROWS),
     Case("softmax_512x4096", "softmax", {"rows": 512, "cols": 4096}, _Q_ROWS),
@@ -182,6 +210,8 @@ def _build(case: Case, quick: bool) -> Workload:
                         lambda x, y: x @ y, lambda: ref.matmul(a, b), "matmul", k, False, 2.0 * bt * m * n * k)
     if case.family == "conv2d":
         return _build_conv(d, rng)
+    if case.family == "conv_transpose":
+        return _build_conv_transpose(d, rng)
     rows, cols = d["rows"], d["cols"]
     x = _rand(rng, rows, cols)
     if case.family == "softmax":
@@ -221,26 +251,36 @@ def _build_conv(d: dict[str, Any], rng: np.random.Generator) -> Workload:
     from pbsdk.testing import reference as ref
 
     layout, kh, kw, h, w, c, o = d["layout"], d["kh"], d["kw"], d["h"], d["w"], d["c"], d["o"]
-    s, p = d["stride"], d["pad"]
-    scale = 1 / math.sqrt(c * kh * kw) ** 0.5
+    s, p, g, n = d["stride"], d["pad"], d.get("groups", 1), d.get("n", 1)
+    cg = c // g
+    scale = 1 / math.sqrt(cg * kh * kw) ** 0.5
     nhwc = layout == "NHWC"
-    x = _rand(rng, 1, h, w, c, scale=scale) if nhwc else _rand(rng, 1, c, h, w, scale=scale)
-    wt = _rand(rng, kh, kw, c, o, scale=scale) if nhwc else _rand(rng, o, c, kh, kw, scale=scale)
+    x = _rand(rng, n, h, w, c, scale=scale) if nhwc else _rand(rng, n, c, h, w, scale=scale)
+    wt = _rand(rng, kh, kw, cg, o, scale=scale) if nhwc else _rand(rng, o, cg, kh, kw, scale=scale)
     oh, ow = ref.conv2d_output_shape(h, w, kh, kw, stride=s, padding=p)
 
     def conv_np(xx: np.ndarray, ww: np.ndarray) -> np.ndarray:
-        # im2col as a strided window view, then one GEMM (tensordot copies the windows contiguously).
+        # im2col as a strided window view, then one GEMM (tensordot copies the windows contiguously); grouped:
+        # one einsum over the groups.
         if nhwc:
             xp = np.pad(xx, ((0, 0), (p, p), (p, p), (0, 0))) if p else xx
             win = sliding_window_view(xp, (kh, kw), axis=(1, 2))[:, ::s, ::s]      # N,OH,OW,C,KH,KW
+            if g > 1:
+                wins = win.reshape(*win.shape[:3], g, cg, kh, kw)
+                return np.einsum("nhwgcij,ijcgo->nhwgo", wins, ww.reshape(kh, kw, cg, g, o // g),
+                                 optimize=True).reshape(*win.shape[:3], o)
             return np.tensordot(win, ww, axes=([4, 5, 3], [0, 1, 2]))               # N,OH,OW,O
         xp = np.pad(xx, ((0, 0), (0, 0), (p, p), (p, p))) if p else xx
         win = sliding_window_view(xp, (kh, kw), axis=(2, 3))[:, :, ::s, ::s]        # N,C,OH,OW,KH,KW
+        if g > 1:
+            wins = win.reshape(win.shape[0], g, cg, *win.shape[2:])
+            y = np.einsum("ngchwij,gocij->ngohw", wins, ww.reshape(g, o // g, cg, kh, kw), optimize=True)
+            return np.ascontiguousarray(y.reshape(win.shape[0], o, *win.shape[2:4]))
         return np.ascontiguousarray(np.tensordot(ww, win, axes=([1, 2, 3], [1, 4, 5])).transpose(1, 0, 2, 3))
 
     def conv_torch(xx: Any, ww: Any) -> Any:
         import torch
-        return torch.nn.functional.conv2d(xx, ww, stride=s, padding=p)
+        return torch.nn.functional.conv2d(xx, ww, stride=s, padding=p, groups=g)
 
     def torch_inputs(torch: Any, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
         xx, ww = (torch.from_numpy(a) for a in arrays)
@@ -253,12 +293,65 @@ def _build_conv(d: dict[str, Any], rng: np.random.Generator) -> Workload:
     def torch_output(y: Any) -> np.ndarray:
         return (y.permute(0, 2, 3, 1) if nhwc else y).numpy()
 
-    wshape = f"({kh},{kw},{c},{o})" if nhwc else f"({o},{c},{kh},{kw})"
+    wshape = f"({kh},{kw},{cg},{o})" if nhwc else f"({o},{cg},{kh},{kw})"
     xshape = "(" + ",".join(str(v) for v in x.shape) + ")"
-    return Workload(f"{layout} x{xshape} w{wshape} s{s} p{p}",
-                    (x, wt), lambda xx, ww: ops.conv2d(xx, ww, stride=s, padding=p, layout=layout), conv_np,
-                    conv_torch, lambda: ref.conv2d(x, wt, stride=s, padding=p, layout=layout), "conv2d",
-                    c * kh * kw, False, 2.0 * o * oh * ow * c * kh * kw, torch_inputs, torch_output)
+    return Workload(f"{layout} x{xshape} w{wshape} s{s} p{p}" + (f" groups {g}" if g > 1 else ""),
+                    (x, wt), lambda xx, ww: ops.conv2d(xx, ww, stride=s, padding=p, groups=g, layout=layout),
+                    conv_np, conv_torch,
+                    lambda: ref.conv2d(x, wt, stride=s, padding=p, groups=g, layout=layout), "conv2d",
+                    cg * kh * kw, False, 2.0 * n * o * oh * ow * cg * kh * kw, torch_inputs, torch_output)
+
+
+def _build_conv_transpose(d: dict[str, Any], rng: np.random.Generator) -> Workload:
+    """A transposed convolution, 2-D (NCHW or NHWC) or 3-D (NCDHW), torch's weight layout (Cin, Cout, *K);
+    torch runs it channels last (channels_last / channels_last_3d), as a model converted to it would."""
+    from pbsdk import ops
+    from pbsdk.testing import reference as ref
+
+    layout, k, size, c, o = d["layout"], d["k"], tuple(d["size"]), d["c"], d["o"]
+    s, p, e = d["stride"], d["pad"], d["output_padding"]
+    dims = len(size)
+    nhwc = layout == "NHWC"
+    scale = 1 / math.sqrt(c * k ** dims / s ** dims) ** 0.5
+    x = _rand(rng, 1, *size, c, scale=scale) if nhwc else _rand(rng, 1, c, *size, scale=scale)
+    wt = _rand(rng, c, o, *(k,) * dims, scale=scale)
+    kw = {"stride": s, "padding": p, "output_padding": e}
+
+    def conv_np(xx: np.ndarray, ww: np.ndarray) -> np.ndarray:
+        # By its definition: per kernel tap, the input times the tap's (Cin, Cout) matrix scattered to a
+        # strided window of the output (one tensordot a tap), then cropped.
+        xin = np.moveaxis(xx, -1, 1) if nhwc else xx
+        full = [(n - 1) * s + k + e for n in size]
+        y = np.zeros((xin.shape[0], o, *full), np.float32)
+        for tap in np.ndindex(*(k,) * dims):
+            win = tuple(slice(t, t + (n - 1) * s + 1, s) for t, n in zip(tap, size))
+            y[(slice(None), slice(None)) + win] += np.moveaxis(
+                np.tensordot(xin, ww[(slice(None), slice(None)) + tap], axes=([1], [0])), -1, 1)
+        y = y[(slice(None), slice(None)) + tuple(slice(p, f - p) for f in full)]
+        return np.ascontiguousarray(np.moveaxis(y, 1, -1) if nhwc else y)
+
+    def conv_torch(xx: Any, ww: Any) -> Any:
+        import torch
+        f = torch.nn.functional.conv_transpose2d if dims == 2 else torch.nn.functional.conv_transpose3d
+        return f(xx, ww, **kw)
+
+    def torch_inputs(torch: Any, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        xx, ww = (torch.from_numpy(a) for a in arrays)
+        fmt = torch.channels_last if dims == 2 else torch.channels_last_3d
+        if nhwc:  # a zero-copy channels_last view of the NHWC input
+            return xx.permute(0, 3, 1, 2), ww.contiguous(memory_format=fmt)
+        return xx.contiguous(memory_format=fmt), ww.contiguous(memory_format=fmt)
+
+    def torch_output(y: Any) -> np.ndarray:
+        return (y.permute(0, 2, 3, 1) if nhwc else y).contiguous().numpy()
+
+    out = [(n - 1) * s - 2 * p + k + e for n in size]
+    xshape = "(" + ",".join(str(v) for v in x.shape) + ")"
+    return Workload(f"{layout if dims == 2 else 'NCDHW'} x{xshape} w({c},{o}," + ",".join([str(k)] * dims)
+                    + f") s{s} p{p} op{e}", (x, wt),
+                    lambda xx, ww: ops.conv_transpose(xx, ww, **kw, layout=layout), conv_np, conv_torch,
+                    lambda: ref.conv_transpose(x, wt, **kw, layout=layout), "conv2d", c * k ** dims // s ** dims,
+                    False, 2.0 * c * o * math.prod(out) * k ** dims / s ** dims, torch_inputs, torch_output)
 
 
 # ------------------------------------------------------------------------------------------------ timing

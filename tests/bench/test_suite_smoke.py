@@ -14,10 +14,11 @@ from pbsdk import bench
 from pbsdk.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
-# A case of each workload builder (batched matmul shares matmul's) and both conv layouts, choosing the
+# A case of each workload builder (batched matmul shares matmul's), both conv layouts and a grouped conv, choosing the
 # ones that compile fastest: ~15 s on 2 idle cores.
-SMOKE_CASES = ["matmul_256", "conv1x1_56_64to256_nhwc", "conv1x1_7_2048to512_nchw",
-               "matmul_bias_gelu_512x768x3072", "softmax_512x4096", "layernorm_512x4096"]
+SMOKE_CASES = ["matmul_256", "conv1x1_56_64to256_nhwc", "conv1x1_7_2048to512_nchw", "conv3x3_28_128_g8_nhwc",
+               "convT3x3s2_28_64to32_nhwc", "matmul_bias_gelu_512x768x3072", "softmax_512x4096",
+               "layernorm_512x4096"]
 
 
 @pytest.fixture(scope="module")
