@@ -130,3 +130,31 @@ func.func @max_body(%x: memref<1x6x6x20xf32>, %w: memref<3x3x20xf32>, %o: memref
   }
   return
 }
+
+// -----
+
+// The output's zero fill right before the convolution is dropped: the accumulators start at zero.
+// CHECK-LABEL: func.func @zero_filled(
+// CHECK-NOT:     linalg.fill
+// CHECK:         call @__pbsdk_dw0(
+// CHECK-LABEL: func.func @__pbsdk_dw0(
+// CHECK:         %[[Z:.*]] = arith.constant dense<0.000000e+00> : vector<16xf32>
+// CHECK-NOT:     vector.load %arg2
+// CHECK:         scf.for {{.*}} iter_args(%{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]])
+// CHECK-COUNT-4: vector.store {{.*}}, %arg2
+#x = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1 + d3, d2 + d4, d5)>
+#w = affine_map<(d0, d1, d2, d3, d4, d5) -> (d3, d4, d5)>
+#o = affine_map<(d0, d1, d2, d3, d4, d5) -> (d0, d1, d2, d5)>
+func.func @zero_filled(%x: memref<1x6x6x16xf32>, %w: memref<3x3x16xf32>, %o: memref<1x4x4x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%o : memref<1x4x4x16xf32>)
+  linalg.generic {indexing_maps = [#x, #w, #o],
+                  iterator_types = ["parallel", "parallel", "parallel", "reduction", "reduction", "parallel"]}
+      ins(%x, %w : memref<1x6x6x16xf32>, memref<3x3x16xf32>) outs(%o : memref<1x4x4x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

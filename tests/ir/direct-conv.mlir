@@ -84,3 +84,54 @@ func.func @g4_masked_s2(%x: memref<8x19x19x4x4xf32>, %w: memref<3x3x4x4x3xf32>, 
   }
   return
 }
+
+// -----
+
+// The output's zero fill right before the convolution is dropped: the accumulators start at zero (no load of
+// the output) and are stored once. A fill of another value (below) stays, and the accumulators start from
+// the output it wrote.
+// CHECK-LABEL: func.func @zero_filled(
+// CHECK-NOT:     linalg.fill
+// CHECK:         call @__pbsdk_conv0(
+// CHECK-LABEL: func.func @one_filled(
+// CHECK:         linalg.fill
+// CHECK-NEXT:    arith.constant 0 : index
+// CHECK-NEXT:    call @__pbsdk_conv1(
+// CHECK-LABEL: func.func @__pbsdk_conv0(
+// CHECK:         %[[Z:.*]] = arith.constant dense<0.000000e+00> : vector<16xf32>
+// CHECK-NOT:     vector.load %arg2
+// CHECK:         scf.for {{.*}} iter_args(%{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]], %{{.*}} = %[[Z]])
+// CHECK-COUNT-4: vector.store {{.*}}, %arg2
+// CHECK-LABEL: func.func @__pbsdk_conv1(
+// CHECK-COUNT-4: vector.load %arg2
+#x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1 + d5, d2 + d6, d3, d7)>
+#w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d5, d6, d7, d3, d4)>
+#o = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @zero_filled(%x: memref<1x6x6x2x2xf32>, %w: memref<3x3x2x2x16xf32>, %o: memref<1x4x4x2x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  linalg.fill ins(%zero : f32) outs(%o : memref<1x4x4x2x16xf32>)
+  linalg.generic {indexing_maps = [#x, #w, #o],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel",
+                                    "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<1x6x6x2x2xf32>, memref<3x3x2x2x16xf32>) outs(%o : memref<1x4x4x2x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @one_filled(%x: memref<1x6x6x2x2xf32>, %w: memref<3x3x2x2x16xf32>, %o: memref<1x4x4x2x16xf32>) {
+  %one = arith.constant 1.0 : f32
+  linalg.fill ins(%one : f32) outs(%o : memref<1x4x4x2x16xf32>)
+  linalg.generic {indexing_maps = [#x, #w, #o],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel",
+                                    "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<1x6x6x2x2xf32>, memref<3x3x2x2x16xf32>) outs(%o : memref<1x4x4x2x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -7,7 +7,8 @@ multiplies and stores the output at every tap. This stage recognises that op on 
 reads) and replaces it by a call of ``@__pbsdk_dw<N>(x, w, out, part)`` that, per output row of its part,
 per vector of channels and per register tile of adjacent output pixels (`depthwise_tile`):
 
-- loads the tile's accumulators from the output (the zeros the emitter filled it with),
+- starts the tile's accumulators at zero where the output's zero fill comes right before (and drops the
+  fill; `pbsdk.targets.cpu.direct_conv_kernel.zero_fill_before`), else loads them from the output,
 - per kernel row (a loop) and kernel column (unrolled): loads one weight vector and, per pixel of the tile,
   one input vector, and multiply-adds them into that pixel's accumulator,
 - stores the accumulators once.
@@ -31,6 +32,7 @@ from pbsdk.core.passes import identity_layout, ops_named
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
 from pbsdk.core.plan.window import DepthwiseGeometry, DepthwiseTile, depthwise_geometry, depthwise_tile
+from pbsdk.targets.cpu.direct_conv_kernel import zero_fill_before
 
 #: Least multiply-adds worth a thread of their own.
 MIN_MACS_PER_THREAD = 1 << 16
@@ -62,6 +64,7 @@ class _Kernel:
     vtype: ir.Type
     mask: ir.Value | None  # the channel tail's mask, built at the function's entry
     zero: ir.Value | None  # the masked loads' pass-through
+    start: ir.Value | None  # the accumulators' start (zeros) when the output's zero fill was dropped
 
     def load(self, buf: ir.Value, indices: list[ir.Value], masked: bool) -> ir.Value:
         if masked:
@@ -79,7 +82,7 @@ class _Kernel:
         """One register tile: output pixels ``ow0 .. ow0 + width - 1`` of row (n, oh), channels from ``c0``."""
         g = self.g
         outs = [[n, oh, _add(ow0, r), c0] for r in range(width)]
-        accs = [self.load(out, ix, masked) for ix in outs]
+        accs = [self.start if self.start is not None else self.load(out, ix, masked) for ix in outs]
         ih0 = _mul(oh, g.sh)
         iw0 = _mul(ow0, g.sw)
         rows = scf.ForOp(_index(0), _index(g.kh), _index(1), accs)
@@ -116,7 +119,7 @@ def _threads(g: DepthwiseGeometry, cores: int, threads_opt: int) -> int:
 
 
 def _build(module: ir.Module, name: str, op: ir.Operation, g: DepthwiseGeometry, tile: DepthwiseTile,
-           parts: int) -> None:
+           parts: int, zero_start: bool) -> None:
     """Define ``@name(x, w, out, part)`` at the end of ``module``: part ``p`` of ``parts`` computes output
     rows ``[p * per, min((p + 1) * per, n * oh))`` of the flattened (n, oh)."""
     x, w, out = (op.operands[i] for i in range(3))
@@ -128,12 +131,12 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DepthwiseGeometry,
     vtype = ir.VectorType.get([tile.lanes], et)
     with ir.InsertionPoint(entry):
         xa, wa, oa, part = entry.arguments
-        mask = zero = None
+        mask = None
+        zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
         if tile.masked_channels:
             mask = vector.ConstantMaskOp(ir.VectorType.get([tile.lanes], ir.IntegerType.get_signless(1)),
                                          [tile.masked_channels]).result
-            zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
-        k = _Kernel(g, tile, vtype, mask, zero)
+        k = _Kernel(g, tile, vtype, mask, zero, zero if zero_start else None)
         rows = g.n * g.oh
         per = -(-rows // parts)
         lo = _mul(part, per)
@@ -177,7 +180,10 @@ class DepthwiseKernels:
                 parts = _threads(found, cores, threads_opt)
                 name = f"{PREFIX}{count}"
                 count += 1
-                _build(module, name, op, found, tile, parts)
+                fill = zero_fill_before(op)
+                _build(module, name, op, found, tile, parts, fill is not None)
+                if fill is not None:
+                    fill.erase()
                 with ir.InsertionPoint(op):
                     call_parts(name, [op.operands[i] for i in range(3)], parts)
                 op.erase()

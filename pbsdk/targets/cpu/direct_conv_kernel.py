@@ -10,7 +10,8 @@ loops (n, oh, ow, g, o, kh, kw, c) over the padded NHWC input viewed as (N, Hp, 
 ``@__pbsdk_conv<N>(x, w, out, part)`` that, per output row of its part, per group and per register tile of
 adjacent output pixels (`pbsdk.core.plan.direct_conv.direct_conv_tile`):
 
-- loads the tile's accumulators from the output (the zeros the emitter filled it with),
+- starts the tile's accumulators at zero where the output's zero fill comes right before (and drops the
+  fill; `zero_fill_before`), else loads them from the output,
 - per kernel row and column (loops) and input channel of the group (unrolled chunks): loads the group's weight vectors once and, per pixel of the tile, broadcasts one input value and
   multiply-adds it into that pixel's accumulators,
 - stores the accumulators once.
@@ -31,7 +32,7 @@ from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
 from pbsdk.core.ir.builder import call_parts
-from pbsdk.core.passes import identity_layout, ops_named
+from pbsdk.core.passes import defining_op, identity_layout, ops_named
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
 from pbsdk.core.plan.direct_conv import DirectConv, DirectConvTile, direct_conv_geometry, direct_conv_tile
@@ -75,6 +76,7 @@ class _Kernel:
     vtype: ir.VectorType
     mask: ir.Value | None  # the last vector's mask (a group width that is no multiple of the lanes)
     zero: ir.Value | None  # the masked loads' pass-through
+    start: ir.Value | None  # the accumulators' start (zeros) when the output's zero fill was dropped
 
     def load(self, buf: ir.Value, indices: list[ir.Value], v: int) -> ir.Value:
         if self.mask is not None and v == self.tile.vectors - 1:
@@ -93,7 +95,7 @@ class _Kernel:
         g, t = self.g, self.tile
         vl, nv = t.lanes, t.vectors
         outs = [[n, oh, _add(ow0, r), grp, _index(v * vl)] for r in range(width) for v in range(nv)]
-        accs = [self.load(out, ix, i % nv) for i, ix in enumerate(outs)]
+        accs = [self.start if self.start is not None else self.load(out, ix, i % nv) for i, ix in enumerate(outs)]
         ih0 = _mul(oh, g.sh)
         iw0 = _mul(ow0, g.sw)
 
@@ -139,13 +141,33 @@ class _Kernel:
             self.pixels(x, w, out, n, oh, grp, _index(main), t.tail)
 
 
+def zero_fill_before(op: ir.Operation) -> ir.Operation | None:
+    """The ``linalg.fill`` of 0.0 into ``op``'s output (its operand 2) right before ``op`` in its block, or
+    None. A kernel that stores every output element once can start its accumulators at zero and drop that
+    fill: a pass over the whole output (8 MB for 16 channels of 128 32x32 images) less."""
+    ops = [o.operation for o in op.block.operations]
+    at = ops.index(op)
+    if at == 0:
+        return None
+    fill = ops[at - 1]
+    if fill.name != "linalg.fill" or len(fill.operands) != 2 or fill.operands[1] != op.operands[2]:
+        return None
+    value = defining_op(fill.operands[0])
+    if value is None or value.name != "arith.constant":
+        return None
+    attr = value.attributes["value"]
+    return fill if isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == 0.0 else None
+
+
 def _threads(g: DirectConv, cores: int, threads_opt: int) -> int:
     return max(1, min(threads_opt or cores, g.n * g.oh, g.macs // MIN_MACS_PER_THREAD))
 
 
-def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: DirectConvTile, parts: int) -> None:
+def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: DirectConvTile, parts: int,
+           zero_start: bool) -> None:
     """Define ``@name(x, w, out, part)`` at the end of ``module``: part ``p`` of ``parts`` computes output
-    rows ``[p * per, min((p + 1) * per, n * oh))`` of the flattened (n, oh)."""
+    rows ``[p * per, min((p + 1) * per, n * oh))`` of the flattened (n, oh); its accumulators start at zero
+    (``zero_start``) or at the output's values."""
     x, w, out = (op.operands[i] for i in range(3))
     idx = ir.IndexType.get()
     with ir.InsertionPoint(module.body):
@@ -155,12 +177,12 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: 
     vtype = ir.VectorType.get([tile.lanes], et)
     with ir.InsertionPoint(entry):
         xa, wa, oa, part = entry.arguments
-        mask = zero = None
+        mask = None
+        zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
         if tile.masked:
             mask = vector.ConstantMaskOp(ir.VectorType.get([tile.lanes], ir.IntegerType.get_signless(1)),
                                          [tile.masked]).result
-            zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
-        k = _Kernel(g, tile, vtype, mask, zero)
+        k = _Kernel(g, tile, vtype, mask, zero, zero if zero_start else None)
         rows = g.n * g.oh
         per = -(-rows // parts)
         lo = _mul(part, per)
@@ -201,7 +223,10 @@ class DirectConvKernels:
                 parts = _threads(found, cores, threads_opt)
                 name = f"{PREFIX}{count}"
                 count += 1
-                _build(module, name, op, found, tile, parts)
+                fill = zero_fill_before(op)
+                _build(module, name, op, found, tile, parts, fill is not None)
+                if fill is not None:
+                    fill.erase()
                 with ir.InsertionPoint(op):
                     call_parts(name, [op.operands[i] for i in range(3)], parts)
                 op.erase()
