@@ -4,7 +4,9 @@ Each network is compiled with the rewrite on (checked to have sent its convoluti
 fallback fails) and off, at awkward sizes (odd images, channel counts off the vector width): the
 residual block and its pooling (-inf padding), a global average pool and flatten; a depthwise
 convolution with a squeeze-excite scale (a (N, C, 1, 1) twin broadcast over the map); two branches
-concatenated along the channels; and a flatten of a whole feature map, which needs NCHW back."""
+concatenated along the channels; a flatten of a whole feature map, which needs NCHW back; and grouped
+convolutions with a residual add (each runs channels last anyway: as a direct kernel or a batched
+contraction over its groups)."""
 
 from __future__ import annotations
 
@@ -75,7 +77,19 @@ def branches(x, lib):
     return lib.reshape(lib.relu(cat), (cat.shape[0], -1))  # a whole map flattened: NCHW order
 
 
-NETS = {"residual": (residual, 3, 27), "depthwise_se": (depthwise_se, 4, 56), "branches": (branches, 3, 63)}
+WG0, WG1, WG2 = _w(16, 5, 3), _w(16, 4, 3), _w(16, 8, 3)
+
+
+def grouped(x, lib):
+    """RegNet/ResNeXt-like: grouped 3x3 convolutions (groups of 4 and 8 channels) with a residual add."""
+    conv = ops.conv2d if lib is ops else ref.conv2d
+    h = lib.relu(conv(x, WG0, padding=1))
+    g = lib.relu(conv(h, WG1, padding=1, groups=4))
+    return lib.add(conv(g, WG2, padding=1, groups=2), h)
+
+
+NETS = {"residual": (residual, 3, 27), "depthwise_se": (depthwise_se, 4, 56), "branches": (branches, 3, 63),
+        "grouped": (grouped, 3, 72)}
 
 
 @pytest.mark.parametrize("layout", ["planned", "all_nhwc", "off"])
@@ -107,3 +121,13 @@ def test_explain_says_what_the_layout_did() -> None:
     text = pbsdk.jit(lambda t: residual(t, ops)).explain(x)
     assert text.startswith("channels last: ") and "convolution(s) in NHWC" in text
     assert "channels last" not in pbsdk.jit(lambda t: residual(t, ops), options={"channels_last": False}).explain(x)
+
+
+def test_grouped_convolutions_stay_channels_last(caplog: pytest.LogCaptureFixture) -> None:
+    """Grouped convolutions run channels last whichever route they take, so the graph keeps them NHWC with
+    their neighbours: one transpose in, one out, none around each grouped convolution."""
+    x = RNG.standard_normal((2, 5, 13, 11)).astype(np.float32)
+    with caplog.at_level(logging.INFO, logger="pbsdk.core.ir.emit"):
+        pbsdk.jit(lambda t: grouped(t, ops), options={"cache": False})(x)
+    sent = [r.getMessage() for r in caplog.records if "channels last:" in r.getMessage()]
+    assert sent and sent[0].startswith("channels last: 3 convolution(s) in NHWC, 0 as given, 2 transpose(s)"), sent

@@ -900,9 +900,11 @@ def depthwise_channels_last(node: Node, spec: Any, options: Options, *, given_nh
 
 
 def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node, bool, bool], bool]:
-    """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: an ungrouped float (or i8 -> i32 quantized) convolution by
-    `conv_in_nhwc`; a depthwise one by `depthwise_layout` (channels last for free once its input and its
-    users are)."""
+    """`pbsdk.core.ir.layout.channels_last`'s ``decide`` for ``spec``: one the planner runs as a direct
+    kernel, or a grouped one run as a batched contraction over its groups, always (both run channels last:
+    given in NCHW they are transposed in and out, which a twin spares); an ungrouped float (or i8 -> i32
+    quantized) convolution by `conv_in_nhwc`; a depthwise one by `depthwise_layout` (channels last for free
+    once its input and its users are)."""
     producers = {n.out.id: n for n in graph.nodes}
 
     def decide(node: Node, input_nhwc: bool, output_nhwc: bool) -> bool:
@@ -914,11 +916,14 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
         if x.dtype != w.dtype or (acc not in ("f32", "f64") and not integer) or vec is None \
                 or acc not in vec.dtypes:
             return False
+        if direct_conv(node, spec, options):
+            return True
         if groups == 1:
             const = (src := producers.get(w.id)) is not None and src.op == "const"
             return conv_in_nhwc(node, spec, options, weights_constant=const, input_nhwc=input_nhwc,
                                 output_nhwc=output_nhwc)
-        return depthwise_channels_last(node, spec, options, given_nhwc=input_nhwc and output_nhwc)
+        return depthwise_channels_last(node, spec, options, given_nhwc=input_nhwc and output_nhwc) \
+            or grouped_as_batch(node, spec, options)
 
     return decide
 
