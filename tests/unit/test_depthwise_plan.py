@@ -109,3 +109,13 @@ def test_pointwise_layout_counts_no_patches() -> None:
         assert not layout(batch, 16, 72, 56).nhwc
     with_patches, without = layout(1, 96, 576, 7, pointwise=False), layout(1, 96, 576, 7)
     assert with_patches.nchw_cycles > without.nchw_cycles and with_patches.nhwc_cycles == without.nhwc_cycles
+
+
+def test_cycles_count_taps_of_every_tile() -> None:
+    """Per tap of a w-pixel tile: one weight load, w input loads, w FMAs (2 a cycle, 2 loads a cycle)."""
+    from pbsdk.core.plan.window import depthwise_cycles
+
+    g = DepthwiseGeometry(n=1, oh=2, ow=28, kh=3, kw=3, c=20, sh=1, sw=1, dh=1, dw=1)
+    t = depthwise_tile(32, 16, g)  # 4 tiles of 7, 2 channel vectors (the second masked)
+    assert (t.width, t.tail) == (7, 0)
+    assert depthwise_cycles(g, t, 2, 2) == 2 * 2 * 9 * 4 * max(7 / 2, 8 / 2)

@@ -138,3 +138,23 @@ def test_cycles_count_tiles_and_tails() -> None:
     # Weights streamed at 1 B a cycle: 3*3*4*16*4 B = 2304 cycles a tile, more than its FMAs.
     assert direct_conv_cycles(conv, t, 2, 2, 1.0) == 2 * 3 * 2304
     assert t.step_cycles(2, 2) == max(19 / 2, 20 / 2)
+
+
+def test_prediction_names_the_direct_kernel() -> None:
+    """`predict_graph` charges a convolution the planner runs as a direct kernel its kernel's cycles (and
+    its memory traffic), not a contraction's estimate."""
+    import numpy as np
+
+    from pbsdk import ops
+    from pbsdk.core.plan.predict import predict_graph
+    from pbsdk.core.spec import load_spec
+    from pbsdk.frontends.jit import trace
+    from pbsdk.frontends.tracing import input_type
+
+    x, w = np.zeros((1, 28, 28, 128), np.float32), np.zeros((3, 3, 16, 128), np.float32)
+    graph, _ = trace(lambda a, b: ops.conv2d(a, b, padding=1, groups=8, layout="NHWC"),
+                     (input_type(x, 0), input_type(w, 1)))
+    spec = load_spec("intel/xeon-avx512")
+    one, two = (predict_graph(graph, spec, {"threads": t}) for t in (1, 2))
+    assert [name for name, _ in one.terms] == ["#2 conv2d (direct)"]
+    assert 0 < two.seconds < one.seconds

@@ -2,7 +2,8 @@
 
 - Each contraction (matmul, batch matmul, conv2d as an implicit GEMM) takes its plan's estimate
   (`plan_contraction`: the roofline of its tiles on the spec's levels, on the cores its parallel plan uses);
-  a conv2d that runs as a direct kernel (`pbsdk.core.plan.direct_conv`), its issue cycles at the clock.
+  a conv2d that runs as a direct kernel (`pbsdk.core.plan.direct_conv`) or a depthwise one channels last
+  (`pbsdk.core.plan.window.depthwise_cycles`), its kernel's issue cycles at the clock.
 - The other ops (elementwise, reductions, softmax/layernorm rows, layout ops) run as fused loops: as one
   group, they take the larger of (a) the bytes that cross the group's boundary — every value read from
   outside it (at its size before any broadcast) and every value written for a contraction or the caller,
@@ -90,16 +91,46 @@ def _vector_ops(node: Any) -> int:
 
 
 def _direct_seconds(node: Any, spec: ChipSpec, opts: Options) -> float | None:
-    """A convolution the planner runs as a direct kernel (`pbsdk.core.ir.emit.direct_conv_route`): its issue
-    cycles at the spec's clock, its output rows split over the cores used; None for any other."""
-    from pbsdk.core.ir.emit import direct_conv_route
+    """A convolution the planner runs as a direct kernel (`pbsdk.core.ir.emit.direct_conv_route`), or a
+    depthwise one channels last (`pbsdk.core.ir.emit.depthwise_channels_last`): its issue cycles at the
+    spec's clock, its output rows split over the cores used; None for any other."""
+    from pbsdk.core.ir.emit import depthwise_channels_last, direct_conv_route
 
-    route = direct_conv_route(node, spec, opts)
-    if route is None or not route.direct or route.direct_cycles is None or not spec.clock_ghz:
+    if not spec.clock_ghz or spec.vector is None:
         return None
-    n, rows = node.out.shape[0], node.out.shape[1] if node.attrs["layout"] == "NHWC" else node.out.shape[2]
+    nhwc = node.attrs["layout"] == "NHWC"
+    n, rows = node.out.shape[0], node.out.shape[1] if nhwc else node.out.shape[2]
     cores = max(1, min(opts.threads or spec.compute[0].count, spec.compute[0].count, n * rows))
-    return route.direct_cycles / (spec.clock_ghz * 1e9) / cores
+    route = direct_conv_route(node, spec, opts)
+    if route is not None and route.direct and route.direct_cycles is not None:
+        return _with_memory(node, spec, opts, route.direct_cycles / (spec.clock_ghz * 1e9) / cores)
+    if node.out.dtype == "f32" and depthwise_channels_last(node, spec, opts):
+        from pbsdk.core.plan.window import DepthwiseGeometry, depthwise_cycles, depthwise_tile
+
+        x, w = node.inputs
+        (sh, sw), (dh, dw) = node.attrs["stride"], node.attrs["dilation"]
+        oh, ow = node.out.shape[1:3] if nhwc else node.out.shape[2:4]
+        kh, kw = w.shape[:2] if nhwc else w.shape[2:4]
+        c = x.shape[3] if nhwc else x.shape[1]
+        g = DepthwiseGeometry(n, oh, ow, kh, kw, c, sh, sw, dh, dw)
+        vec = spec.vector
+        tile = depthwise_tile(vec.registers, vec.lanes("f32"), g)
+        cycles = depthwise_cycles(g, tile, vec.fma_per_cycle, vec.loads_per_cycle)
+        return _with_memory(node, spec, opts, cycles / (spec.clock_ghz * 1e9) / cores)
+    return None
+
+
+def _with_memory(node: Any, spec: ChipSpec, opts: Options, compute: float) -> float:
+    """A direct convolution kernel's time from its ``compute`` time and its memory traffic, at the bandwidth
+    of the innermost level holding its input and output (`_loops_seconds`' choice): the kernel reads the
+    input and writes the output once (overlapping its FMAs: the larger of the two), after a padded input
+    was copied into a fresh buffer (read and written once more, before)."""
+    x, _ = node.inputs
+    padded = any(p for pair in node.attrs["padding"] for p in pair)
+    kernel_bytes = _bytes(x) + _bytes(node.out)
+    copy_bytes = 2 * _bytes(x) if padded else 0
+    return max(compute, _loops_seconds(spec, opts, kernel_bytes, 0)) + \
+        (_loops_seconds(spec, opts, copy_bytes, 0) if copy_bytes else 0.0)
 
 
 def _source(v: Value, producer: Mapping[int, Any]) -> Value:

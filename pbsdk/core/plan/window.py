@@ -313,3 +313,18 @@ def depthwise_tile(registers: int, lanes: int, geometry: DepthwiseGeometry) -> D
               + (f", a tail tile of {tail}" if tail else "")
               + (f", the last {masked} channels masked" if masked else ""))
     return DepthwiseTile(lanes, width, tail, masked, reason)
+
+
+def depthwise_cycles(geometry: DepthwiseGeometry, tile: DepthwiseTile, fma_per_cycle: int,
+                     loads_per_cycle: int) -> float:
+    """Issue cycles of the depthwise kernel (`pbsdk.targets.cpu.depthwise_kernel`) with ``tile``: per output
+    row and vector of channels, its tiles, each tap of a ``width``-pixel tile one weight load, ``width``
+    input loads and ``width`` FMAs, bound by whichever issue slower."""
+    g, t = geometry, tile
+
+    def step(width: int) -> float:
+        return max(width / fma_per_cycle, (width + 1) / loads_per_cycle)
+
+    main = (g.ow - t.tail) // t.width
+    row = g.kh * g.kw * (main * step(t.width) + (step(t.tail) if t.tail else 0.0))
+    return float(g.n * g.oh * -(-g.c // t.lanes) * row)
