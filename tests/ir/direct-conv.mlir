@@ -2,8 +2,8 @@
 // linalg.generic with loops (n, oh, ow, g, o, kh, kw, c) that emit builds over (N, Hp, Wp, G, CG) input,
 // (KH, KW, CG, G, OG) weights and (N, OH, OW, G, OG) output — becomes a call of @__pbsdk_conv<N>: per output
 // row, per group and per register tile of adjacent pixels, the accumulators are loaded once, carried through
-// the kernel-row and kernel-column loops, where per input channel (unrolled) one weight vector is loaded and
-// one input value broadcast into each pixel's accumulator, and stored once. Inputs the stage must leave alone
+// the kernel-row, kernel-column and input-channel loops, where per input channel one weight vector is loaded
+// and one input value broadcast into each pixel's accumulator, and stored once. Inputs the stage must leave alone
 // are in direct-conv-reject.mlir.
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p direct-conv | filecheck %s
 
@@ -21,21 +21,22 @@
 // CHECK-COUNT-4:       vector.load %[[KO]]{{.*}} : memref<1x4x4x2x16xf32>, vector<16xf32>
 // CHECK:               %[[ACC:.*]]:4 = scf.for %[[KH:.*]] = {{.*}} iter_args(
 // CHECK:                 scf.for %[[KC:.*]] = {{.*}} iter_args(
-// CHECK:                   %[[WV:.*]] = vector.load %[[KW]][%[[KH]], %[[KC]], %{{.*}}, %[[G]], %{{.*}}]
-// CHECK:                   %[[XS0:.*]] = memref.load %[[KX]]
-// CHECK-NEXT:              %[[XB0:.*]] = vector.broadcast %[[XS0]] : f32 to vector<16xf32>
-// CHECK-NEXT:              vector.fma %[[XB0]], %[[WV]]
-// CHECK:                   %[[XS1:.*]] = memref.load %[[KX]]
-// CHECK-NEXT:              %[[XB1:.*]] = vector.broadcast %[[XS1]] : f32 to vector<16xf32>
-// CHECK-NEXT:              vector.fma %[[XB1]], %[[WV]]
-// CHECK:                   %[[XS2:.*]] = memref.load %[[KX]]
-// CHECK-NEXT:              %[[XB2:.*]] = vector.broadcast %[[XS2]] : f32 to vector<16xf32>
-// CHECK-NEXT:              vector.fma %[[XB2]], %[[WV]]
-// CHECK:                   %[[XS3:.*]] = memref.load %[[KX]]
-// CHECK-NEXT:              %[[XB3:.*]] = vector.broadcast %[[XS3]] : f32 to vector<16xf32>
-// CHECK-NEXT:              vector.fma %[[XB3]], %[[WV]]
-// CHECK:                   vector.load %[[KW]][%[[KH]], %[[KC]], %{{.*}}, %[[G]], %{{.*}}]
-// CHECK-COUNT-4:           vector.fma
+// CHECK:                   scf.for %[[C:.*]] = {{.*}} iter_args(
+// CHECK:                     %[[WV:.*]] = vector.load %[[KW]][%[[KH]], %[[KC]], %[[C]], %[[G]], %{{.*}}]
+// CHECK:                     %[[XS0:.*]] = memref.load %[[KX]][%{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[C]]]
+// CHECK-NEXT:                %[[XB0:.*]] = vector.broadcast %[[XS0]] : f32 to vector<16xf32>
+// CHECK-NEXT:                vector.fma %[[XB0]], %[[WV]]
+// CHECK:                     %[[XS1:.*]] = memref.load %[[KX]][%{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[C]]]
+// CHECK-NEXT:                %[[XB1:.*]] = vector.broadcast %[[XS1]] : f32 to vector<16xf32>
+// CHECK-NEXT:                vector.fma %[[XB1]], %[[WV]]
+// CHECK:                     %[[XS2:.*]] = memref.load %[[KX]][%{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[C]]]
+// CHECK-NEXT:                %[[XB2:.*]] = vector.broadcast %[[XS2]] : f32 to vector<16xf32>
+// CHECK-NEXT:                vector.fma %[[XB2]], %[[WV]]
+// CHECK:                     %[[XS3:.*]] = memref.load %[[KX]][%{{.*}}, %{{.*}}, %{{.*}}, %[[G]], %[[C]]]
+// CHECK-NEXT:                %[[XB3:.*]] = vector.broadcast %[[XS3]] : f32 to vector<16xf32>
+// CHECK-NEXT:                vector.fma %[[XB3]], %[[WV]]
+// CHECK-NOT:                 vector.fma
+// CHECK:                     scf.yield
 // CHECK-NOT:               vector.store
 // CHECK:                   scf.yield
 // CHECK-COUNT-4:       vector.store %[[ACC]]#{{[0-3]}}, %[[KO]]

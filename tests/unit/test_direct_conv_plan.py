@@ -121,10 +121,7 @@ def test_tile_balances_the_row(ow: int, width: int, tail: int) -> None:
     assert (t.width, t.tail) == (width, tail), t.reason
 
 
-def test_tile_unrolls_channels_in_chunks() -> None:
-    assert direct_conv_tile(32, 16, DirectConv(1, 4, 4, 2, 16, 3, 3, 3)).channel_unroll == 3
-    assert direct_conv_tile(32, 16, DirectConv(1, 4, 4, 2, 16, 3, 3, 64)).channel_unroll == 16
-    assert direct_conv_tile(32, 16, DirectConv(1, 4, 4, 2, 16, 3, 3, 24)).channel_unroll == 12
+def test_tile_rejects_an_empty_register_file() -> None:
     with pytest.raises(ValueError, match="registers 0"):
         direct_conv_tile(0, 16, DirectConv(1, 4, 4, 2, 16, 3, 3, 3))
 

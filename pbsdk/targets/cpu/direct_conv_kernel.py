@@ -12,8 +12,9 @@ adjacent output pixels (`pbsdk.core.plan.direct_conv.direct_conv_tile`):
 
 - starts the tile's accumulators at zero where the output's zero fill comes right before (and drops the
   fill; `zero_fill_before`), else loads them from the output,
-- per kernel row and column (loops) and input channel of the group (unrolled chunks): loads the group's weight vectors once and, per pixel of the tile, broadcasts one input value and
-  multiply-adds it into that pixel's accumulators,
+- per kernel row, kernel column and input channel of the group (loops, none unrolled): loads the group's
+  weight vectors once and, per pixel of the tile, broadcasts one input value and multiply-adds it into
+  that pixel's accumulators,
 - stores the accumulators once.
 
 A group narrower than the vector uses a shorter vector (8 channels: 8 lanes); a width that is no multiple
@@ -99,26 +100,24 @@ class _Kernel:
         ih0 = _mul(oh, g.sh)
         iw0 = _mul(ow0, g.sw)
 
-        def channels(kh: ir.Value, ih: ir.Value, kw: ir.Value, iw: ir.Value, c0: ir.Value,
-                     acc: list[ir.Value]) -> list[ir.Value]:
-            # One unrolled chunk of input channels: per channel, the group's weight vectors, then per pixel
-            # one broadcast input value into its accumulators.
+        def channel(kh: ir.Value, ih: ir.Value, kw: ir.Value, iw: ir.Value, c: ir.Value,
+                    acc: list[ir.Value]) -> list[ir.Value]:
+            # One input channel: the group's weight vectors, then per pixel one broadcast input value
+            # into its accumulators.
             acc = list(acc)
-            for dc in range(t.channel_unroll):
-                c = _add(c0, dc)
-                wv = [self.load(w, [kh, kw, c, grp, _index(v * vl)], v) for v in range(nv)]
-                for r in range(width):
-                    xs = memref.LoadOp(x, [n, ih, _add(iw, r * g.sw), grp, c]).result
-                    xb = vector.BroadcastOp(self.vtype, xs).result
-                    for v in range(nv):
-                        acc[r * nv + v] = vector.FMAOp(xb, wv[v], acc[r * nv + v]).result
+            wv = [self.load(w, [kh, kw, c, grp, _index(v * vl)], v) for v in range(nv)]
+            for r in range(width):
+                xs = memref.LoadOp(x, [n, ih, _add(iw, r * g.sw), grp, c]).result
+                xb = vector.BroadcastOp(self.vtype, xs).result
+                for v in range(nv):
+                    acc[r * nv + v] = vector.FMAOp(xb, wv[v], acc[r * nv + v]).result
             return acc
 
         def column(kh: ir.Value, ih: ir.Value, kw: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             iw = _add(iw0, _mul(kw, g.dw))
-            if t.channel_unroll == g.cg:
-                return channels(kh, ih, kw, iw, _index(0), acc)
-            return _loop(0, g.cg, t.channel_unroll, acc, lambda c0, a: channels(kh, ih, kw, iw, c0, a))
+            if g.cg == 1:
+                return channel(kh, ih, kw, iw, _index(0), acc)
+            return _loop(0, g.cg, 1, acc, lambda c, a: channel(kh, ih, kw, iw, c, a))
 
         def row(kh: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
             ih = _add(ih0, _mul(kh, g.dh))
