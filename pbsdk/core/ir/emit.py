@@ -345,10 +345,11 @@ class _Emitter:
         xt = x.type
         as_matmul = groups == 1 and packed_dtypes(x.dtype, w.dtype, out.dtype)
         depthwise = self._depthwise_channels_last(node)
-        if depthwise and not nhwc:
-            # Channels last (see _depthwise_channels_last); the transposes fuse with the ops around it. The
-            # transpose writes into the interior of the zero-filled padded tensor (in place once bufferized:
-            # no second pass copies it there, as a tensor.pad would).
+        direct = not depthwise and direct_conv(node, self.spec, self.options)
+        if (depthwise or direct) and not nhwc:
+            # Channels last (see _depthwise_channels_last, direct_conv); the transposes fuse with the ops around
+            # it. The transpose writes into the interior of the zero-filled padded tensor (in place once
+            # bufferized: no second pass copies it there, as a tensor.pad would).
             xt = TensorType((xt.shape[0], xt.shape[2], xt.shape[3], xt.shape[1]), xt.dtype)
             padded = TensorType((xt.shape[0], xt.shape[1] + pt + pb, xt.shape[2] + pl + pr, xt.shape[3]), xt.dtype)
             lo, sizes, ones = [0, pt, pl, 0], list(xt.shape), [1] * 4
@@ -359,7 +360,6 @@ class _Emitter:
             xv = tensor.InsertSliceOp(xv, init, [], [], [], lo, sizes, ones).result
             xt, nhwc = padded, True
             pt = pb = pl = pr = 0
-        direct = not depthwise and direct_conv(node, self.spec, self.options)
         as_matmul = as_matmul and not direct
         grouped = not as_matmul and not depthwise and not direct and grouped_as_batch(node, self.spec, self.options)
         if ((grouped or direct) and not nhwc) or (as_matmul and not nhwc and conv_in_nhwc(
