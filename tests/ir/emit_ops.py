@@ -8,9 +8,9 @@ from pbsdk import ops
 f32 = np.float32
 
 
-def show(title, fn, *shapes, dtype=f32):
+def show(title, fn, *shapes, dtype=f32, options=None):
     print(f"// ----- {title}")
-    print(pbsdk.jit(fn).lower(*[np.zeros(s, dtype) for s in shapes]))
+    print(pbsdk.jit(fn, options=options).lower(*[np.zeros(s, dtype) for s in shapes]))
 
 
 # Broadcasting reads size-1 and missing dims with constant or dropped indices; scalars are splats.
@@ -63,18 +63,41 @@ show("reduce", lambda a: ops.max(a, axis=(0, 2)), (3, 4, 5))
 # CHECK-SAME: iterator_types = ["reduction", "parallel", "reduction"]
 # CHECK: arith.maximumf
 
-# Grouped, strided, dilated, padded conv2d (on a spec with vector FMAs: `grouped_as_batch`): the input to
+# Grouped, strided, dilated, padded conv2d (on a spec with vector FMAs: `grouped_as_batch`, the direct route
+# turned off; channels last across layers makes it an NHWC conv2d, its weights (KH, KW, CG, O)): the input to
 # NHWC and padded, one strided slice per tap into the patches, rearranged to (groups, pixels, taps x
 # channels); the weights to (groups, taps x channels, outputs); one batch_matmul; the result back to NCHW.
-show("conv", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9), (6, 2, 3, 3))
+show("conv", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9), (6, 2, 3, 3),
+     options={"direct_conv": False})
 # CHECK-LABEL: ----- conv
 # CHECK: tensor.pad %{{.*}} low[0, 1, 1, 0] high[0, 1, 1, 0]
 # CHECK-COUNT-9: tensor.insert_slice
 # CHECK: linalg.transpose ins(%{{.*}} : tensor<1x4x4x3x3x2x2xf32>) outs(%{{.*}} : tensor<2x1x4x4x3x3x2xf32>) permutation = [5, 0, 1, 2, 3, 4, 6]
 # CHECK: tensor.collapse_shape {{.*}} into tensor<2x16x18xf32>
-# CHECK: linalg.transpose ins(%{{.*}} : tensor<2x3x2x3x3xf32>) outs(%{{.*}} : tensor<2x3x3x2x3xf32>) permutation = [0, 3, 4, 2, 1]
+# CHECK: linalg.transpose ins(%{{.*}} : tensor<3x3x2x2x3xf32>) outs(%{{.*}} : tensor<2x3x3x2x3xf32>) permutation = [3, 0, 1, 2, 4]
 # CHECK: linalg.batch_matmul ins(%{{.*}}, %{{.*}} : tensor<2x16x18xf32>, tensor<2x18x3xf32>) outs(%{{.*}} : tensor<2x16x3xf32>)
-# CHECK: tensor.collapse_shape {{.*}} into tensor<1x6x4x4xf32>
+# CHECK: tensor.collapse_shape {{.*}} into tensor<1x4x4x6xf32>
+# CHECK: -> tensor<1x6x4x4xf32>
+
+# The same conv2d where the planner finds a direct kernel cheaper (`direct_conv`, the default): the input
+# transposed to NHWC straight into the interior of the zero-filled padded tensor, the weights to (KH, KW, CG,
+# O), one generic with loops (n, oh, ow, g, o, kh, kw, c) over (N, Hp, Wp, G, CG) and (KH, KW, CG, G, OG)
+# into (N, OH, OW, G, OG), the result back to NCHW.
+show("conv_direct", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, groups=2), (1, 4, 9, 9),
+     (6, 2, 3, 3))
+# CHECK-LABEL: ----- conv_direct
+# CHECK: #[[X:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1 * 2 + d5 * 2, d2 * 2 + d6 * 2, d3, d7)>
+# CHECK: #[[W:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d5, d6, d7, d3, d4)>
+# CHECK: #[[O:map[0-9]*]] = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+# CHECK-NOT: tensor.pad
+# CHECK: tensor.extract_slice %{{.*}}[0, 1, 1, 0] [1, 9, 9, 4] [1, 1, 1, 1] : tensor<1x11x11x4xf32> to tensor<1x9x9x4xf32>
+# CHECK: tensor.insert_slice %{{.*}} into %{{.*}}[0, 1, 1, 0] [1, 9, 9, 4] [1, 1, 1, 1] : tensor<1x9x9x4xf32> into tensor<1x11x11x4xf32>
+# CHECK: tensor.expand_shape {{.*}} : tensor<1x11x11x4xf32> into tensor<1x11x11x2x2xf32>
+# CHECK: tensor.expand_shape {{.*}} : tensor<3x3x2x6xf32> into tensor<3x3x2x2x3xf32>
+# CHECK: linalg.generic {indexing_maps = [#[[X]], #[[W]], #[[O]]], iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel", "reduction", "reduction", "reduction"]}
+# CHECK-SAME: outs(%{{.*}} : tensor<1x4x4x2x3xf32>)
+# CHECK: tensor.collapse_shape {{.*}} into tensor<1x4x4x6xf32>
+# CHECK-NOT: batch_matmul
 
 # Layout ops: transpose is linalg.transpose; reshape is a collapse and an expand (views after bufferization).
 show("layout", lambda a: ops.reshape(ops.transpose(a, (1, 0, 2)), (4, -1)), (3, 4, 5))

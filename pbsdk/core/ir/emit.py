@@ -375,11 +375,17 @@ class _Emitter:
             lo = [0, 0, pt, pl] if not nhwc else [0, pt, pl, 0]
             hi = [0, 0, pb, pr] if not nhwc else [0, pb, pr, 0]
             padded = TensorType(tuple(d + lo[i] + hi[i] for i, d in enumerate(xt.shape)), xt.dtype)
-            zero = scalar_constant(node.attrs.get("pad_value", 0), element_type(xt.dtype))
-            pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
-            with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
-                tensor.YieldOp(zero)
-            xv, xt = pad.result, padded
+            into = self._into_interior(xv, xt, padded, lo, node.attrs.get("pad_value", 0.0)) \
+                if depthwise or direct else None
+            if into is not None:
+                xv = into
+            else:
+                zero = scalar_constant(node.attrs.get("pad_value", 0), element_type(xt.dtype))
+                pad = tensor.PadOp(tensor_type(padded.shape, padded.dtype), xv, [], [], lo, hi)
+                with ir.InsertionPoint(pad.regions[0].blocks.append(*[ir.IndexType.get()] * 4)):
+                    tensor.YieldOp(zero)
+                xv = pad.result
+            xt = padded
         if as_matmul:
             self._conv2d_as_matmul(node, xv, xt, transposed=nhwc and node.attrs["layout"] != "NHWC")
             return
@@ -583,6 +589,35 @@ class _Emitter:
                          iterators=["parallel"] * 3 + ["reduction"] * 2 + ["parallel"],
                          body=_mac_body(xt.dtype, w.dtype, out.dtype))
         self.values[out.id] = y if given_nhwc else self.permuted(y, out.type, [0, 2, 3, 1])
+
+    def _into_interior(self, xv: ir.Value, xt: TensorType, padded: TensorType, lo: Sequence[int],
+                       value: float) -> ir.Value | None:
+        """``xv`` padded to ``padded`` with ``value`` by having the elementwise op that makes it write straight
+        into the interior of a tensor filled with ``value`` (in place once bufferized: no second pass copies
+        it there, as a tensor.pad would) — a layout transpose in front of a channels-last convolution, which
+        `pbsdk.core.ir.layout` adds; None when ``xv`` is not the one result of a parallel ``linalg.generic``
+        writing every element of a fresh ``tensor.empty`` without reading it."""
+        from pbsdk.core.passes import defining_op
+
+        op = defining_op(xv)
+        if op is None or op.name != "linalg.generic" or len(op.results) != 1:
+            return None
+        src = defining_op(op.operands[len(op.operands) - 1])
+        body = op.regions[0].blocks[0]
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        parallel = all("parallel" in str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"]))
+        # Every element written, none read: the result is the same whatever tensor it is written into (other
+        # users of it, emitted later, still read the same values).
+        if (src is None or src.name != "tensor.empty" or not parallel or not maps[-1].is_permutation
+                or list(body.arguments[len(body.arguments) - 1].uses)):
+            return None
+        sizes, ones = list(xt.shape), [1] * len(xt.shape)
+        with ir.InsertionPoint(op):
+            filled = self.filled(padded, value)
+            interior = tensor.ExtractSliceOp(tensor_type(xt.shape, xt.dtype), filled, [], [], [], list(lo), sizes,
+                                             ones).result
+        op.operands[len(op.operands) - 1] = interior
+        return tensor.InsertSliceOp(xv, filled, [], [], [], list(lo), sizes, ones).result
 
     def _direct_nhwc(self, node: Node, xv: ir.Value, xt: TensorType) -> None:
         """A convolution the planner runs as a direct kernel (`direct_conv`) over the (padded) NHWC input
@@ -922,8 +957,11 @@ def layout_decision(spec: Any, options: Options, graph: Graph) -> Callable[[Node
             const = (src := producers.get(w.id)) is not None and src.op == "const"
             return conv_in_nhwc(node, spec, options, weights_constant=const, input_nhwc=input_nhwc,
                                 output_nhwc=output_nhwc)
-        return depthwise_channels_last(node, spec, options, given_nhwc=input_nhwc and output_nhwc) \
-            or grouped_as_batch(node, spec, options)
+        nhwc = node.attrs["layout"] == "NHWC"
+        c_, o = (x.shape[3], w.shape[3]) if nhwc else (x.shape[1], w.shape[0])
+        if groups == c_ == o:  # depthwise: as its planner says (as given where the transposes cost more)
+            return depthwise_channels_last(node, spec, options, given_nhwc=input_nhwc and output_nhwc)
+        return grouped_as_batch(node, spec, options)
 
     return decide
 
