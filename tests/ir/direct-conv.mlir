@@ -136,3 +136,31 @@ func.func @one_filled(%x: memref<1x6x6x2x2xf32>, %w: memref<3x3x2x2x16xf32>, %o:
   }
   return
 }
+
+// -----
+
+// Strided views whose innermost dimension is contiguous (a weight sliced per output phase of a transposed
+// convolution) are taken as they are: the kernel's vector loads run along that dimension.
+// CHECK-LABEL: func.func @strided_weights(
+// CHECK-NOT:     linalg.generic
+// CHECK:         call @__pbsdk_conv0(
+// CHECK-LABEL: func.func @__pbsdk_conv0(
+// CHECK-SAME:      memref<2x1x4x1x16xf32, strided<[128, 64, 16, 16, 1], offset: 32>>
+// CHECK:         vector.load %arg1{{.*}} : memref<2x1x4x1x16xf32, strided<[128, 64, 16, 16, 1], offset: 32>>, vector<16xf32>
+#x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1 + d5, d2 + d6, d3, d7)>
+#w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d5, d6, d7, d3, d4)>
+#o = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @strided_weights(%x: memref<1x5x4x1x4xf32>, %w: memref<2x1x4x1x16xf32, strided<[128, 64, 16, 16, 1], offset: 32>>,
+                           %o: memref<1x4x4x1x16xf32>) {
+  linalg.generic {indexing_maps = [#x, #w, #o],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel",
+                                    "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<1x5x4x1x4xf32>, memref<2x1x4x1x16xf32, strided<[128, 64, 16, 16, 1], offset: 32>>)
+      outs(%o : memref<1x4x4x1x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -81,3 +81,17 @@ def test_nhwc_rejected_beyond_2d() -> None:
     w = np.zeros((4, 2, 3, 3, 3), np.float32)
     with pytest.raises(pbsdk.PbsdkError, match="NHWC"):
         pbsdk.jit(lambda a, b: ops.conv_transpose(a, b, stride=2, layout="NHWC"))(x, w)
+
+
+def test_grouped_phases_run_on_the_direct_kernel() -> None:
+    """A grouped transposed convolution's phases go to the direct kernel (narrow groups), their weights
+    strided views of the sliced kernel: every phase becomes a kernel call, none stays a loop nest."""
+    from pbsdk.core.compiler import compile_text
+
+    x, w, kw = _case(CASES[2])  # grouped_s2: 3 groups of 4 -> 2 channels
+    x = np.ascontiguousarray(np.moveaxis(x, 1, -1))  # NHWC: each phase's weight a slice of the whole one
+    f = pbsdk.jit(lambda a, b: ops.conv_transpose(a, b, **kw, layout="NHWC"), options={"cache": False})
+    assert_close(f(x, w), ref.conv_transpose(x, w, **kw, layout="NHWC"), op="conv2d", reduction_size=4 * 9)
+    text = str(compile_text(f.lower(x, w), f.request, stop_after="direct-conv"))
+    assert text.count("call @__pbsdk_conv") == 4, text[-3000:]
+    assert '"reduction", "reduction", "reduction"' not in text

@@ -158,6 +158,18 @@ def zero_fill_before(op: ir.Operation) -> ir.Operation | None:
     return fill if isinstance(attr, ir.FloatAttr) and ir.FloatAttr(attr).value == 0.0 else None
 
 
+def _rows_contiguous(t: ir.Type) -> bool:
+    """A memref with static strides and offset whose innermost stride is 1."""
+    if not isinstance(t, ir.MemRefType):
+        return False
+    m = ir.MemRefType(t)
+    if identity_layout(m):
+        return True
+    strides, offset = m.get_strides_and_offset()
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    return strides[-1] == 1 and dynamic not in strides and offset != dynamic
+
+
 def _threads(g: DirectConv, cores: int, threads_opt: int) -> int:
     return max(1, min(threads_opt or cores, g.n * g.oh, g.macs // MIN_MACS_PER_THREAD))
 
@@ -201,8 +213,8 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: 
 
 @dataclasses.dataclass(frozen=True)
 class DirectConvKernels:
-    """Replace every channels-last convolution loop nest (n, oh, ow, g, o, kh, kw, c) on f32 identity-layout
-    buffers by a call of a register-tiled vector FMA kernel (module docstring), its rows split over the
+    """Replace every channels-last convolution loop nest (n, oh, ow, g, o, kh, kw, c) on f32 buffers with
+    static layouts whose innermost dimension is contiguous by a call of a register-tiled vector FMA kernel (module docstring), its rows split over the
     cores."""
 
     name = "direct-conv"
@@ -232,7 +244,9 @@ class DirectConvKernels:
 
     @staticmethod
     def _match(op: ir.Operation) -> DirectConv | None:
-        if len(op.operands) != 3 or not all(identity_layout(v.type) for v in op.operands):
+        # Any static layout whose innermost dimension is contiguous (the vector loads and stores run along
+        # it): a weight sliced per output phase of a transposed convolution is a strided view.
+        if len(op.operands) != 3 or not all(_rows_contiguous(v.type) for v in op.operands):
             return None
         vop = analyse(op)
         if vop is None or any(a.dtype != "f32" for a in vop.operands) or not is_mac(op.regions[0].blocks[0]):
