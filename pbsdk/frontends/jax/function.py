@@ -566,9 +566,11 @@ class JaxFunction:
                 for i, g in enumerate(self._graphs(args, kwargs))]
 
     def explain(self, *args: Any, **kwargs: Any) -> str:
-        """The planner's decisions for each contraction and attention in this function's kernels, as text."""
+        """The planner's decisions for each contraction, convolution route and attention in this function's
+        kernels, as text."""
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
         from pbsdk.core.plan import explain_graph, format_plan
+        from pbsdk.core.plan.explain import explain_conv_routes
 
         spec, options = self.request.spec, self.request.options
         forms = self.request.target.attention_forms
@@ -577,6 +579,7 @@ class JaxFunction:
             inside = fused_nodes(graph, spec, options, forms)  # matmuls a fused attention kernel replaced
             text += [f"kernel {i}: " + format_plan(title, plan) for title, plan in explain_graph(graph, spec, options)
                      if int(title.split()[0][1:]) not in inside]
+            text += [f"kernel {i}: " + line for line in explain_conv_routes(graph, spec, options)]
             text += [f"kernel {i}: " + line for line in explain_attention(graph, spec, options, forms)]
         return "\n".join(text) or "no contractions"
 
