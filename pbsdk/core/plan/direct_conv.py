@@ -25,6 +25,11 @@ from pbsdk.core.plan.window import COPY_CYCLES, window_run
 #: Registers a direct tile leaves free beside its accumulators and weight vectors: the broadcast input
 #: values in flight and the addresses' spill room.
 SPARE_REGISTERS = 4
+#: The direct kernel is chosen only where its estimate is at most this share of the contraction's. The two
+#: estimates count the issue cycles of different kernels, each within about 10% of what it measures on
+#: the suite's rows; a closer call goes to the contraction, whose kernels block for every cache level. The
+#: cases the direct kernel is for win by far more (groups of 8-16: 3-6x fewer cycles; 3->16 channels: 2x).
+DIRECT_MARGIN = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +194,8 @@ def plan_conv_route(registers: int, lanes: int, fma_per_cycle: int, loads_per_cy
     data caches (``caches``: (capacity bytes, bytes a cycle) per level, innermost first).
 
     Both are charged their issue cycles (`direct_conv_cycles`, `contraction_cycles`, copies included); the
-    cheaper one runs, ties going to the contraction (its kernels block for every cache level). The direct
+    direct kernel runs where it takes at most `DIRECT_MARGIN` of the contraction's, else the contraction
+    (its kernels block for every cache level). The direct
     kernel re-reads a group's weights for every tile: from the innermost level where they take at most half
     the capacity (the rest holds the input rows and the output), at its bandwidth; with no such level, from
     the outermost one given (a dense 3x3 of 256 channels, 2.4 MB, streams from L3 and goes to the
@@ -201,7 +207,7 @@ def plan_conv_route(registers: int, lanes: int, fma_per_cycle: int, loads_per_cy
     weights = conv.kh * conv.kw * conv.cg * conv.og * element_bytes
     bandwidth = next((bw for size, bw in caches if 2 * weights <= size), caches[-1][1])
     direct = direct_conv_cycles(conv, tile, fma_per_cycle, loads_per_cycle, bandwidth, element_bytes)
-    chosen: Literal["direct", "contraction"] = "direct" if direct < gemm else "contraction"
+    chosen: Literal["direct", "contraction"] = "direct" if direct <= DIRECT_MARGIN * gemm else "contraction"
     reason = (f"conv {conv.kh}x{conv.kw} {conv.groups}x({conv.cg}->{conv.og}) channels, "
               f"{conv.oh}x{conv.ow} pixels x {conv.n}: {chosen} ({direct:.3g} vs {gemm:.3g} issue cycles direct "
               f"vs contraction; {weights} B of weights a group at {bandwidth:.3g} B a cycle)"
