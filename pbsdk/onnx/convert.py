@@ -121,6 +121,26 @@ def ints(x: Value, what: str) -> list[int]:
     return [int(v) for v in known(x, what).reshape(-1)]
 
 
+#: The inputs whose *value* a converter needs at import (`known`, `ints`: a shape, axes, pads, bounds), by op
+#: type and input position, named as in the ONNX spec. A model input that reaches one of them is specialised
+#: on its value at run time (`pbsdk.onnx.specialise`). Older opsets take these as attributes and have fewer
+#: inputs, so a position beyond a node's inputs is simply absent.
+VALUE_OPERANDS: dict[str, dict[int, str]] = {
+    "Reshape": {1: "shape"}, "Expand": {1: "shape"}, "Tile": {1: "repeats"}, "Squeeze": {1: "axes"},
+    "Unsqueeze": {1: "axes"}, "Split": {1: "split"}, "CumSum": {1: "axis"}, "Trilu": {1: "k"},
+    "Slice": {1: "starts", 2: "ends", 3: "axes", 4: "steps"},
+    "Pad": {1: "pads", 2: "constant_value", 3: "axes"},
+    "Dropout": {1: "ratio", 2: "training_mode"},
+    "ConstantOfShape": {0: "input"}, "Range": {0: "start", 1: "limit", 2: "delta"},
+    **{op: {1: "axes"} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+                                  "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")},
+}
+
+#: Inputs of which a converter reads only the static type and shape, never the data: a known value computed
+#: from them needs no known value of them (``Shape(x)`` of a run-time ``x`` is known).
+TYPE_ONLY: dict[str, tuple[int, ...]] = {"Shape": (0,), "Size": (0,), "CastLike": (1,), "EyeLike": (0,)}
+
+
 def _shape(x: Value) -> tuple[int, ...]:
     return tuple(x.shape) if isinstance(x, Tensor) else tuple(np.shape(x))
 
@@ -330,11 +350,13 @@ def _clip(node: NodeInfo, x: Value, lo: Value = None, hi: Value = None) -> Tenso
 
 
 @converts("Cast", "CastLike")
-def _cast(node: NodeInfo, x: Value, like: Value = None) -> Tensor:
+def _cast(node: NodeInfo, x: Value, like: Value = None) -> Any:
     to = node.out_elem()
     if to is None:
         raise UnsupportedError("the target element type is unknown")
     dtype = carrier(to, node.op_type)
+    if not isinstance(x, Tensor) and x is not None:  # CastLike of a known value to a run-time tensor's type
+        return np.asarray(x).astype(ELEM_TYPES[to][0])
     t = tensor(x)
     source = node.in_elem(0)
     if to == BOOL:
@@ -347,7 +369,9 @@ def _cast(node: NodeInfo, x: Value, like: Value = None) -> Tensor:
 @converts("Dropout")
 def _dropout(node: NodeInfo, x: Value, ratio: Value = None, training: Value = None) -> Any:
     if training is not None and bool(known(training, "Dropout's training_mode")):
-        raise UnsupportedError("Dropout in training mode")
+        rate = float(known(ratio, "Dropout's ratio").reshape(-1)[0]) if ratio is not None else 0.5
+        if rate != 0.0:  # with a zero ratio training mode keeps every element: the identity
+            raise UnsupportedError("Dropout in training mode (random) with a nonzero ratio")
     if len(node.outputs) > 1 and node.outputs[1]:
         return x, np.ones(_shape(x), dtype=np.bool_)
     return x
@@ -814,6 +838,18 @@ def _size(node: NodeInfo, x: Value) -> np.ndarray:
     return np.asarray(math.prod(_shape(x)), dtype=np.int64)
 
 
+@converts("EyeLike")
+def _eye_like(node: NodeInfo, x: Value) -> np.ndarray:
+    """Known from the input's static shape alone (its data is never read)."""
+    shape = _shape(x)
+    if len(shape) != 2:
+        raise UnsupportedError(f"EyeLike of a rank-{len(shape)} input (rank 2 expected)")
+    to = node.out_elem() or node.in_elem(0) or 1
+    if to not in ELEM_TYPES:
+        carrier(to, "EyeLike")
+    return np.eye(shape[0], shape[1], k=int(node.attr("k", 0)), dtype=ELEM_TYPES[to][0])
+
+
 @converts("Trilu")
 def _trilu(node: NodeInfo, x: Value, k: Value = None) -> Tensor:
     t = tensor(x)
@@ -887,7 +923,7 @@ def convert_node(node: NodeInfo, inputs: Sequence[Value]) -> tuple[Value, ...]:
 
 
 #: Ops pbsdk only folds at import: their inputs (a shape, range bounds) must be known then.
-FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range", "EyeLike")
+FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range")
 
 
 def _folded_only(node: NodeInfo, *inputs: Value) -> Value:

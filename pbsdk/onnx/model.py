@@ -22,6 +22,7 @@ from pbsdk.frontends.logs import configure_from_env
 from pbsdk.frontends.tracing import Tensor, tracing
 from pbsdk.onnx.convert import ELEM_TYPES, NodeInfo, carrier, convert_node
 from pbsdk.onnx.plan import Plan, Step, plan_steps
+from pbsdk.onnx.specialise import DEFAULT_LIMIT, Specialisations, value_inputs
 
 log = logging.getLogger("pbsdk.onnx")
 
@@ -40,11 +41,14 @@ def _onnx() -> Any:
 class ImportOptions:
     """How a model is imported. ``fallback``: nodes pbsdk cannot convert run through ``onnx.reference``
     between compiled segments (each logged) instead of failing the import; ``input_shapes``: static
-    shapes for inputs with dynamic dimensions (name -> shape); ``check``: run ``onnx.checker`` first."""
+    shapes for inputs with dynamic dimensions (name -> shape); ``check``: run ``onnx.checker`` first;
+    ``specialisations``: how many compiles a model whose inputs carry shapes or axes keeps, one per
+    distinct value of those inputs (`pbsdk.onnx.specialise`)."""
 
     fallback: bool = False
     input_shapes: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
     check: bool = True
+    specialisations: int = DEFAULT_LIMIT
 
     @staticmethod
     def parse(options: ImportOptions | Mapping[str, Any] | None) -> ImportOptions:
@@ -62,9 +66,12 @@ class ImportOptions:
         for flag in ("fallback", "check"):
             if flag in options and not isinstance(options[flag], bool):
                 raise OptionsError(f"{flag} must be a bool, got {options[flag]!r}")
+        limit = options.get("specialisations", DEFAULT_LIMIT)
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise OptionsError(f"specialisations must be a positive int, got {limit!r}")
         return ImportOptions(fallback=options.get("fallback", False),
                              input_shapes={k: tuple(v) for k, v in shapes.items()},
-                             check=options.get("check", True))
+                             check=options.get("check", True), specialisations=limit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,30 +229,64 @@ def _reference_run(node: Any, opsets: Mapping[str, int], inputs: Sequence[Any]) 
     return [np.asarray(v) for v in evaluator.run(None, feeds)]
 
 
+def _prepare(given: Any, options: ImportOptions) -> tuple[Any, dict[str, np.ndarray]]:
+    """The model read, its local functions inlined, its large initializers lifted out (`_lift_initializers`),
+    checked and its inputs given static shapes; never the caller's proto."""
+    onnx = _onnx()
+    model = _read(given)
+    if model.functions:
+        from onnx import inliner
+        model = inliner.inline_local_functions(model)
+    elif model is given:  # the caller's proto: lifting the initializers must not change it
+        model = onnx.ModelProto()
+        model.CopyFrom(given)
+    weights = _lift_initializers(model)
+    if options.check:
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as exc:
+            raise PbsdkError(f"the ONNX checker rejects the model: {str(exc).splitlines()[0]}") from None
+    return _with_static_inputs(model, options.input_shapes, weights), weights
+
+
 class OnnxModel:
     """An ONNX model compiled for one target and spec. Call it on numpy arrays (positionally, in the
     model's input order, or ``run({name: array})``); returns one array, or a tuple for several outputs."""
 
-    def __init__(self, model: Any, request: CompileRequest, options: ImportOptions) -> None:
+    def __init__(self, model: Any, request: CompileRequest, options: ImportOptions, *,
+                 _lifted: Mapping[str, np.ndarray] | None = None) -> None:
         configure_from_env()
         onnx = _onnx()
         self.request = request
         self.options = options
-        given = model
-        model = _read(model)
-        if model.functions:
-            from onnx import inliner
-            model = inliner.inline_local_functions(model)
-        elif model is given:  # the caller's proto: lifting the initializers must not change it
-            model = onnx.ModelProto()
-            model.CopyFrom(given)
-        weights = _lift_initializers(model)
-        if options.check:
-            try:
-                onnx.checker.check_model(model)
-            except onnx.checker.ValidationError as exc:
-                raise PbsdkError(f"the ONNX checker rejects the model: {str(exc).splitlines()[0]}") from None
-        model = _with_static_inputs(model, options.input_shapes, weights)
+        if _lifted is None:
+            model, weights = _prepare(model, options)
+        else:  # a specialisation: a copy of a prepared model, its weights already lifted
+            weights = dict(_lifted)
+        inits = {i.name for i in model.graph.initializer} | set(weights)
+        graph = model.graph
+        self.name = re.sub(r"\W", "_", graph.name or "onnx_model") or "onnx_model"
+        self.input_names = [i.name for i in graph.input if i.name not in inits]
+        self.output_names = [o.name for o in graph.output]
+        in_types = {i.name: _elem_shape(i.type) for i in graph.input if i.name not in inits}
+        self.inputs: list[tuple[str, TensorType, Any]] = []
+        for name in self.input_names:  # tensors of static shapes (`_with_static_inputs`)
+            t = in_types[name]
+            assert t is not None and t[1] is not None
+            self.inputs.append((name, TensorType(t[1], carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
+        decision = value_inputs([(n.op_type if (n.domain or "") in ("", "ai.onnx") else "", n.input, n.output)
+                                 for n in graph.node], {n: t.shape for n, t, _ in self.inputs})
+        #: the inputs the model is compiled per value of (name -> the operand each reaches); empty: one compile
+        self.value_inputs: Mapping[str, str] = decision.specialised
+        self.refused_value_inputs: Mapping[str, str] = decision.refused
+        self._specialisations: Specialisations[OnnxModel] | None = None
+        if self.value_inputs:
+            self._base, self._weights = model, weights
+            self._specialisations = Specialisations(
+                options.specialisations, what=f"ONNX model {self.name!r}")
+            log.info("ONNX model %r is compiled per value of %s", self.name,
+                     ", ".join(f"{n!r} ({why})" for n, why in self.value_inputs.items()))
+            return
         try:
             model = onnx.shape_inference.infer_shapes(model, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and a few others
@@ -255,35 +296,85 @@ class OnnxModel:
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
         self.opsets.setdefault("", 1)
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
-        inits = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer} | weights
+        inits_arrays = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer} | weights
         types: dict[str, TypeInfo | None] = {}
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
             types[v.name] = _elem_shape(v.type)
-        for name in inits:
+        for name in inits_arrays:
             types[name] = None
         self.types = types
-        self.input_names = [i.name for i in graph.input if i.name not in inits]
-        self.output_names = [o.name for o in graph.output]
-        self.inputs: list[tuple[str, TensorType, Any]] = []
-        for name in self.input_names:
-            t = types[name]
-            assert t is not None and t[1] is not None
-            self.inputs.append((name, TensorType(t[1], carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
         self._nodes = list(graph.node)
         self.infos = [self._info(n) for n in self._nodes]
-        self.known: dict[str, np.ndarray] = dict(inits)
+        self.known: dict[str, np.ndarray] = dict(inits_arrays)
         fallback, converted, folded = self._probe()
-        self.report = ImportReport(converted=dict(converted), folded=dict(folded),
-                                   fallback=dict(Counter(self.infos[i].op_type for i in fallback)),
-                                   opset=self.opset)
-        self.plan: Plan = plan_steps([(n.input, n.output) for n in self._nodes], fallback, set(self.known),
-                                     self.output_names)
-        self.name = re.sub(r"\W", "_", graph.name or "onnx_model") or "onnx_model"
-        self._jits = {id(s): self._jit(s) for s in self.plan.compiled}
-        for step in self.plan.compiled:  # compile now: errors belong to the import, not the first call
+        self._report = ImportReport(converted=dict(converted), folded=dict(folded),
+                                    fallback=dict(Counter(self.infos[i].op_type for i in fallback)),
+                                    opset=self.opset)
+        self._plan = plan_steps([(n.input, n.output) for n in self._nodes], fallback, set(self.known),
+                                self.output_names)
+        self._jits = {id(s): self._jit(s) for s in self._plan.compiled}
+        for step in self._plan.compiled:  # compile now: errors belong to the import, not the first call
             jit, sig, _ = self._jits[id(step)]
             if jit is not None:
                 jit.kernel(sig)
+
+    # --------------------------------------------------------------------------------- specialisation
+
+    def _specialising(self, what: str) -> UnsupportedError:
+        names = ", ".join(f"{n!r} ({why})" for n, why in self.value_inputs.items())
+        return UnsupportedError(f"{self.name}: {what} exists per value of the input(s) {names}, which the model "
+                                "is compiled for at run time: call specialise({name: value}) for one")
+
+    @property
+    def report(self) -> ImportReport:
+        """What became of each node (of one specialisation: `specialise`)."""
+        if self._specialisations is not None:
+            raise self._specialising("the import report")
+        return self._report
+
+    @property
+    def plan(self) -> Plan:
+        """The compiled and reference steps (of one specialisation: `specialise`)."""
+        if self._specialisations is not None:
+            raise self._specialising("the plan")
+        return self._plan
+
+    @property
+    def specialisations(self) -> Specialisations[OnnxModel] | None:
+        """The compiled specialisations of a model with `value_inputs` (None for one compiled at import)."""
+        return self._specialisations
+
+    def specialise(self, values: Mapping[str, Any]) -> OnnxModel:
+        """The model compiled for these values of its `value_inputs` (each a constant of that compile), from
+        the cache of specialisations or compiled now; its inputs are the model's others."""
+        if self._specialisations is None:
+            raise ArgumentError(f"{self.name}: no input is specialised on (the model compiles once)")
+        missing = [n for n in self.value_inputs if n not in values]
+        if missing:
+            raise ArgumentError(f"{self.name}: specialise needs a value for {', '.join(map(repr, missing))}")
+        arrays = {}
+        for name, t, np_dtype in self.inputs:
+            if name in self.value_inputs:
+                a = np.asarray(values[name])
+                if a.shape != t.shape or a.dtype != np_dtype:
+                    raise ArgumentError(f"{self.name}: input {name!r} must be {np.dtype(np_dtype).name}"
+                                        f"{list(t.shape)}, got {a.dtype.name}{list(a.shape)}")
+                arrays[name] = a
+        key = tuple((n, a.tobytes()) for n, a in arrays.items())
+        return self._specialisations.get(
+            key, lambda: self._specialised(arrays),
+            describe=lambda: ", ".join(f"{n}={a.tolist()}" for n, a in arrays.items()))
+
+    def _specialised(self, values: Mapping[str, np.ndarray]) -> OnnxModel:
+        """A copy of the prepared model whose ``values`` inputs are initializers, imported and compiled."""
+        onnx = _onnx()
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self._base)
+        kept = [i for i in proto.graph.input if i.name not in values]
+        del proto.graph.input[:]
+        proto.graph.input.extend(kept)
+        proto.graph.initializer.extend(onnx.numpy_helper.from_array(a, n) for n, a in values.items())
+        return OnnxModel(proto, self.request, self.options, _lifted=self._weights)
 
     # ---------------------------------------------------------------------------------------- analysis
 
@@ -406,8 +497,12 @@ class OnnxModel:
 
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """The outputs, in the model's order, for inputs given by name (as ``onnxruntime``'s ``run``)."""
+        given = self._feeds((), feeds)
+        if self._specialisations is not None:
+            compiled = self.specialise({n: given[n] for n in self.value_inputs})
+            return compiled.run({n: a for n, a in given.items() if n not in self.value_inputs})
         env: dict[str, Any] = dict(self.known)
-        env.update(self._feeds((), feeds))
+        env.update(given)
         for step in self.plan.steps:
             if step.kind == "reference":
                 node = self._nodes[step.nodes[0]]
@@ -431,6 +526,10 @@ class OnnxModel:
 
     def __repr__(self) -> str:
         ins = ", ".join(f"{n}: {t}" for n, t, _ in self.inputs)
+        if self._specialisations is not None:
+            return (f"OnnxModel({self.name}({ins}) on {self.request.target.name}, compiled per value of "
+                    f"{', '.join(self.value_inputs)}: {len(self._specialisations)} of at most "
+                    f"{self._specialisations.limit} kept)")
         return f"OnnxModel({self.name}({ins}) on {self.request.target.name}, {len(self.plan.compiled)} kernel(s))"
 
     def lower(self) -> list[str]:
@@ -438,6 +537,8 @@ class OnnxModel:
         from pbsdk.core.ir.emit import emit_graph
         from pbsdk.frontends.jit import trace
 
+        if self._specialisations is not None:
+            raise self._specialising("the MLIR")
         texts = []
         for step in self.plan.compiled:
             jit, sig, _ = self._jits[id(step)]
@@ -449,6 +550,8 @@ class OnnxModel:
 
     @property
     def kernels(self) -> list[Any]:
+        if self._specialisations is not None:
+            raise self._specialising("a kernel")
         return [jit.kernel(sig)[0] for jit, sig, _ in self._jits.values() if jit is not None]
 
 
@@ -473,11 +576,18 @@ def _from_carrier(a: np.ndarray, dtype: Any) -> np.ndarray:
 
 def load(model: str | Path | bytes | Any, *, target: str | Target = "cpu", spec: str | ChipSpec | None = None,
          options: Mapping[str, Any] | None = None, fallback: bool = False,
-         input_shapes: Mapping[str, Sequence[int]] | None = None, check: bool = True) -> OnnxModel:
+         input_shapes: Mapping[str, Sequence[int]] | None = None, check: bool = True,
+         specialisations: int = DEFAULT_LIMIT) -> OnnxModel:
     """Load an ONNX model (a path, its bytes or a ``ModelProto``), check and shape-infer it, convert it to
     pbsdk ops and compile it for ``target`` and ``spec`` (``options``: the target's compile options).
 
     An op pbsdk cannot convert is an `UnsupportedError` naming each such node, its op and opset, unless
-    ``fallback``: then those nodes run through ``onnx.reference`` between compiled segments (logged)."""
-    parsed = ImportOptions.parse({"fallback": fallback, "input_shapes": dict(input_shapes or {}), "check": check})
+    ``fallback``: then those nodes run through ``onnx.reference`` between compiled segments (logged).
+
+    A model input that carries a shape, axes, pads, indices or a bound (it feeds Reshape's shape, a
+    reduction's axes, ...: `value_inputs`) is specialised on: the model compiles at its first call with each
+    distinct value of such inputs, at most ``specialisations`` compiles kept (least recently used evicted,
+    logged); the other inputs stay run-time tensors."""
+    parsed = ImportOptions.parse({"fallback": fallback, "input_shapes": dict(input_shapes or {}), "check": check,
+                                  "specialisations": specialisations})
     return OnnxModel(model, resolve(target, spec, options), parsed)
