@@ -603,6 +603,169 @@ def _hardmax(node: NodeInfo, x: Value) -> Tensor:
     return ops.astype(ops.equal(ops.astype(first, "f64"), pos), t.dtype)
 
 
+# ---------------------------------------------------------------------------------------------- attention
+
+def _split_heads(t: Tensor, heads: Any, what: str) -> Tensor:
+    """(B, S, H * E) -> (B, H, S, E)."""
+    if not heads or t.shape[2] % int(heads):
+        raise UnsupportedError(f"Attention: 3-D {what} of width {t.shape[2]} needs its number of heads "
+                               f"dividing it, got {heads!r}")
+    b, s, width = t.shape
+    return ops.transpose(ops.reshape(t, (b, s, int(heads), width // int(heads))), (0, 2, 1, 3))
+
+
+def _repeat_heads(t: Tensor, heads: int) -> Tensor:
+    """(B, Hkv, S, E) -> (B, heads, S, E), each key/value head serving ``heads / Hkv`` consecutive query heads."""
+    b, hkv, s, e = t.shape
+    if heads == hkv:
+        return t
+    if heads % hkv:
+        raise UnsupportedError(f"Attention: {heads} query heads are not a multiple of {hkv} key/value heads")
+    g = heads // hkv
+    return ops.reshape(ops.broadcast_to(ops.reshape(t, (b, hkv, 1, s, e)), (b, hkv, g, s, e)), (b, heads, s, e))
+
+
+def _attention_bias(node: NodeInfo, mask: Value, nonpad: Value, *, sq: int, sk: int, past: int,
+                    dtype: str) -> Value:
+    """The additive bias (0 where a query may attend a key, -inf where not) of ``attn_mask`` (bool: attend
+    where true; float: added; narrower than the keys: padded with -inf), ``is_causal`` and the sliding
+    window (bottom-right aligned: a query ``i`` sees key ``j`` iff ``j <= i + offset``, the offset being the
+    past keys' count, or per batch ``nonpad_kv_seqlen - Sq``) and the padding of ``nonpad_kv_seqlen``: None
+    (no bias), a known array (no run-time input in it) or a traced tensor broadcasting to (B, H, Sq, Sk)."""
+    np_dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
+    neg_inf = np_dtype(-np.inf)
+
+    def select(cond: Tensor) -> Tensor:  # 0 where cond, else -inf
+        return ops.where(cond, tensor(np.zeros((), np_dtype)), tensor(np.full((), -np.inf, np_dtype)))
+
+    bias: Value = None
+    if mask is not None:
+        boolean = node.in_elem(3) == BOOL
+        width = _shape(mask)[-1]
+        if width > sk:
+            raise UnsupportedError(f"Attention: a mask over {width} keys for {sk} keys")
+        if isinstance(mask, Tensor):
+            m = select(mask) if boolean else ops.astype(mask, dtype)
+            if width < sk:
+                fill = np.full(_shape(mask)[:-1] + (sk - width,), neg_inf, np_dtype)
+                m = ops.concatenate([m, tensor(fill)], axis=-1)
+            bias = m
+        else:
+            known_mask = np.where(np.asarray(mask), np_dtype(0), neg_inf) if boolean else np.asarray(mask, np_dtype)
+            pad = [(0, 0)] * (known_mask.ndim - 1) + [(0, sk - width)]
+            bias = np.pad(known_mask, pad, constant_values=neg_inf).astype(np_dtype)
+    causal = bool(node.attr("is_causal", 0))
+    left, right = int(node.attr("left_window_size", -1)), int(node.attr("right_window_size", -1))
+    rows = np.arange(sq, dtype=np.float32).reshape(sq, 1)
+    cols = np.arange(sk, dtype=np.float32).reshape(1, sk)
+    allowed: Value = None
+    if causal or left >= 0 or right >= 0:
+        if nonpad is not None and past == 0:  # the external cache: a frontier per batch
+            n = ops.astype(tensor(nonpad), "f32")
+            diff = ops.sub(ops.add(tensor(rows), ops.reshape(ops.sub(n, float(sq)), (-1, 1, 1, 1))), tensor(cols))
+            conds = [ops.greater_equal(diff, 0.0)] if causal else []
+            conds += [ops.less_equal(diff, float(left))] if left >= 0 else []
+            conds += [ops.greater_equal(diff, float(-right))] if right >= 0 else []
+            for c in conds:
+                allowed = c if allowed is None else ops.mul(allowed, c)
+        else:
+            diff_np = rows + past - cols
+            ok = np.ones((sq, sk), np.bool_)
+            ok &= diff_np >= 0 if causal else True
+            ok &= diff_np <= left if left >= 0 else True
+            ok &= diff_np >= -right if right >= 0 else True
+            allowed = ok
+    if nonpad is not None:
+        n = ops.reshape(ops.astype(tensor(nonpad), "f32"), (-1, 1, 1, 1))
+        valid = ops.less(tensor(cols), n)
+        allowed = valid if allowed is None else ops.mul(tensor(allowed, "f32"), valid)
+    if allowed is not None:
+        if isinstance(allowed, Tensor):
+            structural: Value = select(allowed)
+        else:
+            structural = np.where(allowed, np_dtype(0), neg_inf).astype(np_dtype)
+        if bias is None:
+            bias = structural
+        elif isinstance(bias, Tensor) or isinstance(structural, Tensor):
+            bias = ops.add(tensor(bias, dtype), tensor(structural, dtype))
+        else:
+            bias = (bias + structural).astype(np_dtype)
+    return bias
+
+
+@converts("Attention")
+def _attention(node: NodeInfo, q: Value, k: Value, v: Value, mask: Value = None, past_k: Value = None,
+               past_v: Value = None, nonpad: Value = None) -> tuple[Value, ...]:
+    """ONNX Attention (opsets 23-25) onto `pbsdk.ops.attention` (the fused attention) when only ``Y`` is
+    asked for and no softcap or softmax precision changes the scores; otherwise the same primitives with
+    the intermediate exposed. Rows whose bias masks every key give 0, as the ONNX reference does."""
+    qt, kt, vt = tensor(q), tensor(k), tensor(v)
+    dtype = qt.dtype
+    three_d = qt.ndim == 3
+    if three_d:
+        qt = _split_heads(qt, node.attr("q_num_heads"), "Q")
+        kt = _split_heads(kt, node.attr("kv_num_heads"), "K")
+        vt = _split_heads(vt, node.attr("kv_num_heads"), "V")
+    if qt.ndim != 4 or kt.ndim != 4 or vt.ndim != 4:
+        raise UnsupportedError(f"Attention of rank-{qt.ndim} inputs (3 or 4 expected)")
+    if (past_k is None) != (past_v is None) or (nonpad is not None and past_k is not None):
+        raise UnsupportedError("Attention: past_key and past_value go together, and not with nonpad_kv_seqlen")
+    past = 0
+    if past_k is not None:
+        past = _shape(past_k)[2]
+        kt = ops.concatenate([tensor(past_k, kt.dtype), kt], axis=2)
+        vt = ops.concatenate([tensor(past_v, vt.dtype), vt], axis=2)
+    present_k, present_v = kt, vt
+    b, hq, sq, d = qt.shape
+    sk = kt.shape[2]
+    scale = node.attr("scale")
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    softcap = float(node.attr("softcap", 0.0) or 0.0)
+    precision = node.attr("softmax_precision")
+    soft_dtype = carrier(int(precision), "Attention's softmax_precision") if precision else dtype
+    want_qk = len(node.outputs) > 3 and bool(node.outputs[3])
+    bias = _attention_bias(node, mask, nonpad, sq=sq, sk=sk, past=past, dtype=dtype)
+    # rows whose every key is masked: 0 (a known array of them, or a traced mask; None when there are none)
+    masked_rows: Value = None
+    if isinstance(bias, Tensor):
+        masked_rows = ops.equal(ops.max(bias, -1, keepdims=True), -math.inf)
+    elif bias is not None and np.isneginf(bias.max(axis=-1, keepdims=True)).any():
+        masked_rows = np.isneginf(bias.max(axis=-1, keepdims=True))
+
+    def guard(x: Tensor) -> Tensor:
+        return x if masked_rows is None else ops.where(tensor(masked_rows, "f32"), 0.0, x)
+
+    qk: Value = None
+    if not want_qk and softcap <= 0 and soft_dtype == dtype:
+        plain_causal = bool(node.attr("is_causal", 0)) and mask is None and nonpad is None and past == 0 \
+            and node.attr("left_window_size", -1) < 0 and node.attr("right_window_size", -1) < 0
+        # the spec scales Q and K by sqrt(scale) each (in their dtype) before the product; in f16 the
+        # rounding differs from scaling the scores by an ulp, more than the node tests allow
+        root = math.sqrt(scale)
+        y = ops.attention(ops.mul(qt, root), ops.mul(kt, root), vt, scale=1.0, causal=plain_causal,
+                          mask=None if plain_causal or bias is None else tensor(bias, dtype))
+        y = guard(y)
+    else:
+        kr, vr = _repeat_heads(kt, hq), _repeat_heads(vt, hq)
+        root = math.sqrt(scale)
+        s = ops.matmul(ops.mul(qt, root), ops.mul(kr, root), transpose_b=True)
+        if softcap > 0:
+            s = ops.mul(ops.tanh(ops.div(s, softcap)), softcap)
+        qk = s
+        if bias is not None:
+            s = ops.add(s, tensor(bias, dtype))
+        mode = int(node.attr("qk_matmul_output_mode", 0))
+        if mode == 2:
+            qk = s
+        p = guard(ops.softmax(ops.astype(s, soft_dtype), -1))
+        if mode == 3:
+            qk = p
+        y = ops.matmul(ops.astype(p, dtype), vr)
+    if three_d:
+        y = ops.reshape(ops.transpose(y, (0, 2, 1, 3)), (b, sq, hq * y.shape[-1]))
+    return y, present_k, present_v, None if qk is None else ops.astype(qk, dtype)
+
+
 # --------------------------------------------------------------------------------------------- reductions
 
 def _reduce_axes(node: NodeInfo, t: Tensor, axes_in: Value, axes_input_from: int) -> tuple[int, ...] | None:

@@ -24,6 +24,7 @@ FAMILIES: dict[str, tuple[str, ...]] = {
                              "Xor", "Where"),
     "contractions": ("MatMul", "Gemm", "Conv", "ConvTranspose"),
     "pooling": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"),
+    "attention": ("Attention",),
     "normalisation": ("BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization"),
     "reductions": ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
                    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin", "CumSum"),
