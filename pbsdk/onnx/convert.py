@@ -897,9 +897,13 @@ def _split(node: NodeInfo, x: Value, split: Value = None) -> tuple[Tensor, ...]:
     if sizes is None:
         each = math.ceil(t.shape[axis] / n)
         sizes = [min(each, t.shape[axis] - i * each) for i in range(n)]
-    out, start = [], 0
+    out: list[Value] = []
+    start = 0
     for s in sizes:
-        out.append(ops.slice(t, axis, start, start + int(s)))
+        if int(s) == 0:  # an empty piece: known, it holds nothing
+            out.append(np.zeros(t.shape[:axis] + (0,) + t.shape[axis + 1:], _numpy_of(node.out_elem(len(out)))))
+        else:
+            out.append(ops.slice(t, axis, start, start + int(s)))
         start += int(s)
     return tuple(out)
 
@@ -1071,12 +1075,31 @@ def check_result(node: NodeInfo, result: Any) -> tuple[Value, ...]:
     return tuple(out)
 
 
+def _numpy_of(elem: int | None) -> Any:
+    return ELEM_TYPES[elem][0] if elem in ELEM_TYPES else np.float32
+
+
+def empty_outputs(node: NodeInfo) -> tuple[np.ndarray | None, ...] | None:
+    """The node's outputs when shape inference says every one is empty (a zero-sized dimension): known
+    arrays holding nothing, whatever the op and its inputs; None otherwise."""
+    outs = [(o, t) for o, t in zip(node.outputs, node.out_types)]
+    named = [t for o, t in outs if o]
+    if len(node.out_types) < len(node.outputs) or not named or \
+            not all(t is not None and t[1] is not None and 0 in t[1] and t[0] in ELEM_TYPES for t in named):
+        return None
+    return tuple(np.zeros(t[1], ELEM_TYPES[t[0]][0]) if o and t is not None and t[1] is not None else None
+                 for o, t in outs)
+
+
 def convert_node(node: NodeInfo, inputs: Sequence[Value]) -> tuple[Value, ...]:
     """Convert one node on already-converted inputs; an `UnsupportedError` names the op and its opset."""
     fn = CONVERTERS.get(node.op_type)
     label = f"{node.op_type} (opset {node.opset})"
     if fn is None:
         raise UnsupportedError(f"no pbsdk converter for {label}", op=node.op_type)
+    empty = empty_outputs(node)
+    if empty is not None:
+        return empty
     try:
         return check_result(node, fn(node, *inputs))
     except UnsupportedError as exc:

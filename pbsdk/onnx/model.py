@@ -306,6 +306,9 @@ class OnnxModel:
         self._nodes = list(graph.node)
         self.infos = [self._info(n) for n in self._nodes]
         self.known: dict[str, np.ndarray] = dict(inits_arrays)
+        for name, ttype, np_dtype in self.inputs:  # an empty input is known: it holds nothing
+            if 0 in ttype.shape:
+                self.known[name] = np.zeros(ttype.shape, np_dtype)
         fallback, converted, folded = self._probe()
         self._report = ImportReport(converted=dict(converted), folded=dict(folded),
                                     fallback=dict(Counter(self.infos[i].op_type for i in fallback)),
@@ -401,7 +404,8 @@ class OnnxModel:
         folded: Counter[str] = Counter()
         with tracing(graph):
             for name, t, _ in self.inputs:
-                env[name] = Tensor(graph.add("input", [], t), graph)
+                if name not in self.known:
+                    env[name] = Tensor(graph.add("input", [], t), graph)
             for i, (node, info) in enumerate(zip(self._nodes, self.infos)):
                 values = [env.get(n) if n else None for n in node.input]
                 try:

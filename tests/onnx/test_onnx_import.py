@@ -198,3 +198,27 @@ def test_gqa_attention_exports_with_its_heads_repeated() -> None:
         got = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     torch.testing.assert_close(got, want)
     assert torch.nn.functional.scaled_dot_product_attention.__name__ == "scaled_dot_product_attention"
+
+
+def test_empty_tensors_are_known_values() -> None:
+    """A tensor with a zero-sized dimension holds nothing: an empty model input is known at import (a
+    reduction over it folds), and a node whose every output is empty gives empty arrays without a kernel
+    (a Split with an empty piece, whose Concat drops it; a Slice starting past the end)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    e = helper.make_tensor_value_info("e", TensorProto.FLOAT, [2, 0, 4])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "s", "z")]
+    nodes = [helper.make_node("Split", ["x", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Concat", ["b", "a"], ["c"], axis=1), helper.make_node("Relu", ["c"], ["y"]),
+             helper.make_node("ReduceSum", ["e", "ax"], ["s"], keepdims=1),
+             helper.make_node("Slice", ["x", "st", "en"], ["z"])]
+    inits = [("sizes", np.array([6, 0], np.int64)), ("ax", np.array([1], np.int64)),
+             ("st", np.array([7], np.int64)), ("en", np.array([9], np.int64))]
+    model = _model(nodes, [x, e], outs, inits, opset=18)
+    compiled = pbsdk.onnx.load(model, target="cpu", check=False)
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 6)).astype(np.float32),
+             "e": np.zeros((2, 0, 4), np.float32)}
+    got, want = compiled.run(feeds), _reference(model, feeds)
+    assert [g.shape for g in got] == [(2, 6), (2, 1, 4), (0, 6)] == [w.shape for w in want]
+    for g, w in zip(got, want):
+        assert_close(g, w, op="onnx empty", tol=F32)
+    assert compiled.report.folded == {"ReduceSum": 1}
