@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pbsdk import ops
@@ -32,9 +33,18 @@ ELEM_TYPES: dict[int, tuple[Any, str]] = {
     2: (np.uint8, "f64"), 3: (np.int8, "f64"), 4: (np.uint16, "f64"), 5: (np.int16, "f64"),
     6: (np.int32, "f64"), 7: (np.int64, "f64"), 12: (np.uint32, "f64"), 13: (np.uint64, "f64"),
     9: (np.bool_, "f32"),
+    16: (ml_dtypes.bfloat16, "bf16"),
+    22: (ml_dtypes.int4, "f64"), 21: (ml_dtypes.uint4, "f64"), 26: (ml_dtypes.int2, "f64"), 25: (ml_dtypes.uint2, "f64"),
 }
 BOOL = 9
-FLOATS = {1, 10, 11}
+FLOATS = {1, 10, 11, 16}
+#: The 4- and 2-bit integers (``ml_dtypes``, numpy kind "V"): integers like the others, carried as f64.
+NARROW_INTS = frozenset(np.dtype(d) for d in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
+
+
+def is_integer(dtype: Any) -> bool:
+    """Whether numpy ``dtype`` is an integer one (the 4- and 2-bit ones too)."""
+    return np.dtype(dtype).kind in "iu" or np.dtype(dtype) in NARROW_INTS
 
 
 def carrier(elem_type: int, what: str) -> str:
@@ -46,7 +56,7 @@ def carrier(elem_type: int, what: str) -> str:
         name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() \
             else str(elem_type)
         raise UnsupportedError(f"{what}: element type {name} is not supported "
-                               f"(supported: float, double, float16, integers, bool)")
+                               f"(supported: float, double, float16, bfloat16, integers, bool)")
     return found[1]
 
 
@@ -93,10 +103,11 @@ def tensor(x: Value, dtype: str | None = None) -> Tensor:
     if x is None:
         raise UnsupportedError("an omitted input is needed here")
     array = np.asarray(x)
-    if array.dtype.kind == "f" and array.dtype.name in ("float16", "float32", "float64"):
-        carried = {"float16": "f16", "float32": "f32", "float64": "f64"}[array.dtype.name]
-    elif array.dtype.kind in "iu":
+    if array.dtype.name in ("float16", "float32", "float64", "bfloat16"):
+        carried = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16"}[array.dtype.name]
+    elif is_integer(array.dtype):
         carried = "f64"
+        array = array.astype(np.float64)
     elif array.dtype.kind == "b":
         carried = "f32"
     else:
@@ -632,7 +643,7 @@ def _attention_bias(node: NodeInfo, mask: Value, nonpad: Value, *, sq: int, sk: 
     window (bottom-right aligned: a query ``i`` sees key ``j`` iff ``j <= i + offset``, the offset being the
     past keys' count, or per batch ``nonpad_kv_seqlen - Sq``) and the padding of ``nonpad_kv_seqlen``: None
     (no bias), a known array (no run-time input in it) or a traced tensor broadcasting to (B, H, Sq, Sk)."""
-    np_dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64}[dtype]
+    np_dtype = {"f16": np.float16, "f32": np.float32, "f64": np.float64, "bf16": ml_dtypes.bfloat16}[dtype]
     neg_inf = np_dtype(-np.inf)
 
     def select(cond: Tensor) -> Tensor:  # 0 where cond, else -inf

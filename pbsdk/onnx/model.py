@@ -20,7 +20,7 @@ from pbsdk.core.target import Target
 from pbsdk.frontends.jit import JitFunction
 from pbsdk.frontends.logs import configure_from_env
 from pbsdk.frontends.tracing import Tensor, tracing
-from pbsdk.onnx.convert import ELEM_TYPES, NodeInfo, carrier, convert_node
+from pbsdk.onnx.convert import ELEM_TYPES, NodeInfo, carrier, convert_node, is_integer
 from pbsdk.onnx.plan import Plan, Step, plan_steps
 from pbsdk.onnx.specialise import DEFAULT_LIMIT, Specialisations, value_inputs
 
@@ -573,7 +573,7 @@ def _from_carrier(a: np.ndarray, dtype: Any) -> np.ndarray:
     a = np.asarray(a)
     if np.dtype(dtype) == np.bool_:
         return a != 0
-    if np.dtype(dtype).kind in "iu":
+    if is_integer(dtype):
         return np.rint(a).astype(dtype)
     return a.astype(dtype, copy=False)
 

@@ -222,3 +222,26 @@ def test_empty_tensors_are_known_values() -> None:
     for g, w in zip(got, want):
         assert_close(g, w, op="onnx empty", tol=F32)
     assert compiled.report.folded == {"ReduceSum": 1}
+
+
+def test_bfloat16_and_4_and_2_bit_integers_cross_the_boundary() -> None:
+    """bfloat16 is carried as bf16, the 4- and 2-bit integers (``ml_dtypes``) as f64 like the other integers;
+    compared with onnx.reference (float to integer truncates toward zero)."""
+    import ml_dtypes
+    from onnx.reference import ReferenceEvaluator
+
+    ins = [helper.make_tensor_value_info("q", TensorProto.INT4, [2, 3]),
+           helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.BFLOAT16, [2, 3]),
+            helper.make_tensor_value_info("u", TensorProto.UINT2, [2, 3])]
+    nodes = [helper.make_node("Cast", ["q"], ["qf"], to=TensorProto.FLOAT), helper.make_node("Add", ["qf", "x"], ["s"]),
+             helper.make_node("Cast", ["s"], ["y"], to=TensorProto.BFLOAT16),
+             helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Cast", ["a"], ["u"], to=TensorProto.UINT2)]
+    model = _model(nodes, ins, outs, opset=25)
+    feeds = {"q": np.array([[-8, -1, 0], [1, 5, 7]], ml_dtypes.int4),
+             "x": np.array([[0.3, -1.7, 2.5], [3.9, 1.0e-3, -0.4]], np.float32)}
+    got = pbsdk.onnx.load(model, target="cpu").run(feeds)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    assert [g.dtype for g in got] == [np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.uint2)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.astype(np.float32), w.astype(np.float32))
