@@ -309,7 +309,13 @@ class OnnxModel:
         for name, ttype, np_dtype in self.inputs:  # an empty input is known: it holds nothing
             if 0 in ttype.shape:
                 self.known[name] = np.zeros(ttype.shape, np_dtype)
-        fallback, converted, folded = self._probe()
+        try:
+            fallback, converted, folded = self._probe()
+        except UnsupportedError as exc:
+            if not self.refused_value_inputs:
+                raise
+            why = "; ".join(f"model input {n!r} cannot be specialised on: {w}" for n, w in self.refused_value_inputs.items())
+            raise UnsupportedError(f"{exc.reason}\n{why}", op=exc.op) from exc
         self._report = ImportReport(converted=dict(converted), folded=dict(folded),
                                     fallback=dict(Counter(self.infos[i].op_type for i in fallback)),
                                     opset=self.opset)

@@ -180,3 +180,17 @@ def test_an_input_read_only_for_its_shape_is_not_specialised() -> None:
     assert compiled.value_inputs == {} and compiled.report.folded == {}
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert_close(compiled(a), a + np.eye(3, 4, k=1, dtype=np.float32), op="onnx eyelike", tol=F32)
+
+
+def test_an_input_too_large_to_specialise_on_is_named_in_the_error() -> None:
+    # Reshape's shape computed from a data tensor of 100 values: no compile per value, a typed error naming it
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+              helper.make_tensor_value_info("big", TensorProto.INT64, [100])]
+    nodes = [helper.make_node("Slice", ["big", "zero", "two"], ["shape"]), helper.make_node("Reshape", ["x", "shape"], ["y"])]
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]), helper.make_tensor("two", TensorProto.INT64, [1], [2])]
+    graph = helper.make_graph(nodes, "big_shape", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedError, match=r"model input 'big' cannot be specialised on: it feeds Reshape's shape "
+                                               r"and holds 100 values \(at most 64"):
+        pbsdk.onnx.load(model, target="cpu")
