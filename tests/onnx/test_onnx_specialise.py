@@ -98,6 +98,7 @@ ort = pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper
 
+import pbsdk
 import pbsdk.onnx
 from pbsdk.core.errors import ArgumentError, OptionsError, UnsupportedError
 from pbsdk.testing import Tolerance, assert_close
@@ -194,3 +195,15 @@ def test_an_input_too_large_to_specialise_on_is_named_in_the_error() -> None:
     with pytest.raises(UnsupportedError, match=r"model input 'big' cannot be specialised on: it feeds Reshape's shape "
                                                r"and holds 100 values \(at most 64"):
         pbsdk.onnx.load(model, target="cpu")
+
+
+def test_one_specialisation_exports_and_the_model_itself_does_not(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pbsdk.runtime
+
+    compiled = pbsdk.onnx.load(_reshape_sum_model(), target="cpu")
+    one = compiled.specialise({"shape": np.array([2, 3, 4], np.int64), "axes": np.array([1], np.int64)})
+    x = np.random.default_rng(3).standard_normal((4, 6)).astype(np.float32)
+    deployed = pbsdk.runtime.load(pbsdk.export(one, (), tmp_path / "one.pbsdk"))
+    np.testing.assert_array_equal(deployed(x), one(x))
+    with pytest.raises(UnsupportedError, match="call specialise"):
+        pbsdk.export(compiled, (), tmp_path / "all.pbsdk")
