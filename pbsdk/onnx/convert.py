@@ -987,8 +987,8 @@ def _tile(node: NodeInfo, x: Value, repeats: Value) -> Tensor:
 def _pad(node: NodeInfo, x: Value, pads: Value = None, value: Value = None, axes: Value = None) -> Tensor:
     t = tensor(x)
     mode = node.attr("mode", "constant")
-    if mode != "constant":
-        raise UnsupportedError(f"Pad mode {mode!r} (only 'constant')")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise UnsupportedError(f"Pad mode {mode!r}")
     if node.opset < 11:
         p, fill = list(node.attr("pads")), float(node.attr("value", 0.0))
         ax = list(range(t.ndim))
@@ -999,6 +999,14 @@ def _pad(node: NodeInfo, x: Value, pads: Value = None, value: Value = None, axes
     widths = [(0, 0)] * t.ndim
     for i, a in enumerate(ax):
         widths[a] = (p[i], p[i + len(ax)])
+    if mode != "constant":  # numpy.pad's modes of the same names: a gather of known indices per axis
+        for a, (lo, hi) in enumerate(widths):
+            if lo < 0 or hi < 0:
+                t = ops.slice(t, a, max(-lo, 0), t.shape[a] - max(-hi, 0))
+            if lo > 0 or hi > 0:
+                idx = np.pad(np.arange(t.shape[a]), (max(lo, 0), max(hi, 0)), mode=mode)
+                t = ops.take(t, idx.astype(np.int64), axis=a)
+        return t
     if any(lo < 0 or hi < 0 for lo, hi in widths):
         return ops._pad(t, widths, fill)
     return ops.pad(t, widths, constant_values=fill)

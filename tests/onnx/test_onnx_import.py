@@ -245,3 +245,16 @@ def test_bfloat16_and_4_and_2_bit_integers_cross_the_boundary() -> None:
     assert [g.dtype for g in got] == [np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.uint2)]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g.astype(np.float32), w.astype(np.float32))
+
+
+@pytest.mark.parametrize("mode", ["edge", "reflect", "wrap"])
+def test_pad_modes_gather_known_indices(mode: str) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _model([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)], [x], [y],
+                   [("pads", np.array([0, 2, -1, 0, 3, 4], np.int64))], opset=19)
+    feeds = {"x": np.random.default_rng(5).standard_normal((2, 5, 6)).astype(np.float32)}
+    got = pbsdk.onnx.load(model, target="cpu", check=False)(feeds["x"])
+    want = _reference(model, feeds)[0]
+    assert got.shape == want.shape == (2, 10, 9)
+    np.testing.assert_array_equal(got, want)
