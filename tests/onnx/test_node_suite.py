@@ -14,6 +14,7 @@ import os
 import unittest
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("onnx")
@@ -47,9 +48,24 @@ def _skipping(backend: type[Backend]) -> type[Backend]:
     return Skipping
 
 
+class _NodeTests(onnx.backend.test.BackendTest):
+    """The official runner, with float16 outputs compared at two float16 ulps of relative tolerance, as it
+    already compares bfloat16 ones at two bfloat16 ulps: the expected outputs come from numpy rounding every
+    step to float16, and a kernel that keeps f32 partial results differs from them by an ulp while being
+    closer to the exact result (the f16 Attention cases on the template target: max error 3.0e-4 against
+    the float64 result, the reference's own 4.7e-4)."""
+
+    @classmethod
+    def assert_similar_outputs(cls, ref_outputs: Any, outputs: Any, rtol: float, atol: float,
+                               model_dir: str | None = None) -> None:
+        if any(getattr(r, "dtype", None) == np.float16 for r in ref_outputs):
+            rtol = max(rtol, 2**-9)
+        super().assert_similar_outputs(ref_outputs, outputs, rtol, atol, model_dir=model_dir)
+
+
 _core = {n for n in SELECTION.run if SELECTION.op_of[n] in MODEL_OPS and "_expanded" not in n}
 for _target in TARGETS:
-    _suite = onnx.backend.test.BackendTest(_skipping(Backend.for_target(_target)), __name__)
+    _suite = _NodeTests(_skipping(Backend.for_target(_target)), __name__)
     _all = vars(_suite.test_cases["OnnxBackendNodeModelTest"])
     # only the selected cases, on the host device (the runner would list every other case as skipped); the
     # cases of the exported models' ops (not their function expansions) by default, the long tail with --runslow
