@@ -501,10 +501,10 @@ def _max_pool(node: NodeInfo, x: Value) -> Tensor:
 def _avg_pool(node: NodeInfo, x: Value) -> Tensor:
     t = tensor(x)
     kernel, strides, dilations, pads = _pool_setup(node, t)
-    if any(d != 1 for d in dilations):
-        raise UnsupportedError("AveragePool with dilations")
     ceil = bool(node.attr("ceil_mode", 0))
     include = bool(node.attr("count_include_pad", 0))
+    if any(d != 1 for d in dilations):
+        return _dilated_avg_pool(node, t, kernel, strides, dilations, pads, include)
     if all(a == b for a, b in pads):
         return ops.avg_pool(t, kernel, strides, tuple(a for a, _ in pads), ceil_mode=ceil,
                             count_include_pad=include)
@@ -517,6 +517,36 @@ def _avg_pool(node: NodeInfo, x: Value) -> Tensor:
     ones = np.pad(np.ones(t.shape[2:]), pads)  # how many real elements each window holds
     count = _window_mean(ones, kernel, strides)
     return ops.div(total, tensor(count.astype(np.float64), t.dtype))
+
+
+def _dilated_avg_pool(node: NodeInfo, t: Tensor, kernel: Sequence[int], strides: Sequence[int],
+                      dilations: Sequence[int], pads: Sequence[tuple[int, int]], include: bool) -> Tensor:
+    """A dilated average pool: the window sums by a depthwise convolution with a kernel of ones over the
+    padded input (padded further where ceil_mode's last windows run past it), divided by a known count of
+    the elements each window holds (the padding's too when ``include``, never what lies past it)."""
+    spatial = t.shape[2:]
+    out_type = node.out_types[0] if node.out_types else None
+    if out_type is None or out_type[1] is None:
+        raise UnsupportedError("AveragePool with dilations needs the output shape from shape inference")
+    out = out_type[1][2:]
+    extra = [max(0, (o - 1) * s + d * (k - 1) + 1 - (n + lo + hi))
+             for o, s, d, k, n, (lo, hi) in zip(out, strides, dilations, kernel, spatial, pads)]
+    padded = ops.pad(t, [(0, 0), (0, 0)] + [(lo, hi + e) for (lo, hi), e in zip(pads, extra)])
+    c = t.shape[1]
+    ones = tensor(np.ones((c, 1) + tuple(kernel), np.float64), t.dtype)
+    conv = {1: ops.conv1d, 2: ops.conv2d, 3: ops.conv3d}.get(len(kernel))
+    if conv is None:
+        raise UnsupportedError(f"AveragePool with dilations over {len(kernel)} dimensions")
+    sums = conv(padded, ones, stride=tuple(strides), padding=0, dilation=tuple(dilations), groups=c)
+    weight = np.pad(np.ones(spatial), list(pads), constant_values=1.0 if include else 0.0)
+    weight = np.pad(weight, [(0, e) for e in extra])
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    span = tuple(d * (k - 1) + 1 for d, k in zip(dilations, kernel))
+    win = sliding_window_view(weight, span)[tuple(slice(None, None, s) for s in strides)]
+    win = win[(...,) + tuple(slice(None, None, d) for d in dilations)]
+    count = win.sum(axis=tuple(range(-len(kernel), 0)))[tuple(slice(0, o) for o in out)]
+    return ops.div(sums, tensor(count.astype(np.float64), t.dtype))
 
 
 def _window_mean(a: np.ndarray, kernel: Sequence[int], strides: Sequence[int]) -> np.ndarray:

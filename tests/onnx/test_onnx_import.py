@@ -258,3 +258,17 @@ def test_pad_modes_gather_known_indices(mode: str) -> None:
     want = _reference(model, feeds)[0]
     assert got.shape == want.shape == (2, 10, 9)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("include", [0, 1])
+def test_dilated_average_pool_divides_by_the_window_counts(include: int) -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 2], dilations=[2, 3],
+                            pads=[1, 0, 1, 1], ceil_mode=1, count_include_pad=include)
+    model = _model([node], [x], [y], opset=19)
+    feeds = {"x": np.random.default_rng(6).standard_normal((1, 3, 9, 8)).astype(np.float32)}
+    got = pbsdk.onnx.load(model, target="cpu", check=False)(feeds["x"])
+    want = _reference(model, feeds)[0]
+    assert got.shape == want.shape
+    assert_close(got, want, op="onnx dilated avg pool", tol=F32)
