@@ -38,6 +38,11 @@ def compile_onnx(args: argparse.Namespace, options: dict[str, Any]) -> int:
     """Compile an ONNX model: print what each node became and the kernels (or, with ``--emit STAGE``, each
     kernel's IR after that stage)."""
     model = _load(args, options)
+    if model.value_inputs:  # nothing is compiled before the values of its shape inputs are known
+        print(f"{model!r}\nno kernel yet: the model compiles when run, once per value of "
+              + ", ".join(f"{n!r} ({why})" for n, why in model.value_inputs.items())
+              + " (docs/onnx.md, 'Shape, axes and indices fed as inputs')")
+        return 0
     if args.emit:
         from pbsdk.core.compiler import compile_text
 

@@ -60,3 +60,19 @@ def test_run_errors_are_one_line(model_file: Path, tmp_path: Path, capsys: pytes
     assert "no such file" in capsys.readouterr().err
     assert main(["compile", str(model_file), "--input-shape", "x"]) == 2
     assert "expected NAME=D0,D1" in capsys.readouterr().err
+
+
+def test_a_model_with_shape_inputs_compiles_when_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["y"])], "reshape",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                               helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])])
+    path = tmp_path / "reshape.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    assert main(["compile", str(path)]) == 0
+    assert "compiles when run, once per value of 'shape' (Reshape's shape)" in capsys.readouterr().out
+    np.save(tmp_path / "x.npy", np.arange(12, dtype=np.float32).reshape(2, 6))
+    np.save(tmp_path / "s.npy", np.array([3, 4], np.int64))
+    assert main(["run", str(path), "--inputs", str(tmp_path / "x.npy"), str(tmp_path / "s.npy"),
+                 "--output-dir", str(tmp_path / "out")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "out" / "y.npy"), np.arange(12, dtype=np.float32).reshape(3, 4))
