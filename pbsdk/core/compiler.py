@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 from mlir import ir
 
-from pbsdk.core.errors import CompileError, PbsdkError, UnsupportedError
+from pbsdk.core.dims import Dim, Shape, is_dynamic
+from pbsdk.core.errors import CompileError, DynamicShapeError, PbsdkError, UnsupportedError
 from pbsdk.core.options import Options
 from pbsdk.core.passes.distinct_results import DistinctResults
+from pbsdk.core.passes.dynamic_results import DynamicResults
 from pbsdk.core.passes.forward_outputs import ForwardOutputs
 from pbsdk.core.passes.isolate_contractions import IsolateContractions
 from pbsdk.core.pipeline import Pipeline, Stage, StageContext
@@ -45,30 +47,35 @@ def _read_signature(module: ir.Module, ctx: StageContext) -> None:
     func = chosen[0]
     ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
 
-    def describe(types: Any, what: str) -> tuple[tuple[tuple[int, ...], str], ...]:
-        out = []
+    def describe(types: Any, what: str) -> tuple[tuple[Shape, str], ...]:
+        out: list[tuple[Shape, str]] = []
         for i, t in enumerate(types):
             if not isinstance(t, ir.RankedTensorType):
                 raise UnsupportedError(f"{what} {i} has type {t}; entry functions take and return ranked tensors",
                                        op="func.func")
             rt = ir.RankedTensorType(t)
-            if not rt.has_static_shape:
-                raise UnsupportedError(f"{what} {i} has dynamic shape {t}; pbsdk compiles static shapes "
-                                       "(one kernel per shape)", op="func.func")
+            if not rt.has_static_shape and not ctx.notes.get(DYNAMIC_SHAPES):
+                raise DynamicShapeError(f"{what} {i} has dynamic shape {t}; the target compiles static shapes "
+                                        "(one kernel per shape)", op="func.func")
             if any(d == 0 for d in rt.shape):
                 raise UnsupportedError(f"{what} {i} has an empty dimension: {t}", op="func.func")
             dtype = str(rt.element_type)
             if dtype not in _SUPPORTED_ELEMENT_TYPES:
                 raise UnsupportedError(f"{what} {i} has element type {dtype}; supported: "
                                        f"{', '.join(sorted(_SUPPORTED_ELEMENT_TYPES))}", op="func.func")
-            out.append((tuple(rt.shape), dtype))
+            dynamic = ir.ShapedType.get_dynamic_size()
+            shape: Shape = tuple(f"a{i}d{d}" if n == dynamic else int(n) for d, n in enumerate(rt.shape))
+            out.append((shape, dtype))
         return tuple(out)
 
     ctx.notes["entry"] = ir.StringAttr(func.attributes["sym_name"]).value
     arguments = describe(ftype.inputs, "argument")
     n_inputs = _check_constants(func, arguments, ctx.constants)
     ctx.notes["inputs"] = arguments[:n_inputs]
-    ctx.notes["outputs"] = describe(ftype.results, "result")
+    outputs = describe(ftype.results, "result")
+    if any(is_dynamic(shape) for shape, _ in outputs):
+        outputs = _result_dims(module, func, arguments, outputs)
+    ctx.notes["outputs"] = outputs
     if not ctx.notes["outputs"]:
         raise UnsupportedError("the entry function returns nothing", op="func.func")
     for dtype in {d for _, d in ctx.notes["inputs"] + ctx.notes["outputs"]}:
@@ -76,7 +83,84 @@ def _read_signature(module: ir.Module, ctx: StageContext) -> None:
             raise UnsupportedError(f"dtype {dtype} is not supported by chip spec '{ctx.spec.name}'")
 
 
-def _check_constants(func: Any, arguments: tuple[tuple[tuple[int, ...], str], ...],
+#: `StageContext.notes` key: the target compiles dynamic (``?``) dimensions (`Target.dynamic_shapes`); without
+#: it the ``input`` stage refuses them with a `DynamicShapeError`.
+DYNAMIC_SHAPES = "dynamic_shapes"
+
+
+def _result_dims(module: ir.Module, func: Any, arguments: Sequence[tuple[Shape, str]],
+                 outputs: Sequence[tuple[Shape, str]]) -> tuple[tuple[Shape, str], ...]:
+    """The results' dynamic sizes as expressions of the arguments' (`pbsdk.core.dims`), found by asking
+    MLIR to reify each ``tensor.dim`` of a result in terms of the function's operands (upstream
+    ``resolve-ranked-shaped-type-result-dims``) on a copy of the module. A size that is not an argument's
+    size plus or times a constant (a data-dependent size) is a `DynamicShapeError`."""
+    from mlir import passmanager
+    from mlir.dialects import arith, tensor
+
+    context = ir.Context()
+    context.allow_unregistered_dialects = True
+    copy = ir.Module.parse(str(module), context)
+    name = ir.StringAttr(func.attributes["sym_name"]).value
+    (fn,) = [op for op in copy.body.operations if op.operation.name == "func.func"
+             and ir.StringAttr(op.attributes["sym_name"]).value == name]
+    block = fn.regions[0].blocks[0]
+    ret = list(block.operations)[-1]
+    wanted: list[tuple[int, int]] = []
+    with ir.InsertionPoint(ret), ret.location:
+        dims = []
+        for r, value in enumerate(ret.operands):
+            for d, size in enumerate(outputs[r][0]):
+                if isinstance(size, str):
+                    dims.append(tensor.dim(value, arith.constant(ir.IndexType.get(), d)))
+                    wanted.append((r, d))
+        keep = ir.Operation.create("pbsdk.keep_dims", operands=dims)
+    passmanager.PassManager.parse("builtin.module(func.func(resolve-ranked-shaped-type-result-dims, "
+                                  "resolve-shaped-type-result-dims, canonicalize))", context).run(copy.operation)
+    args = list(block.arguments)
+
+    def expression(v: ir.Value) -> Dim | None:
+        """``v`` as a linear form of the arguments' sizes, or None."""
+        owner = v.owner
+        if isinstance(owner, ir.Block):
+            return None
+        op = owner.operation if hasattr(owner, "operation") else owner
+        if op.name == "arith.constant":
+            return Dim((), int(ir.IntegerAttr(op.attributes["value"]).value))
+        if op.name == "tensor.dim":
+            src, index = op.operands
+            d = expression(index)
+            if src not in args or d is None or d.coeffs:
+                return None
+            size = arguments[args.index(src)][0][d.const]
+            return Dim.parse(size) if isinstance(size, str) else Dim((), size)
+        if op.name in ("arith.addi", "arith.subi", "arith.muli"):
+            x, y = (expression(o) for o in op.operands)
+            if x is None or y is None:
+                return None
+            if op.name == "arith.muli":
+                if x.coeffs and y.coeffs:
+                    return None
+                scale, form = (x.const, y) if not x.coeffs else (y.const, x)
+                return Dim(tuple((s, c * scale) for s, c in form.coeffs if c * scale), form.const * scale)
+            sign = 1 if op.name == "arith.addi" else -1
+            coeffs = dict(x.coeffs)
+            for sym, c in y.coeffs:
+                coeffs[sym] = coeffs.get(sym, 0) + sign * c
+            return Dim(tuple(sorted((s_, c) for s_, c in coeffs.items() if c)), x.const + sign * y.const)
+        return None
+
+    shapes = [list(shape) for shape, _ in outputs]
+    for (r, d), v in zip(wanted, keep.operands):
+        form = expression(v)
+        if form is None:
+            raise DynamicShapeError(f"result {r}'s dimension {d} is not an affine function of the arguments' "
+                                    f"sizes (it is {v}); pbsdk compiles result sizes it can compute from the "
+                                    "inputs' shapes", op="func.func")
+        shapes[r][d] = str(form) if form.coeffs else form.const
+    return tuple((tuple(shape), dtype) for shape, (_, dtype) in zip(shapes, outputs))
+
+
+def _check_constants(func: Any, arguments: tuple[tuple[Shape, str], ...],
                      constants: tuple[Any, ...]) -> int:
     """How many of the entry's arguments are user inputs: those before its constant operands (arguments
     marked ``pbsdk.constant = i``, which must be the last ones, one per constant in order, each of its
@@ -115,6 +199,8 @@ CORE_STAGES: tuple[Stage, ...] = (
           description="tensors to buffers"),
     Stage("distinct-results", fn=DistinctResults().apply,
           description="a buffer returned twice gets a copy, so each output is written once"),
+    Stage("dynamic-results", fn=DynamicResults().apply,
+          description="a private function's dynamically sized result allocated by its callers, as an argument"),
     Stage("out-params",
           passes="drop-equivalent-buffer-results, buffer-results-to-out-params{hoist-static-allocs modify-public-functions}, "
                  "canonicalize, buffer-deallocation-pipeline, canonicalize",
@@ -176,6 +262,7 @@ def compile_text(text: str, request: CompileRequest, *, stop_after: str | None =
     except Exception as exc:
         raise CompileError(f"cannot parse the input MLIR: {str(exc).strip()}", stage="parse") from exc
     ctx = StageContext(request.spec, request.options, constants=consts)
+    ctx.notes[DYNAMIC_SHAPES] = request.target.dynamic_shapes
     result = pipeline_for(request).run(module, ctx, stop_after=stop_after)
     if stop_after is None and not hasattr(result, "payload"):
         raise PbsdkError(f"target '{request.target.name}' pipeline did not produce an artifact")

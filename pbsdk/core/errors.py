@@ -45,6 +45,12 @@ class UnsupportedError(CompileError):
     """An op, dtype or shape that a target (or pbsdk) does not support."""
 
 
+class DynamicShapeError(UnsupportedError):
+    """A dynamic (``?``) dimension where a stage, a target or a frontend compiles static sizes only. A
+    frontend that meets it compiles the graph once per concrete shape instead (logged), never a wrong
+    result."""
+
+
 class ArgumentError(PbsdkError):
     """Wrong arity, shape, dtype or layout of the arguments passed to a compiled function."""
 

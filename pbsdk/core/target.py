@@ -46,6 +46,11 @@ class Artifact:
     weights for its kernels), ``metadata[DERIVED_CONSTANTS]`` is true: they are no longer the arrays the
     compilation was given, so a cache hit returns the stored ones.
 
+    A dynamic dimension in ``inputs``/``outputs`` is a size expression (`pbsdk.core.dims`, e.g. ``"a0d0"`` or
+    ``"a0d0 + 1"``) instead of an int. Such an entry takes one more buffer after its outputs (before the
+    workspace): the int64 values of ``metadata[DYNAMIC_SIZES]``'s expressions evaluated for the call
+    (`pbsdk.core.passes.dynamic_sizes`).
+
     ``metadata[WORKSPACE]``, when positive, is the size in bytes of a workspace the entry takes after its
     outputs (`pbsdk.core.passes.plan_workspace`): scratch memory the loader allocates, 64-byte aligned,
     and passes to every call, one buffer per call in flight.
@@ -63,6 +68,9 @@ class Artifact:
 
 #: `Artifact.metadata` key: the artifact's constants are not the ones it was compiled from (see `Artifact`).
 DERIVED_CONSTANTS = "derived_constants"
+#: `Artifact.metadata` key: the size expressions whose values a dynamic entry takes in its sizes buffer (see
+#: `Artifact`), in order.
+DYNAMIC_SIZES = "dynamic_sizes"
 #: `Artifact.metadata` key: bytes of the workspace the entry takes as its last argument (0 or absent: none).
 WORKSPACE = "workspace"
 
@@ -98,6 +106,10 @@ class Target(abc.ABC):
                        plan (``pbsdk.attention``) and the target must build its body (the cpu target's
                        ``attention`` stage does). The planner picks the form from the chip spec; one the
                        target does not list runs unfused. Default: the scratchpad form only.
+      dynamic_shapes -- the target's stages compile entry functions with dynamic (``?``) dimensions
+                       (`pbsdk.core.dims`; the artifact's signature then holds size expressions and the
+                       executable takes the sizes, see `Artifact`). Default False: the ``input`` stage
+                       refuses them with a `DynamicShapeError`.
       options_type  -- the frozen dataclass (a `TargetOptions` subclass) of the target's own options;
                        `parse_options` splits a user's mapping between it and the core's `Options`.
       hooks         -- where the target's lowering hooks come from (`pbsdk.core.hooks`): a module, a class
@@ -117,6 +129,7 @@ class Target(abc.ABC):
     description: ClassVar[str] = ""
     implemented: ClassVar[bool] = True
     attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
+    dynamic_shapes: ClassVar[bool] = False
     options_type: ClassVar[type[TargetOptions]] = TargetOptions
     hooks: ClassVar[Any] = None
 

@@ -3,7 +3,7 @@
 // RUN: not %pbsdk opt %s --split-input-file -p input 2>&1 | filecheck %s
 // RUN: not %pbsdk opt %s --split-input-file -p input --options entry=nosuch 2>&1 | filecheck %s --check-prefix=ENTRY
 
-// CHECK: pbsdk: error: in stage 'input', op 'func.func': argument 0 has dynamic shape tensor<?x4xf32>; pbsdk compiles static shapes (one kernel per shape)
+// CHECK: pbsdk: error: in stage 'input', op 'func.func': argument 0 has dynamic shape tensor<?x4xf32>; the target compiles static shapes (one kernel per shape)
 // ENTRY-COUNT-6: pbsdk: error: in stage 'input', op 'func.func': no function named 'nosuch' in the module
 func.func @dynamic(%a: tensor<?x4xf32>) -> tensor<?x4xf32> {
   return %a : tensor<?x4xf32>

@@ -14,8 +14,8 @@ from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.registry import Notes, registry, resolve_pass, split_pipeline
 from pbsdk.core.pipeline import Stage
 
-CORE_STAGE_NAMES = ["input", "isolate-contractions", "fuse", "bufferize", "distinct-results", "out-params",
-                    "forward-outputs"]
+CORE_STAGE_NAMES = ["input", "isolate-contractions", "fuse", "bufferize", "distinct-results", "dynamic-results",
+                    "out-params", "forward-outputs"]
 #: The passes in pbsdk/core/passes/ that are not core stages (at least these; new pass files join them).
 OTHER_PASSES = ["copies-to-linalg", "fuse-rows", "math-approx", "promote"]
 #: Modules of pbsdk/core/passes/ that hold no pass.
@@ -93,7 +93,7 @@ def test_unknown_pass_lists_pbsdks_passes() -> None:
         resolve_pass("no-such-pass")
     text = str(info.value)
     assert text.startswith("unknown pass 'no-such-pass': not a pbsdk pass (pbsdk passes: ")
-    assert ", ".join(CORE_STAGE_NAMES + ["collapse-loops", "copies-to-linalg", "dedupe-functions", "expose-rows",
+    assert ", ".join(CORE_STAGE_NAMES + ["collapse-loops", "copies-to-linalg", "dedupe-functions", "dynamic-sizes", "expose-rows",
                                                "fill-borders", "fuse-rows"]) in text
     assert "does not refer to a registered pass" in text
 

@@ -31,6 +31,15 @@ def identity_layout(t: ir.Type) -> bool:
     return offset == 0 and list(strides) == list(reversed(expected))
 
 
+def row_major(t: ir.Type) -> bool:
+    """A buffer with the identity layout (row-major at offset 0), whatever its sizes, dynamic ones too."""
+    if not isinstance(t, ir.MemRefType):
+        return False
+    layout = ir.MemRefType(t).layout
+    return isinstance(layout, ir.AffineMapAttr) and \
+        ir.AffineMapAttr(layout).value == ir.AffineMap.get_identity(ir.MemRefType(t).rank, context=t.context)
+
+
 def contiguous(t: ir.Type) -> bool:
     """A static-shaped buffer whose elements are one run in row-major order, at any (even dynamic) offset —
     a one-row view of a padded image — which upstream's ``memref.copy`` lowering copies with one memcpy: the

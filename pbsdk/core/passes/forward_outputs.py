@@ -8,7 +8,8 @@ After ``buffer-results-to-out-params`` a result computed into a local buffer oft
 
 (for instance when the result comes back from a call, which the upstream pass cannot hoist). When
 ``%tmp`` and ``%out`` have the same identity-layout type, ``%out`` is not touched before the copy, and
-``%tmp`` is not used after it (but for its dealloc), ``%tmp`` is replaced by ``%out`` and the copy, the
+``%tmp`` is not used after it (but for its dealloc), ``%tmp`` is replaced by ``%out`` (of dynamic sizes too:
+the copy says they are equal) and the copy, the
 alloc and the dealloc go. The copy may also read a reshape of ``%tmp`` (``memref.expand_shape`` of a
 matmul's 2-D result into a convolution's 4-D output): ``%tmp`` is then replaced by the inverse reshape of
 ``%out``, and the reshape goes too: one pass over the output less. Output buffers are distinct from each other and
@@ -23,7 +24,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import memref
 
-from pbsdk.core.passes import ancestor_in, defining_op, identity_layout, ops_named
+from pbsdk.core.passes import ancestor_in, defining_op, identity_layout, ops_named, row_major
 
 _RESHAPES = ("memref.expand_shape", "memref.collapse_shape")
 
@@ -48,16 +49,17 @@ class ForwardOutputs:
             if copy.name != "memref.copy":
                 continue
             src, dst = copy.operands[0], copy.operands[1]
-            if not any(dst == a for a in args) or src.type != dst.type or not identity_layout(src.type):
+            if not any(dst == a for a in args) or src.type != dst.type or not row_major(src.type):
                 continue
             alloc = defining_op(src)
             view = None
-            if alloc is not None and alloc.name in _RESHAPES and len(list(src.uses)) == 1:
+            if alloc is not None and alloc.name in _RESHAPES and len(list(src.uses)) == 1 \
+                    and identity_layout(src.type):
                 # The copy reads a reshaped view of the local buffer (a matmul's 2-D result as the 4-D output).
                 view, alloc = alloc, defining_op(alloc.operands[0])
             if alloc is None or alloc.name != "memref.alloc" or alloc.parent != fn:
                 continue
-            if not identity_layout(alloc.results[0].type) or len(list(dst.uses)) != 1:
+            if not row_major(alloc.results[0].type) or len(list(dst.uses)) != 1:
                 continue  # (the output is read or written elsewhere)
             later = ops[pos + 1:]
             dealloc, bad = None, False

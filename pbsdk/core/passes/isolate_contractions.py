@@ -299,7 +299,9 @@ def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.
     """Clone ``op`` at the end of ``block`` (before nothing: callers set the insertion point), remapping
     operands through ``mapping``; operands not yet mapped become new block arguments (or, for
     ``tensor.empty``, are cloned). With ``pulled``, the elementwise producers of an epilogue's operands
-    (`_producer`) are cloned first, recursively, and listed there (for the caller to erase)."""
+    (`_producer`) are cloned first, recursively, and listed there (for the caller to erase).
+    A ``tensor.empty`` with dynamic sizes is cloned too, its sizes becoming arguments (the caller of a
+    function returning such a buffer allocates it: `pbsdk.core.passes.dynamic_results`)."""
     if pulled is not None and len(pulled) < MAX_EPILOGUE:
         for i, v in enumerate(list(op.operands)):
             producer = _producer(v, op, i) if v not in mapping else None
@@ -318,6 +320,17 @@ def _clone_into(op: ir.Operation, mapping: dict, block: ir.Block, args: list[ir.
             if owner_op.name in ("tensor.empty", "arith.constant") and not owner_op.operands:
                 fresh = owner_op.clone()
                 fresh.move_before(clone)
+                mapping[v] = fresh.results[0]
+                clone.operands[i] = fresh.results[0]
+                continue
+            if owner_op.name == "tensor.empty":
+                fresh = owner_op.clone()
+                fresh.move_before(clone)
+                for j, size in enumerate(list(owner_op.operands)):
+                    if size not in mapping:
+                        args.append(size)
+                        mapping[size] = block.add_argument(size.type, op.location)
+                    fresh.operands[j] = mapping[size]
                 mapping[v] = fresh.results[0]
                 clone.operands[i] = fresh.results[0]
                 continue

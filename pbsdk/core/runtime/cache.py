@@ -252,8 +252,8 @@ class _Missing(Exception):
     """A weight an entry names is not in the store (evicted under the reader): a plain miss."""
 
 
-def _tupled(sig: Any) -> tuple[tuple[tuple[int, ...], str], ...]:
-    return tuple((tuple(int(d) for d in shape), str(dtype)) for shape, dtype in sig)
+def _tupled(sig: Any) -> tuple[tuple[tuple[Any, ...], str], ...]:
+    return tuple((tuple(d if isinstance(d, str) else int(d) for d in shape), str(dtype)) for shape, dtype in sig)
 
 
 def encode(artifact: Artifact) -> bytes | None:

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from pbsdk.core.dims import bind, concrete, evaluate, is_dynamic
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
-from pbsdk.core.target import Artifact, Executable
+from pbsdk.core.target import DYNAMIC_SIZES, Artifact, Executable
 
 
 def aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
@@ -87,8 +88,13 @@ class Kernel:
         self.executable = executable
         self.name = name
         self._in = [(shape, np.dtype(DTYPE_TO_NUMPY[dt])) for shape, dt in artifact.inputs]
-        self._in_exact = [(tuple(int(d) for d in shape), dtype) for shape, dtype in self._in]
         self._out = [(shape, np.dtype(DTYPE_TO_NUMPY[dt])) for shape, dt in artifact.outputs]
+        #: Some dimension is known only at call time (`pbsdk.core.dims`): each call binds the sizes from
+        #: the inputs, allocates outputs of the sizes they imply and passes the entry its sizes buffer.
+        self.dynamic = any(is_dynamic(shape) for shape, _ in (*artifact.inputs, *artifact.outputs))
+        self._sizes = tuple(artifact.metadata.get(DYNAMIC_SIZES, ()))
+        self._in_exact = [(tuple(d if isinstance(d, str) else int(d) for d in shape), dtype)
+                          for shape, dtype in self._in]
 
     def __repr__(self) -> str:
         sig = ", ".join(f"{s}:{d}" for s, d in self.artifact.inputs)
@@ -97,7 +103,7 @@ class Kernel:
     def _fast_args(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """``args`` as they are when every one is a C-contiguous array of exactly the expected shape and
         dtype (the common case, checked in a few microseconds); None sends them to `check_args`."""
-        if len(args) != len(self._in):
+        if len(args) != len(self._in) or self.dynamic:
             return None
         for arg, (shape, dtype) in zip(args, self._in_exact):
             if (type(arg) is not np.ndarray or arg.dtype != dtype or arg.shape != shape
@@ -117,15 +123,27 @@ class Kernel:
                     raise ArgumentError(f"{self.name}: argument {i} must be a numpy array, got {type(arg).__name__}")
             if arg.dtype != dtype:
                 raise ArgumentError(f"{self.name}: argument {i} has dtype {arg.dtype}, expected {dtype}")
-            if tuple(arg.shape) != tuple(shape):
+            if not is_dynamic(shape) and tuple(arg.shape) != tuple(shape):
                 raise ArgumentError(f"{self.name}: argument {i} has shape {tuple(arg.shape)}, expected {tuple(shape)}")
             arrays.append(np.ascontiguousarray(arg))
+        if self.dynamic:
+            bind([s for s, _ in self._in], [a.shape for a in arrays], what=self.name)
         return arrays
+
+    def sizes(self, arrays: Sequence[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
+        """The outputs' shapes for inputs ``arrays`` (checked ones), and the sizes buffer a dynamic entry
+        takes after its outputs (None for a static kernel)."""
+        if not self.dynamic:
+            return [tuple(int(d) for d in shape) for shape, _ in self._out], None
+        env = bind([s for s, _ in self._in], [a.shape for a in arrays], what=self.name)
+        return ([concrete(shape, env) for shape, _ in self._out],
+                np.array([evaluate(e, env) for e in self._sizes], dtype=np.int64))
 
     def __call__(self, *args: Any) -> Any:
         arrays = self._fast_args(args)
         if arrays is None:
             arrays = self.check_args(args)
-        outs = [np.empty(shape, dtype) for shape, dtype in self._out]
-        self.executable.run(arrays + outs)
+        shapes, sizes = self.sizes(arrays)
+        outs = [np.empty(shape, dtype) for shape, (_, dtype) in zip(shapes, self._out)]
+        self.executable.run(arrays + outs + ([] if sizes is None else [sizes]))
         return outs[0] if len(outs) == 1 else tuple(outs)

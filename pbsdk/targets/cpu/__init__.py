@@ -23,6 +23,8 @@ from pbsdk.core.options import Options
 from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
+from pbsdk.core.passes.dynamic_sizes import NOTE as DYNAMIC_NOTE
+from pbsdk.core.passes.dynamic_sizes import DynamicSizes
 from pbsdk.core.passes.expose_rows import ExposeRows
 from pbsdk.core.passes.fill_borders import FillBorders
 from pbsdk.core.passes.fuse_rows import FuseRows
@@ -32,7 +34,7 @@ from pbsdk.core.passes.transpose_blocks import TransposeBlocks
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.runtime.kernel import aligned_empty
 from pbsdk.core.spec import ChipSpec
-from pbsdk.core.target import WORKSPACE, Artifact, Executable, Target
+from pbsdk.core.target import DYNAMIC_SIZES, WORKSPACE, Artifact, Executable, Target
 from pbsdk.targets.cpu import hooks as _cpu_hooks
 from pbsdk.targets.cpu import llvm_worker, split_llvm
 from pbsdk.targets.cpu.attention_kernel import AttentionKernels
@@ -79,6 +81,7 @@ def _to_llvm_ir(module: Any, ctx: StageContext) -> Artifact:
                     outputs=ctx.notes["outputs"], metadata={"forks": ctx.notes.get("forks", []),
                                                             "object_cache": caching(ctx.options),
                                                             WORKSPACE: ctx.notes.get("workspace", 0),
+                                                            DYNAMIC_SIZES: list(ctx.notes.get(DYNAMIC_NOTE, [])),
                                                             "resources": {"contractions": list(
                                                                 ctx.notes.get("contractions", []))},
                                                             "amx": bool(ctx.notes.get("amx"))},
@@ -501,8 +504,9 @@ def tune_malloc() -> bool:
 
 class EntryCall:
     """The JIT-compiled entry of ``artifact`` at ``address`` as a call on the addresses of its inputs then
-    its outputs: the constants' addresses (`Artifact.constants`, held here) are bound in between, and its
-    workspace (``metadata[WORKSPACE]`` bytes, `pbsdk.core.passes.plan_workspace`) after the outputs.
+    its outputs (then a dynamic entry's sizes buffer, `Artifact`): the constants' addresses
+    (`Artifact.constants`, held here) are bound in between, and its workspace (``metadata[WORKSPACE]``
+    bytes, `pbsdk.core.passes.plan_workspace`) after the rest.
 
     Workspaces are made on first need and kept for the next call: a call takes a free one (or a new one
     when every one is in use by a call on another thread), so calls in flight never share one."""
@@ -514,7 +518,8 @@ class EntryCall:
         self._n_inputs = len(artifact.inputs)
         self._workspace = int(artifact.metadata.get(WORKSPACE, 0))
         self._free: list[np.ndarray] = []
-        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs) + (1 if self._workspace else 0)
+        sizes = 1 if artifact.metadata.get(DYNAMIC_SIZES) else 0  # a dynamic entry's sizes buffer, after the outputs
+        n_args = self._n_inputs + len(self._bound) + len(artifact.outputs) + sizes + (1 if self._workspace else 0)
         self._fn = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * n_args))(address)
 
     def __call__(self, pointers: Sequence[int]) -> None:
@@ -583,6 +588,7 @@ class CpuTarget(Target):
 
     name = "cpu"
     attention_forms = ("lanes",)
+    dynamic_shapes = True
     default_spec = "host"
     description = "host CPU: LLVM via llvmlite MCJIT, runs in-process on numpy buffers"
     options_type = CpuOptions
@@ -632,6 +638,8 @@ class CpuTarget(Target):
             Stage("transpose-blocks", fn=TransposeBlocks(enabled=cpu.transpose_blocks).apply,
                   description="copies that transpose their innermost dimension (NCHW <-> NHWC) as L x L "
                               "blocks through the vector registers"),
+            Stage("dynamic-sizes", fn=DynamicSizes().apply,
+                  description="dynamic buffers at function boundaries as pointers plus a buffer of their sizes"),
             Stage("lower-parallel", fn=ForallToFork().apply,
                   description="scf.forall over kernel parts to a fork onto the cores (libgomp at load time)"),
             Stage("outline", fn=OutlineLoopNests().apply,

@@ -49,6 +49,7 @@ from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.ir.builder import if_values as _if_values
 from pbsdk.core.plan.contraction import Blocking
+from pbsdk.core.plan.dynamic import edge_row_variants
 from pbsdk.core.plan.window import ConvGeometry
 from pbsdk.core.runtime.kernel import aligned_empty
 
@@ -64,7 +65,7 @@ class MatmulShape:
     product computed transposed, ``C^T = B^T A^T``, is the kernel for (n, m, k) on the given buffers with
     layouts ``("km", "nk", "nm")``."""
 
-    m: int
+    m: int  # `DYNAMIC` (negative): the rows are C's leading (row) dimension, known at call time
     n: int
     k: int
     batch: int  # 0: plain matmul (rank-2 operands); >= 1: batched (rank-3 operands)
@@ -79,6 +80,10 @@ class MatmulShape:
     def dtype(self) -> ir.Type:
         return self.a_type.element_type
 
+    @property
+    def dynamic_m(self) -> bool:
+        return self.m < 0
+
     @classmethod
     def transposed(cls, m: int, n: int, k: int, batch: int, a_type: ir.MemRefType, b_type: ir.MemRefType,
                    c_type: ir.MemRefType, a_layout: Literal["mk", "km"] = "mk",
@@ -88,6 +93,10 @@ class MatmulShape:
         "km"; [n, k]: "mk"), its B the given A (stored [m, k]: "nk"; [k, m]: "kn")."""
         return cls(n, m, k, batch, b_type, a_type, c_type, "km" if b_layout == "kn" else "mk",
                    "nk" if a_layout == "mk" else "kn", "nm")
+
+
+#: `MatmulShape.m` of a kernel whose row count is C's dynamic row dimension (MLIR's dynamic size marker).
+DYNAMIC = ir.ShapedType.get_dynamic_size()
 
 
 def packed_b_shape(k: int, n: int, nr: int) -> tuple[int, int, int]:
@@ -427,6 +436,9 @@ class KernelConfig:
                              f"{shape.b_layout}/{shape.c_layout} are not for it")
         if self.b_nk and not self.prepacked_b and not blk.pack_b:
             raise ValueError(f"{name}: a B stored [n, k] is read through its packing (pack_b)")
+        if shape.dynamic_m and (window is not None or self.a_km or self.c_nm or blk.transposed):
+            raise ValueError(f"{name}: a dynamic row count needs A stored [m, k] and C [m, n] in the given "
+                             "orientation, without a window")
 
     @property
     def dtype(self) -> ir.Type:
@@ -555,6 +567,9 @@ class _PartBuilder:
         self.x = x = IndexOps(self.entry)
         c = x.const
         with ir.InsertionPoint(self.entry):
+            # The row count: C's row dimension where it is dynamic (then read once, here).
+            self.m_size = (memref.dim(self.C, c(ir.MemRefType(self.C.type).rank - 2)) if shape.dynamic_m
+                           else c(self.M))
             self.b0, self.b1, self.m0, self.m1, self.n0, self.n1 = self._partition(tid)
             self.Ap = memref.alloc(cfg.a_packed_type, [], [], alignment=64) if cfg.packs_a else None
             w = cfg.window
@@ -584,16 +599,22 @@ class _PartBuilder:
         """This thread's part of the (batch, rows, columns) space: ``b0, b1, m0, m1, n0, n1``."""
         x, c, blk = self.x, self.x.const, self.cfg.blk
         nb, T = max(self.cfg.shape.batch, 1), blk.threads
-        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), c(self.M), c(0), c(self.N)
+        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), self.m_size, c(0), c(self.N)
         if T > 1:
             if blk.split == "batch":
                 per = _per_thread(nb, 1, T)
                 b0 = x.mul(tid, c(per))
                 b1 = x.min(x.add(b0, c(per)), c(nb))
             elif blk.split == "m":
-                per = _per_thread(self.M, self.mr, T)
-                m0 = x.mul(tid, c(per))
-                m1 = x.min(x.add(m0, c(per)), c(self.M))
+                if self.cfg.shape.dynamic_m:  # whole tiles per thread, spread evenly: `_per_thread` at run time
+                    tiles = x.divu(x.add(self.m_size, c(self.mr - 1)), c(self.mr))
+                    per_v = x.mul(x.divu(x.add(tiles, c(T - 1)), c(T)), c(self.mr))
+                    m0 = x.mul(tid, per_v)
+                    m1 = x.min(x.add(m0, per_v), self.m_size)
+                else:
+                    per = _per_thread(self.M, self.mr, T)
+                    m0 = x.mul(tid, c(per))
+                    m1 = x.min(x.add(m0, c(per)), c(self.M))
             else:
                 per = _per_thread(self.N, self.nr, T)
                 n0 = x.mul(tid, c(per))
@@ -812,7 +833,7 @@ class _PartBuilder:
         accs = [self.vt] * (mr * nv)
 
         # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
-        edge_rows, edge_vecs = tile_variants(self.M, self.N, mr, nv, self.L)
+        edge_rows, edge_vecs = tile_variants(max(self.M, 0), self.N, mr, nv, self.L)
 
         def cols(nrows: int) -> list[ir.Value]:
             if edge_vecs:
@@ -820,7 +841,18 @@ class _PartBuilder:
                                   lambda: self._k_loop(tile, nrows, edge_vecs))
             return self._k_loop(tile, nrows, nv)
 
-        acc = _if_values(full_r, accs, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
+        def dynamic_rows(variants: tuple[int, ...]) -> list[ir.Value]:
+            """The smallest variant of at least ``rvalid`` rows (`edge_row_variants`), a whole tile above them."""
+            if not variants:
+                return cols(mr)
+            fits = arith.cmpi(arith.CmpIPredicate.sle, rvalid, c(variants[0]))
+            return _if_values(fits, accs, lambda: cols(variants[0]), lambda: dynamic_rows(variants[1:]))
+
+        if cfg.shape.dynamic_m:
+            variants = edge_row_variants(mr)
+            acc = _if_values(full_r, accs, lambda: cols(mr), lambda: dynamic_rows(variants)) if variants else cols(mr)
+        else:
+            acc = _if_values(full_r, accs, lambda: cols(mr), lambda: cols(edge_rows)) if edge_rows else cols(mr)
 
         # C += acc: whole tiles unmasked; edge tiles masked by row (scf.if) and column (vector masks).
         full = arith.andi(full_r, full_c)

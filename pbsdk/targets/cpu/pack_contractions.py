@@ -26,21 +26,23 @@ from typing import Any, Literal
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import func, memref
+from mlir.dialects import arith, func, memref
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes
-from pbsdk.core.ir.builder import element_type
-from pbsdk.core.passes import defining_op, identity_layout, ops_named, user_op
+from pbsdk.core.ir.builder import element_type, if_then
+from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major, user_op
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
+from pbsdk.core.plan.dynamic import plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
 from pbsdk.targets.cpu.implicit_conv import Im2col, copy_by_rows, find_im2col
 from pbsdk.targets.cpu.matmul_kernel import (
+    DYNAMIC,
     EPILOGUE_OPS,
     Epilogue,
     EpilogueOp,
@@ -409,6 +411,9 @@ class PackContractions:
                 continue
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
+            if not all(t.has_static_shape for t in (a, b, c)):
+                count += _dynamic_contraction(module, op, f"__pbsdk_mm{count}", ctx, notes)
+                continue
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
                 count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes, calls)
                 continue
@@ -581,6 +586,72 @@ class PackContractions:
                 if name not in called:
                     fn.erase()
         return count
+
+
+def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str]) -> int:
+    """A float contraction whose row count is dynamic (``m`` only: the batch, n and k static; identity
+    layouts) becomes a call of ``@name``, which picks by the row count one kernel per size bucket of
+    `plan_dynamic_contraction` (each `build_matmul_kernel` with ``m`` `DYNAMIC`). Returns 1 when it did;
+    0 leaves the op to the generic lowering, with a note saying why."""
+    a, b, c = (ir.MemRefType(v.type) for v in op.operands)
+    dtype = str(a.element_type)
+    dyn = ir.ShapedType.get_dynamic_size()
+    batched = op.name == "linalg.batch_matmul"
+    lead = 1 if batched else 0
+    static_rest = (all(d != dyn for d in b.shape) and a.shape[-1] != dyn
+                   and all(d != dyn for d in c.shape[:lead]) and c.shape[-1] != dyn)
+    if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS) or not static_rest \
+            or not all(row_major(t) for t in (a, b, c)):
+        record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
+        notes.append(f"{op.name} {a} x {b}: a dynamic size other than a float product's rows (or a strided "
+                     "operand): generic lowering")
+        return 0
+    bsz = a.shape[0] if batched else 0
+    k, n = a.shape[-1], b.shape[-1]
+    plan = plan_dynamic_contraction(ctx.spec, n=n, k=k, batch=max(bsz, 1), dtype=dtype, options=ctx.options)
+    if plan is None:
+        record_contraction(ctx, op.name, dtype, bsz, 0, n, k, "generic")
+        notes.append(f"{op.name} ?x{n}x{k}: a size bucket has no packed blocking: generic lowering")
+        return 0
+    opname = op.name
+    fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
+    fill = _zero_fill_before(op)
+    operands = list(op.operands) + (fused[2] if fused else [])
+    with op.location:
+        kernels = []
+        for i, bucket in enumerate(plan.buckets):
+            shape = MatmulShape(DYNAMIC, n, k, bsz, a, b, c)
+            kernels.append(build_matmul_kernel(module, f"{name}_m{i}", shape, bucket.blocking,
+                                               epilogue=fused[1] if fused else None, zero_init=fill is not None))
+        with ir.InsertionPoint(module.body):
+            dispatch = func.FuncOp(name, ([v.type for v in operands], []), visibility="private")
+            entry = dispatch.add_entry_block()
+            with ir.InsertionPoint(entry):
+                args = list(entry.arguments)
+                index = ir.IndexType.get()
+                rows = memref.dim(args[2], arith.ConstantOp(index, c.rank - 2).result)
+
+                def pick(i: int) -> None:
+                    bucket = plan.buckets[i]
+                    if bucket.hi is None:
+                        func.CallOp(kernels[i], args)
+                        return
+                    fits = arith.cmpi(arith.CmpIPredicate.sle, rows, arith.ConstantOp(index, bucket.hi).result)
+                    if_then(fits, lambda: func.CallOp(kernels[i], args), lambda: pick(i + 1))
+
+                pick(0)
+                func.ReturnOp([])
+        func.CallOp(dispatch, operands, ip=ir.InsertionPoint(op))
+    if fused:
+        fused[0].erase()
+    op.erase()
+    if fill is not None:
+        fill.erase()
+    record_contraction(ctx, opname, dtype, bsz, -1, n, k, "vector-fma")
+    notes.append(f"{opname} {f'{bsz}x' if batched else ''}?x{n}x{k} "
+                 f"{dtype}: dynamic rows, packed kernel @{name} over {len(plan.buckets)} size buckets ("
+                 f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+    return 1
 
 
 def _at_call(v: ir.Value, callee: ir.Operation, call: ir.Operation) -> ir.Value:

@@ -1,0 +1,124 @@
+"""Symbolic dimensions: a kernel's shapes where some sizes are known only at call time.
+
+A dimension in a kernel's signature (`pbsdk.core.target.Artifact.inputs`/``outputs``) is an ``int`` (static)
+or a `Dim` expression string (dynamic): a linear form over named symbols with integer coefficients,
+``"s0"``, ``"s0 + 1"``, ``"2*s0 - 3"``. A call binds the symbols from the inputs' shapes (`bind`: a
+symbol met twice must have one value) and evaluates every other expression from them (`evaluate`): the
+outputs' shapes and the sizes the entry takes (`pbsdk.core.passes.dynamic_sizes`). Pure Python, no MLIR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+
+from pbsdk.core.errors import ArgumentError
+
+Shape = tuple["int | str", ...]
+
+_TERM = re.compile(r"\s*([+-])?\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """``sum(coeff * symbol) + const``, parsed from and printed as its string form."""
+
+    coeffs: tuple[tuple[str, int], ...]
+    const: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> Dim:
+        pos, coeffs, const = 0, dict[str, int](), 0
+        text = text.strip()
+        if not text:
+            raise ValueError("empty dimension expression")
+        while pos < len(text):
+            match = _TERM.match(text, pos)
+            if match is None or match.end() == pos or (pos and match.group(1) is None):
+                raise ValueError(f"malformed dimension expression {text!r} at {text[pos:]!r}")
+            sign = -1 if match.group(1) == "-" else 1
+            factor = int(match.group(2)) if match.group(2) else 1
+            atom = match.group(3)
+            if atom.isdigit():
+                if match.group(2):
+                    raise ValueError(f"malformed dimension expression {text!r}: a product of numbers")
+                const += sign * int(atom)
+            else:
+                coeffs[atom] = coeffs.get(atom, 0) + sign * factor
+            pos = match.end()
+        return cls(tuple(sorted((s, c) for s, c in coeffs.items() if c)), const)
+
+    @property
+    def symbols(self) -> tuple[str, ...]:
+        return tuple(s for s, _ in self.coeffs)
+
+    def evaluate(self, env: Mapping[str, int]) -> int:
+        return sum(c * env[s] for s, c in self.coeffs) + self.const
+
+    def __str__(self) -> str:
+        parts = []
+        for s, c in self.coeffs:
+            term = s if abs(c) == 1 else f"{abs(c)}*{s}"
+            parts.append(("- " if c < 0 else "+ ") + term)
+        if self.const or not parts:
+            parts.append(("- " if self.const < 0 else "+ ") + str(abs(self.const)))
+        text = " ".join(parts)
+        return text[2:] if text.startswith("+ ") else "-" + text[2:]
+
+
+def is_dynamic(shape: Sequence[int | str]) -> bool:
+    return any(isinstance(d, str) for d in shape)
+
+
+def canonical(dim: int | str) -> int | str:
+    """A dimension as an int, or its expression in `Dim`'s printed form (an expression with no symbol is
+    an int)."""
+    if isinstance(dim, str):
+        parsed = Dim.parse(dim)
+        return parsed.const if not parsed.coeffs else str(parsed)
+    return int(dim)
+
+
+def evaluate(dim: int | str, env: Mapping[str, int]) -> int:
+    return dim if isinstance(dim, int) else Dim.parse(dim).evaluate(env)
+
+
+def bind(declared: Sequence[Sequence[int | str]], shapes: Sequence[Sequence[int]], *,
+         what: str = "kernel") -> dict[str, int]:
+    """The symbols' values from actual ``shapes`` of arguments ``declared`` so. A dimension that is a
+    lone symbol binds it; others (static sizes, expressions) are checked once every symbol is bound. An
+    inconsistent or unbound size is an `ArgumentError` naming the argument."""
+    env: dict[str, int] = {}
+    for i, (want, got) in enumerate(zip(declared, shapes)):
+        if len(want) != len(got):
+            raise ArgumentError(f"{what}: argument {i} has shape {tuple(got)}, expected rank {len(want)}")
+        for d, n in zip(want, got):
+            if isinstance(d, str):
+                parsed = Dim.parse(d)
+                if parsed.const == 0 and len(parsed.coeffs) == 1 and parsed.coeffs[0][1] == 1:
+                    sym = parsed.coeffs[0][0]
+                    if env.setdefault(sym, int(n)) != int(n):
+                        raise ArgumentError(f"{what}: argument {i} has shape {tuple(got)}, but {sym} is "
+                                            f"{env[sym]} in an earlier argument")
+    for i, (want, got) in enumerate(zip(declared, shapes)):
+        for d, n in zip(want, got):
+            try:
+                expect = evaluate(d, env)
+            except KeyError as exc:
+                raise ArgumentError(f"{what}: argument {i}'s size {d} names {exc.args[0]}, which no "
+                                    "argument's size binds") from None
+            if expect != int(n):
+                raise ArgumentError(f"{what}: argument {i} has shape {tuple(got)}, expected "
+                                    f"{tuple(evaluate(x, env) for x in want)} ({', '.join(map(str, want))})")
+    for sym, n in env.items():
+        if n < 1:
+            raise ArgumentError(f"{what}: {sym} = {n}; dynamic sizes are at least 1")
+    return env
+
+
+def concrete(shape: Sequence[int | str], env: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(evaluate(d, env) for d in shape)
+
+
+__all__ = ["Dim", "Shape", "bind", "canonical", "concrete", "evaluate", "is_dynamic"]

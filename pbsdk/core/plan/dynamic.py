@@ -1,0 +1,106 @@
+"""Plans for a contraction whose row count ``m`` is known only at call time (a dynamic dimension).
+
+The static planner (`plan_contraction`) tailors the register tile, the blocks and the thread split to ``m``:
+one row gets a GEMV tile (1 x 12 vectors, B read in place), a few rows get one tile of exactly that many, a
+thousand rows 14 x 2 tiles split by rows over the cores. No single blocking is close to the static one over
+the whole range 1 - 4096, so a dynamic ``m`` is planned as a few size buckets: each bucket's kernel is the
+static planner's blocking at the bucket's largest size (in the given orientation, ``transpose_gemm`` off:
+the kernel's rows must be the dynamic dimension), and the call picks the bucket of the actual ``m``. Inside
+a bucket every size runs that kernel with its remainder handled at run time (the last tile row computes
+the smallest `edge_row_variants` count of rows that covers it). Pure: no IR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pbsdk.core.options import Options, as_options
+from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
+from pbsdk.core.spec import ChipSpec
+
+#: Upper ends of the row-count buckets (the last bucket is open: it takes every larger m). A bucket of one
+#: row keeps a decoder step at batch 1 on the static GEMV kernel; the others grow fourfold.
+BUCKET_ENDS = (1, 7, 31, 127, 511)
+#: The size the open last bucket is planned at.
+LARGE_M = 4096
+
+
+def edge_row_variants(mr: int) -> tuple[int, ...]:
+    """Row counts of the edge tiles of a kernel whose row count is known only at call time: the powers of two
+    below ``mr``. The last tile row's ``r`` rows run the smallest variant of at least ``r`` rows (a whole tile
+    above the largest), so an edge tile computes fewer than twice the rows it stores, and a single row (a
+    decoder's step at batch 1) exactly one."""
+    out, r = [], 1
+    while r < mr:
+        out.append(r)
+        r *= 2
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class SizeBucket:
+    """Row counts ``lo..hi`` (``hi`` None: no upper end) run the kernel of ``blocking``, planned at ``at``."""
+
+    lo: int
+    hi: int | None
+    at: int
+    blocking: Blocking
+
+    def holds(self, m: int) -> bool:
+        return m >= self.lo and (self.hi is None or m <= self.hi)
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicContractionPlan:
+    """The buckets of a contraction ``C[b, m, n] += A[b, m, k] B[b, k, n]`` with a dynamic ``m``, in
+    increasing order and covering ``1..`` without gaps."""
+
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    buckets: tuple[SizeBucket, ...]
+
+    def bucket_for(self, m: int) -> SizeBucket:
+        for b in self.buckets:
+            if b.holds(m):
+                return b
+        raise ValueError(f"no bucket holds m = {m}")
+
+    def describe(self) -> str:
+        parts = []
+        for b in self.buckets:
+            blk = b.blocking
+            span = f"{b.lo}" if b.hi == b.lo else f"{b.lo}-{b.hi}" if b.hi is not None else f"{b.lo}+"
+            parts.append(f"m {span}: {blk.mr}x{blk.nr} tile, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
+                         f"{blk.threads} part(s) along {blk.split}")
+        return "; ".join(parts)
+
+
+def plan_dynamic_contraction(spec: ChipSpec, *, n: int, k: int, batch: int, dtype: str,
+                             options: Options | Mapping[str, Any] | None = None,
+                             ends: Sequence[int] = BUCKET_ENDS) -> DynamicContractionPlan | None:
+    """The buckets of a dynamic-``m`` contraction (module docstring), or None when the static planner gives
+    some bucket no packed blocking (the op then takes the generic lowering). ``batch`` is 1 for a plain
+    matmul."""
+    opts = dataclasses.replace(as_options(options), transpose_gemm=False)
+    buckets: list[SizeBucket] = []
+    lo = 1
+    for hi in [*ends, None]:
+        at = hi if hi is not None else max(LARGE_M, lo)
+        plan = plan_contraction(spec, Contraction(at, n, k, batch, dtype), opts)
+        blk: Any = plan.blocking
+        if blk is None or blk.transposed or blk.unit:
+            return None
+        if buckets and buckets[-1].blocking == blk:  # the same kernel as the bucket below: one bucket
+            buckets[-1] = SizeBucket(buckets[-1].lo, hi, buckets[-1].at, blk)
+        else:
+            buckets.append(SizeBucket(lo, hi, at, blk))
+        if hi is not None:
+            lo = hi + 1
+    return DynamicContractionPlan(n, k, batch, dtype, tuple(buckets))
+
+
+__all__ = ["BUCKET_ENDS", "DynamicContractionPlan", "SizeBucket", "edge_row_variants", "plan_dynamic_contraction"]

@@ -1,0 +1,41 @@
+// Pass pack-contractions on a matmul whose row count is dynamic (the others static): one packed kernel per
+// size bucket of the dynamic plan (`pbsdk.core.plan.dynamic`), each planned at its bucket's largest row
+// count, with the rows read from C at run time; a dispatch function picks the bucket by C's row count. A
+// contraction with another dynamic size is left to the generic lowering.
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
+
+// The zero fill goes (the kernels store their first k block).
+// CHECK-LABEL: func.func @mm(
+// CHECK-SAME:      %[[A:[^:]*]]: memref<?x64xf32>, %[[B:[^:]*]]: memref<64x48xf32>, %[[C:[^:]*]]: memref<?x48xf32>)
+// CHECK-NOT:     linalg.
+// CHECK:         call @__pbsdk_mm0(%[[A]], %[[B]], %[[C]])
+// A bucket's part reads the row count from C.
+// CHECK-LABEL: func.func @__pbsdk_mm0_m0_part(
+// CHECK:         memref.dim %{{.*}}, %{{.*}} : memref<?x48xf32>
+// CHECK-LABEL: func.func private @__pbsdk_mm0(
+// CHECK-NEXT:    %[[C0:.*]] = arith.constant 0 : index
+// CHECK-NEXT:    %[[M:.*]] = memref.dim %{{.*}}, %[[C0]] : memref<?x48xf32>
+// CHECK-NEXT:    %[[ONE:.*]] = arith.constant 1 : index
+// CHECK-NEXT:    %[[SMALL:.*]] = arith.cmpi sle, %[[M]], %[[ONE]] : index
+// CHECK-NEXT:    scf.if %[[SMALL]] {
+// CHECK-NEXT:      func.call @__pbsdk_mm0_m0(
+// CHECK-NEXT:    } else {
+// CHECK:           arith.cmpi sle, %[[M]], %{{.*}} : index
+// CHECK:           func.call @__pbsdk_mm0_m1(
+func.func @mm(%a: memref<?x64xf32>, %b: memref<64x48xf32>, %c: memref<?x48xf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%c : memref<?x48xf32>)
+  linalg.matmul ins(%a, %b : memref<?x64xf32>, memref<64x48xf32>) outs(%c : memref<?x48xf32>)
+  return
+}
+
+// -----
+
+// A dynamic reduction size (k) is not planned: the matmul stays for the generic lowering.
+// CHECK-LABEL: func.func @dynamic_k(
+// CHECK:         linalg.matmul
+// CHECK-NOT:     __pbsdk_mm
+func.func @dynamic_k(%a: memref<8x?xf32>, %b: memref<?x48xf32>, %c: memref<8x48xf32>) {
+  linalg.matmul ins(%a, %b : memref<8x?xf32>, memref<?x48xf32>) outs(%c : memref<8x48xf32>)
+  return
+}

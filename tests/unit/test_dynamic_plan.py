@@ -1,0 +1,54 @@
+"""The planner for a contraction with a dynamic row count (`pbsdk.core.plan.dynamic`): pure, no IR."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from pbsdk.core.options import DEFAULT
+from pbsdk.core.plan.contraction import Contraction, plan_contraction
+from pbsdk.core.plan.dynamic import BUCKET_ENDS, edge_row_variants, plan_dynamic_contraction
+from pbsdk.core.spec import load_spec
+
+
+@pytest.fixture(scope="module")
+def spec():  # type: ignore[no-untyped-def]
+    return load_spec("intel/xeon-avx512")
+
+
+@pytest.mark.parametrize("n, k", [(768, 768), (3072, 768), (64, 1024), (48, 64)])
+def test_buckets_cover_every_row_count_in_order(spec, n: int, k: int) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_dynamic_contraction(spec, n=n, k=k, batch=1, dtype="f32", options=DEFAULT)
+    assert plan is not None
+    assert plan.buckets[0].lo == 1 and plan.buckets[-1].hi is None
+    for below, above in zip(plan.buckets, plan.buckets[1:]):
+        assert below.hi is not None and above.lo == below.hi + 1
+        assert below.blocking != above.blocking  # equal neighbours are merged
+    for m in (1, 2, 7, 8, 100, 511, 512, 4096, 100000):
+        assert plan.bucket_for(m).holds(m)
+
+
+def test_each_bucket_is_the_static_plan_at_its_largest_size_untransposed(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_dynamic_contraction(spec, n=768, k=768, batch=1, dtype="f32", options=DEFAULT)
+    assert plan is not None
+    opts = dataclasses.replace(DEFAULT, transpose_gemm=False)
+    for bucket in plan.buckets:
+        static = plan_contraction(spec, Contraction(bucket.at, 768, 768, 1, "f32"), opts).blocking
+        assert bucket.blocking == static and not bucket.blocking.transposed
+    # One row: the static GEMV tile (a decoder step at batch 1 runs the kernel it would run static).
+    one = plan.bucket_for(1)
+    assert (one.lo, one.hi, one.at) == (1, 1, 1)
+    assert one.blocking == plan_contraction(spec, Contraction(1, 768, 768, 1, "f32"), opts).blocking
+
+
+def test_bucket_ends_are_the_documented_ladder() -> None:
+    assert BUCKET_ENDS == tuple(sorted(BUCKET_ENDS)) and BUCKET_ENDS[0] == 1
+
+
+@pytest.mark.parametrize("mr, variants", [(1, ()), (2, (1,)), (8, (1, 2, 4)), (14, (1, 2, 4, 8))])
+def test_edge_row_variants_cover_every_remainder_within_twice(mr: int, variants: tuple[int, ...]) -> None:
+    assert edge_row_variants(mr) == variants
+    for r in range(1, mr):
+        chosen = next((v for v in variants if v >= r), mr)
+        assert r <= chosen < 2 * r or chosen == mr
