@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pbsdk.core.errors import ArgumentError
 
@@ -121,4 +122,43 @@ def concrete(shape: Sequence[int | str], env: Mapping[str, int]) -> tuple[int, .
     return tuple(evaluate(d, env) for d in shape)
 
 
-__all__ = ["Dim", "Shape", "bind", "canonical", "concrete", "evaluate", "is_dynamic"]
+class Signature:
+    """`bind` and `concrete` for one kernel's signature, parsed once: ``inputs`` and ``outputs`` are the
+    shapes (ints and expressions), ``sizes`` further expressions to evaluate (a dynamic entry's sizes
+    buffer). `__call__` maps the inputs' actual shapes to the outputs' and the sizes' values in a few
+    microseconds; a mismatch falls back to `bind`, which names it."""
+
+    def __init__(self, inputs: Sequence[Sequence[int | str]], outputs: Sequence[Sequence[int | str]],
+                 sizes: Sequence[str] = (), *, what: str = "kernel") -> None:
+        self.inputs = [tuple(s) for s in inputs]
+        self.what = what
+        self._binds: list[tuple[int, int, str]] = []  # (argument, dimension, symbol): first place a symbol is
+        self._checks: list[tuple[int, int, Any]] = []  # (argument, dimension, int or parsed Dim)
+        seen: set[str] = set()
+        for i, shape in enumerate(self.inputs):
+            for d, n in enumerate(shape):
+                form = Dim.parse(n) if isinstance(n, str) else None
+                lone = form is not None and form.const == 0 and len(form.coeffs) == 1 and form.coeffs[0][1] == 1
+                if lone and form is not None and form.coeffs[0][0] not in seen:
+                    seen.add(form.coeffs[0][0])
+                    self._binds.append((i, d, form.coeffs[0][0]))
+                else:
+                    self._checks.append((i, d, form if form is not None else int(n)))
+        self._outputs = [[Dim.parse(n) if isinstance(n, str) else int(n) for n in shape] for shape in outputs]
+        self._sizes = [Dim.parse(e) for e in sizes]
+
+    def __call__(self, shapes: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
+        try:
+            env = {sym: shapes[i][d] for i, d, sym in self._binds}
+            ok = len(shapes) == len(self.inputs) and all(len(s) == len(w) for s, w in zip(shapes, self.inputs)) \
+                and all(shapes[i][d] == (want if isinstance(want, int) else want.evaluate(env))
+                        for i, d, want in self._checks) and all(v >= 1 for v in env.values())
+        except (IndexError, KeyError):
+            ok = False
+        if not ok:
+            env = bind(self.inputs, shapes, what=self.what)  # raises, naming the mismatch
+        outs = [tuple(n if isinstance(n, int) else n.evaluate(env) for n in shape) for shape in self._outputs]
+        return outs, [e.evaluate(env) for e in self._sizes]
+
+
+__all__ = ["Dim", "Shape", "Signature", "bind", "canonical", "concrete", "evaluate", "is_dynamic"]

@@ -8,7 +8,13 @@ import pytest
 
 from pbsdk.core.options import DEFAULT
 from pbsdk.core.plan.contraction import Contraction, plan_contraction
-from pbsdk.core.plan.dynamic import BUCKET_ENDS, edge_row_variants, plan_dynamic_contraction
+from pbsdk.core.plan.dynamic import (
+    BUCKET_ENDS,
+    EXACT_EDGE_ROWS,
+    bucket_ends,
+    edge_row_variants,
+    plan_dynamic_contraction,
+)
 from pbsdk.core.spec import load_spec
 
 
@@ -42,13 +48,22 @@ def test_each_bucket_is_the_static_plan_at_its_largest_size_untransposed(spec) -
     assert one.blocking == plan_contraction(spec, Contraction(1, 768, 768, 1, "f32"), opts).blocking
 
 
-def test_bucket_ends_are_the_documented_ladder() -> None:
-    assert BUCKET_ENDS == tuple(sorted(BUCKET_ENDS)) and BUCKET_ENDS[0] == 1
+def test_small_buckets_are_one_and_two_tiles_of_the_large_plans_rows(spec) -> None:  # type: ignore[no-untyped-def]
+    opts = dataclasses.replace(DEFAULT, transpose_gemm=False)
+    mr = plan_contraction(spec, Contraction(4096, 768, 768, 1, "f32"), opts).blocking.mr
+    assert bucket_ends(spec, n=768, k=768, batch=1, dtype="f32") == (1, mr, 2 * mr, *BUCKET_ENDS)
+    plan = plan_dynamic_contraction(spec, n=768, k=768, batch=1, dtype="f32", options=DEFAULT)
+    assert plan is not None
+    one_tile = plan.bucket_for(mr)
+    assert (one_tile.lo, one_tile.hi) == (2, mr) and one_tile.blocking.mr == mr
 
 
-@pytest.mark.parametrize("mr, variants", [(1, ()), (2, (1,)), (8, (1, 2, 4)), (14, (1, 2, 4, 8))])
+@pytest.mark.parametrize("mr, variants", [(1, ()), (2, (1,)), (7, (1, 2, 3, 4, 5, 6)),
+                                          (14, tuple(range(1, 14))), (24, (1, 2, 4, 8, 16))])
 def test_edge_row_variants_cover_every_remainder_within_twice(mr: int, variants: tuple[int, ...]) -> None:
     assert edge_row_variants(mr) == variants
     for r in range(1, mr):
         chosen = next((v for v in variants if v >= r), mr)
         assert r <= chosen < 2 * r or chosen == mr
+        if mr <= EXACT_EDGE_ROWS:
+            assert chosen == r  # small tiles: exactly the rows stored

@@ -20,18 +20,27 @@ from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
 from pbsdk.core.spec import ChipSpec
 
-#: Upper ends of the row-count buckets (the last bucket is open: it takes every larger m). A bucket of one
-#: row keeps a decoder step at batch 1 on the static GEMV kernel; the others grow fourfold.
-BUCKET_ENDS = (1, 7, 31, 127, 511)
+#: Upper ends of the row-count buckets above the small ones (the last bucket is open: it takes every larger
+#: m). Below them `bucket_ends` puts one row (a decoder step at batch 1 keeps the static GEMV kernel), one
+#: register tile of the large plan's rows and two such tiles.
+BUCKET_ENDS = (127, 511)
 #: The size the open last bucket is planned at.
 LARGE_M = 4096
 
 
+#: Register tiles of at most this many rows get an edge variant for every row count below theirs.
+EXACT_EDGE_ROWS = 16
+
+
 def edge_row_variants(mr: int) -> tuple[int, ...]:
-    """Row counts of the edge tiles of a kernel whose row count is known only at call time: the powers of two
-    below ``mr``. The last tile row's ``r`` rows run the smallest variant of at least ``r`` rows (a whole tile
-    above the largest), so an edge tile computes fewer than twice the rows it stores, and a single row (a
-    decoder's step at batch 1) exactly one."""
+    """Row counts of the edge tiles of a kernel whose row count is known only at call time. The last tile
+    row's ``r`` rows run the smallest variant of at least ``r`` rows (a whole tile above the largest). A tile
+    of up to `EXACT_EDGE_ROWS` rows (every vector-FMA tile of a 32-register machine) has a variant for
+    every count below it: the small buckets' kernels are one tile tall, so their edge tile is all the work
+    (a decoder's step at batch 5 on a 14-row tile would compute 14 rows). A taller tile has the powers of two
+    below ``mr``: its edge tile computes fewer than twice the rows it stores."""
+    if mr <= EXACT_EDGE_ROWS:
+        return tuple(range(1, mr))
     out, r = [], 1
     while r < mr:
         out.append(r)
@@ -79,13 +88,30 @@ class DynamicContractionPlan:
         return "; ".join(parts)
 
 
+def bucket_ends(spec: ChipSpec, *, n: int, k: int, batch: int, dtype: str,
+                options: Options | Mapping[str, Any] | None = None) -> tuple[int, ...] | None:
+    """The buckets' upper ends for this contraction: 1, then ``mr`` and ``2 mr`` for the register tile's rows
+    ``mr`` of the plan at `LARGE_M` rows (a bucket of at most one, or two, tile rows: the static planner fits
+    its tile to so few rows, and one kernel of that tile with exact edge variants computes the same FMAs),
+    then `BUCKET_ENDS`. None without a packed blocking."""
+    opts = dataclasses.replace(as_options(options), transpose_gemm=False)
+    blk = plan_contraction(spec, Contraction(LARGE_M, n, k, batch, dtype), opts).blocking
+    if blk is None:
+        return None
+    return tuple(sorted({1, blk.mr, 2 * blk.mr, *BUCKET_ENDS}))
+
+
 def plan_dynamic_contraction(spec: ChipSpec, *, n: int, k: int, batch: int, dtype: str,
                              options: Options | Mapping[str, Any] | None = None,
-                             ends: Sequence[int] = BUCKET_ENDS) -> DynamicContractionPlan | None:
-    """The buckets of a dynamic-``m`` contraction (module docstring), or None when the static planner gives
-    some bucket no packed blocking (the op then takes the generic lowering). ``batch`` is 1 for a plain
-    matmul."""
+                             ends: Sequence[int] | None = None) -> DynamicContractionPlan | None:
+    """The buckets of a dynamic-``m`` contraction (module docstring; ``ends``: their upper ends, by default
+    `bucket_ends`), or None when the static planner gives some bucket no packed blocking (the op then takes
+    the generic lowering). ``batch`` is 1 for a plain matmul."""
     opts = dataclasses.replace(as_options(options), transpose_gemm=False)
+    if ends is None:
+        ends = bucket_ends(spec, n=n, k=k, batch=batch, dtype=dtype, options=opts)
+        if ends is None:
+            return None
     buckets: list[SizeBucket] = []
     lo = 1
     for hi in [*ends, None]:
@@ -103,4 +129,4 @@ def plan_dynamic_contraction(spec: ChipSpec, *, n: int, k: int, batch: int, dtyp
     return DynamicContractionPlan(n, k, batch, dtype, tuple(buckets))
 
 
-__all__ = ["BUCKET_ENDS", "DynamicContractionPlan", "SizeBucket", "edge_row_variants", "plan_dynamic_contraction"]
+__all__ = ["BUCKET_ENDS", "EXACT_EDGE_ROWS", "DynamicContractionPlan", "SizeBucket", "bucket_ends", "edge_row_variants", "plan_dynamic_contraction"]

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.dims import bind, concrete, evaluate, is_dynamic
+from pbsdk.core.dims import Signature, is_dynamic
 from pbsdk.core.errors import ArgumentError
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY
 from pbsdk.core.target import DYNAMIC_SIZES, Artifact, Executable
@@ -92,7 +92,8 @@ class Kernel:
         #: Some dimension is known only at call time (`pbsdk.core.dims`): each call binds the sizes from
         #: the inputs, allocates outputs of the sizes they imply and passes the entry its sizes buffer.
         self.dynamic = any(is_dynamic(shape) for shape, _ in (*artifact.inputs, *artifact.outputs))
-        self._sizes = tuple(artifact.metadata.get(DYNAMIC_SIZES, ()))
+        self._signature = Signature([s for s, _ in artifact.inputs], [s for s, _ in artifact.outputs],
+                                    artifact.metadata.get(DYNAMIC_SIZES, ()), what=name) if self.dynamic else None
         self._in_exact = [(tuple(d if isinstance(d, str) else int(d) for d in shape), dtype)
                           for shape, dtype in self._in]
 
@@ -102,11 +103,13 @@ class Kernel:
 
     def _fast_args(self, args: Sequence[Any]) -> list[np.ndarray] | None:
         """``args`` as they are when every one is a C-contiguous array of exactly the expected shape and
-        dtype (the common case, checked in a few microseconds); None sends them to `check_args`."""
-        if len(args) != len(self._in) or self.dynamic:
+        dtype (the common case, checked in a few microseconds); None sends them to `check_args`. A dynamic
+        kernel's shapes are checked by `sizes` instead."""
+        if len(args) != len(self._in):
             return None
+        dynamic = self.dynamic
         for arg, (shape, dtype) in zip(args, self._in_exact):
-            if (type(arg) is not np.ndarray or arg.dtype != dtype or arg.shape != shape
+            if (type(arg) is not np.ndarray or arg.dtype != dtype or (arg.shape != shape and not dynamic)
                     or not arg.flags.c_contiguous):
                 return None
         return list(args)
@@ -126,18 +129,15 @@ class Kernel:
             if not is_dynamic(shape) and tuple(arg.shape) != tuple(shape):
                 raise ArgumentError(f"{self.name}: argument {i} has shape {tuple(arg.shape)}, expected {tuple(shape)}")
             arrays.append(np.ascontiguousarray(arg))
-        if self.dynamic:
-            bind([s for s, _ in self._in], [a.shape for a in arrays], what=self.name)
         return arrays
 
     def sizes(self, arrays: Sequence[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray | None]:
         """The outputs' shapes for inputs ``arrays`` (checked ones), and the sizes buffer a dynamic entry
         takes after its outputs (None for a static kernel)."""
-        if not self.dynamic:
+        if self._signature is None:
             return [tuple(int(d) for d in shape) for shape, _ in self._out], None
-        env = bind([s for s, _ in self._in], [a.shape for a in arrays], what=self.name)
-        return ([concrete(shape, env) for shape, _ in self._out],
-                np.array([evaluate(e, env) for e in self._sizes], dtype=np.int64))
+        outs, sizes = self._signature([a.shape for a in arrays])
+        return outs, np.array(sizes, dtype=np.int64)
 
     def __call__(self, *args: Any) -> Any:
         arrays = self._fast_args(args)

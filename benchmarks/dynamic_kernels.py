@@ -1,0 +1,189 @@
+"""A kernel compiled once for a dynamic row count against the static kernel compiled for each size (issue #31
+item 2: "a dynamic-shape kernel on a size it has not seen is correct and within 1.2x of the static kernel
+compiled for that size").
+
+Per op (a matmul with a bias + ReLU epilogue, a plain matmul of GPT-2's MLP width, a layer normalisation over
+768) the dynamic kernel is compiled once; for each size the static kernel is compiled for exactly that size,
+both are checked against each other, then timed in one process: per round each contender runs a block of
+calls, interleaved, timed with ``time.thread_time`` (CPU time of this thread: the kernels run at 1 thread, so
+other processes' load does not count); the report gives the median over rounds of the per-call time and the
+ratio dynamic / static. Run::
+
+    PBSDK_CACHE_DIR=/tmp/cache .venv/bin/python benchmarks/dynamic_kernels.py --md benchmarks/results/dynamic_kernels.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pbsdk.bench import cpu_model
+
+#: ``{M}`` is the row count (``?`` for the dynamic kernel), ``{E}`` the operands of a ``tensor.empty`` of it.
+MATMUL = """
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#col = affine_map<(d0, d1) -> (d1)>
+func.func @f(%x: tensor<{M}x{K}xf32>, %w: tensor<{K}x{N}xf32>, %bias: tensor<{N}xf32>) -> tensor<{M}x{N}xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %x, %c0 : tensor<{M}x{K}xf32>
+  %z = arith.constant 0.0 : f32
+  %e = tensor.empty({E}) : tensor<{M}x{N}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  %p = linalg.matmul ins(%x, %w : tensor<{M}x{K}xf32>, tensor<{K}x{N}xf32>) outs(%f : tensor<{M}x{N}xf32>) -> tensor<{M}x{N}xf32>
+  %e2 = tensor.empty({E}) : tensor<{M}x{N}xf32>
+  %r = linalg.generic {indexing_maps = [#id, #col, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%p, %bias : tensor<{M}x{N}xf32>, tensor<{N}xf32>) outs(%e2 : tensor<{M}x{N}xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    %zero = arith.constant 0.0 : f32
+    %y = arith.maximumf %s, %zero : f32
+    linalg.yield %y : f32
+  } -> tensor<{M}x{N}xf32>
+  return %r : tensor<{M}x{N}xf32>
+}
+"""
+
+LAYERNORM = """
+#id = affine_map<(d0, d1) -> (d0, d1)>
+#row = affine_map<(d0, d1) -> (d0)>
+func.func @f(%x: tensor<{M}x768xf32>) -> tensor<{M}x768xf32> {
+  %c0 = arith.constant 0 : index
+  %m = tensor.dim %x, %c0 : tensor<{M}x768xf32>
+  %z = arith.constant 0.0 : f32
+  %inv = arith.constant 0.00130208337 : f32
+  %eps = arith.constant 1.0e-5 : f32
+  %e1 = tensor.empty({E}) : tensor<{M}xf32>
+  %f1 = linalg.fill ins(%z : f32) outs(%e1 : tensor<{M}xf32>) -> tensor<{M}xf32>
+  %sum = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%x : tensor<{M}x768xf32>) outs(%f1 : tensor<{M}xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %s = arith.addf %a, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<{M}xf32>
+  %e2 = tensor.empty({E}) : tensor<{M}x768xf32>
+  %c = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %sum : tensor<{M}x768xf32>, tensor<{M}xf32>) outs(%e2 : tensor<{M}x768xf32>) {
+  ^bb0(%a: f32, %s: f32, %o: f32):
+    %mean = arith.mulf %s, %inv : f32
+    %d = arith.subf %a, %mean : f32
+    linalg.yield %d : f32
+  } -> tensor<{M}x768xf32>
+  %f2 = linalg.fill ins(%z : f32) outs(%e1 : tensor<{M}xf32>) -> tensor<{M}xf32>
+  %ss = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "reduction"]}
+      ins(%c : tensor<{M}x768xf32>) outs(%f2 : tensor<{M}xf32>) {
+  ^bb0(%a: f32, %acc: f32):
+    %sq = arith.mulf %a, %a : f32
+    %s = arith.addf %sq, %acc : f32
+    linalg.yield %s : f32
+  } -> tensor<{M}xf32>
+  %e3 = tensor.empty({E}) : tensor<{M}x768xf32>
+  %y = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%c, %ss : tensor<{M}x768xf32>, tensor<{M}xf32>) outs(%e3 : tensor<{M}x768xf32>) {
+  ^bb0(%a: f32, %s: f32, %o: f32):
+    %var = arith.mulf %s, %inv : f32
+    %ve = arith.addf %var, %eps : f32
+    %r = math.rsqrt %ve : f32
+    %v = arith.mulf %a, %r : f32
+    linalg.yield %v : f32
+  } -> tensor<{M}x768xf32>
+  return %y : tensor<{M}x768xf32>
+}
+"""
+
+
+def text(template: str, m: int | None, **sizes: int) -> str:
+    """The op's module for ``m`` rows (None: dynamic)."""
+    out = template.replace("{M}", "?" if m is None else str(m)).replace("{E}", "%m" if m is None else "")
+    for k, v in sizes.items():
+        out = out.replace("{" + k + "}", str(v))
+    return out
+
+
+OPS: dict[str, tuple[str, dict[str, int]]] = {
+    "matmul+bias+relu 768x768": (MATMUL, {"K": 768, "N": 768}),
+    "matmul+bias+relu 768x3072": (MATMUL, {"K": 768, "N": 3072}),
+    "layernorm 768": (LAYERNORM, {}),
+}
+
+
+def operands(op: str, m: int, rng: np.random.Generator) -> list[np.ndarray]:
+    template, sizes = OPS[op]
+    if template is LAYERNORM:
+        return [rng.standard_normal((m, 768)).astype(np.float32)]
+    k, n = sizes["K"], sizes["N"]
+    return [rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (n,))]
+
+
+def measure(ops: list[str], sizes: list[int], rounds: int, budget: float) -> dict[str, Any]:
+    import pbsdk
+
+    options = {"threads": 1}
+    rng = np.random.default_rng(0)
+    rows = []
+    for op in ops:
+        template, dims = OPS[op]
+        t0 = time.perf_counter()
+        dynamic = pbsdk.compile_mlir(text(template, None, **dims), options=options)
+        compile_dynamic = time.perf_counter() - t0
+        for m in sizes:
+            static = pbsdk.compile_mlir(text(template, m, **dims), options=options)
+            args = operands(op, m, rng)
+            np.testing.assert_allclose(dynamic(*args), static(*args), rtol=1e-4, atol=1e-4)
+            # Calls per block: about `budget` seconds of the static kernel.
+            t0 = time.thread_time()
+            static(*args)
+            once = max(time.thread_time() - t0, 1e-6)
+            calls = max(1, min(2000, int(budget / once)))
+            per: dict[str, list[float]] = {"dynamic": [], "static": []}
+            for _ in range(rounds):
+                for name, kernel in (("dynamic", dynamic), ("static", static)):
+                    t0 = time.thread_time()
+                    for _ in range(calls):
+                        kernel(*args)
+                    per[name].append((time.thread_time() - t0) / calls * 1e6)
+            med = {n: statistics.median(v) for n, v in per.items()}
+            ratios = [d / s for d, s in zip(per["dynamic"], per["static"])]
+            rows.append({"op": op, "m": m, "calls": calls, "us": med,
+                         "ratio": med["dynamic"] / med["static"], "ratio_min": min(ratios), "ratio_max": max(ratios),
+                         "compile_dynamic_s": compile_dynamic})
+            print(f"{op} m={m}: dynamic {med['dynamic']:.1f} us, static {med['static']:.1f} us, "
+                  f"ratio {rows[-1]['ratio']:.3f} ({min(ratios):.3f}-{max(ratios):.3f})", flush=True)
+    return {"cpu": cpu_model(), "rounds": rounds, "threads": 1, "rows": rows}
+
+
+def table(result: dict[str, Any]) -> str:
+    lines = [(f"CPU: {result['cpu']}. 1 thread, f32; thread CPU time per call, median of {result['rounds']} "
+              "interleaved rounds; ratio = dynamic / static (per-round ratios' min-max)."), "",
+             "| op | rows | dynamic us | static us | ratio (min-max) |", "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        lines.append(f"| {r['op']} | {r['m']} | {r['us']['dynamic']:.1f} | {r['us']['static']:.1f} | "
+                     f"{r['ratio']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", nargs="*", default=list(OPS))
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 5, 33, 200, 1000, 4096])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--budget", type=float, default=0.05, help="seconds per block of calls")
+    parser.add_argument("--json", help="write the result here (JSON)")
+    parser.add_argument("--md", help="write the markdown table here")
+    args = parser.parse_args()
+    result = measure(args.ops, args.sizes, args.rounds, args.budget)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    out = table(result)
+    if args.md:
+        Path(args.md).write_text(out)
+    print(out)
+
+
+if __name__ == "__main__":
+    main()
