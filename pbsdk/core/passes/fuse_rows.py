@@ -23,7 +23,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
-from pbsdk.core.ir.builder import call_parts
+from pbsdk.core.ir.builder import call_parts, if_then
 from pbsdk.core.passes import defining_op, ops_named
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import _captures
@@ -126,7 +126,9 @@ class FuseRows:
             if not len(fn.regions[0].blocks) or ir.StringAttr(fn.attributes["sym_name"]).value.startswith("__pbsdk"):
                 continue
             block = fn.regions[0].blocks[0]
-            for run in self._runs(block):
+            sizes = _entry_sizes(ctx, len(block.arguments)) if ir.StringAttr(fn.attributes["sym_name"]).value \
+                == ctx.notes.get("entry") else {}
+            for run in self._runs(block, sizes):
                 if len(run) < 2 and _threads_for(run, cores, threads_opt) < 2:
                     continue  # one op on one core: nothing to gain
                 self._outline(module, fn, run, f"__pbsdk_rows{count}", cores, threads_opt)
@@ -138,7 +140,7 @@ class FuseRows:
                 merge_identical(module, lambda op: ir.StringAttr(op.attributes["sym_name"]).value.startswith(
                     "__pbsdk_rows") and len(op.regions[0].blocks) > 0)
 
-    def _runs(self, block: ir.Block) -> list[list[ir.Operation]]:
+    def _runs(self, block: ir.Block, sizes: dict[tuple[int, int], Any]) -> list[list[ir.Operation]]:
         runs: list[list[ir.Operation]] = []
         cur: list[ir.Operation] = []
         rows = None
@@ -167,12 +169,19 @@ class FuseRows:
                 continue
             r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None
             split = _row_operands(op, r) if r else None
-            if split is None or r is None or r < 2:
+            if r == _DYNAMIC:  # a dynamic row count: the run's ops must provably share it, and slice rows of
+                # buffers whose other sizes are static
+                key = _size_key(mems[-1], 0, sizes)
+                sliced_dynamic = split is not None and any(
+                    n == _DYNAMIC and d != at for i, at in split[0].items()
+                    for d, n in enumerate(ir.MemRefType(op.operands[i].type).shape))
+                r = None if key is None or sliced_dynamic else (_DYNAMIC, key)  # type: ignore[assignment]
+            if split is None or r is None or (isinstance(r, int) and r < 2):
                 flush()
                 continue
             if rows is not None and r != rows:
                 flush()
-                split = _row_operands(op, r)
+                split = _row_operands(op, _extent(r))
                 if split is None:
                     continue
             row_idx, other = split
@@ -188,7 +197,7 @@ class FuseRows:
                any(any(_root(v) == _root(x) for x in others) for v in outs) or \
                any(any(ops_vals[i] == b and dims[k] != d for k, b in enumerate(sliced)) for i, d in row_idx.items()):
                 flush()
-                split = _row_operands(op, r)
+                split = _row_operands(op, _extent(r))
                 if split is None:
                     continue
                 row_idx, other = split
@@ -212,71 +221,151 @@ class FuseRows:
                     buffers.append(v)
         rows = ir.MemRefType(_memrefs(run[0])[-1].type).shape[0]
         threads = _threads_for(run, cores, threads_opt)
+        dynamic = rows == _DYNAMIC
         row_bufs: dict[int, int] = {}  # buffer -> the dimension its rows are sliced along
         for op in run:
             split = _row_operands(op, rows)
             assert split is not None
             for i, d in split[0].items():
                 row_bufs[next(j for j, b in enumerate(buffers) if b == op.operands[i])] = d
+        out_arg = next(j for j, b in enumerate(buffers) if b == _memrefs(run[0])[-1])
         ctxt = module.context
         with ctxt, run[0].location:
-            types = [b.type for b in buffers] + [ir.IndexType.get()]
-            with ir.InsertionPoint(module.body):
-                part = func.FuncOp(f"{name}_part", ir.FunctionType.get(types, []))
-                entry = part.add_entry_block()
-            per = -(-rows // threads)
-            from mlir.dialects import arith, memref, scf
+            from mlir.dialects import arith, memref
 
-            with ir.InsertionPoint(entry):
-                idx = ir.IndexType.get()
-                t = entry.arguments[len(buffers)]
-                c_per = arith.ConstantOp(idx, per).result
-                c_rows = arith.ConstantOp(idx, rows).result
-                c1 = arith.ConstantOp(idx, 1).result
-                lo = arith.MulIOp(t, c_per).result
-                hi = arith.MinSIOp(arith.AddIOp(lo, c_per).result, c_rows).result
-                loop = scf.ForOp(lo, hi, c1)
-                with ir.InsertionPoint(loop.body):
-                    r = loop.induction_variable
-                    views = {}
-                    for j, b in enumerate(buffers):
-                        arg = entry.arguments[j]
-                        if j in row_bufs:
-                            mt = ir.MemRefType(b.type)
-                            dim = row_bufs[j]
-                            vt, shape = _row_view_type(mt, dim)
-                            offsets = [0] * mt.rank
-                            offsets[dim] = ir.ShapedType.get_dynamic_stride_or_offset()
-                            views[j] = memref.SubViewOp(
-                                vt, arg, [r], [], [], ir.DenseI64ArrayAttr.get(offsets),
-                                ir.DenseI64ArrayAttr.get(shape),
-                                ir.DenseI64ArrayAttr.get([1] * mt.rank)).result
-                        else:
-                            views[j] = arg
-                    for op in run:
-                        clone = op.clone()
-                        for i, v in enumerate(list(op.operands)):
-                            found = next((k for k, b in enumerate(buffers) if b == v), None)
-                            if found is not None:
-                                clone.operands[i] = views[found]
-                            else:
-                                clone.operands[i] = _rematerialise(v, clone)
-                        if clone.regions and len(clone.regions[0].blocks):
-                            for user, i, v in _captures(clone):
-                                user.operands[i] = _rematerialise(v, clone)
-                    scf.YieldOp([])
-                func.ReturnOp([])
+            if dynamic and threads > 1:
+                # Few rows run in one part, on the calling thread (no fork): `{name}_one`.
+                self._part_function(module, f"{name}_one", run, buffers, row_bufs, rows, 1, out_arg)
+            self._part_function(module, f"{name}_part", run, buffers, row_bufs, rows, threads, out_arg)
             with ir.InsertionPoint(run[0]):
-                call_parts(f"{name}_part", list(buffers), threads)
+                if dynamic and threads > 1:
+                    idx = ir.IndexType.get()
+                    count = memref.dim(buffers[out_arg], arith.ConstantOp(idx, 0).result)
+                    per_row = _row_elements(run)
+                    enough = arith.cmpi(arith.CmpIPredicate.sge, count,
+                                        arith.ConstantOp(idx, -(-2 * MIN_ELEMENTS_PER_THREAD // per_row)).result)
+                    if_then(enough, lambda: call_parts(f"{name}_part", list(buffers), threads),
+                            lambda: call_parts(f"{name}_one", list(buffers), 1))
+                else:
+                    call_parts(f"{name}_part", list(buffers), threads)
         for op in reversed(run):
             op.erase()
 
+    @staticmethod
+    def _part_function(module: ir.Module, fname: str, run: list[ir.Operation], buffers: list[ir.Value],
+                       row_bufs: dict[int, int], rows: int, threads: int, out_arg: int) -> None:
+        """``@fname(buffers..., t)``: part ``t`` of ``threads`` of the run, row by row (a dynamic row count
+        read from the first op's output)."""
+        from mlir.dialects import arith, memref, scf
+
+        types = [b.type for b in buffers] + [ir.IndexType.get()]
+        with ir.InsertionPoint(module.body):
+            part = func.FuncOp(fname, ir.FunctionType.get(types, []))
+            entry = part.add_entry_block()
+        with ir.InsertionPoint(entry):
+            idx = ir.IndexType.get()
+            t = entry.arguments[len(buffers)]
+            if rows == _DYNAMIC:  # ceil(rows / threads) rows a part
+                c_rows = memref.dim(entry.arguments[out_arg], arith.ConstantOp(idx, 0).result)
+                c_per = arith.DivUIOp(arith.AddIOp(c_rows, arith.ConstantOp(idx, threads - 1).result).result,
+                                      arith.ConstantOp(idx, threads).result).result
+            else:
+                c_per = arith.ConstantOp(idx, -(-rows // threads)).result
+                c_rows = arith.ConstantOp(idx, rows).result
+            c1 = arith.ConstantOp(idx, 1).result
+            lo = arith.MulIOp(t, c_per).result
+            hi = arith.MinSIOp(arith.AddIOp(lo, c_per).result, c_rows).result
+            loop = scf.ForOp(lo, hi, c1)
+            with ir.InsertionPoint(loop.body):
+                r = loop.induction_variable
+                views = {}
+                for j, b in enumerate(buffers):
+                    arg = entry.arguments[j]
+                    if j in row_bufs:
+                        mt = ir.MemRefType(b.type)
+                        dim = row_bufs[j]
+                        vt, shape = _row_view_type(mt, dim)
+                        offsets = [0] * mt.rank
+                        offsets[dim] = ir.ShapedType.get_dynamic_stride_or_offset()
+                        views[j] = memref.SubViewOp(
+                            vt, arg, [r], [], [], ir.DenseI64ArrayAttr.get(offsets),
+                            ir.DenseI64ArrayAttr.get(shape),
+                            ir.DenseI64ArrayAttr.get([1] * mt.rank)).result
+                    else:
+                        views[j] = arg
+                for op in run:
+                    clone = op.clone()
+                    for i, v in enumerate(list(op.operands)):
+                        found = next((k for k, b in enumerate(buffers) if b == v), None)
+                        if found is not None:
+                            clone.operands[i] = views[found]
+                        else:
+                            clone.operands[i] = _rematerialise(v, clone)
+                    if clone.regions and len(clone.regions[0].blocks):
+                        for user, i, v in _captures(clone):
+                            user.operands[i] = _rematerialise(v, clone)
+                scf.YieldOp([])
+            func.ReturnOp([])
+
 
 def _threads_for(run: list[ir.Operation], cores: int, threads_opt: int) -> int:
-    """Threads worth using: every one gets at least MIN_ELEMENTS_PER_THREAD elements, and a row."""
+    """Threads worth using: every one gets at least MIN_ELEMENTS_PER_THREAD elements, and a row. A dynamic
+    row count plans for many rows (the call runs few in one part: `FuseRows._outline`)."""
     rows = ir.MemRefType(_memrefs(run[0])[-1].type).shape[0]
+    if rows == _DYNAMIC:
+        return max(1, threads_opt or cores)
     elements = sum(_numel(ir.MemRefType(v.type)) for op in run for v in _memrefs(op))
     return max(1, min(threads_opt or cores, rows, elements // MIN_ELEMENTS_PER_THREAD))
+
+
+def _row_elements(run: list[ir.Operation]) -> int:
+    """Elements the run touches per row (its buffers' static sizes; a dynamic dimension counts as 1)."""
+    return max(1, sum(_numel(ir.MemRefType(v.type)) for op in run for v in _memrefs(op)))
+
+
+_DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+def _extent(rows: Any) -> int:
+    """A run's row count as `_row_operands` compares it: the dynamic size marker for a dynamic one."""
+    return _DYNAMIC if isinstance(rows, tuple) else rows
+
+
+def _entry_sizes(ctx: Any, n_args: int) -> dict[tuple[int, int], Any]:
+    """(argument, dimension) -> the size expression the entry's signature gives it (`pbsdk.core.dims`, from
+    the ``input`` stage: the inputs, the constants, the outputs), for its dynamic dimensions."""
+    inputs, outputs = ctx.notes.get("inputs"), ctx.notes.get("outputs")
+    if inputs is None or outputs is None:
+        return {}
+    shapes = [s for s, _ in inputs] + [()] * len(ctx.constants) + [s for s, _ in outputs]
+    if len(shapes) != n_args:
+        return {}
+    return {(i, d): n for i, shape in enumerate(shapes) for d, n in enumerate(shape) if isinstance(n, str)}
+
+
+def _size_key(buffer: ir.Value, dim: int, sizes: dict[tuple[int, int], Any]) -> Any:
+    """What provably fixes dimension ``dim`` of ``buffer``, so that two buffers with equal keys have equal
+    sizes there at run time: the entry signature's size expression of an argument's dimension (``sizes``),
+    another argument's dimension, or the size value a ``memref.alloc`` was given (followed through
+    ``memref.dim``); None when neither."""
+    owner = buffer.owner
+    if isinstance(owner, ir.Block):
+        number = ir.BlockArgument(buffer).arg_number
+        return ("size", sizes[(number, dim)]) if (number, dim) in sizes else ("arg", number, dim)
+    op = owner.operation if hasattr(owner, "operation") else owner
+    if op.name != "memref.alloc":
+        return None
+    t = ir.MemRefType(buffer.type)
+    dynamic = [d for d, n in enumerate(t.shape) if n == _DYNAMIC]
+    if dim not in dynamic:
+        return ("static", t.shape[dim])
+    size = op.operands[dynamic.index(dim)]
+    producer = defining_op(size)
+    if producer is not None and producer.name == "memref.dim":
+        at = defining_op(producer.operands[1])
+        if at is not None and at.name == "arith.constant":
+            return _size_key(producer.operands[0], ir.IntegerAttr(at.attributes["value"]).value, sizes)
+    return ("value", size)
 
 
 def _only_constant_captures(op: ir.Operation) -> bool:
@@ -293,7 +382,7 @@ def _only_constant_captures(op: ir.Operation) -> bool:
 def _numel(t: ir.MemRefType) -> int:
     n = 1
     for d in t.shape:
-        n *= d
+        n *= d if d != _DYNAMIC else 1
     return n
 
 
