@@ -242,6 +242,13 @@ def _cmd_opt(args: argparse.Namespace) -> int:
     return 2 if failed else 0
 
 
+def _size_or_dynamic(text: str) -> str:
+    """An argparse type: a positive size, or ``?`` (a dynamic one)."""
+    if text == "?" or (text.isdigit() and int(text) > 0):
+        return text
+    raise argparse.ArgumentTypeError(f"expected a positive size or '?', got {text!r}")
+
+
 def _contractions_in_mlir(text: str) -> list[tuple[str, Any]]:
     """(title, Contraction) for each named matmul-like op of an MLIR module."""
     from mlir import ir
@@ -261,8 +268,12 @@ def _contractions_in_mlir(text: str) -> list[tuple[str, Any]]:
                 a, _ = (ir.ShapedType(v.type) for v in list(op.operands)[:2])
                 out = ir.ShapedType(list(op.operands)[2].type)
                 batch = a.shape[0] if op.name == "linalg.batch_matmul" else 1
-                found.append((f"{op.name} {out}", Contraction(out.shape[-2], out.shape[-1], a.shape[-1], batch,
-                                                               str(a.element_type), str(out.element_type))))
+                if out.shape[-2] == ir.ShapedType.get_dynamic_size():  # a dynamic row count: its buckets
+                    found.append((f"{op.name} {out}", ("dynamic", out.shape[-1], a.shape[-1], batch,
+                                                       str(a.element_type))))
+                else:
+                    found.append((f"{op.name} {out}", Contraction(out.shape[-2], out.shape[-1], a.shape[-1], batch,
+                                                                   str(a.element_type), str(out.element_type))))
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(visit)
@@ -288,8 +299,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             types = [((b, sq, d), args.dtype), ((b, sk, d), args.dtype), ((b, sk, d), args.dtype)]
             _print_modelled(lambda q, k, v: pops.attention(q, k, v, causal=args.causal), types, spec, options)
         return 0
-    if args.matmul:
-        m, n, k = args.matmul
+    if args.matmul and "?" in args.matmul[1:]:
+        raise PbsdkError("explain --matmul: only M (the row count) may be '?'")
+    if args.matmul and args.matmul[0] == "?":
+        if args.modelled:
+            raise PbsdkError("explain --modelled runs one shape; give M as a size")
+        n, k = (int(d) for d in args.matmul[1:])
+        ops: list[tuple[str, Any]] = [(f"matmul ?x{n}x{k}", ("dynamic", n, k, args.batch, args.dtype))]
+    elif args.matmul:
+        m, n, k = (int(d) for d in args.matmul)
         stored = ("A^T " if args.transpose_a else "") + ("B^T " if args.transpose_b else "")
         ops = [(f"matmul {m}x{n}x{k}" + (f" ({stored.strip()} stored)" if stored else ""),
                 Contraction(m, n, k, args.batch, args.dtype, a_layout="km" if args.transpose_a else "mk",
@@ -307,17 +325,27 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         raise PbsdkError("explain needs an MLIR file or --matmul M N K")
     print(f"spec {spec.name}")
     for title, op in ops:
-        print(format_plan(title, plan_contraction(spec, op, options)))  # type: ignore[arg-type]
+        if isinstance(op, tuple):  # ("dynamic", n, k, batch, dtype): the row count is known at call time
+            from pbsdk.core.plan.dynamic import plan_dynamic_contraction
+            from pbsdk.core.plan.explain import format_dynamic_plan
+
+            _, n, k, batch, dtype = op
+            dyn = plan_dynamic_contraction(spec, n=n, k=k, batch=batch, dtype=dtype, options=options)
+            print(format_dynamic_plan(title, dyn, spec, options) if dyn is not None else
+                  f"{title}: a size bucket has no packed blocking; the generic lowering runs it")
+            continue
+        print(format_plan(title, plan_contraction(spec, op, options)))
     if args.modelled:
         if args.matmul:
             from pbsdk import ops as pops
 
-            m, n, k = args.matmul
-            lead = (args.batch,) if args.batch > 1 else ()
-            types = [(lead + ((k, m) if args.transpose_a else (m, k)), args.dtype),
-                     (lead + ((n, k) if args.transpose_b else (k, n)), args.dtype)]
+            m, n, k = (int(d) for d in args.matmul)
+            lead: tuple[int, ...] = (args.batch,) if args.batch > 1 else ()
+            operand_types: list[tuple[tuple[int, ...], str]] = [
+                (lead + ((k, m) if args.transpose_a else (m, k)), args.dtype),
+                (lead + ((n, k) if args.transpose_b else (k, n)), args.dtype)]
             _print_modelled(lambda a, b: pops.matmul(a, b, transpose_a=args.transpose_a,
-                                                     transpose_b=args.transpose_b), types, spec, options)
+                                                     transpose_b=args.transpose_b), operand_types, spec, options)
         else:
             _print_modelled(None, text, spec, options)
     return 0
@@ -525,7 +553,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="the plan (tiles per memory level, compute unit, parallel mapping, "
                                        "estimate and bound) chosen for each contraction")
     p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned)")
-    p.add_argument("--matmul", nargs=3, type=int, metavar=("M", "N", "K"), help="plan one matmul of this shape")
+    p.add_argument("--matmul", nargs=3, type=_size_or_dynamic, metavar=("M", "N", "K"),
+                   help="plan one matmul of this shape (M '?': a row count known at call time, its size buckets)")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--transpose-a", action="store_true", help="with --matmul: A stored [k, m] (a.T @ b)")
     p.add_argument("--transpose-b", action="store_true", help="with --matmul: B stored [n, k] (x @ w.T)")

@@ -67,3 +67,17 @@ def test_edge_row_variants_cover_every_remainder_within_twice(mr: int, variants:
         assert r <= chosen < 2 * r or chosen == mr
         if mr <= EXACT_EDGE_ROWS:
             assert chosen == r  # small tiles: exactly the rows stored
+
+
+def test_cli_explain_shows_the_buckets_of_a_dynamic_row_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from pbsdk.cli import main
+
+    assert main(["explain", "--matmul", "?", "768", "768", "--spec", "intel/xeon-avx512"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul ?x768x768: 1x ?x768x768 f32, rows known at call time" in out
+    assert "  rows 1 (planned at 1): 1x 1x768x768" in out and "  rows 512.. (planned at 4096)" in out
+    # The static plan of one size is unchanged, and only the rows may be '?'.
+    assert main(["explain", "--matmul", "5", "768", "768", "--spec", "intel/xeon-avx512"]) == 0
+    assert "matmul 5x768x768: 1x 5x768x768" in capsys.readouterr().out
+    assert main(["explain", "--matmul", "5", "?", "768"]) == 2
+    assert "only M (the row count) may be '?'" in capsys.readouterr().err

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 from pbsdk.core.ir.graph import Graph, Node
-from pbsdk.core.options import Options
+from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import Contraction, ContractionPlan, plan_contraction
+from pbsdk.core.plan.dynamic import DynamicContractionPlan
 from pbsdk.core.spec import ChipSpec
 
 
@@ -65,6 +67,20 @@ def explain_conv_routes(graph: Graph, spec: ChipSpec, options: Options | Mapping
     """Per float convolution the planner routed (`pbsdk.core.plan.direct_conv.plan_conv_route`): a direct
     kernel or a contraction, and why."""
     return [f"{title}: {route.reason}" for title, route in _conv_routes(graph, spec, options)]
+
+
+def format_dynamic_plan(title: str, plan: DynamicContractionPlan, spec: ChipSpec,
+                        options: Options | Mapping[str, Any] | None = None) -> str:
+    """A contraction with a dynamic row count: its size buckets (`pbsdk.core.plan.dynamic`), then each
+    bucket's kernel as the static plan at the size it was planned for."""
+    opts = dataclasses.replace(as_options(options), transpose_gemm=False)
+    lines = [(f"{title}: {plan.batch}x ?x{plan.n}x{plan.k} {plan.dtype}, rows known at call time: "
+              f"{len(plan.buckets)} kernel(s), one per size bucket, picked by the row count at run time")]
+    for b in plan.buckets:
+        span = f"{b.lo}" if b.hi == b.lo else f"{b.lo}..{b.hi}" if b.hi is not None else f"{b.lo}.."
+        static = plan_contraction(spec, Contraction(b.at, plan.n, plan.k, plan.batch, plan.dtype), opts)
+        lines.append(format_plan(f"  rows {span} (planned at {b.at})", static).replace("\n", "\n  "))
+    return "\n".join(lines)
 
 
 def format_plan(title: str, plan: ContractionPlan) -> str:
