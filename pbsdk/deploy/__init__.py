@@ -77,6 +77,11 @@ def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact
     payloads: list[tuple[str, Any]] = []
     descs, features, amx = [], set(), False
     for e in entries:
+        if any(isinstance(d, str) for shape, _ in (*e.artifact.inputs, *e.artifact.outputs) for d in shape):
+            from pbsdk.core.errors import DynamicShapeError
+
+            raise DynamicShapeError(f"entry {e.name} has dynamic sizes; the deployed format and runtime take "
+                                    "static shapes (compile the entry for its shape)", stage="deploy")
         lib = cpu.build_library(e.artifact, request.spec)
         features |= set(lib.cpu_features)
         amx = amx or lib.amx

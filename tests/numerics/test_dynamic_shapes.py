@@ -172,3 +172,12 @@ def test_inconsistent_or_wrong_sizes_are_argument_errors(matmul: pbsdk.Kernel) -
 def test_a_target_without_dynamic_shapes_refuses_them() -> None:
     with pytest.raises(DynamicShapeError, match="argument 0 has dynamic shape"):
         pbsdk.compile_mlir(LAYERNORM, target="template")
+
+
+def test_deploying_a_dynamic_kernel_is_refused(tmp_path, matmul: pbsdk.Kernel) -> None:  # type: ignore[no-untyped-def]
+    from pbsdk.core.compiler import resolve
+    from pbsdk.deploy import EntryArtifact, write_artifact
+
+    entry = EntryArtifact("f", matmul.artifact, ("x", "w", "bias"), ("y",))
+    with pytest.raises(DynamicShapeError, match="entry f has dynamic sizes"):
+        write_artifact(tmp_path / "f.pbsdk", [entry], resolve("cpu", None, {}))
