@@ -7,7 +7,9 @@ Per op (a matmul with a bias + ReLU epilogue, a plain matmul of GPT-2's MLP widt
 both are checked against each other, then timed in one process: per round each contender runs a block of
 calls, interleaved, timed with ``time.thread_time`` (CPU time of this thread: the kernels run at 1 thread, so
 other processes' load does not count); the report gives the median over rounds of the per-call time and the
-ratio dynamic / static. Run::
+ratio dynamic / static, for two ways of calling: ``Kernel.__call__`` (numpy in, fresh outputs, the dynamic
+kernel binding its sizes in Python) and ``raw``, the executable's ``run_pointers`` on prepared buffers (what
+the torch frontend's per-call path calls): the kernels alone. Run::
 
     PBSDK_CACHE_DIR=/tmp/cache .venv/bin/python benchmarks/dynamic_kernels.py --md benchmarks/results/dynamic_kernels.md
 """
@@ -140,30 +142,44 @@ def measure(ops: list[str], sizes: list[int], rounds: int, budget: float) -> dic
             static(*args)
             once = max(time.thread_time() - t0, 1e-6)
             calls = max(1, min(2000, int(budget / once)))
-            per: dict[str, list[float]] = {"dynamic": [], "static": []}
+            shapes, size_buffer = dynamic.sizes(args)
+            outs = [np.empty(shape, np.float32) for shape in shapes]
+            raw = {"dynamic raw": (dynamic, [a.ctypes.data for a in (*args, *outs, size_buffer)]),
+                   "static raw": (static, [a.ctypes.data for a in (*args, *outs)])}
+
+            per: dict[str, list[float]] = {"dynamic": [], "static": [], "dynamic raw": [], "static raw": []}
             for _ in range(rounds):
-                for name, kernel in (("dynamic", dynamic), ("static", static)):
+                for name, times in per.items():
+                    kernel, pointers = raw.get(name, (dynamic if name == "dynamic" else static, None))
                     t0 = time.thread_time()
-                    for _ in range(calls):
-                        kernel(*args)
-                    per[name].append((time.thread_time() - t0) / calls * 1e6)
+                    if pointers is not None:
+                        for _ in range(calls):
+                            kernel.executable.run_pointers(pointers)
+                    else:
+                        for _ in range(calls):
+                            kernel(*args)
+                    times.append((time.thread_time() - t0) / calls * 1e6)
             med = {n: statistics.median(v) for n, v in per.items()}
-            ratios = [d / s for d, s in zip(per["dynamic"], per["static"])]
-            rows.append({"op": op, "m": m, "calls": calls, "us": med,
-                         "ratio": med["dynamic"] / med["static"], "ratio_min": min(ratios), "ratio_max": max(ratios),
-                         "compile_dynamic_s": compile_dynamic})
-            print(f"{op} m={m}: dynamic {med['dynamic']:.1f} us, static {med['static']:.1f} us, "
-                  f"ratio {rows[-1]['ratio']:.3f} ({min(ratios):.3f}-{max(ratios):.3f})", flush=True)
+            row: dict[str, Any] = {"op": op, "m": int(m), "calls": calls, "us": med, "compile_dynamic_s": compile_dynamic}
+            for kind in ("", " raw"):
+                ratios = [d / s for d, s in zip(per[f"dynamic{kind}"], per[f"static{kind}"])]
+                row[f"ratio{kind}"] = (med[f"dynamic{kind}"] / med[f"static{kind}"], min(ratios), max(ratios))
+            rows.append(row)
+            print(f"{op} m={m}: call {med['dynamic']:.1f} / {med['static']:.1f} us = {row['ratio'][0]:.3f}; "
+                  f"raw {med['dynamic raw']:.1f} / {med['static raw']:.1f} us = {row['ratio raw'][0]:.3f} "
+                  f"({row['ratio raw'][1]:.3f}-{row['ratio raw'][2]:.3f})", flush=True)
     return {"cpu": cpu_model(), "rounds": rounds, "threads": 1, "rows": rows}
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [(f"CPU: {result['cpu']}. 1 thread, f32; thread CPU time per call, median of {result['rounds']} "
               "interleaved rounds; ratio = dynamic / static (per-round ratios' min-max)."), "",
-             "| op | rows | dynamic us | static us | ratio (min-max) |", "|---|---|---|---|---|"]
+             "| op | rows | raw dynamic us | raw static us | raw ratio (min-max) | call ratio (min-max) |",
+             "|---|---|---|---|---|---|"]
     for r in result["rows"]:
-        lines.append(f"| {r['op']} | {r['m']} | {r['us']['dynamic']:.1f} | {r['us']['static']:.1f} | "
-                     f"{r['ratio']:.3f} ({r['ratio_min']:.3f}-{r['ratio_max']:.3f}) |")
+        us, raw, call = r["us"], r["ratio raw"], r["ratio"]
+        lines.append(f"| {r['op']} | {r['m']} | {us['dynamic raw']:.1f} | {us['static raw']:.1f} | "
+                     f"{raw[0]:.3f} ({raw[1]:.3f}-{raw[2]:.3f}) | {call[0]:.3f} ({call[1]:.3f}-{call[2]:.3f}) |")
     return "\n".join(lines) + "\n"
 
 
