@@ -1,7 +1,7 @@
 // Pass pack-contractions on a matmul whose row count is dynamic (the others static): one packed kernel per
 // size bucket of the dynamic plan (`pbsdk.core.plan.dynamic`), each planned at its bucket's largest row
 // count, with the rows read from C at run time; a dispatch function picks the bucket by C's row count. A
-// contraction with another dynamic size is left to the generic lowering.
+// dynamic n or k is read from C or A at run time too; a dynamic batch is left to the generic lowering.
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
 
 // The zero fill goes (the kernels store their first k block).
@@ -31,11 +31,42 @@ func.func @mm(%a: memref<?x64xf32>, %b: memref<64x48xf32>, %c: memref<?x48xf32>)
 
 // -----
 
-// A dynamic reduction size (k) is not planned: the matmul stays for the generic lowering.
+// A dynamic reduction size (a decoder's attention over its cache: P @ V) and a dynamic column count (its
+// scores, Q @ K^T): one kernel of the static rows, the dynamic sizes read from A and C at run time.
 // CHECK-LABEL: func.func @dynamic_k(
-// CHECK:         linalg.matmul
-// CHECK-NOT:     __pbsdk_mm
+// CHECK:         call @__pbsdk_mm0(
+// CHECK-LABEL: func.func @__pbsdk_mm0_m0_part(
+// CHECK-SAME:      %[[A:[^:]*]]: memref<8x?xf32>, %{{[^:]*}}: memref<?x48xf32>, %[[C:[^:]*]]: memref<8x48xf32>
+// CHECK:         %[[K:.*]] = memref.dim %[[A]], %{{.*}} : memref<8x?xf32>
+// CHECK:         scf.for %{{.*}} = %{{.*}} to %[[K]] step
+// One bucket (the rows are static): no dispatch.
+// CHECK-LABEL: func.func private @__pbsdk_mm0(
+// CHECK-NEXT:    call @__pbsdk_mm0_m0(
+// CHECK-NEXT:    return
 func.func @dynamic_k(%a: memref<8x?xf32>, %b: memref<?x48xf32>, %c: memref<8x48xf32>) {
   linalg.matmul ins(%a, %b : memref<8x?xf32>, memref<?x48xf32>) outs(%c : memref<8x48xf32>)
+  return
+}
+
+// -----
+
+// CHECK-LABEL: func.func @dynamic_n(
+// CHECK:         call @__pbsdk_mm0(
+// CHECK-LABEL: func.func @__pbsdk_mm0_m0_part(
+// CHECK-SAME:      %{{[^:]*}}: memref<8x64xf32>, %{{[^:]*}}: memref<64x?xf32>, %[[C:[^:]*]]: memref<8x?xf32>
+// CHECK:         memref.dim %[[C]], %{{.*}} : memref<8x?xf32>
+func.func @dynamic_n(%a: memref<8x64xf32>, %b: memref<64x?xf32>, %c: memref<8x?xf32>) {
+  linalg.matmul ins(%a, %b : memref<8x64xf32>, memref<64x?xf32>) outs(%c : memref<8x?xf32>)
+  return
+}
+
+// -----
+
+// A dynamic batch is not planned: the product stays for the generic lowering.
+// CHECK-LABEL: func.func @dynamic_batch(
+// CHECK:         linalg.batch_matmul
+// CHECK-NOT:     __pbsdk_mm
+func.func @dynamic_batch(%a: memref<?x8x64xf32>, %b: memref<?x64x48xf32>, %c: memref<?x8x48xf32>) {
+  linalg.batch_matmul ins(%a, %b : memref<?x8x64xf32>, memref<?x64x48xf32>) outs(%c : memref<?x8x48xf32>)
   return
 }

@@ -113,6 +113,54 @@ func.func @f(%cache: tensor<?x64xf32>, %new: tensor<1x64xf32>) -> tensor<?x64xf3
 """
 
 
+#: A decoder step's attention, unfused, over a key length known at call time: scores Q @ K^T (a dynamic n),
+#: softmax over them, P @ V (a dynamic k); 8 heads of 64, one query.
+ATTENTION = """#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#row = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @f(%q: tensor<8x1x64xf32>, %kt: tensor<8x64x?xf32>, %v: tensor<8x?x64xf32>) -> tensor<8x1x64xf32> {
+  %c2 = arith.constant 2 : index
+  %s = tensor.dim %kt, %c2 : tensor<8x64x?xf32>
+  %z = arith.constant 0.0 : f32
+  %ninf = arith.constant -3.4e38 : f32
+  %e = tensor.empty(%s) : tensor<8x1x?xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x1x?xf32>) -> tensor<8x1x?xf32>
+  %sc = linalg.batch_matmul ins(%q, %kt : tensor<8x1x64xf32>, tensor<8x64x?xf32>) outs(%f : tensor<8x1x?xf32>) -> tensor<8x1x?xf32>
+  %em = tensor.empty() : tensor<8x1xf32>
+  %fm = linalg.fill ins(%ninf : f32) outs(%em : tensor<8x1xf32>) -> tensor<8x1xf32>
+  %mx = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%sc : tensor<8x1x?xf32>) outs(%fm : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %m: f32):
+    %y = arith.maximumf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%sc, %mx : tensor<8x1x?xf32>, tensor<8x1xf32>) outs(%e : tensor<8x1x?xf32>) {
+  ^bb0(%a: f32, %m: f32, %o: f32):
+    %d = arith.subf %a, %m : f32
+    %y = math.exp %d : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1x?xf32>
+  %fs = linalg.fill ins(%z : f32) outs(%em : tensor<8x1xf32>) -> tensor<8x1xf32>
+  %sm = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%ex : tensor<8x1x?xf32>) outs(%fs : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %m: f32):
+    %y = arith.addf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1xf32>
+  %p = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ex, %sm : tensor<8x1x?xf32>, tensor<8x1xf32>) outs(%e : tensor<8x1x?xf32>) {
+  ^bb0(%a: f32, %m: f32, %o: f32):
+    %y = arith.divf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1x?xf32>
+  %eo = tensor.empty() : tensor<8x1x64xf32>
+  %fo = linalg.fill ins(%z : f32) outs(%eo : tensor<8x1x64xf32>) -> tensor<8x1x64xf32>
+  %o = linalg.batch_matmul ins(%p, %v : tensor<8x1x?xf32>, tensor<8x?x64xf32>) outs(%fo : tensor<8x1x64xf32>) -> tensor<8x1x64xf32>
+  return %o : tensor<8x1x64xf32>
+}
+"""
+
+
 def _operands(*shapes: tuple[int, ...]) -> list[np.ndarray]:
     return [RNG.standard_normal(s).astype(np.float32) for s in shapes]
 
@@ -153,6 +201,32 @@ def test_dynamic_layernorm(threads: int) -> None:
         mean = x.mean(-1, keepdims=True)
         want = (x - mean) / np.sqrt(((x - mean) ** 2).mean(-1, keepdims=True) + 1e-5)
         assert_close(kernel(x), want, op="layernorm", reduction_size=768)
+
+
+def test_attention_over_a_dynamic_key_length() -> None:
+    kernel = pbsdk.compile_mlir(ATTENTION)
+    records = kernel.executable.resources["contractions"]
+    assert [(r["m"], r["n"], r["k"], r["compute"]) for r in records] == [(1, -1, 64, "vector-fma"),
+                                                                         (1, 64, -1, "vector-fma")]
+    for s in (1, 7, 64, 129, 1000, 4097):
+        q, kt, v = _operands((8, 1, 64), (8, 64, s), (8, s, 64))
+        scores = q @ kt
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        assert_close(kernel(q, kt, v), p @ v, op="matmul", reduction_size=s)
+
+
+@pytest.mark.parametrize("n, k", [(1, 40), (37, 40), (300, 40), (48, 1), (48, 333)])
+def test_dynamic_columns_or_reduction(n: int, k: int) -> None:
+    text = MATMUL.replace("tensor<{K}x{N}xf32>", "tensor<?x?xf32>").replace("{K}", "?").replace("{N}", "?")
+    text = text.replace("%e = tensor.empty(%m)", "%c1 = arith.constant 1 : index\n  %n = tensor.dim %w, %c1 : "
+                        "tensor<?x?xf32>\n  %e = tensor.empty(%m, %n)").replace("tensor.empty(%m) :", "tensor.empty(%m, %n) :")
+    kernel = pbsdk.compile_mlir(text)
+    (record,) = kernel.executable.resources["contractions"]
+    assert (record["m"], record["n"], record["k"]) == (-1, -1, -1)
+    for m in (1, 9, 200):
+        x, w, bias = _operands((m, k), (k, n), (n,))
+        assert_close(kernel(x, w, bias), np.maximum(ref.matmul(x, w) + bias, 0), op="matmul", reduction_size=k)
 
 
 def test_a_result_size_that_is_an_expression_of_the_inputs() -> None:

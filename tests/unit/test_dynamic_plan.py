@@ -81,3 +81,10 @@ def test_cli_explain_shows_the_buckets_of_a_dynamic_row_count(capsys: pytest.Cap
     assert "matmul 5x768x768: 1x 5x768x768" in capsys.readouterr().out
     assert main(["explain", "--matmul", "5", "?", "768"]) == 2
     assert "only M (the row count) may be '?'" in capsys.readouterr().err
+
+
+def test_static_rows_with_a_dynamic_n_or_k_is_one_bucket(spec) -> None:  # type: ignore[no-untyped-def]
+    plan = plan_dynamic_contraction(spec, n=1024, k=64, batch=8, dtype="f32", m=1)
+    assert plan is not None and len(plan.buckets) == 1
+    (only,) = plan.buckets
+    assert (only.lo, only.hi, only.at) == (1, 1, 1) and only.holds(1) and not only.holds(2)

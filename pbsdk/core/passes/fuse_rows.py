@@ -169,13 +169,13 @@ class FuseRows:
                 continue
             r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None
             split = _row_operands(op, r) if r else None
-            if r == _DYNAMIC:  # a dynamic row count: the run's ops must provably share it, and slice rows of
-                # buffers whose other sizes are static
+            # Rows are sliced out of buffers whose other sizes are static (a row view has static sizes).
+            if split is not None and any(n == _DYNAMIC and d != at for i, at in split[0].items()
+                                         for d, n in enumerate(ir.MemRefType(op.operands[i].type).shape)):
+                split = None
+            if r == _DYNAMIC:  # a dynamic row count: the run's ops must provably share it
                 key = _size_key(mems[-1], 0, sizes)
-                sliced_dynamic = split is not None and any(
-                    n == _DYNAMIC and d != at for i, at in split[0].items()
-                    for d, n in enumerate(ir.MemRefType(op.operands[i].type).shape))
-                r = None if key is None or sliced_dynamic else (_DYNAMIC, key)  # type: ignore[assignment]
+                r = None if key is None else (_DYNAMIC, key)  # type: ignore[assignment]
             if split is None or r is None or (isinstance(r, int) and r < 2):
                 flush()
                 continue

@@ -103,11 +103,18 @@ def bucket_ends(spec: ChipSpec, *, n: int, k: int, batch: int, dtype: str,
 
 def plan_dynamic_contraction(spec: ChipSpec, *, n: int, k: int, batch: int, dtype: str,
                              options: Options | Mapping[str, Any] | None = None,
-                             ends: Sequence[int] | None = None) -> DynamicContractionPlan | None:
+                             ends: Sequence[int] | None = None, m: int | None = None
+                             ) -> DynamicContractionPlan | None:
     """The buckets of a dynamic-``m`` contraction (module docstring; ``ends``: their upper ends, by default
     `bucket_ends`), or None when the static planner gives some bucket no packed blocking (the op then takes
-    the generic lowering). ``batch`` is 1 for a plain matmul."""
+    the generic lowering). ``batch`` is 1 for a plain matmul. With a static ``m`` (only n or k dynamic, passed
+    here at the size to plan them at), one bucket of exactly ``m`` rows."""
     opts = dataclasses.replace(as_options(options), transpose_gemm=False)
+    if m is not None:
+        only = plan_contraction(spec, Contraction(m, n, k, batch, dtype), opts).blocking
+        if only is None or only.transposed or only.unit:
+            return None
+        return DynamicContractionPlan(n, k, batch, dtype, (SizeBucket(m, m, m, only),))
     if ends is None:
         ends = bucket_ends(spec, n=n, k=k, batch=batch, dtype=dtype, options=opts)
         if ends is None:

@@ -65,9 +65,9 @@ class MatmulShape:
     product computed transposed, ``C^T = B^T A^T``, is the kernel for (n, m, k) on the given buffers with
     layouts ``("km", "nk", "nm")``."""
 
-    m: int  # `DYNAMIC` (negative): the rows are C's leading (row) dimension, known at call time
-    n: int
-    k: int
+    m: int  # `DYNAMIC` (negative): the rows are C's row dimension, known at call time
+    n: int  # `DYNAMIC`: C's (and B's) column dimension
+    k: int  # `DYNAMIC`: A's last (and B's row) dimension
     batch: int  # 0: plain matmul (rank-2 operands); >= 1: batched (rank-3 operands)
     a_type: ir.MemRefType
     b_type: ir.MemRefType
@@ -83,6 +83,11 @@ class MatmulShape:
     @property
     def dynamic_m(self) -> bool:
         return self.m < 0
+
+    @property
+    def dynamic(self) -> bool:
+        """Some size is known only at call time."""
+        return min(self.m, self.n, self.k) < 0
 
     @classmethod
     def transposed(cls, m: int, n: int, k: int, batch: int, a_type: ir.MemRefType, b_type: ir.MemRefType,
@@ -436,9 +441,10 @@ class KernelConfig:
                              f"{shape.b_layout}/{shape.c_layout} are not for it")
         if self.b_nk and not self.prepacked_b and not blk.pack_b:
             raise ValueError(f"{name}: a B stored [n, k] is read through its packing (pack_b)")
-        if shape.dynamic_m and (window is not None or self.a_km or self.c_nm or blk.transposed):
-            raise ValueError(f"{name}: a dynamic row count needs A stored [m, k] and C [m, n] in the given "
-                             "orientation, without a window")
+        if shape.dynamic and (window is not None or self.a_km or self.b_nk or self.c_nm or blk.transposed
+                              or self.prepacked_b):
+            raise ValueError(f"{name}: dynamic sizes need A stored [m, k], B [k, n] and C [m, n] in the given "
+                             "orientation, B not prepacked, without a window")
 
     @property
     def dtype(self) -> ir.Type:
@@ -568,8 +574,10 @@ class _PartBuilder:
         c = x.const
         with ir.InsertionPoint(self.entry):
             # The row count: C's row dimension where it is dynamic (then read once, here).
-            self.m_size = (memref.dim(self.C, c(ir.MemRefType(self.C.type).rank - 2)) if shape.dynamic_m
-                           else c(self.M))
+            rank = ir.MemRefType(self.C.type).rank
+            self.m_size = memref.dim(self.C, c(rank - 2)) if shape.dynamic_m else c(self.M)
+            self.n_size = memref.dim(self.C, c(rank - 1)) if shape.n < 0 else c(self.N)
+            self.k_size = memref.dim(self.A, c(rank - 1)) if shape.k < 0 else c(self.K)
             self.b0, self.b1, self.m0, self.m1, self.n0, self.n1 = self._partition(tid)
             self.Ap = memref.alloc(cfg.a_packed_type, [], [], alignment=64) if cfg.packs_a else None
             w = cfg.window
@@ -599,7 +607,7 @@ class _PartBuilder:
         """This thread's part of the (batch, rows, columns) space: ``b0, b1, m0, m1, n0, n1``."""
         x, c, blk = self.x, self.x.const, self.cfg.blk
         nb, T = max(self.cfg.shape.batch, 1), blk.threads
-        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), self.m_size, c(0), c(self.N)
+        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), self.m_size, c(0), self.n_size
         if T > 1:
             if blk.split == "batch":
                 per = _per_thread(nb, 1, T)
@@ -615,6 +623,11 @@ class _PartBuilder:
                     per = _per_thread(self.M, self.mr, T)
                     m0 = x.mul(tid, c(per))
                     m1 = x.min(x.add(m0, c(per)), c(self.M))
+            elif self.cfg.shape.n < 0:  # whole register tiles of columns per thread, at run time
+                tiles = x.divu(x.add(self.n_size, c(self.nr - 1)), c(self.nr))
+                per_v = x.mul(x.divu(x.add(tiles, c(T - 1)), c(T)), c(self.nr))
+                n0 = x.mul(tid, per_v)
+                n1 = x.min(x.add(n0, per_v), self.n_size)
             else:
                 per = _per_thread(self.N, self.nr, T)
                 n0 = x.mul(tid, c(per))
@@ -634,11 +647,11 @@ class _PartBuilder:
     def _col_block(self, lead: list[ir.Value], jc: ir.Value) -> None:
         x, c, blk = self.x, self.x.const, self.cfg.blk
         nc = x.min(c(blk.nc), x.sub(self.n1, jc))
-        _for(c(0), c(self.K), c(blk.kc), lambda pc: self._k_block(lead, jc, nc, pc))
+        _for(c(0), self.k_size, c(blk.kc), lambda pc: self._k_block(lead, jc, nc, pc))
 
     def _k_block(self, lead: list[ir.Value], jc: ir.Value, nc: ir.Value, pc: ir.Value) -> None:
         x, c, blk = self.x, self.x.const, self.cfg.blk
-        kc = x.min(c(blk.kc), x.sub(c(self.K), pc))
+        kc = x.min(c(blk.kc), x.sub(self.k_size, pc))
         if self.Bp is not None and self.cfg.b_nk:
             self._pack_b_transposed(lead, jc, nc, pc, kc)
         elif self.Bp is not None:
@@ -833,9 +846,18 @@ class _PartBuilder:
         accs = [self.vt] * (mr * nv)
 
         # The tiles at the op's edges compute only the rows and vectors they store (`tile_variants`).
-        edge_rows, edge_vecs = tile_variants(max(self.M, 0), self.N, mr, nv, self.L)
+        edge_rows, edge_vecs = tile_variants(max(self.M, 0), max(self.N, 0), mr, nv, self.L)
+
+        def dynamic_cols(nrows: int, vecs: int) -> list[ir.Value]:
+            """A dynamic column count: the fewest vectors covering ``cvalid`` columns (``vecs`` and up)."""
+            if vecs >= nv:
+                return self._k_loop(tile, nrows, nv)
+            fits = arith.cmpi(arith.CmpIPredicate.sle, cvalid, c(vecs * self.L))
+            return _if_values(fits, accs, lambda: self._k_loop(tile, nrows, vecs), lambda: dynamic_cols(nrows, vecs + 1))
 
         def cols(nrows: int) -> list[ir.Value]:
+            if cfg.shape.n < 0 and nv > 1:
+                return _if_values(full_c, accs, lambda: self._k_loop(tile, nrows, nv), lambda: dynamic_cols(nrows, 1))
             if edge_vecs:
                 return _if_values(full_c, accs, lambda: self._k_loop(tile, nrows, nv),
                                   lambda: self._k_loop(tile, nrows, edge_vecs))
@@ -866,7 +888,7 @@ class _PartBuilder:
         if cfg.epilogue is None:
             both(False)
         else:
-            last = arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), c(self.K))
+            last = arith.cmpi(arith.CmpIPredicate.sge, x.add(pc, kc), self.k_size)
             _if(last, lambda: both(True), lambda: both(False))
 
     def _prefetch_c(self, tile: _Tile) -> None:
@@ -893,7 +915,7 @@ class _PartBuilder:
             else:
                 prefetch(self.C)
 
-        _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(tile.pc, tile.kc), c(self.K)), last_block,
+        _if(arith.cmpi(arith.CmpIPredicate.sge, x.add(tile.pc, tile.kc), self.k_size), last_block,
             lambda: prefetch(self.C))
 
     def _b_vectors(self, tile: _Tile, k: ir.Value, vecs: int) -> list[ir.Value]:

@@ -71,6 +71,9 @@ from pbsdk.targets.cpu.unit_kernel import (
 )
 
 _FLOATS = {"f32", "f64"}
+#: The size a contraction's dynamic n or k is planned at (its blocks are clamped to the actual size at run
+#: time): a decoder's cache length is hundreds to thousands.
+DYNAMIC_EXTENT = 1024
 
 
 def _unit_inner_stride(t: ir.MemRefType) -> bool:
@@ -589,29 +592,31 @@ class PackContractions:
 
 
 def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str]) -> int:
-    """A float contraction whose row count is dynamic (``m`` only: the batch, n and k static; identity
-    layouts) becomes a call of ``@name``, which picks by the row count one kernel per size bucket of
-    `plan_dynamic_contraction` (each `build_matmul_kernel` with ``m`` `DYNAMIC`). Returns 1 when it did;
-    0 leaves the op to the generic lowering, with a note saying why."""
+    """A float contraction with dynamic sizes (any of m, n, k; the batch static; identity layouts) becomes
+    a call of ``@name``, which picks by the row count one kernel per size bucket of
+    `plan_dynamic_contraction` (each `build_matmul_kernel` with the dynamic sizes `DYNAMIC`, read from the
+    buffers at run time; a dynamic n or k is planned at `DYNAMIC_EXTENT`). Returns 1 when it did; 0 leaves
+    the op to the generic lowering, with a note saying why."""
     a, b, c = (ir.MemRefType(v.type) for v in op.operands)
     dtype = str(a.element_type)
     dyn = ir.ShapedType.get_dynamic_size()
     batched = op.name == "linalg.batch_matmul"
     lead = 1 if batched else 0
-    static_rest = (all(d != dyn for d in b.shape) and a.shape[-1] != dyn
-                   and all(d != dyn for d in c.shape[:lead]) and c.shape[-1] != dyn)
-    if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS) or not static_rest \
-            or not all(row_major(t) for t in (a, b, c)):
+    if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS) \
+            or any(t.shape[0] == dyn for t in (a, b, c) if batched) or not all(row_major(t) for t in (a, b, c)):
         record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
-        notes.append(f"{op.name} {a} x {b}: a dynamic size other than a float product's rows (or a strided "
-                     "operand): generic lowering")
+        notes.append(f"{op.name} {a} x {b}: a dynamic batch, a strided operand or not a float product: "
+                     "generic lowering")
         return 0
     bsz = a.shape[0] if batched else 0
-    k, n = a.shape[-1], b.shape[-1]
-    plan = plan_dynamic_contraction(ctx.spec, n=n, k=k, batch=max(bsz, 1), dtype=dtype, options=ctx.options)
+    m, k, n = c.shape[lead], a.shape[-1], b.shape[-1]
+    plan = plan_dynamic_contraction(ctx.spec, n=n if n != dyn else DYNAMIC_EXTENT,
+                                    k=k if k != dyn else DYNAMIC_EXTENT, batch=max(bsz, 1), dtype=dtype,
+                                    options=ctx.options, m=None if m == dyn else m)
+    n_text, k_text = (str(v) if v != dyn else "?" for v in (n, k))
     if plan is None:
-        record_contraction(ctx, op.name, dtype, bsz, 0, n, k, "generic")
-        notes.append(f"{op.name} ?x{n}x{k}: a size bucket has no packed blocking: generic lowering")
+        record_contraction(ctx, op.name, dtype, bsz, 0, 0, 0, "generic")
+        notes.append(f"{op.name} ?x{n_text}x{k_text}: a size bucket has no packed blocking: generic lowering")
         return 0
     opname = op.name
     fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
@@ -620,7 +625,8 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     with op.location:
         kernels = []
         for i, bucket in enumerate(plan.buckets):
-            shape = MatmulShape(DYNAMIC, n, k, bsz, a, b, c)
+            shape = MatmulShape(DYNAMIC if m == dyn else m, DYNAMIC if n == dyn else n, DYNAMIC if k == dyn else k,
+                                bsz, a, b, c)
             kernels.append(build_matmul_kernel(module, f"{name}_m{i}", shape, bucket.blocking,
                                                epilogue=fused[1] if fused else None, zero_init=fill is not None))
         with ir.InsertionPoint(module.body):
@@ -629,11 +635,12 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
             with ir.InsertionPoint(entry):
                 args = list(entry.arguments)
                 index = ir.IndexType.get()
-                rows = memref.dim(args[2], arith.ConstantOp(index, c.rank - 2).result)
+                rows = memref.dim(args[2], arith.ConstantOp(index, c.rank - 2).result) if len(plan.buckets) > 1 \
+                    else None
 
                 def pick(i: int) -> None:
                     bucket = plan.buckets[i]
-                    if bucket.hi is None:
+                    if bucket.hi is None or i == len(plan.buckets) - 1:
                         func.CallOp(kernels[i], args)
                         return
                     fits = arith.cmpi(arith.CmpIPredicate.sle, rows, arith.ConstantOp(index, bucket.hi).result)
@@ -647,9 +654,10 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     op.erase()
     if fill is not None:
         fill.erase()
-    record_contraction(ctx, opname, dtype, bsz, -1, n, k, "vector-fma")
-    notes.append(f"{opname} {f'{bsz}x' if batched else ''}?x{n}x{k} "
-                 f"{dtype}: dynamic rows, packed kernel @{name} over {len(plan.buckets)} size buckets ("
+    record_contraction(ctx, opname, dtype, bsz, -1 if m == dyn else m, -1 if n == dyn else n, -1 if k == dyn else k,
+                       "vector-fma")
+    notes.append(f"{opname} {f'{bsz}x' if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
+                 f"{dtype}: dynamic sizes, packed kernel @{name} over {len(plan.buckets)} size bucket(s) ("
                  f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
     return 1
 
