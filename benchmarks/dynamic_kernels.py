@@ -2,8 +2,8 @@
 item 2: "a dynamic-shape kernel on a size it has not seen is correct and within 1.2x of the static kernel
 compiled for that size").
 
-Per op (a matmul with a bias + ReLU epilogue, a plain matmul of GPT-2's MLP width, a layer normalisation over
-768) the dynamic kernel is compiled once; for each size the static kernel is compiled for exactly that size,
+Per op (a matmul with a bias + ReLU epilogue at GPT-2's widths, a layer normalisation over 768 rows of a
+dynamic count, a decoder step's unfused attention over a dynamic key length) the dynamic kernel is compiled once; for each size the static kernel is compiled for exactly that size,
 both are checked against each other, then timed in one process: per round each contender runs a block of
 calls, interleaved, timed with ``time.thread_time`` (CPU time of this thread: the kernels run at 1 thread, so
 other processes' load does not count); the report gives the median over rounds of the per-call time and the
@@ -99,9 +99,58 @@ func.func @f(%x: tensor<{M}x768xf32>) -> tensor<{M}x768xf32> {
 """
 
 
+#: A decoder step's attention, unfused (MLIR input is not fused: that happens on pbsdk's graph), over a key
+#: length ``{M}``: 8 heads of 64, one query.
+ATTENTION = """#id = affine_map<(d0, d1, d2) -> (d0, d1, d2)>
+#row = affine_map<(d0, d1, d2) -> (d0, d1)>
+func.func @f(%q: tensor<8x1x64xf32>, %kt: tensor<8x64x{M}xf32>, %v: tensor<8x{M}x64xf32>) -> tensor<8x1x64xf32> {
+  %c2 = arith.constant 2 : index
+  %s = tensor.dim %kt, %c2 : tensor<8x64x{M}xf32>
+  %z = arith.constant 0.0 : f32
+  %ninf = arith.constant -3.4e38 : f32
+  %e = tensor.empty({E}) : tensor<8x1x{M}xf32>
+  %f = linalg.fill ins(%z : f32) outs(%e : tensor<8x1x{M}xf32>) -> tensor<8x1x{M}xf32>
+  %sc = linalg.batch_matmul ins(%q, %kt : tensor<8x1x64xf32>, tensor<8x64x{M}xf32>) outs(%f : tensor<8x1x{M}xf32>) -> tensor<8x1x{M}xf32>
+  %em = tensor.empty() : tensor<8x1xf32>
+  %fm = linalg.fill ins(%ninf : f32) outs(%em : tensor<8x1xf32>) -> tensor<8x1xf32>
+  %mx = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%sc : tensor<8x1x{M}xf32>) outs(%fm : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %m: f32):
+    %y = arith.maximumf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1xf32>
+  %ex = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%sc, %mx : tensor<8x1x{M}xf32>, tensor<8x1xf32>) outs(%e : tensor<8x1x{M}xf32>) {
+  ^bb0(%a: f32, %m: f32, %o: f32):
+    %d = arith.subf %a, %m : f32
+    %y = math.exp %d : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1x{M}xf32>
+  %fs = linalg.fill ins(%z : f32) outs(%em : tensor<8x1xf32>) -> tensor<8x1xf32>
+  %sm = linalg.generic {indexing_maps = [#id, #row], iterator_types = ["parallel", "parallel", "reduction"]}
+      ins(%ex : tensor<8x1x{M}xf32>) outs(%fs : tensor<8x1xf32>) {
+  ^bb0(%a: f32, %m: f32):
+    %y = arith.addf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1xf32>
+  %p = linalg.generic {indexing_maps = [#id, #row, #id], iterator_types = ["parallel", "parallel", "parallel"]}
+      ins(%ex, %sm : tensor<8x1x{M}xf32>, tensor<8x1xf32>) outs(%e : tensor<8x1x{M}xf32>) {
+  ^bb0(%a: f32, %m: f32, %o: f32):
+    %y = arith.divf %a, %m : f32
+    linalg.yield %y : f32
+  } -> tensor<8x1x{M}xf32>
+  %eo = tensor.empty() : tensor<8x1x64xf32>
+  %fo = linalg.fill ins(%z : f32) outs(%eo : tensor<8x1x64xf32>) -> tensor<8x1x64xf32>
+  %o = linalg.batch_matmul ins(%p, %v : tensor<8x1x{M}xf32>, tensor<8x{M}x64xf32>) outs(%fo : tensor<8x1x64xf32>) -> tensor<8x1x64xf32>
+  return %o : tensor<8x1x64xf32>
+}
+"""
+
+
 def text(template: str, m: int | None, **sizes: int) -> str:
     """The op's module for ``m`` rows (None: dynamic)."""
-    out = template.replace("{M}", "?" if m is None else str(m)).replace("{E}", "%m" if m is None else "")
+    empty = "%s" if template is ATTENTION else "%m"
+    out = template.replace("{M}", "?" if m is None else str(m)).replace("{E}", empty if m is None else "")
     for k, v in sizes.items():
         out = out.replace("{" + k + "}", str(v))
     return out
@@ -111,6 +160,7 @@ OPS: dict[str, tuple[str, dict[str, int]]] = {
     "matmul+bias+relu 768x768": (MATMUL, {"K": 768, "N": 768}),
     "matmul+bias+relu 768x3072": (MATMUL, {"K": 768, "N": 3072}),
     "layernorm 768": (LAYERNORM, {}),
+    "attention 8x1x64, key length m": (ATTENTION, {}),
 }
 
 
@@ -118,6 +168,8 @@ def operands(op: str, m: int, rng: np.random.Generator) -> list[np.ndarray]:
     template, sizes = OPS[op]
     if template is LAYERNORM:
         return [rng.standard_normal((m, 768)).astype(np.float32)]
+    if template is ATTENTION:
+        return [rng.standard_normal(s).astype(np.float32) for s in ((8, 1, 64), (8, 64, m), (8, m, 64))]
     k, n = sizes["K"], sizes["N"]
     return [rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (n,))]
 

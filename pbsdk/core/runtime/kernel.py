@@ -83,6 +83,8 @@ class Kernel:
     are freshly allocated on every call, so a returned array is never reused behind the caller's back.
     """
 
+    SIZED = 64
+
     def __init__(self, artifact: Artifact, executable: Executable, *, name: str = "kernel") -> None:
         self.artifact = artifact
         self.executable = executable
@@ -92,6 +94,8 @@ class Kernel:
         #: Some dimension is known only at call time (`pbsdk.core.dims`): each call binds the sizes from
         #: the inputs, allocates outputs of the sizes they imply and passes the entry its sizes buffer.
         self.dynamic = any(is_dynamic(shape) for shape, _ in (*artifact.inputs, *artifact.outputs))
+        #: The outputs' shapes and the sizes buffer of the input shapes seen last (at most `SIZED` of them).
+        self._sized: dict[tuple[tuple[int, ...], ...], tuple[list[tuple[int, ...]], np.ndarray]] = {}
         self._signature = Signature([s for s, _ in artifact.inputs], [s for s, _ in artifact.outputs],
                                     artifact.metadata.get(DYNAMIC_SIZES, ()), what=name) if self.dynamic else None
         self._in_exact = [(tuple(d if isinstance(d, str) else int(d) for d in shape), dtype)
@@ -136,8 +140,16 @@ class Kernel:
         takes after its outputs (None for a static kernel)."""
         if self._signature is None:
             return [tuple(int(d) for d in shape) for shape, _ in self._out], None
-        outs, sizes = self._signature([a.shape for a in arrays])
-        return outs, np.array(sizes, dtype=np.int64)
+        key = tuple(a.shape for a in arrays)
+        known = self._sized.get(key)
+        if known is None:
+            outs, sizes = self._signature(key)
+            buffer = np.array(sizes, dtype=np.int64)
+            buffer.flags.writeable = False  # shared by every call of these shapes: the kernel only reads it
+            if len(self._sized) >= self.SIZED:
+                self._sized.clear()
+            known = self._sized[key] = (outs, buffer)
+        return known
 
     def __call__(self, *args: Any) -> Any:
         arrays = self._fast_args(args)
