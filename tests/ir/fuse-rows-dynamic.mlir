@@ -3,7 +3,7 @@
 // reads the count from its first op's output and takes ceil(count / parts) rows a part. The call forks over
 // the cores when there are enough rows for it at run time, and otherwise runs @__pbsdk_rows<N>_one, the
 // same loop as one part, on the calling thread. Ops over rows of sizes the IR cannot prove equal are not
-// fused together.
+// fused together. A row of a dynamic width is viewed with the width read from its buffer.
 // RUN: %pbsdk opt %s --split-input-file --spec intel/xeon-avx512 -p fuse-rows | filecheck %s
 
 // CHECK-LABEL: func.func @softmax_head(
@@ -83,6 +83,37 @@ func.func @two_sizes(%a: memref<?x128xf32>, %b: memref<?x128xf32>, %c: memref<?x
   ^bb0(%x: f32, %o: f32):
     %y = math.tanh %x : f32
     linalg.yield %y : f32
+  }
+  return
+}
+
+// -----
+
+// Rows of a dynamic width (a softmax over a key length): each row view takes its width from the buffer.
+// CHECK-LABEL: func.func @key_rows(
+// CHECK:         call @__pbsdk_rows0_part(
+// CHECK-LABEL: func.func @__pbsdk_rows0_part(
+// CHECK-SAME:      %[[M:[^:]*]]: memref<8xf32>, %[[S:[^:]*]]: memref<8x?xf32>, %{{[^:]*}}: index)
+// CHECK:         scf.for %[[R:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+// CHECK:           %[[W:.*]] = memref.dim %[[S]], %{{.*}} : memref<8x?xf32>
+// CHECK-NEXT:      memref.subview %[[S]][%[[R]], 0] [1, %[[W]]] [1, 1] : memref<8x?xf32> to memref<1x?xf32, strided<[?, 1], offset: ?>>
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#r = affine_map<(d0, d1) -> (d0)>
+func.func @key_rows(%s: memref<8x?xf32>, %max: memref<8xf32>) {
+  %ninf = arith.constant -3.4e38 : f32
+  linalg.fill ins(%ninf : f32) outs(%max : memref<8xf32>)
+  linalg.generic {indexing_maps = [#x, #r], iterator_types = ["parallel", "reduction"]}
+      ins(%s : memref<8x?xf32>) outs(%max : memref<8xf32>) {
+  ^bb0(%a: f32, %m: f32):
+    %y = arith.maximumf %a, %m : f32
+    linalg.yield %y : f32
+  }
+  linalg.generic {indexing_maps = [#x, #r, #x], iterator_types = ["parallel", "parallel"]}
+      ins(%s, %max : memref<8x?xf32>, memref<8xf32>) outs(%s : memref<8x?xf32>) {
+  ^bb0(%a: f32, %m: f32, %o: f32):
+    %d = arith.subf %a, %m : f32
+    %e = math.exp %d : f32
+    linalg.yield %e : f32
   }
   return
 }

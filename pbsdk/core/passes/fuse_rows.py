@@ -169,10 +169,6 @@ class FuseRows:
                 continue
             r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None
             split = _row_operands(op, r) if r else None
-            # Rows are sliced out of buffers whose other sizes are static (a row view has static sizes).
-            if split is not None and any(n == _DYNAMIC and d != at for i, at in split[0].items()
-                                         for d, n in enumerate(ir.MemRefType(op.operands[i].type).shape)):
-                split = None
             if r == _DYNAMIC:  # a dynamic row count: the run's ops must provably share it
                 key = _size_key(mems[-1], 0, sizes)
                 r = None if key is None else (_DYNAMIC, key)  # type: ignore[assignment]
@@ -287,8 +283,11 @@ class FuseRows:
                         vt, shape = _row_view_type(mt, dim)
                         offsets = [0] * mt.rank
                         offsets[dim] = ir.ShapedType.get_dynamic_stride_or_offset()
+                        # A dynamic size beside the row's (a softmax over a key length) is read from the buffer.
+                        widths = [memref.dim(arg, arith.ConstantOp(idx, d).result)
+                                  for d, n in enumerate(shape) if n == _DYNAMIC]
                         views[j] = memref.SubViewOp(
-                            vt, arg, [r], [], [], ir.DenseI64ArrayAttr.get(offsets),
+                            vt, arg, [r], widths, [], ir.DenseI64ArrayAttr.get(offsets),
                             ir.DenseI64ArrayAttr.get(shape),
                             ir.DenseI64ArrayAttr.get([1] * mt.rank)).result
                     else:
