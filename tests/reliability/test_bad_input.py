@@ -131,7 +131,6 @@ MALFORMED_MLIR = {
     "no-function": "module {}\n",
     "two-public-functions": "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n"
                             "func.func @g(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n",
-    "dynamic-shape": "func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }\n",
     "i16-tensors": "func.func @f(%a: tensor<4xi16>) -> tensor<4xi16> { return %a : tensor<4xi16> }\n",
     "i64-result": "func.func @f(%a: tensor<4xf32>) -> tensor<4xi64> {\n"
                   "  %b = arith.fptosi %a : tensor<4xf32> to tensor<4xi64>\n  return %b : tensor<4xi64>\n}\n",
@@ -153,6 +152,22 @@ def test_malformed_mlir_via_cli(name: str, tmp_path: Path, capsys: pytest.Captur
     with pytest.raises(pbsdk.PbsdkError):
         pbsdk.compile_mlir(MALFORMED_MLIR[name])
     rc, _out, err = _run_cli(["compile", str(path)], capsys)
+    _assert_clean_failure(rc, err)
+
+
+DYNAMIC = "func.func @f(%a: tensor<?xf32>) -> tensor<?xf32> { return %a : tensor<?xf32> }\n"
+
+
+def test_dynamic_shapes_compile_on_cpu_and_are_refused_clearly_elsewhere(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """``?`` sizes compile on the cpu target (docs/dynamic-shapes.md); a target without them refuses with
+    a typed error, never a traceback."""
+    pbsdk.compile_mlir(DYNAMIC)
+    with pytest.raises(pbsdk.PbsdkError):
+        pbsdk.compile_mlir(DYNAMIC, target="template")
+    path = tmp_path / "dynamic.mlir"
+    path.write_text(DYNAMIC)
+    rc, _out, err = _run_cli(["compile", str(path), "--target", "template"], capsys)
     _assert_clean_failure(rc, err)
 
 
