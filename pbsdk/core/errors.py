@@ -57,3 +57,8 @@ class ArgumentError(PbsdkError):
 
 class DeviceUnavailableError(PbsdkError):
     """A compiled artifact needs a device this machine does not have (e.g. running nvgpu code here)."""
+
+
+class CacheWarning(UserWarning):
+    """A compile-cache entry was unreadable (and has been removed), the cache directory is unusable, or its
+    remote tier failed (`pbsdk.core.runtime.cache`, `pbsdk.core.runtime.remote`): a warning, never an error."""

@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from pbsdk.core.errors import CacheWarning
 from pbsdk.core.runtime.remote import RemoteTier, remote_from_env
 from pbsdk.core.target import DERIVED_CONSTANTS, Artifact
 
@@ -88,10 +89,6 @@ _MAGIC = b"PBSDKCACHE"
 _SUFFIX = ".pbsdk-artifact"
 _OBJECT_SUFFIX = ".pbsdk-object"
 _MAX_HEADER = 256
-
-
-class CacheWarning(UserWarning):
-    """A cache entry was unreadable (and has been removed), or the cache directory is unusable."""
 
 
 # ------------------------------------------------------------------------------------------------ the key

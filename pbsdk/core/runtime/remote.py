@@ -24,6 +24,8 @@ import time
 import warnings
 from typing import Any, Protocol
 
+from pbsdk.core.errors import CacheWarning
+
 #: Seconds a request may take (connect, read or write) before the remote counts as down.
 TIMEOUT_S = 1.0
 #: Seconds a tier that failed is left alone before the next request tries it again.
@@ -75,7 +77,7 @@ class RedisTier:
         if first:
             self.warned += 1
             warnings.warn(f"pbsdk cache: the remote tier {self.url} {why}; compiling locally (retried in "
-                          f"{self.retry_s:.0f} s)", _cache_warning(), stacklevel=4)
+                          f"{self.retry_s:.0f} s)", CacheWarning, stacklevel=4)
 
     def get(self, key: str) -> bytes | None:
         if not self.available():
@@ -106,12 +108,6 @@ class RedisTier:
             self.failed(f"is unreachable ({type(exc).__name__}: {exc})")
 
 
-def _cache_warning() -> type[Warning]:
-    from pbsdk.core.runtime.cache import CacheWarning
-
-    return CacheWarning
-
-
 _tiers: dict[tuple[str, str], Any] = {}
 _tiers_lock = threading.Lock()
 
@@ -128,15 +124,15 @@ def remote_from_env(namespace: str) -> RemoteTier | None:
         tier: RemoteTier | None = None
         if not url.startswith(("redis://", "rediss://", "unix://")):
             warnings.warn(f"pbsdk cache: PBSDK_CACHE_URL={url!r}: only redis://, rediss:// and unix:// URLs "
-                          "are supported; no remote tier", _cache_warning(), stacklevel=3)
+                          "are supported; no remote tier", CacheWarning, stacklevel=3)
         else:
             try:
                 tier = RedisTier(url, namespace)
             except ImportError:
                 warnings.warn("pbsdk cache: PBSDK_CACHE_URL needs the redis package (pip install pbsdk[remote]); "
-                              "no remote tier", _cache_warning(), stacklevel=3)
+                              "no remote tier", CacheWarning, stacklevel=3)
             except ValueError as exc:
-                warnings.warn(f"pbsdk cache: PBSDK_CACHE_URL={url!r}: {exc}; no remote tier", _cache_warning(),
+                warnings.warn(f"pbsdk cache: PBSDK_CACHE_URL={url!r}: {exc}; no remote tier", CacheWarning,
                               stacklevel=3)
         _tiers[(url, namespace)] = tier
         return tier
