@@ -27,12 +27,11 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, func, scf, vector
 
-from pbsdk.core.ir.builder import call_parts
-from pbsdk.core.passes import identity_layout, ops_named
+from pbsdk.core.passes import identity_layout
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
 from pbsdk.core.plan.window import DepthwiseGeometry, DepthwiseTile, depthwise_geometry, depthwise_tile
-from pbsdk.targets.cpu.direct_conv_kernel import zero_fill_before
+from pbsdk.targets.cpu.direct_conv_kernel import replace_mac_nests
 
 #: Least multiply-adds worth a thread of their own.
 MIN_MACS_PER_THREAD = 1 << 16
@@ -166,27 +165,7 @@ class DepthwiseKernels:
     name = "depthwise"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        vec = ctx.spec.vector
-        if vec is None or not vec.fma or "f32" not in vec.dtypes:
-            return
-        cores, threads_opt = ctx.spec.compute[0].count, ctx.options.threads
-        count = 0
-        with module.context, ir.Location.unknown():
-            for op in ops_named(module, "linalg.generic"):
-                found = self._match(op)
-                if found is None:
-                    continue
-                tile = depthwise_tile(vec.registers, vec.lanes("f32"), found)
-                parts = _threads(found, cores, threads_opt)
-                name = f"{PREFIX}{count}"
-                count += 1
-                fill = zero_fill_before(op)
-                _build(module, name, op, found, tile, parts, fill is not None)
-                if fill is not None:
-                    fill.erase()
-                with ir.InsertionPoint(op):
-                    call_parts(name, [op.operands[i] for i in range(3)], parts)
-                op.erase()
+        replace_mac_nests(module, ctx, PREFIX, self._match, depthwise_tile, _threads, _build)
 
     @staticmethod
     def _match(op: ir.Operation) -> DepthwiseGeometry | None:

@@ -211,6 +211,36 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: 
         func.ReturnOp([])
 
 
+def replace_mac_nests(module: ir.Module, ctx: Any, prefix: str, match: Callable[[ir.Operation], Any],
+                      tile_of: Callable[[int, int, Any], Any], parts_of: Callable[[Any, int, int], int],
+                      build: Callable[..., None]) -> None:
+    """Replace every f32 ``linalg.generic`` that ``match`` turns into a geometry by a call of its own kernel
+    function (``build(module, name, op, geometry, tile, parts, zero_start)``, named ``prefix`` and a count),
+    its rows split over ``parts_of(geometry, cores, threads)`` cores; a zero fill of the output right before
+    it is dropped and the kernel starts from zero. Nothing where the spec has no f32 vector FMA."""
+    vec = ctx.spec.vector
+    if vec is None or not vec.fma or "f32" not in vec.dtypes:
+        return
+    cores, threads_opt = ctx.spec.compute[0].count, ctx.options.threads
+    count = 0
+    with module.context, ir.Location.unknown():
+        for op in ops_named(module, "linalg.generic"):
+            found = match(op)
+            if found is None:
+                continue
+            tile = tile_of(vec.registers, vec.lanes("f32"), found)
+            parts = parts_of(found, cores, threads_opt)
+            name = f"{prefix}{count}"
+            count += 1
+            fill = zero_fill_before(op)
+            build(module, name, op, found, tile, parts, fill is not None)
+            if fill is not None:
+                fill.erase()
+            with ir.InsertionPoint(op):
+                call_parts(name, [op.operands[i] for i in range(3)], parts)
+            op.erase()
+
+
 @dataclasses.dataclass(frozen=True)
 class DirectConvKernels:
     """Replace every channels-last convolution loop nest (n, oh, ow, g, o, kh, kw, c) on f32 buffers with
@@ -220,27 +250,7 @@ class DirectConvKernels:
     name = "direct-conv"
 
     def apply(self, module: ir.Module, ctx: Any) -> None:
-        vec = ctx.spec.vector
-        if vec is None or not vec.fma or "f32" not in vec.dtypes:
-            return
-        cores, threads_opt = ctx.spec.compute[0].count, ctx.options.threads
-        count = 0
-        with module.context, ir.Location.unknown():
-            for op in ops_named(module, "linalg.generic"):
-                found = self._match(op)
-                if found is None:
-                    continue
-                tile = direct_conv_tile(vec.registers, vec.lanes("f32"), found)
-                parts = _threads(found, cores, threads_opt)
-                name = f"{PREFIX}{count}"
-                count += 1
-                fill = zero_fill_before(op)
-                _build(module, name, op, found, tile, parts, fill is not None)
-                if fill is not None:
-                    fill.erase()
-                with ir.InsertionPoint(op):
-                    call_parts(name, [op.operands[i] for i in range(3)], parts)
-                op.erase()
+        replace_mac_nests(module, ctx, PREFIX, self._match, direct_conv_tile, _threads, _build)
 
     @staticmethod
     def _match(op: ir.Operation) -> DirectConv | None:
