@@ -182,7 +182,7 @@ class _Probes:
                       ir.VectorType(ir.IntType(32), 16))
         if enabled.get("avx512bf16") and 512 in self.widths:
             self._dot("vdpbf16ps", "llvm.x86.avx512bf16.dpbf16ps.512", ir.VectorType(ir.FloatType(), 16),
-                      ir.VectorType(_BFloat(), 32))
+                      ir.VectorType(_bfloat(), 32))
         self._read(max(self.widths))
         target = llvm.Target.from_triple(self.module.triple)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=2, codemodel="jitdefault")
@@ -316,10 +316,11 @@ class _Probes:
         b.ret(b.extract_element(total, ir.Constant(ir.IntType(32), 0)))
 
 
-def _bfloat_type() -> Any:
+def _bfloat() -> Any:
+    """LLVM's ``bfloat`` type for llvmlite's IR builder, which has none (its printed name is all LLVM needs)."""
     from llvmlite import ir
 
-    class BFloat(ir.Type):  # llvmlite's IR builder has no bfloat; its printed name is all LLVM needs
+    class BFloat(ir.Type):
         def _to_string(self) -> str:
             return "bfloat"
 
@@ -329,11 +330,7 @@ def _bfloat_type() -> Any:
         def __hash__(self) -> int:
             return hash("bfloat")
 
-    return BFloat
-
-
-def _BFloat() -> Any:  # a type constructor, spelled like llvmlite's
-    return _bfloat_type()()
+    return BFloat()
 
 
 def _timed(call: Callable[[int], float | None], count_per_n: float) -> Timing:
