@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core import quant
+from pbsdk.core.dims import Dim
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import (
     DTYPE_TO_NUMPY,
@@ -442,12 +443,12 @@ def transpose(x: Tensor, axes: Sequence[int] | None = None) -> Tensor:
 def reshape(x: Tensor, shape: Sequence[int] | int) -> Tensor:
     """Reshape in row-major order; one dimension may be -1."""
     (t,) = _operands(x)
-    dims = [int(shape)] if isinstance(shape, (int, np.integer)) else [int(d) for d in shape]
+    dims = [int(shape)] if isinstance(shape, (int, np.integer)) else [_size(d) for d in shape]
     size = math.prod(t.shape)
-    if dims.count(-1) > 1 or any(d < -1 or d == 0 for d in dims):
+    if dims.count(-1) > 1 or any(isinstance(d, int) and (d < -1 or d == 0) for d in dims):
         raise PbsdkError(f"reshape: invalid target shape {tuple(dims)}")
     if -1 in dims:
-        known = math.prod(d for d in dims if d != -1)
+        known = math.prod(d for d in dims if not isinstance(d, int) or d != -1)
         if size % known:
             raise PbsdkError(f"reshape: cannot reshape {t.shape} into {tuple(dims)}")
         dims[dims.index(-1)] = size // known
@@ -1406,12 +1407,14 @@ def where(cond: Any, a: Any, b: Any) -> Tensor:
     return _add("select", [c.value, x.value, y.value], shape, x.dtype)
 
 
-def slice(x: Any, axis: int, start: int | None = None, stop: int | None = None, step: int = 1) -> Tensor:
+def slice(x: Any, axis: int, start: Any = None, stop: Any = None, step: int = 1) -> Tensor:
     """``x`` restricted to ``start:stop:step`` along ``axis`` (Python slice rules; ``step`` > 0)."""
     (t,) = _operands(x)
     (ax,) = _norm_axes("slice", axis, t.ndim)
     if not isinstance(step, (int, np.integer)) or step < 1:
         raise PbsdkError(f"slice: step must be a positive integer, got {step!r}")
+    if builtins.any(isinstance(v, Dim) for v in (t.shape[ax], start, stop)):
+        return _symbolic_slice(t, ax, start, stop, int(step))
     indices = range(*builtins.slice(start, stop, int(step)).indices(t.shape[ax]))
     if len(indices) == 0:
         raise PbsdkError(f"slice: {start}:{stop}:{step} of dimension {ax} (size {t.shape[ax]}) is empty")
@@ -1421,6 +1424,30 @@ def slice(x: Any, axis: int, start: int | None = None, stop: int | None = None, 
     starts = tuple(indices.start if i == ax else 0 for i in range(t.ndim))
     steps = tuple(indices.step if i == ax else 1 for i in range(t.ndim))
     return _add("slice", [t.value], shape, t.dtype, starts=starts, steps=steps)
+
+
+def _symbolic_slice(t: Tensor, ax: int, start: Any, stop: Any, step: int) -> Tensor:
+    """`slice` where the dimension's size or a bound is a `Dim` (known at run time): unit steps, bounds
+    taken as in range (a negative one counts from the end); the frontends check the result's size
+    against their own record of it."""
+    n = t.shape[ax]
+    if step != 1:
+        raise PbsdkError(f"slice: a step of {step} over a size known at run time ({n})")
+    lo = 0 if start is None else n + start if isinstance(start, int) and start < 0 else start
+    hi = n if stop is None else n + stop if isinstance(stop, int) and stop < 0 else stop
+    length = hi - lo
+    if isinstance(length, int) and length < 1:
+        raise PbsdkError(f"slice: {start}:{stop} of dimension {ax} (size {n}) is empty")
+    if length == n:
+        return t
+    shape = t.shape[:ax] + (length,) + t.shape[ax + 1:]
+    starts = tuple(lo if i == ax else 0 for i in range(t.ndim))
+    return _add("slice", [t.value], shape, t.dtype, starts=starts, steps=(1,) * t.ndim)
+
+
+def _size(d: Any) -> Any:
+    """A target size: an int, or a `Dim` (a size known at run time) as it is."""
+    return d if isinstance(d, Dim) else int(d)
 
 
 def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:

@@ -57,6 +57,69 @@ class Dim:
     def evaluate(self, env: Mapping[str, int]) -> int:
         return sum(c * env[s] for s, c in self.coeffs) + self.const
 
+    # Sizes in shape arithmetic (a converter's ``n + 1``, ``2 * n``): a linear form stays one, a form with
+    # no symbol left is an int. Anything else (a product of symbols, a division, an ordering, ``int()``) is
+    # a TypeError: the caller cannot handle a size known only at run time.
+    @staticmethod
+    def _form(x: object) -> Dim | None:
+        if isinstance(x, Dim):
+            return x
+        if isinstance(x, int) and not isinstance(x, bool):
+            return Dim((), x)
+        return None
+
+    @staticmethod
+    def of(coeffs: Mapping[str, int], const: int = 0) -> int | Dim:
+        """The form ``sum(coeffs) + const``, or the int ``const`` when no coefficient is left."""
+        kept = tuple(sorted((s, c) for s, c in coeffs.items() if c))
+        return Dim(kept, const) if kept else const
+
+    def __add__(self, other: object) -> int | Dim:
+        form = Dim._form(other)
+        if form is None:
+            return NotImplemented
+        coeffs = dict(self.coeffs)
+        for s, c in form.coeffs:
+            coeffs[s] = coeffs.get(s, 0) + c
+        return Dim.of(coeffs, self.const + form.const)
+
+    __radd__ = __add__
+
+    def __neg__(self) -> int | Dim:
+        return Dim.of({s: -c for s, c in self.coeffs}, -self.const)
+
+    def __sub__(self, other: object) -> int | Dim:
+        form = Dim._form(other)
+        return NotImplemented if form is None else self + (-form)
+
+    def __rsub__(self, other: object) -> int | Dim:
+        form = Dim._form(other)
+        return NotImplemented if form is None else form + (-self)
+
+    def __mul__(self, other: object) -> int | Dim:
+        if not isinstance(other, int) or isinstance(other, bool):
+            return NotImplemented
+        return Dim.of({s: c * other for s, c in self.coeffs}, self.const * other)
+
+    __rmul__ = __mul__
+
+    def __mod__(self, other: object) -> int:
+        """0 when every coefficient and the constant are multiples of ``other`` (so the form is, whatever
+        the symbols); a TypeError when that depends on the symbols' values."""
+        if not isinstance(other, int) or isinstance(other, bool) or other == 0:
+            return NotImplemented
+        if all(c % other == 0 for _, c in self.coeffs) and self.const % other == 0:
+            return 0
+        raise TypeError(f"{self} % {other} depends on the values of {', '.join(self.symbols)}")
+
+    def __floordiv__(self, other: object) -> int | Dim:
+        """The exact quotient by ``other`` (see `__mod__`)."""
+        if not isinstance(other, int) or isinstance(other, bool) or other == 0:
+            return NotImplemented
+        if self % other:
+            raise TypeError(f"{self} // {other} is not exact")
+        return Dim.of({s: c // other for s, c in self.coeffs}, self.const // other)
+
     def __str__(self) -> str:
         parts = []
         for s, c in self.coeffs:
@@ -68,8 +131,8 @@ class Dim:
         return text[2:] if text.startswith("+ ") else "-" + text[2:]
 
 
-def is_dynamic(shape: Sequence[int | str]) -> bool:
-    return any(isinstance(d, str) for d in shape)
+def is_dynamic(shape: Sequence[int | str | Dim]) -> bool:
+    return any(isinstance(d, (str, Dim)) for d in shape)
 
 
 def canonical(dim: int | str) -> int | str:

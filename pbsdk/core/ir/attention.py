@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from pbsdk.core.dims import is_dynamic
 from pbsdk.core.ir.graph import BINARY_OPS, COMPARE_OPS, DTYPE_TO_NUMPY, UNARY_OPS, Graph, Node, Value
 from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
@@ -289,7 +290,7 @@ def _fold(v: Value, producers: Mapping[int, Node], memo: dict[int, np.ndarray | 
         return None
     node = producers.get(v.id)
     out: np.ndarray | None = None
-    if node is not None and node.op in FOLDABLE and v.type.size <= MAX_FOLD_ELEMENTS:
+    if node is not None and node.op in FOLDABLE and isinstance(v.type.size, int) and v.type.size <= MAX_FOLD_ELEMENTS:
         if node.op == "const":
             out = np.broadcast_to(_rounded(np.asarray(node.attrs["value"], dtype=np.float64), v.type.dtype), v.shape)
         else:
@@ -546,6 +547,10 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
 
     for pv in nodes:
         if pv.op != "matmul" or pv.attrs["transpose_a"] or pv.out.id in claimed:
+            continue
+        if any(is_dynamic(v.shape) for v in (*pv.inputs, pv.out)):
+            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: sizes known only at run time (a dynamic "
+                       "key length) are not fused; the products and the softmax are compiled apart")
             continue
         match = _match_at(g, pv, why)
         if match is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from mlir import ir
 from mlir.dialects import arith, func, linalg, scf, vector
@@ -44,9 +45,16 @@ def scalar_constant(value: float, t: ir.Type) -> ir.Value:
     return float_constant(value, t)
 
 
-def tensor_type(shape: Sequence[int], dtype: str) -> ir.RankedTensorType:
-    """``tensor<shape x dtype>`` (static shape)."""
-    return ir.RankedTensorType.get(list(shape), element_type(dtype))
+def static_sizes(shape: Sequence[Any]) -> list[int]:
+    """``shape`` with every size that is not an int (a `pbsdk.core.dims.Dim`, known at run time) as MLIR's
+    dynamic size (``?``)."""
+    dynamic = ir.ShapedType.get_dynamic_size()
+    return [d if isinstance(d, int) else dynamic for d in shape]
+
+
+def tensor_type(shape: Sequence[Any], dtype: str) -> ir.RankedTensorType:
+    """``tensor<shape x dtype>``; a size that is not an int is ``?``."""
+    return ir.RankedTensorType.get(static_sizes(shape), element_type(dtype))
 
 
 def dims(n: int) -> list[ir.AffineExpr]:

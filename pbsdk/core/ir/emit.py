@@ -31,7 +31,8 @@ from mlir import ir
 from mlir.dialects import arith, bufferization, func, linalg, memref, tensor
 from mlir.dialects import math as math_d
 
-from pbsdk.core.errors import CompileError, UnsupportedError
+from pbsdk.core.dims import Dim
+from pbsdk.core.errors import CompileError, DynamicShapeError, UnsupportedError
 from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import (
     affine_map,
@@ -43,6 +44,7 @@ from pbsdk.core.ir.builder import (
     memref_type,
     reassociation,
     scalar_constant,
+    static_sizes,
     tensor_type,
 )
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, INLINE_LIMIT, Graph, Node, TensorType, Value
@@ -137,8 +139,29 @@ class _Emitter:
             found = self.values[v.id] = self.constant(np.asarray(node.attrs["value"]), v.type, v.id)
         return found
 
+    def size(self, d: int | Dim) -> ir.Value:
+        """Size ``d`` as an index value: a constant, or a `Dim` computed from the entry's symbol values."""
+        if isinstance(d, int):
+            return arith.ConstantOp(ir.IndexType.get(), d).result
+        value: ir.Value | None = None
+        for sym, c in d.coeffs:
+            term = self.symbols.get(sym)
+            if term is None:
+                raise DynamicShapeError(f"size {d}: no input's shape binds {sym}")
+            if c != 1:
+                term = arith.muli(term, self.size(c))
+            value = term if value is None else arith.addi(value, term)
+        assert value is not None
+        return arith.addi(value, self.size(d.const)) if d.const else value
+
+    def mixed(self, sizes: Sequence[int | Dim]) -> tuple[list[ir.Value], list[int]]:
+        """``sizes`` as an op's dynamic operands and static attribute (``?`` where dynamic)."""
+        values = [self.size(d) for d in sizes if not isinstance(d, int)]
+        return values, static_sizes(sizes)
+
     def empty(self, t: TensorType) -> ir.Value:
-        return tensor.EmptyOp(list(t.shape), element_type(t.dtype)).result
+        return tensor.EmptyOp([d if isinstance(d, int) else self.size(d) for d in t.shape],
+                              element_type(t.dtype)).result
 
     def constant(self, array: np.ndarray, t: TensorType, key: Any) -> ir.Value:
         """The constant ``array`` of type ``t`` (one value per ``key``): an ``arith.constant``, or, when it is
@@ -178,6 +201,7 @@ class _Emitter:
             self.values[v.id] = arg
         self.constant_args: list[int] = []
         with ir.InsertionPoint(block):
+            self.bind_symbols(block)
             for node in g.live_nodes():
                 if node.out.id in self.fused:
                     self.op_attention(*self.fused[node.out.id])
@@ -192,6 +216,22 @@ class _Emitter:
             read_only = {"bufferization.writable": ir.BoolAttr.get(False)}
             for i, index in enumerate(self.constant_args):
                 attributes.set_arg_i64(self.entry, n_inputs + i, attributes.CONSTANT, index, also=read_only)
+
+    def bind_symbols(self, block: ir.Block) -> None:
+        """``self.symbols``: each size symbol of the inputs' shapes, read (``tensor.dim``) from the first
+        input dimension that is that symbol alone, or else solved from one that is the symbol plus a
+        constant (a cache of ``s0 + 1`` keys)."""
+        self.symbols: dict[str, ir.Value] = {}
+        for solve in (False, True):
+            for v, arg in zip(self.graph.inputs, block.arguments):
+                for i, d in enumerate(v.shape):
+                    if not isinstance(d, Dim) or len(d.coeffs) != 1 or d.coeffs[0][1] != 1:
+                        continue
+                    sym = d.coeffs[0][0]
+                    if sym in self.symbols or (d.const and not solve):
+                        continue
+                    size = tensor.DimOp(arg, self.size(i)).result
+                    self.symbols[sym] = arith.subi(size, self.size(d.const)) if d.const else size
 
     def op_attention(self, match: Any, plan: Any) -> None:
         """A fused attention: a call of ``@__pbsdk_attnN(Q, K, V[, M], O)`` on the operands' buffers.
@@ -725,8 +765,9 @@ class _Emitter:
     def expand(self, src: ir.Value, src_t: TensorType, dst_t: TensorType, groups: list[list[int]]) -> ir.Value:
         if src_t.shape == dst_t.shape:
             return src
-        return tensor.ExpandShapeOp(tensor_type(dst_t.shape, dst_t.dtype), src, reassociation(groups), [],
-                                    list(dst_t.shape)).result
+        sizes, static = self.mixed(dst_t.shape)
+        return tensor.ExpandShapeOp(tensor_type(dst_t.shape, dst_t.dtype), src, reassociation(groups), sizes,
+                                    static).result
 
     def op_transpose(self, node: Node) -> None:
         (x,) = node.inputs
@@ -757,9 +798,11 @@ class _Emitter:
         # A strided tensor.extract_slice: a view after bufferization, copied only where a result needs it.
         (x,) = node.inputs
         out = node.out
+        offsets, static_offsets = self.mixed(node.attrs["starts"])
+        sizes, static = self.mixed(out.shape)
         self.values[out.id] = tensor.ExtractSliceOp(
-            tensor_type(out.shape, out.dtype), self.value(x), [], [], [], list(node.attrs["starts"]),
-            list(out.shape), list(node.attrs["steps"])).result
+            tensor_type(out.shape, out.dtype), self.value(x), offsets, sizes, [], static_offsets,
+            static, list(node.attrs["steps"])).result
 
     def op_concat(self, node: Node) -> None:
         # Each operand inserted at its offset along the axis into one destination tensor.
@@ -768,10 +811,11 @@ class _Emitter:
         dest = self.empty(out_t)
         offset = 0
         for v in node.inputs:
-            offsets = [offset if i == axis else 0 for i in range(out_t.rank)]
-            dest = tensor.InsertSliceOp(self.value(v), dest, [], [], [], offsets, list(v.shape),
+            offsets, static_offsets = self.mixed([offset if i == axis else 0 for i in range(out_t.rank)])
+            sizes, static = self.mixed(v.shape)
+            dest = tensor.InsertSliceOp(self.value(v), dest, offsets, sizes, [], static_offsets, static,
                                         [1] * out_t.rank).result
-            offset += v.shape[axis]
+            offset = offset + v.shape[axis]
         self.values[node.out.id] = dest
 
     def op_take(self, node: Node) -> None:
@@ -834,7 +878,7 @@ class _Emitter:
 
 
 def _memref(t: TensorType) -> ir.MemRefType:
-    return ir.MemRefType.get(list(t.shape), element_type(t.dtype))
+    return ir.MemRefType.get(static_sizes(t.shape), element_type(t.dtype))
 
 
 def packed_dtypes(x: str, w: str, out: str) -> bool:
@@ -1038,7 +1082,7 @@ _COMPARE = {"equal": "OEQ", "not_equal": "UNE", "less": "OLT", "less_equal": "OL
 def _row_invariant(operand: tuple[int, ...], out: tuple[int, ...]) -> bool:
     """Whether an operand of shape ``operand`` broadcast to ``out`` is the same along out's last axis (a
     scalar, or size 1 there) while that axis is longer than 1."""
-    return bool(out) and out[-1] > 1 and (not operand or operand[-1] == 1)
+    return bool(out) and (not isinstance(out[-1], int) or out[-1] > 1) and (not operand or operand[-1] == 1)
 
 
 def _scalar_body(node: Node, x: Sequence[ir.Value], t: ir.Type) -> ir.Value | None:

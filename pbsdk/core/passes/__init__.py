@@ -86,6 +86,10 @@ def match_signature(fn: ir.Operation) -> None:
     if inputs != list(ftype.inputs):
         with fn.context:
             fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(inputs, list(ftype.results)))
+            if "arg_attrs" in fn.attributes:  # one dictionary per argument: appended arguments get none
+                attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
+                attrs += [ir.DictAttr.get({})] * (len(inputs) - len(attrs))
+                fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs[:len(inputs)])
 
 
 def map_dims(amap: ir.AffineMap) -> list[int | None] | None:

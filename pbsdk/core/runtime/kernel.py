@@ -140,7 +140,12 @@ class Kernel:
         takes after its outputs (None for a static kernel)."""
         if self._signature is None:
             return [tuple(int(d) for d in shape) for shape, _ in self._out], None
-        key = tuple(a.shape for a in arrays)
+        return self.sized(tuple(tuple(a.shape) for a in arrays))
+
+    def sized(self, key: tuple[tuple[int, ...], ...]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+        """A dynamic kernel's outputs' shapes and sizes buffer for inputs of shapes ``key`` (remembered for
+        the last `SIZED` keys); an `ArgumentError` when the shapes do not fit the signature."""
+        assert self._signature is not None, "sized() is for dynamic kernels"
         known = self._sized.get(key)
         if known is None:
             outs, sizes = self._signature(key)

@@ -28,6 +28,7 @@ from pbsdk import ops
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.frontends.registry import registrar
+from pbsdk.frontends.torch.symbolic import as_dim, has_no_elements
 from pbsdk.frontends.tracing import Tensor, tracing
 
 aten = torch.ops.aten
@@ -113,7 +114,7 @@ class Empty:
 
 def operand(graph: Graph, meta: Any) -> Tensor | Empty:
     """A partition's (or a tried node's) operand of the recorded type ``meta``: a kernel input, or `Empty`."""
-    if isinstance(meta, torch.Tensor) and meta.numel() == 0 and all(isinstance(d, int) for d in meta.shape):
+    if has_no_elements(meta):
         return Empty(tuple(meta.shape))
     return Tensor(graph.add("input", [], value_type(meta)), graph)
 
@@ -885,7 +886,7 @@ def _cat(cx: Context, xs: Sequence[Any], dim: int = 0) -> Tensor:
 @converts("aten.slice.Tensor")
 def _slice(cx: Context, x: Any, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> Tensor:
     x = _tensor(x, "slice's input")
-    return ops.slice(x, dim, start, end if end is None or end < 2 ** 62 else None, step)
+    return ops.slice(x, dim, start, None if isinstance(end, int) and end >= 2 ** 62 else end, step)
 
 
 @converts("aten.select.int")
@@ -1190,7 +1191,7 @@ def _check(name: str, result: Any, meta: Any) -> Any:
             raise UnsupportedError(f"{name}: result dtype {m.dtype} is not supported")
         if m.dtype in _INTS and name not in _INT_EXACT:
             raise UnsupportedError(f"{name}: integer results are only supported for exact ops")
-        if r.shape != tuple(m.shape):
+        if r.shape != tuple(as_dim(d) for d in m.shape):
             raise UnsupportedError(f"{name}: converter gave shape {r.shape}, torch records {tuple(m.shape)}")
         out.append(ops.astype(r, want) if r.dtype != want else r)
     return tuple(out) if isinstance(result, (tuple, list)) else out[0]
@@ -1228,9 +1229,7 @@ def value_type(meta: Any) -> TensorType:
     dt = graph_dtype(meta.dtype)
     if dt is None:
         raise UnsupportedError(f"dtype {meta.dtype} is not supported")
-    shape = tuple(meta.shape)
-    if not all(isinstance(d, int) for d in shape):
-        raise UnsupportedError("symbolic shapes are compiled per concrete shape")
+    shape = tuple(as_dim(d) for d in meta.shape)
     if any(d == 0 for d in shape):
         raise UnsupportedError(f"empty tensor of shape {shape}")
     return TensorType(shape, dt)
@@ -1250,9 +1249,11 @@ def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
         with tracing(graph):
             for n in node.all_input_nodes:
                 meta = n.meta.get("val")
-                if isinstance(meta, (tuple, list)):
+                if isinstance(meta, torch.SymInt):
+                    env[n] = as_dim(meta)
+                elif isinstance(meta, (tuple, list)):
                     env[n] = tuple(Tensor(graph.add("input", [], value_type(m)), graph) if m is not None
-                                   and isinstance(m, torch.Tensor) and m.numel() else None for m in meta)
+                                   and isinstance(m, torch.Tensor) and not has_no_elements(m) else None for m in meta)
                 else:
                     env[n] = operand(graph, meta)
             convert_node(cx, node, env)

@@ -58,11 +58,18 @@ from pbsdk.frontends.torch.convert import (
     operand,
     value_type,
 )
+from pbsdk.frontends.torch.symbolic import (
+    as_dim,
+    graph_is_symbolic,
+    has_no_elements,
+    is_dynamic,
+    is_size_arithmetic,
+)
 from pbsdk.frontends.tracing import Tensor, tracing
 
 log = logging.getLogger("pbsdk.torch")
 
-_OPTION_NAMES = ("target", "spec", "freeze", "max_shapes", "direct", "compile_options")
+_OPTION_NAMES = ("target", "spec", "freeze", "dynamic", "max_shapes", "direct", "compile_options")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,8 +80,11 @@ class TorchOptions:
     spec            -- chip spec preset, YAML path or ChipSpec (default: the target's).
     freeze          -- fold parameters and buffers into the kernels as constants for inference
                        (default True); False keeps them as kernel inputs.
-    max_shapes      -- how many concrete shapes a dynamic-shape graph is compiled for before it runs
-                       eagerly (default 8).
+    dynamic         -- a graph with symbolic sizes (Dynamo's automatic dynamic shapes, ``mark_dynamic``):
+                       ``"symbolic"`` (default) compiles it once, sizes read at run time;
+                       ``"per_shape"`` compiles it once per concrete input shape, up to ``max_shapes``.
+    max_shapes      -- with ``dynamic="per_shape"``: how many concrete shapes a graph is compiled for
+                       before it runs eagerly (default 8).
     direct          -- inference graphs (no gradients needed, no input mutated) are traced to ATen by
                        pbsdk and run without AOTAutograd's runtime wrappers (default True); False
                        always goes through AOTAutograd.
@@ -84,6 +94,7 @@ class TorchOptions:
     target: Any = "cpu"
     spec: Any = None
     freeze: bool = True
+    dynamic: str = "symbolic"
     max_shapes: int = 8
     direct: bool = True
     compile_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -98,6 +109,9 @@ class TorchOptions:
         opts = cls(**options)
         if not isinstance(opts.freeze, bool):
             raise PbsdkError(f"backend 'pbsdk': option freeze must be a bool, got {opts.freeze!r}")
+        if opts.dynamic not in ("symbolic", "per_shape"):
+            raise PbsdkError(f"backend 'pbsdk': option dynamic must be 'symbolic' or 'per_shape', got "
+                             f"{opts.dynamic!r}")
         if not isinstance(opts.max_shapes, int) or opts.max_shapes < 1:
             raise PbsdkError(f"backend 'pbsdk': option max_shapes must be an int >= 1, got {opts.max_shapes!r}")
         return opts
@@ -115,7 +129,9 @@ class CompileReport:
     frozen: bool                      # parameters folded as constants
     seconds: float                    # wall time of partitioning, lowering and compiling
     fused_attention: int = 0          # attention patterns (e.g. decomposed SDPA) run as one fused kernel
-    host_checks: int = 0              # assertions (``_assert_async``) torch evaluates on the kernels' results
+    host_checks: int = 0              # assertions (``_assert_async``) and size arithmetic torch evaluates
+    dynamic_ops: tuple[str, ...] = ()  # ops on sizes that change between calls, left to torch
+    per_shape_partitions: int = 0     # partitions compiled per input shape (their kernels need the sizes)
     errors: tuple[str, ...] = ()      # why a partition, or the whole graph, runs in torch ("Type: message")
     kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
 
@@ -180,7 +196,8 @@ class CompiledPartition(torch.nn.Module):
         self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
         # Empty operands (`convert.Empty`) are not kernel inputs: no dtype to convert them to.
-        self._in_dtypes = [value_type(n.meta["val"]).dtype if n.meta["val"].numel() else "" for n in placeholders]
+        self._in_dtypes = [value_type(n.meta["val"]).dtype if isinstance(n.meta.get("val"), torch.Tensor)
+                           and not has_no_elements(n.meta["val"]) else "" for n in placeholders]
         self._eager = False  # set by `_fall_back`: every call runs ``sub`` in torch
         (out_node,) = [n for n in sub.graph.nodes if n.op == "output"]
         result = out_node.args[0]
@@ -200,11 +217,15 @@ class CompiledPartition(torch.nn.Module):
         `OutputPool`) and calls the executable's raw entry on the data pointers. It returns
         None when any check fails (or the executable has no raw entry); `_general` then takes the call,
         and recompiles if a frozen parameter changed."""
+        if self.kernel.dynamic:
+            self._outputs = None
+            self._fast: Any = self._dynamic_path()
+            return
         # Outputs are recycled once the caller has dropped them (and every view): `OutputPool`.
-        self._outputs = OutputPool([(s, np.dtype(DTYPE_TO_NUMPY[dt])) for s, dt in self.kernel.artifact.outputs])
+        self._outputs: OutputPool | None = OutputPool([(s, np.dtype(DTYPE_TO_NUMPY[dt])) for s, dt in self.kernel.artifact.outputs])
         run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
         if run_pointers is None:
-            self._fast: Any = None
+            self._fast = None
             return
         checks = self._checks
         expect = tuple((i, tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]))
@@ -243,6 +264,44 @@ class CompiledPartition(torch.nn.Module):
             return outs[0] if single else tuple(outs)
 
         self._fast = fast
+
+    def _dynamic_path(self) -> Any:
+        """The per-call path of a kernel with dynamic sizes: as `_pointer_path`'s, but the outputs' shapes
+        and the sizes buffer come from the inputs' shapes on each call (`Kernel.sized`), the outputs are
+        fresh torch tensors, and a shape the signature refuses returns None (`_general` then raises it)."""
+        run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
+        if run_pointers is None:
+            return None
+        checks, sized, single = self._checks, self.kernel.sized, self._single
+        expect = tuple((i, getattr(torch, DTYPE_TO_NUMPY[dt])) for i, (_, dt) in zip(self._inputs,
+                                                                                   self.kernel.artifact.inputs))
+        made = [getattr(torch, DTYPE_TO_NUMPY[dt]) for _, dt in self.kernel.artifact.outputs]
+        wants = self._out_dtypes
+        tensor = torch.Tensor
+
+        def fast(args: Sequence[Any]) -> Any:
+            for i, t, version in checks:
+                if args[i] is not t or t._version != version:
+                    return None
+            pointers, copies, shapes = [], [], []
+            for i, dtype in expect:
+                t = args[i]
+                if not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu:
+                    return None
+                if not t.is_contiguous():
+                    t = t.contiguous()
+                    copies.append(t)  # alive until the kernel has run
+                pointers.append(t.data_ptr())
+                shapes.append(tuple(t.shape))
+            out_shapes, sizes = sized(tuple(shapes))
+            outs = [torch.empty(shape, dtype=dtype) for shape, dtype in zip(out_shapes, made)]
+            pointers.extend(o.data_ptr() for o in outs)
+            pointers.append(sizes.ctypes.data)
+            run_pointers(pointers)
+            outs = [o if o.dtype is want else _as_dtype(o, want) for o, want in zip(outs, wants)]
+            return outs[0] if single else tuple(outs)
+
+        return fast
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
         graph, inputs = lower_partition(self.sub, frozen)
@@ -287,8 +346,13 @@ class CompiledPartition(torch.nn.Module):
             self._pointer_path()
             return self.forward(*args)
         arrays = self.kernel.check_args([_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs])
-        outs = self._outputs.take()
-        self.kernel.executable.run(arrays + outs)
+        if self._outputs is None:  # dynamic sizes
+            shapes, sizes = self.kernel.sizes(arrays)
+            outs = [np.empty(shape, DTYPE_TO_NUMPY[dt]) for shape, (_, dt) in zip(shapes, self.kernel.artifact.outputs)]
+            self.kernel.executable.run(arrays + outs + [sizes])
+        else:
+            outs = self._outputs.take()
+            self.kernel.executable.run(arrays + outs)
         tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
         return tensors[0] if self._single else tuple(tensors)
 
@@ -348,8 +412,14 @@ def lower_partition(sub: torch.fx.GraphModule,
         for node in sub.graph.nodes:
             if node.op == "placeholder":
                 i, position = position, position + 1
-                meta = node.meta["val"]
-                if isinstance(meta, torch.Tensor) and meta.numel() == 0:
+                meta = node.meta.get("val")
+                if isinstance(meta, torch.SymInt):
+                    env[node] = as_dim(meta)  # a size: bound from the tensors' shapes, not a kernel input
+                    continue
+                if not isinstance(meta, torch.Tensor):  # a Python scalar of a graph traced per shape
+                    env[node] = meta
+                    continue
+                if has_no_elements(meta):
                     env[node] = operand(graph, meta)  # Empty: no data, not a kernel input
                     continue
                 vt = value_type(meta)
@@ -429,7 +499,7 @@ def _empty_at_the_boundary(supported: set[torch.fx.Node]) -> list[torch.fx.Node]
         changed = False
         for node in list(supported):
             val = node.meta.get("val")
-            if (isinstance(val, torch.Tensor) and val.numel() == 0
+            if (has_no_elements(val)
                     and any(user not in supported for user in node.users)):
                 supported.discard(node)
                 left.append(node)
@@ -437,33 +507,69 @@ def _empty_at_the_boundary(supported: set[torch.fx.Node]) -> list[torch.fx.Node]
     return left
 
 
+@dataclasses.dataclass
+class _Triage:
+    """Which call nodes of an ATen graph pbsdk compiles, and how (`_triage`)."""
+
+    supported: set[torch.fx.Node] = dataclasses.field(default_factory=set)
+    fallbacks: list[str] = dataclasses.field(default_factory=list)
+    dynamic: list[str] = dataclasses.field(default_factory=list)
+    checks: int = 0
+
+
+def _triage(gm: torch.fx.GraphModule) -> _Triage:
+    """Sort ``gm``'s call nodes: host checks and size arithmetic stay with torch (counted as checks); a node
+    that converts (with its symbolic sizes, if any) is supported; the rest fall back to torch, each logged
+    (a dynamic one as such)."""
+    t = _Triage()
+    excluded = _aliases_of_inputs(gm)
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node in excluded:
+            continue
+        name = op_name(node.target)
+        if name in _HOST_CHECKS or is_size_arithmetic(node):
+            t.checks += 1
+            continue
+        ok, why = _supported(node)
+        if ok:
+            t.supported.add(node)
+        elif is_dynamic(node):
+            t.dynamic.append(name)
+            log.info("pbsdk: %s (dynamic sizes) falls back to torch: %s", name, why)
+        elif name != "getitem":
+            t.fallbacks.append(name)
+            log.info("pbsdk: %s falls back to torch: %s", name, why)
+    for node in _empty_at_the_boundary(t.supported):
+        t.fallbacks.append(op_name(node.target))
+        log.info("pbsdk: %s falls back to torch: its element-less result is read outside pbsdk's kernels",
+                 op_name(node.target))
+    return t
+
+
+def _partition_module(name: str, sub: torch.fx.GraphModule, positions: Mapping[int, torch.Tensor],
+                      request: CompileRequest, max_shapes: int) -> torch.nn.Module:
+    """The module running partition ``sub``: compiled once (sizes read at run time where symbolic), or,
+    when the compile with symbolic sizes fails, compiled per input shape (`PerShapePartition`)."""
+    try:
+        # AOTAutograd calls us under its fake-tensor mode; the frozen values are real tensors.
+        with unset_fake_temporarily():
+            return CompiledPartition(name, sub, positions, request)
+    except Exception as exc:
+        if not graph_is_symbolic(sub):
+            raise
+        log.info("pbsdk: partition %s did not compile with symbolic sizes (%s); it is compiled per shape",
+                 name, _described(exc))
+    return PerShapePartition(name, sub, positions, request, max_shapes)
+
+
 def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.Tensor],
-                 request: CompileRequest) -> torch.fx.GraphModule:
+                 request: CompileRequest, max_shapes: int = 8) -> torch.fx.GraphModule:
     """Partition a functional core-ATen graph and replace its supported partitions with pbsdk kernels."""
     start = time.perf_counter()
     frozen_by_name = {n.name: t for n, t in frozen.items()}
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    excluded = _aliases_of_inputs(gm)
-    supported: set[torch.fx.Node] = set()
-    fallbacks: list[str] = []
-    checks = 0
-    for node in calls:
-        if node in excluded:
-            continue
-        if op_name(node.target) in _HOST_CHECKS:
-            checks += 1
-            continue
-        ok, why = _supported(node)
-        if ok:
-            supported.add(node)
-        elif op_name(node.target) != "getitem":
-            fallbacks.append(op_name(node.target))
-            log.info("pbsdk: %s falls back to torch: %s", op_name(node.target), why)
-    for node in _empty_at_the_boundary(supported):
-        fallbacks.append(op_name(node.target))
-        log.info("pbsdk: %s falls back to torch: its element-less result is read outside pbsdk's kernels",
-                 op_name(node.target))
-    partitioner = CapabilityBasedPartitioner(gm, _Support(supported), allows_single_node_partition=True)
+    t = _triage(gm)
+    partitioner = CapabilityBasedPartitioner(gm, _Support(t.supported), allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
     fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
@@ -480,9 +586,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
                      and a.op in ("placeholder", "get_attr") and a.name in frozen_by_name}
         n_ops = sum(1 for n in sub.graph.nodes if n.op == "call_function")
         try:
-            # AOTAutograd calls us under its fake-tensor mode; the frozen values are real tensors.
-            with unset_fake_temporarily():
-                part = CompiledPartition(str(node.target), sub, positions, request)
+            part = _partition_module(str(node.target), sub, positions, request, max_shapes)
         except Exception as exc:  # noqa: BLE001 - a partition that fails to lower or compile runs in torch
             failed += 1
             errors.append(_described(exc))
@@ -491,17 +595,61 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
             continue
         setattr(fused, str(node.target), part)
         compiled_ops += n_ops
-        attention += part.fused_attention
-        kernels.append(part)
+        if isinstance(part, CompiledPartition):
+            attention += part.fused_attention
+            kernels.append(part)
     fused.recompile()
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
-                           fallback_ops=tuple(fallbacks), failed_partitions=failed, frozen=bool(frozen),
-                           seconds=time.perf_counter() - start, fused_attention=attention, host_checks=checks,
+                           fallback_ops=tuple(t.fallbacks), failed_partitions=failed, frozen=bool(frozen),
+                           seconds=time.perf_counter() - start, fused_attention=attention, host_checks=t.checks,
+                           dynamic_ops=tuple(t.dynamic), per_shape_partitions=sum(
+                               isinstance(getattr(fused, str(n.target), None), PerShapePartition)
+                               for n in fused.graph.nodes if n.op == "call_module"),
                            kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors))
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
     return fused
+
+
+class PerShapePartition(torch.nn.Module):
+    """A partition whose kernel needs its sizes: specialised to the concrete shapes of each call (traced
+    again with the call's tensors, then a `CompiledPartition`), up to ``max_shapes`` shapes; further shapes,
+    and a shape whose compile fails (logged once), run in torch. Python ints among the inputs (sizes)
+    are part of the key."""
+
+    def __init__(self, name: str, sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor],
+                 request: CompileRequest, max_shapes: int) -> None:
+        super().__init__()
+        self.name, self.sub, self.request, self.max_shapes = name, sub, request, max_shapes
+        self._frozen = dict(frozen)
+        self.compiled: dict[tuple[Any, ...], Any] = {}
+        self._lock = threading.Lock()
+
+    def forward(self, *args: Any) -> Any:
+        key = tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else a for a in args)
+        fn = self.compiled.get(key)
+        if fn is None:
+            with self._lock:
+                fn = self.compiled.get(key) or self._specialise(key, args)
+        return fn(*args)
+
+    def _specialise(self, key: tuple[Any, ...], args: Sequence[Any]) -> Any:
+        if len(self.compiled) >= self.max_shapes:
+            log.info("pbsdk: partition %s compiled for %d shapes (max_shapes); further shapes run in torch",
+                     self.name, self.max_shapes)
+            return self.sub
+        try:
+            plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+            with torch.no_grad():
+                static = torch.fx.experimental.proxy_tensor.make_fx(self.sub, tracing_mode="fake")(*plain)
+            fn: Any = CompiledPartition(f"{self.name}_{len(self.compiled)}", static, self._frozen, self.request)
+        except Exception as exc:  # noqa: BLE001 - this shape runs in torch, as any failed partition
+            log.warning("pbsdk: partition %s did not compile for shapes %s and runs in torch for them: %s",
+                        self.name, [k[0] for k in key if isinstance(k, tuple)], _described(exc))
+            fn = self.sub
+        self.compiled[key] = fn
+        return fn
 
 
 # ------------------------------------------------------------------------------------------ AOTAutograd
@@ -558,7 +706,7 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
             log.info("pbsdk: AOTAutograd rewrote the inputs; parameters stay kernel inputs")
         if freeze:
             frozen.update(_attribute_constants(fx))
-        return make_boxed_func(compile_aten(fx, frozen, request))
+        return make_boxed_func(compile_aten(fx, frozen, request, opts.max_shapes))
 
     def backward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
         return make_boxed_func(fx)
@@ -632,7 +780,7 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     frozen = {placeholders[i]: example_inputs[i] for i in static} if opts.freeze else {}
     if opts.freeze:
         frozen.update(_attribute_constants(aten))
-    fused = compile_aten(aten, frozen, request)
+    fused = compile_aten(aten, frozen, request, opts.max_shapes)
     return _single_partition_call(fused) or fused
 
 
@@ -792,7 +940,13 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
         return gm.forward
     static = _static_positions(gm, example_inputs)
     if _is_dynamic(gm, example_inputs):
-        return PerShape(gm, request, opts, static)
+        if opts.dynamic == "per_shape":
+            return PerShape(gm, request, opts, static)
+        start = time.perf_counter()
+        try:
+            return compile_static(gm, example_inputs, request, opts, static)
+        except Exception as exc:  # noqa: BLE001 - as below
+            return _runs_in_torch(gm, exc, start)
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     start = time.perf_counter()

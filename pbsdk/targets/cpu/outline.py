@@ -4,7 +4,8 @@ A whole model's fused ops end up in one function: a GPT-2 of 2 layers gives ~100
 6,400 lines of LLVM IR in it, 4 layers 10,500. LLVM's optimiser is superlinear in the size of one function
 (IndVarSimplify took 75% of ``opt -O3`` on it; 1.6x the lines took 4.3x the time), so compiling 12 layers
 took minutes. This pass moves every top-level op that carries a loop nest (an op with regions, or a copy)
-of a function with at least `MIN_NESTS` of them into a private function of its own, called in its place,
+of a function with at least `MIN_NESTS` of them into a private function of its own (unless it reads a
+buffer whose sizes or strides are known only at run time, which the bare-pointer convention cannot pass), called in its place,
 marked ``noinline`` so that LLVM optimises it alone; then identical nests (the same op on the same types,
 as in repeated layers) are merged by `DedupeFunctions`, so each is optimised and generated once.
 
@@ -75,6 +76,17 @@ def _constant(v: ir.Value) -> ir.Operation | None:
     return None
 
 
+def passes_bare(t: ir.Type) -> bool:
+    """Whether a value of type ``t`` can be a function argument under the cpu target's bare-pointer calling
+    convention: not a memref, or one of static sizes, strides and offset. A nest that uses any other
+    buffer (a dynamic size read at run time: `pbsdk.core.passes.dynamic_sizes`) stays where it is."""
+    if not isinstance(t, ir.MemRefType):
+        return True
+    memref = ir.MemRefType(t)
+    strides, offset = memref.get_strides_and_offset()
+    return memref.has_static_shape and not any(memref.is_dynamic_stride_or_offset(s) for s in (*strides, offset))
+
+
 @dataclasses.dataclass(frozen=True)
 class OutlineLoopNests:
     """No options."""
@@ -92,8 +104,9 @@ class OutlineLoopNests:
             if len(found) < MIN_NESTS:
                 continue
             for op in found:
-                self._outline(module, op, f"__pbsdk_nest_{count}")
-                count += 1
+                if all(passes_bare(v.type) for v in free_values(op)):
+                    self._outline(module, op, f"__pbsdk_nest_{count}")
+                    count += 1
         if count:
             DedupeFunctions().apply(module)
 

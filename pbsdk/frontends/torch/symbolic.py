@@ -1,0 +1,86 @@
+"""Which nodes of an ATen graph traced with symbolic sizes (Dynamo's automatic dynamic shapes,
+``mark_dynamic``) depend on a size that changes between calls.
+
+A node is *static* when every tensor it reads or makes has int sizes and no argument is a symbolic
+scalar: it computes the same thing whatever the symbols' values, so it compiles once, as in a static graph.
+A node whose value is a symbolic scalar (``sym_size``, ``s0 + 1``, ``sym_numel``) is host arithmetic on
+sizes. Everything else is *dynamic*: its sizes are read at run time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from pbsdk.core.dims import Dim
+from pbsdk.core.errors import UnsupportedError
+
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic_value(val: Any) -> bool:
+    """Whether ``val`` (a node's ``meta["val"]``, or a tensor, a size, a tuple of them) involves a symbol."""
+    if isinstance(val, _SYMBOLIC):
+        return True
+    if isinstance(val, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in val.shape)
+    if isinstance(val, (tuple, list)):
+        return any(is_symbolic_value(v) for v in val)
+    return False
+
+
+def is_size_arithmetic(node: torch.fx.Node) -> bool:
+    """A node computing a symbolic scalar on the host (``sym_size.int``, ``operator.add`` of sizes)."""
+    return isinstance(node.meta.get("val"), _SYMBOLIC)
+
+
+def _argument_is_symbolic(arg: Any) -> bool:
+    if isinstance(arg, torch.fx.Node):
+        return is_symbolic_value(arg.meta.get("val"))
+    if isinstance(arg, (tuple, list)):
+        return any(_argument_is_symbolic(a) for a in arg)
+    return isinstance(arg, _SYMBOLIC)
+
+
+def is_dynamic(node: torch.fx.Node) -> bool:
+    """Whether ``node`` reads or makes a tensor of symbolic sizes, or takes a symbolic scalar."""
+    if is_symbolic_value(node.meta.get("val")):
+        return True
+    return any(_argument_is_symbolic(a) for a in (*node.args, *node.kwargs.values()))
+
+
+def graph_is_symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether any node of ``gm`` involves a symbol."""
+    return any(is_dynamic(n) for n in gm.graph.nodes if n.op in ("placeholder", "call_function"))
+
+
+def as_dim(size: Any) -> int | Dim:
+    """A size as pbsdk's graph carries it: an int, or a `Dim` linear form over torch's size symbols
+    (``s0``, ``s0 + 1``, ``2*s1``). A size that is not linear in the symbols (``s0*s1``, ``s0 // 2``) is an
+    `UnsupportedError`: its node stays with torch."""
+    if isinstance(size, int):
+        return size
+    if not isinstance(size, torch.SymInt):
+        raise UnsupportedError(f"size {size!r} is not an int")
+    expr = size.node.expr
+    if expr.is_number:
+        return int(expr)
+    coeffs: dict[str, int] = {}
+    const = 0
+    for term, coeff in expr.as_coefficients_dict().items():
+        if not coeff.is_integer:
+            raise UnsupportedError(f"size {expr} is not linear in the size symbols")
+        if term.is_number:
+            const += int(coeff) * int(term)
+        elif term.is_Symbol:
+            coeffs[str(term)] = coeffs.get(str(term), 0) + int(coeff)
+        else:
+            raise UnsupportedError(f"size {expr} is not linear in the size symbols")
+    return Dim.of(coeffs, const)
+
+
+def has_no_elements(val: Any) -> bool:
+    """Whether ``val`` is a tensor with a static zero size (a symbolic size is at least 2: Dynamo
+    specialises 0 and 1). Asks no question of the symbols, so it adds no guard."""
+    return isinstance(val, torch.Tensor) and any(isinstance(d, int) and d == 0 for d in val.shape)
