@@ -110,10 +110,29 @@ def test_unsupported_ops_fall_back_with_one_log_line_each(caplog: pytest.LogCapt
     assert report.partitions == 2  # conv+relu before i0, tanh after logcumsumexp
 
 
+def test_dynamic_shapes_compile_once_with_symbolic_sizes(caplog: pytest.LogCaptureFixture) -> None:
+    # Dynamo's second batch size traces the graph with a symbolic batch: one more compile, then every
+    # size runs the same kernels (rows read at run time), none per shape.
+    torch.manual_seed(3)
+    model = MLP(16, 32, 8).eval()
+    pbsdk_torch.clear_reports()
+    fn = _compiled(model, max_shapes=2)
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="pbsdk"):
+        for n in (2, 3, 5, 7, 64, 1000):
+            x = torch.randn(n, 16)
+            assert_close(fn(x).numpy(), model(x).numpy(), op="mlp", tol=TOLERANCES["mlp"])
+    reports = pbsdk_torch.reports()
+    assert len(reports) == 2, reports  # batch 2 (static), then symbolic
+    dynamic = reports[1]
+    assert dynamic.compiled_ops == dynamic.graph_ops and dynamic.per_shape_partitions == 0, dynamic
+    assert any(k.executable is not None for k in dynamic.kernels)
+    assert not any("max_shapes" in r.getMessage() or "per shape" in r.getMessage() for r in caplog.records)
+
+
 def test_dynamic_shapes_compile_per_shape_up_to_the_limit(caplog: pytest.LogCaptureFixture) -> None:
     torch.manual_seed(3)
     model = MLP(16, 32, 8).eval()
-    fn = _compiled(model, max_shapes=2)
+    fn = _compiled(model, max_shapes=2, dynamic="per_shape")
     with torch.no_grad(), caplog.at_level(logging.INFO, logger="pbsdk"):
         for n in (2, 3, 5, 7):
             x = torch.randn(n, 16)

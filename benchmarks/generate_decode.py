@@ -1,0 +1,168 @@
+"""Issue #31: ``generate()`` as people run it. A Hugging Face decoder from its own config (random weights,
+nothing downloaded, ``use_cache=True`` left alone), its ``forward`` compiled by ``torch.compile`` with
+backend ``pbsdk`` and with Inductor, against eager, all in one process: greedy decoding of ``--new`` tokens
+after a ``--prompt``-token prompt, with the default dynamic cache (``DynamicCache``: each step's keys and
+values one longer, so Dynamo traces the decode step with a symbolic length) or a static cache
+(``cache_implementation="static"``).
+
+Per model, cache and batch, each contender's ``forward`` is compiled once and:
+
+- its first ``generate()`` is timed (compiles included) and its tokens compared with eager's (equal, or the
+  first position where they differ);
+- then rounds of interleaved calls, the order rotated per round: ``generate(max_new_tokens=new)`` and
+  ``generate(max_new_tokens=1)`` (the prompt alone); decode tokens/s = ``(new - 1) * batch /`` their
+  difference. A contender's figure is the median over rounds; the ratio to Inductor is the median of the
+  per-round ratios, with their min..max.
+
+Graphs compiled: pbsdk's `CompileReport`s (one per graph pbsdk compiled, whatever the shapes), with the
+ops compiled and those left to torch; Inductor's count is Dynamo's ``unique_graphs`` counter.
+
+    python benchmarks/generate_decode.py --models gpt2 llama --caches dynamic static --batches 1 8 \\
+        --threads 1 --json benchmarks/results/generate_decode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+CONTENDERS = ("pbsdk", "inductor", "eager")
+
+#: A Llama-style decoder (the shape of benchmarks/moe_decoders.py's; 8 query / 2 key-value heads).
+LLAMA = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 4,
+         "num_attention_heads": 8, "num_key_value_heads": 2, "max_position_embeddings": 1024}
+
+
+def build(name: str) -> Any:
+    from pbsdk.testing.torchvision import import_transformers
+
+    tf = import_transformers()
+    import torch
+
+    torch.manual_seed(0)
+    if name == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config()).eval()  # 12 layers, d 768: GPT-2 small's shape
+    if name == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**LLAMA)).eval()
+    if name == "qwen2":
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**LLAMA)).eval()
+    raise SystemExit(f"unknown model {name!r} (gpt2, llama, qwen2)")
+
+
+def _generate(model: Any, ids: Any, new: int, cache: str) -> Any:
+    kw: dict[str, Any] = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False,
+                          "attention_mask": ids.new_ones(ids.shape), "pad_token_id": 0}
+    if cache == "static":
+        kw["cache_implementation"] = "static"
+    return model.generate(ids, **kw)
+
+
+def _first_difference(got: Any, want: Any) -> int | None:
+    if got.shape == want.shape and bool((got == want).all()):
+        return None
+    n = min(got.shape[1], want.shape[1])
+    diff = (got[:, :n] != want[:, :n]).any(dim=0).nonzero()
+    return int(diff[0]) if len(diff) else n
+
+
+def run_case(name: str, cache: str, batch: int, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    import pbsdk.frontends.torch as pbsdk_torch
+
+    model = build(name)
+    eager_forward = model.forward
+    ids = torch.randint(0, 1000, (batch, args.prompt), generator=torch.Generator().manual_seed(1))
+    row: dict[str, Any] = {"model": name, "cache": cache, "batch": batch, "prompt": args.prompt, "new": args.new}
+    forwards: dict[str, Any] = {"eager": eager_forward}
+    with torch.no_grad():
+        want = _generate(model, ids, args.new, cache)
+        for who in ("pbsdk", "inductor"):
+            torch._dynamo.reset()
+            torch._dynamo.utils.counters.clear()
+            pbsdk_torch.clear_reports()
+            options = {"compile_options": {"threads": args.threads}} if who == "pbsdk" else None
+            model.forward = forwards[who] = torch.compile(eager_forward, backend=who, options=options)
+            start = time.perf_counter()
+            got = _generate(model, ids, args.new, cache)
+            row[f"{who}_first_s"] = round(time.perf_counter() - start, 2)
+            row[f"{who}_differs_at"] = _first_difference(got, want)
+            if who == "pbsdk":
+                reports = pbsdk_torch.reports()
+                row["pbsdk_graphs"] = len(reports)
+                row["pbsdk_ops"] = [f"{r.compiled_ops}/{r.graph_ops}" for r in reports]
+                row["pbsdk_left_to_torch"] = sorted({*(o for r in reports for o in r.fallback_ops),
+                                                     *(o for r in reports for o in r.dynamic_ops)})
+                row["pbsdk_failed_partitions"] = sum(r.failed_partitions for r in reports)
+            else:
+                row["inductor_graphs"] = int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+        # Dynamo's caches hold both compiled forwards (each was compiled after its own reset, and guards
+        # on its own function object); every call below reuses them.
+        rates: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        for r in range(args.rounds):
+            order = CONTENDERS[r % 3:] + CONTENDERS[:r % 3]
+            for who in order:
+                model.forward = forwards[who]
+                start = time.perf_counter()
+                _generate(model, ids, 1, cache)
+                prefill = time.perf_counter() - start
+                start = time.perf_counter()
+                _generate(model, ids, args.new, cache)
+                total = time.perf_counter() - start
+                rates[who].append((args.new - 1) * batch / max(total - prefill, 1e-9))
+        model.forward = eager_forward
+    for who in CONTENDERS:
+        row[f"{who}_decode_tok_s"] = round(statistics.median(rates[who]), 1)
+    ratios = [p / i for p, i in zip(rates["pbsdk"], rates["inductor"])]
+    row["pbsdk_vs_inductor"] = round(statistics.median(ratios), 3)
+    row["pbsdk_vs_inductor_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+    row["pbsdk_vs_eager"] = round(statistics.median(p / e for p, e in zip(rates["pbsdk"], rates["eager"])), 3)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="+", default=["gpt2", "llama"])
+    ap.add_argument("--caches", nargs="+", default=["dynamic", "static"], choices=["dynamic", "static"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 8])
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    rows = []
+    for name in args.models:
+        for cache in args.caches:
+            for batch in args.batches:
+                row = run_case(name, cache, batch, args)
+                row["cpu"] = _cpu_model()
+                row["load"] = round(os.getloadavg()[0], 2)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                if args.json:
+                    with open(args.json, "w") as f:
+                        json.dump(rows, f, indent=1)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
