@@ -1,9 +1,10 @@
 """``pbsdk.export``: a compiled model as one file that runs without the compiler (`pbsdk.runtime`, or the C
 API in ``runtime/c``). The format is `pbsdk.runtime.format`'s; docs/deploy.md describes both sides.
 
-Only the cpu target exports today: nvgpu's kernel bundle (``pbsdk compile --target nvgpu -o k.pbsdk``) holds
-kernels, not a model, and the template target's emulation needs the compiler at run time; both are refused
-with a `TargetError`.
+Three kinds of code are exported (`runtime_target`): the cpu target's (a shared library for the spec's
+machine), the template target's and every target derived from it (its emulation: a shared library for the
+host, since the emulated chip runs on the host), and nvgpu's (the kernels' cubin/PTX and launch plan, run
+through the CUDA driver). Other targets are refused with a `TargetError`.
 """
 
 from __future__ import annotations
@@ -48,13 +49,23 @@ def carried(given: np.dtype, takes: str, name: str) -> str:
                            "the kernel's dtype")
 
 
-def _check_exportable(request: CompileRequest) -> None:
+def runtime_target(target: Target) -> str:
+    """The runtime path that runs ``target``'s code, recorded as the manifest's ``target``: "cpu" (a
+    `CpuTarget`), "template" (a `TemplateTarget`, e.g. one scaffolded by ``pbsdk new-target``) or "nvgpu" (an
+    `NvgpuTarget`); a `TargetError` for any other target."""
     from pbsdk.targets.cpu import CpuTarget
+    from pbsdk.targets.nvgpu import NvgpuTarget
+    from pbsdk.targets.template import TemplateTarget
 
-    if not isinstance(request.target, CpuTarget):
-        raise TargetError(f"export for target {request.target.name!r} is not supported: only the cpu target "
-                          "writes deploy artifacts (nvgpu: `pbsdk compile --target nvgpu -o k.pbsdk` bundles "
-                          "kernels; template runs under the compiler's emulation)")
+    for cls, name in ((CpuTarget, "cpu"), (TemplateTarget, "template"), (NvgpuTarget, "nvgpu")):
+        if isinstance(target, cls):
+            return name
+    raise TargetError(f"export for target {target.name!r} is not supported: the deploy runtime runs the code of "
+                      "the cpu, template (and targets derived from it) and nvgpu targets")
+
+
+def _check_exportable(request: CompileRequest) -> None:
+    runtime_target(request.target)
 
 
 def _tensors(types: Sequence[tuple[tuple[int, ...], str]], names: Sequence[str],
@@ -64,25 +75,30 @@ def _tensors(types: Sequence[tuple[tuple[int, ...], str]], names: Sequence[str],
                  for n, (shape, dt), g in zip(names, types, given))
 
 
-def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact], request: CompileRequest) -> Path:
-    """Build each entry's library and write the file (`pbsdk.runtime.format.write`)."""
+def _check_static(e: EntryArtifact) -> None:
+    if any(isinstance(d, str) for shape, _ in (*e.artifact.inputs, *e.artifact.outputs) for d in shape):
+        from pbsdk.core.errors import DynamicShapeError
+
+        raise DynamicShapeError(f"entry {e.name} has dynamic sizes; the deployed format and runtime take "
+                                "static shapes (compile the entry for its shape)", stage="deploy")
+
+
+Payloads = list[tuple[str, Any]]
+
+
+def _host_entries(entries: Sequence[EntryArtifact], request: CompileRequest, family: str,
+                  payloads: Payloads) -> tuple[list[fmt.EntryDesc], dict[str, Any]]:
+    """Each entry's shared library (for the spec's machine on cpu; for this host on template, whose
+    emulation runs here) and weights as payloads; the entries' descriptions and the manifest's platform."""
     from pbsdk.deploy import cpu
 
-    _check_exportable(request)
-    if not entries:
-        raise PbsdkError("nothing to export: no entries")
-    names = [e.name for e in entries]
-    if len(set(names)) != len(names) or any(not n.isidentifier() for n in names):
-        raise PbsdkError(f"entry names must be distinct identifiers, got {names}")
-    payloads: list[tuple[str, Any]] = []
+    spec = request.spec if family == "cpu" else None
     descs, features, amx = [], set(), False
     for e in entries:
-        if any(isinstance(d, str) for shape, _ in (*e.artifact.inputs, *e.artifact.outputs) for d in shape):
-            from pbsdk.core.errors import DynamicShapeError
-
-            raise DynamicShapeError(f"entry {e.name} has dynamic sizes; the deployed format and runtime take "
-                                    "static shapes (compile the entry for its shape)", stage="deploy")
-        lib = cpu.build_library(e.artifact, request.spec)
+        if e.artifact.kind != "llvm-ir":
+            raise TargetError(f"target {request.target.name!r} emitted a {e.artifact.kind!r} artifact for {e.name}; "
+                              "a host export takes LLVM IR (its final_emission must keep the template's)")
+        lib = cpu.build_library(e.artifact, spec)
         features |= set(lib.cpu_features)
         amx = amx or lib.amx
         code = len(payloads)
@@ -93,10 +109,50 @@ def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact
             payloads.append((f"{e.name}.weight{i}", [np.ascontiguousarray(c).reshape(-1).view(np.uint8)]))
         descs.append(fmt.EntryDesc(e.name, cpu.ENTRY_SYMBOL, code, _tensors(e.artifact.inputs, e.input_names, e.input_given),
                                    tuple(consts), _tensors(e.artifact.outputs, e.output_names), lib.workspace))
-    machine, system = cpu.platform_of(request.spec)
-    manifest = fmt.Manifest(target="cpu", machine=machine, system=system, spec_name=request.spec.name,
-                            spec_hash=cpu.spec_hash(request.spec), cpu_features=tuple(sorted(features)),
-                            entries=tuple(descs), compiler=cpu.compiler_versions(), amx=amx)
+    machine, system = cpu.platform_of(spec)
+    return descs, {"machine": machine, "system": system, "cpu_features": tuple(sorted(features)), "amx": amx}
+
+
+def _device_entries(entries: Sequence[EntryArtifact], payloads: Payloads) -> tuple[list[fmt.EntryDesc], dict[str, Any]]:
+    """Each entry's images and weights as payloads, its launch plan in its description (`deploy.nvgpu`)."""
+    from pbsdk.deploy.nvgpu import device_code
+
+    descs, archs = [], set()
+    for e in entries:
+        if e.artifact.constants:
+            raise PbsdkError(f"the nvgpu artifact of {e.name} has constants outside its bundle")
+        code = device_code(e.artifact, e.name)
+        first = len(payloads)
+        payloads.extend((name, [data]) for name, data in code.payloads)
+        plan = code.placed(first)
+        weights = tuple(b.section for b in plan.buffers if b.role == "weight")
+        descs.append(fmt.EntryDesc(e.name, e.name, plan.images[0][1],
+                                   _tensors(e.artifact.inputs, e.input_names, e.input_given), weights,
+                                   _tensors(e.artifact.outputs, e.output_names), 0, plan))
+        archs.add(code.arch)
+    if len(archs) != 1:
+        raise PbsdkError(f"the entries were compiled for several GPU architectures: {sorted(archs)}")
+    return descs, {"machine": archs.pop(), "system": "cuda", "cpu_features": (), "amx": False}
+
+
+def write_artifact(path: str | os.PathLike[str], entries: Sequence[EntryArtifact], request: CompileRequest) -> Path:
+    """Build each entry's code and write the file (`pbsdk.runtime.format.write`)."""
+    from pbsdk.deploy import cpu
+
+    family = runtime_target(request.target)
+    if not entries:
+        raise PbsdkError("nothing to export: no entries")
+    names = [e.name for e in entries]
+    if len(set(names)) != len(names) or any(not n.isidentifier() for n in names):
+        raise PbsdkError(f"entry names must be distinct identifiers, got {names}")
+    for e in entries:
+        _check_static(e)
+    payloads: Payloads = []
+    descs, platform = (_device_entries(entries, payloads) if family == "nvgpu"
+                       else _host_entries(entries, request, family, payloads))
+    manifest = fmt.Manifest(target=family, spec_name=request.spec.name, spec_hash=cpu.spec_hash(request.spec),
+                            entries=tuple(descs), compiler=cpu.compiler_versions(),
+                            target_name=request.target.name if request.target.name != family else "", **platform)
     out = Path(path)
     tmp = out.with_name(out.name + ".tmp")
     fmt.write(str(tmp), manifest, payloads)
@@ -114,8 +170,8 @@ def export(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], path: st
     function (refused, naming the primitives, when any equation would run in XLA), an ONNX model (a
     path to a ``.onnx`` file, its bytes, a ``ModelProto`` or a ``pbsdk.onnx`` model), or a ``torch.nn.Module``
     (through ``torch.export``; refused, naming the ops, when any op would fall back to torch).
-    ``target``/``spec``/``options`` as for ``pbsdk.jit`` (a jit function's own by default); only the cpu
-    target exports. ``name`` names the entry (default: the function's or model's name)."""
+    ``target``/``spec``/``options`` as for ``pbsdk.jit`` (a jit function's own by default): cpu, template
+    (or a target derived from it) or nvgpu (`runtime_target`). ``name`` names the entry (default: the function's or model's name)."""
     from pbsdk.deploy import frontends
 
     entries, request = frontends.entries_for(obj, example_inputs, target=target, spec=spec, options=options,
@@ -123,4 +179,4 @@ def export(obj: Any, example_inputs: Sequence[Any] | Mapping[str, Any], path: st
     return write_artifact(path, entries, request)
 
 
-__all__ = ["EntryArtifact", "carried", "export", "write_artifact"]
+__all__ = ["EntryArtifact", "carried", "export", "runtime_target", "write_artifact"]

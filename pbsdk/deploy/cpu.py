@@ -96,8 +96,9 @@ def _run(cmd: list[str], what: str) -> None:
         raise CompileError(f"{what} failed ({' '.join(cmd[:2])} ...): {done.stderr.strip()[-2000:]}", stage="export")
 
 
-def build_library(artifact: Artifact, spec: ChipSpec) -> Library:
-    """Compile ``artifact`` (kind ``llvm-ir``, the cpu target's) into a shared library (see the module)."""
+def build_library(artifact: Artifact, spec: ChipSpec | None) -> Library:
+    """Compile ``artifact`` (kind ``llvm-ir``: the cpu target's, or the template's emulation) into a shared
+    library (see the module) for the spec's machine (``None``: this host's, as the template's emulation)."""
     from pbsdk.targets.cpu import _BF16_RUNTIME, _llvm, machine
     from pbsdk.targets.cpu.llvm_worker import compile_object
     from pbsdk.targets.cpu.parallel import fork_glue
@@ -143,7 +144,7 @@ def build_library(artifact: Artifact, spec: ChipSpec) -> Library:
 
 
 
-def platform_of(spec: ChipSpec) -> tuple[str, str]:
+def platform_of(spec: ChipSpec | None) -> tuple[str, str]:
     """(machine, system) the code runs on, as ``platform.machine()``/``platform.system()`` name them, from
     the spec's target triple; only Linux is supported (dlopen, memfd, /proc/cpuinfo)."""
     from pbsdk.targets.cpu import machine

@@ -35,14 +35,14 @@ def from_jit(fn: Any, args: Sequence[Any], request: CompileRequest, name: str | 
     from pbsdk.frontends.jit import JitFunction
 
     jf = fn if isinstance(fn, JitFunction) and fn.request is request else JitFunction(getattr(fn, "fn", fn), request)
-    kernel, _ = jf.kernel(jf._signature(tuple(args)))
+    artifact = jf.artifact(jf._signature(tuple(args)))
     try:
         params = list(inspect.signature(jf.fn).parameters)
     except (TypeError, ValueError):
         params = []
-    ins = tuple(params[i] if i < len(params) else f"input{i}" for i in range(len(kernel.artifact.inputs)))
-    outs = tuple(f"output{i}" for i in range(len(kernel.artifact.outputs)))
-    return EntryArtifact(_identifier(name or str(getattr(jf.fn, "__name__", "main"))), kernel.artifact, ins, outs)
+    ins = tuple(params[i] if i < len(params) else f"input{i}" for i in range(len(artifact.inputs)))
+    outs = tuple(f"output{i}" for i in range(len(artifact.outputs)))
+    return EntryArtifact(_identifier(name or str(getattr(jf.fn, "__name__", "main"))), artifact, ins, outs)
 
 
 def _onnx_model(obj: Any) -> Any:
@@ -77,16 +77,16 @@ def from_onnx(model: Any, request: CompileRequest, name: str | None) -> EntryArt
     if jit is None or list(computed) != list(model.output_names) or list(step.inputs) != list(model.input_names):
         raise UnsupportedError("the model's outputs are not all computed by its kernel (some are constants "
                                "folded at import); exporting such a model is not supported")
-    kernel, _ = jit.kernel(sig)
+    artifact = jit.artifact(sig)
     from pbsdk.deploy import carried
 
     given = tuple(carried(np.dtype(onnx_dtype), DTYPE_TO_NUMPY[t.dtype], tname) for tname, t, onnx_dtype in model.inputs)
-    for oname, (_, dt) in zip(model.output_names, kernel.artifact.outputs):
+    for oname, (_, dt) in zip(model.output_names, artifact.outputs):
         want = model._onnx_dtype(oname)
         if want is not None and np.dtype(want) != np.dtype(DTYPE_TO_NUMPY[dt]):
             raise UnsupportedError(f"output {oname!r} is {np.dtype(want).name} in the model and {DTYPE_TO_NUMPY[dt]} "
                                    "in pbsdk's kernel; exporting such models is not supported")
-    return EntryArtifact(_identifier(name or model.name), kernel.artifact, tuple(model.input_names),
+    return EntryArtifact(_identifier(name or model.name), artifact, tuple(model.input_names),
                          tuple(model.output_names), given)
 
 

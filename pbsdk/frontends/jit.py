@@ -15,7 +15,7 @@ from pbsdk.core.ir.emit import emit_graph, emit_program, layout_graph
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.core.runtime.kernel import Kernel
 from pbsdk.core.spec import ChipSpec
-from pbsdk.core.target import Target
+from pbsdk.core.target import Artifact, Target
 from pbsdk.frontends.tracing import Tensor, input_type, tracing
 
 Signature = tuple[TensorType, ...]
@@ -49,6 +49,7 @@ class JitFunction:
         self.fn = fn
         self.request = request
         self._kernels: dict[Signature, tuple[Kernel, bool]] = {}
+        self._artifacts: dict[Signature, tuple[Artifact, bool]] = {}  # compiled, not loaded yet (`artifact`)
         self._locks: dict[Signature, threading.Lock] = {}
         self._lock = threading.Lock()
         self._fast: dict[tuple[Any, ...], tuple[Kernel, bool]] = {}
@@ -95,6 +96,25 @@ class JitFunction:
                                   self.request.target.attention_forms)
         return "\n".join(([layout] if layout else []) + text) or "no contractions"
 
+    def _compile(self, sig: Signature) -> tuple[Artifact, bool]:
+        found = self._artifacts.get(sig)
+        if found is None:
+            graph, multiple = trace(self.fn, sig)
+            program = emit_program(graph, spec=self.request.spec, options=self.request.options,
+                                   forms=self.request.target.attention_forms)
+            found = (compile_text(program.text, self.request, constants=program.constants), multiple)
+            self._artifacts[sig] = found
+        return found
+
+    def artifact(self, sig: Signature) -> Artifact:
+        """The compiled artifact for ``sig``, without loading it (what `pbsdk.export` writes: a GPU target's
+        code needs no GPU here); kept, so a later call of the function loads this one."""
+        with self._lock:
+            lock = self._locks.setdefault(sig, threading.Lock())
+        with lock:
+            loaded = self._kernels.get(sig)
+            return loaded[0].artifact if loaded is not None else self._compile(sig)[0]
+
     def kernel(self, sig: Signature) -> tuple[Kernel, bool]:
         found = self._kernels.get(sig)
         if found is not None:
@@ -104,13 +124,11 @@ class JitFunction:
         with lock:
             found = self._kernels.get(sig)
             if found is None:
-                graph, multiple = trace(self.fn, sig)
-                program = emit_program(graph, spec=self.request.spec, options=self.request.options,
-                                       forms=self.request.target.attention_forms)
-                artifact = compile_text(program.text, self.request, constants=program.constants)
+                artifact, multiple = self._compile(sig)
                 executable = self.request.target.load(artifact, self.request.spec)
                 found = (Kernel(artifact, executable, name=self.fn.__name__), multiple)
                 self._kernels[sig] = found
+                self._artifacts.pop(sig, None)
         return found
 
     def __call__(self, *args: Any) -> Any:

@@ -76,10 +76,90 @@ class Section:
 
 
 @dataclasses.dataclass(frozen=True)
+class DeviceBuffer:
+    """A device buffer a GPU entry's kernels use. ``role``: ``"arg"`` (the entry's inputs then outputs, in
+    order: the first buffers), ``"weight"`` (uploaded once at load from section ``section``) or ``"temp"``
+    (allocated once per loaded entry)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    role: str
+    section: int = -1
+
+    def to_json(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype, "role": self.role,
+                **({"section": self.section} if self.role == "weight" else {})}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> DeviceBuffer:
+        role = str(d["role"])
+        if role not in ("arg", "weight", "temp"):
+            raise ValueError(f"device buffer role {role!r}")
+        return DeviceBuffer(tuple(int(x) for x in d["shape"]), str(d["dtype"]), role, int(d.get("section", -1)))
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelLaunch:
+    """One kernel launch of a GPU entry, in order: the kernel's name in the module, grid and block sizes,
+    dynamic shared memory, and its arguments: each a bare device pointer, ``(buffer index, byte offset)``."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    args: tuple[tuple[int, int], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "grid": list(self.grid), "block": list(self.block),
+                "shared_bytes": self.shared_bytes, "args": [list(a) for a in self.args]}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> KernelLaunch:
+        grid, block = (tuple(int(x) for x in d[k]) for k in ("grid", "block"))
+        if len(grid) != 3 or len(block) != 3:
+            raise ValueError("grid and block have three sizes")
+        return KernelLaunch(str(d["kernel"]), grid, block, int(d["shared_bytes"]),  # type: ignore[arg-type]
+                            tuple((int(b), int(o)) for b, o in d["args"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class DevicePlan:
+    """How a GPU entry runs (target nvgpu): the module images (``("cubin", section)`` for ``arch`` exactly,
+    ``("ptx", section)`` JIT-compiled by the driver for ``arch`` or newer), its buffers and its launches."""
+
+    arch: str
+    images: tuple[tuple[str, int], ...]
+    buffers: tuple[DeviceBuffer, ...]
+    launches: tuple[KernelLaunch, ...]
+
+    def sections(self) -> tuple[int, ...]:
+        """Every section the plan refers to: images, then weights."""
+        return tuple(i for _, i in self.images) + tuple(b.section for b in self.buffers if b.role == "weight")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"arch": self.arch, "images": [list(i) for i in self.images],
+                "buffers": [b.to_json() for b in self.buffers], "launches": [k.to_json() for k in self.launches]}
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any]) -> DevicePlan:
+        plan = DevicePlan(str(d["arch"]), tuple((str(k), int(i)) for k, i in d["images"]),
+                          tuple(DeviceBuffer.from_json(b) for b in d["buffers"]),
+                          tuple(KernelLaunch.from_json(k) for k in d["launches"]))
+        if not plan.images or any(k not in ("cubin", "ptx") for k, _ in plan.images):
+            raise ValueError(f"device images {plan.images}")
+        for k in plan.launches:
+            if any(not 0 <= b < len(plan.buffers) or o < 0 for b, o in k.args):
+                raise ValueError(f"launch {k.kernel} uses a buffer the plan lacks")
+        return plan
+
+
+@dataclasses.dataclass(frozen=True)
 class EntryDesc:
     """A callable entry point: its code section (a shared library exporting ``symbol``, which takes one
     ``void **``: the inputs' addresses, then the constants', then the outputs', then the workspace's when
-    ``workspace`` > 0), its inputs, its constants (section indices) and its outputs."""
+    ``workspace`` > 0), its inputs, its constants (section indices) and its outputs. A GPU entry (target
+    nvgpu) has a ``device`` plan instead of a library: ``code`` is its first image, ``constants`` its
+    weights, and ``symbol`` the entry's name."""
 
     name: str
     symbol: str
@@ -88,18 +168,21 @@ class EntryDesc:
     constants: tuple[int, ...]
     outputs: tuple[TensorDesc, ...]
     workspace: int = 0
+    device: DevicePlan | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "symbol": self.symbol, "code": self.code,
                 "inputs": [t.to_json() for t in self.inputs], "constants": list(self.constants),
-                "outputs": [t.to_json() for t in self.outputs], "workspace": self.workspace}
+                "outputs": [t.to_json() for t in self.outputs], "workspace": self.workspace,
+                **({"device": self.device.to_json()} if self.device is not None else {})}
 
     @staticmethod
     def from_json(d: Mapping[str, Any]) -> EntryDesc:
         return EntryDesc(str(d["name"]), str(d["symbol"]), int(d["code"]),
                          tuple(TensorDesc.from_json(t) for t in d["inputs"]),
                          tuple(int(c) for c in d["constants"]),
-                         tuple(TensorDesc.from_json(t) for t in d["outputs"]), int(d.get("workspace", 0)))
+                         tuple(TensorDesc.from_json(t) for t in d["outputs"]), int(d.get("workspace", 0)),
+                         DevicePlan.from_json(d["device"]) if "device" in d else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +200,14 @@ class Manifest:
     compiler: Mapping[str, str] = dataclasses.field(default_factory=dict)
     amx: bool = False
     format: int = FORMAT_VERSION
+    #: The compiling target's own name where it is not ``target`` but runs like it (a target scaffolded from
+    #: the template by ``pbsdk new-target``: ``target`` is "template", this its name); "" otherwise.
+    target_name: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": self.format, "target": self.target, "machine": self.machine, "system": self.system,
+        return {"format": self.format, "target": self.target,
+                **({"target_name": self.target_name} if self.target_name else {}),
+                "machine": self.machine, "system": self.system,
                 "spec": {"name": self.spec_name, "hash": self.spec_hash},
                 "cpu_features": list(self.cpu_features), "amx": self.amx, "compiler": dict(self.compiler),
                 "entries": [e.to_json() for e in self.entries],
@@ -137,7 +225,7 @@ class Manifest:
                 sections=tuple(Section(str(s["name"]), int(s["offset"]), int(s["size"]), int(s["crc32"]))
                                for s in d["sections"]),
                 compiler={str(k): str(v) for k, v in dict(d.get("compiler", {})).items()},
-                amx=bool(d.get("amx", False)), format=int(d["format"]))
+                amx=bool(d.get("amx", False)), format=int(d["format"]), target_name=str(d.get("target_name", "")))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise FormatError(f"the manifest is malformed: {type(exc).__name__}: {exc}") from None
 
@@ -215,6 +303,10 @@ def read_header(data: Any) -> Layout:
     if n < 12:
         raise TruncatedError(f"the file is {n} bytes long: too short to be a pbsdk deploy artifact")
     magic, version = bytes(data[:8]), struct.unpack("<I", data[8:12])[0]
+    if magic == b"PBSDK-AR":
+        raise FormatError("this is an nvgpu kernel bundle (`pbsdk compile --target nvgpu -o k.pbsdk`), not a deploy "
+                          "artifact: load it with pbsdk.targets.nvgpu.runtime, or export the model with "
+                          "pbsdk.export(..., target='nvgpu')")
     if magic != MAGIC:
         raise FormatError(f"not a pbsdk deploy artifact (magic {magic!r}, expected {MAGIC!r})")
     if version != FORMAT_VERSION:
@@ -257,7 +349,7 @@ def read_manifest(data: Any, layout: Layout) -> Manifest:
         if s.offset < HEADER_SIZE or s.size < 0 or s.offset + s.size > layout.size:
             raise FormatError(f"section {s.name!r} lies outside the file ({s.offset}+{s.size} of {layout.size})")
     for e in manifest.entries:
-        for i in (e.code, *e.constants):
+        for i in (e.code, *e.constants, *(e.device.sections() if e.device is not None else ())):
             if not 0 <= i < len(manifest.sections):
                 raise FormatError(f"entry {e.name!r} refers to section {i}; the file has {len(manifest.sections)}")
     if blobs["index"] != manifest.index_text().encode():

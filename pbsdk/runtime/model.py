@@ -1,9 +1,10 @@
-"""Loading a deploy artifact and calling its entries from numpy: the cpu target's runtime.
+"""Loading a deploy artifact and calling its entries from numpy.
 
-Needs numpy, ctypes and the standard library only. The file is memory-mapped once: every weight is a
-read-only view of the map (nothing is copied; pages are read from the page cache as the code touches
-them), and each entry's shared library is copied to an anonymous in-memory file (``memfd_create``) and
-opened with ``dlopen``. Calls are thread-safe: each call in flight gets its own outputs and workspace.
+Needs numpy, ctypes and the standard library only. The file is memory-mapped once. Host code (targets cpu
+and template: a shared library) is copied to an anonymous in-memory file (``memfd_create``) and opened
+with ``dlopen``; every weight is a read-only view of the map (nothing is copied; pages are read from the
+page cache as the code touches them). Calls are thread-safe: each call in flight gets its own outputs and
+workspace. GPU code (target nvgpu) runs through the CUDA driver (`pbsdk.runtime.cuda`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from pbsdk.runtime import format as fmt
 from pbsdk.runtime.errors import (
     CpuFeatureError,
+    FormatError,
     InputError,
     LibraryError,
     TargetMismatchError,
@@ -52,11 +54,21 @@ def host_cpu_flags() -> frozenset[str] | None:
     return None
 
 
+#: The targets whose code is a host shared library with one ``pbsdk_entry(void **)`` per entry: the cpu
+#: target's, and the template's emulation (and every target scaffolded from the template).
+HOST_TARGETS = ("cpu", "template")
+#: The targets whose code runs on a GPU through the CUDA driver (`pbsdk.runtime.cuda`).
+DEVICE_TARGETS = ("nvgpu",)
+
+
 def check_host(manifest: fmt.Manifest) -> None:
-    """Refuse code this host cannot run: another target, machine or OS, or missing CPU features."""
-    if manifest.target != "cpu":
-        raise TargetMismatchError(f"the file holds code for target {manifest.target!r}; this runtime runs 'cpu' "
-                                  "artifacts only")
+    """Refuse code this host cannot run: a target this runtime does not run, another machine or OS, or
+    missing CPU features (GPU code is checked against the device when it is loaded)."""
+    if manifest.target in DEVICE_TARGETS:
+        return
+    if manifest.target not in HOST_TARGETS:
+        raise TargetMismatchError(f"the file holds code for target {manifest.target!r}; this runtime runs "
+                                  f"{', '.join(map(repr, HOST_TARGETS + DEVICE_TARGETS))} artifacts")
     here = (platform.machine(), platform.system())
     if (manifest.machine, manifest.system) != here:
         raise TargetMismatchError(f"the code was compiled for {manifest.machine} {manifest.system}; this host is "
@@ -135,27 +147,15 @@ def _aligned_empty(nbytes: int, alignment: int = 64) -> np.ndarray:
 class Entry:
     """One entry point of a loaded file, called with numpy arrays (its inputs, in order); returns its
     output, or a tuple of them. Inputs must match the exported shapes and dtypes exactly (an `InputError`
-    otherwise); non-contiguous ones are copied to C order. Outputs are fresh arrays on every call."""
+    otherwise); non-contiguous ones are copied to C order. Outputs are fresh arrays on every call. This
+    class checks the arguments; `HostEntry` and `pbsdk.runtime.cuda.CudaEntry` run the code."""
 
-    def __init__(self, desc: fmt.EntryDesc, library: _Library, weights: np.ndarray, manifest: fmt.Manifest) -> None:
+    def __init__(self, desc: fmt.EntryDesc) -> None:
         self.desc = desc
         self.name = desc.name
-        self._library = library  # keeps the code loaded
-        try:
-            self._fn = getattr(library.cdll, desc.symbol)
-        except AttributeError:
-            raise LibraryError(f"entry {desc.name!r}: its code has no symbol {desc.symbol!r}") from None
-        self._fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
-        self._fn.restype = None
         self._in = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.inputs]
         self._given = [_numpy_dtype(t.given) if t.given else None for t in desc.inputs]
         self._out = [(t.shape, _numpy_dtype(t.dtype)) for t in desc.outputs]
-        self._weights = weights  # the file's map: keeps the weights mapped while this entry lives
-        base = weights.ctypes.data
-        self._constants = [base + manifest.sections[c].offset for c in desc.constants]
-        self._n = len(self._in) + len(self._constants) + len(self._out) + (1 if desc.workspace else 0)
-        self._free: list[np.ndarray] = []
-        self._lock = threading.Lock()
 
     @property
     def inputs(self) -> tuple[fmt.TensorDesc, ...]:
@@ -186,6 +186,39 @@ class Entry:
     def __call__(self, *args: Any) -> Any:
         arrays = self._arrays(args)
         outs = [np.empty(shape, dtype) for shape, dtype in self._out]
+        self._run(arrays, outs)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.desc.inputs)
+        return f"<pbsdk.runtime.Entry {self.name}({ins})>"
+
+
+class HostEntry(Entry):
+    """An entry whose code is a host shared library (targets cpu and template): called through its
+    ``pbsdk_entry(void **args)`` with the inputs', weights' (addresses inside the file's map), outputs' and
+    workspace's addresses."""
+
+    def __init__(self, desc: fmt.EntryDesc, library: _Library, weights: np.ndarray, manifest: fmt.Manifest) -> None:
+        super().__init__(desc)
+        self._library = library  # keeps the code loaded
+        try:
+            self._fn = getattr(library.cdll, desc.symbol)
+        except AttributeError:
+            raise LibraryError(f"entry {desc.name!r}: its code has no symbol {desc.symbol!r}") from None
+        self._fn.argtypes = [ctypes.POINTER(ctypes.c_void_p)]
+        self._fn.restype = None
+        self._weights = weights  # the file's map: keeps the weights mapped while this entry lives
+        base = weights.ctypes.data
+        self._constants = [base + manifest.sections[c].offset for c in desc.constants]
+        self._n = len(self._in) + len(self._constants) + len(self._out) + (1 if desc.workspace else 0)
+        self._free: list[np.ndarray] = []
+        self._lock = threading.Lock()
+
+    def _run(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         pointers = [a.ctypes.data for a in arrays] + self._constants + [o.ctypes.data for o in outs]
         workspace = None
         if self.desc.workspace:
@@ -200,11 +233,6 @@ class Entry:
             if workspace is not None:
                 with self._lock:
                     self._free.append(workspace)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def __repr__(self) -> str:
-        ins = ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in self.desc.inputs)
-        return f"<pbsdk.runtime.Entry {self.name}({ins})>"
 
 
 class Model:
@@ -218,15 +246,27 @@ class Model:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         layout = fmt.read_header(self._map)
         self.manifest = fmt.read_manifest(self._map, layout)
-        check_host(self.manifest)
-        # Code is always checked before it is loaded; weights (most of the file) unless verify=False.
-        code = {e.code for e in self.manifest.entries}
+        # Code is always checked before anything else about it; weights (most of the file) unless verify=False.
+        code = {i for e in self.manifest.entries
+                for i in ((e.code,) if e.device is None else tuple(s for _, s in e.device.images))}
         fmt.verify_sections(self._map, self.manifest, sorted(code) if not verify else None)
+        check_host(self.manifest)
         if self.manifest.amx:
             _request_amx()
         self._bytes = np.frombuffer(self._map, np.uint8)  # a read-only view: the weights' base address
-        self.entries = {e.name: Entry(e, _Library(self._map, self.manifest.sections[e.code], e.name),
-                                      self._bytes, self.manifest) for e in self.manifest.entries}
+        self.entries = {e.name: self._entry(e) for e in self.manifest.entries}
+
+    def _entry(self, desc: fmt.EntryDesc) -> Entry:
+        if self.manifest.target in DEVICE_TARGETS:
+            from pbsdk.runtime.cuda import CudaEntry
+
+            if desc.device is None:
+                raise FormatError(f"entry {desc.name!r} of an {self.manifest.target} file has no device plan")
+            return CudaEntry(desc, self._bytes, self.manifest)
+        if desc.device is not None:
+            raise FormatError(f"entry {desc.name!r} of a {self.manifest.target} file has a device plan")
+        library = _Library(self._map, self.manifest.sections[desc.code], desc.name)
+        return HostEntry(desc, library, self._bytes, self.manifest)
 
     def entry(self, name: str) -> Entry:
         try:
