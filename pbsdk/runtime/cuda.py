@@ -53,13 +53,13 @@ class Driver:
             raise DeviceUnavailableError(f"this file holds GPU code (nvgpu) and this host has no NVIDIA driver "
                                          f"({name}: {exc}); run it where a GPU and its driver are",
                                          reason="no-driver") from None
-        for fn, argtypes in _SIGNATURES.items():
-            getattr(self.lib, fn).argtypes = argtypes
-        rc = self.lib.cuInit(0)
+        rc = self._symbol(name, "cuInit")(0)
         if rc != 0:
             raise DeviceUnavailableError(f"this file holds GPU code (nvgpu) and the CUDA driver found no usable GPU "
                                          f"(cuInit returned {rc}: {self.error_name(rc)})", reason="no-device",
                                          code=rc)
+        for fn, argtypes in _SIGNATURES.items():
+            self._symbol(name, fn).argtypes = argtypes
         count = ctypes.c_int(0)
         rc = self.lib.cuDeviceGetCount(ctypes.byref(count))
         if rc != 0 or count.value == 0:
@@ -70,6 +70,13 @@ class Driver:
         self.context = ctypes.c_void_p()
         self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
                    "cuDevicePrimaryCtxRetain")
+
+    def _symbol(self, library: str, fn: str) -> Any:
+        try:
+            return getattr(self.lib, fn)
+        except AttributeError:
+            raise DeviceUnavailableError(f"{library} is not a CUDA driver this runtime can use: it lacks {fn}",
+                                         reason="no-driver") from None
 
     def error_name(self, rc: int) -> str:
         s = ctypes.c_char_p()

@@ -43,3 +43,51 @@ def exported_mlp(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     x = np.random.default_rng(1).standard_normal((8, 96)).astype(np.float32)
     path = pbsdk.export(mlp, (x,), tmp_path_factory.mktemp("deploy") / "mlp.pbsdk")
     return Exported(path, (x,), tuple(mlp(x)), mlp)
+
+
+def _layer_weights() -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def exported_template(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """A layer with weights (matrix unit, vector ops, DMA on the emulated chip) exported for the template
+    target's default spec (example/npu); ``expected`` is the JIT's template run."""
+    import pbsdk
+    from pbsdk import ops
+
+    w, b = _layer_weights()
+
+    @pbsdk.jit(target="template")
+    def layer(x: Any) -> Any:
+        return ops.softmax(ops.gelu(x @ w + b), axis=-1)
+
+    x = np.random.default_rng(6).standard_normal((16, 64)).astype(np.float32)
+    path = pbsdk.export(layer, (x,), tmp_path_factory.mktemp("deploy-template") / "layer.pbsdk")
+    return Exported(path, (x,), (layer(x),), layer)
+
+
+@pytest.fixture(scope="session")
+def exported_nvgpu(tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """An f16 layer with a weight exported for nvgpu (spec ``$PBSDK_GPU_SPEC``, default nvidia/h100), its
+    PTX assembled by ptxas (skipped without it); ``expected`` is numpy's result in f32, ``jit`` the bundle
+    the target compiled (`pbsdk.targets.nvgpu.bundle`), for comparison with the file."""
+    import os
+
+    import pbsdk
+    from pbsdk import ops
+    from pbsdk.targets.nvgpu.ptxas import find_ptxas
+
+    if find_ptxas() is None:
+        pytest.skip("no ptxas: the nvgpu export assembles its PTX")
+    w = (_layer_weights()[0] / 8).astype(np.float16)
+
+    @pbsdk.jit(target="nvgpu", spec=os.environ.get("PBSDK_GPU_SPEC", "nvidia/h100"))
+    def layer(x: Any) -> Any:
+        return ops.relu(x @ w)
+
+    x = np.random.default_rng(7).standard_normal((16, 64)).astype(np.float16)
+    path = pbsdk.export(layer, (x,), tmp_path_factory.mktemp("deploy-nvgpu") / "layer.pbsdk")
+    expected = np.maximum(x.astype(np.float32) @ w.astype(np.float32), 0)
+    return Exported(path, (x,), (expected,), layer.artifact(layer._signature((x,))))

@@ -87,7 +87,7 @@ DAMAGE: dict[str, tuple[Callable[[Path], None], type[errors.DeployError], str | 
     "code-flipped": (_bytes_damage(_in_code), errors.ChecksumError, "checksum"),
     "weights-flipped": (_bytes_damage(_in_weights), errors.ChecksumError, "checksum"),
     "missing-cpu-feature": (_manifest_damage(_needs_feature), errors.CpuFeatureError, "cpu-features"),
-    "other-target": (_manifest_damage(_with("target", "nvgpu")), errors.TargetMismatchError, "target"),
+    "other-target": (_manifest_damage(_with("target", "npu9000")), errors.TargetMismatchError, "target"),
     "other-machine": (_manifest_damage(_with("machine", "riscv64")), errors.TargetMismatchError, "target"),
     "malformed-manifest": (_manifest_damage(_drop_entries_key), errors.FormatError, None),
 }

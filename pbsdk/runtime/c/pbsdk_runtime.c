@@ -213,8 +213,13 @@ static char *cpu_flags(void) {
 static pbsdk_status check_host(tokens *t, char *err, size_t len) {
   if (!expect(t, "target")) return fail(PBSDK_ERR_FORMAT, err, len, "malformed index (target)");
   const char *target = tok(t);
-  if (strcmp(target, "cpu") != 0)
-    return fail(PBSDK_ERR_TARGET, err, len, "the file holds code for target '%s'; this runtime runs 'cpu'", target);
+  /* cpu code and the template's emulation (and targets derived from it) are host shared libraries alike */
+  if (strcmp(target, "nvgpu") == 0)
+    return fail(PBSDK_ERR_TARGET, err, len, "the file holds GPU code (target 'nvgpu'); this runtime runs host code "
+                "('cpu', 'template'): load it with pbsdk.runtime (Python, CUDA driver) where a GPU is");
+  if (strcmp(target, "cpu") != 0 && strcmp(target, "template") != 0)
+    return fail(PBSDK_ERR_TARGET, err, len, "the file holds code for target '%s'; this runtime runs 'cpu' and "
+                "'template'", target);
   if (!expect(t, "machine")) return fail(PBSDK_ERR_FORMAT, err, len, "malformed index (machine)");
   const char *machine = tok(t);
   struct utsname u;

@@ -5,7 +5,8 @@
  *
  * Every function reports failure as a pbsdk_status and, where given a buffer, a one-line message. Loading
  * checks the file as pbsdk.runtime.load does (format, version, CRC-32 of every part, target, machine, CPU
- * features); a damaged or foreign file is an error code, never a crash. pbsdk_run may be called from
+ * features); a damaged or foreign file is an error code, never a crash. Host code only: files of the cpu
+ * and template targets; an nvgpu file is PBSDK_ERR_TARGET (pbsdk.runtime runs it through the CUDA driver). pbsdk_run may be called from
  * several threads at once on one model.
  */
 #ifndef PBSDK_RUNTIME_H
@@ -25,7 +26,7 @@ typedef enum {
   PBSDK_ERR_TRUNCATED = 3,    /* shorter than its header says */
   PBSDK_ERR_CHECKSUM = 4,     /* a part's CRC-32 does not match: damaged */
   PBSDK_ERR_VERSION = 5,      /* a format version this runtime does not read */
-  PBSDK_ERR_TARGET = 6,       /* code for another target, machine or OS */
+  PBSDK_ERR_TARGET = 6,       /* code for another target (nvgpu: GPU code), machine or OS */
   PBSDK_ERR_CPU_FEATURES = 7, /* code for CPU features this host lacks */
   PBSDK_ERR_LIBRARY = 8,      /* the dynamic loader refused the code */
   PBSDK_ERR_INPUT = 9,        /* wrong entry, argument count, dtype or shape */
