@@ -97,3 +97,21 @@ def test_c_program_converts_integer_inputs(run_model, tmp_path) -> None:  # type
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", want.dtype).reshape(want.shape), want)
+
+
+def test_c_program_runs_a_template_export(run_model, exported_template, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The template's emulation is host code like the cpu target's: the C runtime runs it (identical)."""
+    exported_template.inputs[0].tofile(tmp_path / "x.bin")
+    want = exported_template.expected[0]
+    done = subprocess.run([str(run_model), str(exported_template.path), str(tmp_path / "x.bin"),
+                           str(tmp_path / "y.bin")], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "y.bin", want.dtype).reshape(want.shape), want)
+
+
+def test_c_refuses_an_nvgpu_export(run_model, exported_nvgpu) -> None:  # type: ignore[no-untyped-def]
+    """GPU code is the Python runtime's (CUDA driver): the C runtime says so with PBSDK_ERR_TARGET."""
+    done = subprocess.run([str(run_model), str(exported_nvgpu.path)], check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.splitlines()[0] == "status target", done.stdout + done.stderr
+    assert "GPU code" in done.stdout + done.stderr and done.returncode not in (0, -11, -6, -7)
