@@ -42,41 +42,46 @@ _SIGNATURES: dict[str, list[Any]] = {
 
 
 class Driver:
-    """The driver entry points the runtime uses, from ``libcuda.so.1`` (or ``$PBSDK_LIBCUDA``), initialised
-    and with device 0's primary context retained."""
+    """The driver entry points pbsdk uses, from ``libcuda.so.1`` (or ``$PBSDK_LIBCUDA``), initialised. Shared
+    by this runtime and the nvgpu target's in-process runtime (`pbsdk.targets.nvgpu.runtime`), which
+    raises its own error types by overriding `unavailable` and `failed`."""
 
     def __init__(self) -> None:
         name = os.environ.get("PBSDK_LIBCUDA", "libcuda.so.1")
         try:
             self.lib = ctypes.CDLL(name)
         except OSError as exc:
-            raise DeviceUnavailableError(f"this file holds GPU code (nvgpu) and this host has no NVIDIA driver "
-                                         f"({name}: {exc}); run it where a GPU and its driver are",
-                                         reason="no-driver") from None
+            raise self.unavailable(f"no NVIDIA driver on this host ({name}: {exc}): GPU code (nvgpu) runs only "
+                                   "where a GPU and its driver are", reason="no-driver") from None
         rc = self._symbol(name, "cuInit")(0)
         if rc != 0:
-            raise DeviceUnavailableError(f"this file holds GPU code (nvgpu) and the CUDA driver found no usable GPU "
-                                         f"(cuInit returned {rc}: {self.error_name(rc)})", reason="no-device",
-                                         code=rc)
+            raise self.unavailable(f"the CUDA driver found no usable GPU for GPU code (nvgpu) (cuInit returned {rc}: "
+                                   f"{self.error_name(rc)})", reason="no-device", code=rc)
         for fn, argtypes in _SIGNATURES.items():
             self._symbol(name, fn).argtypes = argtypes
         count = ctypes.c_int(0)
         rc = self.lib.cuDeviceGetCount(ctypes.byref(count))
         if rc != 0 or count.value == 0:
-            raise DeviceUnavailableError("this file holds GPU code (nvgpu) and the CUDA driver reports no GPU",
-                                         reason="no-device", code=rc or None)
-        self.device = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(self.device), 0), "cuDeviceGet")
-        self.context = ctypes.c_void_p()
-        self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(self.context), self.device),
-                   "cuDevicePrimaryCtxRetain")
+            raise self.unavailable("the CUDA driver reports no GPU for GPU code (nvgpu)", reason="no-device",
+                                   code=rc or None)
+        self.count = count.value
+        self._contexts: dict[int, tuple[ctypes.c_int, ctypes.c_void_p]] = {}
+        self._lock = threading.Lock()
+
+    def unavailable(self, message: str, *, reason: str, code: int | None = None) -> Exception:
+        """The error for a host that cannot run GPU code."""
+        return DeviceUnavailableError(message, reason=reason, code=code)
+
+    def failed(self, message: str, *, call: str, code: int) -> Exception:
+        """The error for a driver call that failed on a host with a GPU."""
+        return DeviceError(message, call=call, code=code)
 
     def _symbol(self, library: str, fn: str) -> Any:
         try:
             return getattr(self.lib, fn)
         except AttributeError:
-            raise DeviceUnavailableError(f"{library} is not a CUDA driver this runtime can use: it lacks {fn}",
-                                         reason="no-driver") from None
+            raise self.unavailable(f"{library} is not a CUDA driver pbsdk can use for GPU code (nvgpu): it lacks "
+                                   f"{fn}", reason="no-driver") from None
 
     def error_name(self, rc: int) -> str:
         s = ctypes.c_char_p()
@@ -86,16 +91,31 @@ class Driver:
 
     def check(self, rc: int, call: str) -> None:
         if rc != 0:
-            raise DeviceError(f"{call} failed: CUDA error {rc} ({self.error_name(rc)})", call=call, code=rc)
+            raise self.failed(f"{call} failed: CUDA error {rc} ({self.error_name(rc)})", call=call, code=rc)
 
-    def use(self) -> None:
-        """Make the context current on the calling thread."""
-        self.check(self.lib.cuCtxSetCurrent(self.context), "cuCtxSetCurrent")
+    def _device(self, device: int) -> tuple[ctypes.c_int, ctypes.c_void_p]:
+        """GPU ``device``'s handle and retained primary context."""
+        with self._lock:
+            if device not in self._contexts:
+                if not 0 <= device < self.count:
+                    raise self.unavailable(f"GPU {device} requested; this host has {self.count}", reason="no-device")
+                dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+                self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+                self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+                self._contexts[device] = (dev, ctx)
+            return self._contexts[device]
 
-    def capability(self) -> tuple[int, int]:
+    def context(self, device: int = 0) -> ctypes.c_void_p:
+        """Make GPU ``device``'s primary context current on the calling thread, and return it."""
+        ctx = self._device(device)[1]
+        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        return ctx
+
+    def capability(self, device: int = 0) -> tuple[int, int]:
+        dev = self._device(device)[0]
         major, minor = ctypes.c_int(), ctypes.c_int()
         for value, attr in ((major, _CC_MAJOR), (minor, _CC_MINOR)):
-            self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), attr, self.device), "cuDeviceGetAttribute")
+            self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(value), attr, dev), "cuDeviceGetAttribute")
         return major.value, minor.value
 
     def alloc(self, nbytes: int) -> int:
@@ -139,7 +159,7 @@ class CudaEntry(Entry):
         assert desc.device is not None
         self.plan = desc.device
         self._drv = driver()
-        self._drv.use()
+        self._drv.context()
         self._device_memory: list[int] = []
         self.module = ctypes.c_void_p()
         self.image_kind = self._load_module(data, manifest)
@@ -207,7 +227,7 @@ class CudaEntry(Entry):
     def _run(self, arrays: list[np.ndarray], outs: list[np.ndarray]) -> None:
         drv = self._drv
         with self._lock:
-            drv.use()
+            drv.context()
             ptrs: list[int] = []
             try:
                 for a in (*arrays, *outs):

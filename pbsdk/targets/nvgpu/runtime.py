@@ -1,7 +1,7 @@
 """Loading and launching nvgpu artifacts through the CUDA driver API — no MLIR needed.
 
 Imports only the standard library, numpy and (lazily) torch; the driver is reached with ctypes on
-``libcuda.so.1``, so the machine that runs kernels needs the NVIDIA driver and nothing from pbsdk's
+``libcuda.so.1`` through `pbsdk.runtime.cuda.Driver` (the deploy runtime's: one binding in pbsdk), so the machine that runs kernels needs the NVIDIA driver and nothing from pbsdk's
 compiler side. Usage::
 
     from pbsdk.targets.nvgpu.runtime import load
@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import math
-import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ import ml_dtypes  # noqa: F401  (registers numpy's "bfloat16": bf16 results come
 import numpy as np
 
 from pbsdk.core.errors import ArgumentError, DeviceUnavailableError, PbsdkError
+from pbsdk.runtime import cuda
 from pbsdk.targets.nvgpu import bundle
 
 #: Byte alignment every kernel argument must have (cuMemAlloc gives 256; the widest kernel access is 16).
@@ -39,8 +39,6 @@ _NUMPY_OUT = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfl
               "i32": "int32", "i16": "int16", "i8": "int8"}
 _TORCH = {"torch.float64": "f64", "torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
           "torch.int64": "i64", "torch.int32": "i32", "torch.int16": "i16", "torch.int8": "i8"}
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
 
 
 class CudaError(PbsdkError):
@@ -55,68 +53,15 @@ def read(data: bytes) -> tuple[dict[str, Any], dict[str, bytes]]:
         raise ArgumentError(str(exc)) from None
 
 
-class _Driver:
-    """The few driver entry points the runtime uses, from ``libcuda.so.1``."""
+class _Driver(cuda.Driver):
+    """The deploy runtime's driver (`pbsdk.runtime.cuda.Driver`: one ctypes binding of ``libcuda`` in
+    pbsdk), raising this module's errors: `DeviceUnavailableError` and `CudaError`."""
 
-    def __init__(self) -> None:
-        try:
-            # PBSDK_LIBCUDA: another driver library (the tests use a fake one that records launches)
-            self.lib = ctypes.CDLL(os.environ.get("PBSDK_LIBCUDA", "libcuda.so.1"))
-        except OSError as exc:
-            raise DeviceUnavailableError(f"no NVIDIA driver on this machine (libcuda.so.1: {exc}); nvgpu artifacts "
-                                         "compile here but run only where a GPU and its driver are") from None
-        rc = self.lib.cuInit(0)
-        if rc != 0:
-            raise DeviceUnavailableError(f"the CUDA driver found no usable GPU (cuInit returned {rc}: "
-                                         f"{self.error_name(rc)})")
-        count = ctypes.c_int(0)
-        self.check(self.lib.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-        if count.value == 0:
-            raise DeviceUnavailableError("the CUDA driver reports no GPU")
-        self.count = count.value
-        self.contexts: dict[int, ctypes.c_void_p] = {}
-        self.lock = threading.Lock()
-        for name in ("cuMemAlloc_v2", "cuMemFree_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoH_v2"):
-            getattr(self.lib, name).argtypes = {
-                "cuMemAlloc_v2": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t],
-                "cuMemFree_v2": [ctypes.c_uint64],
-                "cuMemcpyHtoD_v2": [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t],
-                "cuMemcpyDtoH_v2": [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t],
-            }[name]
+    def unavailable(self, message: str, *, reason: str, code: int | None = None) -> Exception:
+        return DeviceUnavailableError(message)
 
-    def error_name(self, rc: int) -> str:
-        s = ctypes.c_char_p()
-        if self.lib.cuGetErrorString(rc, ctypes.byref(s)) != 0:
-            return "?"
-        return s.value.decode() if s.value else "?"
-
-    def check(self, rc: int, what: str) -> None:
-        if rc != 0:
-            raise CudaError(f"{what} failed: CUDA error {rc} ({self.error_name(rc)})")
-
-    def context(self, device: int) -> ctypes.c_void_p:
-        with self.lock:
-            if device not in self.contexts:
-                if device >= self.count:
-                    raise DeviceUnavailableError(f"GPU {device} requested; this machine has {self.count}")
-                dev = ctypes.c_int()
-                self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
-                ctx = ctypes.c_void_p()
-                self.check(self.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-                self.contexts[device] = ctx
-            ctx = self.contexts[device]
-        self.check(self.lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-        return ctx
-
-    def capability(self, device: int) -> tuple[int, int]:
-        dev = ctypes.c_int()
-        self.check(self.lib.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-                                                 dev), "cuDeviceGetAttribute")
-        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-                                                 dev), "cuDeviceGetAttribute")
-        return major.value, minor.value
+    def failed(self, message: str, *, call: str, code: int) -> Exception:
+        return CudaError(message)
 
 
 _driver: _Driver | None = None
@@ -141,11 +86,6 @@ def available() -> bool:
         return False
 
 
-def _sm(arch: str) -> tuple[int, int]:
-    digits = "".join(ch for ch in arch.split("_")[-1] if ch.isdigit())
-    return int(digits[:-1] or 0), int(digits[-1:] or 0)
-
-
 class LoadedArtifact:
     """An artifact's module loaded on one GPU; call it with numpy arrays or torch CUDA tensors."""
 
@@ -155,7 +95,7 @@ class LoadedArtifact:
         drv = driver()
         drv.context(device)
         cc = drv.capability(device)
-        want = _sm(str(self.header.get("arch", "sm_0")))
+        want = cuda.sm_version(str(self.header.get("arch", "sm_0")))
         # The cubin when it was built for exactly this device; otherwise (or when this driver cannot load a
         # cubin from a newer ptxas) the PTX, which the driver JIT-compiles for the device.
         images = []
