@@ -5,10 +5,12 @@ Layout (little-endian)::
     header      128 bytes: magic, format version, file size, where the manifest and the index are,
                 their CRC-32s, and the header's own CRC-32 (of its first 64 bytes)
     sections    the payloads, each starting at a 64-byte boundary: per entry its code (a shared
-                library) and its weights (raw C-order arrays, mapped by the loader, never copied)
+                library; for nvgpu its cubin and PTX) and its weights (raw C-order arrays, mapped by the
+                loader, never copied)
     manifest    JSON: format version, target, platform, spec (name and hash), CPU features the code
                 needs, compiler versions, entries with their inputs/outputs (shape, dtype), constants
-                and workspace, and every section's offset, size and CRC-32
+                and workspace (nvgpu: and a launch plan, `DevicePlan`), and every section's offset, size
+                and CRC-32
     index       the same facts as whitespace-separated lines, for the C runtime (no JSON parser there)
 
 A reader checks, in order: the magic, the version, the header's CRC, the file's size, the manifest's

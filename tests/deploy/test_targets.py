@@ -49,9 +49,10 @@ def test_template_export_equals_the_jit(exported_template) -> None:  # type: ign
 
 
 def test_template_export_from_the_cli(tmp_path: Path) -> None:
+    from test_frontends import _onnx_model
+
     import pbsdk.onnx
     from pbsdk.cli import main
-    from test_frontends import _onnx_model
 
     model_file = _onnx_model(tmp_path / "tiny.onnx")
     out = tmp_path / "tiny.pbsdk"
