@@ -163,7 +163,7 @@ class CudaEntry(Entry):
         self._device_memory: list[int] = []
         self.module = ctypes.c_void_p()
         self.image_kind = self._load_module(data, manifest)
-        self._functions = {}
+        self._functions: dict[str, ctypes.c_void_p] = {}
         for launch in self.plan.launches:
             if launch.kernel not in self._functions:
                 fn = ctypes.c_void_p()
