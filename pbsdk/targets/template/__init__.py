@@ -55,6 +55,23 @@ class TemplateOptions(TargetOptions):
     tiles: tuple[tuple[str, tuple[int, int, int]], ...] = dataclasses.field(default=(), metadata={CONVERT: _tiles})
 
 
+def _packing(spec: ChipSpec) -> ChipSpec | None:
+    """The spec the template's stages tile and stage with: for a cache-only chip its packing view
+    (`pbsdk.core.plan.packing.packing_view`: each cache a packing level of half its size), else None
+    (the spec itself)."""
+    from pbsdk.core.plan.packing import is_cache_only, packing_view
+
+    return packing_view(spec) if is_cache_only(spec) and not spec.scratchpads() else None
+
+
+def _staged_on(view: ChipSpec | None, stage: Stage) -> Stage:
+    """``stage`` run with ``ctx.spec`` = ``view`` (the rest of the context, notes included, shared)."""
+    fn = stage.fn
+    if view is None or fn is None:
+        return stage
+    return dataclasses.replace(stage, fn=lambda m, c: fn(m, dataclasses.replace(c, spec=view)))
+
+
 class TemplateTarget(Target):
     """An accelerator emulated on the host from its chip spec (see the module docstring)."""
 
@@ -64,12 +81,14 @@ class TemplateTarget(Target):
     default_spec = "example/npu"
     description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
     def check_spec(self, spec: ChipSpec) -> None:
+        from pbsdk.core.plan.packing import is_cache_only
+
         if spec.kind == "gpu":
             raise TargetError(f"target '{self.name}' emulates accelerators and CPUs with scratchpads; "
                               f"'{spec.name}' is a gpu spec")
-        if not spec.scratchpads():
-            raise TargetError(f"target '{self.name}' needs a spec with at least one software-managed memory "
-                              f"level besides main memory; '{spec.name}' has none")
+        if not spec.scratchpads() and not is_cache_only(spec):
+            raise TargetError(f"target '{self.name}' needs a spec with a memory level besides main memory: a "
+                              f"software-managed one (a scratchpad) or only caches; '{spec.name}' has none")
 
     def resolved_hooks(self) -> Mapping[str, Callable[..., Any]]:
         """The function the template calls for each of its hooks (`hooks.TEMPLATE_HOOKS`): the target's
@@ -89,7 +108,7 @@ class TemplateTarget(Target):
 
         hooks = self.resolved_hooks()
         tiles = options.target_as(TemplateOptions).tiles
-        return (
+        return tuple(_staged_on(_packing(spec), stage) for stage in (
             Stage("promote", fn=PromoteToScratchpad(tiles=tiles).apply,  # type: ignore[arg-type]
                   description="contractions tiled by the plan, tiles staged in scratchpads, capacity checked"),
             Stage("promote-vector", fn=PromoteVectorOps().apply,  # type: ignore[arg-type]
@@ -109,7 +128,7 @@ class TemplateTarget(Target):
             Stage("lower-loops", passes=hooks["vector_ops"](spec), description="hook vector_ops: the rest to loops"),
             Stage("lower-llvm", passes=emu.LOWER_LLVM, description="to the LLVM dialect, bare-pointer memrefs"),
             Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks), description="hook final_emission (the artifact)"),
-        )
+        ))
 
     def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
         from pbsdk.targets.template.emulation import TemplateExecutable
