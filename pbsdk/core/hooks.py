@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from mlir import ir
@@ -262,6 +262,10 @@ class VectorTileOp(Lowering):
     count_elements: Counter
     #: The marked op itself (what ``emulate`` clones); a hook that builds its own code need not read it.
     original: ir.Operation = dataclasses.field(repr=False, compare=False)
+    #: ``count_instructions(name)`` is the ``vector_op:<name>`` counter: vector instructions of one kind
+    #: (``fma``, ``load``, ``store``, ``broadcast``, an arithmetic op's name) the hook built, for a chip whose
+    #: vector unit is modelled per instruction (cache-only chips); None where the target keeps no such counters.
+    count_instructions: Callable[[str], Counter] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def emulate(self, operands: Sequence[ir.Value]) -> ir.Operation:
         """Build the marked op again at the insertion point, on ``operands``, without its mark."""

@@ -186,7 +186,8 @@ def lower_vector_tiles(module: ir.Module, ctx: StageContext, hooks: Hooks) -> No
             vop = contract.VectorTileOp(
                 module=module, kind=kind, level=level, op_name=op.name,
                 operand_types=tuple(v.type for v in op.operands), inputs=n_inputs, indexing_maps=maps,
-                iterator_types=its, count_elements=_counter(ctx, f"vector:{level.name}"), original=op)
+                iterator_types=its, count_elements=_counter(ctx, f"vector:{level.name}"), original=op,
+                count_instructions=lambda name: _counter(ctx, f"vector_op:{name}"))
         try:
             with ir.InsertionPoint(op), op.location:
                 returned = hook(vop, list(op.operands), spec)
@@ -375,7 +376,7 @@ def strip_memory_spaces(module: ir.Module) -> None:
 
 
 LOWER_LLVM = ("func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, expand-strided-metadata, "
-              "lower-affine, finalize-memref-to-llvm, convert-arith-to-llvm, convert-cf-to-llvm, "
+              "lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, convert-arith-to-llvm, convert-cf-to-llvm, "
               "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, reconcile-unrealized-casts")
 
 

@@ -146,7 +146,7 @@ def vector_ops(spec: ChipSpec) -> Pipeline:
     """The pass pipeline lowering what is not a unit op or a copy (elementwise ops, reductions, fills,
     ``pbsdk.compute`` ops) — where a real target vectorises for ``spec.vector``. Default: scalar host
     loops."""
-    return "convert-linalg-to-loops, lower-affine, convert-scf-to-cf, canonicalize"
+    return "convert-vector-to-scf{full-unroll=true}, convert-linalg-to-loops, lower-affine, convert-scf-to-cf, canonicalize"
 
 
 def final_emission(module: ir.Module, spec: ChipSpec) -> str:
