@@ -1,7 +1,9 @@
 """``pbsdk new-target NAME --spec FILE``: render an installable target plugin from ``scaffold/``.
 
 The plugin subclasses `TemplateTarget` with its own ``hooks.py`` implementing the hook contract of
-`pbsdk.core.hooks` (each hook calling the emulation), so it works end to end before any edit. Everything is checked before anything is written: the name (a
+`pbsdk.core.hooks` (each hook calling the emulation), so it works end to end before any edit. A spec whose
+levels besides main memory are all caches gets the files of ``scaffold_cache/`` in place of those of
+``scaffold/`` (its ``hooks.py``: the vector unit at the spec's width, packing copies into cache levels). Everything is checked before anything is written: the name (a
 lower-case Python identifier, not a keyword, not the name of an installed target), the spec (validated,
 and one the template target can emulate), and the output directory (refused if it exists and is not
 empty, unless ``force``).
@@ -17,6 +19,8 @@ from pathlib import Path
 from pbsdk.core.errors import PbsdkError
 
 SCAFFOLD = Path(__file__).with_name("scaffold")
+#: Files that differ for a chip whose levels besides main memory are all caches (found here first).
+SCAFFOLD_CACHE = Path(__file__).with_name("scaffold_cache")
 #: Target names: lower-case identifiers, so that one string is the entry-point name, part of the
 #: package name (``pbsdk_NAME``) and of the distribution name (``pbsdk-NAME``), with nothing to escape.
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -92,7 +96,10 @@ def new_target(name: str, spec_file: str | Path, out: str | Path | None = None, 
               "class_name": _class_name(name), "spec_name": spec.name,
               "summary": f"{spec.kind}; memory: {levels}; matrix units: {units or 'none'}; dtypes: "
                          f"{', '.join(spec.dtypes)}"}
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(SCAFFOLD)), undefined=jinja2.StrictUndefined,
+    from pbsdk.core.plan.packing import is_cache_only
+
+    search = [str(SCAFFOLD_CACHE), str(SCAFFOLD)] if is_cache_only(spec) else [str(SCAFFOLD)]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     written: list[Path] = []
     try:
