@@ -13,6 +13,10 @@ Its pipeline, after the core's stages (bufferized linalg on memrefs):
 - ``parallel``, ``lower-loops``, ``lower-llvm``, ``emit``: the hooks' pipelines to loops, LLVM dialect,
   then LLVM IR run by the host JIT.
 
+A chip whose levels besides main memory are all caches is staged through its packing view
+(`pbsdk.core.plan.packing`: each cache a software-managed packing level of half its size): every stage
+above gets that view as ``ctx.spec``, the executable the spec itself (the chip's modelled time).
+
 The loaded `TemplateExecutable` exposes ``last_counters`` (per run) and ``resources`` (compile time);
 `pbsdk.Kernel.executable` reaches it. A subclass changes the chip by its ``default_spec`` and the code by
 its ``hooks`` (`Target.hooks`: a module, class or object implementing part of the contract of
