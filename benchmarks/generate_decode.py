@@ -91,6 +91,7 @@ def run_case(name: str, cache: str, batch: int, args: argparse.Namespace) -> dic
             got = _generate(model, ids, args.new, cache)
             row[f"{who}_first_s"] = round(time.perf_counter() - start, 2)
             row[f"{who}_differs_at"] = _first_difference(got, want)
+            _generate(model, ids, 1, cache)  # the prompt alone, once untimed (counted: a graph it compiles)
             if who == "pbsdk":
                 reports = pbsdk_torch.reports()
                 row["pbsdk_graphs"] = len(reports)
