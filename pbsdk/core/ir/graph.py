@@ -49,6 +49,11 @@ INLINE_LIMIT = 1024
 
 @dataclasses.dataclass(frozen=True)
 class TensorType:
+    """A value's shape and dtype. A size known only at run time (a torch graph traced with symbolic sizes)
+    is a `pbsdk.core.dims.Dim` where the annotation says int: it takes part in shape arithmetic and makes
+    any code that needs its value (an ordering, ``int()``, ``range``) raise TypeError, so such code refuses
+    the graph rather than guess."""
+
     shape: tuple[int, ...]
     dtype: str
 

@@ -1229,7 +1229,7 @@ def value_type(meta: Any) -> TensorType:
     dt = graph_dtype(meta.dtype)
     if dt is None:
         raise UnsupportedError(f"dtype {meta.dtype} is not supported")
-    shape = tuple(as_dim(d) for d in meta.shape)
+    shape: tuple[Any, ...] = tuple(as_dim(d) for d in meta.shape)  # Dims where symbolic (see TensorType)
     if any(d == 0 for d in shape):
         raise UnsupportedError(f"empty tensor of shape {shape}")
     return TensorType(shape, dt)

@@ -217,12 +217,13 @@ class CompiledPartition(torch.nn.Module):
         `OutputPool`) and calls the executable's raw entry on the data pointers. It returns
         None when any check fails (or the executable has no raw entry); `_general` then takes the call,
         and recompiles if a frozen parameter changed."""
+        self._outputs: OutputPool | None = None
         if self.kernel.dynamic:
-            self._outputs = None
             self._fast: Any = self._dynamic_path()
             return
         # Outputs are recycled once the caller has dropped them (and every view): `OutputPool`.
-        self._outputs: OutputPool | None = OutputPool([(s, np.dtype(DTYPE_TO_NUMPY[dt])) for s, dt in self.kernel.artifact.outputs])
+        pool = self._outputs = OutputPool([(s, np.dtype(DTYPE_TO_NUMPY[dt]))
+                                           for s, dt in self.kernel.artifact.outputs])
         run_pointers: Any = getattr(self.kernel.executable, "run_pointers", None)
         if run_pointers is None:
             self._fast = None
@@ -234,7 +235,7 @@ class CompiledPartition(torch.nn.Module):
         converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
                        for (_, dt), want in zip(self.kernel.artifact.outputs, wants))
         single = self._single
-        tensor, take = torch.Tensor, self._outputs.take
+        tensor, take = torch.Tensor, pool.take
         # torch.from_numpy itself unless an output is bf16 (which numpy_to_torch reinterprets): no dtype
         # lookup per call.
         from_numpy = numpy_to_torch if any(DTYPE_TO_NUMPY[dt] == "bfloat16" for _, dt in
