@@ -20,7 +20,7 @@ from pbsdk.core.passes.distinct_results import DistinctResults
 from pbsdk.core.passes.dynamic_results import DynamicResults
 from pbsdk.core.passes.forward_outputs import ForwardOutputs
 from pbsdk.core.passes.isolate_contractions import IsolateContractions
-from pbsdk.core.pipeline import Pipeline, Stage, StageContext
+from pbsdk.core.pipeline import Pipeline, Stage, StageContext, end_after
 from pbsdk.core.spec import ChipSpec, load_spec
 from pbsdk.core.target import DERIVED_CONSTANTS, Target, get_target
 
@@ -234,7 +234,13 @@ def resolve(target: str | Target, spec: str | ChipSpec | None,
 
 
 def pipeline_for(request: CompileRequest) -> Pipeline:
-    return Pipeline(CORE_STAGES + tuple(request.target.stages(request.spec, request.options)))
+    """The core's stages, then the target's; a target with ``emit_after`` (`Target.emit_after`) ends after
+    that stage, with its last stage (the one producing the `Artifact`) run on the module at that point."""
+    stages = CORE_STAGES + tuple(request.target.stages(request.spec, request.options))
+    last = request.target.emit_after
+    if last is not None:
+        stages = end_after(stages, last, final=stages[-1])
+    return Pipeline(stages)
 
 
 def compile_text(text: str, request: CompileRequest, *, stop_after: str | None = None,

@@ -76,6 +76,10 @@ HOOKS: Mapping[str, HookSpec] = _declare(
              "The pass pipeline lowering what the other hooks left (elementwise ops, reductions, fills)."),
     HookSpec("final_emission", (("module", "ir.Module"), ("spec", "ChipSpec")), "str | bytes",
              "The artifact's payload from the LLVM-dialect module."),
+    HookSpec("toolchain_emission", (("module", "ir.Module"), ("stage", "str"), ("spec", "ChipSpec")), "str | bytes",
+             "The artifact's payload from the module as stage `stage` left it (Target.emit_after: the tiled form "
+             "or a later stage), for a chip whose own toolchain compiles it (e.g. portable C); called instead of "
+             "final_emission when the target sets emit_after."),
     HookSpec("unit_step", (("step", "UnitStep"), ("acc", "ir.Value"), ("a", "ir.Value"), ("b", "ir.Value"),
                            ("spec", "ChipSpec")), "ir.Value",
              "Build one matrix-unit instruction on register values at the insertion point and return the new "

@@ -7,7 +7,8 @@ text, PTX, an `Artifact`). The module is verified after every MLIR stage, and so
 attributes (`pbsdk.core.ir.attributes.verify`) after a stage that hands decisions on through them
 (``marks=True``). ``PBSDK_DUMP_DIR`` writes what every stage produced; ``stop_after`` ends the run after any
 stage (``pbsdk compile --emit STAGE``). A failure raises `CompileError` naming the stage, the op MLIR blamed
-and the reason.
+and the reason. A target whose own toolchain takes the module before the end of its stages (a C compiler,
+its assembler) ends the pipeline at a stage of its choice (`Target.emit_after`, applied by `end_after`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,26 @@ def _dump(directory: str, index: int, name: str, ir_obj: Any) -> None:
     mode = "wb" if isinstance(text, bytes) else "w"
     with open(path / f"{index:02d}-{name}{suffix}", mode) as f:
         f.write(text)
+
+
+#: The stage after which every kernel is in the tiled form (docs/architecture.md): the earliest stage a
+#: target's toolchain may take the module at (`Target.emit_after`) in a pipeline that has it.
+TILED_FORM = "promote-vector"
+
+
+def end_after(stages: Sequence[Stage], last: str, *, final: Stage) -> tuple[Stage, ...]:
+    """``stages`` up to and including ``last``, then ``final`` (the stage that hands the module to the
+    target's toolchain and returns the `Artifact`). Raises `PbsdkError` when ``last`` is not a stage, or
+    comes before `TILED_FORM` in a pipeline that has it."""
+    names = [s.name for s in stages]
+    if last not in names:
+        raise PbsdkError(f"the pipeline cannot end after unknown stage '{last}'; stages are: {', '.join(names)}")
+    end = names.index(last)
+    if TILED_FORM in names and end < names.index(TILED_FORM):
+        raise PbsdkError(f"the pipeline cannot end after stage '{last}': a target's toolchain takes the tiled form "
+                         f"(stage '{TILED_FORM}') or a later stage")
+    kept = tuple(s for s in stages[:end + 1] if s.name != final.name)
+    return (*kept, final)
 
 
 @dataclasses.dataclass(frozen=True)

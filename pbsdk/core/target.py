@@ -112,6 +112,12 @@ class Target(abc.ABC):
                        refuses them with a `DynamicShapeError`.
       options_type  -- the frozen dataclass (a `TargetOptions` subclass) of the target's own options;
                        `parse_options` splits a user's mapping between it and the core's `Options`.
+      emit_after    -- None (the default: every stage runs), or the name of the stage after which the
+                       pipeline ends and the module goes to the target's own toolchain (a C compiler,
+                       an assembler): the tiled form (`pbsdk.core.pipeline.TILED_FORM`) or any later
+                       stage. The target's last stage then runs on the module as that stage left it
+                       (`pbsdk.core.pipeline.end_after`); a target built on the template hands it to the
+                       ``toolchain_emission`` hook (`pbsdk.core.hooks.HOOKS`).
       hooks         -- where the target's lowering hooks come from (`pbsdk.core.hooks`): a module, a class
                        or an object implementing part of the contract, checked by
                        `pbsdk.core.hook_contract.check_hooks` when the plugin is discovered (a misspelt hook or a
@@ -131,6 +137,7 @@ class Target(abc.ABC):
     attention_forms: ClassVar[tuple[str, ...]] = ("scratchpad",)
     dynamic_shapes: ClassVar[bool] = False
     options_type: ClassVar[type[TargetOptions]] = TargetOptions
+    emit_after: ClassVar[str | None] = None
     hooks: ClassVar[Any] = None
 
     @classmethod

@@ -11,7 +11,10 @@ Its pipeline, after the core's stages (bufferized linalg on memrefs):
   dtype and accumulating in its accumulator dtype, counting unit ops and bytes per level pair, host
   allocations — then everything is inlined and the memory spaces become host memory.
 - ``parallel``, ``lower-loops``, ``lower-llvm``, ``emit``: the hooks' pipelines to loops, LLVM dialect,
-  then LLVM IR run by the host JIT.
+  then LLVM IR run by the host JIT. A subclass with ``emit_after`` (a C-toolchain chip, ``pbsdk new-target
+  --toolchain c``) ends after that stage instead: ``emit`` hands the module to the ``toolchain_emission``
+  hook (C source, `pbsdk.core.emit_c`), which the emulation compiles with the host's C compiler together
+  with the target's ``c_sources`` (`pbsdk.targets.template.c_toolchain`).
 
 A chip whose levels besides main memory are all caches is staged through its packing view
 (`pbsdk.core.plan.packing`: each cache a software-managed packing level of half its size): every stage
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pbsdk.core.errors import TargetError
 from pbsdk.core.options import CONVERT, Options, TargetOptions
@@ -84,6 +87,11 @@ class TemplateTarget(Target):
     options_type = TemplateOptions
     default_spec = "example/npu"
     description = "emulated accelerator on the host (scratchpads, matrix unit, counters); what `pbsdk new-target` renders from"
+    #: With ``emit_after`` (`Target.emit_after`): the C files implementing the chip's intrinsics on the host
+    #: (the emulation), compiled with every kernel's C by the host's C compiler; their directories are on
+    #: the include path (the intrinsics' header lives there).
+    c_sources: ClassVar[tuple[str, ...]] = ()
+
     def check_spec(self, spec: ChipSpec) -> None:
         from pbsdk.core.plan.packing import is_cache_only
 
@@ -131,10 +139,25 @@ class TemplateTarget(Target):
             Stage("parallel", passes=hooks["parallel_loop"](spec), description="hook parallel_loop"),
             Stage("lower-loops", passes=hooks["vector_ops"](spec), description="hook vector_ops: the rest to loops"),
             Stage("lower-llvm", passes=emu.LOWER_LLVM, description="to the LLVM dialect, bare-pointer memrefs"),
-            Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks), description="hook final_emission (the artifact)"),
+            self._emit_stage(hooks),
         ))
 
-    def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
-        from pbsdk.targets.template.emulation import TemplateExecutable
+    def _emit_stage(self, hooks: Mapping[str, Callable[..., Any]]) -> Stage:
+        from pbsdk.core.pipeline import Stage
+        from pbsdk.targets.template import emulation as emu
 
+        after = self.emit_after
+        if after is None:
+            return Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks), description="hook final_emission (the artifact)")
+        return Stage("emit", fn=lambda m, c: emu.emit(m, c, hooks, after=after),
+                     description=f"hook toolchain_emission: the module after stage '{after}' as C for the chip's "
+                                 "toolchain (the emulation compiles it with the host's C compiler)")
+
+    def load(self, artifact: Artifact, spec: ChipSpec) -> Executable:
+        from pbsdk.targets.template.emulation import C_SOURCE, TemplateExecutable
+
+        if artifact.kind == C_SOURCE:
+            from pbsdk.targets.template.c_toolchain import CExecutable
+
+            return CExecutable(artifact, spec, sources=tuple(self.c_sources))
         return TemplateExecutable(artifact, spec)

@@ -415,11 +415,24 @@ def resources(ctx: StageContext) -> dict[str, Any]:
             "cores": cores, "double_buffered": any(c["double_buffered"] for c in contractions)}
 
 
-def emit(module: ir.Module, ctx: StageContext, hooks: Hooks) -> Artifact:
+#: The artifact kind of a kernel handed to the C toolchain (`TemplateTarget.emit_after`): its C source.
+C_SOURCE = "c"
+
+
+def emit(module: ir.Module, ctx: StageContext, hooks: Hooks, *, after: str | None = None) -> Artifact:
+    """The artifact: ``final_emission``'s LLVM IR, or, for a target that ends its pipeline after stage
+    ``after`` (`pbsdk.core.target.Target.emit_after`), ``toolchain_emission``'s C source of the module."""
     from pbsdk.core.runtime.cache import caching
 
-    payload = hooks["final_emission"](module, ctx.spec)
-    return Artifact(kind="llvm-ir", payload=payload, entry=ctx.notes["entry"], inputs=ctx.notes["inputs"],
+    entry = ctx.notes["entry"]
+    if after is None:
+        kind, payload = "llvm-ir", hooks["final_emission"](module, ctx.spec)
+    else:
+        from pbsdk.core.emit_c import c_symbol
+
+        kind, payload = C_SOURCE, hooks["toolchain_emission"](module, after, ctx.spec)
+        entry = c_symbol(entry)  # the C function's name (``main`` is not one)
+    return Artifact(kind=kind, payload=payload, entry=entry, inputs=ctx.notes["inputs"],
                     outputs=ctx.notes["outputs"],
                     metadata={"counters": list(ctx.notes.get("counters", [])), "resources": resources(ctx),
                               "object_cache": caching(ctx.options)},

@@ -26,6 +26,7 @@ scratchpad_alloc    a `ScratchpadAlloc`                                     None
 parallel_loop       the spec (its outermost compute level)                  sequential loops (one host thread)
 vector_ops          the spec                                                linalg to scalar loops
 final_emission      the LLVM-dialect module                                 LLVM IR text
+toolchain_emission  the module after ``emit_after`` (C-toolchain chips)      portable C (`pbsdk.core.emit_c`)
 ==================  ======================================================  ====================================
 
 The first four *build IR* with the MLIR Python bindings (``mlir.dialects.arith``, ``linalg``, ``memref``,
@@ -79,7 +80,7 @@ from pbsdk.core.spec import ChipSpec
 # them from here.
 __all__ = ["HOOKS", "TEMPLATE_HOOKS", "Counter", "DmaCopy", "Lowering", "Pipeline", "ScratchpadAlloc", "UnitOp",
            "UnitStep", "VectorTileOp", "address", "bytes_per_element", "convert", "dma_copy", "element_type",
-           "final_emission", "matrix_unit_op", "parallel_loop", "scratchpad_alloc", "strides", "vector_ops",
+           "final_emission", "matrix_unit_op", "toolchain_emission", "parallel_loop", "scratchpad_alloc", "strides", "vector_ops",
            "vector_tile_op"]
 
 
@@ -157,7 +158,18 @@ def final_emission(module: ir.Module, spec: ChipSpec) -> str:
         return str(llvm_dialect.translate_module_to_llvmir(module.operation))
 
 
+def toolchain_emission(module: ir.Module, stage: str, spec: ChipSpec) -> str:
+    """The artifact's payload for a target that ends its pipeline after ``stage`` (``emit_after``): the
+    module as portable C (`pbsdk.core.emit_c.print_c`, after `pbsdk.core.emit_c.prepare` expands views),
+    each external function the hooks call declared from its MLIR type. The stage must have lowered
+    everything to structured loops (no ``convert-scf-to-cf``: see the C variant's ``vector_ops``)."""
+    from pbsdk.core.emit_c import prepare, print_c
+
+    prepare(module)
+    return print_c(module)
+
+
 #: The hooks of the contract (`pbsdk.core.hooks.HOOKS`) the template target calls, in that order; each
 #: function above is the emulation used where a target does not implement it.
 TEMPLATE_HOOKS: Sequence[str] = ("matrix_unit_op", "vector_tile_op", "dma_copy", "scratchpad_alloc",
-                                 "parallel_loop", "vector_ops", "final_emission")
+                                 "parallel_loop", "vector_ops", "final_emission", "toolchain_emission")

@@ -15,8 +15,12 @@ import dataclasses
 import keyword
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pbsdk.core.errors import PbsdkError
+
+if TYPE_CHECKING:
+    from pbsdk.core.spec import ChipSpec
 
 SCAFFOLD = Path(__file__).with_name("scaffold")
 #: Files that differ for a chip whose levels besides main memory are all caches (found here first).
@@ -34,6 +38,14 @@ FILES = {
     "package/__init__.py.j2": "{package}/__init__.py",
     "package/hooks.py.j2": "{package}/hooks.py",
     "tests/test_conformance.py.j2": "tests/test_conformance.py",
+}
+
+#: ``--toolchain``: the scaffold directories a variant renders from, first match wins (``scaffold_c`` holds
+#: only what differs from the LLVM variant), and the files it adds to `FILES`.
+TOOLCHAINS: dict[str, tuple[tuple[str, ...], dict[str, str]]] = {
+    "llvm": (("scaffold",), {}),
+    "c": (("scaffold_c", "scaffold"), {"package/csrc/intrinsics.h.j2": "{package}/csrc/{name}_intrinsics.h",
+                                       "package/csrc/intrinsics.c.j2": "{package}/csrc/{name}_intrinsics.c"}),
 }
 
 
@@ -71,14 +83,19 @@ def _class_name(name: str) -> str:
     return "".join(part.capitalize() for part in name.split("_") if part) + "Target"
 
 
-def new_target(name: str, spec_file: str | Path, out: str | Path | None = None, *, force: bool = False) -> Scaffolded:
-    """Render the plugin for ``name`` and ``spec_file`` into ``out`` (default ``./pbsdk-NAME``)."""
+def new_target(name: str, spec_file: str | Path, out: str | Path | None = None, *, force: bool = False,
+               toolchain: str = "llvm") -> Scaffolded:
+    """Render the plugin for ``name`` and ``spec_file`` into ``out`` (default ``./pbsdk-NAME``); ``toolchain``
+    ``"c"`` renders the variant of a chip whose toolchain is a C compiler (`TOOLCHAINS`)."""
     import jinja2
 
     from pbsdk.core.spec import load_spec
     from pbsdk.targets.template import TemplateTarget
 
     check_name(name)
+    if toolchain not in TOOLCHAINS:
+        raise PbsdkError(f"unknown toolchain {toolchain!r} (toolchains: {', '.join(TOOLCHAINS)})")
+    directories, extra = TOOLCHAINS[toolchain]
     path = Path(spec_file)
     if not path.is_file():
         raise PbsdkError(f"spec file {str(path)!r} does not exist (give a YAML chip spec, e.g. chip_specs/example/npu.yaml)")
@@ -98,13 +115,20 @@ def new_target(name: str, spec_file: str | Path, out: str | Path | None = None, 
                          f"{', '.join(spec.dtypes)}"}
     from pbsdk.core.plan.packing import is_cache_only
 
-    search = [str(SCAFFOLD_CACHE), str(SCAFFOLD)] if is_cache_only(spec) else [str(SCAFFOLD)]
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(search), undefined=jinja2.StrictUndefined,
-                             keep_trailing_newline=True, autoescape=False)
+    if is_cache_only(spec):
+        if toolchain == "c":
+            raise PbsdkError(f"--toolchain c is for chips with scratchpads; '{spec.name}' has only caches, whose "
+                             "register-tile kernels are vector code the C printer does not print yet")
+        directories = (SCAFFOLD_CACHE.name, *directories)
+    if toolchain == "c":
+        values.update(c_values(name, spec))
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(SCAFFOLD.with_name(d)) for d in directories]),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False,
+                             trim_blocks=toolchain == "c")
     written: list[Path] = []
     try:
-        for template, target in FILES.items():
-            dest = out_dir / target.format(package=package)
+        for template, target in {**FILES, **extra}.items():
+            dest = out_dir / target.format(package=package, name=name)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_text(env.get_template(template).render(**values))
             written.append(dest)
@@ -114,3 +138,30 @@ def new_target(name: str, spec_file: str | Path, out: str | Path | None = None, 
     except OSError as exc:
         raise PbsdkError(f"cannot write the plugin into {out_dir}: {exc.strerror or exc}") from None
     return Scaffolded(name, package, out_dir, tuple(written))
+
+
+#: dtype -> (C storage type, C function reading one element as a number, bytes)
+_C_DTYPES = {"f32": ("float", "", 4), "f64": ("double", "", 8), "bf16": ("uint16_t", "{name}_bf16_to_f32", 2),
+             "f16": ("uint16_t", "{name}_f16_to_f32", 2), "i8": ("int8_t", "", 1), "i16": ("int16_t", "", 2),
+             "i32": ("int32_t", "", 4), "i64": ("int64_t", "", 8)}
+#: Accumulator dtypes an intrinsic of the C variant holds C in (its C type).
+_C_ACCUMULATORS = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t"}
+
+
+def c_values(name: str, spec: ChipSpec) -> dict[str, Any]:
+    """What the C variant's templates need: one intrinsic per matrix unit whose dtypes C holds (its
+    function name, C types, shape), the unit keys the hooks call intrinsics for, header guard, padding."""
+    units = []
+    for u in spec.matrix_units:
+        if u.operand_dtype not in _C_DTYPES or u.accumulator_dtype not in _C_ACCUMULATORS:
+            continue  # stays emulated in the kernel's C
+        storage, load, size = _C_DTYPES[u.operand_dtype]
+        fn = f"{name}_mma_{re.sub(r'[^A-Za-z0-9_]', '_', u.name)}_{u.operand_dtype}_{u.accumulator_dtype}"
+        units.append({"unit": u.name, "fn": fn, "m": u.m, "n": u.n, "k": u.k, "operand": u.operand_dtype,
+                      "accumulator": u.accumulator_dtype, "storage": storage, "load": load.format(name=name),
+                      "operand_bytes": size, "acc_type": _C_ACCUMULATORS[u.accumulator_dtype],
+                      "integer": u.accumulator_dtype.startswith("i"), "pad": " " * (len(fn) + 6),
+                      "key": (u.name, u.operand_dtype, u.accumulator_dtype)})
+    keys = ", ".join(repr(u["key"]) for u in units)
+    return {"units": units, "unit_keys": "{" + keys + "}" if keys else "()",
+            "guard": f"{name.upper()}_INTRINSICS_H", "dma_pad": " " * len(f"void {name}_dma(")}
