@@ -23,6 +23,7 @@ warning-free with ``-Wall -Wextra``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import struct
 from collections.abc import Callable, Sequence
@@ -99,6 +100,10 @@ _MATH = {"exp": ("expf", "exp"), "log": ("logf", "log"), "sqrt": ("sqrtf", "sqrt
          "powf": ("powf", "pow"), "atan": ("atanf", "atan"), "atan2": ("atan2f", "atan2"),
          "copysign": ("copysignf", "copysign"), "fma": ("fmaf", "fma"), "erfc": ("erfcf", "erfc"),
          "log10": ("log10f", "log10"), "tan": ("tanf", "tan")}
+#: arith ops that are one C expression of their operands ({0}, {1}, ...), signed where it matters.
+_PLAIN = {"arith.negf": "-{0}", "arith.select": "{0} ? {1} : {2}", "arith.divsi": "{0} / {1}", "arith.remsi": "{0} % {1}",
+          "arith.maxsi": "{0} > {1} ? {0} : {1}", "arith.minsi": "{0} < {1} ? {0} : {1}", "arith.shli": "{0} << {1}",
+          "arith.shrsi": "{0} >> {1}"}
 _FBIN = {"arith.addf": "+", "arith.subf": "-", "arith.mulf": "*", "arith.divf": "/"}
 _IBIN = {"arith.addi": "+", "arith.subi": "-", "arith.muli": "*", "arith.andi": "&", "arith.ori": "|",
          "arith.xori": "^"}
@@ -137,7 +142,7 @@ def _unsigned(t: ir.Type) -> str:
 
 
 def _float_literal(value: float, t: ir.Type) -> str:
-    if value != value:
+    if math.isnan(value):
         return "NAN"
     if value in (float("inf"), float("-inf")):
         return "INFINITY" if value > 0 else "(-INFINITY)"
@@ -219,10 +224,11 @@ class _FunctionPrinter:
             raise CEmitError(f"a memref of type {v.type} is used before the C printer defined it")
         return got
 
-    def define(self, result: ir.Value, text: str) -> None:
-        """``T vN = text;`` (rounded to f16/bf16 where ``result`` is one), a pure definition."""
+    def define(self, result: ir.Value, text: str, *, exact: bool = False) -> None:
+        """``T vN = text;``, a pure definition; rounded to f16/bf16 where ``result`` is one, unless ``text``
+        is ``exact`` (already of the type: a load, a select)."""
         kind = _is_16bit_float(result.type)
-        if kind:
+        if kind and not exact:
             text = f"pb_round_{kind}({text})"
         name = self.fresh()
         self.emit(f"{c_type(result.type)} {name} = {text};", defines=name)
@@ -270,7 +276,8 @@ def _scalar(p: _FunctionPrinter, op: ir.Operation) -> None:
         text = _arith(op, args)
         if text is None:
             raise CEmitError(f"the C printer does not know op '{name}'", op=name)
-        p.define(result, text)
+        p.define(result, text, exact=name in ("arith.select", "arith.extf", "arith.maximumf", "arith.minimumf",
+                                              "arith.maxnumf", "arith.minnumf", "arith.negf"))
 
 
 def _math(p: _FunctionPrinter, op: ir.Operation, args: list[str]) -> None:
@@ -285,7 +292,7 @@ def _math(p: _FunctionPrinter, op: ir.Operation, args: list[str]) -> None:
     p.define(op.results[0], f"{_MATH[base][1 if double else 0]}({', '.join(args)})")
 
 
-def _arith(op: ir.Operation, a: list[str]) -> str | None:  # noqa: PLR0911, PLR0912 - one case per op
+def _arith(op: ir.Operation, a: list[str]) -> str | None:
     name, t = op.name, op.results[0].type
     ct = c_type(t)
     src = op.operands[0].type if len(op.operands) else None
@@ -307,14 +314,8 @@ def _arith(op: ir.Operation, a: list[str]) -> str | None:  # noqa: PLR0911, PLR0
             u = _unsigned(op.operands[0].type)
             return f"({u}){a[0]} {_CMPI[pred]} ({u}){a[1]}"
         return f"{a[0]} {_CMPI[pred]} {a[1]}"
-    simple = {"arith.negf": f"-{a[0]}", "arith.select": f"{a[0]} ? {a[1]} : {a[2]}" if len(a) == 3 else "",
-              "arith.divsi": f"{a[0]} / {a[1]}" if len(a) == 2 else "", "arith.remsi": f"{a[0]} % {a[1]}"
-              if len(a) == 2 else "", "arith.maxsi": f"{a[0]} > {a[1]} ? {a[0]} : {a[1]}" if len(a) == 2 else "",
-              "arith.minsi": f"{a[0]} < {a[1]} ? {a[0]} : {a[1]}" if len(a) == 2 else "",
-              "arith.shli": f"{a[0]} << {a[1]}" if len(a) == 2 else "",
-              "arith.shrsi": f"{a[0]} >> {a[1]}" if len(a) == 2 else ""}
-    if simple.get(name):
-        return simple[name]
+    if name in _PLAIN:
+        return _PLAIN[name].format(*a)
     if name in ("arith.divui", "arith.remui", "arith.maxui", "arith.minui", "arith.shrui"):
         u = _unsigned(t)
         x, y = f"({u}){a[0]}", f"({u}){a[1]}"
@@ -459,7 +460,8 @@ def _alloc(p: _FunctionPrinter, op: ir.Operation) -> None:
     storage = c_type(t.element_type, storage=True)
     dyn = iter(p.expr(v) for v in op.operands)
     sizes = tuple(next(dyn) if t.is_dynamic_dim(i) else str(t.shape[i]) for i in range(t.rank))
-    strides, running = [], "1"
+    strides: list[str] = []
+    running = "1"
     for s in reversed(sizes):
         strides.insert(0, running)
         running = s if running == "1" else f"{running} * {s}"
@@ -482,7 +484,7 @@ def _load(p: _FunctionPrinter, op: ir.Operation) -> None:
     view = p.view(op.operands[0])
     element = view.at([p.expr(v) for v in op.operands[1:]])
     kind = _is_16bit_float(view.element)
-    p.define(op.results[0], f"pb_{kind}_to_f32({element})" if kind else element)
+    p.define(op.results[0], f"pb_{kind}_to_f32({element})" if kind else element, exact=True)
 
 
 def _store(p: _FunctionPrinter, op: ir.Operation) -> None:
@@ -551,7 +553,8 @@ def _view(p: _FunctionPrinter, op: ir.Operation) -> None:
            defines=name)
     dyn = iter(p.expr(v) for v in op.operands[2:])
     sizes = tuple(next(dyn) if t.is_dynamic_dim(i) else str(t.shape[i]) for i in range(t.rank))
-    strides, running = [], "1"
+    strides: list[str] = []
+    running = "1"
     for s in reversed(sizes):
         strides.insert(0, running)
         running = s if running == "1" else f"{running} * {s}"
@@ -579,10 +582,11 @@ _HANDLERS: dict[str, Callable[[_FunctionPrinter, ir.Operation], None]] = {
 # ---------------------------------------------------------------------------------- module level
 
 #: Names a C function cannot take (C11 keywords and ``main``); `c_symbol` prefixes them.
-_RESERVED = frozenset("""auto break case char const continue default do double else enum extern float for goto if
-inline int long main register restrict return short signed sizeof static struct switch typedef union unsigned void
-volatile while _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert
-_Thread_local""".split())
+_RESERVED = frozenset(("auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+                       "extern", "float", "for", "goto", "if", "inline", "int", "long", "main", "register", "restrict",
+                       "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union",
+                       "unsigned", "void", "volatile", "while", "_Alignas", "_Alignof", "_Atomic", "_Bool", "_Complex",
+                       "_Generic", "_Imaginary", "_Noreturn", "_Static_assert", "_Thread_local"))
 
 
 def c_symbol(symbol: str) -> str:
@@ -596,8 +600,9 @@ _c_name = c_symbol
 
 
 def _public(op: ir.Operation) -> bool:
-    vis = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
-    return vis is None or ir.StringAttr(vis).value == "public"
+    if "sym_visibility" not in op.attributes:
+        return True
+    return ir.StringAttr(op.attributes["sym_visibility"]).value == "public"
 
 
 def _global(op: ir.Operation) -> str:
@@ -630,10 +635,10 @@ def _initializer(attr: ir.DenseElementsAttr, element: ir.Type, count: int) -> st
         if hasattr(v, "value"):
             v = v.value
         if kind:
-            out.append(hex(_storage_bits(float(v), kind)))
+            out.append(hex(_storage_bits(float(v), kind)))  # type: ignore[arg-type]
         elif isinstance(element, ir.IntegerType) and element.width == 1:
             out.append("true" if v else "false")
-        elif isinstance(v, float):
+        elif isinstance(v, float):  # a float attribute's value
             out.append(_float_literal(v, element))
         else:
             out.append(str(int(v)))  # type: ignore[call-overload]

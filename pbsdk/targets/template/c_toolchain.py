@@ -3,8 +3,9 @@ target's intrinsics (``TemplateTarget.c_sources``) compiled by the host's C comp
 loaded with ctypes and called like the LLVM path's kernels (`pbsdk.targets.cpu.EntryCall`: bare pointers,
 inputs, constants, outputs), with the same counters (the library's ``__pbsdk_counters``).
 
-The compiler is ``$CC`` (default ``cc``) with `FLAGS`; libraries are kept under the compile cache's directory
-(``PBSDK_CACHE_DIR``), keyed by the kernel's source, the intrinsics' files and the flags.
+The compiler is ``$CC`` (default ``cc``) with `FLAGS` and then ``$PBSDK_CFLAGS`` (split on spaces: e.g.
+``-Werror``, or ``-O0 -g`` to debug); libraries are kept under the compile cache's directory
+(``PBSDK_CACHE_DIR``), keyed by the kernel's source, the intrinsics' files, the compiler and the flags.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pbsdk.core.target import Artifact
 from pbsdk.targets.template.counters import COUNTERS_GLOBAL, MAX_COUNTERS
 from pbsdk.targets.template.emulation import TemplateExecutable
 
-__all__ = ["FLAGS", "WARNINGS", "CExecutable", "build_library", "compiler"]
+__all__ = ["FLAGS", "WARNINGS", "CExecutable", "build_library", "compiler", "flags"]
 
 #: Warnings every generated kernel must compile without (the tests add ``-Werror``).
 WARNINGS = ("-Wall", "-Wextra")
@@ -45,9 +46,14 @@ def compiler() -> str:
     return cc
 
 
+def flags() -> tuple[str, ...]:
+    """`FLAGS`, then the words of ``$PBSDK_CFLAGS``."""
+    return (*FLAGS, *os.environ.get("PBSDK_CFLAGS", "").split())
+
+
 def _key(source: str, sources: Sequence[Path], cc: str) -> str:
     h = hashlib.sha256()
-    for part in (source, cc, *FLAGS):
+    for part in (source, cc, *flags()):
         h.update(part.encode() + b"\0")
     for path in sources:  # the intrinsics and the headers beside them
         for f in sorted([path, *path.parent.glob("*.h")]):
@@ -71,10 +77,10 @@ def build_library(source: str, sources: Sequence[Path] = (), *, directory: Path 
         kernel.write_text(source)
         includes = [f"-I{d}" for d in dict.fromkeys(str(p.parent) for p in sources)]
         built = Path(tmp) / "kernel.so"
-        cmd = [cc, *FLAGS, *includes, str(kernel), *map(str, sources), "-o", str(built), "-lm"]
+        cmd = [cc, *flags(), *includes, str(kernel), *map(str, sources), "-o", str(built), "-lm"]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
         if proc.returncode != 0:
-            raise CompileError(f"the C compiler failed ({' '.join(cmd[:1] + list(FLAGS))}):\n{proc.stderr[-4000:]}",
+            raise CompileError(f"the C compiler failed ({' '.join([cc, *flags()])}):\n{proc.stderr[-4000:]}",
                                stage="emit")
         os.replace(built, library)  # atomic: another process may build the same library
     return library

@@ -78,10 +78,31 @@ from pbsdk.core.spec import ChipSpec
 
 # The contract's names, re-exported: plugins written before the contract moved to `pbsdk.core.hooks` import
 # them from here.
-__all__ = ["HOOKS", "TEMPLATE_HOOKS", "Counter", "DmaCopy", "Lowering", "Pipeline", "ScratchpadAlloc", "UnitOp",
-           "UnitStep", "VectorTileOp", "address", "bytes_per_element", "convert", "dma_copy", "element_type",
-           "final_emission", "matrix_unit_op", "toolchain_emission", "parallel_loop", "scratchpad_alloc", "strides", "vector_ops",
-           "vector_tile_op"]
+__all__ = [
+    "HOOKS",
+    "TEMPLATE_HOOKS",
+    "Counter",
+    "DmaCopy",
+    "Lowering",
+    "Pipeline",
+    "ScratchpadAlloc",
+    "UnitOp",
+    "UnitStep",
+    "VectorTileOp",
+    "address",
+    "bytes_per_element",
+    "convert",
+    "dma_copy",
+    "element_type",
+    "final_emission",
+    "matrix_unit_op",
+    "parallel_loop",
+    "scratchpad_alloc",
+    "strides",
+    "toolchain_emission",
+    "vector_ops",
+    "vector_tile_op",
+]
 
 
 # ------------------------------------------------------------------------------ the default hooks
