@@ -84,7 +84,7 @@ static inline void *pb_alloc(size_t bytes, size_t align) {
 }
 """
 
-_DYNAMIC = ir.ShapedType.get_dynamic_size() if hasattr(ir, "ShapedType") else -(2 ** 63)
+_DYNAMIC = ir.ShapedType.get_dynamic_size()  # a dynamic size, stride or offset in static_* attributes
 _VAR = re.compile(r"\bv\d+\b")
 _CMPF = {0: "0", 1: "({a} == {b})", 2: "({a} > {b})", 3: "({a} >= {b})", 4: "({a} < {b})", 5: "({a} <= {b})",
          6: "({a} < {b} || {a} > {b})", 7: "({a} == {a} && {b} == {b})", 8: "!({a} < {b} || {a} > {b})",
@@ -371,7 +371,7 @@ def _call(p: _FunctionPrinter, op: ir.Operation) -> None:
     call = f"{p.functions.get(callee, callee)}({', '.join(args)})"
     if len(op.results) > 1:
         raise CEmitError("a call with several results has no C form", op=op.name)
-    if len(op.results) == 1:
+    if len(op.results) == 1 and list(op.results[0].uses):
         name = p.fresh()
         p.emit(f"{c_type(op.results[0].type)} {name} = {call};")
         p.values[op.results[0]] = name

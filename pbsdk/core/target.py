@@ -33,7 +33,7 @@ ENTRY_POINT_GROUP = "pbsdk.targets"
 class Artifact:
     """What a pipeline hands to a target's loader: the final payload plus the kernel's signature.
 
-    ``kind`` names the payload format (``"llvm-ir"``, ``"object"``, ``"ptx"``, ``"cubin"``, ...);
+    ``kind`` names the payload format (``"llvm-ir"``, ``"object"``, ``"ptx"``, ``"cubin"``, ``"c"``, ...);
     ``payload`` is its text or bytes. ``entry`` is the symbol to call. ``inputs``/``outputs`` are the
     (shape, dtype-name) of each argument in call order: inputs first, then outputs (destination-passing
     style, static shapes, bare pointers).

@@ -33,7 +33,9 @@ WARNINGS = ("-Wall", "-Wextra")
 #: How kernels are compiled for the emulation.
 FLAGS = ("-std=c11", "-O2", "-fPIC", "-shared", *WARNINGS)
 
-_libraries: dict[Path, ctypes.CDLL] = {}  # loaded once per process, never unloaded (kernels point into them)
+#: Each library loaded once per process, never unloaded (kernels point into it), with the lock its runs take:
+#: two executables of one library (the same C) share its counters and scratchpad arrays.
+_libraries: dict[Path, tuple[ctypes.CDLL, threading.Lock]] = {}
 _lock = threading.Lock()
 
 
@@ -88,7 +90,8 @@ def build_library(source: str, sources: Sequence[Path] = (), *, directory: Path 
 
 class CExecutable(TemplateExecutable):
     """The emulated chip running a kernel compiled from C: `TemplateExecutable`'s runs, counters and
-    modelled time, on the kernel's shared library instead of the LLVM JIT."""
+    modelled time, on the kernel's shared library instead of the LLVM JIT (so its own ``__init__`` sets the
+    attributes those read, without a JIT)."""
 
     def __init__(self, artifact: Artifact, spec: ChipSpec, *, sources: Sequence[str] = ()) -> None:
         from pbsdk.targets.cpu import EntryCall
@@ -101,11 +104,10 @@ class CExecutable(TemplateExecutable):
         path = build_library(payload, [Path(s) for s in sources])
         with _lock:
             if path not in _libraries:
-                _libraries[path] = ctypes.CDLL(str(path), mode=os.RTLD_LOCAL)
-            self.library = _libraries[path]
+                _libraries[path] = (ctypes.CDLL(str(path), mode=os.RTLD_LOCAL), threading.Lock())
+            self.library, self._run_lock = _libraries[path]
         address = ctypes.cast(getattr(self.library, artifact.entry), ctypes.c_void_p).value
         assert address is not None
         self._counters = ((ctypes.c_int64 * MAX_COUNTERS).in_dll(self.library, COUNTERS_GLOBAL)
                           if self.names else None)
         self._fn = EntryCall(artifact, address)
-        self._run_lock = threading.Lock()
