@@ -185,3 +185,28 @@ def test_c_scaffold_conforms_with_the_llvm_scaffolds_counts(tmp_path: Path) -> N
     passed = [case for case in c["cases"] if case["status"] == "pass"]  # type: ignore[attr-defined]
     assert all(case["resource_check"] == "ok" and case["resources"]["modelled"]["seconds"] > 0 for case in passed)
     print(f"llvm and c scaffolds: {counts[1]}, {time.perf_counter() - t0:.1f} s")
+
+
+@needs_cc
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ["tiny_npu", "edge_npu", "int8_npu"])
+def test_c_scaffold_conforms_on_other_specs(spec: str, tmp_path: Path) -> None:
+    """The C variant of other chips (f32 and bf16 units of other shapes, a single core, i8 and bf16 units):
+    every generated case passes with its resources checked, in this process (no install)."""
+    from pbsdk.conformance import generate_cases
+    from pbsdk.conformance.runner import run_case
+    from pbsdk.core.compiler import resolve
+
+    name = spec.replace("_", "")
+    out = new_target(name, Path(__file__).with_name("data") / f"{spec}.yaml", tmp_path / name, toolchain="c").out
+    sys.path.insert(0, str(out))
+    try:
+        package = importlib.import_module(f"pbsdk_{name}")
+        target = next(v for k, v in vars(package).items() if k.endswith("Target") and k != "TemplateTarget")()
+        request = resolve(target, None, None)
+        results = [run_case(c, target=target, spec=request.spec) for c in generate_cases(request.spec)]
+    finally:
+        sys.path.remove(str(out))
+    bad = [f"{r.name}: {r.status} {r.message[:300]}" for r in results
+           if r.status in ("fail", "error") or (r.status == "pass" and r.resource_check != "ok")]
+    assert not bad and sum(r.status == "pass" for r in results) >= 50, bad
