@@ -1583,7 +1583,22 @@ def put_along_axis(arr: Any, indices: Any, values: Any, axis: int, *, reduce: st
 
 def _wrapped(indices: Tensor, n: int) -> Tensor:
     """Negative indices counted from the end (``i + n``)."""
-    return where(less(indices, 0.0), add(indices, float(n)), indices)
+    return where(less(indices, 0.0), add(indices, size_value(n)), indices)
+
+
+def size_value(n: Any, dtype: str = "f64") -> Any:
+    """Size ``n`` as data: a float for an int, or, for a `Dim` (known at run time), a 0-d ``dtype`` tensor
+    holding its value, read from the kernel's inputs' sizes."""
+    if not isinstance(n, Dim):
+        return float(n)
+    return _add("size", [], (), dtype, dim=n)
+
+
+def iota(n: Any, dtype: str = "f64") -> Tensor:
+    """``0, 1, ..., n - 1`` in ``dtype``: a constant, or, when ``n`` is a `Dim`, computed by the kernel."""
+    if not isinstance(n, Dim):
+        return _const(np.arange(int(n), dtype=np.float64), dtype)
+    return _add("iota", [], (n,), dtype)
 
 
 def roll(x: Any, shift: int | Sequence[int], axis: Any = None) -> Tensor:

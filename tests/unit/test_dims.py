@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from pbsdk.core.dims import Dim, bind, canonical, concrete, evaluate, is_dynamic
@@ -47,3 +49,18 @@ def test_bind_refuses_inconsistent_shapes(shapes: list[tuple[int, ...]], message
 def test_a_size_no_argument_binds_is_an_error() -> None:
     with pytest.raises(ArgumentError, match="names t"):
         bind([("t + 1",)], [(3,)])
+
+
+def test_dim_arithmetic_stays_linear_and_folds_to_ints() -> None:
+    s0, s1 = Dim.parse("s0"), Dim.parse("s1")
+    assert str(s0 + 1) == "s0 + 1" and str(2 * s0 - 3) == "2*s0 - 3" and str(s0 * 2 + s1) == "2*s0 + s1"
+    assert (s0 + 1) - s0 == 1 and isinstance((s0 + 1) - s0, int)
+    assert 64 * s0 // 8 == 8 * s0 and (64 * s0) % 8 == 0
+    assert s0 + 1 == Dim.parse("s0 + 1") and s0 != 1  # a symbolic size never equals an int
+
+
+@pytest.mark.parametrize("needs_value", [lambda d: d > 1, lambda d: int(d), lambda d: range(d), lambda d: d * d,
+                                         lambda d: (2 * d + 1) // 2, lambda d: (d + 1) % 2])
+def test_what_needs_a_dims_value_is_a_type_error(needs_value: Any) -> None:
+    with pytest.raises(TypeError):
+        needs_value(Dim.parse("s0"))

@@ -154,6 +154,29 @@ class _Emitter:
         assert value is not None
         return arith.addi(value, self.size(d.const)) if d.const else value
 
+    def float_size(self, d: int | Dim, t: ir.Type) -> ir.Value:
+        """Size ``d`` as a float scalar of type ``t``."""
+        i64 = ir.IntegerType.get_signless(64)
+        return arith.sitofp(t, arith.index_cast(i64, self.size(d)))
+
+    def op_size(self, node: Node) -> None:
+        """A size known at run time as a 0-d tensor (`pbsdk.ops.size_value`)."""
+        out = node.out
+        value = self.float_size(node.attrs["dim"], element_type(out.dtype))
+        self.values[out.id] = tensor.FromElementsOp(tensor_type((), out.dtype), [value]).result
+
+    def op_iota(self, node: Node) -> None:
+        """``0 .. n-1`` over a length known at run time (`pbsdk.ops.iota`)."""
+        out = node.out
+        ft = element_type(out.dtype)
+        i64 = ir.IntegerType.get_signless(64)
+
+        def body(args: Sequence[ir.Value]) -> ir.Value:
+            return arith.sitofp(ft, arith.index_cast(i64, linalg.IndexOp(0).result))
+
+        self.values[out.id] = self.generic(ins=[], init=self.empty(out.type), out_results=dims(1), n_loops=1,
+                                           iterators=["parallel"], body=body)
+
     def mixed(self, sizes: Sequence[int | Dim]) -> tuple[list[ir.Value], list[int]]:
         """``sizes`` as an op's dynamic operands and static attribute (``?`` where dynamic)."""
         values = [self.size(d) for d in sizes if not isinstance(d, int)]
@@ -828,11 +851,13 @@ class _Emitter:
         loops = dims(rank)
         it = element_type(idx.dtype)
         table_v = self.value(table)
+        last = table.shape[axis] - 1
+        hi_value = None if isinstance(last, int) else self.float_size(last, it)
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             index = {d: linalg.IndexOp(d).result for d in range(rank) if not axis <= d < axis + k}
             lo = float_constant(0.0, it)
-            hi = float_constant(float(table.shape[axis] - 1), it)
+            hi = float_constant(float(last), it) if hi_value is None else hi_value
             clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
             ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
             coords = [index[d] for d in range(axis)] + [ix] + [index[d + k - 1]
@@ -1022,7 +1047,7 @@ def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
     if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
-              "take_along", "flip"):
+              "take_along", "flip", "size", "iota"):
         return op
     return "elementwise"
 

@@ -40,7 +40,10 @@ OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose"
 COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
 #: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal.
 MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"})
-ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS
+#: Values of sizes known only at run time (`pbsdk.core.dims.Dim`): "size" (a 0-d tensor, attribute ``dim``)
+#: and "iota" (0 .. n-1 along its one dimension), computed from the kernel's inputs' sizes.
+SIZE_OPS = frozenset({"size", "iota"})
+ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS | SIZE_OPS
 #: A constant of more values than this is "large": the graph holds it in its own dtype (not widened to
 #: float64), and emission passes it to the kernel as an operand instead of printing it
 #: (`pbsdk.core.ir.emit`).

@@ -39,6 +39,14 @@ def _dynamic(t: ir.Type) -> bool:
     return isinstance(t, ir.MemRefType) and not ir.MemRefType(t).has_static_shape
 
 
+def _dynamic_layout(t: ir.Type) -> bool:
+    """A buffer whose strides or offset are known only at run time (a view of a dynamic buffer)."""
+    if not isinstance(t, ir.MemRefType):
+        return False
+    strides, offset = ir.MemRefType(t).get_strides_and_offset()
+    return any(ir.MemRefType(t).is_dynamic_stride_or_offset(v) for v in (*strides, offset))
+
+
 def _carrier(t: ir.MemRefType) -> ir.MemRefType:
     return ir.MemRefType.get([1], t.element_type, memory_space=t.memory_space)
 
@@ -87,6 +95,11 @@ class DynamicSizes:
                 name = ir.StringAttr(fn.attributes["sym_name"]).value
                 ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
                 dyn = [(i, ir.MemRefType(t)) for i, t in enumerate(ftype.inputs) if _dynamic(t)]
+                for i, t in enumerate(ftype.inputs):
+                    if not _dynamic(t) and _dynamic_layout(t):
+                        raise DynamicShapeError(f"@{name}'s argument {i} is a view whose strides or offset are "
+                                                f"known only at run time ({t}); only identity layouts pass as "
+                                                "pointers", op="func.func")
                 if any(_dynamic(t) for t in ftype.results):
                     raise DynamicShapeError(f"@{name} returns a dynamic buffer; results are output arguments "
                                             "by now", op="func.func")

@@ -164,7 +164,9 @@ class FuseRows:
                 flush()
                 continue
             mems = _memrefs(op)
-            if not mems:
+            if not mems or any(_strided_at_run_time(m.type) for m in mems):
+                # (A view whose strides are known at run time, of a dynamic buffer, cannot pass to a row
+                # function under bare pointers: the op stays where it is.)
                 flush()
                 continue
             r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None
@@ -323,6 +325,14 @@ def _row_elements(run: list[ir.Operation]) -> int:
 
 
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
+
+
+def _strided_at_run_time(t: ir.Type) -> bool:
+    """A buffer of static sizes whose strides or offset are known only at run time."""
+    if not isinstance(t, ir.MemRefType) or not ir.MemRefType(t).has_static_shape:
+        return False
+    strides, offset = ir.MemRefType(t).get_strides_and_offset()
+    return any(ir.MemRefType(t).is_dynamic_stride_or_offset(v) for v in (*strides, offset))
 
 
 def _extent(rows: Any) -> int:

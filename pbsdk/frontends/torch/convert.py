@@ -25,6 +25,7 @@ import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from pbsdk import ops
+from pbsdk.core.dims import Dim
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.frontends.registry import registrar
@@ -188,6 +189,14 @@ def _opmath(cx: Context, *xs: Any) -> list[Any]:
     return [ops.astype(x, dt) if isinstance(x, Tensor) and x.dtype != dt else x for x in xs]
 
 
+def _operand(v: Any) -> Any:
+    """An arithmetic op's second operand: a tensor as it is, a size known at run time (a `Dim`: ``x / n``
+    with ``n = x.shape[1]`` symbolic) as a 0-d tensor of its value, a Python scalar as a number."""
+    if isinstance(v, Tensor):
+        return v
+    return ops.size_value(v) if isinstance(v, Dim) else _scalar(v)
+
+
 def _scalar(v: Any) -> Any:
     if isinstance(v, bool):
         return float(v)
@@ -212,8 +221,9 @@ def _binary(fn: Callable[[Any, Any], Tensor], *, scalar_opmath: bool = False) ->
     """A binary op's converter; ``scalar_opmath``: with a Python scalar ``b``, computed in `_opmath` (the
     scalar is not rounded to a half-precision operand's dtype first, as torch's mul does not)."""
     def convert(cx: Context, a: Any, b: Any, *, alpha: Any = 1) -> Tensor:
+        b = _operand(b)
         scalar = not isinstance(b, Tensor)
-        a, b = (_opmath if scalar and scalar_opmath else _in)(cx, a, _scalar(b) if scalar else b)
+        a, b = (_opmath if scalar and scalar_opmath else _in)(cx, a, b)
         if alpha != 1:
             b = ops.mul(b, _scalar(alpha)) if isinstance(b, Tensor) else b * alpha
         return fn(a, b)
@@ -234,7 +244,7 @@ def _rsub(cx: Context, a: Any, b: Any, *, alpha: Any = 1) -> Tensor:
 
 @converts("aten.div.Tensor", "aten.div.Scalar")
 def _div(cx: Context, a: Any, b: Any) -> Tensor:
-    a, b = _in(cx, a, _scalar(b) if not isinstance(b, Tensor) else b)
+    a, b = _in(cx, a, _operand(b))
     return ops.div(a, b)
 
 
@@ -459,6 +469,14 @@ def _scalar_tensor(cx: Context, value: Any, **_: Any) -> Tensor:
 
 @converts("aten.arange.default", "aten.arange.start", "aten.arange.start_step")
 def _arange(cx: Context, *args: Any, **_: Any) -> Tensor:
+    if any(isinstance(a, Dim) for a in args):
+        # arange(end) / arange(start, end[, 1]) with an int start and a size known at run time.
+        start, end, step = (0, args[0], 1) if len(args) == 1 else (*args[:2], args[2] if len(args) > 2 else 1)
+        if isinstance(start, Dim) or step != 1:
+            raise UnsupportedError(f"arange({start}, {end}, {step}): only an int start and a unit step with a "
+                                   "size known at run time")
+        values = ops.iota(end - start, cx.out_dtype)
+        return ops.add(values, float(start)) if start else values
     values = np.arange(*[_scalar(a) for a in args], dtype=np.float64)
     if cx.out_dtype == "f64" and np.abs(values).max(initial=0) >= 2 ** 53:
         raise UnsupportedError("arange beyond 2**53")
@@ -974,7 +992,7 @@ def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
     for k in where:
         ik = ops.broadcast_to(_tensor(indices[k], "an index"), shape)
         ik = ops._wrapped(ik if ik.dtype == "f64" else ops.astype(ik, "f64"), x.shape[k])
-        linear = ik if linear is None else ops.add(ops.mul(linear, float(x.shape[k])), ik)
+        linear = ik if linear is None else ops.add(ops.mul(linear, ops.size_value(x.shape[k])), ik)
     assert linear is not None
     flat = ops.reshape(x, x.shape[:first] + (math.prod(x.shape[first:last]),) + x.shape[last:])
     out = ops.take(flat, linear, axis=first)

@@ -1,0 +1,98 @@
+"""Graphs Dynamo traces with symbolic sizes, compiled once (issue #31 item 2): a decode loop with the default
+``DynamicCache`` (each step's cache one longer), ``mark_dynamic`` on a sequence length, size-dependent
+ops (``arange`` over the cache length, an ``index`` by it), and a dynamic batch whose convolution partition
+is compiled per shape. Numerics against eager at explicit tolerances; graphs and ops counted from the
+reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import pbsdk.frontends.torch as pbsdk_torch
+from pbsdk.testing.tolerances import Tolerance, assert_close
+
+F32 = Tolerance(1e-5, 1e-5)
+
+
+def _compiled(fn: Any, **options: Any) -> Any:
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    return torch.compile(fn, backend="pbsdk", options={"compile_options": {"threads": 1}, **options})
+
+
+def _decoder(name: str) -> Any:
+    from pbsdk.testing.torchvision import import_transformers
+
+    try:
+        tf = import_transformers()
+    except ImportError as exc:
+        pytest.skip(f"transformers: {exc}")
+    torch.manual_seed(0)
+    if name == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=500)).eval()
+    return tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                              num_attention_heads=4, num_key_value_heads=2,
+                                              vocab_size=500)).eval()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_generate_with_the_default_cache_compiles_three_graphs(name: str) -> None:
+    model = _decoder(name)
+    ids = torch.randint(0, 500, (2, 8), generator=torch.Generator().manual_seed(1))
+    kw = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "pad_token_id": 0,
+          "attention_mask": torch.ones_like(ids)}
+    with torch.no_grad():
+        want = model.generate(ids, **kw)
+        model.forward = _compiled(model.forward)
+        got = model.generate(ids, **kw)
+    assert torch.equal(got, want)
+    reports = pbsdk_torch.reports()
+    # The prompt, the first decode step (static), the decode step with a symbolic cache length.
+    assert len(reports) == 3, reports
+    for r in reports:
+        assert not r.fallback_ops and not r.dynamic_ops and not r.failed_partitions, r
+        assert r.per_shape_partitions == 0 and r.compiled_ops + r.host_checks == r.graph_ops, r
+    assert reports[2].host_checks > 0  # the symbolic step's size arithmetic stayed on the host
+
+
+def test_a_marked_dynamic_length_compiles_once() -> None:
+    # Attention over a length marked dynamic, with the keys sliced and a position arange over it.
+    torch.manual_seed(2)
+    w = torch.randn(32, 32) / 6
+
+    def fn(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        n = k.shape[1]
+        pos = torch.arange(n, dtype=torch.float32) / n
+        keys = torch.cat([k[:, :1], k[:, 1:] * 2.0], dim=1) @ w + pos[None, :, None]
+        return F.scaled_dot_product_attention(q, keys, keys) + keys[:, -1:].sum(1, keepdim=True)
+
+    compiled = _compiled(fn)
+    q = torch.randn(4, 3, 32)
+    with torch.no_grad():
+        for n in (5, 17, 64, 200):
+            k = torch.randn(4, n, 32)
+            torch._dynamo.mark_dynamic(k, 1)
+            assert_close(compiled(q, k).numpy(), fn(q, k).numpy(), op="attention", tol=F32)
+    (report,) = pbsdk_torch.reports()
+    assert not report.fallback_ops and not report.dynamic_ops and report.per_shape_partitions == 0, report
+
+
+def test_a_partition_that_needs_its_sizes_is_compiled_per_shape() -> None:
+    # A convolution over a symbolic batch does not compile with symbolic sizes: its partition is compiled
+    # for each batch size met instead, and nothing runs in torch.
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Conv2d(8, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 4 * 4, 10)).eval()
+    compiled = _compiled(model)
+    with torch.no_grad():
+        for n in (1, 2, 3, 3, 5):
+            x = torch.randn(n, 8, 6, 6)
+            assert_close(compiled(x).numpy(), model(x).numpy(), op="conv2d", tol=F32)
+    first, symbolic = pbsdk_torch.reports()
+    assert first.per_shape_partitions == 0 and symbolic.per_shape_partitions == 1, symbolic
+    assert not symbolic.fallback_ops and not symbolic.failed_partitions, symbolic
+    assert symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic
