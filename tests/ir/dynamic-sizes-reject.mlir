@@ -15,3 +15,11 @@ func.func @f(%x: memref<?x8xf32>) {
   func.call @kernel(%x) : (memref<?x8xf32>) -> ()
   return
 }
+
+// -----
+
+// A view of a dynamic buffer has static sizes but strides known at run time: no pointer carries them.
+// CHECK: pbsdk: error: in stage 'dynamic-sizes', op 'func.func': @last_row's argument 0 is a view whose strides or offset are known only at run time (memref<4x1x32xf32, strided<[?, 32, 1], offset: ?>>); only identity layouts pass as pointers
+func.func @last_row(%x: memref<4x1x32xf32, strided<[?, 32, 1], offset: ?>>) {
+  return
+}
