@@ -943,11 +943,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
     if _is_dynamic(gm, example_inputs):
         if opts.dynamic == "per_shape":
             return PerShape(gm, request, opts, static)
-        start = time.perf_counter()
         try:
             return compile_static(gm, example_inputs, request, opts, static)
-        except Exception as exc:  # noqa: BLE001 - as below
-            return _runs_in_torch(gm, exc, start)
+        except Exception as exc:  # noqa: BLE001 - not traceable with its symbols: per concrete shape, as before
+            log.info("pbsdk: the graph did not compile with symbolic sizes (%s); it is compiled per shape",
+                     _described(exc))
+            return PerShape(gm, request, opts, static)
     tensors = [x for x in example_inputs if isinstance(x, torch.Tensor)]
     training = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
     start = time.perf_counter()
