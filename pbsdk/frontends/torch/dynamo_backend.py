@@ -341,9 +341,14 @@ class CompiledPartition(torch.nn.Module):
         if self._eager:
             return self.sub(*args)
         if not self._frozen_unchanged(args):
-            log.info("pbsdk: frozen parameters of %s changed; recompiling it with them as inputs", self.name)
-            self._frozen, self._checks = {}, ()
-            self.kernel, self._inputs = self._compile({})
+            # Only the changed tensors become inputs (a static KV cache that transformers marks as a static
+            # address is written on every step); the weights stay constants.
+            changed = {i for i, t, version in self._checks if args[i] is not t or t._version != version}
+            log.info("pbsdk: %d frozen tensor(s) of %s changed; recompiling it with them as inputs", len(changed),
+                     self.name)
+            self._frozen = {i: t for i, t in self._frozen.items() if i not in changed}
+            self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
+            self.kernel, self._inputs = self._compile(self._frozen)
             self._pointer_path()
             return self.forward(*args)
         arrays = self.kernel.check_args([_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs])
