@@ -6,6 +6,7 @@ reports."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -82,17 +83,50 @@ def test_a_marked_dynamic_length_compiles_once() -> None:
     assert not report.fallback_ops and not report.dynamic_ops and report.per_shape_partitions == 0, report
 
 
-def test_a_partition_that_needs_its_sizes_is_compiled_per_shape() -> None:
-    # A convolution over a symbolic batch does not compile with symbolic sizes: its partition is compiled
-    # for each batch size met instead, and nothing runs in torch.
+def test_a_graph_whose_ops_need_their_sizes_is_compiled_per_shape(caplog: pytest.LogCaptureFixture) -> None:
+    # Dynamo remembers that nn.Sequential.forward met two batch sizes (the small model's calls), so it traces
+    # the CNN's first call with a symbolic batch. Its convolution and adaptive mean convert only with
+    # their sizes known: rather than leave them to torch, the graph is compiled per batch size met.
     torch.manual_seed(3)
-    model = nn.Sequential(nn.Conv2d(8, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 4 * 4, 10)).eval()
+    small = _compiled(nn.Sequential(nn.Linear(4, 4)).eval())
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                          nn.Flatten(), nn.Linear(8, 5)).eval()
+    compiled = torch.compile(model, backend="pbsdk", options={"compile_options": {"threads": 1}})
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="pbsdk"):
+        for n in (5, 6):
+            small(torch.randn(n, 4))
+        pbsdk_torch.clear_reports()
+        for n in (2, 3, 2):
+            x = torch.randn(n, 3, 12, 12)
+            assert_close(compiled(x).numpy(), model(x).numpy(), op="conv2d", tol=F32)
+    assert any("converts only with its sizes known" in r.getMessage() for r in caplog.records)
+    reports = pbsdk_torch.reports()
+    assert len(reports) == 2, reports  # batch 2 and batch 3, each compiled for its shape
+    for r in reports:
+        assert not r.fallback_ops and not r.dynamic_ops and not r.failed_partitions, r
+        assert r.compiled_ops == r.graph_ops, r
+
+
+def test_a_partition_that_fails_with_symbols_is_compiled_per_shape(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its ops convert with symbolic sizes, but the compile fails (here: injected, as a target without
+    # dynamic shapes would): the partition is compiled for each shape met, nothing runs in torch.
+    import pbsdk.frontends.torch.dynamo_backend as db
+
+    real = db.CompiledPartition.__init__
+
+    def refuse_symbolic(self: Any, name: str, sub: Any, *args: Any) -> None:
+        if db.graph_is_symbolic(sub):
+            raise db.UnsupportedError("injected: no dynamic shapes on this target")
+        real(self, name, sub, *args)
+
+    monkeypatch.setattr(db.CompiledPartition, "__init__", refuse_symbolic)
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).eval()
     compiled = _compiled(model)
     with torch.no_grad():
-        for n in (1, 2, 3, 3, 5):
-            x = torch.randn(n, 8, 6, 6)
-            assert_close(compiled(x).numpy(), model(x).numpy(), op="conv2d", tol=F32)
+        for n in (2, 3, 5, 3):
+            x = torch.randn(n, 16)
+            assert_close(compiled(x).numpy(), model(x).numpy(), op="mlp", tol=F32)
     first, symbolic = pbsdk_torch.reports()
-    assert first.per_shape_partitions == 0 and symbolic.per_shape_partitions == 1, symbolic
-    assert not symbolic.fallback_ops and not symbolic.failed_partitions, symbolic
+    assert symbolic.per_shape_partitions == 1 and not symbolic.failed_partitions, symbolic
     assert symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic

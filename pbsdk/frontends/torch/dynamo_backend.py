@@ -44,7 +44,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
-from pbsdk.core.errors import PbsdkError
+from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.emit import emit_program
 from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
 from pbsdk.core.runtime.kernel import Kernel, OutputPool
@@ -60,6 +60,9 @@ from pbsdk.frontends.torch.convert import (
 )
 from pbsdk.frontends.torch.symbolic import (
     as_dim,
+    bind_symbols,
+    bound_sizes,
+    concrete_sizes,
     graph_is_symbolic,
     has_no_elements,
     is_dynamic,
@@ -513,6 +516,12 @@ def _empty_at_the_boundary(supported: set[torch.fx.Node]) -> list[torch.fx.Node]
     return left
 
 
+class ShapesNeeded(UnsupportedError):
+    """A graph with symbolic sizes holds an op that pbsdk converts only with its sizes known (a
+    convolution over a symbolic batch): the graph is compiled per concrete shape instead (`PerShape`),
+    as it would have been without symbols, rather than leave that op to torch."""
+
+
 @dataclasses.dataclass
 class _Triage:
     """Which call nodes of an ATen graph pbsdk compiles, and how (`_triage`)."""
@@ -526,7 +535,7 @@ class _Triage:
 def _triage(gm: torch.fx.GraphModule) -> _Triage:
     """Sort ``gm``'s call nodes: host checks and size arithmetic stay with torch (counted as checks); a node
     that converts (with its symbolic sizes, if any) is supported; the rest fall back to torch, each logged
-    (a dynamic one as such)."""
+    (a dynamic one as such). A dynamic node that converts only with its sizes known raises `ShapesNeeded`."""
     t = _Triage()
     excluded = _aliases_of_inputs(gm)
     for node in gm.graph.nodes:
@@ -540,6 +549,9 @@ def _triage(gm: torch.fx.GraphModule) -> _Triage:
         if ok:
             t.supported.add(node)
         elif is_dynamic(node):
+            with concrete_sizes():
+                if node_supported(node)[0]:
+                    raise ShapesNeeded(f"{name} converts only with its sizes known ({why})")
             t.dynamic.append(name)
             log.info("pbsdk: %s (dynamic sizes) falls back to torch: %s", name, why)
         elif name != "getitem":
@@ -619,10 +631,10 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
 
 
 class PerShapePartition(torch.nn.Module):
-    """A partition whose kernel needs its sizes: specialised to the concrete shapes of each call (traced
-    again with the call's tensors, then a `CompiledPartition`), up to ``max_shapes`` shapes; further shapes,
-    and a shape whose compile fails (logged once), run in torch. Python ints among the inputs (sizes)
-    are part of the key."""
+    """A partition whose kernel needs its sizes: specialised to the concrete shapes of each call (its graph
+    converted with the call's sizes in place of the symbols, `bound_sizes`), up to ``max_shapes`` shapes;
+    further shapes, and a shape whose compile fails (logged once), run in torch. Python ints among the
+    inputs (sizes) are part of the key."""
 
     def __init__(self, name: str, sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor],
                  request: CompileRequest, max_shapes: int) -> None:
@@ -646,10 +658,10 @@ class PerShapePartition(torch.nn.Module):
                      self.name, self.max_shapes)
             return self.sub
         try:
-            plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
-            with torch.no_grad():
-                static = torch.fx.experimental.proxy_tensor.make_fx(self.sub, tracing_mode="fake")(*plain)
-            fn: Any = CompiledPartition(f"{self.name}_{len(self.compiled)}", static, self._frozen, self.request)
+            # The partition's own graph, converted with this call's sizes in place of its symbols.
+            with bound_sizes(bind_symbols(self.sub, args)):
+                fn: Any = CompiledPartition(f"{self.name}_{len(self.compiled)}", self.sub, self._frozen,
+                                            self.request)
         except Exception as exc:  # noqa: BLE001 - this shape runs in torch, as any failed partition
             log.warning("pbsdk: partition %s did not compile for shapes %s and runs in torch for them: %s",
                         self.name, [k[0] for k in key if isinstance(k, tuple)], _described(exc))

@@ -9,6 +9,9 @@ sizes. Everything else is *dynamic*: its sizes are read at run time.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -55,6 +58,48 @@ def graph_is_symbolic(gm: torch.fx.GraphModule) -> bool:
     return any(is_dynamic(n) for n in gm.graph.nodes if n.op in ("placeholder", "call_function"))
 
 
+_CONCRETE = contextvars.ContextVar("pbsdk_concrete_sizes", default=False)
+_BOUND: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("pbsdk_bound_sizes", default=None)
+
+
+@contextlib.contextmanager
+def bound_sizes(values: dict[str, int]) -> Iterator[None]:
+    """Within it, `as_dim` evaluates each symbolic size with the symbols' ``values`` (a call's sizes): a
+    graph traced with symbols converted for one concrete shape."""
+    token = _BOUND.set(values)
+    try:
+        yield
+    finally:
+        _BOUND.reset(token)
+
+
+def bind_symbols(gm: torch.fx.GraphModule, args: Any) -> dict[str, int]:
+    """The values of ``gm``'s size symbols in a call with ``args``: from each placeholder that is a lone
+    symbol (a ``SymInt`` input) or has a dimension that is one."""
+    values: dict[str, int] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, arg in zip(placeholders, args):
+        val = node.meta.get("val")
+        if isinstance(val, torch.SymInt) and val.node.expr.is_Symbol and isinstance(arg, int):
+            values[str(val.node.expr)] = arg
+        elif isinstance(val, torch.Tensor) and isinstance(arg, torch.Tensor):
+            for d, n in zip(val.shape, arg.shape):
+                if isinstance(d, torch.SymInt) and d.node.expr.is_Symbol:
+                    values[str(d.node.expr)] = int(n)
+    return values
+
+
+@contextlib.contextmanager
+def concrete_sizes() -> Iterator[None]:
+    """Within it, `as_dim` gives each symbolic size its example value (the sizes of the call being
+    traced): whether a node would convert once its sizes are known, i.e. compiled per shape."""
+    token = _CONCRETE.set(True)
+    try:
+        yield
+    finally:
+        _CONCRETE.reset(token)
+
+
 def as_dim(size: Any) -> int | Dim:
     """A size as pbsdk's graph carries it: an int, or a `Dim` linear form over torch's size symbols
     (``s0``, ``s0 + 1``, ``2*s1``). A size that is not linear in the symbols (``s0*s1``, ``s0 // 2``) is an
@@ -63,6 +108,17 @@ def as_dim(size: Any) -> int | Dim:
         return size
     if not isinstance(size, torch.SymInt):
         raise UnsupportedError(f"size {size!r} is not an int")
+    bound = _BOUND.get()
+    if bound is not None:
+        expr = size.node.expr
+        missing = [str(s) for s in expr.free_symbols if str(s) not in bound]
+        if missing:
+            raise UnsupportedError(f"size {expr}: no input gives {', '.join(missing)}")
+        return int(expr.subs({s: bound[str(s)] for s in expr.free_symbols}))
+    if _CONCRETE.get():
+        if not size.node.has_hint():
+            raise UnsupportedError(f"size {size.node.expr} has no example value")
+        return int(size.node.hint)
     expr = size.node.expr
     if expr.is_number:
         return int(expr)
