@@ -1598,7 +1598,8 @@ def iota(n: Any, dtype: str = "f64") -> Tensor:
     """``0, 1, ..., n - 1`` in ``dtype``: a constant, or, when ``n`` is a `Dim`, computed by the kernel."""
     if not isinstance(n, Dim):
         return _const(np.arange(int(n), dtype=np.float64), dtype)
-    return _add("iota", [], (n,), dtype)
+    shape: tuple[Any, ...] = (n,)  # a Dim size (see TensorType)
+    return _add("iota", [], shape, dtype)
 
 
 def roll(x: Any, shift: int | Sequence[int], axis: Any = None) -> Tensor:

@@ -127,6 +127,6 @@ def test_a_partition_that_fails_with_symbols_is_compiled_per_shape(monkeypatch: 
         for n in (2, 3, 5, 3):
             x = torch.randn(n, 16)
             assert_close(compiled(x).numpy(), model(x).numpy(), op="mlp", tol=F32)
-    first, symbolic = pbsdk_torch.reports()
+    _, symbolic = pbsdk_torch.reports()
     assert symbolic.per_shape_partitions == 1 and not symbolic.failed_partitions, symbolic
     assert symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic

@@ -475,8 +475,8 @@ def _arange(cx: Context, *args: Any, **_: Any) -> Tensor:
         if isinstance(start, Dim) or step != 1:
             raise UnsupportedError(f"arange({start}, {end}, {step}): only an int start and a unit step with a "
                                    "size known at run time")
-        values = ops.iota(end - start, cx.out_dtype)
-        return ops.add(values, float(start)) if start else values
+        iota = ops.iota(end - start, cx.out_dtype)
+        return ops.add(iota, float(start)) if start else iota
     values = np.arange(*[_scalar(a) for a in args], dtype=np.float64)
     if cx.out_dtype == "f64" and np.abs(values).max(initial=0) >= 2 ** 53:
         raise UnsupportedError("arange beyond 2**53")
