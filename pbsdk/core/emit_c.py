@@ -27,6 +27,7 @@ import math
 import re
 import struct
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from mlir import ir
 
@@ -455,16 +456,24 @@ def _if(p: _FunctionPrinter, op: ir.Operation) -> None:
 
 # ---------------------------------------------------------------------------------- memref
 
-def _alloc(p: _FunctionPrinter, op: ir.Operation) -> None:
-    t = ir.MemRefType(op.results[0].type)
-    storage = c_type(t.element_type, storage=True)
-    dyn = iter(p.expr(v) for v in op.operands)
+def _dense_layout(p: _FunctionPrinter, t: ir.MemRefType,
+                  dynamic: Any) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    """The C expressions of a row-major buffer's sizes (``dynamic``: the values of its ``?`` sizes, in
+    order), strides and element count."""
+    dyn = iter(p.expr(v) for v in dynamic)
     sizes = tuple(next(dyn) if t.is_dynamic_dim(i) else str(t.shape[i]) for i in range(t.rank))
     strides: list[str] = []
     running = "1"
     for s in reversed(sizes):
         strides.insert(0, running)
         running = s if running == "1" else f"{running} * {s}"
+    return sizes, tuple(strides), running
+
+
+def _alloc(p: _FunctionPrinter, op: ir.Operation) -> None:
+    t = ir.MemRefType(op.results[0].type)
+    storage = c_type(t.element_type, storage=True)
+    sizes, strides, running = _dense_layout(p, t, op.operands)
     name = p.fresh()
     align = ir.IntegerAttr(op.attributes["alignment"]).value if "alignment" in op.attributes else 16
     if op.name == "memref.alloca":
@@ -473,7 +482,7 @@ def _alloc(p: _FunctionPrinter, op: ir.Operation) -> None:
         p.emit(f"_Alignas({align}) {storage} {name}[{running}];")
     else:
         p.emit(f"{storage} *{name} = ({storage} *)pb_alloc(sizeof({storage}) * (size_t)({running}), {align});")
-    p.values[op.results[0]] = _View(t.element_type, name, "0", sizes, tuple(strides))
+    p.values[op.results[0]] = _View(t.element_type, name, "0", sizes, strides)
 
 
 def _dealloc(p: _FunctionPrinter, op: ir.Operation) -> None:
@@ -551,14 +560,8 @@ def _view(p: _FunctionPrinter, op: ir.Operation) -> None:
     shift = p.expr(op.operands[1])
     p.emit(f"{storage} *{name} = ({storage} *)(void *)((char *){src.pointer} + {src.offset} + {shift});",
            defines=name)
-    dyn = iter(p.expr(v) for v in op.operands[2:])
-    sizes = tuple(next(dyn) if t.is_dynamic_dim(i) else str(t.shape[i]) for i in range(t.rank))
-    strides: list[str] = []
-    running = "1"
-    for s in reversed(sizes):
-        strides.insert(0, running)
-        running = s if running == "1" else f"{running} * {s}"
-    p.values[op.results[0]] = _View(t.element_type, name, "0", sizes, tuple(strides))
+    sizes, strides, _ = _dense_layout(p, t, list(op.operands)[2:])
+    p.values[op.results[0]] = _View(t.element_type, name, "0", sizes, strides)
 
 
 def _dim(p: _FunctionPrinter, op: ir.Operation) -> None:
