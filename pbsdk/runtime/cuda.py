@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from pbsdk.runtime import format as fmt
+from pbsdk.runtime.entry import Entry, _numpy_dtype
 from pbsdk.runtime.errors import DeviceError, DeviceUnavailableError, FormatError
-from pbsdk.runtime.model import Entry, _numpy_dtype
 
 _CC_MAJOR, _CC_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_{MAJOR,MINOR}
 _SIGNATURES: dict[str, list[Any]] = {
