@@ -130,3 +130,27 @@ def test_a_partition_that_fails_with_symbols_is_compiled_per_shape(monkeypatch: 
     _, symbolic = pbsdk_torch.reports()
     assert symbolic.per_shape_partitions == 1 and not symbolic.failed_partitions, symbolic
     assert symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic
+
+
+def test_symbolic_sizes_as_linear_forms() -> None:
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from pbsdk.core.dims import Dim
+    from pbsdk.core.errors import UnsupportedError
+    from pbsdk.frontends.torch.symbolic import as_dim, bound_sizes, concrete_sizes
+
+    env = ShapeEnv()
+    a, b = (env.create_symintnode(env.create_symbol(n, ConstantSource(name)), hint=n) for name, n in (("a", 5),
+                                                                                                     ("b", 7)))
+    sa, sb = str(a.node.expr), str(b.node.expr)
+    assert as_dim(a) == Dim.parse(sa) and as_dim(2 * a + 3) == Dim.parse(f"2*{sa} + 3")
+    assert as_dim(a + b) == Dim.parse(f"{sa} + {sb}") and as_dim(4) == 4
+    with pytest.raises(UnsupportedError, match="not linear"):
+        as_dim(a * b)
+    with concrete_sizes():  # the example values: would the node convert per shape?
+        assert as_dim(2 * a + 3) == 13
+    with bound_sizes({sa: 10}):  # a call's sizes: the partition converted for them
+        assert as_dim(2 * a + 3) == 23
+        with pytest.raises(UnsupportedError, match="no input gives"):
+            as_dim(a + b)
