@@ -78,6 +78,10 @@ def run_case(name: str, cache: str, batch: int, args: argparse.Namespace) -> dic
 
     import pbsdk.frontends.torch as pbsdk_torch
 
+    # Each case as in a fresh process: Dynamo remembers which sizes changed between calls of a code object
+    # (automatic dynamic shapes), so a batch-1 case would make the next case's batch symbolic from its
+    # first call.
+    torch._dynamo.reset()
     base = build(name)
     # One model per contender (the same weights): a static cache lives on its model, so each contender
     # keeps its own, as a user's single model would.
