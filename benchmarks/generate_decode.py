@@ -148,6 +148,8 @@ def main() -> None:
 
     import torch
 
+    from pbsdk.bench import cpu_model
+
     torch.set_num_threads(args.threads)
     # Both compiled forwards live in Dynamo's cache of one code object (no reset between contenders, which
     # would make the rounds recompile); room for both sets of graphs and the static cache's re-initialised
@@ -159,24 +161,13 @@ def main() -> None:
         for cache in args.caches:
             for batch in args.batches:
                 row = run_case(name, cache, batch, args)
-                row["cpu"] = _cpu_model()
+                row["cpu"] = cpu_model()
                 row["load"] = round(os.getloadavg()[0], 2)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 if args.json:
                     with open(args.json, "w") as f:
                         json.dump(rows, f, indent=1)
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -40,6 +40,16 @@ def row_major(t: ir.Type) -> bool:
         ir.AffineMapAttr(layout).value == ir.AffineMap.get_identity(ir.MemRefType(t).rank, context=t.context)
 
 
+def layout_at_run_time(t: ir.Type) -> bool:
+    """A buffer whose strides or offset are known only at run time (a view of a dynamic buffer, a row at
+    a loop's offset): under the bare-pointer convention, no function argument can carry them."""
+    if not isinstance(t, ir.MemRefType):
+        return False
+    memref = ir.MemRefType(t)
+    strides, offset = memref.get_strides_and_offset()
+    return any(memref.is_dynamic_stride_or_offset(v) for v in (*strides, offset))
+
+
 def contiguous(t: ir.Type) -> bool:
     """A static-shaped buffer whose elements are one run in row-major order, at any (even dynamic) offset —
     a one-row view of a padded image — which upstream's ``memref.copy`` lowering copies with one memcpy: the

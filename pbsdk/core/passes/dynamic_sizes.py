@@ -29,7 +29,7 @@ from mlir import ir
 from mlir.dialects import arith, memref
 
 from pbsdk.core.errors import DynamicShapeError
-from pbsdk.core.passes import match_signature, ops_named, row_major
+from pbsdk.core.passes import layout_at_run_time, match_signature, ops_named, row_major
 
 #: ``ctx.notes`` key: the entry's size expressions, in the order of its sizes buffer.
 NOTE = "dynamic_sizes"
@@ -37,14 +37,6 @@ NOTE = "dynamic_sizes"
 
 def _dynamic(t: ir.Type) -> bool:
     return isinstance(t, ir.MemRefType) and not ir.MemRefType(t).has_static_shape
-
-
-def _dynamic_layout(t: ir.Type) -> bool:
-    """A buffer whose strides or offset are known only at run time (a view of a dynamic buffer)."""
-    if not isinstance(t, ir.MemRefType):
-        return False
-    strides, offset = ir.MemRefType(t).get_strides_and_offset()
-    return any(ir.MemRefType(t).is_dynamic_stride_or_offset(v) for v in (*strides, offset))
 
 
 def _carrier(t: ir.MemRefType) -> ir.MemRefType:
@@ -96,7 +88,7 @@ class DynamicSizes:
                 ftype = ir.FunctionType(ir.TypeAttr(fn.attributes["function_type"]).value)
                 dyn = [(i, ir.MemRefType(t)) for i, t in enumerate(ftype.inputs) if _dynamic(t)]
                 for i, t in enumerate(ftype.inputs):
-                    if not _dynamic(t) and _dynamic_layout(t):
+                    if not _dynamic(t) and layout_at_run_time(t):
                         raise DynamicShapeError(f"@{name}'s argument {i} is a view whose strides or offset are "
                                                 f"known only at run time ({t}); only identity layouts pass as "
                                                 "pointers", op="func.func")

@@ -24,7 +24,7 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.ir.builder import call_parts, if_then
-from pbsdk.core.passes import defining_op, ops_named
+from pbsdk.core.passes import defining_op, layout_at_run_time, ops_named
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import _captures
 
@@ -164,7 +164,7 @@ class FuseRows:
                 flush()
                 continue
             mems = _memrefs(op)
-            if not mems or any(_strided_at_run_time(m.type) for m in mems):
+            if not mems or any(ir.MemRefType(m.type).has_static_shape and layout_at_run_time(m.type) for m in mems):
                 # (A view whose strides are known at run time, of a dynamic buffer, cannot pass to a row
                 # function under bare pointers: the op stays where it is.)
                 flush()
@@ -326,13 +326,6 @@ def _row_elements(run: list[ir.Operation]) -> int:
 
 _DYNAMIC = ir.ShapedType.get_dynamic_size()
 
-
-def _strided_at_run_time(t: ir.Type) -> bool:
-    """A buffer of static sizes whose strides or offset are known only at run time."""
-    if not isinstance(t, ir.MemRefType) or not ir.MemRefType(t).has_static_shape:
-        return False
-    strides, offset = ir.MemRefType(t).get_strides_and_offset()
-    return any(ir.MemRefType(t).is_dynamic_stride_or_offset(v) for v in (*strides, offset))
 
 
 def _extent(rows: Any) -> int:

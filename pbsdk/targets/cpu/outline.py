@@ -22,6 +22,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import func
 
+from pbsdk.core.passes import layout_at_run_time
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
 
 #: Fewest loop nests in one function body for the pass to outline them (small kernels stay as they are).
@@ -82,9 +83,7 @@ def passes_bare(t: ir.Type) -> bool:
     buffer (a dynamic size read at run time: `pbsdk.core.passes.dynamic_sizes`) stays where it is."""
     if not isinstance(t, ir.MemRefType):
         return True
-    memref = ir.MemRefType(t)
-    strides, offset = memref.get_strides_and_offset()
-    return memref.has_static_shape and not any(memref.is_dynamic_stride_or_offset(s) for s in (*strides, offset))
+    return ir.MemRefType(t).has_static_shape and not layout_at_run_time(t)
 
 
 @dataclasses.dataclass(frozen=True)
