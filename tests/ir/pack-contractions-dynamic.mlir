@@ -70,3 +70,22 @@ func.func @dynamic_batch(%a: memref<?x8x64xf32>, %b: memref<?x64x48xf32>, %c: me
   linalg.batch_matmul ins(%a, %b : memref<?x8x64xf32>, memref<?x64x48xf32>) outs(%c : memref<?x8x48xf32>)
   return
 }
+
+// -----
+
+// Two products of one shape (a mixture of experts' groups, each with its own weight): the kernels built for
+// them are the same, so they are merged into one (leaves first, then their callers) and both calls call it.
+// CHECK-LABEL: func.func @experts(
+// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x64xf32>, memref<64x48xf32>, memref<?x48xf32>)
+// CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x64xf32>, memref<64x48xf32>, memref<?x48xf32>)
+// CHECK-NOT:     func.func private @__pbsdk_mm1(
+// CHECK-NOT:     func.func @__pbsdk_mm1_
+func.func @experts(%a0: memref<?x64xf32>, %b0: memref<64x48xf32>, %c0: memref<?x48xf32>,
+                   %a1: memref<?x64xf32>, %b1: memref<64x48xf32>, %c1: memref<?x48xf32>) {
+  %z = arith.constant 0.0 : f32
+  linalg.fill ins(%z : f32) outs(%c0 : memref<?x48xf32>)
+  linalg.matmul ins(%a0, %b0 : memref<?x64xf32>, memref<64x48xf32>) outs(%c0 : memref<?x48xf32>)
+  linalg.fill ins(%z : f32) outs(%c1 : memref<?x48xf32>)
+  linalg.matmul ins(%a1, %b1 : memref<?x64xf32>, memref<64x48xf32>) outs(%c1 : memref<?x48xf32>)
+  return
+}

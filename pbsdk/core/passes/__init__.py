@@ -35,9 +35,19 @@ def row_major(t: ir.Type) -> bool:
     """A buffer with the identity layout (row-major at offset 0), whatever its sizes, dynamic ones too."""
     if not isinstance(t, ir.MemRefType):
         return False
-    layout = ir.MemRefType(t).layout
-    return isinstance(layout, ir.AffineMapAttr) and \
-        ir.AffineMapAttr(layout).value == ir.AffineMap.get_identity(ir.MemRefType(t).rank, context=t.context)
+    memref_t = ir.MemRefType(t)
+    layout = memref_t.layout
+    if isinstance(layout, ir.AffineMapAttr):
+        return ir.AffineMapAttr(layout).value == ir.AffineMap.get_identity(memref_t.rank, context=t.context)
+    # A strided layout spelling the identity (``memref<?x512xf32, strided<[512, 1]>>``: a view of whole rows
+    # at offset 0): every stride static and row-major over the static sizes inside it.
+    strides, offset = memref_t.get_strides_and_offset()
+    running = 1
+    for size, stride in zip(reversed(memref_t.shape), reversed(strides)):
+        if memref_t.is_dynamic_stride_or_offset(stride) or stride != running:
+            return False
+        running = running * size if not memref_t.is_dynamic_size(size) else -1
+    return offset == 0
 
 
 def layout_at_run_time(t: ir.Type) -> bool:

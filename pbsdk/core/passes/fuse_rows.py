@@ -24,9 +24,17 @@ from mlir import ir
 from mlir.dialects import func
 
 from pbsdk.core.ir.builder import call_parts, if_then
-from pbsdk.core.passes import defining_op, layout_at_run_time, ops_named
+from pbsdk.core.passes import defining_op, layout_at_run_time, ops_named, row_major
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import _captures
+
+
+def _unpassable(t: ir.Type) -> bool:
+    """A buffer no row function can take under bare pointers: a static view whose strides or offset are known
+    only at run time, or a dynamic one other than whole rows at offset 0 (`dynamic-sizes` passes those only)."""
+    memref_t = ir.MemRefType(t)
+    return layout_at_run_time(t) if memref_t.has_static_shape else not row_major(t)
+
 
 _FUSIBLE = ("linalg.generic", "linalg.fill", "linalg.map", "linalg.copy")
 #: Side-effect-free ops that may sit between fused ops; they move in front of the run.
@@ -164,9 +172,9 @@ class FuseRows:
                 flush()
                 continue
             mems = _memrefs(op)
-            if not mems or any(ir.MemRefType(m.type).has_static_shape and layout_at_run_time(m.type) for m in mems):
-                # (A view whose strides are known at run time, of a dynamic buffer, cannot pass to a row
-                # function under bare pointers: the op stays where it is.)
+            if not mems or any(_unpassable(m.type) for m in mems):
+                # (A view whose strides are known at run time, of a dynamic buffer, or a dynamic view that is not
+                # whole rows at offset 0, cannot pass to a row function under bare pointers: the op stays.)
                 flush()
                 continue
             r = ir.MemRefType(mems[-1].type).shape[0] if ir.MemRefType(mems[-1].type).rank else None

@@ -33,6 +33,7 @@ from pbsdk.core.hooks import UnitStep
 from pbsdk.core.ir import attributes
 from pbsdk.core.ir.builder import element_type, if_then
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major, user_op
+from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
 from pbsdk.core.plan.dynamic import plan_dynamic_contraction
@@ -391,6 +392,14 @@ def unit_step_builder(unit: MatrixUnit, module: ir.Module, ctx: Any, hook: UnitS
 UnitStepHook = Callable[[UnitStep, ir.Value, ir.Value, ir.Value, ChipSpec], ir.Value]
 
 
+#: The name every kernel this stage builds starts with (``__pbsdk_mm<N>``, its buckets and parts).
+KERNEL_PREFIX = "__pbsdk_mm"
+
+
+def _kernel_functions(module: ir.Module) -> list[ir.Operation]:
+    return [op for op in ops_named(module, "func.func")
+            if ir.StringAttr(op.attributes["sym_name"]).value.startswith(KERNEL_PREFIX)]
+
 @dataclasses.dataclass(frozen=True)
 class PackContractions:
     """The pass; ``unit_step`` is the target's hook that builds one instruction of a matrix unit kept in
@@ -415,10 +424,10 @@ class PackContractions:
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
             if not all(t.has_static_shape for t in (a, b, c)):
-                count += _dynamic_contraction(module, op, f"__pbsdk_mm{count}", ctx, notes)
+                count += _dynamic_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes)
                 continue
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
-                count += _unit_contraction(self, module, op, f"__pbsdk_mm{count}", ctx, notes, calls)
+                count += _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
                 continue
             if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
                 record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
@@ -457,7 +466,7 @@ class PackContractions:
                 continue
             if not blk.transposed:
                 a_sources = None  # given orientation: A is packed per call as it is
-            name = f"__pbsdk_mm{count}"
+            name = f"{KERNEL_PREFIX}{count}"
             count += 1
             operands = list(op.operands)
             if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
@@ -501,6 +510,22 @@ class PackContractions:
                          + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else "")
                          + (f", A read from its transpose's source ({len(a_feeds)} site(s))" if a_feeds else "")
                          + (f", B read from its transpose's source ({len(b_feeds)} site(s))" if b_feeds else ""))
+        self._merge_kernels(module, notes)
+
+    @staticmethod
+    def _merge_kernels(module: ir.Module, notes: list[str]) -> None:
+        """Kernels that came out the same (the products of one shape with different constant weights: a
+        mixture of experts' per-expert matmuls, a decoder's layers) become one: merged leaves first, so the
+        functions calling them print the same in the next round, until nothing merges."""
+        before = len(_kernel_functions(module))
+        def kernel(op: ir.Operation) -> bool:
+            return ir.StringAttr(op.attributes["sym_name"]).value.startswith(KERNEL_PREFIX)
+
+        while merge_identical(module, kernel):
+            pass
+        after = len(_kernel_functions(module))
+        if after < before:
+            notes.append(f"{before - after} kernel function(s) identical to another merged ({after} left)")
 
     def _implicit_convolutions(self, module: ir.Module, ctx: Any, notes: list[str]) -> int:
         """Calls of an isolated contraction whose A is the core's im2col of an NHWC convolution
@@ -519,7 +544,7 @@ class PackContractions:
                 continue
             callee = table[callee_name]
             if str(ir.MemRefType(call.operands[0].type).element_type) in UNIT_OPERANDS:
-                built = _unit_window(self, module, ctx, call, found, callee, f"__pbsdk_mm{count}", notes)
+                built = _unit_window(self, module, ctx, call, found, callee, f"{KERNEL_PREFIX}{count}", notes)
                 if built:
                     count += 1
                     rewritten[callee_name] = callee
@@ -563,7 +588,7 @@ class PackContractions:
                 continue
             blk = dataclasses.replace(blk, kc=kc)
             window = Window(g, x_type, row_runs=row_runs)
-            name = f"__pbsdk_mm{count}"
+            name = f"{KERNEL_PREFIX}{count}"
             count += 1
             with call.location:
                 kernel = build_matmul_kernel(module, name,
