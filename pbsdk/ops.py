@@ -1602,6 +1602,27 @@ def iota(n: Any, dtype: str = "f64") -> Tensor:
     return _add("iota", [], shape, dtype)
 
 
+def grouped_matmul(x: Any, ends: Any, weights: Sequence[Any]) -> Tensor:
+    """Rows of ``x`` (R x K) in consecutive groups, group ``e`` ending (exclusive) at row ``ends[e]`` (a float
+    or integer tensor of E whole numbers, non-decreasing), each times its own ``weights[e]`` (K x N): a mixture
+    of experts' grouped matmul (``torch._grouped_mm`` with offsets). Rows from ``ends[-1]`` on are zero. The
+    groups' sizes are data, so each group is a matmul whose row count is known only at run time: only targets
+    that compile such sizes (`pbsdk.core.target.Target.dynamic_shapes`) take this op. Ends outside
+    ``[previous end, R]`` are clamped there, so the kernel never reads outside ``x``."""
+    t, *ws = _operands(x, *weights)  # numpy weights become constants of the rows' dtype
+    (offs,) = _operands(ends)
+    if offs.dtype in INT_DTYPES:
+        offs = astype(offs, "f64")  # whole numbers, clamped in floating point like take's indices
+    if t.ndim != 2 or offs.ndim != 1 or offs.shape[0] != len(ws) or not ws:
+        raise PbsdkError(f"grouped_matmul: rows of shape {t.shape}, ends of shape {offs.shape} and {len(ws)} "
+                         "weights: want R x K rows, E ends and E weights")
+    k, n = ws[0].shape if ws[0].ndim == 2 else (None, None)
+    if k != t.shape[1] or builtins.any(w.shape != (k, n) or w.dtype != t.dtype for w in ws):
+        raise PbsdkError(f"grouped_matmul: every weight must be {t.shape[1]} x N in {t.dtype}, got "
+                         f"{[(w.shape, w.dtype) for w in ws]}")
+    return _add("grouped_matmul", [t.value, offs.value, *(w.value for w in ws)], (t.shape[0], n), t.dtype)
+
+
 def roll(x: Any, shift: int | Sequence[int], axis: Any = None) -> Tensor:
     """``numpy.roll``: elements shifted by ``shift`` along ``axis`` (the flattened tensor when None), wrapping."""
     (t,) = _operands(x)

@@ -124,6 +124,51 @@ def test_grouped_mm_of_gathered_rows_matches_torch(offsets: list[int], offsets2:
     assert (got.float()[end:] == 0).all()
 
 
+class _GroupedF32(torch.nn.Module):
+    """f32 experts: a grouped matmul of gathered rows, the gate, a second grouped matmul with other offsets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(6)
+        self.up = torch.nn.Parameter(torch.randn(4, 16, 32, generator=g) * 0.2)
+        self.down = torch.nn.Parameter(torch.randn(4, 16, 24, generator=g) * 0.2)
+
+    def forward(self, x: torch.Tensor, perm: torch.Tensor, offs: torch.Tensor, offs2: torch.Tensor) -> torch.Tensor:
+        grouped = torch.ops.transformers.grouped_mm_fallback  # torch's own grouped_mm takes bf16 only on CPU
+        h = grouped(x[perm // 2], self.up, offs)
+        gate, up = h.chunk(2, dim=-1)
+        return grouped(torch.nn.functional.silu(gate) * up, self.down, offs2)
+
+
+def test_f32_grouped_mm_multiplies_each_group_by_its_expert_only() -> None:
+    """On the cpu target (sizes known at run time compile) a grouped matmul of constant f32 experts is one matmul
+    per group on its own rows (`ops.grouped_matmul`): the kernel's products are (rows of the group) x 16 x 32
+    and x 16 x 24, never every row times every expert. Group sizes are data: new offsets each call, one
+    compile; rows beyond the last group are zero, as are empty groups' none."""
+    tf = _transformers()
+    if _major(tf) < 5:
+        pytest.skip(f"transformers {tf.__version__} has no grouped_mm_fallback op (5.x does)")
+    import transformers.integrations.moe  # noqa: F401  (registers torch.ops.transformers.grouped_mm_fallback)
+
+    model = _GroupedF32().eval()
+    compiled = _compiled(model)
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(7))
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        for offsets, offsets2 in (([3, 9, 9, 16], [8, 8, 12, 16]), ([0, 5, 11, 14], [0, 0, 16, 16]),
+                                  ([16, 16, 16, 16], [1, 2, 3, 4])):
+            offs, offs2 = torch.tensor(offsets, dtype=torch.int32), torch.tensor(offsets2, dtype=torch.int32)
+            got = compiled(x, perm, offs, offs2)
+            want = model(x, perm, offs, offs2)
+            end = min(offsets[-1], offsets2[-1])
+            torch.testing.assert_close(got[:end], want[:end], rtol=1e-5, atol=1e-5)
+            assert (got[end:] == 0).all()
+    (report,) = _no_fallbacks()
+    products = [c for k in report.kernels for c in k.executable.resources["contractions"]]
+    assert sorted((c["n"], c["k"]) for c in products) == [(24, 16)] * 4 + [(32, 16)] * 4, products
+    assert all(c["m"] == -1 and c["compute"] == "vector-fma" for c in products), products
+
+
 def _transformers() -> Any:
     from pbsdk.testing.torchvision import import_transformers
 

@@ -333,6 +333,42 @@ class _Emitter:
             ins=[(self.value(x), list(loops))], init=init, out_results=kept, n_loops=rank,
             iterators=["reduction" if i in axes else "parallel" for i in range(rank)], body=body)
 
+    def op_grouped_matmul(self, node: Node) -> None:
+        # One matmul per group, on the group's rows: ``x[start:end]`` (a row count known at run time, copied
+        # whole so the product reads a fresh row-major buffer), times the group's weight, inserted at the
+        # group's rows of a zero-filled result. The ends are read from the data and clamped to [start, R].
+        x, ends, *weights = node.inputs
+        out = node.out
+        rows, k = x.shape
+        n = out.shape[1]
+        index = ir.IndexType.get()
+        dyn = ir.ShapedType.get_dynamic_size()
+        xv, ev = self.value(x), self.value(ends)
+        acc = self.filled(out.type, 0.0)
+        start = arith.constant(index, 0)
+        last = arith.constant(index, rows)
+        for e, w in enumerate(weights):
+            end = arith.minsi(arith.maxsi(self._row_end(ev, e, element_type(ends.dtype), rows), start), last)
+            m = arith.subi(end, start)
+            part = tensor.ExtractSliceOp(tensor_type((dyn, k), x.dtype), xv, [start], [m], [], [dyn, 0],
+                                         [dyn, k], [1, 1]).result
+            rows_e = linalg.copy(part, outs=[tensor.EmptyOp([m, k], element_type(x.dtype)).result])
+            init = fill(scalar_constant(0.0, element_type(out.dtype)),
+                        tensor.EmptyOp([m, n], element_type(out.dtype)).result)
+            product = linalg.matmul(rows_e, self.value(w), outs=[init])
+            acc = tensor.InsertSliceOp(product, acc, [start], [m], [], [dyn, 0], [dyn, n], [1, 1]).result
+            start = end
+        self.values[out.id] = acc
+
+    @staticmethod
+    def _row_end(ends: ir.Value, e: int, ft: ir.Type, rows: int) -> ir.Value:
+        """``ends[e]`` (a float of type ``ft``) as an index, clamped to [0, rows] first (NaN to 0), as
+        op_take's indices."""
+        index = ir.IndexType.get()
+        raw = tensor.ExtractOp(ends, [arith.constant(index, e)]).result
+        clipped = arith.minnumf(arith.maxnumf(raw, float_constant(0.0, ft)), float_constant(float(rows), ft))
+        return arith.index_cast(index, arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+
     def op_matmul(self, node: Node) -> None:
         a, b = node.inputs
         out = node.out
@@ -1047,7 +1083,7 @@ def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
     if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
-              "take_along", "flip", "size", "iota"):
+              "take_along", "flip", "size", "iota", "grouped_matmul"):
         return op
     return "elementwise"
 

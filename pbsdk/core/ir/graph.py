@@ -43,7 +43,11 @@ MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"}
 #: Values of sizes known only at run time (`pbsdk.core.dims.Dim`): "size" (a 0-d tensor, attribute ``dim``)
 #: and "iota" (0 .. n-1 along its one dimension), computed from the kernel's inputs' sizes.
 SIZE_OPS = frozenset({"size", "iota"})
-ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS | SIZE_OPS
+#: Ops whose loop bounds are data: "grouped_matmul" (rows of ``x`` in consecutive groups, group ``e`` ending
+#: at row ``ends[e]``, each times its own matrix; inputs ``x, ends, w_0 .. w_{E-1}``; rows beyond the last
+#: group are zero). Emitted only for targets that compile sizes known at run time (`Target.dynamic_shapes`).
+DATA_SIZED_OPS = frozenset({"grouped_matmul"})
+ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS | SIZE_OPS | DATA_SIZED_OPS
 #: A constant of more values than this is "large": the graph holds it in its own dtype (not widened to
 #: float64), and emission passes it to the kernel as an operand instead of printing it
 #: (`pbsdk.core.ir.emit`).

@@ -65,7 +65,10 @@ class Context:
     by value id (so a matmul reads a transposed operand through its indexing map), and the current
     node's recorded output (a FakeTensor, or a sequence of them) and recorded inputs (their strides)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, data_sizes: bool = False) -> None:
+        #: The target compiles sizes known only at run time: a grouped matmul of constant weights becomes one
+        #: matmul per group on its own rows (``ops.grouped_matmul``) instead of every row times every expert.
+        self.data_sizes = data_sizes
         self.consts: dict[int, np.ndarray] = {}
         self.transposes: dict[int, Tensor] = {}
         self.stored: dict[int, tuple[Tensor, int]] = {}  # quantize results -> their i8 and its offset (quantized.py)
@@ -1097,8 +1100,11 @@ def _histc(cx: Context, x: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> 
 @converts("transformers.grouped_mm_fallback.default", "aten._grouped_mm.default")
 def _grouped_mm(cx: Context, x: Any, w: Any, offs: Any = None, bias: Any = None, out_dtype: Any = None) -> Tensor:
     """Rows of ``x`` (grouped by expert: group ``e`` ends at row ``offs[e]``) times their group's matrix
-    ``w[e]``; rows from ``offs[-1]`` on are zero. Static shapes cannot size a group, so products are
-    computed for every expert and each row's own is selected, on the fewest rows the operand allows:
+    ``w[e]``; rows from ``offs[-1]`` on are zero. Where the target compiles sizes known at run time
+    (``cx.data_sizes``) and the weights are constant f32, each group's rows are multiplied by their expert
+    only (``ops.grouped_matmul``: one matmul per group, its row count read from ``offs``). Otherwise static
+    shapes cannot size a group, so products are computed for every expert and each row's own is selected, on
+    the fewest rows the operand allows:
 
     - ``x`` gathers rows of a smaller ``src`` (``hidden[perm // top_k]``, a mixture of experts' tokens):
       ``src @ [w_0 | w_1 | ...]``, every (token, expert) pair once; the result remembers that form
@@ -1110,6 +1116,11 @@ def _grouped_mm(cx: Context, x: Any, w: Any, offs: Any = None, bias: Any = None,
     if x.ndim != 2 or w.ndim != 3 or not isinstance(offs, Tensor) or bias is not None:
         raise UnsupportedError("grouped_mm other than 2-D rows x 3-D per-group weights with offsets, no bias")
     experts, k, n = w.shape
+    weights = cx.const_of(w)
+    if cx.data_sizes and x.dtype == w.dtype == "f32" and weights is not None:
+        # Each group's rows times its expert only (a row count known at run time per group).
+        per_expert = [cx.const(np.ascontiguousarray(weights[e]), w.dtype, copy=False) for e in range(experts)]
+        return ops.grouped_matmul(x, offs, per_expert)
     rows = x.shape[0]
     row = cx.const(np.arange(rows, dtype=np.float64), "f64")
     ends = ops.reshape(ops.astype(offs, "f64"), (1, experts))

@@ -308,7 +308,7 @@ class CompiledPartition(torch.nn.Module):
         return fast
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
-        graph, inputs = lower_partition(self.sub, frozen)
+        graph, inputs = lower_partition(self.sub, frozen, data_sizes=self.request.target.dynamic_shapes)
         program = emit_program(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
                                forms=self.request.target.attention_forms)
         del graph  # the constants' arrays live on in the program alone
@@ -408,12 +408,14 @@ def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
-def lower_partition(sub: torch.fx.GraphModule,
-                    frozen: Mapping[int, torch.Tensor]) -> tuple[Graph, list[int]]:
+def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor], *,
+                    data_sizes: bool = False) -> tuple[Graph, list[int]]:
     """The partition as a pbsdk graph; frozen placeholders (by position) become constants. Returns the
-    graph and the positions of the placeholders that remain kernel inputs, in argument order."""
+    graph and the positions of the placeholders that remain kernel inputs, in argument order. ``data_sizes``:
+    the target compiles sizes known only at run time (`Target.dynamic_shapes`), so ops whose loop bounds are
+    data (a grouped matmul's groups) may become such ops (`Context.data_sizes`)."""
     graph = Graph()
-    cx = Context()
+    cx = Context(data_sizes=data_sizes)
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[int] = []
     position = 0
