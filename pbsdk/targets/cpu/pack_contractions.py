@@ -417,6 +417,7 @@ class PackContractions:
         calls: dict[str, list[ir.Operation]] = {}
         for call in ops_named(module, "func.call"):
             calls.setdefault(ir.FlatSymbolRefAttr(call.attributes["callee"]).value, []).append(call)
+        dynamic_built: dict[tuple[str, ...], func.FuncOp] = {}  # dynamic kernels by operand types (no epilogue)
         for op in ops_named(module, "linalg.matmul") + ops_named(module, "linalg.batch_matmul"):
             if len(op.operands) != 3 or not all(isinstance(v.type, ir.MemRefType) for v in op.operands):
                 notes.append(f"{op.name}: not on buffers; left as is")
@@ -424,7 +425,7 @@ class PackContractions:
             a, b, c = (ir.MemRefType(v.type) for v in op.operands)
             dtype = str(a.element_type)
             if not all(t.has_static_shape for t in (a, b, c)):
-                count += _dynamic_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes)
+                count += _dynamic_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, dynamic_built)
                 continue
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
                 count += _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
@@ -616,12 +617,14 @@ class PackContractions:
         return count
 
 
-def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str]) -> int:
+def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str],
+                         built: dict[tuple[str, ...], func.FuncOp] | None = None) -> int:
     """A float contraction with dynamic sizes (any of m, n, k; the batch static; identity layouts) becomes
     a call of ``@name``, which picks by the row count one kernel per size bucket of
     `plan_dynamic_contraction` (each `build_matmul_kernel` with the dynamic sizes `DYNAMIC`, read from the
-    buffers at run time; a dynamic n or k is planned at `DYNAMIC_EXTENT`). Returns 1 when it did; 0 leaves
-    the op to the generic lowering, with a note saying why."""
+    buffers at run time; a dynamic n or k is planned at `DYNAMIC_EXTENT`). Returns 1 when it built one; 0
+    when it called one already in ``built`` (the same operand types, no epilogue: a mixture of experts'
+    per-group products) or left the op to the generic lowering, with a note saying why."""
     a, b, c = (ir.MemRefType(v.type) for v in op.operands)
     dtype = str(a.element_type)
     dyn = ir.ShapedType.get_dynamic_size()
@@ -647,6 +650,19 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
     fill = _zero_fill_before(op)
     operands = list(op.operands) + (fused[2] if fused else [])
+    key = (opname, str(a), str(b), str(c), str(fill is not None))
+    same = built.get(key) if built is not None and not fused else None
+    if same is not None:
+        with op.location:
+            func.CallOp(same, operands, ip=ir.InsertionPoint(op))
+        op.erase()
+        if fill is not None:
+            fill.erase()
+        record_contraction(ctx, opname, dtype, bsz, -1 if m == dyn else m, -1 if n == dyn else n,
+                           -1 if k == dyn else k, "vector-fma")
+        notes.append(f"{opname} ?x{n_text}x{k_text} {dtype}: dynamic sizes, the packed kernel "
+                     f"@{ir.StringAttr(same.attributes['sym_name']).value} built for the same operands")
+        return 0
     with op.location:
         kernels = []
         for i, bucket in enumerate(plan.buckets):
@@ -674,6 +690,8 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
                 pick(0)
                 func.ReturnOp([])
         func.CallOp(dispatch, operands, ip=ir.InsertionPoint(op))
+    if built is not None and not fused:
+        built[key] = dispatch
     if fused:
         fused[0].erase()
     op.erase()
