@@ -106,6 +106,41 @@ def test_micro_kernel_at_the_spec_width_counts_every_instruction() -> None:
     assert "<16 x float>" in kernel.artifact.payload
 
 
+def _vector_width(spec: ChipSpec, bits: int) -> ChipSpec:
+    data = spec.model_dump()
+    data["vector"]["width_bits"] = bits
+    return ChipSpec.model_validate(data)
+
+
+def test_modelled_time_of_a_compiled_matmul_comes_from_the_instruction_counters() -> None:
+    """A 64x64x64 f32 matmul on rvv-edge at 512 and at 256 bits: the compute side is the vector unit's
+    per-instruction terms (FMAs at 1 a cycle on 1.5 GHz), not the points; halving the width doubles the FMAs
+    (and more, with the padding of the narrower plan) and so the modelled compute time."""
+    import pbsdk
+
+    a, b = np.random.default_rng(1).standard_normal((2, 64, 64)).astype(np.float32)
+    times = {}
+    for bits in (512, 256):
+        spec = _vector_width(load_spec(RVV_EDGE), bits)
+        f = pbsdk.jit(lambda x, y: x @ y, target=_RegisterTileTarget(), spec=spec)
+        np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-4, atol=1e-4)
+        ex = f.kernel(f.signatures[0])[0].executable
+        t = ex.last_time
+        assert t is not None
+        terms = dict(t.terms)
+        fmas = ex.last_counters["vector_op:fma"]
+        # One FMA per vector of C per k step (more where the plan pads a tile: 65 rows at 512 bits).
+        assert 64 * 64 * 64 // (bits // 32) <= fmas <= 1.25 * 64 * 64 * 64 // (bits // 32)
+        assert not any(name.startswith("vector:") for name in terms)  # the points are not read
+        arith = sum(v for k, v in ex.last_counters.items() if k.startswith("vector_op:")
+                    and k.split(":")[1] not in ("load", "broadcast", "store"))
+        assert terms["vector_op:arith"] == pytest.approx(arith / (1.5e9 * t.cores))
+        assert t.compute_seconds == pytest.approx(max(v for k, v in terms.items()
+                                                      if k.startswith(("vector_op:", "cache:l1d:vector"))))
+        times[bits] = t
+    assert times[256].compute_seconds > 1.5 * times[512].compute_seconds
+
+
 def _install(src: Path, site: Path) -> None:
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
            "--disable-pip-version-check", "--no-index", "--target", str(site), str(src)]

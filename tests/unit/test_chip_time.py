@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from pbsdk.core.errors import PbsdkError, SpecError
 from pbsdk.core.plan.chip_time import clock_hz, model_time, modelled_time, unit_rate
@@ -91,6 +92,67 @@ def test_modelled_time_reads_cores_and_double_buffering_from_resources():
 def test_nothing_counted_is_zero_time():
     t = model_time(NPU, {})
     assert t.seconds == 0 and t.bound == "nothing" and t.matrix_unit_utilisation == 0
+
+
+RVV_EDGE = load_spec("example/rvv-edge")  # cache-only: 4 cores at 1.5 GHz, 512-bit vectors, l1d 256 GB/s per core
+
+
+def test_vector_instructions_issue_per_pipe_and_the_busiest_sets_the_time():
+    counters = {"vector_op:fma": 3_000_000, "vector_op:addf": 600_000, "vector_op:broadcast": 500_000,
+                "vector_op:load": 1_000_000, "vector_op:store": 200_000, "vector:l1d": 10**9}
+    t = model_time(RVV_EDGE, counters, cores=2)
+    terms = dict(t.terms)
+    # FMAs and adds share the arithmetic pipe: 3.6 M at 1 per cycle on 2 cores of 1.5 GHz.
+    assert terms["vector_op:arith"] == pytest.approx(3.6e6 / 3e9)
+    assert terms["vector_op:load"] == pytest.approx(1.5e6 / 3e9)  # loads and broadcasts
+    assert terms["vector_op:store"] == pytest.approx(0.2e6 / 3e9)
+    # 1.2 M loads and stores of 64 bytes through l1d (256 GB/s a core, 2 cores); broadcasts not counted.
+    assert terms["cache:l1d:vector"] == pytest.approx(1.2e6 * 64 / 512e9)
+    # The elements counter counts the same work: it is not read when instructions are counted.
+    assert "vector:l1d" not in terms
+    assert t.compute_seconds == pytest.approx(3.6e6 / 3e9) and t.seconds == t.compute_seconds
+    assert t.bound == "vector_op:arith"
+
+
+def test_issue_rates_come_from_the_spec():
+    counters = {"vector_op:fma": 4_000_000, "vector_op:load": 3_000_000, "vector_op:store": 2_000_000}
+    base = model_time(RVV_EDGE, counters, cores=1)
+    assert base.bound == "vector_op:arith" and base.seconds == pytest.approx(4e6 / 1.5e9)
+    two_fma = RVV_EDGE.model_copy(update={"vector": RVV_EDGE.vector.model_copy(update={"fma_per_cycle": 2})})
+    t = model_time(two_fma, counters, cores=1)  # now the load pipe is the busiest
+    assert t.bound == "vector_op:load" and t.seconds == pytest.approx(3e6 / 1.5e9)
+    narrow_store = RVV_EDGE.model_copy(update={"vector": RVV_EDGE.vector.model_copy(
+        update={"fma_per_cycle": 4, "loads_per_cycle": 4})})
+    assert model_time(narrow_store, counters, cores=1).bound == "vector_op:store"  # default 1 store a cycle
+    with pytest.raises(ValidationError, match="store_per_cycle"):  # unknown keys stay errors
+        RVV_EDGE.vector.model_validate({**RVV_EDGE.vector.model_dump(), "store_per_cycle": 2})
+    assert RVV_EDGE.vector.model_validate({**RVV_EDGE.vector.model_dump(), "stores_per_cycle": 2}).stores_per_cycle == 2
+
+
+def test_a_slow_innermost_cache_bounds_the_vector_loads():
+    data = RVV_EDGE.model_dump()
+    data["memory"][2]["bandwidth_gbps"] = 16  # l1d: 16 GB/s, a quarter of 64 B a cycle at 1.5 GHz
+    slow = type(RVV_EDGE).model_validate(data)
+    t = model_time(slow, {"vector_op:fma": 1000, "vector_op:load": 1000}, cores=1)
+    assert t.bound == "cache:l1d:vector" and t.seconds == pytest.approx(64_000 / 16e9)
+
+
+def test_cache_only_copies_stream_through_every_level_at_once():
+    # Packing copies dram -> l1d and back: dram (25.6 GB/s, device-wide) serves both, l1d (256 per core) too.
+    t = model_time(RVV_EDGE, {"bytes:dram->l1d": 2_560_000, "bytes:l1d->dram": 1_280_000}, cores=2)
+    terms = dict(t.terms)
+    assert terms["cache:dram"] == pytest.approx(3.84e6 / 25.6e9)
+    assert terms["cache:l1d"] == pytest.approx(3.84e6 / 512e9)
+    assert t.dma_seconds == pytest.approx(3.84e6 / 25.6e9) and t.bound == "cache:dram"
+    assert not any(name.startswith("dma:") for name in terms)
+    # Copies and vector work alternate unless double-buffered.
+    both = model_time(RVV_EDGE, {"bytes:dram->l1d": 2_560_000, "vector_op:fma": 3_000_000}, cores=2)
+    assert both.seconds == pytest.approx(2.56e6 / 25.6e9 + 3e6 / 3e9)
+
+
+def test_elements_are_read_where_no_instruction_is_counted():
+    t = model_time(RVV_EDGE, {"vector:l1d": 16 * 1_500_000}, cores=1)
+    assert t.bound == "vector:l1d" and t.seconds == pytest.approx(1e-3)  # 16 lanes, 1 FMA a cycle, 1.5 GHz
 
 
 # --------------------------------------------------------------------------------------------- dse

@@ -263,6 +263,11 @@ class VectorUnit(_Model):
         default=1, ge=1, le=64,
         description="Vector or broadcast loads from the innermost cache one core can issue per cycle.",
     )
+    stores_per_cycle: int = Field(
+        default=1, ge=1, le=64,
+        description="Vector stores to the innermost cache one core can issue per cycle (the modelled time of a "
+                    "cache-only chip issues counted stores at this rate).",
+    )
 
     @field_validator("width_bits")
     @classmethod
