@@ -106,6 +106,32 @@ def test_micro_kernel_at_the_spec_width_counts_every_instruction() -> None:
     assert "<16 x float>" in kernel.artifact.payload
 
 
+def test_elementwise_and_reductions_are_vector_loops_at_the_spec_width() -> None:
+    """exp(x) * y + x and a sum of rows on 37x53 f32 tiles on rvv-edge: 4 vectors of 16 a row (3 full, one
+    masked of 5), every instruction counted, the host runs <16 x float> code, numbers as numpy's."""
+    import pbsdk
+    from pbsdk import ops
+
+    spec = load_spec(RVV_EDGE)
+    x, y = np.random.default_rng(2).standard_normal((2, 37, 53)).astype(np.float32)
+    f = pbsdk.jit(lambda a, b: ops.exp(a) * b + a, target=_RegisterTileTarget(), spec=spec)
+    np.testing.assert_allclose(f(x, y), np.exp(x) * y + x, rtol=1e-5, atol=1e-6)
+    kernel = f.kernel(f.signatures[0])[0]
+    ops_counted = {k: v for k, v in kernel.executable.last_counters.items() if k.startswith("vector_op:")}
+    steps = 37 * 4
+    assert ops_counted == {"vector_op:load": 2 * steps, "vector_op:store": steps, "vector_op:exp": steps,
+                           "vector_op:mulf": steps, "vector_op:addf": steps}
+    assert "<16 x float>" in kernel.artifact.payload
+    g = pbsdk.jit(lambda a: ops.sum(a, axis=-1), target=_RegisterTileTarget(), spec=spec)
+    np.testing.assert_allclose(g(x), x.sum(-1), rtol=1e-5, atol=1e-5)
+    counted = g.kernel(g.signatures[0])[0].executable.last_counters
+    # The fill of the 37 sums (3 stores), then per row 4 loads and adds, one select (the masked rest), one
+    # reduction of the accumulator's lanes.
+    assert {k: v for k, v in counted.items() if k.startswith("vector_op:")} == {
+        "vector_op:store": 3, "vector_op:load": steps, "vector_op:addf": steps, "vector_op:select": 37,
+        "vector_op:reduction": 37}
+
+
 def _vector_width(spec: ChipSpec, bits: int) -> ChipSpec:
     data = spec.model_dump()
     data["vector"]["width_bits"] = bits

@@ -11,11 +11,12 @@ are ``vector<lanes x acc>`` of the spec's width (``spec.vector.lanes(acc)``), wh
 host whatever its own width. f16/bf16 operands accumulate in f32, i8 in i32.
 
 Every instruction is counted by kind in the ``vector_op:<kind>`` counters (``fma``, ``broadcast``, ``load``,
-``store``), next to the ``vector:<level>`` points that the modelled time reads
-(`pbsdk.core.plan.chip_time`). Other vector work (elementwise ops, reductions, fills) runs as the
+``store``), which the modelled time reads (`pbsdk.core.plan.chip_time`), next to the ``vector:<level>``
+points. Elementwise ops, reductions and fills become vector loops at the same width
+(`pbsdk.targets.template.vector_loops`), counted the same way. What neither takes (a tile of dynamic
+shape or of a width not a multiple of the vector, a body that is not elementwise arithmetic) runs as the
 template's emulation (the same op on the host) and is counted as the instructions the spec's width needs:
-one per arithmetic op of the body per ``lanes`` points. A tile the micro-kernel cannot take (a dynamic
-shape, a width not a multiple of the vector) is emulated the same way.
+one per arithmetic op of the body per ``lanes`` points.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from mlir.dialects import arith, memref, scf, vector
 from pbsdk.core.hooks import VectorTileOp
 from pbsdk.core.plan.contraction import register_tile
 from pbsdk.core.spec import ChipSpec
+from pbsdk.targets.template.vector_loops import build_vector_loops
 
 __all__ = ["MicroKernel", "micro_kernel", "vector_tile_op"]
 
@@ -105,15 +107,16 @@ def micro_kernel(op: VectorTileOp, spec: ChipSpec) -> MicroKernel | None:
 
 def vector_tile_op(op: VectorTileOp, operands: Sequence[ir.Value], spec: ChipSpec) -> None:
     """The vector unit at ``spec.vector``'s width: a ``vector-fma`` tile as the register-tile micro-kernel
-    (the module docstring), anything else as the template's emulation; points counted per level, vector
-    instructions per kind."""
+    (the module docstring), elementwise ops, reductions and fills as vector loops
+    (`pbsdk.targets.template.vector_loops`), anything else as the template's emulation; points counted
+    per level, vector instructions per kind."""
     op.count_elements(op.iterations())
     mk = micro_kernel(op, spec)
-    if mk is None:
+    if mk is not None:
+        _Builder(op, mk, list(operands)).build()
+    elif not build_vector_loops(op, operands, spec):
         _count_emulated(op, spec)
         op.emulate(operands)
-        return
-    _Builder(op, mk, list(operands)).build()
 
 
 def _count_emulated(op: VectorTileOp, spec: ChipSpec) -> None:
