@@ -47,14 +47,20 @@ class Case:
     compare: str = "close"
     #: Inputs drawn as floats (a quantizing case's float operands) instead of in ``dtype``.
     float_inputs: tuple[int, ...] = ()
+    #: Each input's dtype where they differ from ``dtype`` (an i8 contraction followed by an i32 op).
+    input_dtypes: tuple[str, ...] = ()
 
     def inputs(self, seed: int = 0) -> list[np.ndarray]:
         # A stable hash of the name (str hashes change per process): the same inputs in every run.
         rng = np.random.default_rng(seed + (zlib.crc32(self.name.encode()) & 0xFFFF))
         out = []
         for i, s in enumerate(self.shapes):
-            if self.dtype == "i8" and i not in self.float_inputs:
+            dtype = self.input_dtypes[i] if self.input_dtypes else self.dtype
+            if dtype == "i8" and i not in self.float_inputs:
                 out.append(rng.integers(-128, 128, s).astype(np.int8))
+                continue
+            if dtype == "i32":  # small enough that products and row sums stay within i32
+                out.append(rng.integers(-1000, 1001, s).astype(np.int32))
                 continue
             x = rng.standard_normal(s)
             if self.positive:
@@ -307,6 +313,40 @@ def _i8_cases(spec: ChipSpec) -> list[Case]:
     return cases
 
 
+def _i32_cases(spec: ChipSpec) -> list[Case]:
+    """For a spec that lists i32: elementwise add, subtract, multiply, max and min on i32 operands (rows of
+    three vectors of the spec's i32 width plus one: a partial vector; a row and a rank-expanding
+    broadcast) and, where it also lists i8, an i8 x i8 -> i32 matmul whose i32 result feeds i32 ops (a bias
+    added, then a max with zero). No i32 reductions: `pbsdk.ops` has none on integers
+    (`pbsdk.core.quant.INT_OPS`). Integer arithmetic: numpy is the oracle, bit for bit."""
+    v = _vector_width(spec, "i32")
+    shape = (7, 3 * v + 1)
+    exact = {"compare": "exact"}
+    cases = [
+        Case(f"elementwise/i32/add-mul-max/{shape}", "add", "i32", (shape, shape),
+             lambda a, b: ops.maximum(a + b, a * b), lambda a, b: np.maximum(a + b, a * b),
+             why="i32 add, multiply and max", **exact),  # type: ignore[arg-type]
+        Case(f"elementwise/i32/bias-broadcast/{shape}+({shape[1]},)", "add", "i32", (shape, (shape[1],)),
+             lambda a, b: ops.maximum(a - b, b), lambda a, b: np.maximum(a - b, b),
+             why="i32 row-broadcast subtract and max", **exact),  # type: ignore[arg-type]
+        Case(f"elementwise/i32/broadcast-3d/(3,1,{v + 3})+(4,1)", "add", "i32", ((3, 1, v + 3), (4, 1)),
+             lambda a, b: ops.maximum(a, b) - ops.minimum(a, b), lambda a, b: np.maximum(a, b) - np.minimum(a, b),
+             why="i32 rank-expanding broadcast, max, min, subtract", **exact),  # type: ignore[arg-type]
+    ]
+    if "i8" in spec.dtypes:
+        plan = plan_contraction(spec, Contraction(1024, 1024, 1024, dtype="i8"))
+        u = plan.compute
+        m, n, k = u.m + 1, u.n + 3, max(2 * u.k + 1, 19)
+        cases.append(Case(
+            f"matmul/i32/i8-matmul-bias-max/{m}x{n}x{k}", "matmul", "i32", ((m, k), (k, n), (n,)),
+            lambda a, b, c: ops.maximum(a @ b + c, 0),
+            lambda a, b, c: np.maximum(a.astype(np.int32) @ b.astype(np.int32) + c, 0), k,
+            "i8 x i8 contraction into i32, then an i32 bias and a max on its result",
+            matrix_unit=u.name if u.kind == "matrix-unit" else None, accumulator="i32",
+            input_dtypes=("i8", "i8", "i32"), **exact))  # type: ignore[arg-type]
+    return cases
+
+
 FAMILIES = ("matmul", "conv2d", "elementwise", "reduction", "softmax", "layernorm", "attention", "quantized_linear")
 
 
@@ -317,6 +357,9 @@ def generate_cases(spec: ChipSpec, *, ops_filter: Sequence[str] | None = None, f
     for dtype in spec.dtypes:
         if dtype == "i8":
             cases += _i8_cases(spec)
+            continue
+        if dtype == "i32":
+            cases += _i32_cases(spec)
             continue
         if dtype not in HOST_DTYPES:
             continue

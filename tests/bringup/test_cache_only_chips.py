@@ -177,7 +177,7 @@ def _install(src: Path, site: Path) -> None:
 def _scaffold_and_conform(tmp_path: Path, name: str, spec_file: Path, ops: str | None) -> dict[str, Any]:
     """new-target + pip install + ``pbsdk conform`` (only ``ops`` when given): the JSON report, after
     checking that nothing failed, every case passed its resource check with a modelled time, and every
-    dtype of the spec the suite knows was exercised."""
+    dtype of the spec the suite knows was exercised (i32 as operands: every spec here lists it)."""
     site = tmp_path / "site"
     done = new_target(name, spec_file, tmp_path / name)
     _install(done.out, site)
@@ -192,7 +192,7 @@ def _scaffold_and_conform(tmp_path: Path, name: str, spec_file: Path, ops: str |
     ran = [c for c in data["cases"] if c["status"] == "pass"]
     assert all(c["resource_check"] == "ok" and c["resources"]["modelled"]["seconds"] > 0 for c in ran)
     spec: ChipSpec = load_spec(spec_file)
-    wanted = {d for d in spec.dtypes if d.startswith(("f", "b")) or d == "i8"}
+    wanted = {d for d in spec.dtypes if d.startswith(("f", "b")) or d in ("i8", "i32")}
     assert {c["name"].split("/")[1] for c in ran} == wanted
     return data
 

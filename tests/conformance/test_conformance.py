@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pbsdk.conformance import generate_cases
@@ -17,15 +18,20 @@ def test_cases_follow_the_compute_tile_and_capacities() -> None:
     spec = load_spec("npu")
     cases = generate_cases(spec)
     names = [c.name for c in cases]
-    # Every float dtype the spec lists has cases (bf16 through ml_dtypes); bf16 matmuls use the 32x32x32
+    # Every dtype the spec lists has cases (bf16 through ml_dtypes; i32 as operands); bf16 matmuls use the 32x32x32
     # matrix unit and are judged at the tolerance of its f32 accumulator.
-    assert {c.dtype for c in cases} == {"f32", "bf16", "f16", "i8"}
+    assert {c.dtype for c in cases} == {"f32", "bf16", "f16", "i8", "i32"}
     bf16 = next(c for c in cases if c.name == "matmul/bf16/unit/32x32x32")
     assert bf16.matrix_unit == "mxu" and bf16.accumulator == "f32" and bf16.skip is None
     # i8 on the i8 -> i32 mxu (32x32x64), compared bit for bit.
     i8 = next(c for c in cases if c.name == "matmul/i8/unit/32x32x64")
     assert i8.matrix_unit == "mxu" and i8.accumulator == "i32" and i8.compare == "exact"
     assert any(c.name.startswith("quantized_linear/i8/per-channel/") for c in cases)
+    # i32 operands: elementwise, and an i8 contraction's i32 result feeding i32 ops (inputs i8, i8, i32).
+    i32 = [c for c in cases if c.dtype == "i32"]
+    assert {c.name.split("/")[0] for c in i32} == {"elementwise", "matmul"} and all(c.compare == "exact" for c in i32)
+    chained = next(c for c in i32 if c.name.startswith("matmul/i32/i8-matmul-bias-max/"))
+    assert [x.dtype for x in chained.inputs()] == [np.int8, np.int8, np.int32]
     u = plan_contraction(spec, Contraction(1024, 1024, 1024, dtype="f32")).compute
     assert f"matmul/f32/unit/{u.m}x{u.n}x{u.k}" in names
     assert f"matmul/f32/unit+1/{u.m + 1}x{u.n + 1}x{u.k + 1}" in names
