@@ -119,3 +119,26 @@ func.func @max_cols(%x: memref<8x32xi32, 2>, %y: memref<32xi32, 2>, %z: memref<3
   return
 }
 """)
+
+# An operand the vector loop does not index, read at a constant column: loaded at that column once a row
+# and broadcast (counted as one broadcast a row).
+# CHECK-LABEL: // ----- constant-index
+# CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+# CHECK-NEXT:      %[[C2:.*]] = arith.constant 2 : index
+# CHECK-NEXT:      %[[S:.*]] = memref.load %{{.*}}[%[[I]], %[[C2]]] : memref<4x3xf32, 2>
+# CHECK-NEXT:      vector.broadcast %[[S]] : f32 to vector<16xf32>
+# CHECK:       // counters: vector:l1d, vector_op:load, vector_op:store, vector_op:subf, vector_op:broadcast
+show("constant-index", """
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#c = affine_map<(d0, d1) -> (d0, 2)>
+func.func @minus_column(%x: memref<4x32xf32, 2>, %s: memref<4x3xf32, 2>, %y: memref<4x32xf32, 2>) {
+  linalg.generic {indexing_maps = [#x, #c, #x], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %s : memref<4x32xf32, 2>, memref<4x3xf32, 2>) outs(%y : memref<4x32xf32, 2>)
+      attrs = {pbsdk.compute = "vector"} {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.subf %a, %b : f32
+    linalg.yield %d : f32
+  }
+  return
+}
+""")

@@ -234,7 +234,8 @@ class _Loops:
             block = _body(self.op)
             used = {i for i, a in enumerate(block.arguments) if list(a.uses)}
             inputs = self.op.inputs
-            per_step["load"] = sum(1 for i in self.plan.vectors if i < inputs or (i in used and not self.plan.combiner))
+            # Every vector operand the body reads (a reduction's output is its accumulator register).
+            per_step["load"] = sum(1 for i in self.plan.vectors if i in used and (i < inputs or not self.plan.combiner))
             if not self.plan.combiner:
                 per_step["store"] = len(self.operands) - inputs
             for inner in block.operations:
@@ -286,7 +287,7 @@ class _Loops:
                 for i in self.plan.scalars if list(block.arguments[i].uses)}
 
     def indices(self, i: int, at: dict[int, ir.Value]) -> list[ir.Value]:
-        return [at[e.position] if isinstance(e, ir.AffineDimExpr) else self.c(0)
+        return [at[e.position] if isinstance(e, ir.AffineDimExpr) else self.c(ir.AffineConstantExpr(e).value)
                 for e in self.maps[i - self.first].results]
 
     def full_and_rest(self, extent: ir.Value) -> tuple[ir.Value, ir.Value, int | None]:
