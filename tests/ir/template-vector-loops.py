@@ -142,3 +142,29 @@ func.func @minus_column(%x: memref<4x32xf32, 2>, %s: memref<4x3xf32, 2>, %y: mem
   return
 }
 """)
+
+# A transposing add, y = x + w^T: x and y are read and written along their rows (contiguous), w down its
+# column (a strided vector load along its first dimension: permutation_map (d0, d1) -> (d0)).
+# CHECK-LABEL: // ----- transposed
+# CHECK:       #[[COL:.*]] = affine_map<(d0, d1) -> (d0)>
+# CHECK:         scf.for %[[I:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+# CHECK:           scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} {
+# CHECK:             vector.transfer_read %{{.*}}[%[[I]], %[[J]]], %{{.*}} {in_bounds = [true]} : memref<4x32xf32, 2>, vector<16xf32>
+# CHECK:             vector.transfer_read %{{.*}}[%[[J]], %[[I]]], %{{.*}} {in_bounds = [true], permutation_map = #[[COL]]} : memref<32x4xf32, 2>, vector<16xf32>
+# CHECK:             arith.addf %{{.*}} : vector<16xf32>
+# CHECK:             vector.transfer_write %{{.*}}[%[[I]], %[[J]]] {in_bounds = [true]} : vector<16xf32>, memref<4x32xf32, 2>
+# CHECK-NOT:     linalg.generic
+show("transposed", """
+#x = affine_map<(d0, d1) -> (d0, d1)>
+#t = affine_map<(d0, d1) -> (d1, d0)>
+func.func @add_transposed(%x: memref<4x32xf32, 2>, %w: memref<32x4xf32, 2>, %y: memref<4x32xf32, 2>) {
+  linalg.generic {indexing_maps = [#x, #t, #x], iterator_types = ["parallel", "parallel"]}
+      ins(%x, %w : memref<4x32xf32, 2>, memref<32x4xf32, 2>) outs(%y : memref<4x32xf32, 2>)
+      attrs = {pbsdk.compute = "vector"} {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %s = arith.addf %a, %b : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+""")

@@ -6,9 +6,11 @@ vector code of ``lanes = spec.vector.width_bits / (its widest element type's bit
 vector unit would run it:
 
 - the op's innermost loop is the vector loop; every other loop is an ``scf.for`` around it;
-- an operand indexed by the vector loop (as its last, unit-stride dimension) is read and written as
-  ``vector<lanes x T>`` (``vector.transfer_read``/``transfer_write``); one that is not (a broadcast
-  operand: a bias, a row statistic) is loaded once per point of the other loops and broadcast;
+- an operand indexed by the vector loop is read and written as ``vector<lanes x T>``
+  (``vector.transfer_read``/``transfer_write``): contiguous where the loop indexes its last, unit-stride
+  dimension, strided along another one (a transposed operand: one strided load or store, as RVV's
+  ``vlse``/``vsse``); one that is not (a broadcast operand: a bias, a row statistic) is loaded once per
+  point of the other loops and broadcast;
 - the body is the op's own, each ``arith``/``math`` op built again on vectors (a value defined outside
   the body, a constant, is broadcast where it is used: a register the chip fills once, not counted; the
   host's compiler hoists it). On the host, LLVM runs ``math`` ops it has no vector code for (``exp``,
@@ -24,9 +26,9 @@ Every instruction is counted by kind in the ``vector_op:<kind>`` counters: ``loa
 read or written, ``broadcast`` per broadcast operand, the body's op names (``addf``, ``exp``, ...), and
 ``reduction`` and ``select`` in a reduction; the counts are computed from the extents before the loops,
 not in them. An op this cannot take returns False and the caller emulates it: a body with an op that
-is not elementwise arithmetic or with an index type, an operand indexed by the vector loop other than in
-its last, unit-stride dimension (a transposing copy), an index that is not a loop (a convolution's
-window), a reduction whose combining op is not one of `COMBINERS` or that has several outputs, a generic
+is not elementwise arithmetic or with an index type, an operand that the vector loop indexes twice or
+whose layout is not strided, an index that is not a loop or a constant (a convolution's window), a
+reduction whose combining op is not one of `COMBINERS` or that has several outputs, a generic
 without loops.
 """
 
@@ -84,12 +86,18 @@ def _body(op: VectorTileOp) -> ir.Block:
     return original.regions[0].blocks[0]
 
 
-def _unit_stride(t: ir.MemRefType) -> bool:
+def _strides(t: ir.MemRefType) -> list[int] | None:
+    """``t``'s strides, None for a layout that is not strided."""
     try:
         strides, _ = t.get_strides_and_offset()
-    except RuntimeError:  # a layout that is not strided
-        return False
-    return bool(strides) and strides[-1] == 1
+    except RuntimeError:
+        return None
+    return list(strides)
+
+
+def _unit_stride(t: ir.MemRefType) -> bool:
+    strides = _strides(t)
+    return strides is not None and bool(strides) and strides[-1] == 1
 
 
 def vector_loop(op: VectorTileOp, spec: ChipSpec) -> VectorLoop | None:
@@ -121,9 +129,7 @@ def vector_loop(op: VectorTileOp, spec: ChipSpec) -> VectorLoop | None:
         if vd not in positions:
             scalars.append(i)
             continue
-        last = amap.results[-1]
-        if (positions.count(vd) != 1 or not isinstance(last, ir.AffineDimExpr) or last.position != vd
-                or not _unit_stride(t)):
+        if positions.count(vd) != 1 or _strides(t) is None:
             return None
         vectors.append(i)
     block = _body(op)
@@ -316,19 +322,23 @@ class _Loops:
     def mask(self, rest: ir.Value) -> ir.Value:
         return vector.create_mask(self.vtype(ir.IntegerType.get_signless(1)), [rest])
 
+    def along(self, i: int) -> ir.AffineMap:
+        """The dimension of operand ``i`` the vector runs along (where its map has the vector loop): the
+        last for a contiguous vector, another for a strided one (a transposed operand)."""
+        results = self.maps[i - self.first].results
+        pos = next(j for j, e in enumerate(results)
+                   if isinstance(e, ir.AffineDimExpr) and e.position == self.plan.vector_dim)
+        return ir.AffineMap.get(len(results), 0, [ir.AffineDimExpr.get(pos)])
+
     def read(self, i: int, at: dict[int, ir.Value], mask: ir.Value | None) -> ir.Value:
         src = self.operands[i]
-        t = ir.MemRefType(src.type)
-        elt = t.element_type
+        elt = ir.MemRefType(src.type).element_type
         pad = arith.constant(elt, 0.0 if isinstance(elt, ir.FloatType) else 0)
-        return vector.transfer_read(self.vtype(elt), src, self.indices(i, at),
-                                    ir.AffineMap.get_minor_identity(t.rank, 1), pad, [True], mask=mask)
+        return vector.transfer_read(self.vtype(elt), src, self.indices(i, at), self.along(i), pad, [True],
+                                    mask=mask)
 
     def write(self, value: ir.Value, i: int, at: dict[int, ir.Value], mask: ir.Value | None) -> None:
-        dst = self.operands[i]
-        rank = ir.MemRefType(dst.type).rank
-        vector.transfer_write(None, value, dst, self.indices(i, at), ir.AffineMap.get_minor_identity(rank, 1),
-                              [True], mask=mask)
+        vector.transfer_write(None, value, self.operands[i], self.indices(i, at), self.along(i), [True], mask=mask)
 
     def step(self, at: dict[int, ir.Value], j: ir.Value, mask: ir.Value | None,
              scalars: dict[int, ir.Value], skip: ir.Operation | None = None) -> list[ir.Value]:
