@@ -1616,8 +1616,8 @@ def grouped_matmul(x: Any, ends: Any, weights: Sequence[Any]) -> Tensor:
     if t.ndim != 2 or offs.ndim != 1 or offs.shape[0] != len(ws) or not ws:
         raise PbsdkError(f"grouped_matmul: rows of shape {t.shape}, ends of shape {offs.shape} and {len(ws)} "
                          "weights: want R x K rows, E ends and E weights")
-    k, n = ws[0].shape if ws[0].ndim == 2 else (None, None)
-    if k != t.shape[1] or builtins.any(w.shape != (k, n) or w.dtype != t.dtype for w in ws):
+    n = ws[0].shape[-1] if ws[0].ndim else 0
+    if builtins.any(w.shape != (t.shape[1], n) or w.dtype != t.dtype for w in ws):
         raise PbsdkError(f"grouped_matmul: every weight must be {t.shape[1]} x N in {t.dtype}, got "
                          f"{[(w.shape, w.dtype) for w in ws]}")
     return _add("grouped_matmul", [t.value, offs.value, *(w.value for w in ws)], (t.shape[0], n), t.dtype)

@@ -1119,8 +1119,8 @@ def _grouped_mm(cx: Context, x: Any, w: Any, offs: Any = None, bias: Any = None,
     weights = cx.const_of(w)
     if cx.data_sizes and x.dtype == w.dtype == "f32" and weights is not None:
         # Each group's rows times its expert only (a row count known at run time per group).
-        per_expert = [cx.const(np.ascontiguousarray(weights[e]), w.dtype, copy=False) for e in range(experts)]
-        return ops.grouped_matmul(x, offs, per_expert)
+        matrices = [cx.const(np.ascontiguousarray(weights[e]), w.dtype, copy=False) for e in range(experts)]
+        return ops.grouped_matmul(x, offs, matrices)
     rows = x.shape[0]
     row = cx.const(np.arange(rows, dtype=np.float64), "f64")
     ends = ops.reshape(ops.astype(offs, "f64"), (1, experts))
