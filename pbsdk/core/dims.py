@@ -131,6 +131,14 @@ class Dim:
         return text[2:] if text.startswith("+ ") else "-" + text[2:]
 
 
+def static(d: int | Dim) -> int:
+    """``d`` where it is static; a TypeError (as `Dim`'s orderings raise) where it is known only at run time: for
+    code that handles static sizes only, behind a check that refuses dynamic ones."""
+    if isinstance(d, Dim):
+        raise TypeError(f"size {d} is known only at run time")
+    return d
+
+
 def is_dynamic(shape: Sequence[int | str | Dim]) -> bool:
     return any(isinstance(d, (str, Dim)) for d in shape)
 
@@ -224,4 +232,4 @@ class Signature:
         return outs, [e.evaluate(env) for e in self._sizes]
 
 
-__all__ = ["Dim", "Shape", "Signature", "bind", "canonical", "concrete", "evaluate", "is_dynamic"]
+__all__ = ["Dim", "Shape", "Signature", "bind", "canonical", "concrete", "evaluate", "is_dynamic", "static"]

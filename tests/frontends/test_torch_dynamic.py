@@ -59,6 +59,8 @@ def test_generate_with_the_default_cache_compiles_three_graphs(name: str) -> Non
         assert not r.fallback_ops and not r.dynamic_ops and not r.failed_partitions, r
         assert r.per_shape_partitions == 0 and r.compiled_ops + r.host_checks == r.graph_ops, r
     assert reports[2].host_checks > 0  # the symbolic step's size arithmetic stayed on the host
+    # Each layer's attention over the growing cache runs as one fused kernel (key length read at run time).
+    assert [r.fused_attention for r in reports] == [2, 2, 2], reports
 
 
 def test_a_marked_dynamic_length_compiles_once() -> None:
@@ -81,6 +83,39 @@ def test_a_marked_dynamic_length_compiles_once() -> None:
             assert_close(compiled(q, k).numpy(), fn(q, k).numpy(), op="attention", tol=F32)
     (report,) = pbsdk_torch.reports()
     assert not report.fallback_ops and not report.dynamic_ops and report.per_shape_partitions == 0, report
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_sdpa_over_a_dynamic_key_length_is_fused_once(gqa: bool) -> None:
+    # One query (a decode step) over key lengths marked dynamic: one graph, one fused attention kernel for
+    # every length. With GQA (8 query heads over 2 K/V heads) and an additive mask computed at run time
+    # (left padding of sequence 1).
+    torch.manual_seed(5)
+    hkv = 2 if gqa else 8
+
+    def fn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor | None) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=gqa)
+
+    compiled = _compiled(fn)
+    with torch.no_grad():
+        for n in (2, 15, 16, 17, 100, 513):
+            q, k, v = torch.randn(2, 8, 1, 64), torch.randn(2, hkv, n, 64), torch.randn(2, hkv, n, 64)
+            m = None
+            if gqa:
+                m = torch.zeros(2, 1, 1, n)
+                m[1, ..., : n // 3] = float("-inf")
+                torch._dynamo.mark_dynamic(m, 3)
+            torch._dynamo.mark_dynamic(k, 2)
+            torch._dynamo.mark_dynamic(v, 2)
+            assert_close(compiled(q, k, v, m).numpy(), fn(q, k, v, m).numpy(), op="attention", tol=F32)
+        (report,) = pbsdk_torch.reports()
+        assert report.fused_attention == 1 and report.partitions == 1, report
+        assert not report.fallback_ops and report.per_shape_partitions == 0, report
+        # Dynamo specialises a size of 1 (a graph of its own, static, fused as before).
+        q, k, v = torch.randn(2, 8, 1, 64), torch.randn(2, hkv, 1, 64), torch.randn(2, hkv, 1, 64)
+        m = torch.zeros(2, 1, 1, 1) if gqa else None
+        assert_close(compiled(q, k, v, m).numpy(), fn(q, k, v, m).numpy(), op="attention", tol=F32)
+    assert [r.fused_attention for r in pbsdk_torch.reports()] == [1, 1]
 
 
 def test_a_graph_whose_ops_need_their_sizes_is_compiled_per_shape(caplog: pytest.LogCaptureFixture) -> None:

@@ -22,6 +22,12 @@ What is recognised, starting from each ``matmul(P, V)``:
   the matmuls' own transposes and batch broadcasting: each becomes (base value, strides). Grouped-query
   heads (K/V reshaped and broadcast over the group) are zero strides, so nothing is copied.
 
+- a key length known only at run time (a decode step's cache, traced with a symbolic size: a `Dim` of one
+  symbol plus a constant) is accepted, with the strides that follow from it (a (b, h, sk, d) cache's batch
+  stride ``h*sk*d``, a mask's ``sk``) as `Dim` forms in that symbol; batch, query length and head sizes stay
+  static. Such a graph's masks are computed at run time (from an ``iota`` over the cache length and the
+  padding mask): they are additive masks (a constant causal pattern needs static sizes to fold).
+
 A candidate is rejected (left to the unfused pipeline) when an intermediate value is used outside the
 pattern (e.g. the probabilities are also returned), a view cannot be written as strides, or the dtypes
 differ; the reason is kept in ``rejections`` for ``explain``.
@@ -36,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from pbsdk.core.dims import is_dynamic
+from pbsdk.core.dims import Dim, is_dynamic, static
 from pbsdk.core.ir.graph import BINARY_OPS, COMPARE_OPS, DTYPE_TO_NUMPY, UNARY_OPS, Graph, Node, Value
 from pbsdk.core.options import Options
 from pbsdk.core.plan.attention import FORMS, Attention, AttentionPlan, plan_attention
@@ -46,7 +52,7 @@ from pbsdk.core.spec import ChipSpec
 LOW_PRECISION = ("f16", "bf16")
 
 #: A dimension of a view: (size, stride) factors, outermost first; their sizes multiply to the dim.
-Factors = tuple[tuple[int, int], ...]
+Factors = tuple[tuple["int | Dim", "int | Dim"], ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,8 +63,16 @@ class View:
     dims: tuple[Factors, ...]
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(math.prod(s for s, _ in f) for f in self.dims)
+    def shape(self) -> tuple[int | Dim, ...]:
+        return tuple(_size(f) for f in self.dims)
+
+
+def _size(factors: Factors) -> int | Dim:
+    """The product of ``factors``' sizes (a TypeError for two sizes known only at run time)."""
+    out: int | Dim = 1
+    for s, _ in factors:
+        out = out * s if isinstance(s, int) else s * static(out)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,9 +81,9 @@ class Operand:
     element (r, c) is ``base[Σ_f ((β // inner_f) % size_f) * stride_f + r * row_stride + c * col_stride]``."""
 
     base: Value
-    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
-    row_stride: int
-    col_stride: int
+    batch: tuple[tuple[int, int | Dim, int], ...]  # (size, stride, inner) per factor
+    row_stride: int | Dim  # a stride may be a form in the key length's symbol (a cache of `s0` keys)
+    col_stride: int | Dim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,12 +119,19 @@ def _reshape(view: View, shape: tuple[int, ...]) -> View | None:
     factors = [f for dim in view.dims for f in dim if f[0] != 1]
     out: list[Factors] = []
     for n in shape:
-        need, taken = n, []
-        while need > 1:
+        need: int | Dim = n
+        taken: list[tuple[int | Dim, int | Dim]] = []
+        while need != 1:
             if not factors:
                 return None
             s, st = factors[0]
-            if need % s == 0:
+            if isinstance(need, Dim) or isinstance(s, Dim):  # a size known at run time: only as a whole factor
+                if need != s:
+                    return None
+                taken.append((s, st))
+                factors.pop(0)
+                need = 1
+            elif need % s == 0:
                 taken.append((s, st))
                 factors.pop(0)
                 need //= s
@@ -130,7 +151,7 @@ def _broadcast(view: View, shape: tuple[int, ...]) -> View | None:
         return None
     dims: list[Factors] = [((n, 0),) if n != 1 else () for n in shape[:pad]]
     for d, n in zip(view.dims, shape[pad:]):
-        size = math.prod(s for s, _ in d)
+        size = _size(d)
         if size == n:
             dims.append(d)
         elif size == 1:
@@ -193,10 +214,11 @@ def _operand(view: View, batch_shape: tuple[int, ...], transposed: bool) -> Oper
     if b is None or len(rows) > 1 or len(cols) > 1:
         return None
     factors = [f for dim in b.dims for f in dim if f[0] != 1]
-    batch, inner = [], 1
+    batch: list[tuple[int, int | Dim, int]] = []
+    inner = 1
     for s, st in reversed(factors):
-        batch.append((s, st, inner))
-        inner *= s
+        batch.append((static(s), st, inner))  # batch sizes are static (`_dynamic_key_length`)
+        inner *= static(s)
     return Operand(view.base, tuple(reversed(batch)), rows[0][1] if rows else 0, cols[0][1] if cols else 0)
 
 
@@ -336,10 +358,13 @@ def _same_along(v: Value, axis: int, producers: Mapping[int, Node], memo: dict[i
     return same
 
 
-def _rows_repeat(base: Value, row_stride: int, rows: int, producers: Mapping[int, Node],
+def _rows_repeat(base: Value, row_stride: int | Dim, rows: int, producers: Mapping[int, Node],
                  memo: dict[int, np.ndarray | None]) -> bool:
     """Whether reading ``rows`` rows of contiguous ``base`` at ``row_stride`` reads the same row each time:
-    the stride is one axis's and ``base`` is the same along it (`_same_along`)."""
+    the stride is one axis's and ``base`` is the same along it (`_same_along`). (Not asked of a stride known
+    only at run time: the rows are then read at it.)"""
+    if isinstance(row_stride, Dim):
+        return False
     stride = 1
     for axis in reversed(range(len(base.shape))):
         if stride == row_stride and base.shape[axis] > 1:
@@ -355,6 +380,16 @@ def _scalar(v: Value, producers: Mapping[int, Node]) -> float | None:
     if node is None or node.op != "const":
         return None
     return float(np.asarray(node.attrs["value"]).reshape(()))
+
+
+def _splat(v: Value, producers: Mapping[int, Node]) -> float | None:
+    """The value of ``v`` where it is one scalar constant broadcast or reshaped (to any shape, dynamic ones
+    included: `_fold` evaluates static shapes only), else None."""
+    node = producers.get(v.id)
+    while node is not None and node.op in ("broadcast", "reshape"):
+        v = node.inputs[0]
+        node = producers.get(v.id)
+    return _scalar(v, producers)
 
 
 def causal_offset(masked: np.ndarray) -> int | None:
@@ -452,6 +487,9 @@ def _safe_softmax(p: Value, producers: Mapping[int, Node], uses: _Uses,
         return None
     cond, zero, soft = sel.inputs
     folded = _fold(zero, producers, memo)
+    if folded is None and is_dynamic(zero.shape):  # a scalar broadcast over a dynamic key length
+        splat = _splat(zero, producers)
+        folded = None if splat is None else np.asarray(splat)
     if folded is None or (folded != 0).any() or soft.shape != p.shape:
         return None
     nodes = [sel]
@@ -548,11 +586,19 @@ def find_attention(graph: Graph, rejections: list[str] | None = None) -> list[At
     for pv in nodes:
         if pv.op != "matmul" or pv.attrs["transpose_a"] or pv.out.id in claimed:
             continue
-        if any(is_dynamic(v.shape) for v in (*pv.inputs, pv.out)):
-            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: sizes known only at run time (a dynamic "
-                       "key length) are not fused; the products and the softmax are compiled apart")
+        if is_dynamic(pv.inputs[0].shape[:-1]) or is_dynamic(pv.out.shape):
+            if _probabilities(g, pv) is None:  # not a P·V (e.g. the Q·Kᵀ before it): nothing to say
+                continue
+            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: only the key length may be known at run "
+                       "time (batch, query length and head sizes static); the products and the softmax are "
+                       "compiled apart")
             continue
-        match = _match_at(g, pv, why)
+        try:
+            match = _match_at(g, pv, why)
+        except TypeError as exc:  # `Dim` arithmetic that depends on a symbol's value (an ordering, a product)
+            why.append(f"matmul -> softmax -> matmul at {pv.out.type}: a size known only at run time where the "
+                       f"recogniser needs its value ({exc})")
+            continue
         if match is not None:
             found.append(match)
             claimed |= match.covered
@@ -753,6 +799,11 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     dv = out.shape[-1]
     q_in, k_in = qk.inputs
     v_in = pvm.inputs[1]
+    refused = _dynamic_key_length(qk, q_in, out, sk)
+    if refused is not None:
+        why.append(f"attention at {out.type}: {refused}")
+        return None
+    dynamic = sk.coeffs[0][0] if isinstance(sk, Dim) else None  # the key length's symbol
     dtypes = {q_in.dtype, k_in.dtype, v_in.dtype, out.dtype} | ({mask_value.dtype} if mask_value else set())
     if narrow:  # the pattern computes in f32; the output is f32 or rounded once to a narrow dtype
         dtypes = (dtypes - {out.dtype}) | {qk.out.dtype, pvm.out.dtype}
@@ -780,6 +831,9 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         views.append(opnd)
         chains += chain
     q, k, v = views
+    if dynamic is not None and not all(_strides_in(o, dynamic) for o in views):
+        why.append(f"attention at {out.type}: an operand's strides depend on a size other than the key length {sk}")
+        return None
     narrow_dtypes = {w[0] for w in widened if len(w) == 1}
     if narrow and (len(narrow_dtypes) != 1 or any(len(w) != 1 for w in widened)):
         return None  # not every operand widened, or from different dtypes: the f32 match only
@@ -799,6 +853,9 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
             why.append(f"attention at {out.type}: the mask cannot be read with strides")
             return None
         chains += found[1]
+        if dynamic is not None and not _strides_in(mask, dynamic):
+            why.append(f"attention at {out.type}: the mask's strides depend on a size other than the key length {sk}")
+            return None
         if mask.row_stride != 0 and _rows_repeat(found[0].base, mask.row_stride, sq, producers, memo or {}):
             mask = dataclasses.replace(mask, row_stride=0)  # one row read per key: no gather across queries
     # Nodes the kernel replaces: the pattern, plus view nodes used only by it.
@@ -822,7 +879,7 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
     groups = math.prod(s for s, st, _ in k.batch if st == 0) // max(
         1, math.prod(s for s, st, _ in q.batch if st == 0))
     nb = math.prod(batch_shape) if batch_shape else 1
-    causal_offset = causal if causal is not None and causal < sk - 1 else None
+    causal_offset = causal if causal is not None and (dynamic is not None or causal < sk - 1) else None
     if narrow:
         (dtype,) = narrow_dtypes
         op = Attention(nb, sq, sk, d, dv, dtype, causal_offset, mask is not None, max(1, groups),
@@ -831,6 +888,24 @@ def _build(graph: Graph, pv: Node, qk: Node, producers: Mapping[int, Node], mask
         op = Attention(nb, sq, sk, d, dv, out.dtype, causal_offset, mask is not None, max(1, groups),
                        safe_softmax=safe_softmax)
     return AttentionMatch(op, out, q, k, v, mask, scale, mask_scale, frozenset(covered))
+
+
+def _dynamic_key_length(qk: Node, q_in: Value, out: Value, sk: int | Dim) -> str | None:
+    """Why sizes known only at run time refuse the match (a dynamic batch, query length or head size, or a key
+    length that is not one symbol plus a constant, which a kernel reads from a buffer's dimension); None when
+    only the key length is dynamic, or nothing is."""
+    if is_dynamic(qk.out.shape[:-1]) or is_dynamic(q_in.shape) or is_dynamic(out.shape):
+        return "only the key length may be known at run time (batch, query length and head sizes static)"
+    if isinstance(sk, Dim) and (len(sk.coeffs) != 1 or sk.coeffs[0][1] != 1):
+        return f"the key length {sk} is not one symbol plus a constant"
+    return None
+
+
+def _strides_in(opnd: Operand, symbol: str) -> bool:
+    """Whether every stride of ``opnd`` is static or a form in ``symbol`` alone (and its batch sizes static)."""
+    strides = [opnd.row_stride, opnd.col_stride, *(st for _, st, _ in opnd.batch)]
+    return (not is_dynamic([size for size, _, _ in opnd.batch])
+            and all(isinstance(x, int) or x.symbols == (symbol,) for x in strides))
 
 
 #: Ops that only view their input (no arithmetic): emitting one beside the fused kernel costs nothing extra.

@@ -36,6 +36,7 @@ from mlir import ir
 from mlir.dialects import arith, func, linalg, memref, scf
 from mlir.dialects import math as math_d
 
+from pbsdk.core.dims import Dim, static
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention import Operand
 from pbsdk.core.ir.builder import (
@@ -60,26 +61,32 @@ class KernelOperands:
     k: Operand
     v: Operand
     mask: Operand | None
-    q_shape: tuple[int, ...]
-    k_shape: tuple[int, ...]
-    v_shape: tuple[int, ...]
-    mask_shape: tuple[int, ...] | None
-    out_shape: tuple[int, ...]
+    q_shape: tuple[int | Dim, ...]  # a base size may be known only at run time (a key length: ``?``)
+    k_shape: tuple[int | Dim, ...]
+    v_shape: tuple[int | Dim, ...]
+    mask_shape: tuple[int | Dim, ...] | None
+    out_shape: tuple[int | Dim, ...]
     scale: float
     mask_scale: float
     dtype: str = "f32"
 
 
-def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any) -> ir.Value:
+def batch_start(ix: Indices, beta: ir.Value, opnd: Operand | Any,
+                size_of: Callable[[Dim], ir.Value] | None = None) -> ir.Value:
     """Σ_f ((β / inner_f) % size_f) * stride_f: where flat batch index ``beta`` starts in an operand
-    (anything with `Operand`'s ``batch`` factors), built with ``ix`` at the current insertion point."""
+    (anything with `Operand`'s ``batch`` factors), built with ``ix`` at the current insertion point. A
+    stride that is a `Dim` (known at run time) is multiplied by ``size_of(stride)``, its index value."""
     total = ix.c(0)
     for size, stride, inner in opnd.batch:
         if stride == 0 or size == 1:
             continue
         idx = beta if inner == 1 else ix.divui(beta, inner)
         idx = ix.remui(idx, size)
-        total = ix.add(total, ix.mul(idx, stride))
+        if isinstance(stride, Dim):
+            assert size_of is not None, f"a stride known at run time ({stride}) needs its value"
+            total = ix.add(total, arith.muli(idx, size_of(stride)))
+        else:
+            total = ix.add(total, ix.mul(idx, stride))
     return total
 
 
@@ -95,35 +102,68 @@ class OperandLayout:
     c * col_stride`` of the flattened base. Written by `descriptor`, read by the targets that build
     attention kernels from it (`from_descriptor`)."""
 
-    shape: tuple[int, ...]
-    batch: tuple[tuple[int, int, int], ...]  # (size, stride, inner) per factor
-    row_stride: int
-    col_stride: int
+    shape: tuple[int | Dim, ...]
+    batch: tuple[tuple[int, int | Dim, int], ...]  # (size, stride, inner) per factor
+    row_stride: int | Dim
+    col_stride: int | Dim
 
     @classmethod
     def from_descriptor(cls, raw: Mapping[str, Any]) -> OperandLayout:
         """The layout from its descriptor entry; ``KeyError``/``TypeError``/``ValueError`` when malformed."""
-        return cls(tuple(int(x) for x in raw["shape"]), tuple((int(a), int(b), int(c)) for a, b, c in raw["batch"]),
-                   int(raw["row_stride"]), int(raw["col_stride"]))
+        return cls(tuple(size_from_descriptor(x) for x in raw["shape"]),
+                   tuple((int(a), size_from_descriptor(b), int(c)) for a, b, c in raw["batch"]),
+                   size_from_descriptor(raw["row_stride"]), size_from_descriptor(raw["col_stride"]))
 
-    def offset(self, beta: int, r: int, c: int) -> int:
-        return (sum(((beta // inner) % size) * stride for size, stride, inner in self.batch)
-                + r * self.row_stride + c * self.col_stride)
+    @property
+    def dynamic(self) -> bool:
+        """Whether a size or stride is known only at run time."""
+        return any(isinstance(x, Dim) for x in (*self.shape, self.row_stride, self.col_stride,
+                                                   *(st for _, st, _ in self.batch)))
+
+    def offset(self, beta: int, r: int, c: int, env: Mapping[str, int] | None = None) -> int:
+        """Where element (r, c) of batch index ``beta`` is; ``env`` gives the symbols' values."""
+        def n(x: int | Dim) -> int:
+            return x if isinstance(x, int) else x.evaluate(env or {})
+
+        return (sum(((beta // inner) % size) * n(stride) for size, stride, inner in self.batch)
+                + r * n(self.row_stride) + c * n(self.col_stride))
 
 
-def _operand_json(opnd: Operand | None, shape: tuple[int, ...] | None) -> dict[str, Any] | None:
+def size_json(x: int | Dim) -> int | str:
+    """A size or stride as a descriptor holds it: an int, or a `Dim`'s printed form (known at run time)."""
+    return str(x) if isinstance(x, Dim) else int(x)
+
+
+def size_from_descriptor(x: Any) -> int | Dim:
+    """A descriptor's size or stride (`size_json`); ``ValueError``/``TypeError`` when malformed."""
+    if isinstance(x, str):
+        form = Dim.parse(x)
+        return form if form.coeffs else form.const
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise TypeError(f"a size is an int or a dimension expression, not {x!r}")
+    return x
+
+
+def _operand_json(opnd: Operand | None, shape: tuple[int | Dim, ...] | None) -> dict[str, Any] | None:
     if opnd is None or shape is None:
         return None
-    return {"shape": list(shape), "batch": [list(f) for f in opnd.batch], "row_stride": opnd.row_stride,
-            "col_stride": opnd.col_stride}
+    return {"shape": [size_json(x) for x in shape],
+            "batch": [[size, size_json(stride), inner] for size, stride, inner in opnd.batch],
+            "row_stride": size_json(opnd.row_stride), "col_stride": size_json(opnd.col_stride)}
 
 
-#: The ``pbsdk.attention`` descriptor version `descriptor` writes (both forms).
-DESCRIPTOR_VERSION = 1
+#: The ``pbsdk.attention`` descriptor version `descriptor` writes (both forms). Version 2 allows a key length
+#: known at run time: ``sk``, base shapes and strides may then be `Dim` strings in the ``symbols`` listed.
+DESCRIPTOR_VERSION = 2
 
 
 def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
-    """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 1).
+    """The plan and operand layouts as plain data (the ``pbsdk.attention`` attribute, version 2).
+
+    A key length known only at run time (``op.sk`` a `Dim`; the ``"lanes"`` form only) is written as its
+    string form (``"s0 + 1"``), and so is every base shape's size and stride that depends on it; ``symbols``
+    lists the symbols those forms name (each is a base buffer's dimension, or one plus a constant, so a
+    kernel reads it with ``memref.dim``). Static attentions have no ``symbols`` and only ints, as in version 1.
 
     Both forms share the op's fields (``batch``, ``sq``, ``sk``, ``d``, ``dv``, ``dtype``,
     ``causal_offset``, ``mask``, ``kv_groups``, ``scale``, ``mask_scale``, ``safe_softmax``; ``out_dtype``,
@@ -135,7 +175,8 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
     P·V: the unit's operand dtype where P·V issues on it too, else f32); a ``"scratchpad"`` plan (no
     ``form`` key) adds ``unit`` and ``space``."""
     op = plan.op
-    common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": op.sk, "d": op.d, "dv": op.dv,
+    common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": size_json(op.sk), "d": op.d,
+              "dv": op.dv, **({"symbols": list(op.sk.symbols)} if isinstance(op.sk, Dim) else {}),
               "dtype": op.dtype, "causal_offset": op.causal_offset, "mask": op.mask, "kv_groups": op.kv_groups,
               "scale": ops.scale, "mask_scale": ops.mask_scale, "safe_softmax": op.safe_softmax}
     common.update({key: value for key, value, usual in (("out_dtype", op.out_dtype, op.dtype),
@@ -148,7 +189,7 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
                 "block_q": plan.block_q, "block_k": plan.block_k, "qk_keys": plan.qk_keys, "pv_cols": plan.pv_cols,
                 "threads": plan.threads, "level": plan.level,
                 **({"unit": unit_json(plan.unit), "p_dtype": plan.p_dtype} if plan.unit is not None else {}),
-                "operands": {**operands, "o": {"shape": list(ops.out_shape)}}}
+                "operands": {**operands, "o": {"shape": [size_json(x) for x in ops.out_shape]}}}
     t = plan.tiles
     assert t is not None
     return {**common, "block_q": t.block_q, "block_k": t.block_k, "unit": unit_json(t.unit),
@@ -325,7 +366,8 @@ class _Tiles:
             for nm, shape, arg in zip(names, shapes, entry.arguments):
                 assert shape is not None
                 flat[nm] = arg if len(shape) == 1 else memref.CollapseShapeOp(
-                    memref_t([math.prod(shape)], dt), arg, reassociation([list(range(len(shape)))])).result
+                    memref_t([math.prod(static(x) for x in shape)], dt), arg,
+                    reassociation([list(range(len(shape)))])).result
             zero_t = float_constant(0.0, et)
             zero = float_constant(0.0, f32)
             ninf = float_constant(-math.inf, f32)
@@ -362,18 +404,19 @@ class _Tiles:
         w = self.item(it)
 
         # Q's tile, once per work item.
-        qsrc = self.main_view(flat["Q"], ix.add(w.qoff, ix.mul(w.q0, self.ops.q.row_stride)), [w.rows, op.d],
-                              (self.ops.q.row_stride, self.ops.q.col_stride))
+        q = self.ops.q
+        qsrc = self.main_view(flat["Q"], ix.add(w.qoff, ix.mul(w.q0, static(q.row_stride))), [w.rows, op.d],
+                              (static(q.row_stride), static(q.col_stride)))
         self.dma(qsrc, self.view("Qs", [c0(0), c0(0)], [w.rows, op.d]), f"{t.main_level}->{t.level}")
         self.fill(zero, "O")
         self.fill(ninf, "m")
         self.fill(zero, "l")
 
         if op.causal_offset is None:
-            kend = c0(op.sk)
+            kend = c0(static(op.sk))  # the planner refuses a key length known at run time for this form
         else:
             qend = ix.min(ix.add(w.q0, c0(t.block_q)), c0(op.sq))
-            kend = ix.min(ix.max(ix.add(qend, c0(op.causal_offset)), c0(0)), c0(op.sk))
+            kend = ix.min(ix.max(ix.add(qend, c0(op.causal_offset)), c0(0)), c0(static(op.sk)))
         with loop(c0(0), kend, c0(t.block_k)) as kloop:
             kb = self.load_keys(w, flat, kloop.induction_variable, kend)
             self.scores_product(w, kb, sc)
@@ -405,16 +448,16 @@ class _Tiles:
         cols = ix.min(c0(t.block_k), ix.sub(kend, j0))
         cols_n = _round_up(ix, cols, u.n if u else 1)
         cols_k = _round_up(ix, cols, u.k if u else 1)
-        ksrc = self.main_view(flat["K"], ix.add(w.koff, ix.mul(j0, ops.k.row_stride)), [cols, D],
-                              (ops.k.row_stride, ops.k.col_stride))
+        ksrc = self.main_view(flat["K"], ix.add(w.koff, ix.mul(j0, static(ops.k.row_stride))), [cols, D],
+                              (static(ops.k.row_stride), static(ops.k.col_stride)))
         self.dma(ksrc, self.view("Ks", [c0(0), c0(0)], [cols, D]), into)
-        vsrc = self.main_view(flat["V"], ix.add(w.voff, ix.mul(j0, ops.v.row_stride)), [cols, DV],
-                              (ops.v.row_stride, ops.v.col_stride))
+        vsrc = self.main_view(flat["V"], ix.add(w.voff, ix.mul(j0, static(ops.v.row_stride))), [cols, DV],
+                              (static(ops.v.row_stride), static(ops.v.col_stride)))
         self.dma(vsrc, self.view("Vs", [c0(0), c0(0)], [cols, DV]), into)
         if ops.mask is not None:
-            moff = ix.add(ix.add(batch_start(ix, w.beta, ops.mask), ix.mul(w.q0, ops.mask.row_stride)),
-                          ix.mul(j0, ops.mask.col_stride))
-            msrc = self.main_view(flat["M"], moff, [w.rows, cols], (ops.mask.row_stride, ops.mask.col_stride))
+            mrow, mcol = static(ops.mask.row_stride), static(ops.mask.col_stride)
+            moff = ix.add(ix.add(batch_start(ix, w.beta, ops.mask), ix.mul(w.q0, mrow)), ix.mul(j0, mcol))
+            msrc = self.main_view(flat["M"], moff, [w.rows, cols], (mrow, mcol))
             self.dma(msrc, self.view("Ms", [c0(0), c0(0)], [w.rows, cols]), into)
         return _Keys(j0, cols, cols_n, cols_k)
 

@@ -1213,14 +1213,15 @@ def _declare_lanes_kernel(ip: ir.InsertionPoint, name: str, plan: Any, ops: Any)
     with the ``"lanes"`` descriptor (`pbsdk.core.ir.attention_tiles.descriptor`). A declaration passes
     every core stage unchanged (one-shot bufferization and the deallocation pipeline see a call on
     buffers with no results); a target that lists ``"lanes"`` in its ``attention_forms`` gives it its body.
-    Q, K and V are of the op's ``dtype``, the mask of its ``mask_dtype``, O of its ``out_dtype``."""
+    Q, K and V are of the op's ``dtype``, the mask of its ``mask_dtype``, O of its ``out_dtype``; a base size
+    known only at run time (a dynamic key length) is ``?``."""
     from pbsdk.core.ir.attention_tiles import descriptor
 
     op = plan.op
     shapes = [(ops.q_shape, op.dtype), (ops.k_shape, op.dtype), (ops.v_shape, op.dtype)] \
         + ([(ops.mask_shape, op.mask_dtype)] if ops.mask is not None else []) + [(ops.out_shape, op.out_dtype)]
     with ip:
-        fn = func.FuncOp(name, ir.FunctionType.get([memref_type(s, dt) for s, dt in shapes], []),
+        fn = func.FuncOp(name, ir.FunctionType.get([memref_type(static_sizes(s), dt) for s, dt in shapes], []),
                          visibility="private")
     attributes.set_data(fn, attributes.ATTENTION, descriptor(plan, ops))
     return fn

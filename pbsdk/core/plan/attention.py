@@ -45,6 +45,7 @@ import math
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from pbsdk.core.dims import Dim, static
 from pbsdk.core.errors import UnsupportedError
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import CACHE_BUDGET, Estimate, operand_dtypes, scratchpad_capacity
@@ -72,6 +73,10 @@ MAX_BLOCK_Q = 256
 SCRATCHPAD_DTYPES = ("f32", "f16", "bf16")
 #: The kernel forms a target can lower (`pbsdk.core.target.Target.attention_forms`).
 FORMS = ("lanes", "scratchpad")
+#: The key length an attention over a dynamic one (``Attention.sk`` a `Dim`) is planned at where a number is
+#: unavoidable: the tile counts and the estimate. The key block itself comes from the cache budget alone (the
+#: kernel reads the key length at run time and loops over whole blocks and the remainder).
+PLANNING_KEYS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +95,7 @@ class Attention:
 
     batch: int
     sq: int
-    sk: int
+    sk: int | Dim  # a `Dim` (one symbol plus a constant): a key length known only at run time
     d: int
     dv: int
     dtype: str = "f32"
@@ -103,7 +108,8 @@ class Attention:
     widened: bool = False
 
     def __post_init__(self) -> None:
-        if min(self.batch, self.sq, self.sk, self.d, self.dv, self.kv_groups) < 1:
+        sizes = (self.batch, self.sq, self.d, self.dv, self.kv_groups) + ((self.sk,) if isinstance(self.sk, int) else ())
+        if min(sizes) < 1:
             raise UnsupportedError(f"attention with an empty dimension: {self}", op="attention")
         for name in ("out_dtype", "mask_dtype"):
             if not getattr(self, name):
@@ -118,15 +124,31 @@ class Attention:
     def causal(self) -> bool:
         return self.causal_offset is not None
 
+    @property
+    def dynamic(self) -> bool:
+        """Whether the key length is known only at run time."""
+        return isinstance(self.sk, Dim)
+
+    def sized(self) -> Attention:
+        """The op with a static key length: itself, or at `PLANNING_KEYS` keys where ``sk`` is dynamic (what
+        the planner's counts and estimates read)."""
+        return dataclasses.replace(self, sk=PLANNING_KEYS) if isinstance(self.sk, Dim) else self
+
     def keys_for(self, q_end: int) -> int:
         """Keys a block of queries ending (exclusive) at ``q_end`` needs."""
-        if self.causal_offset is None:
-            return self.sk
-        return max(0, min(self.sk, q_end + self.causal_offset))
+        op = self.sized()
+        assert isinstance(op.sk, int)
+        if op.causal_offset is None:
+            return op.sk
+        return max(0, min(op.sk, q_end + op.causal_offset))
 
     @property
     def flops(self) -> int:
-        """Useful flops (both matmuls), counting only unmasked causal positions."""
+        """Useful flops (both matmuls), counting only unmasked causal positions (a dynamic key length at
+        `PLANNING_KEYS`)."""
+        if self.dynamic:
+            return self.sized().flops
+        assert isinstance(self.sk, int)
         if self.causal_offset is None:
             pairs = self.sq * self.sk
         else:
@@ -240,7 +262,7 @@ def _blocks(spec: ChipSpec, op: Attention, br: int, bc: int,
     q_blocks = -(-op.sq // br)
     items = op.batch * q_blocks
     threads = max(1, min(options.threads or spec.compute[0].count, items))
-    total = q_blocks * -(-op.sk // bc)
+    total = q_blocks * -(-static(op.sk) // bc)  # the planning size where it is dynamic (`Attention.sized`)
     computed = sum(-(-op.keys_for(min(op.sq, (qb + 1) * br)) // bc) for qb in range(q_blocks))
     return q_blocks, items, threads, total, computed
 
@@ -291,11 +313,20 @@ def plan_attention(spec: ChipSpec, op: Attention, options: Options | Mapping[str
     schedule, a software-managed scratchpad the ``"scratchpad"`` one. ``forms`` are the forms the
     target lowers; a plan in another form is not fused (and says so)."""
     opts = as_options(options)
-    score_bytes = op.batch * op.sq * op.sk * _bytes("f32" if op.dtype in ("f16", "bf16") else op.dtype)
+    sized = op.sized()
+    assert isinstance(sized.sk, int)
+    score_bytes = op.batch * op.sq * sized.sk * _bytes("f32" if op.dtype in ("f16", "bf16") else op.dtype)
     if not opts.fuse_attention:
         return _unfused(op, "disabled by option fuse_attention=False", score_bytes)
     inner_level = spec.memory[-1] if len(spec.memory) > 1 else None
+    if op.dynamic and op.causal:
+        return _unfused(op, f"a causal pattern over a key length known only at run time ({op.sk}) is not "
+                            "planned (decoders give a mask computed from the cache length: an additive mask)",
+                        score_bytes)
     if inner_level is not None and inner_level.managed == "software":
+        if op.dynamic:
+            return _unfused(op, f"key length {op.sk} known only at run time: the scratchpad kernel is planned "
+                                "and emitted for static sizes", score_bytes)
         if "scratchpad" not in forms:
             return _unfused(op, f"the innermost memory level of '{spec.name}' ({inner_level.name}) is a scratchpad "
                                 "and this target does not lower the scratchpad attention kernel", score_bytes)
@@ -335,20 +366,27 @@ class _RegisterTiles:
 def _plan_lanes(spec: ChipSpec, op: Attention, opts: Options, score_bytes: int) -> AttentionPlan:
     """The ``"lanes"`` schedule of ``op`` (the innermost memory level is not a scratchpad): register
     tiles, the key block, the parallel mapping and the estimate (see the module docstring)."""
+    dynamic, op = op, op.sized()  # a dynamic key length: the numbers below at PLANNING_KEYS (see _key_block)
     operands = _lanes_operands(spec, op, opts)
     if isinstance(operands, str):
-        return _unfused(op, operands, score_bytes)
+        return _unfused(dynamic, operands, score_bytes)
     tiles = _register_tiles(spec, op, opts, operands)
     if isinstance(tiles, str):
-        return _unfused(op, tiles, score_bytes)
+        return _unfused(dynamic, tiles, score_bytes)
     unit, pv_unit, br = operands.unit, operands.pv_unit, tiles.br
     bc, footprint, why_bc = _key_block(spec, op, operands, tiles, score_bytes)
     # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
     q_blocks, items, threads, total, computed = _blocks(spec, op, br, bc, opts)
     reasons = [*operands.reasons, *tiles.reasons, why_bc,
                *_mapping_reasons(spec, op, q_blocks, items, threads, total, computed)]
+    if dynamic.dynamic:
+        reasons.insert(0, f"key length {dynamic.sk} known only at run time: the kernel reads it and loops over "
+                          f"whole key blocks and the remainder; the key block comes from the cache budget "
+                          f"alone (as for {PLANNING_KEYS}+ keys), tile counts and the estimate at a planning "
+                          f"size of {PLANNING_KEYS} keys")
     estimate = _estimate(spec, op, tiles.nvq, tiles.nj, tiles.ndv, tiles.lanes, br, computed * bc * br * op.batch,
                          threads, unit, pv_unit)
+    op = dynamic
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
     return AttentionPlan(op, True, tuple(reasons), tiles.lanes, tiles.nvq, bc, tiles.nj, tiles.ndv, threads,
                          spec.memory[-1].name, footprint, tiles.budget, total * op.batch, computed * op.batch,
@@ -468,9 +506,9 @@ def _key_block(spec: ChipSpec, op: Attention, operands: _LanesOperands, tiles: _
     room = (limit - _footprint(op, br, 0, unit, True, pv_unit)) // per_key
     bc = max(step, room // step * step)
     if unit is None:
-        bc = min(bc, max(step, _round_up(min(op.sk, MAX_BLOCK_K), step)))
+        bc = min(bc, max(step, _round_up(min(static(op.sk), MAX_BLOCK_K), step)))
     else:  # every key in one block where they fit (whole key pairs; the tile loop takes a partial tile)
-        bc = min(bc, _round_up(min(op.sk, MAX_BLOCK_K), unit.k))
+        bc = min(bc, _round_up(min(static(op.sk), MAX_BLOCK_K), unit.k))
     footprint = _footprint(op, br, bc if unit is None else nj, unit, pv_unit=pv_unit)
     if unit is None:
         return bc, footprint, (f"key block {bc}: Qt {op.d}x{br}, Ot {op.dv}x{br} and scores {bc}x{br} take "
@@ -539,12 +577,13 @@ def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes:
     compute = (qk + pv + soft + pack) / clock / threads
     terms = [("compute", compute)]
     eb = _bytes(op.dtype)
-    kv_bytes: float = op.batch * (-(-op.sq // br)) * op.sk * (op.d + op.dv) * eb
+    sk = static(op.sk)
+    kv_bytes: float = op.batch * (-(-op.sq // br)) * sk * (op.d + op.dv) * eb
     if op.causal:
-        kv_bytes = kv_bytes * scores / max(1, op.batch * (-(-op.sq // br)) * br * op.sk)
+        kv_bytes = kv_bytes * scores / max(1, op.batch * (-(-op.sq // br)) * br * sk)
     io_bytes = op.batch * op.sq * (op.d + op.dv) * eb * 2
     caches = [lv for lv in spec.memory[1:] if lv.managed == "cache"]
-    per_head_kv = op.sk * (op.d + op.dv) * eb
+    per_head_kv = sk * (op.d + op.dv) * eb
     holder = next((lv for lv in reversed(caches) if lv.size_bytes * CACHE_BUDGET >= per_head_kv), None)
     main = spec.memory[0]
     main_bw = main.shared_bandwidth(threads) * 1e9
@@ -613,7 +652,8 @@ def scratchpad_buffers(op: Attention, br: int, bc: int, dp: int, dvp: int) -> tu
 def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -> AttentionPlan:
     """The scratchpad schedule of ``op`` (see `ScratchpadTiles`): tiles from the innermost scratchpad's
     capacity and the matrix unit's shape, work items over the outermost compute level."""
-    score_bytes = op.batch * op.sq * op.sk * 4
+    sk = static(op.sk)  # `plan_attention` refuses a key length known at run time for this form
+    score_bytes = op.batch * op.sq * sk * 4
     if op.dtype not in SCRATCHPAD_DTYPES:
         return _unfused(op, f"dtype {op.dtype}: the scratchpad attention kernel is emitted for "
                             f"{', '.join(SCRATCHPAD_DTYPES)} only", score_bytes)
@@ -656,7 +696,7 @@ def plan_scratchpad_attention(spec: ChipSpec, op: Attention, options: Options) -
     for cand in _doublings(mq, br_max):
         if fits(cand, nk) and op.batch * -(-op.sq // cand) >= want_items:
             br = cand
-    bc_max = min(_round_up(op.sk, nk), max(nk, MAX_BLOCK_K // nk * nk))
+    bc_max = min(_round_up(sk, nk), max(nk, MAX_BLOCK_K // nk * nk))
     bc = nk
     for cand in _doublings(nk, bc_max):
         if fits(br, cand):
@@ -717,11 +757,13 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
             + (f", GQA x{op.kv_groups}" if op.kv_groups > 1 else "")
             + f" ({op.flops / 1e9:.3f} GFLOP)")
     lines = [head]
+    at = f" at {PLANNING_KEYS} keys" if op.dynamic else ""  # counts of a key length known at run time
     if not plan.fused:
         lines.append("  fused          no (the unfused pipeline materialises the "
-                     f"{plan.score_bytes_unfused} B score matrix)")
+                     f"{plan.score_bytes_unfused} B score matrix{at})")
     else:
-        lines.append(f"  fused          online softmax; query block {plan.block_q}, key block {plan.block_k}")
+        lines.append(f"  fused          online softmax; query block {plan.block_q}, key block {plan.block_k}"
+                     + (f"; key length {op.sk} read at run time" if op.dynamic else ""))
         if plan.tiles is not None:
             u = plan.tiles.unit
             lines.append("  matmuls        " + (f"{u.describe()}, d padded to {plan.tiles.d_padded}, dv to "
@@ -737,12 +779,12 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
             lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
                          f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
         lines.append(f"  on chip        {plan.footprint_bytes} B of {plan.budget_bytes} B in {plan.level}; "
-                     f"score matrix ({plan.score_bytes_unfused} B unfused) never stored")
-        lines.append(f"  tiles          {plan.tiles_computed} of {plan.tiles_total} computed")
+                     f"score matrix ({plan.score_bytes_unfused} B unfused{at}) never stored")
+        lines.append(f"  tiles          {plan.tiles_computed} of {plan.tiles_total} computed{at}")
         lines.append(f"  parallel       {plan.work_items} work items over {plan.threads} thread(s)")
         if plan.estimate is not None:
             terms = ", ".join(f"{name} {s * 1e3:.3f} ms" for name, s in plan.estimate.terms)
-            lines.append(f"  estimate       {plan.estimate.seconds * 1e3:.3f} ms, bound by {plan.estimate.bound} "
+            lines.append(f"  estimate       {plan.estimate.seconds * 1e3:.3f} ms{at}, bound by {plan.estimate.bound} "
                          f"({terms})")
     lines.append("  why:")
     lines += [f"    - {r}" for r in plan.reasons]

@@ -35,6 +35,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
+from pbsdk.core.dims import Dim, static
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes as attrs
 from pbsdk.core.ir.attention_tiles import (
@@ -42,6 +43,7 @@ from pbsdk.core.ir.attention_tiles import (
     OperandLayout,
     batch_start,
     rounded,
+    size_from_descriptor,
     unit_from_descriptor,
 )
 from pbsdk.core.ir.builder import (
@@ -72,7 +74,7 @@ class LanesKernel:
 
     batch: int
     sq: int
-    sk: int
+    sk: int | Dim  # a `Dim`: known at run time, read from a buffer's dimension (`_Part.bind_symbols`)
     d: int
     dv: int
     dtype: str
@@ -89,7 +91,7 @@ class LanesKernel:
     k: OperandLayout
     v: OperandLayout
     mask: OperandLayout | None
-    out_shape: tuple[int, ...]
+    out_shape: tuple[int | Dim, ...]
     safe_softmax: bool = False  # a row with every key masked gives 0 (torch's safe softmax), not NaN
     out_dtype: str = ""  # the output's dtype ("": dtype)
     mask_dtype: str = ""  # the mask's dtype ("": dtype)
@@ -114,7 +116,7 @@ class LanesKernel:
         return self.batch * self.q_blocks
 
     @property
-    def shapes(self) -> list[tuple[int, ...]]:
+    def shapes(self) -> list[tuple[int | Dim, ...]]:
         """The kernel's argument shapes: Q, K, V[, M], O."""
         return [self.q.shape, self.k.shape, self.v.shape] + ([self.mask.shape] if self.mask else []) + [self.out_shape]
 
@@ -132,19 +134,19 @@ def is_lanes(raw: Mapping[str, Any]) -> bool:
 def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> LanesKernel:
     """The kernel of a ``"lanes"`` descriptor (plain data) of function ``@name``; a `CompileError` naming
     what is wrong."""
-    if raw.get("version") != DESCRIPTOR_VERSION:
+    if raw.get("version") not in READS:
         raise CompileError(f"@{name}: pbsdk.attention descriptor version {raw.get('version')} (the cpu target reads "
-                           f"{DESCRIPTOR_VERSION})", op="func.func")
+                           f"{', '.join(map(str, READS))})", op="func.func")
     try:
         ops = raw["operands"]
         layout = OperandLayout.from_descriptor
         kern = LanesKernel(
-            int(raw["batch"]), int(raw["sq"]), int(raw["sk"]), int(raw["d"]), int(raw["dv"]), str(raw["dtype"]),
+            int(raw["batch"]), int(raw["sq"]), size_from_descriptor(raw["sk"]), int(raw["d"]), int(raw["dv"]), str(raw["dtype"]),
             None if raw["causal_offset"] is None else int(raw["causal_offset"]), float(raw["scale"]),
             float(raw["mask_scale"]), int(raw["lanes"]), int(raw["q_vectors"]), int(raw["block_k"]),
             int(raw["qk_keys"]), int(raw["pv_cols"]), int(raw["threads"]), layout(ops["q"]), layout(ops["k"]),
             layout(ops["v"]), layout(ops["mask"]) if raw["mask"] else None,
-            tuple(int(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)),
+            tuple(size_from_descriptor(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)),
             str(raw.get("out_dtype", raw["dtype"])), str(raw.get("mask_dtype", raw["dtype"])),
             unit_from_descriptor(raw.get("unit")), str(raw.get("p_dtype", "f32")))
     except (KeyError, TypeError, ValueError) as exc:
@@ -164,11 +166,58 @@ def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> Lane
     if int(raw.get("block_q", kern.block_q)) != kern.block_q:
         raise CompileError(f"@{name}: pbsdk.attention descriptor: block_q {raw['block_q']} is not q_vectors x lanes "
                            f"({kern.block_q})", op="func.func")
-    if min(kern.batch, kern.sq, kern.sk, kern.d, kern.dv, kern.lanes, kern.q_vectors, kern.block_k, kern.qk_keys,
-           kern.pv_cols, kern.threads) < 1:
+    if min(kern.batch, kern.sq, kern.d, kern.dv, kern.lanes, kern.q_vectors, kern.block_k, kern.qk_keys,
+           kern.pv_cols, kern.threads, *((kern.sk,) if isinstance(kern.sk, int) else ())) < 1:
         raise CompileError(f"@{name}: pbsdk.attention descriptor with an empty dimension or tile: {kern}",
                            op="func.func")
+    _check_dynamic(kern, name)
     return kern
+
+
+#: The descriptor versions this kernel reads (version 1: static sizes only; 2 adds a key length known at run time).
+READS = (1, DESCRIPTOR_VERSION)
+
+
+def _sizes(a: LanesKernel) -> list[int | Dim]:
+    """Every size and stride of ``a`` that may be known only at run time."""
+    out: list[int | Dim] = [a.sk, *a.out_shape]
+    for lay in (a.q, a.k, a.v, *((a.mask,) if a.mask is not None else ())):
+        out += [*lay.shape, lay.row_stride, lay.col_stride, *(st for _, st, _ in lay.batch)]
+    return out
+
+
+def _binders(a: LanesKernel) -> dict[str, tuple[int, int, int]]:
+    """For each symbol: (argument, dimension, constant) of the first argument dimension that is the symbol plus a
+    constant, where the kernel reads it (`memref.dim` minus the constant)."""
+    found: dict[str, tuple[int, int, int]] = {}
+    for i, shape in enumerate(a.shapes):
+        for j, d in enumerate(shape):
+            if isinstance(d, Dim) and len(d.coeffs) == 1 and d.coeffs[0][1] == 1:
+                found.setdefault(d.coeffs[0][0], (i, j, d.const))
+    return found
+
+
+def _check_dynamic(a: LanesKernel, name: str) -> None:
+    """A kernel with sizes known at run time: only the key length (and what depends on it) may be; every symbol is
+    a buffer dimension the kernel can read; no causal pattern (its diagonal is planned from static sizes)."""
+    dims = [x for x in _sizes(a) if isinstance(x, Dim)]
+    if not dims:
+        return
+    if not isinstance(a.sk, Dim) or any(x.symbols != a.sk.symbols for x in dims) or is_dynamic_io(a):
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: only the key length may be known at run time "
+                           f"(sk {a.sk}; sizes {', '.join(sorted({str(x) for x in dims}))})", op="func.func")
+    if a.causal_offset is not None:
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: a causal pattern over a key length known at run "
+                           "time", op="func.func")
+    unbound = [sym for sym in a.sk.symbols if sym not in _binders(a)]
+    if unbound:
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: no buffer dimension gives {', '.join(unbound)}",
+                           op="func.func")
+
+
+def is_dynamic_io(a: LanesKernel) -> bool:
+    """Whether Q's or O's layout depends on a size known at run time (the kernel reads them at static strides)."""
+    return a.q.dynamic or any(isinstance(x, Dim) for x in a.out_shape)
 
 
 def _vmax(a: ir.Value, b: ir.Value) -> ir.Value:
@@ -210,13 +259,20 @@ def _int_vector(t: ir.VectorType, values: Sequence[int]) -> ir.Value:
     return arith.ConstantOp(t, attr).result
 
 
-def _flat(names: list[str], shapes: list[tuple[int, ...]], args: Sequence[ir.Value],
+def _memref(shape: Sequence[int | Dim], dtype: str) -> ir.MemRefType:
+    """``memref<shape x dtype>``, ``?`` where a size is known only at run time."""
+    return memref_t([d if isinstance(d, int) else None for d in shape], dtype)
+
+
+def _flat(names: list[str], shapes: list[tuple[int | Dim, ...]], args: Sequence[ir.Value],
           dtypes: Sequence[str]) -> dict[str, ir.Value]:
-    """Each operand as a 1-D buffer (``memref.collapse_shape`` unless it is one)."""
+    """Each operand as a 1-D buffer (``memref.collapse_shape`` unless it is one; ``?`` long where a size is
+    known only at run time)."""
     flat = {}
     for nm, shape, arg, dtype in zip(names, shapes, args, dtypes):
+        size = None if any(isinstance(d, Dim) for d in shape) else math.prod(d for d in shape if isinstance(d, int))
         flat[nm] = arg if len(shape) == 1 else memref.CollapseShapeOp(
-            memref_t([math.prod(shape)], dtype), arg, reassociation([list(range(len(shape)))])).result
+            memref_t([size], dtype), arg, reassociation([list(range(len(shape)))])).result
     return flat
 
 
@@ -241,7 +297,7 @@ class _Part:
     column (``Vp``), and P·V steps over pairs of keys with V's pair broadcast; with f32 P stays in the
     scores' tile and P·V is vector FMAs as without a unit."""
 
-    def __init__(self, name: str, a: LanesKernel, names: list[str], shapes: list[tuple[int, ...]],
+    def __init__(self, name: str, a: LanesKernel, names: list[str], shapes: list[tuple[int | Dim, ...]],
                  step: StepFn | None) -> None:
         self.name, self.a, self.names, self.shapes, self.step = name, a, names, shapes, step
         self.f32 = ir.F32Type.get()
@@ -260,13 +316,14 @@ class _Part:
         index = ir.IndexType.get()
         dtypes = a.arg_dtypes
         fn = func.FuncOp(f"{self.name}_part",
-                         ir.FunctionType.get([memref_t(s, dt) for s, dt in zip(self.shapes, dtypes)] + [index], []),
+                         ir.FunctionType.get([_memref(s, dt) for s, dt in zip(self.shapes, dtypes)] + [index], []),
                          visibility="private")
         entry = fn.add_entry_block()
         self.ix = Indices(entry)
         tid = entry.arguments[len(self.names)]
         with ir.InsertionPoint(entry):
             self.flat = _flat(self.names, self.shapes, entry.arguments, dtypes)
+            self.bind_symbols(entry.arguments)
             self.constants()
             self.buffers()
             with loop(tid, self.ix.c(a.work_items), self.ix.c(a.threads)) as work:
@@ -276,6 +333,43 @@ class _Part:
         return fn
 
     # ------------------------------------------------------------------------------------ set-up
+    def bind_symbols(self, args: Sequence[ir.Value]) -> None:
+        """Each symbol of a key length known at run time, read once from the buffer dimension that is it plus
+        a constant (`_binders`); `size` builds every form from them."""
+        self.symbols: dict[str, ir.Value] = {}
+        self.sizes: dict[Dim, ir.Value] = {}
+        for sym, (arg, dim, const) in _binders(self.a).items():
+            value = memref.dim(args[arg], self.ix.c(dim))
+            self.symbols[sym] = arith.subi(value, self.ix.c(const)) if const else value
+        for x in _sizes(self.a):  # the descriptor's forms, once, where every loop sees them
+            if isinstance(x, Dim) and x not in self.sizes:
+                self.sizes[x] = self.size(x)
+
+    def size(self, x: int | Dim) -> ir.Value:
+        """A size or stride as an index value: a constant, or its form computed once from the symbols."""
+        if isinstance(x, int):
+            return self.ix.c(x)
+        found = self.sizes.get(x)
+        if found is not None:
+            return found
+        total: ir.Value | None = None  # another form (a multiple of a stride): built where it is used
+        for sym, coeff in x.coeffs:
+            term = self.ix.mul(self.symbols[sym], coeff)
+            total = term if total is None else arith.addi(total, term)
+        assert total is not None
+        return arith.addi(total, self.ix.c(x.const)) if x.const else total
+
+    def mul(self, v: ir.Value, x: int | Dim) -> ir.Value:
+        """``v * x`` for a static or run-time stride ``x``."""
+        return self.ix.mul(v, x) if isinstance(x, int) else arith.muli(v, self.size(x))
+
+    def lane_offsets(self, stride: int | Dim) -> ir.Value:
+        """``[0, stride, 2 stride, ...]`` as an i32 vector (a gather's indices)."""
+        if isinstance(stride, int):
+            return _int_vector(self.vit, [i * stride for i in range(self.a.lanes)])
+        s = vector.broadcast(self.vit, arith.index_cast(self.i32, self.size(stride)))
+        return arith.muli(s, _int_vector(self.vit, list(range(self.a.lanes))))
+
     def constants(self) -> None:
         a, vt, L = self.a, self.vt, self.a.lanes
         vc = {"zero": _splat(vt, 0.0), "ninf": _splat(vt, -math.inf), "lo": _splat(vt, -127.0),
@@ -295,7 +389,7 @@ class _Part:
             self.vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
             self.vlowest = _splat(vt, F32_LOWEST)
             if a.mask.row_stride not in (0, 1):
-                self.vmidx = _int_vector(self.vit, [i * a.mask.row_stride for i in range(L)])
+                self.vmidx = self.lane_offsets(a.mask.row_stride)
 
     def buffers(self) -> None:
         """Scratch on the stack, sized by the plan: f32 Qt (or the packed pairs Qp), the f32 scores St, f32
@@ -327,8 +421,8 @@ class _Part:
         qb = ix.remui(it, a.q_blocks)
         self.i0 = ix.mul(qb, br)
         self.nqv = ix.min(c(br), ix.sub(c(a.sq), self.i0))
-        self.qoff, self.koff, self.voff = batch_start(ix, beta, a.q), batch_start(ix, beta, a.k), batch_start(ix, beta, a.v)
-        self.moff = batch_start(ix, beta, a.mask) if a.mask is not None else None
+        self.qoff, self.koff, self.voff = (batch_start(ix, beta, x, self.size) for x in (a.q, a.k, a.v))
+        self.moff = batch_start(ix, beta, a.mask, self.size) if a.mask is not None else None
         self.ooff = ix.mul(beta, a.sq * a.dv)
         # Lanes past the sequence end: masks for the mask reads.
         self.lane_masks = []
@@ -350,10 +444,10 @@ class _Part:
 
         # Keys this query block needs.
         if a.causal_offset is None:
-            self.kend = c(a.sk)
+            self.kend = self.size(a.sk)  # a key length known at run time: read once (`bind_symbols`)
         else:
             qend = ix.min(ix.add(self.i0, c(br)), c(a.sq))
-            self.kend = ix.min(ix.max(ix.add(qend, c(a.causal_offset)), c(0)), c(a.sk))
+            self.kend = ix.min(ix.max(ix.add(qend, c(a.causal_offset)), c(0)), c(static(a.sk)))
 
         with loop(c(0), self.kend, c(a.block_k), [self.vninf] * nvq + [self.vzero] * nvq) as kl:
             self.key_block(kl)
@@ -370,10 +464,10 @@ class _Part:
                     vector.store(self.vzero, buf, [ix.add(row, c(v * L))])
         with loop(c(0), self.nqv, c(1)) as li:
             i = li.induction_variable
-            qrow = ix.add(self.qoff, ix.mul(ix.add(self.i0, i), a.q.row_stride))
+            qrow = ix.add(self.qoff, self.mul(ix.add(self.i0, i), a.q.row_stride))
             with loop(c(0), c(a.d), c(1)) as ld:
                 d = ld.induction_variable
-                x = _widen(memref.load(self.flat["Q"], [ix.add(qrow, ix.mul(d, a.q.col_stride))]))
+                x = _widen(memref.load(self.flat["Q"], [ix.add(qrow, self.mul(d, a.q.col_stride))]))
                 y = arith.mulf(x, self.qscale)
                 memref.store(y, self.Qt, [ix.add(ix.mul(d, br), i)])
 
@@ -392,16 +486,16 @@ class _Part:
                 vector.store(self.vzero, self.Ot, [ix.add(row, c(v * L))])
         with loop(c(0), self.nqv, c(1)) as li:
             i = li.induction_variable
-            qrow = ix.add(self.qoff, ix.mul(ix.add(self.i0, i), a.q.row_stride))
+            qrow = ix.add(self.qoff, self.mul(ix.add(self.i0, i), a.q.row_stride))
             dst = ix.mul(i, 2)
             with loop(c(0), c(a.d // 2), c(1)) as lg:
                 g = lg.induction_variable
                 at = ix.add(ix.mul(g, 2 * br), dst)
                 for t in range(2):
-                    x = memref.load(self.flat["Q"], [ix.add(qrow, ix.mul(ix.add(ix.mul(g, 2), c(t)), a.q.col_stride))])
+                    x = memref.load(self.flat["Q"], [ix.add(qrow, self.mul(ix.add(ix.mul(g, 2), c(t)), a.q.col_stride))])
                     memref.store(x, self.Qp, [ix.add(at, c(t))])
             if a.d % 2:  # the last d alone in its pair (its partner stays zero)
-                x = memref.load(self.flat["Q"], [ix.add(qrow, c((a.d - 1) * a.q.col_stride))])
+                x = memref.load(self.flat["Q"], [ix.add(qrow, self.size((a.d - 1) * a.q.col_stride))])
                 memref.store(x, self.Qp, [ix.add(c((a.d - 1) * br), dst)])
 
     # ------------------------------------------------------------------------------------ one key block
@@ -443,7 +537,7 @@ class _Part:
         a, ix = self.a, self.ix
         c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
         ja = ix.add(self.j0, jl)
-        kbase = [ix.add(self.koff, ix.mul(ix.add(ja, c(kk)), a.k.row_stride)) for kk in range(keys)]
+        kbase = [ix.add(self.koff, self.mul(ix.add(ja, c(kk)), a.k.row_stride)) for kk in range(keys)]
         res = self.qk_fma(keys, kbase) if self.step is None else self.qk_pairs(keys, kbase)
         new = list(carried)
         for kk in range(keys):
@@ -452,7 +546,7 @@ class _Part:
                 kv = vector.broadcast(self.vit, arith.index_cast(self.i32, key))
             if a.mask is not None:
                 assert self.moff is not None
-                mcol = ix.add(self.moff, ix.mul(key, a.mask.col_stride))
+                mcol = ix.add(self.moff, self.mul(key, a.mask.col_stride))
             for v in range(nvq):
                 s = res[kk * nvq + v]
                 if self.step is not None:
@@ -477,7 +571,7 @@ class _Part:
         """The mask of query vector ``v`` at the key whose column starts at ``mcol``, as f32."""
         a, ix = self.a, self.ix
         assert a.mask is not None
-        mrow = ix.add(mcol, ix.mul(ix.add(self.i0, ix.c(v * a.lanes)), a.mask.row_stride))
+        mrow = ix.add(mcol, self.mul(ix.add(self.i0, ix.c(v * a.lanes)), a.mask.row_stride))
         m = self.flat["M"]
         if a.mask.row_stride == 0:
             return vector.broadcast(self.vt, _widen(memref.load(m, [mcol])))
@@ -498,7 +592,7 @@ class _Part:
             qrow_d = ix.mul(dd, br)
             qv = [vector.load(self.vt, self.Qt, [ix.add(qrow_d, c(v * L))]) for v in range(nvq)]
             outs = []
-            kd = ix.mul(dd, a.k.col_stride)
+            kd = self.mul(dd, a.k.col_stride)
             for kk in range(keys):
                 ks = _widen(memref.load(self.flat["K"], [ix.add(kbase[kk], kd)]))
                 kb = vector.broadcast(self.vt, ks)
@@ -518,7 +612,7 @@ class _Part:
         def pair_step(g: ir.Value, accs: list[ir.Value], lone: bool) -> list[ir.Value]:
             qrow = ix.mul(g, 2 * br)
             qv = [vector.load(self.wide_t, self.Qp, [ix.add(qrow, c(v * 2 * L))]) for v in range(nvq)]
-            kd = ix.mul(g, 2 * a.k.col_stride)
+            kd = self.mul(g, 2 * a.k.col_stride)
             outs = []
             for kk in range(keys):
                 kb = broadcast_word(group_word(self.pair(self.flat["K"], ix.add(kbase[kk], kd), a.k.col_stride, lone)),
@@ -534,13 +628,13 @@ class _Part:
             res = pair_step(c(a.d // 2), res, True)
         return res
 
-    def pair(self, buf: ir.Value, at: ir.Value, stride: int, lone: bool = False) -> ir.Value:
+    def pair(self, buf: ir.Value, at: ir.Value, stride: int | Dim, lone: bool = False) -> ir.Value:
         """``buf[at]`` and ``buf[at + stride]`` as a ``vector<2 x T>`` (with ``lone``, the first and zero)."""
         ix = self.ix
         if stride == 1 and not lone:
             return vector.load(self.pair_t, buf, [at])
         first = memref.load(buf, [at])
-        second = float_constant(0.0, self.nt) if lone else memref.load(buf, [ix.add(at, ix.c(stride))])
+        second = float_constant(0.0, self.nt) if lone else memref.load(buf, [ix.add(at, self.size(stride))])
         return vector.from_elements(self.pair_t, [first, second])
 
     # ------------------------------------------------------------------------------------ softmax
@@ -615,10 +709,10 @@ class _Part:
         def key(j: ir.Value, c0: int, ncol: int, accs: list[ir.Value]) -> list[ir.Value]:
             srow = ix.mul(j, br)
             pv = [vector.load(self.vt, self.St, [ix.add(srow, c(v * L))]) for v in range(nvq)]
-            vrow = ix.add(self.voff, ix.mul(ix.add(self.j0, j), a.v.row_stride))
+            vrow = ix.add(self.voff, self.mul(ix.add(self.j0, j), a.v.row_stride))
             outs = []
             for r in range(ncol):
-                vs = _widen(memref.load(self.flat["V"], [ix.add(vrow, c((c0 + r) * a.v.col_stride))]))
+                vs = _widen(memref.load(self.flat["V"], [ix.add(vrow, self.size((c0 + r) * a.v.col_stride))]))
                 vb = vector.broadcast(self.vt, vs)
                 for v in range(nvq):
                     outs.append(vector.fma(vb, pv[v], accs[r * nvq + v]))
@@ -633,18 +727,18 @@ class _Part:
         c, L = ix.c, a.lanes
         half_t = ir.VectorType.get([L], self.nt)
         zero = arith.constant(half_t, ir.DenseElementsAttr.get_splat(half_t, ir.FloatAttr.get(self.nt, 0.0)))
-        cols = _int_vector(self.vit, [j * a.v.col_stride for j in range(L)]) if a.v.col_stride != 1 else None
+        cols = self.lane_offsets(a.v.col_stride) if a.v.col_stride != 1 else None
         with loop(c(0), self.key_pairs(), c(1)) as hl:
             h = hl.induction_variable
             k0 = ix.add(self.j0, ix.mul(h, 2))
             second = arith.cmpi(arith.CmpIPredicate.slt, ix.add(k0, c(1)), self.kend)
             k1 = ix.min(ix.add(k0, c(1)), ix.sub(self.kend, c(1)))
-            rows = [ix.add(self.voff, ix.mul(k, a.v.row_stride)) for k in (k0, k1)]
+            rows = [ix.add(self.voff, self.mul(k, a.v.row_stride)) for k in (k0, k1)]
             for c0 in range(0, a.dv, L):
                 n = min(L, a.dv - c0)
                 halves = []
                 for row in rows:
-                    at = ix.add(row, c(c0 * a.v.col_stride))
+                    at = ix.add(row, self.size(c0 * a.v.col_stride))
                     if cols is None and n == L:
                         halves.append(vector.load(half_t, self.flat["V"], [at]))
                         continue
@@ -735,8 +829,9 @@ def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel, step: StepFn | None = No
 
 
 def _check_signature(fn: func.FuncOp, name: str, a: LanesKernel) -> None:
-    """The declaration's arguments must be the descriptor's buffers (static, identity layout, its dtype)."""
-    want = [str(memref_t(s, dt)) for s, dt in zip(a.shapes, a.arg_dtypes)]
+    """The declaration's arguments must be the descriptor's buffers (identity layout, its dtype; ``?`` where a
+    size is known at run time)."""
+    want = [str(_memref(s, dt)) for s, dt in zip(a.shapes, a.arg_dtypes)]
     have = [str(t) for t in fn.type.inputs]
     if have != want or fn.type.results:
         raise CompileError(f"@{name} takes ({', '.join(have)}); its pbsdk.attention descriptor needs "
@@ -819,10 +914,11 @@ def _record_products(ctx: StageContext, a: LanesKernel, on_unit: bool) -> None:
     from pbsdk.targets.cpu.pack_contractions import record_contraction
 
     unit = a.unit.name if on_unit and a.unit is not None else None
+    sk = a.sk if isinstance(a.sk, int) else 0  # known at run time (as the generic contractions' unknown sizes)
     pv_unit = unit if a.p_dtype != "f32" else None
-    record_contraction(ctx, "attention.qk", a.dtype, a.batch, a.sq, a.sk, a.d,
+    record_contraction(ctx, "attention.qk", a.dtype, a.batch, a.sq, sk, a.d,
                        "matrix-unit" if unit else "vector-fma", unit)
-    record_contraction(ctx, "attention.pv", a.dtype, a.batch, a.sq, a.dv, a.sk,
+    record_contraction(ctx, "attention.pv", a.dtype, a.batch, a.sq, a.dv, sk,
                        "matrix-unit" if pv_unit else "vector-fma", pv_unit)
 
 
