@@ -510,7 +510,18 @@ class _Part:
 
         with loop(c(0), jfull, c(nj), [self.vninf] * nvq) as tl:
             scf.YieldOp(self.qk_tile(nj, tl.induction_variable, list(tl.inner_iter_args)))
-        with loop(jfull, self.jn, c(1), list(tl.results)) as rl:
+        carried, start = list(tl.results), jfull
+        if isinstance(a.sk, Dim):
+            # A key length known at run time: the keys left after the full tiles (fewer than nj) in tiles of
+            # halving size, each taken at most once, so they are not one latency-bound FMA chain per key
+            # (a static key length's remainder has a count LLVM sees and unrolls).
+            t = 1 << (nj - 1).bit_length() - 1 if nj > 1 else 1
+            while t > 1:
+                end = ix.add(start, ix.mul(ix.divui(ix.sub(self.jn, start), t), t))
+                with loop(start, end, c(t), carried) as el:
+                    scf.YieldOp(self.qk_tile(t, el.induction_variable, list(el.inner_iter_args)))
+                carried, start, t = list(el.results), end, t // 2
+        with loop(start, self.jn, c(1), carried) as rl:
             scf.YieldOp(self.qk_tile(1, rl.induction_variable, list(rl.inner_iter_args)))
 
         # Online softmax: new maxima, the rescale factor, probabilities in place of the scores.
