@@ -3,7 +3,9 @@ item 2: "a dynamic-shape kernel on a size it has not seen is correct and within 
 compiled for that size").
 
 Per op (a matmul with a bias + ReLU epilogue at GPT-2's widths, a layer normalisation over 768 rows of a
-dynamic count, a decoder step's unfused attention over a dynamic key length) the dynamic kernel is compiled once; for each size the static kernel is compiled for exactly that size,
+dynamic count, a decoder step's attention over a dynamic key length, unfused from MLIR and fused from pbsdk's
+graph: `pbsdk.ops.attention` on a (1, 8, s0, 64) cache, one query) the dynamic kernel is compiled once; for
+each size the static kernel is compiled for exactly that size,
 both are checked against each other, then timed in one process: per round each contender runs a block of
 calls, interleaved, timed with ``time.thread_time`` (CPU time of this thread: the kernels run at 1 thread, so
 other processes' load does not count); the report gives the median over rounds of the per-call time and the
@@ -156,12 +158,47 @@ def text(template: str, m: int | None, **sizes: int) -> str:
     return out
 
 
+#: The fused attention is traced from `pbsdk.ops.attention` (the recogniser fuses pbsdk graphs, not MLIR input).
+FUSED_ATTENTION = "fused attention"
+
 OPS: dict[str, tuple[str, dict[str, int]]] = {
     "matmul+bias+relu 768x768": (MATMUL, {"K": 768, "N": 768}),
     "matmul+bias+relu 768x3072": (MATMUL, {"K": 768, "N": 3072}),
     "layernorm 768": (LAYERNORM, {}),
     "attention 8x1x64, key length m": (ATTENTION, {}),
+    "fused attention 8x1x64, key length m": (FUSED_ATTENTION, {}),
 }
+
+
+def compile_fused_attention(m: int | None, options: dict[str, Any]) -> Any:
+    """`pbsdk.ops.attention` of one query over ``m`` keys (None: a symbolic key length), 8 heads of 64, compiled
+    for the host; checks that the attention was fused."""
+    from pbsdk import ops
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.core.dims import Dim
+    from pbsdk.core.ir.emit import emit_program
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.core.runtime.kernel import Kernel
+    from pbsdk.frontends.jit import trace
+
+    sk = Dim.parse("s0") if m is None else m
+    graph, _ = trace(lambda q, k, v: ops.attention(q, k, v),
+                     tuple(TensorType(s, "f32") for s in ((1, 8, 1, 64), (1, 8, sk, 64), (1, 8, sk, 64))))
+    request = resolve("cpu", None, options)
+    program = emit_program(graph, spec=request.spec, options=request.options, forms=request.target.attention_forms)
+    assert "func.func private @__pbsdk_attn0(" in program.text, "the attention was not fused"
+    artifact = compile_text(program.text, request, constants=program.constants)
+    return Kernel(artifact, request.target.load(artifact, request.spec), name=artifact.entry)
+
+
+def compile_op(op: str, m: int | None, options: dict[str, Any]) -> Any:
+    """The kernel of ``op`` for ``m`` rows (None: dynamic)."""
+    import pbsdk
+
+    template, dims = OPS[op]
+    if template is FUSED_ATTENTION:
+        return compile_fused_attention(m, options)
+    return pbsdk.compile_mlir(text(template, m, **dims), options=options)
 
 
 def operands(op: str, m: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -170,23 +207,22 @@ def operands(op: str, m: int, rng: np.random.Generator) -> list[np.ndarray]:
         return [rng.standard_normal((m, 768)).astype(np.float32)]
     if template is ATTENTION:
         return [rng.standard_normal(s).astype(np.float32) for s in ((8, 1, 64), (8, 64, m), (8, m, 64))]
+    if template is FUSED_ATTENTION:
+        return [rng.standard_normal(s).astype(np.float32) for s in ((1, 8, 1, 64), (1, 8, m, 64), (1, 8, m, 64))]
     k, n = sizes["K"], sizes["N"]
     return [rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (n,))]
 
 
 def measure(ops: list[str], sizes: list[int], rounds: int, budget: float) -> dict[str, Any]:
-    import pbsdk
-
-    options = {"threads": 1}
+    options: dict[str, Any] = {"threads": 1}
     rng = np.random.default_rng(0)
     rows = []
     for op in ops:
-        template, dims = OPS[op]
         t0 = time.perf_counter()
-        dynamic = pbsdk.compile_mlir(text(template, None, **dims), options=options)
+        dynamic = compile_op(op, None, options)
         compile_dynamic = time.perf_counter() - t0
         for m in sizes:
-            static = pbsdk.compile_mlir(text(template, m, **dims), options=options)
+            static = compile_op(op, m, options)
             args = operands(op, m, rng)
             np.testing.assert_allclose(dynamic(*args), static(*args), rtol=1e-4, atol=1e-4)
             # Calls per block: about `budget` seconds of the static kernel.
@@ -238,7 +274,7 @@ def table(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", nargs="*", default=list(OPS))
-    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 5, 33, 200, 1000, 4096])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 5, 17, 33, 200, 1000, 4096])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--budget", type=float, default=0.05, help="seconds per block of calls")
     parser.add_argument("--json", help="write the result here (JSON)")
