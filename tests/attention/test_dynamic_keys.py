@@ -17,7 +17,8 @@ from pbsdk.core.ir.attention import find_attention
 from pbsdk.core.ir.graph import TensorType
 from pbsdk.core.plan.attention import PLANNING_KEYS, Attention, format_attention_plan, plan_attention
 from pbsdk.core.spec import load_spec
-from pbsdk.testing import assert_close
+from pbsdk.targets.cpu.pack_contractions import lowers_unit
+from pbsdk.testing import assert_close, tolerance
 from pbsdk.testing import reference as ref
 
 S0 = Dim.parse("s0")
@@ -57,10 +58,10 @@ def test_forms_and_patterns_refused_over_a_dynamic_key_length() -> None:
 
 # ----------------------------------------------------------------------------------------- recogniser
 
-def _graph(fn: Any, *shapes: tuple[int | Dim, ...]) -> Any:
+def _graph(fn: Any, *shapes: tuple[int | Dim, ...], dtype: str = "f32") -> Any:
     from pbsdk.frontends.jit import trace
 
-    graph, _ = trace(fn, tuple(TensorType(s, "f32") for s in shapes))
+    graph, _ = trace(fn, tuple(TensorType(s, dtype) for s in shapes))
     return graph
 
 
@@ -86,15 +87,15 @@ def test_the_recogniser_refuses_other_dynamic_sizes_with_a_reason() -> None:
 
 # ----------------------------------------------------------------------------------------- numerics
 
-def _compile(fn: Any, *shapes: tuple[int | Dim, ...]) -> tuple[Any, str]:
-    """``fn`` traced on f32 inputs of ``shapes`` and compiled once for the host at 1 thread; the kernel and the
-    emitted module's text."""
+def _compile(fn: Any, *shapes: tuple[int | Dim, ...], dtype: str = "f32") -> tuple[Any, str]:
+    """``fn`` traced on ``dtype`` inputs of ``shapes`` and compiled once for the host at 1 thread; the kernel
+    and the emitted module's text."""
     from pbsdk.core.compiler import compile_text, resolve
     from pbsdk.core.ir.emit import emit_program
     from pbsdk.core.runtime.kernel import Kernel
 
     request = resolve("cpu", None, {"threads": 1})
-    program = emit_program(_graph(fn, *shapes), spec=request.spec, options=request.options,
+    program = emit_program(_graph(fn, *shapes, dtype=dtype), spec=request.spec, options=request.options,
                            forms=request.target.attention_forms)
     artifact = compile_text(program.text, request, constants=program.constants)
     return Kernel(artifact, request.target.load(artifact, request.spec), name=artifact.entry), program.text
@@ -133,3 +134,22 @@ def test_grouped_query_decode_with_a_runtime_mask() -> None:
         mask[1, ..., : (n + 1) // 3] = -np.inf  # left padding of sequence 1
         k, v = np.concatenate([kc, kn], 2), np.concatenate([vc, vn], 2)
         _check(kernel(q, kc, vc, kn, vn, mask), ref.attention(q, k, v, mask=mask, dtype=np.float32), n + 1, 32)
+
+
+
+@pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16ps"), reason="the host has no AVX512-BF16 (vdpbf16ps)")
+def test_bf16_operands_on_the_unit_over_a_dynamic_key_length() -> None:
+    # GQA, 3 queries, bf16 Q, K and V read narrow: Q·Kᵀ and P·V on vdpbf16ps, V packed in key pairs per block
+    # (an odd key count leaves a lone last pair).
+    import ml_dtypes
+
+    kernel, text = _compile(lambda q, k, v: ops.attention(q, k, v), (1, 8, 3, 64), (1, 2, S0, 64), (1, 2, S0, 64),
+                            dtype="bf16")
+    assert "@__pbsdk_attn0(memref<1x8x3x64xbf16>, memref<1x2x?x64xbf16>" in text
+    rng = np.random.default_rng(11)
+    for sk in KEYS:
+        q, k, v = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((1, 8, 3, 64), (1, 2, sk, 64),
+                                                                               (1, 2, sk, 64)))
+        expected = ref.attention(*(x.astype(np.float64) for x in (q, k, v)), dtype=np.float64)
+        assert_close(np.asarray(kernel(q, k, v)).astype(np.float64), expected, op="attention",
+                     tol=tolerance("attention", "bfloat16"))
