@@ -87,14 +87,14 @@ def test_the_recogniser_refuses_other_dynamic_sizes_with_a_reason() -> None:
 
 # ----------------------------------------------------------------------------------------- numerics
 
-def _compile(fn: Any, *shapes: tuple[int | Dim, ...], dtype: str = "f32") -> tuple[Any, str]:
-    """``fn`` traced on ``dtype`` inputs of ``shapes`` and compiled once for the host at 1 thread; the kernel
-    and the emitted module's text."""
+def _compile(fn: Any, *shapes: tuple[int | Dim, ...], dtype: str = "f32", threads: int = 1) -> tuple[Any, str]:
+    """``fn`` traced on ``dtype`` inputs of ``shapes`` and compiled once for the host at ``threads``; the
+    kernel and the emitted module's text."""
     from pbsdk.core.compiler import compile_text, resolve
     from pbsdk.core.ir.emit import emit_program
     from pbsdk.core.runtime.kernel import Kernel
 
-    request = resolve("cpu", None, {"threads": 1})
+    request = resolve("cpu", None, {"threads": threads})
     program = emit_program(_graph(fn, *shapes, dtype=dtype), spec=request.spec, options=request.options,
                            forms=request.target.attention_forms)
     artifact = compile_text(program.text, request, constants=program.constants)
@@ -115,7 +115,8 @@ def test_one_kernel_for_every_key_length(sq: int) -> None:
         _check(kernel(q, k, v), ref.attention(q, k, v, dtype=np.float32), sk, 64)
 
 
-def test_grouped_query_decode_with_a_runtime_mask() -> None:
+@pytest.mark.parametrize("threads", [1, 2])
+def test_grouped_query_decode_with_a_runtime_mask(threads: int) -> None:
     # A decode step: 1 query, 8 heads over 2 K/V heads of a cache s0 + 1 long (the cache and the new key
     # concatenated in the graph), a padding mask added at run time; the same kernel for every length.
     def step(q: Any, kc: Any, vc: Any, kn: Any, vn: Any, m: Any) -> Any:
@@ -123,7 +124,7 @@ def test_grouped_query_decode_with_a_runtime_mask() -> None:
         return ops.attention(q, k, v, mask=m)
 
     kernel, text = _compile(step, (2, 8, 1, 32), (2, 2, S0, 32), (2, 2, S0, 32), (2, 2, 1, 32), (2, 2, 1, 32),
-                            (2, 1, 1, S0 + 1))
+                            (2, 1, 1, S0 + 1), threads=threads)  # 2: the work items forked over two cores
     assert "@__pbsdk_attn0(memref<2x8x1x32xf32>, memref<2x2x?x32xf32>" in text
     rng = np.random.default_rng(7)
     for sk in KEYS:
