@@ -115,6 +115,18 @@ def test_one_kernel_for_every_key_length(sq: int) -> None:
         _check(kernel(q, k, v), ref.attention(q, k, v, dtype=np.float32), sk, 64)
 
 
+def test_a_full_mask_read_at_a_row_stride_of_the_key_length() -> None:
+    # 5 queries and a (1, 2, 5, s0) mask: its rows are s0 apart, gathered across the query lanes at offsets
+    # computed from the key length at run time.
+    kernel, text = _compile(lambda q, k, v, m: ops.attention(q, k, v, mask=m), (1, 2, 5, 64), (1, 2, S0, 64),
+                            (1, 2, S0, 64), (1, 2, 5, S0))
+    assert "@__pbsdk_attn0(" in text and 'row_stride = "s0"' in text
+    rng = np.random.default_rng(3)
+    for sk in KEYS:
+        q, k, v, m = _rand(rng, 1, 2, 5, 64), _rand(rng, 1, 2, sk, 64), _rand(rng, 1, 2, sk, 64), _rand(rng, 1, 2, 5, sk)
+        _check(kernel(q, k, v, m), ref.attention(q, k, v, mask=m, dtype=np.float32), sk, 64)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_grouped_query_decode_with_a_runtime_mask(threads: int) -> None:
     # A decode step: 1 query, 8 heads over 2 K/V heads of a cache s0 + 1 long (the cache and the new key
