@@ -1,6 +1,7 @@
 // Stage attention (cpu) refuses a "lanes" pbsdk.attention function it cannot build, naming the stage, the
 // function and what is wrong: a descriptor missing a field (here "lanes", misspelt), one that is not a dictionary,
-// one of another version, and a declaration whose arguments are not the descriptor's buffers.
+// one of another version, a declaration whose arguments are not the descriptor's buffers, and a key length known at
+// run time that the kernel cannot take (a causal pattern over it, or no buffer dimension giving its symbol).
 // RUN: not %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p attention 2>&1 | filecheck %s
 
 // CHECK: pbsdk: error: in stage 'attention', op 'func.func': @__pbsdk_attn0: malformed pbsdk.attention descriptor: KeyError('lanes')
@@ -34,5 +35,25 @@ func.func @main(%q: memref<1x20x16xf32>, %k: memref<1x20x16xf32>, %v: memref<1x2
 func.func private @__pbsdk_attn0(memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf16>) attributes {pbsdk.attention = {batch = 1 : i64, block_k = 28 : i64, block_q = 32 : i64, causal_offset = 0 : i64, d = 16 : i64, dtype = "f32", dv = 16 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, mask, o = {shape = [1, 20, 16]}, q = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}, v = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 20, 16]}}, pv_cols = 8 : i64, q_vectors = 2 : i64, qk_keys = 14 : i64, scale = 2.500000e-01 : f64, sk = 20 : i64, sq = 20 : i64, threads = 1 : i64, version = 1 : i64}}
 func.func @main(%q: memref<1x20x16xf32>, %k: memref<1x20x16xf32>, %v: memref<1x20x16xf32>, %o: memref<1x20x16xf16>) {
   call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf16>) -> ()
+  return
+}
+
+// -----
+
+// A key length known at run time (version 2) with a causal pattern: its diagonal is planned from static sizes.
+// CHECK: pbsdk: error: in stage 'attention', op 'func.func': @__pbsdk_attn0: pbsdk.attention descriptor: a causal pattern over a key length known at run time
+func.func private @__pbsdk_attn0(memref<1x1x16xf32>, memref<1x?x16xf32>, memref<1x?x16xf32>, memref<1x1x16xf32>) attributes {pbsdk.attention = {batch = 1 : i64, block_k = 28 : i64, block_q = 16 : i64, causal_offset = 0 : i64, d = 16 : i64, dtype = "f32", dv = 16 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, "s0", 16]}, mask, o = {shape = [1, 1, 16]}, q = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 1, 16]}, v = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, "s0", 16]}}, pv_cols = 8 : i64, q_vectors = 1 : i64, qk_keys = 14 : i64, scale = 2.500000e-01 : f64, sk = "s0", sq = 1 : i64, symbols = ["s0"], threads = 1 : i64, version = 2 : i64}}
+func.func @main(%q: memref<1x1x16xf32>, %k: memref<1x?x16xf32>, %v: memref<1x?x16xf32>, %o: memref<1x1x16xf32>) {
+  call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<1x1x16xf32>, memref<1x?x16xf32>, memref<1x?x16xf32>, memref<1x1x16xf32>) -> ()
+  return
+}
+
+// -----
+
+// A key length no buffer dimension gives (each is twice it): the kernel could not read it.
+// CHECK: pbsdk: error: in stage 'attention', op 'func.func': @__pbsdk_attn0: pbsdk.attention descriptor: no buffer dimension gives s0
+func.func private @__pbsdk_attn0(memref<1x1x16xf32>, memref<1x?x16xf32>, memref<1x?x16xf32>, memref<1x1x16xf32>) attributes {pbsdk.attention = {batch = 1 : i64, block_k = 28 : i64, block_q = 16 : i64, causal_offset, d = 16 : i64, dtype = "f32", dv = 16 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, "2*s0", 16]}, mask, o = {shape = [1, 1, 16]}, q = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, 1, 16]}, v = {batch = [], col_stride = 1 : i64, row_stride = 16 : i64, shape = [1, "2*s0", 16]}}, pv_cols = 8 : i64, q_vectors = 1 : i64, qk_keys = 14 : i64, scale = 2.500000e-01 : f64, sk = "s0", sq = 1 : i64, symbols = ["s0"], threads = 1 : i64, version = 2 : i64}}
+func.func @main(%q: memref<1x1x16xf32>, %k: memref<1x?x16xf32>, %v: memref<1x?x16xf32>, %o: memref<1x1x16xf32>) {
+  call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<1x1x16xf32>, memref<1x?x16xf32>, memref<1x?x16xf32>, memref<1x1x16xf32>) -> ()
   return
 }

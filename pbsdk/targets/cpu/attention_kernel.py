@@ -203,7 +203,7 @@ def _check_dynamic(a: LanesKernel, name: str) -> None:
     dims = [x for x in _sizes(a) if isinstance(x, Dim)]
     if not dims:
         return
-    if not isinstance(a.sk, Dim) or any(x.symbols != a.sk.symbols for x in dims) or is_dynamic_io(a):
+    if not isinstance(a.sk, Dim) or any(x.symbols != a.sk.symbols for x in dims) or _dynamic_io(a):
         raise CompileError(f"@{name}: pbsdk.attention descriptor: only the key length may be known at run time "
                            f"(sk {a.sk}; sizes {', '.join(sorted({str(x) for x in dims}))})", op="func.func")
     if a.causal_offset is not None:
@@ -215,7 +215,7 @@ def _check_dynamic(a: LanesKernel, name: str) -> None:
                            op="func.func")
 
 
-def is_dynamic_io(a: LanesKernel) -> bool:
+def _dynamic_io(a: LanesKernel) -> bool:
     """Whether Q's or O's layout depends on a size known at run time (the kernel reads them at static strides)."""
     return a.q.dynamic or any(isinstance(x, Dim) for x in a.out_shape)
 
