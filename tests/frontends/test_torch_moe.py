@@ -84,19 +84,21 @@ def test_histc_bins_like_torch_at_the_edges() -> None:
 
 
 class _Grouped(torch.nn.Module):
-    """torch's own grouped matmul over rows gathered per token, then a gated second one (an MoE's shape);
-    bf16, the one dtype torch's grouped_mm traces with (transformers calls it so for bf16 experts)."""
+    """A grouped matmul over rows gathered per token, then a gated second one (an MoE's shape). By default
+    torch's own grouped_mm, which traces with bf16 only (transformers calls it so for bf16 experts); ``mm``
+    another grouped matmul of (rows, weights, offsets), and ``cols`` the second one's width."""
 
-    def __init__(self) -> None:
+    def __init__(self, mm: Any = None, cols: int = 16, seed: int = 2) -> None:
         super().__init__()
-        g = torch.Generator().manual_seed(2)
+        g = torch.Generator().manual_seed(seed)
         self.up = torch.nn.Parameter(torch.randn(4, 16, 32, generator=g) * 0.2)
-        self.down = torch.nn.Parameter(torch.randn(4, 16, 16, generator=g) * 0.2)
+        self.down = torch.nn.Parameter(torch.randn(4, 16, cols, generator=g) * 0.2)
+        self.mm = mm or (lambda x, w, offs: torch.nn.functional.grouped_mm(x, w, offs=offs))
 
     def forward(self, x: torch.Tensor, perm: torch.Tensor, offs: torch.Tensor, offs2: torch.Tensor) -> torch.Tensor:
-        h = torch.nn.functional.grouped_mm(x[perm // 2], self.up, offs=offs)
+        h = self.mm(x[perm // 2], self.up, offs)
         gate, up = h.chunk(2, dim=-1)
-        return torch.nn.functional.grouped_mm(torch.nn.functional.silu(gate) * up, self.down, offs=offs2)
+        return self.mm(torch.nn.functional.silu(gate) * up, self.down, offs2)
 
 
 @pytest.mark.parametrize(("offsets", "offsets2"), [([3, 9, 9, 16], None), ([0, 5, 11, 14], None),
@@ -124,22 +126,6 @@ def test_grouped_mm_of_gathered_rows_matches_torch(offsets: list[int], offsets2:
     assert (got.float()[end:] == 0).all()
 
 
-class _GroupedF32(torch.nn.Module):
-    """f32 experts: a grouped matmul of gathered rows, the gate, a second grouped matmul with other offsets."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        g = torch.Generator().manual_seed(6)
-        self.up = torch.nn.Parameter(torch.randn(4, 16, 32, generator=g) * 0.2)
-        self.down = torch.nn.Parameter(torch.randn(4, 16, 24, generator=g) * 0.2)
-
-    def forward(self, x: torch.Tensor, perm: torch.Tensor, offs: torch.Tensor, offs2: torch.Tensor) -> torch.Tensor:
-        grouped = torch.ops.transformers.grouped_mm_fallback  # torch's own grouped_mm takes bf16 only on CPU
-        h = grouped(x[perm // 2], self.up, offs)
-        gate, up = h.chunk(2, dim=-1)
-        return grouped(torch.nn.functional.silu(gate) * up, self.down, offs2)
-
-
 def test_f32_grouped_mm_multiplies_each_group_by_its_expert_only() -> None:
     """On the cpu target (sizes known at run time compile) a grouped matmul of constant f32 experts is one matmul
     per group on its own rows (`ops.grouped_matmul`): the kernel's products are (rows of the group) x 16 x 32
@@ -150,7 +136,8 @@ def test_f32_grouped_mm_multiplies_each_group_by_its_expert_only() -> None:
         pytest.skip(f"transformers {tf.__version__} has no grouped_mm_fallback op (5.x does)")
     import transformers.integrations.moe  # noqa: F401  (registers torch.ops.transformers.grouped_mm_fallback)
 
-    model = _GroupedF32().eval()
+    # transformers' custom op: torch's own grouped_mm takes bf16 only on CPU
+    model = _Grouped(torch.ops.transformers.grouped_mm_fallback, cols=24, seed=6).eval()
     compiled = _compiled(model)
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(7))
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(8))
