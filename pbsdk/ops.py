@@ -1581,6 +1581,23 @@ def put_along_axis(arr: Any, indices: Any, values: Any, axis: int, *, reduce: st
         return add(t, written) if mask is None else where(mask, written, t)
 
 
+def put_slices(arr: Any, indices: Any, values: Any, axis: int) -> Tensor:
+    """``arr`` with slice ``j`` of ``values`` along ``axis`` written at position ``indices[j]`` (a 1-D tensor of
+    whole numbers), one after another (where two indices name one position, the later one's slice); an index
+    outside ``arr`` writes nothing. ``values`` has ``arr``'s shape with ``len(indices)`` along ``axis``. Unlike
+    `put_along_axis` its cost is one copy of ``arr`` and one slice per index, not one comparison per (position,
+    index) pair: the positions are offsets read at run time (a KV cache written at its cache positions)."""
+    t, vals = _operands(arr, values)
+    idx = indices if isinstance(indices, Tensor) else _const(np.asarray(indices), "f64")
+    (ax,) = _norm_axes("put_slices", axis, t.ndim)
+    if idx.ndim != 1 or vals.shape != t.shape[:ax] + idx.shape + t.shape[ax + 1:]:
+        raise PbsdkError(f"put_slices: {idx.shape} indices and values of shape {vals.shape} do not fit an array of "
+                         f"shape {t.shape} along axis {ax}")
+    if idx.dtype in INT_DTYPES:
+        idx = astype(idx, "f64")
+    return _add("put_slices", [t.value, idx.value, vals.value], t.shape, t.dtype, axis=ax)
+
+
 def _wrapped(indices: Tensor, n: int) -> Tensor:
     """Negative indices counted from the end (``i + n``)."""
     return where(less(indices, 0.0), add(indices, size_value(n)), indices)

@@ -53,14 +53,14 @@ def drop_assertions(gm: torch.fx.GraphModule) -> None:
     gm.recompile()
 
 
-def refuse_fallbacks(gm: torch.fx.GraphModule) -> None:
+def refuse_fallbacks(gm: torch.fx.GraphModule, *, data_sizes: bool = False) -> None:
     """An `UnsupportedError` naming the ops pbsdk would leave to torch, if there are any."""
     left: Counter[str] = Counter()
     reasons: dict[str, str] = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or op_name(node.target) == "getitem":
             continue
-        ok, why = node_supported(node)
+        ok, why = node_supported(node, data_sizes=data_sizes)
         if not ok:
             left[op_name(node.target)] += 1
             reasons.setdefault(op_name(node.target), why)
@@ -79,7 +79,7 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Mapping[
     program = traced(module, args)
     gm = program.graph_module
     drop_assertions(gm)
-    refuse_fallbacks(gm)
+    refuse_fallbacks(gm, data_sizes=request.target.dynamic_shapes)
     specs = program.graph_signature.input_specs
     frozen: dict[int, torch.Tensor] = {}
     for i, spec in enumerate(specs):

@@ -57,3 +57,32 @@ def test_decoder_with_its_default_cache_compiles_with_fused_attention(name: str)
     assert sum(r.failed_partitions for r in reports) == 0, reports
     assert sum(r.compiled_ops for r in reports) >= 0.95 * sum(r.graph_ops for r in reports), reports
     assert sum(r.fused_attention for r in reports) == 2, reports
+
+
+class _CacheWrite(torch.nn.Module):
+    """A static cache's prompt write: ``cache[:, :, positions] = keys`` (``aten.index_put``), then a read of it."""
+
+    def forward(self, cache: torch.Tensor, positions: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        out = cache.clone()
+        out[:, :, positions] = keys
+        return out * 2.0
+
+
+def test_a_cache_write_past_the_pair_limit_writes_one_slice_per_position() -> None:
+    """128 positions into a 256-position cache of 12 x 64 (25 M (position, index) pairs, past
+    `pbsdk.ops.MAX_SCATTER_PAIRS`): on the cpu target each slice is written at its run-time position
+    (`pbsdk.ops.put_slices`) instead of the op going to torch; positions change between calls (one compile),
+    negative ones count from the end, and a repeated position takes the later slice."""
+    cache = torch.randn(1, 12, 256, 64, generator=torch.Generator().manual_seed(0))
+    keys = torch.randn(1, 12, 128, 64, generator=torch.Generator().manual_seed(1))
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    compiled = torch.compile(_CacheWrite(), backend="pbsdk", options={"compile_options": {"threads": 1}})
+    for positions in (torch.arange(128) + 3, torch.cat([torch.arange(127, -1, -1)[:120], torch.tensor([-1] * 8)]),
+                      torch.randint(0, 256, (128,), generator=torch.Generator().manual_seed(2))):
+        with torch.no_grad():
+            got = compiled(cache, positions, keys)
+        want = _CacheWrite()(cache, positions, keys)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    (report,) = pbsdk_torch.reports()
+    assert report.fallback_ops == () and report.failed_partitions == 0, report

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, bufferization, func, linalg, memref, tensor
+from mlir.dialects import arith, bufferization, func, linalg, memref, scf, tensor
 from mlir.dialects import math as math_d
 
 from pbsdk.core.dims import Dim
@@ -368,6 +368,37 @@ class _Emitter:
         raw = tensor.ExtractOp(ends, [arith.constant(index, e)]).result
         clipped = arith.minnumf(arith.maxnumf(raw, float_constant(0.0, ft)), float_constant(float(rows), ft))
         return arith.index_cast(index, arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+
+    def op_put_slices(self, node: Node) -> None:
+        # A loop over the indices carrying the result: slice j of the values, inserted at position idx[j]
+        # along the axis where 0 <= idx[j] < n (an scf.if keeps the tensor otherwise).
+        x, idx, values = node.inputs
+        axis, rank, n = node.attrs["axis"], len(x.shape), x.shape[node.attrs["axis"]]
+        index = ir.IndexType.get()
+        dyn = ir.ShapedType.get_dynamic_size()
+        ft = element_type(idx.dtype)
+        row_shape = tuple(1 if d == axis else s for d, s in enumerate(x.shape))
+        row_t = tensor_type(row_shape, x.dtype)
+        xv, iv, vv = self.value(x), self.value(idx), self.value(values)
+        offsets = [dyn if d == axis else 0 for d in range(rank)]
+        ones = [1] * rank
+        loop_op = scf.ForOp(arith.constant(index, 0), arith.constant(index, idx.shape[0]), arith.constant(index, 1),
+                            [xv])
+        with ir.InsertionPoint(loop_op.body):
+            j, acc = loop_op.induction_variable, loop_op.inner_iter_args[0]
+            raw = tensor.ExtractOp(iv, [j]).result
+            inside = arith.andi(arith.cmpf(arith.CmpFPredicate.OGE, raw, float_constant(0.0, ft)),
+                                arith.cmpf(arith.CmpFPredicate.OLT, raw, float_constant(float(n), ft)))
+            row = tensor.ExtractSliceOp(row_t, vv, [j], [], [], offsets, list(row_shape), ones).result
+            write = scf.IfOp(inside, [acc.type], has_else=True)
+            with ir.InsertionPoint(write.then_block):
+                clipped = arith.minnumf(arith.maxnumf(raw, float_constant(0.0, ft)), float_constant(float(n - 1), ft))
+                pos = arith.index_cast(index, arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+                scf.YieldOp([tensor.InsertSliceOp(row, acc, [pos], [], [], offsets, list(row_shape), ones).result])
+            with ir.InsertionPoint(write.else_block):
+                scf.YieldOp([acc])
+            scf.YieldOp([write.results[0]])
+        self.values[node.out.id] = loop_op.results[0]
 
     def op_matmul(self, node: Node) -> None:
         a, b = node.inputs
@@ -1083,7 +1114,7 @@ def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
     if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
-              "take_along", "flip", "size", "iota", "grouped_matmul"):
+              "take_along", "flip", "size", "iota", "grouped_matmul", "put_slices"):
         return op
     return "elementwise"
 

@@ -45,8 +45,10 @@ MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"}
 SIZE_OPS = frozenset({"size", "iota"})
 #: Ops whose loop bounds are data: "grouped_matmul" (rows of ``x`` in consecutive groups, group ``e`` ending
 #: at row ``ends[e]``, each times its own matrix; inputs ``x, ends, w_0 .. w_{E-1}``; rows beyond the last
-#: group are zero). Emitted only for targets that compile sizes known at run time (`Target.dynamic_shapes`).
-DATA_SIZED_OPS = frozenset({"grouped_matmul"})
+#: group are zero) and "put_slices" (``x`` with slice ``j`` of ``values`` along ``axis`` written at position
+#: ``idx[j]``, in order; an index outside ``x`` writes nothing: a KV cache written at its positions). Emitted
+#: where the frontend knows the target compiles sizes or offsets known at run time (`Target.dynamic_shapes`).
+DATA_SIZED_OPS = frozenset({"grouped_matmul", "put_slices"})
 ALL_OPS = UNARY_OPS | BINARY_OPS | REDUCE_OPS | OTHER_OPS | COMPARE_OPS | MOVE_OPS | SIZE_OPS | DATA_SIZED_OPS
 #: A constant of more values than this is "large": the graph holds it in its own dtype (not widened to
 #: float64), and emission passes it to the kernel as an operand instead of printing it

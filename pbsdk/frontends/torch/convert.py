@@ -1007,7 +1007,8 @@ def _index(cx: Context, x: Any, indices: Sequence[Any]) -> Tensor:
 @converts("aten.index_put.default")
 def _index_put(cx: Context, x: Any, indices: Sequence[Any], values: Any, accumulate: bool = False) -> Tensor:
     """``x[..., i] = v`` (``+=`` when ``accumulate``) with one index tensor: 1-D integer indices along its
-    dimension (`pbsdk.ops.put_along_axis`), or a boolean mask with one value (a masked fill)."""
+    dimension (`pbsdk.ops.put_along_axis`; past its pair limit, on a target that compiles run-time offsets,
+    one slice written per index, `pbsdk.ops.put_slices`), or a boolean mask with one value (a masked fill)."""
     (x, values) = _in(cx, _tensor(x, "index_put's input"), _tensor(values, "index_put's values"))
     where = [k for k, i in enumerate(indices) if i is not None]
     if len(where) != 1:
@@ -1023,7 +1024,13 @@ def _index_put(cx: Context, x: Any, indices: Sequence[Any], values: Any, accumul
     if idx.ndim != 1:
         raise UnsupportedError("index_put with a multi-dimensional index")
     shape = x.shape[:d] + idx.shape + x.shape[d + 1:]
-    spread = ops.broadcast_to(ops.reshape(ops._wrapped(idx, x.shape[d]), idx.shape + (1,) * (x.ndim - d - 1)), shape)
+    wrapped = ops._wrapped(idx, x.shape[d])
+    if (cx.data_sizes and not accumulate and isinstance(x.shape[d], int)
+            and x.shape[d] * math.prod(shape) > ops.MAX_SCATTER_PAIRS):
+        # Too many (position, index) pairs to compare: each slice written at its run-time position (a KV cache
+        # of 256 positions written at 128 at once, a prompt's).
+        return ops.put_slices(x, wrapped, ops.broadcast_to(values, shape), d)
+    spread = ops.broadcast_to(ops.reshape(wrapped, idx.shape + (1,) * (x.ndim - d - 1)), shape)
     return ops.put_along_axis(x, spread, ops.broadcast_to(values, shape), d, reduce="add" if accumulate else None)
 
 
@@ -1264,15 +1271,16 @@ def value_type(meta: Any) -> TensorType:
     return TensorType(shape, dt)
 
 
-def node_supported(node: torch.fx.Node) -> tuple[bool, str]:
-    """Whether ``node`` converts, tried on fresh inputs of its recorded input types; and why not."""
+def node_supported(node: torch.fx.Node, *, data_sizes: bool = False) -> tuple[bool, str]:
+    """Whether ``node`` converts, tried on fresh inputs of its recorded input types (``data_sizes``: for a target
+    that compiles run-time sizes, `Context.data_sizes`); and why not."""
     if node.op != "call_function":
         return False, f"{node.op} nodes are not converted"
     name = op_name(node.target)
     if name not in CONVERTERS:
         return False, "no converter"
     graph = Graph()
-    cx = Context()
+    cx = Context(data_sizes=data_sizes)
     env: dict[torch.fx.Node, Any] = {}
     try:
         with tracing(graph):

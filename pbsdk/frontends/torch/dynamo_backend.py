@@ -454,12 +454,14 @@ def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor
     return graph, inputs
 
 
-def _supported(node: torch.fx.Node) -> tuple[bool, str]:
-    """`node_supported`, remembered in the node's meta: the direct path asks before partitioning and
-    `compile_aten` asks again for the same nodes (each answer converts the node on fresh inputs)."""
-    known = node.meta.get("pbsdk_supported")
+def _supported(node: torch.fx.Node, data_sizes: bool = False) -> tuple[bool, str]:
+    """`node_supported` (``data_sizes``: `Context.data_sizes`), remembered in the node's meta: the direct path
+    asks before partitioning and `compile_aten` asks again for the same nodes (each answer converts the node
+    on fresh inputs)."""
+    key = "pbsdk_supported_data_sizes" if data_sizes else "pbsdk_supported"
+    known = node.meta.get(key)
     if known is None:
-        known = node.meta["pbsdk_supported"] = node_supported(node)
+        known = node.meta[key] = node_supported(node, data_sizes=data_sizes)
     return known  # type: ignore[no-any-return]
 
 
@@ -534,7 +536,7 @@ class _Triage:
     checks: int = 0
 
 
-def _triage(gm: torch.fx.GraphModule) -> _Triage:
+def _triage(gm: torch.fx.GraphModule, data_sizes: bool = False) -> _Triage:
     """Sort ``gm``'s call nodes: host checks and size arithmetic stay with torch (counted as checks); a node
     that converts (with its symbolic sizes, if any) is supported; the rest fall back to torch, each logged
     (a dynamic one as such). A dynamic node that converts only with its sizes known raises `ShapesNeeded`."""
@@ -547,12 +549,12 @@ def _triage(gm: torch.fx.GraphModule) -> _Triage:
         if name in _HOST_CHECKS or is_size_arithmetic(node):
             t.checks += 1
             continue
-        ok, why = _supported(node)
+        ok, why = _supported(node, data_sizes)
         if ok:
             t.supported.add(node)
         elif is_dynamic(node):
             with concrete_sizes():
-                if node_supported(node)[0]:
+                if node_supported(node, data_sizes=data_sizes)[0]:
                     raise ShapesNeeded(f"{name} converts only with its sizes known ({why})")
             t.dynamic.append(name)
             log.info("pbsdk: %s (dynamic sizes) falls back to torch: %s", name, why)
@@ -588,7 +590,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     start = time.perf_counter()
     frozen_by_name = {n.name: t for n, t in frozen.items()}
     calls = [n for n in gm.graph.nodes if n.op == "call_function"]
-    t = _triage(gm)
+    t = _triage(gm, request.target.dynamic_shapes)
     partitioner = CapabilityBasedPartitioner(gm, _Support(t.supported), allows_single_node_partition=True)
     partitions = [p for p in partitioner.propose_partitions()
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
@@ -792,7 +794,8 @@ def compile_inference(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], r
     if any(op_name(n.target) in _MUTATING or op_name(n.target).endswith("_.default") for n in calls):
         return None
     # An op pbsdk does not convert here might convert after AOTAutograd's rewrites: let it try.
-    if any(not _supported(n)[0] and op_name(n.target) not in _HOST_CHECKS | {"getitem"} for n in calls):
+    if any(not _supported(n, request.target.dynamic_shapes)[0] and op_name(n.target) not in _HOST_CHECKS | {"getitem"}
+           for n in calls):
         return None
     placeholders = [n for n in aten.graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(example_inputs):

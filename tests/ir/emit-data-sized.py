@@ -1,8 +1,9 @@
-# How a grouped matmul (ops.grouped_matmul: a mixture of experts' rows in consecutive groups, group e ending
+# How the ops whose offsets or sizes are data are emitted. A grouped matmul (ops.grouped_matmul: a mixture of experts' rows in consecutive groups, group e ending
 # at row ends[e], each times its own weight) is emitted: a zero-filled result; per group, its end read from
 # the data and clamped to [the previous end, rows], the group's rows copied out at a run-time offset and
 # count, one linalg.matmul on them with the group's weight, and the product inserted back at the group's rows.
-# Bad rows or weights are refused when the op is built.
+# Bad rows or weights are refused when the op is built. put_slices (a cache written at run-time positions): an
+# scf.for over the indices carrying the tensor, each slice inserted at its position where 0 <= idx < n.
 # RUN: %python %s | filecheck %s
 import numpy as np
 
@@ -63,3 +64,23 @@ emit("ends for three groups, two weights", [((6, 8), "f32"), ((3,), "f64")],
      lambda x, ends: ops.grouped_matmul(x, ends, weights))
 # CHECK-LABEL: ----- ends for three groups, two weights
 # CHECK:       refused: grouped_matmul: rows of shape (6, 8), ends of shape (3,) and 2 weights
+
+emit("put slices", [((2, 10, 4), "f32"), ((3,), "f64"), ((2, 3, 4), "f32")],
+     lambda x, idx, v: ops.put_slices(x, idx, v, 1))
+# CHECK-LABEL: ----- put slices
+# CHECK:       func.func @main(%[[X:.*]]: tensor<2x10x4xf32>, %[[I:.*]]: tensor<3xf64>, %[[V:.*]]: tensor<2x3x4xf32>)
+# CHECK:         %[[OUT:.*]] = scf.for %[[J:.*]] = %{{.*}} to %{{.*}} step %{{.*}} iter_args(%[[ACC:.*]] = %[[X]]) -> (tensor<2x10x4xf32>)
+# CHECK:           %[[P:.*]] = tensor.extract %[[I]][%[[J]]] : tensor<3xf64>
+# CHECK:           arith.cmpf oge, %[[P]]
+# CHECK:           arith.cmpf olt, %[[P]]
+# CHECK:           %[[ROW:.*]] = tensor.extract_slice %[[V]][0, %[[J]], 0] [2, 1, 4] [1, 1, 1]
+# CHECK:           scf.if %{{.*}} -> (tensor<2x10x4xf32>)
+# CHECK:             tensor.insert_slice %[[ROW]] into %[[ACC]][0, %{{.*}}, 0] [2, 1, 4] [1, 1, 1]
+# CHECK:           } else {
+# CHECK-NEXT:        scf.yield %[[ACC]]
+# CHECK:         return %[[OUT]]
+
+emit("put slices of another shape", [((2, 10, 4), "f32"), ((3,), "f64"), ((2, 4, 4), "f32")],
+     lambda x, idx, v: ops.put_slices(x, idx, v, 1))
+# CHECK-LABEL: ----- put slices of another shape
+# CHECK:       refused: put_slices: (3,) indices and values of shape (2, 4, 4) do not fit an array of shape (2, 10, 4)
