@@ -2,7 +2,7 @@
 
 Two halves, because the GPU machine cannot install pbsdk's MLIR wheels:
 
-``prepare DIR``  (here, with MLIR) compiles the kernels of ``tests/nvgpu/kernels.py``, the benchmark
+``prepare DIR``  (here, with MLIR) compiles the kernels of ``tests/nvgpu/gpu_cases.py``, the benchmark
                  kernels and the fused-attention kernels (`ATTENTION`, and the gpu-marked cases of
                  ``tests/nvgpu/test_nvgpu_attention.py``) for ``--spec`` (default nvidia/h200) into
                  ``DIR/<name>.pbsdk`` plus ``DIR/manifest.json``.
@@ -57,7 +57,7 @@ def _attention_text(b: int, h: int, s: int, d: int, dtype: str, causal: bool, sp
 
 
 def _bench_case(name: str, kind: str, shape: tuple[int, ...], dtype: str) -> Any:
-    from kernels import GpuCase, _layernorm, _softmax, matmul_case
+    from gpu_cases import GpuCase, _layernorm, _softmax, matmul_case
 
     from pbsdk import ops
 
@@ -72,7 +72,7 @@ def _bench_case(name: str, kind: str, shape: tuple[int, ...], dtype: str) -> Any
 
 
 def prepare(directory: Path, spec: str) -> int:
-    from kernels import CASES
+    from gpu_cases import CASES
 
     from pbsdk.core.compiler import compile_text, resolve
 
@@ -226,7 +226,7 @@ def _attention(entry: dict[str, Any], kernel: Any, torch: Any) -> dict[str, Any]
 
 
 def run(directory: Path, out_dir: Path, *, budget_s: float = 420.0) -> int:
-    from kernels import CASES
+    from gpu_cases import CASES
 
     from pbsdk.core.errors import DeviceUnavailableError
     from pbsdk.targets.nvgpu import runtime

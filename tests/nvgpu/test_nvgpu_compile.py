@@ -18,7 +18,7 @@ from pbsdk.targets.nvgpu.ptxas import find_ptxas
 from pbsdk.targets.nvgpu.runtime import read
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import CASES, ELEMENTWISE, GpuCase
+from gpu_cases import CASES, ELEMENTWISE, GpuCase
 
 pytestmark = pytest.mark.skipif(find_ptxas() is None, reason="ptxas not available")
 

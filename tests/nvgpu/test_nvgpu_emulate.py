@@ -12,7 +12,7 @@ import pytest
 from pbsdk.testing import assert_close, tolerance
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import CASES, GpuCase, matmul_case
+from gpu_cases import CASES, GpuCase, matmul_case
 
 NUMPY = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 

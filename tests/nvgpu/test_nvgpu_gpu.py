@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import CASES, GpuCase
+from gpu_cases import CASES, GpuCase
 
 pytestmark = pytest.mark.gpu
 

@@ -19,7 +19,7 @@ from pbsdk.targets.nvgpu import NvgpuTarget
 from pbsdk.targets.nvgpu import hooks as nvgpu_hooks
 
 sys.path.insert(0, str(Path(__file__).parent))
-from kernels import matmul_case
+from gpu_cases import matmul_case
 
 
 def test_nvgpu_implements_unit_step() -> None:
