@@ -101,6 +101,13 @@ def _dense(array: np.ndarray, t: TensorType) -> ir.Attribute:
 #: quantized model (`pbsdk.ops` `_quantized_conv2d`), whose contractions a matrix unit serves.
 MIXED_CONTRACTIONS = frozenset({("bf16", "f32"), ("i8", "i32")})
 
+#: An im2col of more taps than this whose patches do not overlap (stride = kernel, no dilation: a patch
+#: embedding) is one transpose of the input (`Emitter.patchify`) rather than one copy per tap: bufferizing a
+#: chain of one insert per tap grows faster than linearly in the taps (a 16x16 patch embedding's 256 took
+#: 13 s, a 32x32 one's 1024 over 5 minutes, on a loaded 2-core host). Small windows (2x2/4x4 downsampling)
+#: keep their per-tap copies, which a target may read in place (implicit GEMM).
+PATCHIFY_TAPS = 64
+
 class _Emitter:
     """Builds the entry function ``func_name`` of one graph into ``module`` (at the context and location in
     effect): one op method per graph op, each building at the current insertion point and recording the
@@ -616,9 +623,12 @@ class _Emitter:
             cols = self.collapse(xv, xt, cols_t, [[0], [1], [2, 3]])
         else:
             patches_t = TensorType((n_, c_, kh, kw, oh, ow), dt)
-            patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
-                [0, 0, i * dh, j * dw], [n_, c_, oh, ow], [1, 1, sh, sw],
-                [0, 0, i, j, 0, 0], [n_, c_, 1, 1, oh, ow]))
+            if kh * kw > PATCHIFY_TAPS and (sh, sw, dh, dw) == (kh, kw, 1, 1):
+                patches = self.patchify(xv, xt, patches_t, "NCHW")
+            else:
+                patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
+                    [0, 0, i * dh, j * dw], [n_, c_, oh, ow], [1, 1, sh, sw],
+                    [0, 0, i, j, 0, 0], [n_, c_, 1, 1, oh, ow]))
             cols = self.collapse(patches, patches_t, cols_t, [[0], [1, 2, 3], [4, 5]])
         wmat_t = TensorType((o, depth), dt)
         wmat = self.collapse(self.value(w), w.type, wmat_t, [[0], [1, 2, 3]])
@@ -824,9 +834,12 @@ class _Emitter:
             cols = self.collapse(xv, xt, cols_t, [[0, 1, 2], [3]])
         else:
             patches_t = TensorType((n_, oh, ow, kh, kw, c_), dt)
-            patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
-                [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
-                [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
+            if kh * kw > PATCHIFY_TAPS and (sh, sw, dh, dw) == (kh, kw, 1, 1):
+                patches = self.patchify(xv, xt, patches_t, "NHWC")
+            else:
+                patches = self.patches(xv, xt, patches_t, kh, kw, lambda i, j: (
+                    [0, i * dh, j * dw, 0], [n_, oh, ow, c_], [1, sh, sw, 1],
+                    [0, 0, 0, i, j, 0], [n_, oh, ow, 1, 1, c_]))
             cols = self.collapse(patches, patches_t, cols_t, [[0, 1, 2], [3, 4, 5]])
         wmat = self.collapse(wv, TensorType(tuple(w_shape), dt), TensorType((depth, o), dt), [[0, 1, 2], [3]])
         mm_t = TensorType((rows, o), odt)
@@ -846,6 +859,27 @@ class _Emitter:
                 tap = tensor.ExtractSliceOp(tensor_type(size, xt.dtype), xv, [], [], [], off, size, stride).result
                 acc = tensor.InsertSliceOp(tap, acc, [], [], [], ins_off, ins_size, [1] * len(ins_size)).result
         return acc
+
+    def patchify(self, xv: ir.Value, xt: TensorType, patches_t: TensorType, layout: str) -> ir.Value:
+        """The im2col of non-overlapping patches (stride = kernel, no dilation: a patch embedding) without a
+        copy per tap: the input's covered extent (a view) split into (patch row, row in patch) and (patch
+        column, column in patch), then one transpose into ``patches_t`` — (N, OH, OW, KH, KW, C) for
+        ``layout`` NHWC, (N, C, KH, KW, OH, OW) for NCHW."""
+        if layout == "NHWC":
+            n_, oh, ow, kh, kw, c_ = patches_t.shape
+            covered, split = (n_, oh * kh, ow * kw, c_), (n_, oh, kh, ow, kw, c_)
+            groups, perm = [[0], [1, 2], [3, 4], [5]], [0, 1, 3, 2, 4, 5]
+        else:
+            n_, c_, kh, kw, oh, ow = patches_t.shape
+            covered, split = (n_, c_, oh * kh, ow * kw), (n_, c_, oh, kh, ow, kw)
+            groups, perm = [[0], [1], [2, 3], [4, 5]], [0, 1, 3, 5, 2, 4]
+        covered_t = TensorType(covered, xt.dtype)
+        x = xv
+        if tuple(xt.shape) != covered:
+            x = tensor.ExtractSliceOp(tensor_type(covered, xt.dtype), xv, [], [], [], [0] * 4, list(covered),
+                                      [1] * 4).result
+        split_v = self.expand(x, covered_t, TensorType(split, xt.dtype), groups)
+        return linalg.transpose(split_v, outs=[self.empty(patches_t)], permutation=perm).results[0]
 
     def collapse(self, src: ir.Value, src_t: TensorType, dst_t: TensorType, groups: list[list[int]]) -> ir.Value:
         if src_t.shape == dst_t.shape:
