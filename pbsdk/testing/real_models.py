@@ -16,6 +16,27 @@ Llama-style            ``llama`` (4 layers, d 512, 8 heads with 2 key/value head
                        RMSNorm, SwiGLU, seq 128); small: ``llama_small`` (2 layers, d 64, 4/2 heads)
 =====================  ==========================================================================
 
+Issue #32's ten more architectures, each from its library's default constructor or config (224x224 images,
+128-token sequences):
+
+=====================  ==========================================================================
+family                 models
+=====================  ==========================================================================
+torchvision CNN        ``regnet_y_400mf`` (grouped convs, squeeze-excite), ``convnext_tiny`` (7x7
+                       depthwise, LayerNorm, layer scale), ``efficientnet_b0``, ``mobilenet_v2``,
+                       ``shufflenet_v2_x1_0`` (channel shuffle)
+vision transformers    ``swin_t`` (torchvision: shifted windows, relative position bias),
+                       ``clip_vit_b_32`` (``CLIPVisionConfig()``: ViT-B/32, 12 layers, quick-GELU)
+encoders               ``distilbert`` (``DistilBertConfig()``: 6 layers), ``roberta_base``
+                       (``RobertaConfig()``: 12 layers), ``t5_encoder`` (``T5Config()``: T5-small's
+                       6-layer encoder, relative position bias, no SDPA path); small: ``t5_small``
+speech                 ``whisper_encoder`` (``WhisperConfig()``'s 4-layer audio encoder on 80x3000
+                       log-mel frames); small: ``whisper_small`` (2 layers, d 64, 16x64 frames)
+decoders               ``opt_125m`` (``OPTConfig()``: 12 layers, d 768, ReLU MLP), ``phi_2l``
+                       (``PhiConfig()`` with 2 of its 24 layers: d 2048, partial rotary, parallel
+                       attention + MLP; 24 layers are 1.4B parameters); small: ``phi_small``
+=====================  ==========================================================================
+
 The transformers models use ``attn_implementation="sdpa"`` (pbsdk fuses the SDPA pattern into one
 attention kernel), ``use_cache=False`` and return one tensor (the logits, or BERT's last hidden state)
 through `_first_output`. Token ids are drawn from the vocabulary with the same seed; BERT gets an
@@ -42,7 +63,7 @@ class RealModel:
     """One model of the tier: ``build(batch)`` -> (eval-mode model, tuple of example inputs)."""
 
     name: str
-    family: str       # "cnn" | "vit" | "bert" | "gpt2" | "llama"
+    family: str       # "cnn" | "vit" | "bert" | "gpt2" | "llama" | "encoder" | "speech" | "decoder"
     small: bool       # a tiny config for the default test run
     shape: str        # the input, in words (for tables)
     make: Callable[[int], tuple[Any, tuple[Any, ...]]]
@@ -195,6 +216,64 @@ _LLAMA_SMALL = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 176, 
                 "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64}
 _TINY_TEXT = {"vocab_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}
 
+
+def _encoder(config: str, model: str, seq: int, *, mask: bool = True,
+             **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    """A transformers encoder (``config``/``model`` class names) with SDPA attention where it has one,
+    returning its last hidden state for ``seq`` random token ids (and, with ``mask``, a mask of ones)."""
+    def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        t = _transformers()
+        cfg = getattr(t, config)(attn_implementation="sdpa", **fields)
+        ids = _ids(batch, seq, cfg.vocab_size)
+        inputs = (ids, torch.ones(batch, seq, dtype=torch.long)) if mask else (ids,)
+        return _first_output(getattr(t, model)(cfg)), inputs
+
+    return make
+
+
+def _t5_encoder(seq: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    """T5's encoder stack (``T5EncoderModel``; T5 has no SDPA path: its attention adds a learned relative
+    position bias and does not scale the scores)."""
+    def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        t = _transformers()
+        cfg = t.T5Config(**fields)
+        return (_first_output(t.T5EncoderModel(cfg)),
+                (_ids(batch, seq, cfg.vocab_size), torch.ones(batch, seq, dtype=torch.long)))
+
+    return make
+
+
+def _whisper_encoder(frames: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    """Whisper's audio encoder (two 1-D convolutions over log-mel frames, then a transformer encoder) on
+    random log-mel features of ``frames`` frames (the encoder requires 2 x ``max_source_positions``)."""
+    def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        t = _transformers()
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        cfg = t.WhisperConfig(attn_implementation="sdpa", max_source_positions=frames // 2, **fields)
+        return _first_output(WhisperEncoder(cfg)), (torch.randn(batch, cfg.num_mel_bins, frames),)
+
+    return make
+
+
+def _clip_vision(side: int, **fields: Any) -> Callable[[int], tuple[Any, tuple[Any, ...]]]:
+    """CLIP's vision tower (``CLIPVisionModel``; the default config is ViT-B/32: 12 layers, d 768, quick-GELU,
+    a pre-LayerNorm before the encoder), returning its last hidden state."""
+    def make(batch: int) -> tuple[Any, tuple[Any, ...]]:
+        import torch
+
+        t = _transformers()
+        cfg = t.CLIPVisionConfig(attn_implementation="sdpa", image_size=side, **fields)
+        return _first_output(t.CLIPVisionModel(cfg)), (torch.randn(batch, 3, side, side),)
+
+    return make
+
 MODELS: dict[str, RealModel] = {m.name: m for m in (
     RealModel("resnet18", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("resnet18", IMAGE)),
     RealModel("resnet50", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("resnet50", IMAGE)),
@@ -203,6 +282,21 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
     RealModel("bert_base", "bert", False, f"seq {SEQ}", _bert(SEQ)),
     RealModel("gpt2", "gpt2", False, f"seq {SEQ}", _gpt2(SEQ)),
     RealModel("llama", "llama", False, f"seq {SEQ}", _llama(SEQ, **_LLAMA)),
+    # issue #32: ten more architectures, each from its library's default constructor or config
+    RealModel("regnet_y_400mf", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("regnet_y_400mf", IMAGE)),
+    RealModel("convnext_tiny", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("convnext_tiny", IMAGE)),
+    RealModel("efficientnet_b0", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("efficientnet_b0", IMAGE)),
+    RealModel("mobilenet_v2", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("mobilenet_v2", IMAGE)),
+    RealModel("shufflenet_v2_x1_0", "cnn", False, f"3x{IMAGE}x{IMAGE}", _vision("shufflenet_v2_x1_0", IMAGE)),
+    RealModel("swin_t", "vit", False, f"3x{IMAGE}x{IMAGE}", _vision("swin_t", IMAGE)),
+    RealModel("clip_vit_b_32", "vit", False, f"3x{IMAGE}x{IMAGE}", _clip_vision(IMAGE)),
+    RealModel("distilbert", "encoder", False, f"seq {SEQ}", _encoder("DistilBertConfig", "DistilBertModel", SEQ)),
+    RealModel("roberta_base", "encoder", False, f"seq {SEQ}", _encoder("RobertaConfig", "RobertaModel", SEQ)),
+    RealModel("t5_encoder", "encoder", False, f"seq {SEQ}", _t5_encoder(SEQ)),
+    RealModel("whisper_encoder", "speech", False, "80x3000 log-mel", _whisper_encoder(3000)),
+    RealModel("opt_125m", "decoder", False, f"seq {SEQ}", _causal_lm("OPTConfig", "OPTForCausalLM", SEQ)),
+    RealModel("phi_2l", "decoder", False, f"seq {SEQ}",
+              _causal_lm("PhiConfig", "PhiForCausalLM", SEQ, num_hidden_layers=2)),
     RealModel("resnet_small", "cnn", True, "3x64x64", _resnet_small),
     RealModel("vit_small", "vit", True, "3x32x32", _vit_small),
     RealModel("bert_small", "bert", True, "seq 16",
@@ -210,6 +304,14 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
     RealModel("gpt2_small", "gpt2", True, "seq 16",
               _gpt2(16, n_embd=64, n_layer=2, n_head=4, n_positions=64, vocab_size=256)),
     RealModel("llama_small", "llama", True, "seq 16", _llama(16, **_LLAMA_SMALL)),
+    RealModel("t5_small", "encoder", True, "seq 16",
+              _t5_encoder(16, vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4)),
+    RealModel("whisper_small", "speech", True, "16x64 log-mel",
+              _whisper_encoder(64, num_mel_bins=16, d_model=64, encoder_layers=2, encoder_attention_heads=4,
+                               encoder_ffn_dim=128)),
+    RealModel("phi_small", "decoder", True, "seq 16",
+              _causal_lm("PhiConfig", "PhiForCausalLM", 16, vocab_size=256, hidden_size=64, intermediate_size=128,
+                         num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)),
 )}
 
 FULL = tuple(n for n, m in MODELS.items() if not m.small)
@@ -217,8 +319,9 @@ SMALL = tuple(n for n, m in MODELS.items() if m.small)
 
 
 #: Families whose every layer's attention must run as one fused kernel (issue #15: the transformers'
-#: causal masks are proven causal by folding them; BERT's padding mask is a kernel input).
-FUSED_FAMILIES = ("bert", "gpt2", "llama")
+#: causal masks are proven causal by folding them; BERT's padding mask is a kernel input; issue #32: the
+#: encoders' (T5's unscaled, position-biased attention included), Whisper's and the decoders').
+FUSED_FAMILIES = ("bert", "gpt2", "llama", "encoder", "speech", "decoder")
 
 
 def assert_fully_compiled(reports: Sequence[Any], model: RealModel, built: Any) -> None:

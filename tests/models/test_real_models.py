@@ -28,6 +28,9 @@ SMALL_TOL = {
     "bert": Tolerance(atol=5e-5, rtol=5e-5),
     "gpt2": Tolerance(atol=5e-5, rtol=5e-5),
     "llama": Tolerance(atol=5e-5, rtol=5e-5),
+    "encoder": Tolerance(atol=5e-5, rtol=5e-5),
+    "speech": Tolerance(atol=5e-5, rtol=5e-5),
+    "decoder": Tolerance(atol=5e-5, rtol=5e-5),
 }
 FULL_TOL = {
     "cnn": Tolerance(atol=1e-3, rtol=1e-3),
@@ -35,6 +38,9 @@ FULL_TOL = {
     "bert": Tolerance(atol=1e-3, rtol=1e-3),
     "gpt2": Tolerance(atol=2e-3, rtol=2e-3),
     "llama": Tolerance(atol=1e-3, rtol=1e-3),
+    "encoder": Tolerance(atol=1e-3, rtol=1e-3),
+    "speech": Tolerance(atol=1e-3, rtol=1e-3),
+    "decoder": Tolerance(atol=2e-3, rtol=2e-3),
 }
 
 
@@ -86,8 +92,9 @@ def test_full_model_matches_eager_with_no_fallback(name: str) -> None:
 
 
 def test_one_small_model_per_family() -> None:
-    assert sorted(MODELS[n].family for n in SMALL) == ["bert", "cnn", "gpt2", "llama", "vit"]
-    assert sorted({MODELS[n].family for n in FULL}) == ["bert", "cnn", "gpt2", "llama", "vit"]
+    families = ["bert", "cnn", "decoder", "encoder", "gpt2", "llama", "speech", "vit"]
+    assert sorted(MODELS[n].family for n in SMALL) == families
+    assert sorted({MODELS[n].family for n in FULL}) == families
 
 
 def test_factories_are_seeded() -> None:
