@@ -99,19 +99,28 @@ show("conv_direct", lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=
 # CHECK: tensor.collapse_shape {{.*}} into tensor<1x4x4x6xf32>
 # CHECK-NOT: batch_matmul
 
-# A patch embedding (stride = kernel, 16x16 = 256 taps > PATCHIFY_TAPS): its patches are the input's covered
-# extent (40x50 -> 32x48) split into (patch, row in patch) x (patch, column in patch) and one transpose, not
-# 256 slices inserted one by one (whose bufferization took minutes for CLIP's 32x32 patches).
-show("conv_patchify", lambda x, w: ops.conv2d(x, w, stride=16), (2, 3, 40, 50), (8, 3, 16, 16),
+# A patch embedding (stride = kernel, 17x17 = 289 taps > PATCHIFY_TAPS): its patches are the input's covered
+# extent (38x55 -> 34x51) split into (patch, row in patch) x (patch, column in patch) and one transpose, not
+# 289 slices inserted one by one (whose bufferization took minutes for CLIP's 32x32 patches).
+show("conv_patchify", lambda x, w: ops.conv2d(x, w, stride=17), (2, 3, 38, 55), (8, 3, 17, 17),
      options={"direct_conv": False})
 # CHECK-LABEL: ----- conv_patchify
 # CHECK-NOT: tensor.insert_slice
-# CHECK: tensor.extract_slice %arg0[0, 0, 0, 0] [2, 3, 32, 48] [1, 1, 1, 1] : tensor<2x3x40x50xf32> to tensor<2x3x32x48xf32>
-# CHECK: tensor.expand_shape {{.*}} {{\[}}[0], [1], [2, 3], [4, 5]] output_shape [2, 3, 2, 16, 3, 16]
-# CHECK: linalg.transpose ins(%{{.*}} : tensor<2x3x2x16x3x16xf32>) outs(%{{.*}} : tensor<2x3x16x16x2x3xf32>) permutation = [0, 1, 3, 5, 2, 4]
+# CHECK: tensor.extract_slice %arg0[0, 0, 0, 0] [2, 3, 34, 51] [1, 1, 1, 1] : tensor<2x3x38x55xf32> to tensor<2x3x34x51xf32>
+# CHECK: tensor.expand_shape {{.*}} {{\[}}[0], [1], [2, 3], [4, 5]] output_shape [2, 3, 2, 17, 3, 17]
+# CHECK: linalg.transpose ins(%{{.*}} : tensor<2x3x2x17x3x17xf32>) outs(%{{.*}} : tensor<2x3x17x17x2x3xf32>) permutation = [0, 1, 3, 5, 2, 4]
 # CHECK-NOT: tensor.insert_slice
 # CHECK: linalg.batch_matmul
 # CHECK-NOT: tensor.insert_slice
+
+# A 16x16 one (256 taps, not more than PATCHIFY_TAPS) keeps one strided slice per tap (a target reads them in
+# place).
+show("conv_patch_taps", lambda x, w: ops.conv2d(x, w, stride=16), (1, 3, 32, 32), (8, 3, 16, 16),
+     options={"direct_conv": False})
+# CHECK-LABEL: ----- conv_patch_taps
+# CHECK-COUNT-256: tensor.insert_slice
+# CHECK-NOT: tensor.insert_slice
+# CHECK: linalg.matmul
 
 # Layout ops: transpose is linalg.transpose; reshape is a collapse and an expand (views after bufferization).
 show("layout", lambda a: ops.reshape(ops.transpose(a, (1, 0, 2)), (4, -1)), (3, 4, 5))

@@ -1,4 +1,4 @@
-"""Patch embeddings (stride = kernel, more taps than `PATCHIFY_TAPS`: CLIP's 32x32, ViT's 16x16) take their
+"""Patch embeddings (stride = kernel, more taps than `PATCHIFY_TAPS`: CLIP ViT-B/32's 32x32) take their
 patches by one transpose of the input (`Emitter.patchify`), in both layouts, against numpy: an input the
 patches do not cover to the edge (its last rows and columns are dropped), a batch, and the contraction or
 the direct kernel behind it."""
@@ -20,7 +20,7 @@ RNG = np.random.default_rng(32)
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 @pytest.mark.parametrize("direct_conv", [False, True])
 def test_patch_embedding_matches_numpy(layout: str, direct_conv: bool) -> None:
-    k = 9
+    k = 17
     assert k * k > PATCHIFY_TAPS
     n, c, h, w, o = 2, 3, 2 * k + 4, 3 * k + 2, 8
     if layout == "NCHW":

@@ -103,10 +103,12 @@ MIXED_CONTRACTIONS = frozenset({("bf16", "f32"), ("i8", "i32")})
 
 #: An im2col of more taps than this whose patches do not overlap (stride = kernel, no dilation: a patch
 #: embedding) is one transpose of the input (`Emitter.patchify`) rather than one copy per tap: bufferizing a
-#: chain of one insert per tap grows faster than linearly in the taps (a 16x16 patch embedding's 256 took
-#: 13 s, a 32x32 one's 1024 over 5 minutes, on a loaded 2-core host). Small windows (2x2/4x4 downsampling)
-#: keep their per-tap copies, which a target may read in place (implicit GEMM).
-PATCHIFY_TAPS = 64
+#: chain of one insert per tap grows faster than linearly in the taps (on a loaded 2-core host a 16x16 patch
+#: embedding's 256 took 13 s, CLIP's 32x32 one's 1024 over 5 minutes). Up to this many taps the per-tap
+#: copies stay: the cpu target reads them in place (implicit GEMM, `find_im2col`), which does not yet
+#: recognise the transposed form — ViT-B/16's 16x16 patch embedding ran 35-36 ms a call that way and
+#: 43-48 ms patchified (1 thread).
+PATCHIFY_TAPS = 256
 
 class _Emitter:
     """Builds the entry function ``func_name`` of one graph into ``module`` (at the context and location in
