@@ -28,6 +28,8 @@ Example (the table goes to stdout and, as markdown, to ``--md``):
         --json benchmarks/results/real_models.json --md benchmarks/results/real_models.md
     .venv/bin/python benchmarks/real_models.py --dtype bf16 --models resnet50 gpt2 llama --batches 1 8 \
         --threads 2 --rounds 3
+    .venv/bin/python benchmarks/real_models.py --models issue32 --threads 1 --rounds 5 --block-s 0.3 \
+        --json benchmarks/results/real_models_issue32.json --md benchmarks/results/real_models_issue32.md
 """
 
 from __future__ import annotations
@@ -221,7 +223,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v3_small", "resnet50", "gpt2",
-                                                          "bert_base"])
+                                                          "bert_base"],
+                        help="models of pbsdk.testing.real_models, or issue32 (the thirteen of issue #32)")
     parser.add_argument("--batches", nargs="+", type=int, default=[1])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--block-s", type=float, default=0.5, help="seconds of calls per contender per round")
@@ -244,8 +247,10 @@ def main() -> None:
         name, batch, rounds, block, dtype = args.child_latency
         print(json.dumps(child_latency(name, int(batch), int(rounds), float(block), dtype)))
         return
-    from pbsdk.testing.real_models import MODELS
+    from pbsdk.testing.real_models import ISSUE32, MODELS
 
+    groups = {"issue32": ISSUE32}  # named lists of models
+    args.models = [m for name in args.models for m in groups.get(name, (name,))]
     unknown = [m for m in args.models if m not in MODELS]
     if unknown:
         raise SystemExit(f"unknown models {unknown} (known: {', '.join(MODELS)})")

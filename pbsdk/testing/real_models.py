@@ -315,6 +315,9 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
 )}
 
 FULL = tuple(n for n, m in MODELS.items() if not m.small)
+#: Issue #32's architectures (a group name of benchmarks/real_models.py's ``--models``).
+ISSUE32 = ("regnet_y_400mf", "convnext_tiny", "efficientnet_b0", "mobilenet_v2", "shufflenet_v2_x1_0", "swin_t",
+           "clip_vit_b_32", "distilbert", "roberta_base", "t5_encoder", "whisper_encoder", "opt_125m", "phi_2l")
 SMALL = tuple(n for n, m in MODELS.items() if m.small)
 
 

@@ -130,3 +130,13 @@ def test_graph_that_enters_vmap_compiles_without_fallback() -> None:
     (report, *_) = pbsdk_torch.reports()
     assert report.fallback_ops == () and report.failed_partitions == 0 and report.compiled_ops == report.graph_ops
 
+
+
+def test_issue32_group_spans_the_kinds_it_names() -> None:
+    # Issue #32: at least ten architectures beyond the first seven, across CNNs, vision transformers,
+    # encoders, decoders and speech; the benchmark's ``--models issue32`` runs exactly these.
+    from pbsdk.testing.real_models import ISSUE32
+
+    assert len(set(ISSUE32)) == len(ISSUE32) >= 10 and set(ISSUE32) <= set(FULL)
+    assert not set(ISSUE32) & {"resnet50", "resnet18", "mobilenet_v3_small", "vit_b_16", "bert_base", "gpt2", "llama"}
+    assert {MODELS[n].family for n in ISSUE32} == {"cnn", "vit", "encoder", "decoder", "speech"}
