@@ -357,7 +357,8 @@ class _Emitter:
         start = arith.constant(index, 0)
         last = arith.constant(index, rows)
         for e, w in enumerate(weights):
-            end = arith.minsi(arith.maxsi(self._row_end(ev, e, element_type(ends.dtype), rows), start), last)
+            raw = tensor.ExtractOp(ev, [arith.constant(index, e)]).result
+            end = arith.minsi(arith.maxsi(_clipped_index(raw, float_constant(float(rows), raw.type)), start), last)
             m = arith.subi(end, start)
             part = tensor.ExtractSliceOp(tensor_type((dyn, k), x.dtype), xv, [start], [m], [], [dyn, 0],
                                          [dyn, k], [1, 1]).result
@@ -368,15 +369,6 @@ class _Emitter:
             acc = tensor.InsertSliceOp(product, acc, [start], [m], [], [dyn, 0], [dyn, n], [1, 1]).result
             start = end
         self.values[out.id] = acc
-
-    @staticmethod
-    def _row_end(ends: ir.Value, e: int, ft: ir.Type, rows: int) -> ir.Value:
-        """``ends[e]`` (a float of type ``ft``) as an index, clamped to [0, rows] first (NaN to 0), as
-        op_take's indices."""
-        index = ir.IndexType.get()
-        raw = tensor.ExtractOp(ends, [arith.constant(index, e)]).result
-        clipped = arith.minnumf(arith.maxnumf(raw, float_constant(0.0, ft)), float_constant(float(rows), ft))
-        return arith.index_cast(index, arith.fptosi(ir.IntegerType.get_signless(64), clipped))
 
     def op_put_slices(self, node: Node) -> None:
         # A loop over the indices carrying the result: slice j of the values, inserted at position idx[j]
@@ -401,8 +393,7 @@ class _Emitter:
             row = tensor.ExtractSliceOp(row_t, vv, [j], [], [], offsets, list(row_shape), ones).result
             write = scf.IfOp(inside, [acc.type], has_else=True)
             with ir.InsertionPoint(write.then_block):
-                clipped = arith.minnumf(arith.maxnumf(raw, float_constant(0.0, ft)), float_constant(float(n - 1), ft))
-                pos = arith.index_cast(index, arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+                pos = _clipped_index(raw, float_constant(float(n - 1), ft))
                 scf.YieldOp([tensor.InsertSliceOp(row, acc, [pos], [], [], offsets, list(row_shape), ones).result])
             with ir.InsertionPoint(write.else_block):
                 scf.YieldOp([acc])
@@ -959,10 +950,7 @@ class _Emitter:
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
             index = {d: linalg.IndexOp(d).result for d in range(rank) if not axis <= d < axis + k}
-            lo = float_constant(0.0, it)
-            hi = float_constant(float(last), it) if hi_value is None else hi_value
-            clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
-            ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+            ix = _clipped_index(args[0], float_constant(float(last), it) if hi_value is None else hi_value)
             coords = [index[d] for d in range(axis)] + [ix] + [index[d + k - 1]
                                                                for d in range(axis + 1, table.type.rank)]
             return tensor.ExtractOp(table_v, coords).result
@@ -983,10 +971,7 @@ class _Emitter:
         src_v = self.value(src)
 
         def body(args: Sequence[ir.Value]) -> ir.Value:
-            lo = float_constant(0.0, it)
-            hi = float_constant(float(src.shape[axis] - 1), it)
-            clipped = arith.minnumf(arith.maxnumf(args[0], lo), hi)
-            ix = arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
+            ix = _clipped_index(args[0], float_constant(float(src.shape[axis] - 1), it))
             coords = [ix if d == axis else linalg.IndexOp(d).result for d in range(rank)]
             return tensor.ExtractOp(src_v, coords).result
 
@@ -1144,6 +1129,13 @@ def layout_graph(graph: Graph, spec: Any, options: Options) -> tuple[Graph, Layo
     if spec is None or not options.channels_last:
         return graph, LayoutReport(0, 0, 0)
     return channels_last(graph, layout_decision(spec, options, graph))
+
+
+def _clipped_index(x: ir.Value, hi: ir.Value) -> ir.Value:
+    """A float index ``x`` as an ``index``, clamped to [0, ``hi``] first (``maxnumf`` turns NaN into 0) and
+    truncated: how every gather and scatter reads its positions, so none reads or writes outside its tensor."""
+    clipped = arith.minnumf(arith.maxnumf(x, float_constant(0.0, x.type)), hi)
+    return arith.index_cast(ir.IndexType.get(), arith.fptosi(ir.IntegerType.get_signless(64), clipped))
 
 
 def _method(op: str) -> str:
