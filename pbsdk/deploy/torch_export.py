@@ -88,7 +88,7 @@ def from_torch(module: torch.nn.Module, example_inputs: Sequence[Any] | Mapping[
                 else program.constants[spec.target]
         elif spec.kind == InputKind.CONSTANT_TENSOR:
             frozen[i] = program.constants[spec.target]  # type: ignore[assignment]
-    graph, _ = lower_partition(gm, frozen, data_sizes=request.target.dynamic_shapes)
+    graph = lower_partition(gm, frozen, data_sizes=request.target.dynamic_shapes).graph
     entry = re.sub(r"\W", "_", name or type(module).__name__).lstrip("_") or "main"
     emitted = emit_program(graph, func_name=entry, spec=request.spec, options=request.options,
                            forms=request.target.attention_forms)

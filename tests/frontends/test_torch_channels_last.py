@@ -121,6 +121,40 @@ def test_channels_last_and_default_inputs_to_one_channels_last_model() -> None:
     _assert_no_fallback()
 
 
+def test_a_channels_last_input_is_read_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The kernel takes the input's own memory as NHWC (its graph transposes it to NCHW, and channels last
+    # across layers turns that into the first convolution's NHWC input): no copy to C order on a call.
+    model = _cnn().to(memory_format=CL)
+    x = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(7)).to(memory_format=CL)
+    compiled = torch.compile(model, backend="pbsdk")
+    with torch.no_grad():
+        expected = model(x)
+        compiled(x)
+        copies = []
+        contiguous = torch.Tensor.contiguous
+
+        def counted(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            copies.append(tuple(self.shape))
+            return contiguous(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, "contiguous", counted)
+        actual = compiled(x)
+    assert copies == []
+    assert_close(actual.numpy(), expected.numpy(), op="small_cnn", tol=F32)
+    (report,) = pbsdk_torch.reports()
+    assert report.stored_order_inputs == 1
+    _assert_no_fallback()
+
+
+def test_storage_order_only_for_channels_last_that_is_not_also_contiguous() -> None:
+    cl = torch.empty(2, 3, 5, 5).to(memory_format=CL)
+    assert db.storage_order(cl) == (0, 2, 3, 1) and cl.permute(0, 2, 3, 1).is_contiguous()
+    assert db.storage_order(torch.empty(2, 3, 5, 5)) is None
+    assert db.storage_order(torch.empty(2, 1, 5, 5).to(memory_format=CL)) is None  # one channel: both layouts
+    assert db.storage_order(torch.empty(2, 3, 5, 5).transpose(2, 3)) is None  # strided, not channels last
+    assert db.storage_order(torch.empty(3, 5, 5)) is None
+
+
 def test_strided_input_to_a_linear() -> None:
     torch.manual_seed(4)
     model = nn.Linear(16, 8).eval()

@@ -127,3 +127,51 @@ def test_an_op_it_does_not_know_reads_nchw() -> None:
 def test_no_nchw_conv_no_work() -> None:
     g = _trace(lambda x: ops.relu(x), (2, 8, 4, 4))
     assert channels_last(g, lambda node, input_nhwc, output_nhwc: True)[0] is g
+
+
+def test_an_input_in_nhwc_storage_needs_no_transpose() -> None:
+    # The torch frontend takes a channels-last input in its storage order and transposes it to NCHW in the
+    # graph (`dynamo_backend.storage_order`): that transpose is the first convolution's twin input, so the
+    # network runs channels last from its input on, with no transpose at all for a classifier.
+    g = _trace(lambda x: block(ops.transpose(x, (0, 3, 1, 2))), (2, 12, 12, 8))
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
+    assert report.convs_nhwc == 3 and report.transposes == 0
+    first = next(n for n in new.live_nodes() if n.op == "conv2d")
+    assert first.inputs[0] is g.inputs[0]
+    assert new.outputs == g.outputs
+
+
+def test_a_block_that_runs_channels_last_between_convs_costs_no_transpose() -> None:
+    # ConvNeXt's block: conv (NCHW), permute to NHWC, per-channel ops on the last axis, permute back, residual
+    # add. With the conv in NHWC, the permute to NHWC is the conv's twin and the permute back gives a value
+    # whose twin is its operand: the only transposes left are the image's and the output's.
+    scale = RNG.standard_normal((16,)).astype(np.float32)
+
+    def convnext_like(x):
+        h = ops.conv2d(x, W1, padding=1)
+        t = ops.relu(ops.mul(ops.transpose(h, (0, 2, 3, 1)), scale))
+        return ops.conv2d(ops.add(ops.transpose(t, (0, 3, 1, 2)), h), W2, padding=1)
+
+    seen = []
+
+    def decide(node, input_nhwc, output_nhwc):
+        seen.append(output_nhwc)
+        return True
+
+    g = _trace(convnext_like, (2, 8, 12, 12))
+    new, report = channels_last(g, decide)
+    assert seen == [True, False]  # the first conv's result is read through the permute; the second is the output
+    assert report.convs_nhwc == 2
+    perms = [n.attrs["perm"] for n in new.live_nodes() if n.op == "transpose"]
+    assert perms == [(0, 2, 3, 1), (0, 3, 1, 2)]
+    mul = next(n for n in new.live_nodes() if n.op == "mul")
+    assert next(n for n in new.live_nodes() if n.op == "conv2d").out is mul.inputs[0]
+
+
+def test_a_transpose_of_a_conv_kept_nchw_stays() -> None:
+    def permuted(x):
+        return ops.relu(ops.transpose(ops.conv2d(x, W1, padding=1), (0, 2, 3, 1)))
+
+    g = _trace(permuted, (2, 8, 12, 12))
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: False)
+    assert new is g and report.convs_kept == 1

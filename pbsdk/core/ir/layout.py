@@ -85,6 +85,7 @@ class _Rewriter:
         self.nodes: list[Node] = []
         self.present: set[int] = set()       # NCHW values the new graph computes
         self.twin: dict[int, Value] = {}     # NCHW value id -> its NHWC twin
+        self.alias: dict[int, Value] = {}    # id of a transpose to NHWC of a value with a twin -> the twin
         self.sent = self.kept = 0
 
     # -- building -------------------------------------------------------------------------------------
@@ -96,7 +97,10 @@ class _Rewriter:
         return value
 
     def nchw(self, v: Value) -> Value:
-        """``v`` as the new graph has it in NCHW: computed, or transposed back from its twin here."""
+        """``v`` as the new graph has it in NCHW: computed, or transposed back from its twin here (a value
+        that is a twin's transpose to NHWC: the twin)."""
+        if v.id in self.alias:
+            return self.alias[v.id]
         if v.id in self.present or v.id not in self.twin:
             return v
         self.add("transpose", (self.twin[v.id],), v.type, {"perm": TO_NCHW, "fuse": True}, out=v)
@@ -153,6 +157,8 @@ class _Rewriter:
             op, out = user.op, user.out
             if op == "conv2d":
                 need = user.attrs["layout"] != "NCHW" or user.inputs[0] is not v
+            elif op == "transpose":
+                need = tuple(user.attrs["perm"]) != TO_NHWC  # to NHWC: the twin itself
             elif op in _ELEMENTWISE or op in ("broadcast", "slice", "concat"):
                 need = out.type.rank != 4 or self.needs_nchw(out)
             elif op.startswith("reduce_"):
@@ -179,6 +185,8 @@ class _Rewriter:
         op, out = node.op, node.out
         if op == "conv2d":
             return self.conv(node)
+        if op == "transpose" and out.type.rank == 4:
+            return self.transpose(node)
         has = [v.id in self.twin for v in node.inputs]
         if not any(has) or op == "input":
             return False
@@ -211,6 +219,20 @@ class _Rewriter:
             return True
         if op == "reshape" and x.type.rank == 4 and _same_bytes(x.shape):
             self.add(op, (self.nhwc(x),), out.type, dict(node.attrs), node.group, out=out)
+            return True
+        return False
+
+    def transpose(self, node: Node) -> bool:
+        """A transpose between the two layouts costs nothing here: NHWC -> NCHW (a channels-last input, or
+        a block that ran channels last, e.g. ConvNeXt's) gives a value whose twin is its operand; NCHW -> NHWC
+        of a value with a twin is that twin."""
+        (x,) = node.inputs
+        perm = tuple(node.attrs["perm"])
+        if perm == TO_NCHW:
+            self.twin[node.out.id] = self.nchw(x)
+            return True
+        if perm == TO_NHWC and x.id in self.twin:
+            self.alias[node.out.id] = self.twin[x.id]
             return True
         return False
 

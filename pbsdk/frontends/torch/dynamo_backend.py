@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -43,10 +43,11 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from pbsdk import ops
 from pbsdk.core.compiler import CompileRequest, compile_text, resolve
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.emit import emit_program
-from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph
+from pbsdk.core.ir.graph import DTYPE_TO_NUMPY, Graph, TensorType
 from pbsdk.core.runtime.kernel import Kernel, OutputPool
 from pbsdk.frontends.torch.convert import (
     LAYOUT_OPS,
@@ -136,6 +137,7 @@ class CompileReport:
     dynamic_ops: tuple[str, ...] = ()  # ops on sizes that change between calls, left to torch
     per_shape_partitions: int = 0     # partitions compiled per input shape (their kernels need the sizes)
     errors: tuple[str, ...] = ()      # why a partition, or the whole graph, runs in torch ("Type: message")
+    stored_order_inputs: int = 0      # channels-last inputs the kernels read in place, as NHWC (no copy a call)
     kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
 
     def modelled_seconds(self) -> float | None:
@@ -180,7 +182,9 @@ class CompiledPartition(torch.nn.Module):
     """One partition of the ATen graph compiled by pbsdk, called with the partition's torch inputs.
 
     Inputs are handed to the kernel without copies where they are contiguous and of a float dtype
-    (``Tensor.numpy()`` shares memory); others (channels-last, strided views) are copied to C order.
+    (``Tensor.numpy()`` shares memory). A channels-last input is too, in its storage order (``stored_order``:
+    the kernel takes ``t.permute(0, 2, 3, 1)`` and its graph transposes that to NCHW, which channels last
+    across layers absorbs); other strided views are copied to C order.
     Outputs are numpy arrays wrapped with ``torch.from_numpy`` (no copy), C-contiguous whatever the
     inputs' layout. Booleans and integers are converted at this boundary (pbsdk carries them as floats).
 
@@ -207,7 +211,7 @@ class CompiledPartition(torch.nn.Module):
         self._single = not isinstance(result, (tuple, list))
         outs = [result] if self._single else list(result)
         self._out_dtypes = [n.meta["val"].dtype for n in outs]
-        self.kernel, self._inputs = self._compile(self._frozen)
+        self.kernel, self._inputs, self.stored_order = self._compile(self._frozen)
         self._pointer_path()
 
     def _pointer_path(self) -> None:
@@ -232,7 +236,8 @@ class CompiledPartition(torch.nn.Module):
             self._fast = None
             return
         checks = self._checks
-        expect = tuple((i, tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]))
+        orders = self.stored_order
+        expect = tuple((i, tuple(int(d) for d in s), getattr(torch, DTYPE_TO_NUMPY[dt]), orders.get(i))
                        for i, (s, dt) in zip(self._inputs, self.kernel.artifact.inputs))
         wants = self._out_dtypes
         converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
@@ -249,9 +254,13 @@ class CompiledPartition(torch.nn.Module):
                 if args[i] is not t or t._version != version:
                     return None
             pointers, copies = [], []
-            for i, shape, dtype in expect:
+            for i, shape, dtype, order in expect:
                 t = args[i]
-                if not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu or t.shape != shape:
+                if not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu:
+                    return None
+                if order is not None:  # taken in its storage order (channels last): a view, no copy
+                    t = t.permute(order)
+                if t.shape != shape:
                     return None
                 if not t.is_contiguous():
                     t = t.contiguous()
@@ -277,8 +286,9 @@ class CompiledPartition(torch.nn.Module):
         if run_pointers is None:
             return None
         checks, sized, single = self._checks, self.kernel.sized, self._single
-        expect = tuple((i, getattr(torch, DTYPE_TO_NUMPY[dt])) for i, (_, dt) in zip(self._inputs,
-                                                                                   self.kernel.artifact.inputs))
+        orders = self.stored_order
+        expect = tuple((i, getattr(torch, DTYPE_TO_NUMPY[dt]), orders.get(i))
+                       for i, (_, dt) in zip(self._inputs, self.kernel.artifact.inputs))
         made = [getattr(torch, DTYPE_TO_NUMPY[dt]) for _, dt in self.kernel.artifact.outputs]
         wants = self._out_dtypes
         tensor = torch.Tensor
@@ -288,10 +298,12 @@ class CompiledPartition(torch.nn.Module):
                 if args[i] is not t or t._version != version:
                     return None
             pointers, copies, shapes = [], [], []
-            for i, dtype in expect:
+            for i, dtype, order in expect:
                 t = args[i]
                 if not isinstance(t, tensor) or t.dtype is not dtype or not t.is_cpu:
                     return None
+                if order is not None:
+                    t = t.permute(order)
                 if not t.is_contiguous():
                     t = t.contiguous()
                     copies.append(t)  # alive until the kernel has run
@@ -307,15 +319,16 @@ class CompiledPartition(torch.nn.Module):
 
         return fast
 
-    def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int]]:
-        graph, inputs = lower_partition(self.sub, frozen, data_sizes=self.request.target.dynamic_shapes)
+    def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int], dict[int, tuple[int, ...]]]:
+        graph, inputs, orders = lower_partition(self.sub, frozen, data_sizes=self.request.target.dynamic_shapes,
+                                                in_storage_order=True)
         program = emit_program(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
                                forms=self.request.target.attention_forms)
         del graph  # the constants' arrays live on in the program alone
         self.fused_attention = len(re.findall(r"func\.func private @__pbsdk_attn\d+\(", program.text))
         artifact = compile_text(program.text, self.request, constants=program.constants)
         executable = self.request.target.load(artifact, self.request.spec)
-        return Kernel(artifact, executable, name=self.name), inputs
+        return Kernel(artifact, executable, name=self.name), inputs, orders
 
     def _frozen_unchanged(self, args: Sequence[Any]) -> bool:
         for i, t, version in self._checks:
@@ -351,10 +364,11 @@ class CompiledPartition(torch.nn.Module):
                      self.name)
             self._frozen = {i: t for i, t in self._frozen.items() if i not in changed}
             self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
-            self.kernel, self._inputs = self._compile(self._frozen)
+            self.kernel, self._inputs, self.stored_order = self._compile(self._frozen)
             self._pointer_path()
             return self.forward(*args)
-        arrays = self.kernel.check_args([_to_numpy(args[i], self._in_dtypes[i]) for i in self._inputs])
+        arrays = self.kernel.check_args([_to_numpy(_kernel_view(args[i], self.stored_order.get(i)), self._in_dtypes[i])
+                                         for i in self._inputs])
         if self._outputs is None:  # dynamic sizes
             shapes, sizes = self.kernel.sizes(arrays)
             outs = [np.empty(shape, DTYPE_TO_NUMPY[dt]) for shape, (_, dt) in zip(shapes, self.kernel.artifact.outputs)]
@@ -408,16 +422,52 @@ def _as_dtype(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return t if t.dtype == dtype else t.to(dtype)
 
 
+#: The storage order of a channels-last tensor: ``t.permute(CHANNELS_LAST)`` is its contiguous view.
+CHANNELS_LAST = (0, 2, 3, 1)
+
+
+class Lowered(NamedTuple):
+    """A partition as a pbsdk graph (`lower_partition`): the graph, the positions of the placeholders that
+    remain kernel inputs (in argument order), and for those the kernel takes in their storage order, the
+    permutation whose view of the tensor is C-contiguous (the kernel input is ``t.permute(perm)``)."""
+
+    graph: Graph
+    inputs: list[int]
+    stored_order: dict[int, tuple[int, ...]]
+
+
+def storage_order(meta: Any) -> tuple[int, ...] | None:
+    """The permutation under which the recorded tensor ``meta`` is C-contiguous when that is channels last
+    and not also the plain order (a tensor with one channel or one pixel is both): the kernel then takes the
+    tensor's own memory as NHWC and the graph transposes it, a transpose that channels last across layers
+    (`pbsdk.core.ir.layout`) absorbs into the first NHWC convolution. None otherwise (static 4-D shapes only)."""
+    if not isinstance(meta, torch.Tensor) or meta.dim() != 4 or not all(isinstance(d, int) for d in meta.shape):
+        return None
+    if meta.is_contiguous() or not meta.is_contiguous(memory_format=torch.channels_last):
+        return None
+    return CHANNELS_LAST
+
+
+def _kernel_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
+    """Input ``t`` as the kernel reads it: permuted to its storage order where the kernel takes it so, and C-
+    contiguous (copied only when its strides are not those the kernel was compiled for)."""
+    if perm is not None:
+        t = t.permute(perm)
+    return t if t.is_contiguous() else t.contiguous()
+
+
 def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor], *,
-                    data_sizes: bool = False) -> tuple[Graph, list[int]]:
-    """The partition as a pbsdk graph; frozen placeholders (by position) become constants. Returns the
-    graph and the positions of the placeholders that remain kernel inputs, in argument order. ``data_sizes``:
+                    data_sizes: bool = False, in_storage_order: bool = False) -> Lowered:
+    """The partition as a pbsdk graph; frozen placeholders (by position) become constants. ``data_sizes``:
     the target compiles sizes known only at run time (`Target.dynamic_shapes`), so ops whose loop bounds are
-    data (a grouped matmul's groups) may become such ops (`Context.data_sizes`)."""
+    data (a grouped matmul's groups) may become such ops (`Context.data_sizes`). ``in_storage_order``: a
+    channels-last input is taken in its storage order (`storage_order`) rather than copied to C order per
+    call; the caller then hands the kernel ``t.permute(perm)`` (`Lowered.stored_order`)."""
     graph = Graph()
     cx = Context(data_sizes=data_sizes)
     env: dict[torch.fx.Node, Any] = {}
     inputs: list[int] = []
+    orders: dict[int, tuple[int, ...]] = {}
     position = 0
     with tracing(graph):
         for node in sub.graph.nodes:
@@ -443,7 +493,14 @@ def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor
                     # A strided one (channels-last, transposed) is copied to C order by `ops._const`.
                     env[node] = cx.const(torch_to_numpy(value), vt.dtype, copy=False)
                 else:
-                    env[node] = Tensor(graph.add("input", [], vt), graph)
+                    perm = storage_order(meta) if in_storage_order else None
+                    if perm is None:
+                        env[node] = Tensor(graph.add("input", [], vt), graph)
+                    else:
+                        stored = TensorType(tuple(vt.shape[p] for p in perm), vt.dtype)
+                        env[node] = ops.transpose(Tensor(graph.add("input", [], stored), graph),
+                                                  [perm.index(a) for a in range(len(perm))])
+                        orders[i] = perm
                     inputs.append(i)
             elif node.op == "call_function":
                 env[node] = convert_node(cx, node, env)
@@ -451,7 +508,7 @@ def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor
                 result = node.args[0]
                 outs = [result] if not isinstance(result, (tuple, list)) else list(result)
                 graph.outputs = [env[n].value for n in outs]
-    return graph, inputs
+    return Lowered(graph, inputs, orders)
 
 
 def _supported(node: torch.fx.Node, data_sizes: bool = False) -> tuple[bool, str]:
@@ -595,7 +652,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
     partitions = [p for p in partitioner.propose_partitions()
                   if any(op_name(n.target) not in LAYOUT_OPS for n in p.nodes)]
     fused = partitioner.fuse_partitions(partitions, prefix="pbsdk_part_") if partitions else gm
-    compiled_ops = failed = attention = 0
+    compiled_ops = failed = attention = stored = 0
     kernels = []
     errors: list[str] = []
     for node in list(fused.graph.nodes):
@@ -619,6 +676,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
         compiled_ops += n_ops
         if isinstance(part, CompiledPartition):
             attention += part.fused_attention
+            stored += len(part.stored_order)
             kernels.append(part)
     fused.recompile()
     report = CompileReport(graph_ops=len(calls), compiled_ops=compiled_ops, partitions=len(partitions) - failed,
@@ -627,7 +685,8 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
                            dynamic_ops=tuple(t.dynamic), per_shape_partitions=sum(
                                isinstance(getattr(fused, str(n.target), None), PerShapePartition)
                                for n in fused.graph.nodes if n.op == "call_module"),
-                           kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors))
+                           kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors),
+                           stored_order_inputs=stored)
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
