@@ -50,10 +50,16 @@ def _fresh_dynamo() -> None:
     pbsdk_torch.clear_reports()
 
 
-def _check(name: str, batch: int, tol: Tolerance) -> tuple[Any, Any, tuple[Any, ...]]:
-    """Compile ``name`` at ``batch``, check it against eager and its reports; returns (model, compiled, inputs)."""
+def _check(name: str, batch: int, tol: Tolerance, *,
+           channels_last: bool = False) -> tuple[Any, Any, tuple[Any, ...]]:
+    """Compile ``name`` at ``batch``, check it against eager and its reports; returns (model, compiled, inputs).
+    ``channels_last``: the model and its image as torch's CPU guide has them, ``model.to(memory_format=
+    torch.channels_last)`` and a channels-last input, which the kernel must read in place (no copy a call)."""
     spec = MODELS[name]
     model, inputs = spec.build(batch)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(x.contiguous(memory_format=torch.channels_last) for x in inputs)
     compiled = torch.compile(model, backend="pbsdk")
     with torch.no_grad():
         expected = model(*inputs)
@@ -61,6 +67,8 @@ def _check(name: str, batch: int, tol: Tolerance) -> tuple[Any, Any, tuple[Any, 
     assert float(expected.abs().max()) > 1e-3, "a model whose output is ~0 cannot show a wrong result"
     assert_close(actual.numpy(), expected.numpy(), op=name, tol=tol)
     assert_fully_compiled(pbsdk_torch.reports(), spec, model)
+    if channels_last:
+        assert sum(r.stored_order_inputs for r in pbsdk_torch.reports()) == len(inputs)
     return model, compiled, inputs
 
 
@@ -89,6 +97,21 @@ def test_small_model_matches_eager_with_no_fallback(name: str) -> None:
 @pytest.mark.parametrize("name", FULL)
 def test_full_model_matches_eager_with_no_fallback(name: str) -> None:
     _check(name, 1, FULL_TOL[MODELS[name].family])
+
+
+CNNS = tuple(n for n in FULL if MODELS[n].family == "cnn")
+
+
+def test_small_cnn_channels_last() -> None:
+    _check("resnet_small", 2, SMALL_TOL["cnn"], channels_last=True)
+
+
+@pytest.mark.realmodels
+@pytest.mark.parametrize("name", CNNS)
+def test_full_cnn_channels_last_matches_eager_with_no_fallback(name: str) -> None:
+    # Issue #32: every CNN of the tier also runs after model.to(memory_format=torch.channels_last) with
+    # channels-last inputs (its speed against the default layout: benchmarks/channels_last.py).
+    _check(name, 1, FULL_TOL["cnn"], channels_last=True)
 
 
 def test_one_small_model_per_family() -> None:
