@@ -94,7 +94,7 @@ def test_short_sequence_uses_one_query_vector():
 def test_threads_option_and_work_items():
     spec = load_spec("intel/xeon-avx512")
     assert plan_attention(spec, OP, {"threads": 1}).threads == 1
-    assert plan_attention(spec, Attention(1, 7, 7, 64, 64)).threads == 1  # one work item
+    assert plan_attention(spec, Attention(1, 16, 16, 64, 64)).threads == 1  # one work item (a block of 16 queries)
 
 
 def test_explain_text_names_the_decisions():
@@ -118,3 +118,28 @@ def test_cli_explain_attention(capsys):
     assert "causal offset 0" in out and "key block" in out
     assert main(["explain", "--attention", "8", "0", "4", "4"]) == 2
     assert "empty dimension" in capsys.readouterr().err
+
+
+def test_few_queries_run_with_keys_along_the_lanes():
+    from pbsdk.core.plan.attention import UnitChoice, keys_along_lanes
+
+    spec = load_spec("zen4")
+    decode = plan_attention(spec, Attention(batch=12, sq=1, sk=200, d=64, dv=64))
+    assert decode.fused and decode.along == "keys" and decode.work_items == 12
+    assert decode.block_k == decode.lanes == 16 and decode.q_vectors == 1 and decode.pv_cols == 4
+    assert "keys along 16 f32 lanes" in decode.reasons[0]
+    assert "one query a work item" in format_attention_plan("attention #0", decode)
+    # A block of queries fills the lanes: queries along them, as before.
+    assert plan_attention(spec, OP).along == "queries"
+    # The crossing follows the counts: d = dv = 64 on 16 lanes, ~13 ops per key and query against ~144 per
+    # vector of queries, so 11 queries still go along the keys and 12 do not; on 8 lanes (AVX2) 6 and not 7.
+    op = Attention(batch=1, sq=11, sk=64, d=64, dv=64)
+    assert keys_along_lanes(spec, op, 16)[0]
+    assert not keys_along_lanes(spec, Attention(batch=1, sq=12, sk=64, d=64, dv=64), 16)[0]
+    assert not keys_along_lanes(spec, Attention(1, 7, 64, 64, 64), 8)[0]
+    assert keys_along_lanes(spec, Attention(1, 6, 64, 64, 64), 8)[0]
+    assert not keys_along_lanes(spec, op, 12)[0]  # not a power of two: no folding by halves
+    # A bf16 unit halves the queries form's products (pairs of d per instruction): fewer queries cross over.
+    unit = UnitChoice("vdpbf16ps", 1, 16, 2, "bf16", "f32")
+    bf16 = Attention(batch=1, sq=7, sk=64, d=64, dv=64, dtype="bf16")
+    assert keys_along_lanes(spec, bf16, 16)[0] and not keys_along_lanes(spec, bf16, 16, unit, True)[0]

@@ -32,17 +32,19 @@ def _rand(rng: np.random.Generator, *shape: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------------------------- planner (pure)
 
-def test_a_dynamic_key_length_is_planned_for_a_size_range() -> None:
+@pytest.mark.parametrize("sq", [1, 32])  # keys along the lanes (a decode step), a block of queries
+def test_a_dynamic_key_length_is_planned_for_a_size_range(sq: int) -> None:
     spec = load_spec("zen4")
-    dynamic = plan_attention(spec, Attention(8, 1, S0, 64, 64), {"threads": 1})
-    large = plan_attention(spec, Attention(8, 1, PLANNING_KEYS, 64, 64), {"threads": 1})
+    dynamic = plan_attention(spec, Attention(8, sq, S0, 64, 64), {"threads": 1})
+    large = plan_attention(spec, Attention(8, sq, PLANNING_KEYS, 64, 64), {"threads": 1})
     assert dynamic.fused and dynamic.op.sk == S0
+    assert dynamic.along == large.along == ("keys" if sq == 1 else "queries")
     # The key block comes from the cache budget alone (as for a long static sequence), not from the unknown sk.
     assert (dynamic.block_k, dynamic.q_vectors, dynamic.qk_keys, dynamic.pv_cols) == \
         (large.block_k, large.q_vectors, large.qk_keys, large.pv_cols)
     assert "known only at run time" in dynamic.reasons[0] and f"{PLANNING_KEYS} keys" in dynamic.reasons[0]
-    # A short static sequence clamps its block to the keys it has; the dynamic plan cannot.
-    assert plan_attention(spec, Attention(8, 1, 5, 64, 64), {"threads": 1}).block_k < dynamic.block_k
+    if sq > 1:  # a short static sequence clamps its block to the keys it has; the dynamic plan cannot
+        assert plan_attention(spec, Attention(8, sq, 5, 64, 64), {"threads": 1}).block_k < dynamic.block_k
     assert dynamic.estimate is not None and large.estimate is not None
     assert dynamic.estimate.seconds == pytest.approx(large.estimate.seconds)
     text = format_attention_plan("attention #0", dynamic)

@@ -166,3 +166,62 @@ def test_a_padding_mask_materialised_over_the_queries_is_read_one_row_per_key():
     fn = _fused(f, q, k, v, pad)
     mask = np.where(1 - pad != 0, lowest, 1 - pad).astype(np.float32)
     _check(fn(q, k, v, pad), ref.attention(q, k, v, mask=mask, dtype=np.float32), s, 64)
+
+
+# ----------------------------------------------------------------------------- keys along the lanes (few queries)
+
+def _keys_form(fn, *args):
+    """Compile ``fn`` and check its attention is fused in the ``along="keys"`` form (`keys_along_lanes`)."""
+    jf = _fused(fn, *args)
+    assert 'along = "keys"' in jf.lower(*args), "attention was not planned with keys along the lanes"
+    return jf
+
+
+# queries, keys: one key, less than / exactly / more than one vector of keys, several vectors with a partial last
+DECODE = [(1, 1), (1, 15), (1, 16), (1, 17), (3, 100), (8, 33)]
+
+
+@pytest.mark.parametrize("sq,sk", DECODE, ids=[f"q{q}-k{k}" for q, k in DECODE])
+def test_few_queries_with_keys_along_the_lanes(sq, sk):
+    rng = np.random.default_rng(sq * 100 + sk)
+    q, k, v = _rand(rng, 2, 3, sq, 64), _rand(rng, 2, 3, sk, 64), _rand(rng, 2, 3, sk, 64)
+    fn = _keys_form(lambda q, k, v: ops.attention(q, k, v), q, k, v)
+    _check(fn(q, k, v), ref.attention(q, k, v, dtype=np.float32), sk, 64)
+
+
+def test_keys_along_the_lanes_causal_grouped_and_masked():
+    rng = np.random.default_rng(11)
+    q = _rand(rng, 2, 8, 3, 64)  # three queries at the end of 37 keys: causal offset 34
+    k, v = _rand(rng, 2, 2, 37, 64), _rand(rng, 2, 2, 37, 64)
+    pad = np.zeros((2, 1, 1, 37), np.float32)
+    pad[0, ..., 30:] = -np.inf  # the last keys of sequence 0 are padding
+    pad[1, ..., :17] = -1e9  # left padding past one vector of keys
+    per_query = _rand(rng, 2, 8, 3, 37)
+    fc = _keys_form(lambda q, k, v: ops.attention(q, k, v, causal=True), q, k, v)
+    _check(fc(q, k, v), ref.attention(q, k, v, causal=True, dtype=np.float32), 37, 64)
+    fm = _keys_form(lambda q, k, v, m, p: ops.attention(q, k, v, mask=m + p), q, k, v, per_query, pad)
+    _check(fm(q, k, v, per_query, pad), ref.attention(q, k, v, mask=per_query + pad, dtype=np.float32), 37, 64)
+
+
+def test_keys_along_the_lanes_strided_operands_and_odd_head_sizes():
+    # K given as (B, H, D, S) (a gather along d), V of another head size, neither a multiple of the lanes, and a
+    # mask given as (keys, queries) (a gather along the keys).
+    rng = np.random.default_rng(12)
+    q, kt, v = _rand(rng, 2, 4, 2, 40), _rand(rng, 2, 4, 40, 29), _rand(rng, 2, 4, 29, 24)
+    mt = _rand(rng, 29, 2)
+
+    def f(q, kt, v, mt):
+        s = ops.matmul(q, kt) / np.float32(np.sqrt(40.0)) + ops.transpose(mt)
+        return ops.softmax(s, axis=-1) @ v
+    fn = _keys_form(f, q, kt, v, mt)
+    expected = ref.attention(q, np.swapaxes(kt, -1, -2), v, mask=mt.T, dtype=np.float32)
+    _check(fn(q, kt, v, mt), expected, 29, 40)
+
+
+def test_keys_along_the_lanes_large_scores_do_not_overflow():
+    rng = np.random.default_rng(13)
+    q, k, v = _rand(rng, 1, 2, 1, 64) * 30, _rand(rng, 1, 2, 70, 64) * 30, _rand(rng, 1, 2, 70, 64)
+    fn = _keys_form(lambda q, k, v: ops.attention(q, k, v), q, k, v)
+    out = fn(q, k, v)
+    assert np.isfinite(out).all()
+    _check(out, ref.attention(q, k, v, dtype=np.float32), 70, 64)

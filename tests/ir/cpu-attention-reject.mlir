@@ -57,3 +57,13 @@ func.func @main(%q: memref<1x1x16xf32>, %k: memref<1x?x16xf32>, %v: memref<1x?x1
   call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<1x1x16xf32>, memref<1x?x16xf32>, memref<1x?x16xf32>, memref<1x1x16xf32>) -> ()
   return
 }
+
+// -----
+
+// Keys along the lanes are one query's keys in f32 FMAs: a descriptor that also names a unit is refused.
+// CHECK: pbsdk: error: in stage 'attention', op 'func.func': @__pbsdk_attn0: pbsdk.attention descriptor: along 'keys' ("queries", or "keys" with no unit, a power-of-two lane count and key blocks of one vector)
+func.func private @__pbsdk_attn0(memref<2x1x32xbf16>, memref<2x40x32xbf16>, memref<2x40x32xbf16>, memref<2x1x32xbf16>) attributes {pbsdk.attention = {along = "keys", batch = 2 : i64, block_k = 16 : i64, block_q = 16 : i64, causal_offset, d = 32 : i64, dtype = "bf16", dv = 32 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [[2, 1280, 1]], col_stride = 1 : i64, row_stride = 32 : i64, shape = [2, 40, 32]}, mask, o = {shape = [2, 1, 32]}, q = {batch = [[2, 32, 1]], col_stride = 1 : i64, row_stride = 0 : i64, shape = [2, 1, 32]}, v = {batch = [[2, 1280, 1]], col_stride = 1 : i64, row_stride = 32 : i64, shape = [2, 40, 32]}}, p_dtype = "f32", pv_cols = 2 : i64, q_vectors = 1 : i64, qk_keys = 16 : i64, scale = 0.17677669529663687 : f64, sk = 40 : i64, sq = 1 : i64, threads = 1 : i64, unit = {accumulator_dtype = "f32", k = 2 : i64, m = 1 : i64, n = 16 : i64, name = "vdpbf16ps", operand_dtype = "bf16"}, version = 1 : i64}}
+func.func @main(%q: memref<2x1x32xbf16>, %k: memref<2x40x32xbf16>, %v: memref<2x40x32xbf16>, %o: memref<2x1x32xbf16>) {
+  call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<2x1x32xbf16>, memref<2x40x32xbf16>, memref<2x40x32xbf16>, memref<2x1x32xbf16>) -> ()
+  return
+}

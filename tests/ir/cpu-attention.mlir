@@ -71,3 +71,29 @@ func.func @main(%q: memref<1x20x16xf32>, %k: memref<1x20x16xf32>, %v: memref<1x2
   call @__pbsdk_attn0(%q, %k, %v, %m, %o) : (memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x20x16xf32>, memref<1x1x20xf32>, memref<1x20x16xf32>) -> ()
   return
 }
+
+// -----
+
+// along = "keys" (a decode step: one query per head): a work item is one query; no scratch buffer. Per vector of
+// 16 keys, one dot product per key over d (Q's row and the key's as 16-lane vectors), folded into one vector of
+// scores by shuffles, a horizontal max and sum for the online softmax, and O (dv along the lanes) accumulated
+// from V's rows with each probability broadcast.
+// CHECK-LABEL: func.func private @__pbsdk_attn0_part(
+// CHECK-SAME:      %{{.*}}: memref<2x1x32xf32>, %{{.*}}: memref<2x40x32xf32>, %{{.*}}: memref<2x40x32xf32>, %{{.*}}: memref<2x1x32xf32>, %{{.*}}: index)
+// CHECK-NOT:     memref.alloca
+// CHECK:         scf.for
+// CHECK:           scf.for {{.*}} iter_args({{.*}}) -> (vector<16xf32>, vector<16xf32>, vector<16xf32>, vector<16xf32>)
+// CHECK:             vector.fma {{.*}} : vector<16xf32>
+// CHECK:             vector.shuffle {{.*}} [0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23] : vector<16xf32>, vector<16xf32>
+// CHECK:             vector.reduction <maxnumf>
+// CHECK:             vector.reduction <add>
+// CHECK:             vector.extract {{.*}}[15] : f32 from vector<16xf32>
+// CHECK:             scf.yield
+// CHECK:           vector.store {{.*}} : memref<{{.*}}>, vector<16xf32>
+// CHECK-LABEL: func.func private @__pbsdk_attn0(
+// CHECK-NOT:     pbsdk.attention
+func.func private @__pbsdk_attn0(memref<2x1x32xf32>, memref<2x40x32xf32>, memref<2x40x32xf32>, memref<2x1x32xf32>) attributes {pbsdk.attention = {along = "keys", batch = 2 : i64, block_k = 16 : i64, block_q = 16 : i64, causal_offset, d = 32 : i64, dtype = "f32", dv = 32 : i64, form = "lanes", kv_groups = 1 : i64, lanes = 16 : i64, level = "l1d", mask = false, mask_scale = 1.000000e+00 : f64, operands = {k = {batch = [[2, 1280, 1]], col_stride = 1 : i64, row_stride = 32 : i64, shape = [2, 40, 32]}, mask, o = {shape = [2, 1, 32]}, q = {batch = [[2, 32, 1]], col_stride = 1 : i64, row_stride = 0 : i64, shape = [2, 1, 32]}, v = {batch = [[2, 1280, 1]], col_stride = 1 : i64, row_stride = 32 : i64, shape = [2, 40, 32]}}, pv_cols = 2 : i64, q_vectors = 1 : i64, qk_keys = 16 : i64, scale = 0.17677669529663687 : f64, sk = 40 : i64, sq = 1 : i64, threads = 1 : i64, version = 1 : i64}}
+func.func @main(%q: memref<2x1x32xf32>, %k: memref<2x40x32xf32>, %v: memref<2x40x32xf32>, %o: memref<2x1x32xf32>) {
+  call @__pbsdk_attn0(%q, %k, %v, %o) : (memref<2x1x32xf32>, memref<2x40x32xf32>, memref<2x40x32xf32>, memref<2x1x32xf32>) -> ()
+  return
+}

@@ -171,8 +171,9 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
     ``block_k``, ``level`` and ``operands`` (q, k, v, mask: base shape, batch factors (size, stride,
     inner), row and column strides). A ``"lanes"`` plan adds ``"form": "lanes"``, its register tile
     (``lanes``, ``q_vectors``, ``qk_keys``, ``pv_cols``), ``threads``, ``operands.o`` (the output's shape,
-    written row-major) and, where Q·Kᵀ issues on a matrix unit, ``unit`` and ``p_dtype`` (P's dtype for
-    P·V: the unit's operand dtype where P·V issues on it too, else f32); a ``"scratchpad"`` plan (no
+    written row-major), where Q·Kᵀ issues on a matrix unit, ``unit`` and ``p_dtype`` (P's dtype for
+    P·V: the unit's operand dtype where P·V issues on it too, else f32), and ``"along": "keys"`` where one
+    query's keys run along the lanes (absent: a block of queries does); a ``"scratchpad"`` plan (no
     ``form`` key) adds ``unit`` and ``space``."""
     op = plan.op
     common = {"version": DESCRIPTOR_VERSION, "batch": op.batch, "sq": op.sq, "sk": size_json(op.sk), "d": op.d,
@@ -189,6 +190,7 @@ def descriptor(plan: AttentionPlan, ops: KernelOperands) -> dict[str, Any]:
                 "block_q": plan.block_q, "block_k": plan.block_k, "qk_keys": plan.qk_keys, "pv_cols": plan.pv_cols,
                 "threads": plan.threads, "level": plan.level,
                 **({"unit": unit_json(plan.unit), "p_dtype": plan.p_dtype} if plan.unit is not None else {}),
+                **({"along": "keys"} if plan.along == "keys" else {}),
                 "operands": {**operands, "o": {"shape": [size_json(x) for x in ops.out_shape]}}}
     t = plan.tiles
     assert t is not None

@@ -65,6 +65,10 @@ UNIT_SCORE_OPS = 2
 #: Vector ops per lanes values of V per key of a unit kernel's packing (two half loads, a shuffle, a store
 #: per pair of keys).
 PACK_V_OPS = 2
+#: Vector ops per key and query of the ``along="keys"`` kernel beyond its two products: folding the keys' dot
+#: products into one vector of scores (a shuffle pair and an add per pair of vectors, ~3 per key) and
+#: broadcasting each probability for P·V (1).
+KEYS_EXTRA_OPS = 4
 #: Largest key block worth a tile (beyond it the rescaling is already amortised).
 MAX_BLOCK_K = 512
 #: Largest query block of the scratchpad schedule (K/V are re-read once per query block).
@@ -230,6 +234,7 @@ class AttentionPlan:
     compute_level: str = ""  # the compute level whose units the threads are (spec.compute[0]; scratchpad form)
     unit: UnitChoice | None = None  # "lanes" form: the unit Q·Kᵀ issues (None: vector FMAs in f32)
     p_dtype: str = "f32"  # "lanes" form: P's dtype for P·V (the unit's operand dtype: P·V on the unit too)
+    along: str = "queries"  # "lanes" form: what runs along the lanes (a query block, or one query's keys)
 
     @property
     def block_q(self) -> int:
@@ -239,7 +244,7 @@ class AttentionPlan:
 
     @property
     def q_blocks(self) -> int:
-        return -(-self.op.sq // self.block_q)
+        return self.op.sq if self.along == "keys" else -(-self.op.sq // self.block_q)
 
     @property
     def work_items(self) -> int:
@@ -373,6 +378,9 @@ def _plan_lanes(spec: ChipSpec, op: Attention, opts: Options, score_bytes: int) 
     tiles = _register_tiles(spec, op, opts, operands)
     if isinstance(tiles, str):
         return _unfused(dynamic, tiles, score_bytes)
+    along_keys, why_keys = keys_along_lanes(spec, op, tiles.lanes, operands.unit, operands.pv_unit)
+    if along_keys:
+        return _plan_keys(spec, dynamic, opts, score_bytes, tiles.lanes, why_keys)
     unit, pv_unit, br = operands.unit, operands.pv_unit, tiles.br
     bc, footprint, why_bc = _key_block(spec, op, operands, tiles, score_bytes)
     # 3. Parallel mapping over the outermost compute level; causal tiles skipped.
@@ -391,6 +399,53 @@ def _plan_lanes(spec: ChipSpec, op: Attention, opts: Options, score_bytes: int) 
     return AttentionPlan(op, True, tuple(reasons), tiles.lanes, tiles.nvq, bc, tiles.nj, tiles.ndv, threads,
                          spec.memory[-1].name, footprint, tiles.budget, total * op.batch, computed * op.batch,
                          score_bytes, estimate, unit=unit, p_dtype=op.dtype if pv_unit else "f32")
+
+
+def keys_along_lanes(spec: ChipSpec, op: Attention, lanes: int, unit: UnitChoice | None = None,
+                     pv_unit: bool = False) -> tuple[bool, str]:
+    """Whether ``op``'s few queries run best one at a time with their keys along the lanes, and why (pure).
+
+    Queries along the lanes issue, per key, both products' vector ops and the softmax's for each vector of
+    ``lanes`` queries, however few of its lanes hold a query (a decode step's one query uses one). Keys along
+    the lanes issue, per key and query, a ``lanes``-th of those (d and dv along the lanes, one vector of
+    scores per ``lanes`` keys) plus `KEYS_EXTRA_OPS`, without a unit (its pairs run across the lanes)."""
+    vec = spec.vector
+    assert vec is not None
+    if lanes & (lanes - 1) or lanes < 2:
+        return False, f"{lanes} lanes: the keys' dot products fold by halves over a power of two"
+    group = unit.k if unit is not None else 1
+    pv_group = group if pv_unit else 1
+    per_vector = -(-op.d // group) + -(-op.dv // pv_group) + SOFTMAX_VECTOR_OPS
+    queries = -(-op.sq // lanes) * per_vector
+    keys = op.sq * ((-(-op.d // lanes) + -(-op.dv // lanes)) + SOFTMAX_VECTOR_OPS / lanes + KEYS_EXTRA_OPS)
+    if keys >= queries:
+        return False, ""
+    return True, (f"{op.sq} quer{'y' if op.sq == 1 else 'ies'} per head: keys along {lanes} f32 lanes, one query per "
+                  f"work item (~{keys:.0f} vector ops per key for the {op.sq} against ~{queries:.0f} with queries "
+                  "along the lanes); Q's row and O's in registers, d and dv along the lanes, no scratch")
+
+
+def _plan_keys(spec: ChipSpec, dynamic: Attention, opts: Options, score_bytes: int, lanes: int,
+               why: str) -> AttentionPlan:
+    """The ``along="keys"`` plan of ``dynamic``: one query per work item, a vector of keys per online-softmax
+    step (the key block), vector FMAs in f32 (narrow operands widened as read)."""
+    op = dynamic.sized()
+    _, items, threads, total, computed = _blocks(spec, op, 1, lanes, opts)
+    reasons = [why, *_mapping_reasons(spec, op, op.sq, items, threads, total, computed)]
+    if dynamic.dynamic:
+        reasons.insert(0, f"key length {dynamic.sk} known only at run time: the kernel reads it and loops over "
+                          f"vectors of keys, the last one masked; tile counts and the estimate at a planning size "
+                          f"of {PLANNING_KEYS} keys")
+    vec = spec.vector
+    assert vec is not None
+    per_key = (-(-op.d // lanes) + -(-op.dv // lanes)) * lanes + SOFTMAX_VECTOR_OPS + KEYS_EXTRA_OPS * lanes
+    cycles = computed * op.batch * per_key / vec.fma_per_cycle
+    estimate = _estimate(spec, op, 1, 1, 1, lanes, 1, computed * lanes * op.batch, threads, compute_cycles=cycles)
+    reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
+    regs = 4 * lanes * (-(-op.d // lanes) + -(-op.dv // lanes) + 2)
+    return AttentionPlan(dynamic, True, tuple(reasons), lanes, 1, lanes, lanes, -(-op.dv // lanes), threads,
+                         spec.memory[-1].name, regs, 0, total * op.batch, computed * op.batch, score_bytes, estimate,
+                         along="keys")
 
 
 def _lanes_operands(spec: ChipSpec, op: Attention, opts: Options) -> _LanesOperands | str:
@@ -557,9 +612,11 @@ def _unit_rate(spec: ChipSpec, unit: UnitChoice | None) -> float:
 
 
 def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes: int, br: int,
-              scores: int, threads: int, unit: UnitChoice | None = None, pv_unit: bool = False) -> Estimate:
+              scores: int, threads: int, unit: UnitChoice | None = None, pv_unit: bool = False,
+              compute_cycles: float | None = None) -> Estimate:
     """Roofline: issue cycles of both matmuls (vector FMAs, or the unit's steps over groups of ``unit.k``:
-    Q·Kᵀ with a unit, P·V too with ``pv_unit``) and the softmax on ``threads`` cores; K/V traffic."""
+    Q·Kᵀ with a unit, P·V too with ``pv_unit``) and the softmax on ``threads`` cores (``compute_cycles``:
+    given, for a kernel counted otherwise); K/V traffic, K and V read once per query block of ``br``."""
     vec = spec.vector
     assert vec is not None
     clock = (spec.clock_ghz or 1.0) * 1e9
@@ -574,7 +631,7 @@ def _estimate(spec: ChipSpec, op: Attention, nvq: int, nj: int, ndv: int, lanes:
     pv = vectors / pv_group * op.dv * _tile_cycles(ndv, nvq, pv_rate, loads) / (ndv * nvq)
     soft = vectors * (SOFTMAX_VECTOR_OPS + (UNIT_SCORE_OPS if pv_unit else 0)) / vec.fma_per_cycle
     pack = scores / br * op.dv / lanes * PACK_V_OPS / vec.fma_per_cycle if pv_unit else 0.0
-    compute = (qk + pv + soft + pack) / clock / threads
+    compute = (qk + pv + soft + pack if compute_cycles is None else compute_cycles) / clock / threads
     terms = [("compute", compute)]
     eb = _bytes(op.dtype)
     sk = static(op.sk)
@@ -776,8 +833,12 @@ def format_attention_plan(title: str, plan: AttentionPlan) -> str:
             else:
                 pv = f"P rounded to {plan.p_dtype}, P·V on {u.name}" if plan.p_dtype != "f32" else "P·V as f32 FMAs"
                 lines.append(f"  matmuls        Q·Kᵀ on {u.describe()}; scores and softmax in f32; {pv}")
-            lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
-                         f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
+            if plan.along == "keys":
+                lines.append(f"  register tiles one query a work item: Q·Kᵀ {plan.qk_keys} keys along the lanes (their dot "
+                             f"products folded into one vector); P·V {plan.pv_cols} vector(s) of dv")
+            else:
+                lines.append(f"  register tiles Q·Kᵀ {plan.qk_keys} keys x {plan.q_vectors}x{plan.lanes} queries; "
+                             f"P·V {plan.pv_cols} columns x {plan.q_vectors}x{plan.lanes} queries")
         lines.append(f"  on chip        {plan.footprint_bytes} B of {plan.budget_bytes} B in {plan.level}; "
                      f"score matrix ({plan.score_bytes_unfused} B unfused{at}) never stored")
         lines.append(f"  tiles          {plan.tiles_computed} of {plan.tiles_total} computed{at}")

@@ -97,6 +97,7 @@ class LanesKernel:
     mask_dtype: str = ""  # the mask's dtype ("": dtype)
     unit: UnitChoice | None = None  # the unit Q·Kᵀ issues (a pair of the dtype per lane), else FMAs
     p_dtype: str = "f32"  # P's dtype for P·V: the unit's operand dtype (P·V on the unit), or f32 (FMAs)
+    along: str = "queries"  # what runs along the lanes: a block of queries, or ("keys") the keys of one query
 
     def __post_init__(self) -> None:
         for name in ("out_dtype", "mask_dtype"):
@@ -113,7 +114,7 @@ class LanesKernel:
 
     @property
     def work_items(self) -> int:
-        return self.batch * self.q_blocks
+        return self.batch * (self.sq if self.along == "keys" else self.q_blocks)
 
     @property
     def shapes(self) -> list[tuple[int | Dim, ...]]:
@@ -148,9 +149,13 @@ def parse_descriptor(raw: Mapping[str, Any], name: str = "__pbsdk_attn") -> Lane
             layout(ops["v"]), layout(ops["mask"]) if raw["mask"] else None,
             tuple(size_from_descriptor(x) for x in ops["o"]["shape"]), bool(raw.get("safe_softmax", False)),
             str(raw.get("out_dtype", raw["dtype"])), str(raw.get("mask_dtype", raw["dtype"])),
-            unit_from_descriptor(raw.get("unit")), str(raw.get("p_dtype", "f32")))
+            unit_from_descriptor(raw.get("unit")), str(raw.get("p_dtype", "f32")), str(raw.get("along", "queries")))
     except (KeyError, TypeError, ValueError) as exc:
         raise CompileError(f"@{name}: malformed pbsdk.attention descriptor: {exc!r}", op="func.func") from exc
+    if kern.along not in ("queries", "keys") or (kern.along == "keys" and (
+            kern.unit is not None or kern.lanes & (kern.lanes - 1) or kern.block_k != kern.lanes)):
+        raise CompileError(f"@{name}: pbsdk.attention descriptor: along {kern.along!r} (\"queries\", or \"keys\" with "
+                           f"no unit, a power-of-two lane count and key blocks of one vector)", op="func.func")
     u = kern.unit
     if u is not None and (u.m != 1 or u.n != kern.lanes or u.k != 2 or u.operand_dtype != kern.dtype
                           or u.accumulator_dtype != "f32" or u.k * dtype_bits(kern.dtype) != 32):
@@ -819,6 +824,146 @@ class _Part:
             block(c(a.dv // L * L), a.dv % L)
 
 
+def fold_sums(vectors: Sequence[ir.Value], lanes: int) -> ir.Value:
+    """One vector whose lane ``j`` is the sum of ``vectors[j]``'s lanes (``lanes`` vectors of ``lanes``, a power
+    of two): a butterfly of ``log2(lanes)`` levels, each adding the halves of every key's segment of two vectors
+    (a shuffle pair and an add per pair of vectors: ``lanes - 1`` adds in all, not ``lanes`` reductions)."""
+    vs, seg = list(vectors), lanes
+    assert len(vs) == lanes and lanes & (lanes - 1) == 0
+    while len(vs) > 1:
+        half = seg // 2
+        lo = [src + t * seg + u for src in (0, lanes) for t in range(lanes // seg) for u in range(half)]
+        hi = [i + half for i in lo]
+        vs = [arith.addf(vector.shuffle(x, y, lo), vector.shuffle(x, y, hi)) for x, y in zip(vs[::2], vs[1::2])]
+        seg = half
+    return vs[0]
+
+
+class _KeysPart(_Part):
+    """``@{name}_part`` of the ``along="keys"`` variant (few queries, e.g. a decode step): a work item is one
+    query; keys run along the lanes, a vector of keys per online-softmax step, everything in registers.
+
+    Per key vector: one dot product per key over d (Q's and the key's rows as vectors, d along the lanes; a
+    key past the end re-reads the last key and gets -inf), folded into one vector of scores (`fold_sums`), the
+    mask added, the running maximum and sum updated with one horizontal max and add, and O (dv along the
+    lanes, in registers) rescaled and accumulated from V's rows, each probability broadcast. Operands are
+    widened to f32 as they are read; no scratch buffer."""
+
+    def buffers(self) -> None:
+        pass
+
+    def row(self, buf: ir.Value, at: ir.Value, stride: int | Dim, n: int, dtype: str) -> ir.Value:
+        """``n`` (<= lanes) elements of ``buf`` from ``at`` at ``stride``, as an f32 vector (zeros past ``n``)."""
+        a, L = self.a, self.a.lanes
+        t = ir.VectorType.get([L], element_type(dtype))
+        if stride == 1 and n == L:
+            return _widen(vector.load(t, buf, [at]))
+        zero = arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0)))
+        msk = vector.create_mask(self.mt, [self.ix.c(n)])
+        if stride == 1:
+            return _widen(vector.MaskedLoadOp(t, buf, [at], msk, zero).result)
+        assert a.lanes == L
+        return _widen(vector.GatherOp(t, buf, [at], self.lane_offsets(stride), msk, zero).result)
+
+    def chunks(self, size: int) -> list[tuple[int, int]]:
+        L = self.a.lanes
+        return [(c0, min(L, size - c0)) for c0 in range(0, size, L)]
+
+    def work_item(self, it: ir.Value) -> None:
+        a, ix = self.a, self.ix
+        c, L = ix.c, a.lanes
+        beta, i = ix.divui(it, a.sq), ix.remui(it, a.sq)
+        self.qoff, self.koff, self.voff = (batch_start(ix, beta, x, self.size) for x in (a.q, a.k, a.v))
+        self.moff = batch_start(ix, beta, a.mask, self.size) if a.mask is not None else None
+        qrow = ix.add(self.qoff, self.mul(i, a.q.row_stride))
+        scale = _splat(self.vt, rounded(a.scale * LOG2E))
+        self.qv = [arith.mulf(self.row(self.flat["Q"], ix.add(qrow, self.size(c0 * a.q.col_stride)), a.q.col_stride,
+                                       n, a.dtype), scale) for c0, n in self.chunks(a.d)]
+        if a.causal_offset is None:
+            self.kend = self.size(a.sk)
+        else:  # keys up to the query's position plus the offset
+            self.kend = ix.min(ix.max(ix.add(i, c(a.causal_offset + 1)), c(0)), c(static(a.sk)))
+        if a.mask is not None:
+            assert self.moff is not None
+            self.mrow = ix.add(self.moff, self.mul(i, a.mask.row_stride))
+        nov = len(self.chunks(a.dv))
+        with loop(c(0), self.kend, c(L), [self.vninf, self.vzero] + [self.vzero] * nov) as kl:
+            scf.YieldOp(self.key_vector(kl.induction_variable, *kl.inner_iter_args))
+        self.store_row(ix.add(ix.mul(beta, a.sq * a.dv), ix.mul(i, a.dv)), kl.results[1], list(kl.results[2:]))
+
+    def key_vector(self, j0: ir.Value, m: ir.Value, lsum: ir.Value, *outs: ir.Value) -> list[ir.Value]:
+        """One online-softmax step over keys ``j0 .. j0 + lanes``; returns the new max, sum and O."""
+        a, ix = self.a, self.ix
+        c, L = ix.c, a.lanes
+        last = ix.sub(self.kend, c(1))
+        keys = [ix.min(ix.add(j0, c(kk)), last) for kk in range(L)]  # in bounds; past the end masked below
+        dots = []
+        for k in keys:
+            krow = ix.add(self.koff, self.mul(k, a.k.row_stride))
+            acc = None
+            for qv, (c0, n) in zip(self.qv, self.chunks(a.d)):
+                kv = self.row(self.flat["K"], ix.add(krow, self.size(c0 * a.k.col_stride)), a.k.col_stride, n, a.dtype)
+                acc = arith.mulf(qv, kv) if acc is None else vector.fma(qv, kv, acc)
+            assert acc is not None
+            dots.append(acc)
+        s = fold_sums(dots, L)
+        if a.mask is not None:
+            mv = self.mask_keys(j0)
+            sm = _vmax(self.vlowest, vector.fma(mv, self.vmscale, s))  # as the queries form (`qk_tile`)
+            s = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, mv, self.vninf), self.vninf, sm)
+        inside = vector.create_mask(self.mt, [ix.min(ix.sub(self.kend, j0), c(L))])
+        s = arith.select(inside, s, self.vninf)
+        mn = _vmax(m, vector.broadcast(self.vt, vector.reduction(self.f32, vector.CombiningKind.MAXNUMF, s)))
+        mu = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, mn, self.vninf), self.vzero, mn)
+        alpha = _exp2(arith.subf(m, mu), self.vc)
+        p = _exp2(arith.subf(s, mu), self.vc)
+        lsum = vector.fma(lsum, alpha, vector.broadcast(self.vt, vector.reduction(self.f32, vector.CombiningKind.ADD, p)))
+        acc = [arith.mulf(o, alpha) for o in outs]
+        for kk, k in enumerate(keys):
+            pb = vector.broadcast(self.vt, vector.extract(p, [], [kk]))
+            vrow = ix.add(self.voff, self.mul(k, a.v.row_stride))
+            for v, (c0, n) in enumerate(self.chunks(a.dv)):
+                vv = self.row(self.flat["V"], ix.add(vrow, self.size(c0 * a.v.col_stride)), a.v.col_stride, n, a.dtype)
+                acc[v] = vector.fma(pb, vv, acc[v])
+        return [mn, lsum, *acc]
+
+    def mask_keys(self, j0: ir.Value) -> ir.Value:
+        """The mask of this query at keys ``j0 .. j0 + lanes`` as f32 (the keys past the end read as 0; they
+        are masked anyway)."""
+        a, ix = self.a, self.ix
+        assert a.mask is not None
+        at = ix.add(self.mrow, self.mul(j0, a.mask.col_stride))
+        if a.mask.col_stride == 0:
+            return vector.broadcast(self.vt, _widen(memref.load(self.flat["M"], [at])))
+        n = ix.min(ix.sub(self.kend, j0), ix.c(a.lanes))
+        t = ir.VectorType.get([a.lanes], element_type(a.mask_dtype))
+        zero = arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0)))
+        msk = vector.create_mask(self.mt, [n])
+        if a.mask.col_stride == 1:
+            return _widen(vector.MaskedLoadOp(t, self.flat["M"], [at], msk, zero).result)
+        return _widen(vector.GatherOp(t, self.flat["M"], [at], self.lane_offsets(a.mask.col_stride), msk,
+                                      zero).result)
+
+    def store_row(self, at: ir.Value, lsum: ir.Value, outs: list[ir.Value]) -> None:
+        """O's row of this query: the accumulators over the sum (0 for a row with every key masked under a safe
+        softmax), rounded to the output's dtype."""
+        a, ix = self.a, self.ix
+        inv = arith.divf(_splat(self.vt, 1.0), lsum)
+        if a.safe_softmax:
+            inv = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, lsum, self.vzero), self.vzero, inv)
+        out_t = element_type(a.out_dtype)
+        row_t = ir.VectorType.get([a.lanes], out_t)
+        for o, (c0, n) in zip(outs, self.chunks(a.dv)):
+            val = arith.mulf(o, inv)
+            if out_t != self.f32:
+                val = arith.truncf(row_t, val)
+            where = ix.add(at, ix.c(c0))
+            if n == a.lanes:
+                vector.store(val, self.flat["O"], [where])
+            else:
+                vector.maskedstore(self.flat["O"], [where], vector.create_mask(self.mt, [ix.c(n)]), val)
+
+
 def _pairs(n: int) -> int:
     return -(-n // 2)
 
@@ -830,8 +975,9 @@ def build_lanes_kernel(fn: func.FuncOp, a: LanesKernel, step: StepFn | None = No
     in f32 (narrow operands widened as they are read)."""
     name = ir.StringAttr(fn.sym_name).value
     names = ["Q", "K", "V"] + (["M"] if a.mask is not None else []) + ["O"]
+    builder = _KeysPart if a.along == "keys" else _Part
     with ir.InsertionPoint(fn):
-        part = _Part(name, a, names, a.shapes, step).build()
+        part = builder(name, a, names, a.shapes, step).build()
     entry = fn.add_entry_block()
     with ir.InsertionPoint(entry):
         call_parts(ir.StringAttr(part.sym_name).value, list(entry.arguments), a.threads)
@@ -933,4 +1079,4 @@ def _record_products(ctx: StageContext, a: LanesKernel, on_unit: bool) -> None:
                        "matrix-unit" if pv_unit else "vector-fma", pv_unit)
 
 
-__all__ = ["AttentionKernels", "LanesKernel", "build_lanes_kernel", "is_lanes", "parse_descriptor"]
+__all__ = ["AttentionKernels", "LanesKernel", "build_lanes_kernel", "fold_sums", "is_lanes", "parse_descriptor"]
