@@ -117,3 +117,38 @@ func.func @key_rows(%s: memref<8x?xf32>, %max: memref<8xf32>) {
   }
   return
 }
+
+// -----
+
+// A body that reads the row index (an iota over a dynamic row count, fused into its user) is not fused:
+// on a one-row view `linalg.index 0` would be 0 on every row. Reading another loop's index is fine.
+// CHECK-LABEL: func.func @row_iota(
+// CHECK-NOT:     call @__pbsdk_rows
+// CHECK:         linalg.index 0
+// CHECK-LABEL: func.func @column_iota(
+// CHECK:         call @__pbsdk_rows0_part(
+#m = affine_map<(d0, d1) -> (d0, d1)>
+func.func @row_iota(%x: memref<?x4xf32>, %y: memref<?x4xf32>) {
+  linalg.generic {indexing_maps = [#m, #m], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<?x4xf32>) outs(%y : memref<?x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 0 : index
+    %n = arith.index_cast %i : index to i64
+    %f = arith.sitofp %n : i64 to f32
+    %s = arith.addf %a, %f : f32
+    linalg.yield %s : f32
+  }
+  return
+}
+func.func @column_iota(%x: memref<?x4xf32>, %y: memref<?x4xf32>) {
+  linalg.generic {indexing_maps = [#m, #m], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<?x4xf32>) outs(%y : memref<?x4xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %i = linalg.index 1 : index
+    %n = arith.index_cast %i : index to i64
+    %f = arith.sitofp %n : i64 to f32
+    %s = arith.addf %a, %f : f32
+    linalg.yield %s : f32
+  }
+  return
+}

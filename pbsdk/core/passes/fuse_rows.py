@@ -6,7 +6,8 @@ every op of a consecutive run of ``linalg`` ops on buffers
 
 - has the same leading extent R and a parallel first loop, and
 - indexes every operand that has that leading dimension with ``d0`` first (so row r only ever reads and
-  writes row r of those buffers), other operands being read-only and not written in the run,
+  writes row r of those buffers), other operands being read-only and not written in the run, and
+- does not read the row's index (``linalg.index 0``, an ``iota`` over a dynamic row count),
 
 the run moves into ``@__pbsdk_rows<N>(buffers..., %t)``, which loops over this thread's rows and applies
 every op to a one-row view of each buffer; one row's intermediate results stay in L1 from one op to the
@@ -48,7 +49,16 @@ def _memrefs(op: ir.Operation) -> list[ir.Value]:
     return [v for v in op.operands if isinstance(v.type, ir.MemRefType)]
 
 
+def _reads_row_index(op: ir.Operation) -> bool:
+    """Whether the body reads the first loop's index (``linalg.index 0``: an ``iota`` over the rows), which
+    a one-row view would turn into 0 on every row."""
+    return any(inner.operation.name == "linalg.index" and ir.IntegerAttr(inner.operation.attributes["dim"]).value == 0
+               for region in op.regions for block in region.blocks for inner in block.operations)
+
+
 def _first_dim_maps(op: ir.Operation) -> list[ir.AffineMap] | None:
+    if _reads_row_index(op):
+        return None
     if op.name == "linalg.generic":
         its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
         if not its or "parallel" not in its[0]:
