@@ -88,3 +88,32 @@ def test_static_rows_with_a_dynamic_n_or_k_is_one_bucket(spec) -> None:  # type:
     assert plan is not None and len(plan.buckets) == 1
     (only,) = plan.buckets
     assert (only.lo, only.hi, only.at) == (1, 1, 1) and only.holds(1) and not only.holds(2)
+
+
+def test_explain_a_graph_with_sizes_known_at_call_time(spec) -> None:  # type: ignore[no-untyped-def]
+    """`explain_dynamic_contractions`: a dynamic row count shows its buckets, a dynamic n its planning size, a
+    dynamic batch the generic lowering; `explain_graph` keeps only the static products."""
+    from pbsdk import ops
+    from pbsdk.core.dims import Dim
+    from pbsdk.core.ir.graph import Graph, TensorType
+    from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT
+    from pbsdk.core.plan.explain import explain_dynamic_contractions, explain_graph
+    from pbsdk.frontends.tracing import Tensor, tracing
+
+    b, s = Dim.parse("b"), Dim.parse("s")
+    graph = Graph()
+    with tracing(graph):
+        def arg(*shape: object) -> Tensor:
+            return Tensor(graph.add("input", [], TensorType(shape, "f32")), graph)  # type: ignore[arg-type]
+        rows = ops.matmul(arg(b, 64), arg(64, 32))
+        keys = ops.matmul(arg(4, 64), arg(s, 64), transpose_b=True)
+        batched = ops.matmul(arg(b, 4, 8), arg(b, 8, 16))
+        static = ops.matmul(arg(4, 8), arg(8, 16))
+    graph.outputs = [t.value for t in (rows, keys, batched, static)]
+    lines = explain_dynamic_contractions(graph, spec, DEFAULT)
+    assert len(lines) == 3
+    assert ": 1x ?x32x64, known at call time: rows m = b: " in lines[0] and "  rows 1 (planned at 1)" in lines[0]
+    assert f": 1x 4x?x64, known at call time: n = s planned at {DYNAMIC_EXTENT}: 1 kernel(s)" in lines[1]
+    assert lines[2].endswith("a batch known at call time: generic lowering")
+    (title, _), = explain_graph(graph, spec, DEFAULT)
+    assert title.endswith("matmul 4x16xf32")

@@ -26,6 +26,9 @@ from pbsdk.core.spec import ChipSpec
 BUCKET_ENDS = (127, 511)
 #: The size the open last bucket is planned at.
 LARGE_M = 4096
+#: The size a dynamic n or k (a column count or reduction length known at call time) is planned at; the
+#: kernel clamps its blocks to the actual size.
+DYNAMIC_EXTENT = 1024
 
 
 #: Register tiles of at most this many rows get an edge variant for every row count below theirs.
@@ -136,4 +139,4 @@ def plan_dynamic_contraction(spec: ChipSpec, *, n: int, k: int, batch: int, dtyp
     return DynamicContractionPlan(n, k, batch, dtype, tuple(buckets))
 
 
-__all__ = ["BUCKET_ENDS", "EXACT_EDGE_ROWS", "DynamicContractionPlan", "SizeBucket", "bucket_ends", "edge_row_variants", "plan_dynamic_contraction"]
+__all__ = ["BUCKET_ENDS", "DYNAMIC_EXTENT", "EXACT_EDGE_ROWS", "DynamicContractionPlan", "SizeBucket", "bucket_ends", "edge_row_variants", "plan_dynamic_contraction"]

@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from pbsdk.core.dims import Dim, is_dynamic
 from pbsdk.core.ir.graph import Graph, Node
 from pbsdk.core.options import Options, as_options
 from pbsdk.core.plan.contraction import Contraction, ContractionPlan, plan_contraction
-from pbsdk.core.plan.dynamic import DynamicContractionPlan
+from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, DynamicContractionPlan, plan_dynamic_contraction
 from pbsdk.core.spec import ChipSpec
 
 
@@ -35,13 +36,20 @@ def contraction_of(node: Node) -> Contraction | None:
     return None
 
 
+def _has_dynamic_sizes(node: Node) -> bool:
+    return is_dynamic(node.out.shape) or any(is_dynamic(v.shape) for v in node.inputs)
+
+
 def explain_graph(graph: Graph, spec: ChipSpec,
                   options: Options | Mapping[str, Any] | None = None) -> list[tuple[str, ContractionPlan]]:
     """The contraction plan of every node that runs as a contraction (not the convolutions that
-    `explain_conv_routes` sends to a direct kernel)."""
+    `explain_conv_routes` sends to a direct kernel). Those with sizes known only at call time are
+    `explain_dynamic_contractions`'."""
     plans = []
     direct = {title for title, route in _conv_routes(graph, spec, options) if route.direct}
     for i, node in enumerate(graph.live_nodes()):
+        if _has_dynamic_sizes(node):
+            continue
         op = contraction_of(node)
         title = f"#{i} {node.op} {node.out.type}"
         if op is not None and title not in direct:
@@ -56,7 +64,7 @@ def _conv_routes(graph: Graph, spec: ChipSpec, options: Options | Mapping[str, A
     opts = options if isinstance(options, Options) else parse_options(options)
     routes = []
     for i, node in enumerate(graph.live_nodes()):
-        if node.op == "conv2d":
+        if node.op == "conv2d" and not _has_dynamic_sizes(node):
             route = direct_conv_route(node, spec, opts)
             if route is not None:
                 routes.append((f"#{i} {node.op} {node.out.type}", route))
@@ -69,12 +77,53 @@ def explain_conv_routes(graph: Graph, spec: ChipSpec, options: Options | Mapping
     return [f"{title}: {route.reason}" for title, route in _conv_routes(graph, spec, options)]
 
 
+def explain_dynamic_contractions(graph: Graph, spec: ChipSpec,
+                                 options: Options | Mapping[str, Any] | None = None) -> list[str]:
+    """Per matmul with a size known only at call time (a `Dim`): how the cpu target's `pack-contractions`
+    plans it (`plan_dynamic_contraction`: size buckets for a dynamic row count, one kernel planned at
+    `DYNAMIC_EXTENT` for a dynamic n or k), or why it takes the generic lowering. A convolution with such
+    sizes takes the generic lowering."""
+    lines = []
+    for i, node in enumerate(graph.live_nodes()):
+        if node.op not in ("matmul", "conv2d") or not _has_dynamic_sizes(node):
+            continue
+        title = f"#{i} {node.op} {node.out.type}"
+        if node.op == "conv2d":
+            lines.append(f"{title}: sizes known at call time: generic lowering")
+            continue
+        a, out = node.inputs[0], node.out.shape
+        m, n = out[-2], out[-1]
+        k = a.shape[-2] if node.attrs["transpose_a"] else a.shape[-1]
+        if is_dynamic(out[:-2]):
+            lines.append(f"{title}: a batch known at call time: generic lowering")
+            continue
+        batch = 1
+        for d in out[:-2]:
+            batch *= d
+        sizes = {"n": n, "k": k}
+        plan = plan_dynamic_contraction(
+            spec, n=DYNAMIC_EXTENT if isinstance(n, Dim) else n, k=DYNAMIC_EXTENT if isinstance(k, Dim) else k,
+            batch=batch, dtype=a.dtype, options=options, m=None if isinstance(m, Dim) else m)
+        shown = "x".join("?" if isinstance(d, Dim) else str(d) for d in (m, n, k))
+        if plan is None:
+            lines.append(f"{title}: {batch}x {shown}: a size bucket has no packed blocking: generic lowering")
+            continue
+        late = [f"{name} = {d} planned at {DYNAMIC_EXTENT}" for name, d in sizes.items() if isinstance(d, Dim)]
+        if isinstance(m, Dim):
+            late.insert(0, f"rows m = {m}")
+        lines.append(format_dynamic_plan(title, plan, spec, options,
+                                         what=f"{shown}, known at call time: {'; '.join(late)}"))
+    return lines
+
+
 def format_dynamic_plan(title: str, plan: DynamicContractionPlan, spec: ChipSpec,
-                        options: Options | Mapping[str, Any] | None = None) -> str:
+                        options: Options | Mapping[str, Any] | None = None, *, what: str | None = None) -> str:
     """A contraction with a dynamic row count: its size buckets (`pbsdk.core.plan.dynamic`), then each
-    bucket's kernel as the static plan at the size it was planned for."""
+    bucket's kernel as the static plan at the size it was planned for. ``what``: the sizes known at call
+    time (default: the row count)."""
     opts = dataclasses.replace(as_options(options), transpose_gemm=False)
-    lines = [(f"{title}: {plan.batch}x ?x{plan.n}x{plan.k} {plan.dtype}, rows known at call time: "
+    what = what or f"?x{plan.n}x{plan.k} {plan.dtype}, rows known at call time"
+    lines = [(f"{title}: {plan.batch}x {what}: "
               f"{len(plan.buckets)} kernel(s), one per size bucket, picked by the row count at run time")]
     for b in plan.buckets:
         span = f"{b.lo}" if b.hi == b.lo else f"{b.lo}..{b.hi}" if b.hi is not None else f"{b.lo}.."

@@ -36,7 +36,7 @@ from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
 from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
-from pbsdk.core.plan.dynamic import plan_dynamic_contraction
+from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
@@ -72,9 +72,8 @@ from pbsdk.targets.cpu.unit_kernel import (
 )
 
 _FLOATS = {"f32", "f64"}
-#: The size a contraction's dynamic n or k is planned at (its blocks are clamped to the actual size at run
-#: time): a decoder's cache length is hundreds to thousands.
-DYNAMIC_EXTENT = 1024
+# DYNAMIC_EXTENT (core.plan.dynamic): the size a contraction's dynamic n or k is planned at (its blocks are
+# clamped to the actual size at run time): a decoder's cache length is hundreds to thousands.
 
 
 def _unit_inner_stride(t: ir.MemRefType) -> bool:
