@@ -19,8 +19,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from jax import errors as jax_errors
+from jax import export as jax_export
 
 from pbsdk import ops
+from pbsdk.core.dims import Dim
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.frontends.registry import registrar
@@ -42,8 +45,30 @@ def carrier(dtype: Any) -> str | None:
     return None
 
 
+def as_dim(size: Any) -> int | Dim:
+    """A JAX size as pbsdk's graph carries it: an int, or, for a symbolic dimension of shape polymorphism
+    (``jax.export.symbolic_shape``), a `Dim` linear form over its dimension variables (``b``, ``2*b + 1``).
+    A size that is not linear in them (``b*c``, ``floordiv(b, 2)``, ``max(b, 1)``) is an `UnsupportedError`:
+    its equation stays with XLA."""
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        return int(size)
+    if not jax_export.is_symbolic_dim(size):
+        raise UnsupportedError(f"size {size!r} is not an int")
+    try:
+        form = Dim.parse(str(size))  # jax prints a linear form as "2*b + 1"
+    except ValueError:
+        raise UnsupportedError(f"size {size} is not linear in the dimension variables") from None
+    return form.const if not form.coeffs else form
+
+
+def shape_of(sizes: Sequence[Any]) -> tuple[Any, ...]:
+    """A shape (an aval's, a ``shape``/``new_sizes`` param) with each size `as_dim`."""
+    return tuple(as_dim(d) for d in sizes)
+
+
 def value_type(aval: Any) -> TensorType:
-    """The pbsdk type carrying a JAX aval (a ShapedArray); UnsupportedError if none can."""
+    """The pbsdk type carrying a JAX aval (a ShapedArray); UnsupportedError if none can. A symbolic
+    dimension is a `Dim` (see `as_dim`)."""
     shape = getattr(aval, "shape", None)
     dtype = getattr(aval, "dtype", None)
     if shape is None or dtype is None:
@@ -54,11 +79,10 @@ def value_type(aval: Any) -> TensorType:
         dt = None
     if dt is None:
         raise UnsupportedError(f"dtype {dtype} is not supported")
-    if any(not isinstance(d, (int, np.integer)) for d in shape):
-        raise UnsupportedError("symbolic shapes are not supported")
-    if any(d == 0 for d in shape):
+    sizes = shape_of(shape)
+    if any(d == 0 for d in sizes):
         raise UnsupportedError(f"empty array of shape {tuple(shape)}")
-    return TensorType(tuple(int(d) for d in shape), dt)
+    return TensorType(sizes, dt)
 
 
 def _is_int(aval: Any) -> bool:
@@ -121,7 +145,7 @@ class Context:
 
     def full(self, t: Tensor) -> Tensor:
         """An elementwise result broadcast to the equation's result shape (its operands may be scalars)."""
-        shape = tuple(int(d) for d in self.out_avals[0].shape)
+        shape = shape_of(self.out_avals[0].shape)
         return t if t.shape == shape else ops.broadcast_to(t, shape)
 
 
@@ -140,7 +164,7 @@ INT_EXACT = {
     "transpose", "squeeze", "expand_dims", "concatenate", "slice", "split", "iota", "convert_element_type",
     "pad", "reduce_max", "reduce_min", "reduce_sum", "stop_gradient", "copy", "copy_p", "square",
     "integer_pow", "gather", "sign", "argmax", "argmin", "cumsum", "cummax", "cummin", "rem", "div", "and", "or",
-    "xor", "not",
+    "xor", "not", "dim_as_value",
 }
 
 #: Primitives that only move or relabel data; a kernel made of nothing else is left to XLA.
@@ -191,7 +215,7 @@ def _extremum(fn: Callable[[Any, Any], Tensor], neutral: float) -> Converter:
     def convert(cx: Context, a: Tensor, b: Tensor) -> Tensor:
         # jax.nn.softmax writes max(-inf, max(x)): drop the neutral operand so the softmax stays
         # recognisable (max(x, -inf) == x, NaN included).
-        shape = tuple(cx.out_avals[0].shape)
+        shape = shape_of(cx.out_avals[0].shape)
         if _scalar_const(cx, a) == neutral and b.shape == shape:
             return b
         if _scalar_const(cx, b) == neutral and a.shape == shape:
@@ -496,7 +520,7 @@ def _broadcast_in_dim(cx: Context, x: Tensor, *, shape: Sequence[int], broadcast
     for i, d in enumerate(dims):
         inter[d] = x.shape[i]
     y = cx.reshape(x, tuple(inter))
-    out = ops.broadcast_to(y, tuple(int(s) for s in shape))
+    out = ops.broadcast_to(y, shape_of(shape))
     value = _scalar_const(cx, x)
     if value is not None and out is not x:
         cx.splats[out.value.id] = cx.const(np.asarray(value), x.dtype)
@@ -508,7 +532,7 @@ def _reshape(cx: Context, x: Tensor, *, new_sizes: Sequence[int], dimensions: An
              sharding: Any = None) -> Tensor:
     if dimensions is not None:
         raise UnsupportedError("reshape with dimensions")
-    return cx.reshape(x, tuple(int(s) for s in new_sizes))
+    return cx.reshape(x, shape_of(new_sizes))
 
 
 @converts("transpose")
@@ -518,12 +542,12 @@ def _transpose(cx: Context, x: Tensor, *, permutation: Sequence[int]) -> Tensor:
 
 @converts("squeeze")
 def _squeeze(cx: Context, x: Tensor, *, dimensions: Sequence[int]) -> Tensor:
-    return cx.reshape(x, tuple(int(s) for s in cx.out_avals[0].shape))
+    return cx.reshape(x, shape_of(cx.out_avals[0].shape))
 
 
 @converts("expand_dims")
 def _expand_dims(cx: Context, x: Tensor, **_: Any) -> Tensor:
-    return cx.reshape(x, tuple(int(s) for s in cx.out_avals[0].shape))
+    return cx.reshape(x, shape_of(cx.out_avals[0].shape))
 
 
 @converts("concatenate")
@@ -580,12 +604,26 @@ converts("reduce_window_sum")(_reduce_window(lambda t, k, s, d: ops.sum_pool(t, 
 
 @converts("iota")
 def _iota(cx: Context, *, dtype: Any, shape: Sequence[int], dimension: int, sharding: Any = None) -> Tensor:
-    shape = tuple(int(s) for s in shape)
+    shape = shape_of(shape)
     n = shape[dimension]
+    line_shape = tuple(n if i == dimension else 1 for i in range(len(shape)))
+    if isinstance(n, Dim):  # a symbolic length: the kernel counts 0 .. n-1 itself
+        if cx.out_dtype == "f32":
+            raise UnsupportedError("iota of a symbolic length in f32 (exact only below 2**24)")
+        return ops.broadcast_to(cx.reshape(ops.iota(n, cx.out_dtype), line_shape), shape)
     if n >= 2 ** 24 and cx.out_dtype == "f32":
         raise UnsupportedError("iota beyond f32's exact integers")
-    line = np.arange(n, dtype=np.float64).reshape(tuple(n if i == dimension else 1 for i in range(len(shape))))
+    line = np.arange(n, dtype=np.float64).reshape(line_shape)
     return ops.broadcast_to(cx.const(line, cx.out_dtype), shape)
+
+
+@converts("dim_as_value")
+def _dim_as_value(cx: Context, *, dim: Any) -> Tensor:
+    """A symbolic size as data (``x.shape[0]`` used as a number: ``jnp.mean`` over a polymorphic axis)."""
+    n = as_dim(dim)
+    if isinstance(n, Dim):
+        return ops.size_value(n, cx.out_dtype)
+    return cx.const(np.asarray(n), cx.out_dtype)
 
 
 @converts("gather")
@@ -656,7 +694,9 @@ def convert_step(cx: Context, name: str, params: dict[str, Any], args: Sequence[
         result = fn(cx, *args, **params)
     except UnsupportedError:
         raise
-    except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError) as exc:
+    except (PbsdkError, TypeError, ValueError, IndexError, KeyError, AttributeError,
+            jax_errors.InconclusiveDimensionOperation) as exc:
+        # A `Dim` refuses what needs its value (TypeError); so does jax's symbolic size (Inconclusive...).
         raise UnsupportedError(f"{type(exc).__name__}: {exc}", op=name) from exc
     return _check(name, result, out_avals)
 

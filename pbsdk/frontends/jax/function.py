@@ -50,6 +50,14 @@ from pbsdk.frontends.jax.convert import (
     step_supported,
     value_type,
 )
+from pbsdk.frontends.jax.polymorphic import (
+    bind_call,
+    check_spec,
+    declared_shapes,
+    export_stage,
+    symbolic_leaves,
+    symbols_of,
+)
 from pbsdk.frontends.tracing import Tensor, tracing
 
 log = logging.getLogger("pbsdk.jax")
@@ -143,15 +151,32 @@ def _inline(program: Program, jaxpr: Any, consts: Sequence[Any], ins: Sequence[A
     return [read(v) for v in jaxpr.outvars]
 
 
+def _static_size(aval: Any) -> int | None:
+    """The element count of an aval of static shape; None for one without a shape or of symbolic sizes."""
+    shape = getattr(aval, "shape", None)
+    if shape is None or not all(isinstance(d, (int, np.integer)) for d in shape):
+        return None
+    return math.prod(shape)
+
+
+def _mentions_symbol(params: Mapping[str, Any]) -> bool:
+    """Whether an equation's params hold a symbolic size (``iota[shape=(b,)]``, ``dim_as_value[dim=b]``)."""
+    def symbolic(x: Any) -> bool:
+        if isinstance(x, (tuple, list)):
+            return any(symbolic(v) for v in x)
+        return bool(jax.export.is_symbolic_dim(x))
+    return any(symbolic(v) for v in params.values())
+
+
 def _fold_constants(program: Program) -> None:
     """Evaluate (with JAX, as XLA would) the steps that compute small values from literals and
     constants only -- a pad value converted to the operand's dtype, a broadcast scalar -- so that their
-    users see constants."""
+    users see constants. Not a step whose sizes are symbolic (shape polymorphism)."""
     kept = []
     for step in program.steps:
-        known = all(isinstance(r, jcore.Literal) or r in program.consts for r in step.ins)
-        small = all(hasattr(v.aval, "shape") and math.prod(v.aval.shape) <= CONST_FOLD_LIMIT
-                    for v in step.eqn.outvars)
+        known = all(isinstance(r, jcore.Literal) or r in program.consts for r in step.ins) \
+            and not _mentions_symbol(step.eqn.params)
+        small = all((n := _static_size(v.aval)) is not None and n <= CONST_FOLD_LIMIT for v in step.eqn.outvars)
         if not (known and small) or step.eqn.effects or step.name in _INLINE:
             kept.append(step)
             continue
@@ -273,7 +298,7 @@ class KernelStage:
         self.aliases = aliases
         self.n_ops = n_ops
 
-    def run(self, env: dict[int, Any]) -> None:
+    def run(self, env: dict[int, Any], sizes: Mapping[str, int] | None = None) -> None:
         outs = self.kernel(*[_to_carrier(env[r], dt) for r, dt in zip(self.inputs, self.in_dtypes)])
         if not isinstance(outs, tuple):
             outs = (outs,)
@@ -284,14 +309,22 @@ class KernelStage:
 
 
 class XlaStage:
-    """A run of equations evaluated by XLA: one ``jax.jit`` of a function that binds them in order."""
+    """A run of equations evaluated by XLA: one ``jax.jit`` of a function that binds them in order. In a
+    symbolic plan (shape polymorphism: ``symbols`` given, ``in_avals`` the inputs' symbolic avals), the
+    equations are exported once with their symbolic sizes and XLA compiles the export per concrete shape
+    (`export_stage`)."""
 
-    def __init__(self, steps: list[Step], inputs: list[int], outputs: list[int]) -> None:
+    def __init__(self, steps: list[Step], inputs: list[int], outputs: list[int], *,
+                 symbols: Mapping[str, Any] | None = None, in_avals: Sequence[Any] = ()) -> None:
         self.steps = steps
         self.inputs = inputs
         self.outputs = outputs
         self.n_ops = len(steps)
-        self.fn = jax.jit(self._evaluate)
+        self.carriers: tuple[str, ...] = ()
+        if symbols:
+            self.fn, self.carriers = export_stage(self._evaluate, in_avals, symbols)
+        else:
+            self.fn = jax.jit(self._evaluate)
 
     def _evaluate(self, *values: Any) -> list[Any]:
         env = dict(zip(self.inputs, values))
@@ -306,8 +339,9 @@ class XlaStage:
                     env[ref] = value
         return [env[r] for r in self.outputs]
 
-    def run(self, env: dict[int, Any]) -> None:
-        outs = self.fn(*[env[r] for r in self.inputs])
+    def run(self, env: dict[int, Any], sizes: Mapping[str, int] | None = None) -> None:
+        carried = [np.empty((sizes[s],), np.int8) for s in self.carriers] if sizes is not None else []
+        outs = self.fn(*[env[r] for r in self.inputs], *carried)
         env.update(zip(self.outputs, outs))
 
 
@@ -325,6 +359,9 @@ class JaxCompileReport:
     failed_kernels: int                   # kernels that did not compile (their equations run in XLA)
     seconds: float                        # tracing, lowering and compiling
     stages: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the kernel stages
+    #: Shape polymorphism: the dimension variables this compile left symbolic (its kernels run every value
+    #: of them); () for a compile of one concrete signature.
+    symbols: tuple[str, ...] = ()
 
     def modelled_seconds(self) -> float | None:
         """On a target that models the chip's time (template and targets scaffolded from it): the time the
@@ -350,9 +387,12 @@ def clear_reports() -> None:
 
 
 class Plan:
-    """One compiled signature: its stages and where the outputs come from."""
+    """One compiled signature: its stages and where the outputs come from. ``symbols``: the dimension
+    variables of a symbolic signature (shape polymorphism; each as JAX's symbolic dimension), whose XLA
+    stages are exported (`XlaStage`)."""
 
-    def __init__(self, program: Program, request: CompileRequest, name: str) -> None:
+    def __init__(self, program: Program, request: CompileRequest, name: str,
+                 symbols: Mapping[str, Any] | None = None) -> None:
         self.program = program
         self.stages: list[KernelStage | XlaStage] = []
         self.fallbacks: list[str] = []
@@ -395,7 +435,8 @@ class Plan:
                     log.warning("pbsdk: a kernel of %d jax equations did not compile and runs in XLA: %s: %s",
                                 len(run_steps), type(exc).__name__, exc)
             inputs = sorted({r for s in run_steps for r in s.ins if isinstance(r, int)} - defined)
-            self.stages.append(XlaStage(run_steps, inputs, outputs))
+            self.stages.append(XlaStage(run_steps, inputs, outputs, symbols=symbols,
+                                        in_avals=[program.avals[r] for r in inputs]))
 
     def _kernel(self, run_steps: list[Step], outputs: list[int], request: CompileRequest,
                 name: str) -> KernelStage:
@@ -455,12 +496,13 @@ class Plan:
     def compiled_ops(self) -> int:
         return sum(s.n_ops for s in self.stages if isinstance(s, KernelStage))
 
-    def __call__(self, leaves: Sequence[Any]) -> list[Any]:
+    def __call__(self, leaves: Sequence[Any], sizes: Mapping[str, int] | None = None) -> list[Any]:
+        """The outputs for inputs ``leaves``; ``sizes``: the dimension variables' values (a symbolic plan)."""
         program = self.program
         env: dict[int, Any] = dict(zip(program.inputs, leaves))
         env.update(program.consts)
         for stage in self.stages:
-            stage.run(env)
+            stage.run(env, sizes)
         return [np.asarray(r.val, dtype=getattr(r.aval, "dtype", None)) if isinstance(r, jcore.Literal) else env[r]
                 for r in program.outputs]
 
@@ -477,24 +519,41 @@ def _leaf_key(x: Any) -> Any:
 class JaxFunction:
     """A JAX function compiled by pbsdk, one `Plan` per input signature (pytree structure, shapes, dtypes).
 
+    With ``polymorphic_shapes`` (see `jit`), one `Plan` per symbolic signature: the function is traced with
+    JAX's symbolic dimensions, its kernels compiled once for every value of them, and each call binds them
+    from its arguments (`polymorphic`).
+
     Thread-safe: concurrent first calls with one signature compile it once. After ``max_signatures``
     signatures, further ones run through ``jax.jit`` (logged once).
     """
 
+    #: Concrete signatures of a polymorphic function remembered with their plan and sizes (then cleared).
+    BOUND = 256
+
     def __init__(self, fn: Callable[..., Any], request: CompileRequest, *, max_signatures: int,
-                 output: str, static_argnums: tuple[int, ...] = ()) -> None:
+                 output: str, static_argnums: tuple[int, ...] = (), polymorphic_shapes: Any = None) -> None:
         self.fn = fn
         self.request = request
         self.static_argnums = static_argnums
         self.max_signatures = max_signatures
         self.output = output
+        self.polymorphic_shapes = polymorphic_shapes
+        #: Why this function's polymorphic signatures are compiled per concrete shape (None: symbolically).
+        self.per_shape: str | None = None
+        if polymorphic_shapes is not None and not request.target.dynamic_shapes:
+            self.per_shape = (f"target {request.target.name} has no dynamic shapes (Target.dynamic_shapes): "
+                              "compiled per concrete shape")
+            log.info("pbsdk: %s: polymorphic_shapes on %s", self._name(), self.per_shape)
         self._plans: dict[Any, tuple[Plan, Any]] = {}
+        self._bound: dict[Any, tuple[Plan, Any, dict[str, int]]] = {}  # concrete key -> symbolic plan, sizes
         self._lock = threading.Lock()
         self._xla: Any = None
         functools.update_wrapper(self, fn)
 
     @property
     def signatures(self) -> list[Any]:
+        """The signatures compiled (with ``polymorphic_shapes``: symbolic ones, each a ``(treedef,
+        ((shape, dtype, weak_type), ...), static)`` key with shapes such as ``("b", 768)``)."""
         return list(self._plans)
 
     def _name(self) -> str:
@@ -507,7 +566,10 @@ class JaxFunction:
         leaves, treedef = jax.tree_util.tree_flatten((dynamic, kwargs))
         return leaves, treedef, static
 
-    def _compile(self, leaves: Sequence[Any], treedef: Any, static: tuple[Any, ...]) -> tuple[Plan, Any]:
+    def _compile(self, leaves: Sequence[Any], treedef: Any, static: tuple[Any, ...],
+                 symbols: Mapping[str, Any] | None = None) -> tuple[Plan, Any]:
+        """Trace and compile one signature: ``leaves`` are the call's arrays, or ``jax.ShapeDtypeStruct``s
+        with symbolic dimensions (``symbols``: shape polymorphism)."""
         start = time.perf_counter()
 
         def flat(*xs: Any) -> Any:
@@ -519,7 +581,7 @@ class JaxFunction:
 
         closed, out_shape = jax.make_jaxpr(flat, return_shape=True)(*leaves)
         program = flatten(closed)
-        plan = Plan(program, self.request, self._name())
+        plan = Plan(program, self.request, self._name(), symbols)
         signature = tuple(str(v.aval.str_short()) for v in closed.jaxpr.invars)
         report = JaxCompileReport(
             function=getattr(self.fn, "__name__", "fn"), signature=signature, ops=len(program.steps),
@@ -527,17 +589,15 @@ class JaxFunction:
             xla_stages=sum(isinstance(s, XlaStage) for s in plan.stages),
             fallback_primitives=tuple(plan.fallbacks), failed_kernels=plan.failed,
             seconds=time.perf_counter() - start,
-            stages=tuple(s for s in plan.stages if isinstance(s, KernelStage)))
+            stages=tuple(s for s in plan.stages if isinstance(s, KernelStage)), symbols=tuple(symbols or ()))
         with _reports_lock:
             _reports.append(report)
         log.debug("pbsdk: %s", report)
         return plan, jax.tree_util.tree_structure(out_shape)
 
-    def _plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Plan, Any, list[Any]] | None:
-        """The plan of this signature (compiled on first use), its output structure and the call's leaves;
-        None beyond ``max_signatures``."""
-        leaves, treedef, static = self._split(args, kwargs)
-        key = (treedef, tuple(_leaf_key(x) for x in leaves), static)
+    def _compiled(self, key: Any, compile: Callable[[], tuple[Plan, Any]]) -> tuple[Plan, Any] | None:
+        """The plan of signature ``key``, compiled (once, under the lock) on first use; None beyond
+        ``max_signatures``."""
         found = self._plans.get(key)
         if found is None:
             with self._lock:
@@ -549,9 +609,69 @@ class JaxFunction:
                         self._xla = jax.jit(self.fn, static_argnums=self.static_argnums)
                     return None
                 if found is None:
-                    found = self._compile(leaves, treedef, static)
+                    found = compile()
                     self._plans[key] = found
-        return found[0], found[1], leaves
+        return found
+
+    def _plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]
+              ) -> tuple[Plan, Any, list[Any], Mapping[str, int] | None] | None:
+        """The plan of this signature (compiled on first use), its output structure, the call's leaves and
+        the dimension variables' values (a symbolic plan); None beyond ``max_signatures``."""
+        leaves, treedef, static = self._split(args, kwargs)
+        key = (treedef, tuple(_leaf_key(x) for x in leaves), static)
+        if self.polymorphic_shapes is not None:
+            bound = self._bound.get(key)
+            if bound is None:
+                bound = self.polymorphic(args, kwargs, leaves, treedef, static, key)
+                if bound is None:
+                    return None
+            return bound[0], bound[1], leaves, bound[2]
+        found = self._compiled(key, lambda: self._compile(leaves, treedef, static))
+        return None if found is None else (found[0], found[1], leaves, None)
+
+    def polymorphic(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any], treedef: Any,
+                    static: tuple[Any, ...], key: Any) -> tuple[Plan, Any, dict[str, int]] | None:
+        """A new concrete signature of a function with ``polymorphic_shapes``: its leaves' symbolic shapes
+        (JAX's ``symbolic_args_specs``), the dimension variables bound from the arguments (a variable met twice
+        with two values, or a static size that differs from the spec, is an `ArgumentError`), then the plan
+        of the symbolic signature, traced and compiled on its first call. Where the symbolic trace or
+        compile fails (the function needs a size's value, a size not linear in the variables), or the target
+        has no dynamic shapes, the signature is compiled per concrete shape (logged once)."""
+        what = f"pbsdk.jax.jit({self._name()})"
+        specs = symbolic_leaves(self.polymorphic_shapes, args, kwargs, self.static_argnums, leaves, what=what)
+        what = f"{what} with polymorphic_shapes={self.polymorphic_shapes!r} (arguments flattened)"
+        try:
+            declared = declared_shapes(specs)
+        except UnsupportedError as exc:
+            self._per_shape(f"polymorphic_shapes {self.polymorphic_shapes!r}: {exc.reason}")
+            declared = None
+        sizes = bind_call(declared, leaves, what=what) if declared is not None else {}
+        found = None
+        if self.per_shape is None and declared is not None:
+            skey = (treedef, tuple((shape, s.dtype, s.weak_type) for shape, s in zip(declared, specs)), static)
+            symbols = symbols_of(specs)
+            try:
+                found = self._compiled(skey, lambda: self._compile(specs, treedef, static, symbols))
+            except Exception as exc:  # noqa: BLE001 - the symbolic trace or plan failed: per concrete shape
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                self._per_shape(f"tracing with symbolic sizes failed: {type(exc).__name__}: {first}")
+            else:
+                if found is None:
+                    return None
+        if found is None:
+            found = self._compiled(key, lambda: self._compile(leaves, treedef, static))
+            if found is None:
+                return None
+        bound = (found[0], found[1], sizes)
+        if len(self._bound) >= self.BOUND:
+            self._bound.clear()
+        self._bound[key] = bound
+        return bound
+
+    def _per_shape(self, why: str) -> None:
+        if self.per_shape is None:
+            self.per_shape = why
+            log.warning("pbsdk: %s: %s; compiled per concrete shape", self._name(), why)
 
     def _graphs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Graph]:
         found = self._plan(args, kwargs)
@@ -560,28 +680,47 @@ class JaxFunction:
         return [s.graph for s in found[0].stages if isinstance(s, KernelStage)]
 
     def lower(self, *args: Any, **kwargs: Any) -> list[str]:
-        """The MLIR (linalg on tensors) of each pbsdk kernel this function compiles to for these arguments."""
+        """The MLIR (linalg on tensors) of each pbsdk kernel this function compiles to for these arguments
+        (with ``polymorphic_shapes``: the symbolic signature's kernels, ``?`` where a size is symbolic)."""
         return [emit_graph(g, func_name=f"{self._name()}_k{i}", spec=self.request.spec, options=self.request.options,
                            forms=self.request.target.attention_forms)
                 for i, g in enumerate(self._graphs(args, kwargs))]
 
     def explain(self, *args: Any, **kwargs: Any) -> str:
         """The planner's decisions for each contraction, convolution route and attention in this function's
-        kernels, as text."""
+        kernels, as text. With ``polymorphic_shapes``, a first line names the signature and its dimension
+        variables (or why it is compiled per shape), and a contraction with a symbolic size shows its size
+        buckets (`pbsdk.core.plan.explain.explain_dynamic_contractions`)."""
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
         from pbsdk.core.plan import explain_graph, format_plan
-        from pbsdk.core.plan.explain import explain_conv_routes
+        from pbsdk.core.plan.explain import explain_conv_routes, explain_dynamic_contractions
 
         spec, options = self.request.spec, self.request.options
         forms = self.request.target.attention_forms
         text = []
-        for i, graph in enumerate(self._graphs(args, kwargs)):
+        graphs = self._graphs(args, kwargs)
+        if self.polymorphic_shapes is not None:
+            text.append(self._polymorphic_header(args, kwargs))
+        for i, graph in enumerate(graphs):
             inside = fused_nodes(graph, spec, options, forms)  # matmuls a fused attention kernel replaced
             text += [f"kernel {i}: " + format_plan(title, plan) for title, plan in explain_graph(graph, spec, options)
                      if int(title.split()[0][1:]) not in inside]
+            text += [f"kernel {i}: " + line for line in explain_dynamic_contractions(graph, spec, options)
+                     if int(line.split()[0][1:]) not in inside]
             text += [f"kernel {i}: " + line for line in explain_conv_routes(graph, spec, options)]
             text += [f"kernel {i}: " + line for line in explain_attention(graph, spec, options, forms)]
         return "\n".join(text) or "no contractions"
+
+    def _polymorphic_header(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        found = self._plan(args, kwargs)
+        assert found is not None
+        plan, sizes = found[0], found[3] or {}
+        signature = ", ".join(str(plan.program.avals[r].str_short()) for r in plan.program.inputs)
+        values = ", ".join(f"{k} = {v}" for k, v in sorted(sizes.items()))
+        if self.per_shape is not None:
+            return f"signature ({signature}): {self.per_shape} (this call: {values})"
+        return (f"signature ({signature}): dimension variables {', '.join(sorted(sizes))} symbolic, one kernel set "
+                f"for every value (this call: {values})")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves((args, kwargs))):
@@ -591,8 +730,8 @@ class JaxFunction:
         found = self._plan(args, kwargs)
         if found is None:
             return self._xla(*args, **kwargs)
-        plan, out_tree, leaves = found
-        outs = plan(leaves)
+        plan, out_tree, leaves, sizes = found
+        outs = plan(leaves, sizes)
         if self.output == "jax":
             outs = [o if isinstance(o, jax.Array) else jax.numpy.asarray(o) for o in outs]
         return jax.tree_util.tree_unflatten(out_tree, outs)
@@ -600,7 +739,7 @@ class JaxFunction:
 
 def jit(fn: Callable[..., Any] | None = None, *, target: str | Target = "cpu", spec: str | ChipSpec | None = None,
         options: Mapping[str, Any] | None = None, max_signatures: int = 8, output: str = "jax",
-        static_argnums: int | Sequence[int] = ()) -> Any:
+        static_argnums: int | Sequence[int] = (), polymorphic_shapes: Any = None) -> Any:
     """Compile a JAX function with pbsdk, like ``jax.jit``: traced per input signature and cached.
 
     ``target``/``spec``/``options`` are those of `pbsdk.jit` (``options``: pbsdk pipeline options).
@@ -608,8 +747,13 @@ def jit(fn: Callable[..., Any] | None = None, *, target: str | Target = "cpu", s
     ``max_signatures``: signatures compiled before further ones go to ``jax.jit``. ``output``: ``"jax"``
     returns ``jax.Array``s, ``"numpy"`` returns the kernels' numpy arrays without a copy.
     ``static_argnums``: positional arguments that are Python values (hashable) baked into the trace and
-    part of the signature, as in ``jax.jit``. Usable bare
-    (``@pbsdk.jax.jit``) or with arguments.
+    part of the signature, as in ``jax.jit``.
+    ``polymorphic_shapes``: shape polymorphism, as ``jax.export.symbolic_args_specs``'s ``shapes_specs``
+    (jax2tf's ``polymorphic_shapes``): one string for all positional arguments or one entry per positional
+    argument, e.g. ``["(b, 768)", None]``; the function is traced once with those symbolic dimensions and its
+    kernels run every value of them (targets with ``Target.dynamic_shapes``; others compile per concrete
+    shape, logged). A dimension variable met twice with two values is an `ArgumentError`. Default None:
+    one compile per concrete signature. Usable bare (``@pbsdk.jax.jit``) or with arguments.
     """
     if not isinstance(max_signatures, int) or max_signatures < 0:
         raise PbsdkError(f"pbsdk.jax.jit: max_signatures must be an int >= 0, got {max_signatures!r}")
@@ -619,8 +763,9 @@ def jit(fn: Callable[..., Any] | None = None, *, target: str | Target = "cpu", s
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
     if any(not isinstance(i, int) or i < 0 for i in static):
         raise PbsdkError(f"pbsdk.jax.jit: static_argnums must be non-negative ints, got {static_argnums!r}")
+    poly = check_spec(polymorphic_shapes)
 
     def wrap(f: Callable[..., Any]) -> JaxFunction:
         return JaxFunction(f, resolve(target, spec, options), max_signatures=max_signatures, output=output,
-                           static_argnums=static)
+                           static_argnums=static, polymorphic_shapes=poly)
     return wrap(fn) if fn is not None else wrap
