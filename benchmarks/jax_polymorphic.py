@@ -90,8 +90,8 @@ def measure(names: list[str], sizes: list[int], rounds: int, budget: float) -> d
             static(*args)
             calls = max(1, min(5000, int(budget / max(time.thread_time() - t0, 1e-6))))
             raw = {"poly kernel": _kernel_pointers(poly, args), "static kernel": _kernel_pointers(static, args)}
-            contenders: dict[str, Callable[[], Any]] = {"poly": lambda p=poly: p(*args),
-                                                        "static": lambda s=static: s(*args)}
+            contenders: dict[str, Callable[[], Any]] = {"poly": lambda p=poly, a=args: p(*a),
+                                                        "static": lambda s=static, a=args: s(*a)}
             if all(raw.values()):
                 for key, (kernel, pointers, _) in raw.items():  # type: ignore[misc]
                     contenders[key] = lambda k=kernel, p=pointers: k.executable.run_pointers(p)
@@ -123,8 +123,8 @@ def measure(names: list[str], sizes: list[int], rounds: int, budget: float) -> d
 def table(result: dict[str, Any]) -> str:
     lines = [(f"CPU: {result['cpu']}. 1 thread, f32; thread CPU time per call, median of {result['rounds']} "
               "interleaved rounds; ratio = polymorphic / static (per-round ratios' min-max)."), "",
-             "| function (the polymorphic size) | size | kernel poly us | kernel static us | kernel ratio (min-max) "
-             "| call ratio (min-max) | load |", "|---|---|---|---|---|---|---|"]
+             ("| function (the polymorphic size) | size | kernel poly us | kernel static us | kernel ratio (min-max) "
+              "| call ratio (min-max) | load |"), "|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         if "size" not in r:
             continue
