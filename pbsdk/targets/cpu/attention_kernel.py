@@ -887,25 +887,48 @@ class _KeysPart(_Part):
             assert self.moff is not None
             self.mrow = ix.add(self.moff, self.mul(i, a.mask.row_stride))
         nov = len(self.chunks(a.dv))
-        with loop(c(0), self.kend, c(L), [self.vninf, self.vzero] + [self.vzero] * nov) as kl:
+        full = ix.mul(ix.divui(self.kend, L), L)
+        with loop(c(0), full, c(L), [self.vninf, self.vzero] + [self.vzero] * nov) as kl:
             scf.YieldOp(self.key_vector(kl.induction_variable, *kl.inner_iter_args))
-        self.store_row(ix.add(ix.mul(beta, a.sq * a.dv), ix.mul(i, a.dv)), kl.results[1], list(kl.results[2:]))
+        # The last keys (fewer than a vector; none, or a loop LLVM drops, where the key length is a multiple):
+        # only theirs are dot products (a short dynamic length would otherwise pay a whole vector's).
+        with loop(full, self.kend, c(L), list(kl.results)) as tl:
+            scf.YieldOp(self.key_vector(tl.induction_variable, *tl.inner_iter_args, tail=True))
+        self.store_row(ix.add(ix.mul(beta, a.sq * a.dv), ix.mul(i, a.dv)), tl.results[1], list(tl.results[2:]))
 
-    def key_vector(self, j0: ir.Value, m: ir.Value, lsum: ir.Value, *outs: ir.Value) -> list[ir.Value]:
-        """One online-softmax step over keys ``j0 .. j0 + lanes``; returns the new max, sum and O."""
+    def dot(self, k: ir.Value) -> ir.Value:
+        """Q's row times key ``k``'s, lane-wise (d along the lanes; `fold_sums` adds the lanes)."""
+        a, ix = self.a, self.ix
+        krow = ix.add(self.koff, self.mul(k, a.k.row_stride))
+        acc = None
+        for qv, (c0, n) in zip(self.qv, self.chunks(a.d)):
+            kv = self.row(self.flat["K"], ix.add(krow, self.size(c0 * a.k.col_stride)), a.k.col_stride, n, a.dtype)
+            acc = arith.mulf(qv, kv) if acc is None else vector.fma(qv, kv, acc)
+        assert acc is not None
+        return acc
+
+    def key_vector(self, j0: ir.Value, m: ir.Value, lsum: ir.Value, *outs: ir.Value,
+                   tail: bool = False) -> list[ir.Value]:
+        """One online-softmax step over keys ``j0 .. j0 + lanes`` (``tail``: the last, partial one, whose keys
+        past the end take no dot product and re-read the last key's values with probability 0); returns the new
+        max, sum and O."""
         a, ix = self.a, self.ix
         c, L = ix.c, a.lanes
-        last = ix.sub(self.kend, c(1))
-        keys = [ix.min(ix.add(j0, c(kk)), last) for kk in range(L)]  # in bounds; past the end masked below
-        dots = []
-        for k in keys:
-            krow = ix.add(self.koff, self.mul(k, a.k.row_stride))
-            acc = None
-            for qv, (c0, n) in zip(self.qv, self.chunks(a.d)):
-                kv = self.row(self.flat["K"], ix.add(krow, self.size(c0 * a.k.col_stride)), a.k.col_stride, n, a.dtype)
-                acc = arith.mulf(qv, kv) if acc is None else vector.fma(qv, kv, acc)
-            assert acc is not None
-            dots.append(acc)
+        if not tail:
+            keys = [ix.add(j0, c(kk)) for kk in range(L)]
+            dots = [self.dot(k) for k in keys]
+        else:
+            last = ix.sub(self.kend, c(1))
+            keys = [ix.min(ix.add(j0, c(kk)), last) for kk in range(L)]
+            dots = []
+            for kk, k in enumerate(keys):
+                inside = arith.cmpi(arith.CmpIPredicate.slt, ix.add(j0, c(kk)), self.kend)
+                branch = scf.IfOp(inside, [self.vt], has_else=True)
+                with ir.InsertionPoint(branch.then_block):
+                    scf.YieldOp([self.dot(k)])
+                with ir.InsertionPoint(branch.else_block):
+                    scf.YieldOp([self.vzero])
+                dots.append(branch.result)
         s = fold_sums(dots, L)
         if a.mask is not None:
             mv = self.mask_keys(j0)
