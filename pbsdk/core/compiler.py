@@ -93,7 +93,7 @@ def _result_dims(module: ir.Module, func: Any, arguments: Sequence[tuple[Shape, 
     """The results' dynamic sizes as expressions of the arguments' (`pbsdk.core.dims`), found by asking
     MLIR to reify each ``tensor.dim`` of a result in terms of the function's operands (upstream
     ``resolve-ranked-shaped-type-result-dims``) on a copy of the module. A size that is not an argument's
-    size plus or times a constant (a data-dependent size) is a `DynamicShapeError`."""
+    size, a sum or product of such sizes (a data-dependent size) is a `DynamicShapeError`."""
     from mlir import passmanager
     from mlir.dialects import arith, tensor
 
@@ -137,16 +137,8 @@ def _result_dims(module: ir.Module, func: Any, arguments: Sequence[tuple[Shape, 
             x, y = (expression(o) for o in op.operands)
             if x is None or y is None:
                 return None
-            if op.name == "arith.muli":
-                if x.coeffs and y.coeffs:
-                    return None
-                scale, form = (x.const, y) if not x.coeffs else (y.const, x)
-                return Dim(tuple((s, c * scale) for s, c in form.coeffs if c * scale), form.const * scale)
-            sign = 1 if op.name == "arith.addi" else -1
-            coeffs = dict(x.coeffs)
-            for sym, c in y.coeffs:
-                coeffs[sym] = coeffs.get(sym, 0) + sign * c
-            return Dim(tuple(sorted((s_, c) for s_, c in coeffs.items() if c)), x.const + sign * y.const)
+            form = x * y if op.name == "arith.muli" else x + y if op.name == "arith.addi" else x - y
+            return form if isinstance(form, Dim) else Dim((), form)
         return None
 
     shapes = [list(shape) for shape, _ in outputs]

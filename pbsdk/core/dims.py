@@ -1,8 +1,9 @@
 """Symbolic dimensions: a kernel's shapes where some sizes are known only at call time.
 
 A dimension in a kernel's signature (`pbsdk.core.target.Artifact.inputs`/``outputs``) is an ``int`` (static)
-or a `Dim` expression string (dynamic): a linear form over named symbols with integer coefficients,
-``"s0"``, ``"s0 + 1"``, ``"2*s0 - 3"``. A call binds the symbols from the inputs' shapes (`bind`: a
+or a `Dim` expression string (dynamic): a sum of named symbols, or products of them, with integer
+coefficients, ``"s0"``, ``"s0 + 1"``, ``"2*s0 - 3"``, ``"64*b*s"`` (a batch times a length: the rows of a
+``(b, s, 64)`` tensor flattened). A call binds the symbols from the inputs' shapes (`bind`: a
 symbol met twice must have one value) and evaluates every other expression from them (`evaluate`): the
 outputs' shapes and the sizes the entry takes (`pbsdk.core.passes.dynamic_sizes`). Pure Python, no MLIR.
 """
@@ -18,12 +19,20 @@ from pbsdk.core.errors import ArgumentError
 
 Shape = tuple["int | str", ...]
 
-_TERM = re.compile(r"\s*([+-])?\s*(?:(\d+)\s*\*\s*)?([A-Za-z_][\w.]*|\d+)\s*")
+_SYMBOL = r"[A-Za-z_][\w.]*"
+_TERM = re.compile(rf"\s*([+-])?\s*(?:(\d+)\s*\*\s*)?({_SYMBOL}(?:\s*\*\s*{_SYMBOL})*|\d+)\s*")
+
+
+def _monomial(factors: Sequence[str]) -> str:
+    """The key of a product of symbols: its factors sorted, joined by ``*`` (``"b*s"``, ``"s*s"``)."""
+    return "*".join(sorted(factors))
 
 
 @dataclasses.dataclass(frozen=True)
 class Dim:
-    """``sum(coeff * symbol) + const``, parsed from and printed as its string form."""
+    """``sum(coeff * term) + const``, parsed from and printed as its string form. A term is a symbol or a
+    product of symbols (``"b*s"``: its factors sorted, joined by ``*``); a form whose terms are all single
+    symbols is `linear` (what sizes read from one input dimension, or a cache grown by a step, are)."""
 
     coeffs: tuple[tuple[str, int], ...]
     const: int = 0
@@ -46,20 +55,39 @@ class Dim:
                     raise ValueError(f"malformed dimension expression {text!r}: a product of numbers")
                 const += sign * int(atom)
             else:
+                atom = _monomial([f.strip() for f in atom.split("*")])
                 coeffs[atom] = coeffs.get(atom, 0) + sign * factor
             pos = match.end()
         return cls(tuple(sorted((s, c) for s, c in coeffs.items() if c)), const)
 
     @property
     def symbols(self) -> tuple[str, ...]:
-        return tuple(s for s, _ in self.coeffs)
+        """The symbols the form names, each once, in the order of its terms."""
+        return tuple(dict.fromkeys(f for term, _ in self.coeffs for f in term.split("*")))
+
+    @property
+    def linear(self) -> bool:
+        """Whether every term is a single symbol (no product of symbols)."""
+        return all("*" not in term for term, _ in self.coeffs)
+
+    @property
+    def symbol(self) -> str | None:
+        """The symbol when the form is that symbol alone (``s``, not ``s + 1``, ``2*s`` or ``b*s``)."""
+        if self.const or len(self.coeffs) != 1 or self.coeffs[0][1] != 1 or "*" in self.coeffs[0][0]:
+            return None
+        return self.coeffs[0][0]
 
     def evaluate(self, env: Mapping[str, int]) -> int:
-        return sum(c * env[s] for s, c in self.coeffs) + self.const
+        total = self.const
+        for term, c in self.coeffs:
+            for f in term.split("*"):
+                c *= env[f]
+            total += c
+        return total
 
-    # Sizes in shape arithmetic (a converter's ``n + 1``, ``2 * n``): a linear form stays one, a form with
-    # no symbol left is an int. Anything else (a product of symbols, a division, an ordering, ``int()``) is
-    # a TypeError: the caller cannot handle a size known only at run time.
+    # Sizes in shape arithmetic (a converter's ``n + 1``, ``2 * n``, ``b * s``): a form stays one, a form
+    # with no symbol left is an int. Anything else (an inexact division, an ordering, ``int()``) is a
+    # TypeError: the caller cannot handle a size known only at run time.
     @staticmethod
     def _form(x: object) -> Dim | None:
         if isinstance(x, Dim):
@@ -97,33 +125,80 @@ class Dim:
         return NotImplemented if form is None else form + (-self)
 
     def __mul__(self, other: object) -> int | Dim:
+        if isinstance(other, Dim):  # a product of forms: each term of one times each of the other
+            coeffs: dict[str, int] = {}
+            const = self.const * other.const
+            for (ta, ca), (tb, cb) in (*((a, b) for a in self.coeffs for b in other.coeffs),
+                                       *((a, ("", other.const)) for a in self.coeffs),
+                                       *((("", self.const), b) for b in other.coeffs)):
+                term = _monomial([f for f in (*ta.split("*"), *tb.split("*")) if f])
+                coeffs[term] = coeffs.get(term, 0) + ca * cb
+            return Dim.of(coeffs, const)
         if not isinstance(other, int) or isinstance(other, bool):
             return NotImplemented
         return Dim.of({s: c * other for s, c in self.coeffs}, self.const * other)
 
     __rmul__ = __mul__
 
-    def __mod__(self, other: object) -> int:
-        """0 when every coefficient and the constant are multiples of ``other`` (so the form is, whatever
-        the symbols); a TypeError when that depends on the symbols' values."""
+    def _quotient(self, other: object) -> int | Dim | None:
+        """The exact quotient by ``other`` (an int, or a form of one term: ``64*b*s``) when it exists for
+        every value of the symbols; None when it depends on them; NotImplemented for other types."""
+        if isinstance(other, Dim):
+            if len(other.coeffs) != 1 or other.const:
+                return None
+            (term, c), = other.coeffs
+            factors = term.split("*")
+            coeffs: dict[str, int] = {}
+            for t, k in self.coeffs:
+                rest = t.split("*")
+                for f in factors:
+                    if f not in rest:
+                        return None
+                    rest.remove(f)
+                if k % c:
+                    return None
+                coeffs[_monomial(rest)] = coeffs.get(_monomial(rest), 0) + k // c
+            if self.const:
+                return None
+            const = coeffs.pop("", 0)
+            return Dim.of(coeffs, const)
         if not isinstance(other, int) or isinstance(other, bool) or other == 0:
             return NotImplemented
         if all(c % other == 0 for _, c in self.coeffs) and self.const % other == 0:
-            return 0
-        raise TypeError(f"{self} % {other} depends on the values of {', '.join(self.symbols)}")
+            return Dim.of({s: c // other for s, c in self.coeffs}, self.const // other)
+        return None
+
+    def __mod__(self, other: object) -> int:
+        """0 when the form is a multiple of ``other`` (an int, or a form of one term) whatever the symbols;
+        a TypeError when that depends on the symbols' values."""
+        q = self._quotient(other)
+        if q is NotImplemented:
+            return NotImplemented
+        if q is None:
+            raise TypeError(f"{self} % {other} depends on the values of {', '.join(self.symbols)}")
+        return 0
+
+    def __rmod__(self, other: object) -> int:
+        form = Dim._form(other)
+        return NotImplemented if form is None else form % self
 
     def __floordiv__(self, other: object) -> int | Dim:
         """The exact quotient by ``other`` (see `__mod__`)."""
-        if not isinstance(other, int) or isinstance(other, bool) or other == 0:
+        q = self._quotient(other)
+        if q is NotImplemented:
             return NotImplemented
-        if self % other:
+        if q is None:
             raise TypeError(f"{self} // {other} is not exact")
-        return Dim.of({s: c // other for s, c in self.coeffs}, self.const // other)
+        return q
+
+    def __rfloordiv__(self, other: object) -> int | Dim:
+        form = Dim._form(other)
+        return NotImplemented if form is None else form // self
 
     def __str__(self) -> str:
         parts = []
         for s, c in self.coeffs:
-            term = s if abs(c) == 1 else f"{abs(c)}*{s}"
+            term = s if abs(c) == 1 else f"{abs(c)}*{s}"  # a product's factors are joined by * already
             parts.append(("- " if c < 0 else "+ ") + term)
         if self.const or not parts:
             parts.append(("- " if self.const < 0 else "+ ") + str(abs(self.const)))
@@ -168,11 +243,10 @@ def bind(declared: Sequence[Sequence[int | str]], shapes: Sequence[Sequence[int]
         for d, n in zip(want, got):
             if isinstance(d, str):
                 parsed = Dim.parse(d)
-                if parsed.const == 0 and len(parsed.coeffs) == 1 and parsed.coeffs[0][1] == 1:
-                    sym = parsed.coeffs[0][0]
-                    if env.setdefault(sym, int(n)) != int(n):
-                        raise ArgumentError(f"{what}: argument {i} has shape {tuple(got)}, but {sym} is "
-                                            f"{env[sym]} in an earlier argument")
+                sym = parsed.symbol
+                if sym is not None and env.setdefault(sym, int(n)) != int(n):
+                    raise ArgumentError(f"{what}: argument {i} has shape {tuple(got)}, but {sym} is "
+                                        f"{env[sym]} in an earlier argument")
     for i, (want, got) in enumerate(zip(declared, shapes)):
         for d, n in zip(want, got):
             try:
@@ -209,10 +283,10 @@ class Signature:
         for i, shape in enumerate(self.inputs):
             for d, n in enumerate(shape):
                 form = Dim.parse(n) if isinstance(n, str) else None
-                lone = form is not None and form.const == 0 and len(form.coeffs) == 1 and form.coeffs[0][1] == 1
-                if lone and form is not None and form.coeffs[0][0] not in seen:
-                    seen.add(form.coeffs[0][0])
-                    self._binds.append((i, d, form.coeffs[0][0]))
+                lone = form.symbol if form is not None else None
+                if lone is not None and lone not in seen:
+                    seen.add(lone)
+                    self._binds.append((i, d, lone))
                 else:
                     self._checks.append((i, d, form if form is not None else int(n)))
         self._outputs = [[Dim.parse(n) if isinstance(n, str) else int(n) for n in shape] for shape in outputs]

@@ -23,9 +23,11 @@ import ml_dtypes
 import numpy as np
 
 from pbsdk import ops
+from pbsdk.core.dims import Dim
 from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.frontends.registry import registrar
 from pbsdk.frontends.tracing import Tensor
+from pbsdk.onnx import symbolic
 
 #: ONNX TensorProto element types pbsdk can carry: numpy dtype and the graph dtype that carries it.
 ELEM_TYPES: dict[int, tuple[Any, str]] = {
@@ -103,6 +105,8 @@ def tensor(x: Value, dtype: str | None = None) -> Tensor:
     if x is None:
         raise UnsupportedError("an omitted input is needed here")
     array = np.asarray(x)
+    if symbolic.is_symbolic(array):  # sizes read as data: each symbol's value read by the kernel
+        return _sizes_as_data(array, dtype or "f64")
     if array.dtype.name in ("float16", "float32", "float64", "bfloat16"):
         carried = {"float16": "f16", "float32": "f32", "float64": "f64", "bfloat16": "bf16"}[array.dtype.name]
     elif is_integer(array.dtype):
@@ -118,6 +122,14 @@ def tensor(x: Value, dtype: str | None = None) -> Tensor:
     return ops.astype(t, dtype) if dtype and dtype != carried else t
 
 
+def _sizes_as_data(array: np.ndarray, dtype: str) -> Tensor:
+    """A shape value (ints and `Dim`s, `pbsdk.onnx.symbolic`) as a ``dtype`` tensor of its sizes."""
+    parts = [ops.reshape(ops.size_value(v, dtype), (1,)) if isinstance(v, Dim) else
+             ops._const(np.asarray([float(v)]), dtype) for v in array.reshape(-1)]
+    flat = ops.concatenate(parts, axis=0) if len(parts) > 1 else parts[0]
+    return ops.reshape(flat, array.shape)
+
+
 def known(x: Value, what: str) -> np.ndarray:
     """The value of an input that must be known at import (a shape, axes, pads...)."""
     if isinstance(x, Tensor):
@@ -129,7 +141,16 @@ def known(x: Value, what: str) -> np.ndarray:
 
 
 def ints(x: Value, what: str) -> list[int]:
-    return [int(v) for v in known(x, what).reshape(-1)]
+    value = known(x, what)
+    if symbolic.is_symbolic(value):
+        raise UnsupportedError(f"{what} depends on the model's symbolic dimensions "
+                               f"({', '.join(map(str, value.reshape(-1)))}); pbsdk needs it static here")
+    return [int(v) for v in value.reshape(-1)]
+
+
+def sizes(x: Value, what: str) -> list[Any]:
+    """Sizes an op takes (a shape, a bound): ints, or `Dim`s where they come from symbolic dimensions."""
+    return symbolic.sizes(known(x, what), what)
 
 
 #: The inputs whose *value* a converter needs at import (`known`, `ints`: a shape, axes, pads, bounds), by op
@@ -366,7 +387,8 @@ def _cast(node: NodeInfo, x: Value, like: Value = None) -> Any:
     if to is None:
         raise UnsupportedError("the target element type is unknown")
     dtype = carrier(to, node.op_type)
-    if not isinstance(x, Tensor) and x is not None:  # CastLike of a known value to a run-time tensor's type
+    if not isinstance(x, Tensor) and x is not None and not symbolic.is_symbolic(np.asarray(x)):
+        # CastLike of a known value to a run-time tensor's type
         return np.asarray(x).astype(ELEM_TYPES[to][0])
     t = tensor(x)
     source = node.in_elem(0)
@@ -883,10 +905,10 @@ def _cumsum(node: NodeInfo, x: Value, axis: Value) -> Tensor:
 
 @converts("Reshape")
 def _reshape(node: NodeInfo, x: Value, shape: Value = None) -> Tensor:
-    target = ints(shape, "Reshape's shape") if node.opset >= 5 else list(node.attr("shape"))
+    target = sizes(shape, "Reshape's shape") if node.opset >= 5 else list(node.attr("shape"))
     src = _shape(x)
     if not node.attr("allowzero", 0):
-        target = [src[i] if d == 0 else d for i, d in enumerate(target)]
+        target = [src[i] if isinstance(d, int) and d == 0 else d for i, d in enumerate(target)]
     return ops.reshape(tensor(x), tuple(target))
 
 
@@ -957,13 +979,16 @@ def _slice(node: NodeInfo, x: Value, starts: Value = None, ends: Value = None, a
         st, en, ax = list(node.attr("starts")), list(node.attr("ends")), node.attr("axes")
         sp = [1] * len(st)
     else:
-        st, en = ints(starts, "Slice's starts"), ints(ends, "Slice's ends")
+        st, en = sizes(starts, "Slice's starts"), sizes(ends, "Slice's ends")
         ax = ints(axes, "Slice's axes") if axes is not None else None
         sp = ints(steps, "Slice's steps") if steps is not None else [1] * len(st)
     ax = list(range(len(st))) if ax is None else list(ax)
     for a, s, e, step in zip(ax, st, en, sp):
         a %= t.ndim
         n = t.shape[a]
+        if any(isinstance(v, Dim) for v in (n, s, e)):
+            t = _symbolic_slice(t, a, s, e, step)
+            continue
         idx = range(n)[slice(max(min(s, 2 ** 62), -2 ** 62), max(min(e, 2 ** 62), -2 ** 62), step)]
         if len(idx) == 0:
             raise UnsupportedError(f"Slice gives an empty tensor along axis {a}")
@@ -976,11 +1001,37 @@ def _slice(node: NodeInfo, x: Value, starts: Value = None, ends: Value = None, a
     return t
 
 
+#: A Slice end at least this large means "to the end" (exporters write INT64_MAX or INT32_MAX).
+_TO_THE_END = 2 ** 31 - 1
+
+
+def _symbolic_slice(t: Tensor, axis: int, start: Any, end: Any, step: int) -> Tensor:
+    """Slice along ``axis`` where its size or a bound is a `Dim`: unit steps; a negative int bound counts
+    from the end, a huge one is the end; a bound the symbols' values decide (an end ``s`` on 64 rows) is a
+    requirement checked at each call (`pbsdk.onnx.symbolic.require`)."""
+    n = t.shape[axis]
+    if step != 1:
+        raise UnsupportedError(f"Slice with step {step} where a size is symbolic ({n}, {start}:{end})")
+    lo = n + start if isinstance(start, int) and start < 0 else start
+    hi = n if isinstance(end, int) and end >= _TO_THE_END else n + end if isinstance(end, int) and end < 0 else end
+    symbolic.require(0, lo, "Slice's start")
+    symbolic.require(hi, n, "Slice's end")
+    symbolic.require(lo + 1, hi, "Slice's non-empty result")
+    return ops.slice(t, axis, lo, hi)
+
+
 def _index_tensor(indices: Value, n: int) -> Any:
     """Gather indices: a known array with negatives wrapped, or a traced one wrapped in the kernel."""
     if isinstance(indices, Tensor):
         return ops._wrapped(ops.astype(indices, "f64"), n)
     idx = np.asarray(indices).astype(np.int64)
+    if isinstance(n, Dim):  # known indices into a symbolic size: in range for every value, or refused
+        if idx.ndim == 0 and int(idx) < 0:
+            return n + int(idx)
+        if (idx < 0).any():
+            raise UnsupportedError(f"negative indices into a symbolic size {n}")
+        symbolic.require(int(idx.max()) + 1, n, "Gather's indices")
+        return idx
     return np.where(idx < 0, idx + n, idx)
 
 
@@ -989,8 +1040,9 @@ def _gather(node: NodeInfo, x: Value, indices: Value) -> Tensor:
     t = tensor(x)
     axis = int(node.attr("axis", 0)) % t.ndim
     idx = _index_tensor(indices, t.shape[axis])
-    if not isinstance(idx, Tensor) and idx.ndim == 0:
-        return ops.reshape(ops.slice(t, axis, int(idx), int(idx) + 1), t.shape[:axis] + t.shape[axis + 1:])
+    if isinstance(idx, Dim) or (not isinstance(idx, Tensor) and idx.ndim == 0):
+        i = idx if isinstance(idx, Dim) else int(idx)
+        return ops.reshape(ops.slice(t, axis, i, i + 1), t.shape[:axis] + t.shape[axis + 1:])
     return ops.take(t, idx, axis=axis)
 
 
@@ -1004,7 +1056,7 @@ def _gather_elements(node: NodeInfo, x: Value, indices: Value) -> Tensor:
 @converts("Expand")
 def _expand(node: NodeInfo, x: Value, shape: Value) -> Tensor:
     t = tensor(x)
-    target = tuple(ints(shape, "Expand's shape"))
+    target = tuple(sizes(shape, "Expand's shape"))
     return ops.broadcast_to(t, ops._broadcast_shape("Expand", t.shape, target))
 
 
@@ -1046,12 +1098,13 @@ def _pad(node: NodeInfo, x: Value, pads: Value = None, value: Value = None, axes
 def _shape_op(node: NodeInfo, x: Value) -> np.ndarray:
     shape = _shape(x)
     start, end = node.attr("start", 0), node.attr("end", None)
-    return np.asarray(shape[slice(start, end)], dtype=np.int64)
+    return symbolic.shape_value(shape[slice(start, end)])
 
 
 @converts("Size")
 def _size(node: NodeInfo, x: Value) -> np.ndarray:
-    return np.asarray(math.prod(_shape(x)), dtype=np.int64)
+    n = math.prod(_shape(x))
+    return symbolic.shape_value([n]).reshape(())
 
 
 @converts("EyeLike")
@@ -1118,7 +1171,7 @@ def check_result(node: NodeInfo, result: Any) -> tuple[Value, ...]:
                     raise PbsdkError(f"the converter gives shape {r.shape}, ONNX shape inference {tuple(t[1])}")
         elif r is not None:
             r = np.asarray(r)
-            if t is not None and t[0] in ELEM_TYPES:
+            if t is not None and t[0] in ELEM_TYPES and not symbolic.is_symbolic(r):
                 r = r.astype(ELEM_TYPES[t[0]][0], copy=False)
         out.append(r)
     return tuple(out)
@@ -1157,8 +1210,32 @@ def convert_node(node: NodeInfo, inputs: Sequence[Value]) -> tuple[Value, ...]:
         raise UnsupportedError(f"{label}: {exc}", op=node.op_type) from exc
 
 
-#: Ops pbsdk only folds at import: their inputs (a shape, range bounds) must be known then.
-FOLDED_ONLY = ("Constant", "ConstantOfShape", "Range")
+#: Ops pbsdk only folds at import: their inputs must be known then.
+FOLDED_ONLY = ("Constant",)
+
+
+@converts("ConstantOfShape")
+def _constant_of_shape(node: NodeInfo, shape: Value) -> Tensor:
+    """A fill of a symbolic shape (a static one is folded at import): the value broadcast to it."""
+    dims = sizes(shape, "ConstantOfShape's input")
+    value = node.attr("value")
+    fill = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)[:1]
+    dtype = carrier(node.out_elem() or 1, "ConstantOfShape")
+    return ops.broadcast_to(tensor(fill.reshape((1,) * len(dims)), dtype), tuple(dims))
+
+
+@converts("Range")
+def _range(node: NodeInfo, start: Value, limit: Value, delta: Value) -> Tensor:
+    """``start, start + 1, ..., limit - 1`` where ``limit`` is a symbolic size (a static Range is folded at
+    import): an iota the kernel sizes from its inputs."""
+    lo, hi, step = (sizes(v, f"Range's {w}")[0] for v, w in ((start, "start"), (limit, "limit"), (delta, "delta")))
+    if step != 1 or isinstance(lo, Dim) or not isinstance(hi, Dim):
+        raise UnsupportedError(f"Range({lo}, {hi}, {step}): only an int start, a symbolic limit and step 1 "
+                               "are compiled")
+    dtype = carrier(node.out_elem() or 1, "Range")
+    symbolic.require(lo + 1, hi, "Range's non-empty result")
+    out = ops.iota(hi - lo, dtype)
+    return ops.add(out, float(lo)) if lo else out
 
 
 def _folded_only(node: NodeInfo, *inputs: Value) -> Value:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.compiler import CompileRequest, resolve
+from pbsdk.core.dims import Dim, is_dynamic
 from pbsdk.core.errors import ArgumentError, OptionsError, PbsdkError, UnsupportedError
 from pbsdk.core.ir.graph import Graph, TensorType
 from pbsdk.core.spec import ChipSpec
@@ -20,6 +21,7 @@ from pbsdk.core.target import Target
 from pbsdk.frontends.jit import JitFunction
 from pbsdk.frontends.logs import configure_from_env
 from pbsdk.frontends.tracing import Tensor, tracing
+from pbsdk.onnx import symbolic
 from pbsdk.onnx.convert import ELEM_TYPES, NodeInfo, carrier, convert_node, is_integer
 from pbsdk.onnx.plan import Plan, Step, plan_steps
 from pbsdk.onnx.specialise import DEFAULT_LIMIT, Specialisations, value_inputs
@@ -146,9 +148,20 @@ def _lift_initializers(model: Any) -> dict[str, np.ndarray]:
     return lifted
 
 
-def _with_static_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], weights: Mapping[str, Any]) -> Any:
+def _declared(value_type: Any) -> tuple[int | str | None, ...] | None:
+    """A tensor type's dimensions as declared: ``dim_value`` ints, ``dim_param`` strs, None where unnamed."""
+    if not value_type.HasField("tensor_type") or not value_type.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in value_type.tensor_type.shape.dim)
+
+
+def _with_static_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], weights: Mapping[str, Any],
+                        symbolic_dims: bool = False) -> Any:
     """A copy of ``model`` whose graph inputs have static shapes (given ones replace dynamic dimensions);
-    ``weights``: the lifted initializers, graph inputs that are not the model's."""
+    ``weights``: the lifted initializers, graph inputs that are not the model's. ``symbolic_dims`` (a target
+    that compiles run-time sizes): dimensions not given stay dynamic, compiled as symbols
+    (`pbsdk.onnx.symbolic`)."""
     onnx = _onnx()
     inits = {i.name for i in model.graph.initializer} | set(weights)
     model = onnx.ModelProto.FromString(model.SerializeToString()) if shapes else model
@@ -171,10 +184,11 @@ def _with_static_inputs(model: Any, shapes: Mapping[str, tuple[int, ...]], weigh
                     raise ArgumentError(f"input_shapes[{inp.name!r}] = {want} contradicts the model's static "
                                         f"dimension {d.dim_value}")
                 d.dim_value = v
-        elif any(not d.HasField("dim_value") for d in dims):
+        elif any(not d.HasField("dim_value") for d in dims) and not symbolic_dims:
             sym = [d.dim_param or "?" for d in dims if not d.HasField("dim_value")]
             raise UnsupportedError(f"input {inp.name!r} has dynamic dimensions ({', '.join(sym)}): pbsdk compiles "
-                                   f"static shapes; give them with input_shapes={{'{inp.name}': (...)}}")
+                                   f"static shapes on this target; give them with input_shapes={{'{inp.name}': (...)}} "
+                                   "(targets that compile run-time sizes, such as cpu, compile them as symbols)")
     return model
 
 
@@ -229,7 +243,7 @@ def _reference_run(node: Any, opsets: Mapping[str, int], inputs: Sequence[Any]) 
     return [np.asarray(v) for v in evaluator.run(None, feeds)]
 
 
-def _prepare(given: Any, options: ImportOptions) -> tuple[Any, dict[str, np.ndarray]]:
+def _prepare(given: Any, options: ImportOptions, symbolic_dims: bool = False) -> tuple[Any, dict[str, np.ndarray]]:
     """The model read, its local functions inlined, its large initializers lifted out (`_lift_initializers`),
     checked and its inputs given static shapes; never the caller's proto."""
     onnx = _onnx()
@@ -246,7 +260,7 @@ def _prepare(given: Any, options: ImportOptions) -> tuple[Any, dict[str, np.ndar
             onnx.checker.check_model(model)
         except onnx.checker.ValidationError as exc:
             raise PbsdkError(f"the ONNX checker rejects the model: {str(exc).splitlines()[0]}") from None
-    return _with_static_inputs(model, options.input_shapes, weights), weights
+    return _with_static_inputs(model, options.input_shapes, weights, symbolic_dims), weights
 
 
 class OnnxModel:
@@ -260,7 +274,7 @@ class OnnxModel:
         self.request = request
         self.options = options
         if _lifted is None:
-            model, weights = _prepare(model, options)
+            model, weights = _prepare(model, options, bool(request.target.dynamic_shapes))
         else:  # a specialisation: a copy of a prepared model, its weights already lifted
             weights = dict(_lifted)
         inits = {i.name for i in model.graph.initializer} | set(weights)
@@ -269,13 +283,23 @@ class OnnxModel:
         self.input_names = [i.name for i in graph.input if i.name not in inits]
         self.output_names = [o.name for o in graph.output]
         in_types = {i.name: _elem_shape(i.type) for i in graph.input if i.name not in inits}
+        declared = {i.name: _declared(i.type) for i in graph.input if i.name not in inits}
+        #: the symbols of the inputs' dynamic dimensions (`pbsdk.onnx.symbolic`); None: static shapes
+        self.symbols: symbolic.Symbols | None = None
+        if any(in_types[n] is not None and in_types[n][1] is None for n in self.input_names):  # type: ignore[index]
+            self.symbols = symbolic.symbols_of({n: declared[n] or () for n in self.input_names})
         self.inputs: list[tuple[str, TensorType, Any]] = []
-        for name in self.input_names:  # tensors of static shapes (`_with_static_inputs`)
+        for name in self.input_names:  # static shapes (`_with_static_inputs`), or symbolic ones
             t = in_types[name]
-            assert t is not None and t[1] is not None
-            self.inputs.append((name, TensorType(t[1], carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
+            assert t is not None
+            shape: Any = t[1] if t[1] is not None else self.symbols.shapes[name]  # type: ignore[union-attr]
+            self.inputs.append((name, TensorType(shape, carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
+        #: sizes the conversion needs of the symbols' values, checked at each call (`pbsdk.onnx.symbolic`)
+        self.requirements: list[symbolic.Requirement] = []
+        self._traced: dict[str, TensorType] = {}  # the traced type of every tensor value (symbolic shapes)
         decision = value_inputs([(n.op_type if (n.domain or "") in ("", "ai.onnx") else "", n.input, n.output)
-                                 for n in graph.node], {n: t.shape for n, t, _ in self.inputs})
+                                 for n in graph.node],
+                                {n: None if is_dynamic(t.shape) else t.shape for n, t, _ in self.inputs})
         #: the inputs the model is compiled per value of (name -> the operand each reaches); empty: one compile
         self.value_inputs: Mapping[str, str] = decision.specialised
         self.refused_value_inputs: Mapping[str, str] = decision.refused
@@ -298,8 +322,10 @@ class OnnxModel:
         self.opset = self.opsets.get("", self.opsets.get("ai.onnx", 1))
         inits_arrays = {i.name: onnx.numpy_helper.to_array(i) for i in graph.initializer} | weights
         types: dict[str, TypeInfo | None] = {}
+        self._declared: dict[str, tuple[int | str | None, ...] | None] = {}
         for v in list(graph.input) + list(graph.value_info) + list(graph.output):
             types[v.name] = _elem_shape(v.type)
+            self._declared[v.name] = _declared(v.type)
         for name in inits_arrays:
             types[name] = None
         self.types = types
@@ -408,34 +434,41 @@ class OnnxModel:
         failures: list[str] = []
         converted: Counter[str] = Counter()
         folded: Counter[str] = Counter()
-        with tracing(graph):
+        with tracing(graph), symbolic.collecting(self.requirements):
             for name, t, _ in self.inputs:
                 if name not in self.known:
                     env[name] = Tensor(graph.add("input", [], t), graph)
+                    self._traced[name] = t
             for i, (node, info) in enumerate(zip(self._nodes, self.infos)):
                 values = [env.get(n) if n else None for n in node.input]
                 try:
+                    results: tuple[Any, ...] | None = None
                     if self._foldable(node, info, values):
-                        try:
-                            results: tuple[Any, ...] = tuple(_reference_run(node, self.opsets, values))
-                        except Exception as exc:  # noqa: BLE001 - the evaluator's own errors: the op cannot fold
-                            raise UnsupportedError(f"{info.op_type} (opset {info.opset}): folding it at import "
-                                                   f"failed: {exc}", op=info.op_type) from None
+                        results = self._fold(node, info, values)
+                    if results is not None:
                         folded[info.op_type] += 1
                     else:
-                        results = convert_node(info, values)
+                        with symbolic.at_node(self._label(node, info)):
+                            results = convert_node(info, values)
                         converted[info.op_type] += 1
                 except UnsupportedError as exc:
                     if not self.options.fallback:
                         failures.append(f"{node.name or '(unnamed)'}: {exc.reason}")
                     fallback.add(i)
-                    results = tuple(self._fresh(graph, name, exc) for name in node.output)
+                    try:
+                        results = tuple(self._fresh(graph, name, exc) for name in node.output)
+                    except UnsupportedError:
+                        if self.options.fallback:
+                            raise
+                        break  # the nodes after it cannot be probed without its outputs: report those so far
                 for name, r in zip(node.output, results):
                     if not name:
                         continue
                     env[name] = r
                     if isinstance(r, np.ndarray) and i not in fallback:
                         self.known[name] = r
+                    elif isinstance(r, Tensor):
+                        self._traced[name] = TensorType(r.shape, r.dtype)
         if failures:
             ops_ = sorted({f"{self.infos[i].op_type} (opset {self.infos[i].opset})" for i in fallback})
             raise UnsupportedError(f"{len(failures)} node(s) of the ONNX model cannot be converted "
@@ -447,19 +480,66 @@ class OnnxModel:
                 raise PbsdkError(f"output {name!r} is not computed by any node")
         return fallback, converted, folded
 
+    def _fold(self, node: Any, info: NodeInfo, values: Sequence[Any]) -> tuple[Any, ...] | None:
+        """A node whose inputs are all known, evaluated at import: by ``onnx.reference``, or, where a value
+        holds symbolic sizes, by `pbsdk.onnx.symbolic.fold` (None: an op that converts such values instead)."""
+        if any(symbolic.is_symbolic(v) for v in values):
+            try:
+                return symbolic.fold(info.op_type, info.opset, info.attrs, values, info.out_elem())
+            except UnsupportedError as exc:
+                raise UnsupportedError(f"{info.op_type} (opset {info.opset}) on symbolic sizes: {exc.reason}",
+                                       op=info.op_type) from None
+            except (TypeError, ValueError, IndexError) as exc:
+                raise UnsupportedError(f"{info.op_type} (opset {info.opset}) on symbolic sizes: {exc}",
+                                       op=info.op_type) from None
+        try:
+            return tuple(_reference_run(node, self.opsets, values))
+        except Exception as exc:  # noqa: BLE001 - the evaluator's own errors: the op cannot fold
+            raise UnsupportedError(f"{info.op_type} (opset {info.opset}): folding it at import "
+                                   f"failed: {exc}", op=info.op_type) from None
+
+    @staticmethod
+    def _label(node: Any, info: NodeInfo) -> str:
+        return f"{info.op_type} node {node.name or '(unnamed)'}"
+
     def _fresh(self, graph: Graph, name: str, why: UnsupportedError) -> Any:
-        """A stand-in input for a fallback node's output (its type from shape inference)."""
+        """A stand-in input for a fallback node's output (its type from shape inference: static, or
+        dimensions that are the inputs' symbols)."""
         if not name:
             return None
         t = self.types.get(name)
-        if t is None or t[1] is None:
-            raise UnsupportedError(f"{why.reason}; and its output {name!r} has no static shape for a fallback")
-        return Tensor(graph.add("input", [], TensorType(t[1], carrier(t[0], name))), graph)
+        shape: tuple[Any, ...] | None = t[1] if t is not None else None
+        if t is not None and shape is None and self.symbols is not None:
+            shape = self._symbolic_shape(name)
+        if t is None or shape is None:
+            raise UnsupportedError(f"{why.reason}; and its output {name!r} has no static shape for a fallback"
+                                   + (" (nor one of the inputs' symbolic dimensions)" if self.symbols else ""))
+        tt = TensorType(shape, carrier(t[0], name))
+        self._traced[name] = tt
+        return Tensor(graph.add("input", [], tt), graph)
+
+    def _symbolic_shape(self, name: str) -> tuple[Any, ...] | None:
+        """The shape shape inference declares for ``name`` where each dynamic dimension is a ``dim_param`` of
+        the inputs (their symbol); None where one is not."""
+        assert self.symbols is not None
+        by_param = {param: sym for sym, param in self.symbols.names.items()}
+        out: list[Any] = []
+        for d in self._declared.get(name) or ():
+            if isinstance(d, int):
+                out.append(d)
+            elif d in by_param:
+                out.append(Dim(((by_param[d], 1),)))
+            else:
+                return None
+        return tuple(out) if self._declared.get(name) is not None else None
 
     def _jit(self, step: Step) -> tuple[JitFunction | None, tuple[TensorType, ...], list[str]]:
         """The kernel of a compiled step: its traced inputs, and which of its outputs it computes."""
         sig = []
         for name in step.inputs:
+            if self.symbols is not None:  # the types traced at import: symbolic sizes where they are
+                sig.append(self._traced[name])
+                continue
             t = self.types.get(name)
             assert t is not None and t[1] is not None, name
             sig.append(TensorType(t[1], carrier(t[0], name)))
@@ -471,11 +551,13 @@ class OnnxModel:
         def fn(*args: Tensor) -> tuple[Tensor, ...]:
             env: dict[str, Any] = dict(self.known)
             env.update(zip(step.inputs, args))
-            for node, info in nodes:
-                if all(not o or o in self.known for o in node.output):
-                    continue
-                results = convert_node(info, [env.get(n) if n else None for n in node.input])
-                env.update((o, r) for o, r in zip(node.output, results) if o)
+            with symbolic.collecting(self.requirements):
+                for node, info in nodes:
+                    if all(not o or o in self.known for o in node.output):
+                        continue
+                    with symbolic.at_node(self._label(node, info)):
+                        results = convert_node(info, [env.get(n) if n else None for n in node.input])
+                    env.update((o, r) for o, r in zip(node.output, results) if o)
             return tuple(env[n] for n in computed)
 
         fn.__name__ = self.name
@@ -495,10 +577,14 @@ class OnnxModel:
         out = {}
         for a, (name, t, np_dtype) in zip(args, self.inputs):
             a = np.asarray(a)
-            if a.shape != t.shape or a.dtype != np_dtype:
+            if (a.shape != t.shape and self.symbols is None) or a.dtype != np_dtype:
                 raise ArgumentError(f"{self.name}: input {name!r} must be {np.dtype(np_dtype).name}{list(t.shape)}, "
                                     f"got {a.dtype.name}{list(a.shape)}")
             out[name] = a
+        if self.symbols is not None:  # each symbol bound once, the others and the requirements checked
+            env = symbolic.bind({n: t.shape for n, t, _ in self.inputs}, {n: a.shape for n, a in out.items()},
+                                self.symbols, what=self.name)
+            symbolic.check(self.requirements, env)
         return out
 
     def _onnx_dtype(self, name: str) -> Any:
@@ -524,7 +610,12 @@ class OnnxModel:
             if jit is None:
                 continue
             args = [_to_carrier(env[n], t) for n, t in zip(step.inputs, sig)]
-            results = jit(*args)
+            if self.symbols is not None:  # the one kernel of symbolic sizes, whatever the call's sizes
+                kernel, _ = jit.kernel(sig)
+                out = kernel(*args)
+                results = out if isinstance(out, tuple) else (out,)
+            else:
+                results = jit(*args)
             for name, r in zip(computed, results):
                 dtype = self._onnx_dtype(name)
                 env[name] = _from_carrier(r, dtype) if dtype is not None else r

@@ -59,8 +59,26 @@ def test_dim_arithmetic_stays_linear_and_folds_to_ints() -> None:
     assert s0 + 1 == Dim.parse("s0 + 1") and s0 != 1  # a symbolic size never equals an int
 
 
-@pytest.mark.parametrize("needs_value", [lambda d: d > 1, lambda d: int(d), lambda d: range(d), lambda d: d * d,
-                                         lambda d: (2 * d + 1) // 2, lambda d: (d + 1) % 2])
+@pytest.mark.parametrize("needs_value", [lambda d: d > 1, lambda d: int(d), lambda d: range(d), lambda d: d * 0.5,
+                                         lambda d: (2 * d + 1) // 2, lambda d: (d + 1) % 2, lambda d: (d * d + 1) // d,
+                                         lambda d: 12 // d, lambda d: d // (d + 1)])
 def test_what_needs_a_dims_value_is_a_type_error(needs_value: Any) -> None:
     with pytest.raises(TypeError):
         needs_value(Dim.parse("s0"))
+
+
+def test_products_of_symbols() -> None:
+    """A batch times a length (the rows of a ``(b, s, 64)`` tensor flattened): a form of products, parsed,
+    printed, evaluated, divided exactly by one term (a reshape's -1) and bound from lone symbols only."""
+    b, s = Dim.parse("b"), Dim.parse("s")
+    rows = b * s * 64
+    assert str(rows) == "64*b*s" and Dim.parse("64 * s*b") == rows and Dim.parse(str(rows)) == rows
+    assert rows.symbols == ("b", "s") and not rows.linear and b.linear and rows.symbol is None and b.symbol == "b"
+    assert str((b + 1) * s) == "b*s + s" and str(s * s - 1) == "s*s - 1"
+    assert rows.evaluate({"b": 3, "s": 5}) == 960 and concrete(("64*b*s", "s*s - 1"), {"b": 3, "s": 5}) == (960, 24)
+    assert rows // (b * s * 16) == 4 and rows // 64 == b * s and rows // b == 64 * s and rows % (8 * b) == 0
+    assert (rows + 64 * s) // (64 * s) == b + 1
+    assert (Dim.parse("s + 1")).symbol is None and (2 * s).symbol is None
+    with pytest.raises(ArgumentError, match="expected"):
+        bind([("b", "s", "b*s")], [(2, 3, 5)])
+    assert bind([("b", "s", "b*s")], [(2, 3, 6)]) == {"b": 2, "s": 3}

@@ -896,7 +896,7 @@ def _dynamic_key_length(qk: Node, q_in: Value, out: Value, sk: int | Dim) -> str
     only the key length is dynamic, or nothing is."""
     if is_dynamic(qk.out.shape[:-1]) or is_dynamic(q_in.shape) or is_dynamic(out.shape):
         return "only the key length may be known at run time (batch, query length and head sizes static)"
-    if isinstance(sk, Dim) and (len(sk.coeffs) != 1 or sk.coeffs[0][1] != 1):
+    if isinstance(sk, Dim) and (len(sk.coeffs) != 1 or sk.coeffs[0][1] != 1 or not sk.linear):
         return f"the key length {sk} is not one symbol plus a constant"
     return None
 

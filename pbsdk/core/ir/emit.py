@@ -153,10 +153,14 @@ class _Emitter:
         if isinstance(d, int):
             return arith.ConstantOp(ir.IndexType.get(), d).result
         value: ir.Value | None = None
-        for sym, c in d.coeffs:
-            term = self.symbols.get(sym)
-            if term is None:
-                raise DynamicShapeError(f"size {d}: no input's shape binds {sym}")
+        for product, c in d.coeffs:  # a term: a symbol, or a product of symbols (``b*s``)
+            term = None
+            for sym in product.split("*"):
+                factor = self.symbols.get(sym)
+                if factor is None:
+                    raise DynamicShapeError(f"size {d}: no input's shape binds {sym}")
+                term = factor if term is None else arith.muli(term, factor)
+            assert term is not None
             if c != 1:
                 term = arith.muli(term, self.size(c))
             value = term if value is None else arith.addi(value, term)
@@ -257,7 +261,7 @@ class _Emitter:
         for solve in (False, True):
             for v, arg in zip(self.graph.inputs, block.arguments):
                 for i, d in enumerate(v.shape):
-                    if not isinstance(d, Dim) or len(d.coeffs) != 1 or d.coeffs[0][1] != 1:
+                    if not isinstance(d, Dim) or len(d.coeffs) != 1 or d.coeffs[0][1] != 1 or not d.linear:
                         continue
                     sym = d.coeffs[0][0]
                     if sym in self.symbols or (d.const and not solve):

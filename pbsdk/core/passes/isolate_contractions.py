@@ -226,6 +226,8 @@ def _collapse_epilogue(value: ir.Value, convert: bool = False) -> ir.Operation |
     if view.name != "tensor.expand_shape" or len(list(view.results[0].uses)) != 1:
         return None
     expanded = view.results[0]
+    if not ir.RankedTensorType(expanded.type).has_static_shape:  # sizes known at run time: left as it is
+        return None
     gen = _epilogue_user(expanded, convert)
     if gen is None:
         return None

@@ -23,6 +23,7 @@ from pbsdk.core.options import Options
 from pbsdk.core.passes.collapse_loops import CollapseLoops
 from pbsdk.core.passes.copies_to_linalg import CopiesToLinalg
 from pbsdk.core.passes.dedupe_functions import DedupeFunctions
+from pbsdk.core.passes.dynamic_expand import DynamicExpand
 from pbsdk.core.passes.dynamic_sizes import NOTE as DYNAMIC_NOTE
 from pbsdk.core.passes.dynamic_sizes import DynamicSizes
 from pbsdk.core.passes.expose_rows import ExposeRows
@@ -676,6 +677,9 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
                 Stage("widen-bf16", fn=WidenBf16().apply,
                       description="bf16 -> f32 extensions as bit shifts, so LLVM keeps bf16 ops in f32 "
                                   "and vectorises them"),)),
+            Stage("dynamic-expand", fn=DynamicExpand().apply,
+                  description="views splitting a dimension into several run-time sizes (b*s -> b, s) as "
+                              "reinterpret_casts, which expand-strided-metadata does not take"),
             Stage("lower-llvm",
                   passes=f"func.func(math-expand-ops{{ops={math_ops}}}), convert-math-to-llvm, convert-math-to-libm, "
                          f"convert-vector-to-llvm{amx}, "

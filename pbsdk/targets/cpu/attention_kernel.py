@@ -197,7 +197,7 @@ def _binders(a: LanesKernel) -> dict[str, tuple[int, int, int]]:
     found: dict[str, tuple[int, int, int]] = {}
     for i, shape in enumerate(a.shapes):
         for j, d in enumerate(shape):
-            if isinstance(d, Dim) and len(d.coeffs) == 1 and d.coeffs[0][1] == 1:
+            if isinstance(d, Dim) and len(d.coeffs) == 1 and d.coeffs[0][1] == 1 and d.linear:
                 found.setdefault(d.coeffs[0][0], (i, j, d.const))
     return found
 
