@@ -284,6 +284,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from pbsdk.core.plan import Contraction, format_plan, plan_contraction
     from pbsdk.core.spec import load_spec
 
+    if args.file and args.file.endswith(".onnx"):  # the model compiled for cpu: symbols, kernels, plans
+        from pbsdk.cli_onnx import explain_onnx
+
+        return explain_onnx(args)
     spec = load_spec(args.spec or "host")
     options = {"matmul_precision": args.precision}
     if args.attention:
@@ -552,7 +556,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("explain", help="the plan (tiles per memory level, compute unit, parallel mapping, "
                                        "estimate and bound) chosen for each contraction")
-    p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned)")
+    p.add_argument("file", nargs="?", help="MLIR file (named linalg.matmul / batch_matmul ops are planned), or an "
+                                          "ONNX model (.onnx: compiled for cpu; its symbolic dimensions, kernels "
+                                          "and their plans)")
     p.add_argument("--matmul", nargs=3, type=_size_or_dynamic, metavar=("M", "N", "K"),
                    help="plan one matmul of this shape (M '?': a row count known at call time, its size buckets)")
     p.add_argument("--batch", type=int, default=1)
@@ -568,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--modelled", action="store_true",
                    help="also run the program on the spec's emulation (template target) and print the time "
                         "the chip would take, from its counters, next to the planner's prediction")
+    cli_onnx.add_model_arguments(p)
     p.set_defaults(func=_cmd_explain)
 
     p = sub.add_parser("dse", help="design-space exploration: a program on variants of a spec, through the "

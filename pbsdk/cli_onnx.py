@@ -64,6 +64,15 @@ def compile_onnx(args: argparse.Namespace, options: dict[str, Any]) -> int:
     return 0
 
 
+def explain_onnx(args: argparse.Namespace) -> int:
+    """``pbsdk explain model.onnx``: the model compiled for cpu (``--spec``), its symbolic dimensions, the
+    sizes each call checks, and each kernel's contractions as planned (`pbsdk.onnx.OnnxModel.explain`)."""
+    args.target = "cpu"
+    model = _load(args, {})
+    print(model.explain())
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from pbsdk.cli import _parse_options
 

@@ -79,10 +79,18 @@ class JitFunction:
 
     def explain(self, *args: Any) -> str:
         """The planner's decisions for each contraction this function traces to, as text."""
-        from pbsdk.core.plan import explain_graph, format_plan
-        from pbsdk.core.plan.explain import explain_conv_routes
+        return self.explain_signature(self._signature(args))
 
-        graph, _ = trace(self.fn, self._signature(args))
+    def explain_signature(self, sig: Signature) -> str:
+        """`explain` for traced input types ``sig`` (sizes known only at run time among them: `Dim`s)."""
+        from pbsdk.core.dims import is_dynamic
+        from pbsdk.core.plan import explain_graph, format_plan
+        from pbsdk.core.plan.explain import explain_conv_routes, explain_symbolic_contractions
+
+        graph, _ = trace(self.fn, sig)
+        if any(is_dynamic(t.shape) for t in sig):
+            return "\n".join(explain_symbolic_contractions(graph, self.request.spec, self.request.options)) \
+                or "no contractions"
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
         # As build_graph does: the convolutions then explained are the NHWC ones it emits.

@@ -1124,6 +1124,11 @@ def _trilu(node: NodeInfo, x: Value, k: Value = None) -> Tensor:
     t = tensor(x)
     diag = int(known(k, "Trilu's k").reshape(-1)[0]) if k is not None else 0
     rows, cols = t.shape[-2:]
+    if isinstance(rows, Dim) or isinstance(cols, Dim):  # the pattern over symbolic sizes, computed by the kernel
+        offset = ops.sub(ops.reshape(ops.iota(cols, "f32"), (1, cols)), ops.reshape(ops.iota(rows, "f32"), (rows, 1)))
+        keep_t = ops.greater_equal(offset, float(diag)) if node.attr("upper", 1) else \
+            ops.less_equal(offset, float(diag))
+        return ops.where(keep_t, t, 0.0)
     keep = np.triu(np.ones((rows, cols), np.bool_), diag) if node.attr("upper", 1) else \
         np.tril(np.ones((rows, cols), np.bool_), diag)
     return ops.where(tensor(keep), t, 0.0)

@@ -128,9 +128,11 @@ def _gqa_expanded(torch: Any) -> Iterator[None]:
         functional.scaled_dot_product_attention = real
 
 
-def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17) -> bytes:
-    """The serialized ONNX model of ``module`` called on ``inputs`` (positionally, named as given), static
-    shapes, one output named ``out``. Initializers are stored as binary tensors in the protobuf."""
+def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17,
+                  dynamic_axes: dict[str, dict[int, str]] | None = None) -> bytes:
+    """The serialized ONNX model of ``module`` called on ``inputs`` (positionally, named as given), one output
+    named ``out``: static shapes, or with ``dynamic_axes`` (input or output name -> {axis: dim_param}) those
+    dimensions symbolic (``dim_param``s). Initializers are stored as binary tensors in the protobuf."""
     import torch
 
     args = tuple(torch.from_numpy(v) for v in inputs.values())
@@ -139,11 +141,17 @@ def export_module(module: Any, inputs: dict[str, np.ndarray], *, opset: int = 17
           _gqa_expanded(torch)):
         warnings.simplefilter("ignore")
         torch.onnx.export(module, args, buf, input_names=list(inputs), output_names=["out"], opset_version=opset,
-                          dynamo=False)
+                          dynamo=False, dynamic_axes=dynamic_axes)
     return buf.getvalue()
 
 
-def export(name: str, *, batch: int = 1, opset: int = 17) -> bytes:
-    """The serialized ONNX model of real model ``name`` (`pbsdk.testing.real_models.MODELS`)."""
+#: The dimensions a transformer's inputs and output vary in, as ``dim_param``s (`export`'s ``dynamic``).
+TEXT_AXES = {0: "batch", 1: "seq"}
+
+
+def export(name: str, *, batch: int = 1, opset: int = 17, dynamic: bool = False) -> bytes:
+    """The serialized ONNX model of real model ``name`` (`pbsdk.testing.real_models.MODELS`); ``dynamic``:
+    a text model's batch and sequence length as the ``dim_param``s ``batch`` and ``seq`` (`TEXT_AXES`)."""
     model, inputs = build(name, batch=batch)
-    return export_module(model, inputs, opset=opset)
+    axes = {n: dict(TEXT_AXES) for n in (*inputs, "out")} if dynamic else None
+    return export_module(model, inputs, opset=opset, dynamic_axes=axes)

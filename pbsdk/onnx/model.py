@@ -649,6 +649,31 @@ class OnnxModel:
                                         forms=self.request.target.attention_forms))
         return texts
 
+    def explain(self) -> str:
+        """What the model compiled to: its inputs' symbolic dimensions (each ``dim_param`` one symbol, the
+        kernels compiled once for every size), what each call checks of them, and per kernel its signature
+        and each contraction's plan (size buckets where a row count is known only at run time)."""
+        if self._specialisations is not None:
+            raise self._specialising("the explanation")
+        lines = [f"ONNX model {self.name} on {self.request.target.name} (spec {self.request.spec.name})"]
+        if self.symbols is not None:
+            lines.append(f"symbolic dimensions: {self.symbols.describe()}: compiled once, any sizes at call time")
+        else:
+            lines.append("static shapes: kernels specialised for them")
+        lines += [f"  input {n}: [{', '.join(str(d) for d in t.shape)}] {np.dtype(dt).name}" for n, t, dt in self.inputs]
+        if self.requirements:
+            lines.append("checked at each call: " + "; ".join(map(str, self.requirements)))
+        for i, step in enumerate(self.plan.compiled):
+            jit, sig, computed = self._jits[id(step)]
+            if jit is None:
+                continue
+            kernel = jit.kernel(sig)[0]
+            outs = ", ".join(str(self._traced[n]) if n in self._traced else n for n in computed)
+            lines.append(f"kernel {i}: ({', '.join(map(str, sig))}) -> ({outs})"
+                         + (", one kernel for every size" if kernel.dynamic else ""))
+            lines += ["  " + line for line in jit.explain_signature(sig).splitlines()]
+        return "\n".join(lines)
+
     @property
     def kernels(self) -> list[Any]:
         if self._specialisations is not None:
