@@ -1,7 +1,8 @@
 // Pass pack-contractions on a matmul whose row count is dynamic (the others static): one packed kernel per
 // size bucket of the dynamic plan (`pbsdk.core.plan.dynamic`), each planned at its bucket's largest row
 // count, with the rows read from C at run time; a dispatch function picks the bucket by C's row count. A
-// dynamic n or k is read from C or A at run time too; a dynamic batch is left to the generic lowering.
+// dynamic n or k is read from C or A at run time too, as is a dynamic batch (every operand's: the kernel
+// loops over C's batch dimension).
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions | filecheck %s
 
 // The zero fill goes (the kernels store their first k block).
@@ -62,10 +63,13 @@ func.func @dynamic_n(%a: memref<8x64xf32>, %b: memref<64x?xf32>, %c: memref<8x?x
 
 // -----
 
-// A dynamic batch is not planned: the product stays for the generic lowering.
+// A dynamic batch (attention heads times a batch of sequences): the kernels loop over C's batch dimension,
+// read once at run time.
 // CHECK-LABEL: func.func @dynamic_batch(
-// CHECK:         linalg.batch_matmul
-// CHECK-NOT:     __pbsdk_mm
+// CHECK-NOT:     linalg.batch_matmul
+// CHECK:         call @__pbsdk_mm{{[0-9]+}}(
+// CHECK:       func.func @__pbsdk_mm{{[0-9]+}}_m0_part(%{{.*}}: memref<?x8x64xf32>, %{{.*}}: memref<?x64x48xf32>, %[[C:[^:]*]]: memref<?x8x48xf32>, %{{.*}}: index)
+// CHECK:         memref.dim %[[C]], %{{.*}} : memref<?x8x48xf32>
 func.func @dynamic_batch(%a: memref<?x8x64xf32>, %b: memref<?x64x48xf32>, %c: memref<?x8x48xf32>) {
   linalg.batch_matmul ins(%a, %b : memref<?x8x64xf32>, memref<?x64x48xf32>) outs(%c : memref<?x8x48xf32>)
   return

@@ -19,14 +19,14 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import pbsdk.frontends.jit  # noqa: E402
-import pbsdk.onnx  # noqa: E402
-from pbsdk.core.dims import Dim  # noqa: E402
-from pbsdk.core.errors import ArgumentError, UnsupportedError  # noqa: E402
-from pbsdk.onnx import symbolic  # noqa: E402
-from pbsdk.testing import Tolerance, assert_close  # noqa: E402
+import pbsdk.frontends.jit
+import pbsdk.onnx
+from pbsdk.core.dims import Dim
+from pbsdk.core.errors import ArgumentError, UnsupportedError
+from pbsdk.onnx import symbolic
+from pbsdk.testing import Tolerance, assert_close
 
 TOL = Tolerance(atol=1e-5, rtol=1e-4)
 B, S = Dim.parse("batch"), Dim.parse("seq")

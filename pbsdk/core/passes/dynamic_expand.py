@@ -52,6 +52,8 @@ def _rewrite(op: ir.Operation) -> None:
             running: ir.Value | int = src_strides[d]
             for o in reversed(group):
                 strides[o] = running
+                if o == group[0]:
+                    break  # the group's outermost dimension: no stride outside it
                 size = sizes[o]
                 if isinstance(running, int) and isinstance(size, int):
                     running = running * size

@@ -68,7 +68,8 @@ class MatmulShape:
     m: int  # `DYNAMIC` (negative): the rows are C's row dimension, known at call time
     n: int  # `DYNAMIC`: C's (and B's) column dimension
     k: int  # `DYNAMIC`: A's last (and B's row) dimension
-    batch: int  # 0: plain matmul (rank-2 operands); >= 1: batched (rank-3 operands)
+    batch: int  # 0: plain matmul (rank-2 operands); >= 1: batched (rank-3 operands); `DYNAMIC`: batched, C's
+    #: batch dimension known at call time
     a_type: ir.MemRefType
     b_type: ir.MemRefType
     c_type: ir.MemRefType
@@ -87,7 +88,7 @@ class MatmulShape:
     @property
     def dynamic(self) -> bool:
         """Some size is known only at call time."""
-        return min(self.m, self.n, self.k) < 0
+        return min(self.m, self.n, self.k, self.batch) < 0
 
     @classmethod
     def transposed(cls, m: int, n: int, k: int, batch: int, a_type: ir.MemRefType, b_type: ir.MemRefType,
@@ -457,7 +458,7 @@ class KernelConfig:
     @property
     def batched(self) -> bool:
         """Batched operands are indexed ``[b, row, col]``, plain ones ``[row, col]``."""
-        return self.shape.batch >= 1
+        return self.shape.batch != 0
 
     @property
     def a_km(self) -> bool:
@@ -607,9 +608,15 @@ class _PartBuilder:
         """This thread's part of the (batch, rows, columns) space: ``b0, b1, m0, m1, n0, n1``."""
         x, c, blk = self.x, self.x.const, self.cfg.blk
         nb, T = max(self.cfg.shape.batch, 1), blk.threads
-        b0, b1, m0, m1, n0, n1 = c(0), c(nb), c(0), self.m_size, c(0), self.n_size
+        # a batch known at call time: C's batch dimension, read once here
+        nb_v = memref.dim(self.C, c(0)) if self.cfg.shape.batch < 0 else c(nb)
+        b0, b1, m0, m1, n0, n1 = c(0), nb_v, c(0), self.m_size, c(0), self.n_size
         if T > 1:
-            if blk.split == "batch":
+            if blk.split == "batch" and self.cfg.shape.batch < 0:  # whole batches per thread, at run time
+                per_v = x.divu(x.add(nb_v, c(T - 1)), c(T))
+                b0 = x.mul(tid, per_v)
+                b1 = x.min(x.add(b0, per_v), nb_v)
+            elif blk.split == "batch":
                 per = _per_thread(nb, 1, T)
                 b0 = x.mul(tid, c(per))
                 b1 = x.min(x.add(b0, c(per)), c(nb))

@@ -75,6 +75,9 @@ _FLOATS = {"f32", "f64"}
 # DYNAMIC_EXTENT (core.plan.dynamic): the size a contraction's dynamic n or k is planned at (its blocks are
 # clamped to the actual size at run time): a decoder's cache length is hundreds to thousands.
 
+#: The batch a contraction with a batch known only at run time is planned at (attention heads times a batch).
+DYNAMIC_BATCH = 8
+
 
 def _unit_inner_stride(t: ir.MemRefType) -> bool:
     strides, _ = t.get_strides_and_offset()
@@ -629,16 +632,20 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     dyn = ir.ShapedType.get_dynamic_size()
     batched = op.name == "linalg.batch_matmul"
     lead = 1 if batched else 0
+    # a batch known at run time: every operand's (one batch, not broadcast), the kernel loops over C's
+    dyn_batch = batched and all(t.shape[0] == dyn for t in (a, b, c))
     if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS) \
-            or any(t.shape[0] == dyn for t in (a, b, c) if batched) or not all(row_major(t) for t in (a, b, c)):
+            or (batched and not dyn_batch and any(t.shape[0] == dyn for t in (a, b, c))) \
+            or not all(row_major(t) for t in (a, b, c)):
         record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
-        notes.append(f"{op.name} {a} x {b}: a dynamic batch, a strided operand or not a float product: "
-                     "generic lowering")
+        notes.append(f"{op.name} {a} x {b}: a batch of unequal dynamic sizes, a strided operand or not a float "
+                     "product: generic lowering")
         return 0
-    bsz = a.shape[0] if batched else 0
+    bsz = (DYNAMIC if dyn_batch else a.shape[0]) if batched else 0
     m, k, n = c.shape[lead], a.shape[-1], b.shape[-1]
     plan = plan_dynamic_contraction(ctx.spec, n=n if n != dyn else DYNAMIC_EXTENT,
-                                    k=k if k != dyn else DYNAMIC_EXTENT, batch=max(bsz, 1), dtype=dtype,
+                                    k=k if k != dyn else DYNAMIC_EXTENT,
+                                    batch=DYNAMIC_BATCH if dyn_batch else max(bsz, 1), dtype=dtype,
                                     options=ctx.options, m=None if m == dyn else m)
     n_text, k_text = (str(v) if v != dyn else "?" for v in (n, k))
     if plan is None:
@@ -698,7 +705,7 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
         fill.erase()
     record_contraction(ctx, opname, dtype, bsz, -1 if m == dyn else m, -1 if n == dyn else n, -1 if k == dyn else k,
                        "vector-fma")
-    notes.append(f"{opname} {f'{bsz}x' if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
+    notes.append(f"{opname} {('?x' if dyn_batch else f'{bsz}x') if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
                  f"{dtype}: dynamic sizes, packed kernel @{name} over {len(plan.buckets)} size bucket(s) ("
                  f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
     return 1
