@@ -296,6 +296,8 @@ class OnnxModel:
             self.inputs.append((name, TensorType(shape, carrier(t[0], f"input {name!r}")), ELEM_TYPES[t[0]][0]))
         #: sizes the conversion needs of the symbols' values, checked at each call (`pbsdk.onnx.symbolic`)
         self.requirements: list[symbolic.Requirement] = []
+        #: the model compiled per input shape, where its kernels do not compile with symbolic sizes
+        self.per_shape: Specialisations[OnnxModel] | None = None
         self._traced: dict[str, TensorType] = {}  # the traced type of every tensor value (symbolic shapes)
         decision = value_inputs([(n.op_type if (n.domain or "") in ("", "ai.onnx") else "", n.input, n.output)
                                  for n in graph.node],
@@ -311,6 +313,7 @@ class OnnxModel:
             log.info("ONNX model %r is compiled per value of %s", self.name,
                      ", ".join(f"{n!r} ({why})" for n, why in self.value_inputs.items()))
             return
+        self._prepared, self._weights = model, weights  # what a per-shape compile starts from (`_static_copy`)
         try:
             model = onnx.shape_inference.infer_shapes(model, data_prop=True)
         except Exception as exc:  # noqa: BLE001 - onnx raises InferenceError and a few others
@@ -350,8 +353,28 @@ class OnnxModel:
         self._jits = {id(s): self._jit(s) for s in self._plan.compiled}
         for step in self._plan.compiled:  # compile now: errors belong to the import, not the first call
             jit, sig, _ = self._jits[id(step)]
-            if jit is not None:
+            if jit is None:
+                continue
+            try:
                 jit.kernel(sig)
+            except (TypeError, PbsdkError) as exc:
+                if self.symbols is None:
+                    raise
+                # a kernel the pipeline cannot build with symbolic sizes (a convolution over a symbolic
+                # batch): the model compiles per input shape instead, as with input_shapes=, logged
+                log.warning("ONNX model %r does not compile with symbolic sizes (%s: %s); it compiles per input "
+                            "shape instead (at most %d kept)", self.name, type(exc).__name__,
+                            str(exc).splitlines()[0] if str(exc) else "", options.specialisations)
+                self.per_shape = Specialisations(options.specialisations, what=f"ONNX model {self.name!r}")
+                break
+
+    def _static_copy(self, shapes: Mapping[str, tuple[int, ...]]) -> OnnxModel:
+        """The model imported and compiled for inputs of ``shapes`` (static kernels, `per_shape`)."""
+        onnx = _onnx()
+        proto = onnx.ModelProto()
+        proto.CopyFrom(self._prepared)
+        return OnnxModel(_with_static_inputs(proto, shapes, self._weights), self.request, self.options,
+                         _lifted=self._weights)
 
     # --------------------------------------------------------------------------------- specialisation
 
@@ -473,7 +496,10 @@ class OnnxModel:
             ops_ = sorted({f"{self.infos[i].op_type} (opset {self.infos[i].opset})" for i in fallback})
             raise UnsupportedError(f"{len(failures)} node(s) of the ONNX model cannot be converted "
                                    f"({', '.join(ops_)}); import with fallback=True to run them through "
-                                   "onnx.reference instead:\n  " + "\n  ".join(failures),
+                                   "onnx.reference instead"
+                                   + (" (or give input_shapes= for static shapes: the model's dimensions "
+                                      f"{self.symbols.describe()} are symbolic)" if self.symbols else "")
+                                   + ":\n  " + "\n  ".join(failures),
                                    op=", ".join(sorted({self.infos[i].op_type for i in fallback})))
         for name in self.output_names:
             if name not in env:
@@ -594,6 +620,11 @@ class OnnxModel:
     def run(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """The outputs, in the model's order, for inputs given by name (as ``onnxruntime``'s ``run``)."""
         given = self._feeds((), feeds)
+        if self.per_shape is not None:
+            shapes = {n: tuple(a.shape) for n, a in given.items()}
+            compiled = self.per_shape.get(tuple(shapes.items()), lambda: self._static_copy(shapes),
+                                          describe=lambda: ", ".join(f"{n}: {list(v)}" for n, v in shapes.items()))
+            return compiled.run(given)
         if self._specialisations is not None:
             compiled = self.specialise({n: given[n] for n in self.value_inputs})
             return compiled.run({n: a for n, a in given.items() if n not in self.value_inputs})
@@ -663,6 +694,10 @@ class OnnxModel:
         lines += [f"  input {n}: [{', '.join(str(d) for d in t.shape)}] {np.dtype(dt).name}" for n, t, dt in self.inputs]
         if self.requirements:
             lines.append("checked at each call: " + "; ".join(map(str, self.requirements)))
+        if self.per_shape is not None:
+            lines.append(f"its kernels do not compile with symbolic sizes: compiled per input shape "
+                         f"({len(self.per_shape)} so far, at most {self.per_shape.limit} kept)")
+            return "\n".join(lines)
         for i, step in enumerate(self.plan.compiled):
             jit, sig, computed = self._jits[id(step)]
             if jit is None:
@@ -678,6 +713,9 @@ class OnnxModel:
     def kernels(self) -> list[Any]:
         if self._specialisations is not None:
             raise self._specialising("a kernel")
+        if self.per_shape is not None:
+            raise UnsupportedError(f"{self.name}: its kernels exist per input shape (it does not compile with "
+                                   "symbolic sizes): see per_shape")
         return [jit.kernel(sig)[0] for jit, sig, _ in self._jits.values() if jit is not None]
 
 

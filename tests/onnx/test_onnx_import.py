@@ -87,12 +87,23 @@ def test_fallback_runs_the_op_through_onnx_reference_and_logs_it(caplog: pytest.
     assert_close(got, _reference(model, {"x": x})[0], op="onnx fallback", tol=F32)
 
 
-def test_dynamic_dimension_needs_input_shapes() -> None:
+def test_dynamic_dimension_needs_input_shapes_without_dynamic_shapes() -> None:
+    """template compiles static shapes: it asks for them. cpu takes the batch N as a symbol
+    (tests/onnx/test_symbolic_dims.py); a convolution over a symbolic batch does not compile so, and the
+    model compiles per input shape instead (logged), or specialises on given shapes."""
     model = _conv_flatten(batch="N")
     with pytest.raises(UnsupportedError, match="dynamic dimensions .N.*input_shapes"):
-        pbsdk.onnx.load(model)
+        pbsdk.onnx.load(model, target="template")
+    per_shape = pbsdk.onnx.load(model)
+    assert per_shape.per_shape is not None and "compiled per input shape" in per_shape.explain()
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 1):
+        x = rng.standard_normal((n, 3, 8, 8)).astype(np.float32)
+        assert_close(per_shape(x), _reference(model, {"x": x})[0], op=f"onnx conv, batch {n}", tol=F32)
+    assert len(per_shape.per_shape) == 2 and per_shape.per_shape.hits == 1
     compiled = pbsdk.onnx.load(model, input_shapes={"x": (3, 3, 8, 8)})
-    x = np.random.default_rng(3).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    assert compiled.symbols is None
+    x = rng.standard_normal((3, 3, 8, 8)).astype(np.float32)
     assert_close(compiled(x), _reference(model, {"x": x})[0], op="onnx conv", tol=F32)
     with pytest.raises(OptionsError, match="names no input"):
         pbsdk.onnx.load(model, input_shapes={"nope": (1,)})
