@@ -93,7 +93,7 @@ def test_unknown_pass_lists_pbsdks_passes() -> None:
         resolve_pass("no-such-pass")
     text = str(info.value)
     assert text.startswith("unknown pass 'no-such-pass': not a pbsdk pass (pbsdk passes: ")
-    assert ", ".join(CORE_STAGE_NAMES + ["collapse-loops", "copies-to-linalg", "dedupe-functions", "dynamic-sizes", "expose-rows",
+    assert ", ".join(CORE_STAGE_NAMES + ["collapse-loops", "copies-to-linalg", "dedupe-functions", "dynamic-expand", "dynamic-sizes", "expose-rows",
                                                "fill-borders", "fuse-rows"]) in text
     assert "does not refer to a registered pass" in text
 
