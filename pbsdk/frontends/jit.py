@@ -85,12 +85,13 @@ class JitFunction:
         """`explain` for traced input types ``sig`` (sizes known only at run time among them: `Dim`s)."""
         from pbsdk.core.dims import is_dynamic
         from pbsdk.core.plan import explain_graph, format_plan
-        from pbsdk.core.plan.explain import explain_conv_routes, explain_symbolic_contractions
+        from pbsdk.core.plan.explain import explain_conv_routes, explain_dynamic_contractions
 
         graph, _ = trace(self.fn, sig)
-        if any(is_dynamic(t.shape) for t in sig):
-            return "\n".join(explain_symbolic_contractions(graph, self.request.spec, self.request.options)) \
-                or "no contractions"
+        if any(is_dynamic(t.shape) for t in sig):  # static contractions' plans, then the dynamic ones' buckets
+            spec, options = self.request.spec, self.request.options
+            text = [format_plan(title, plan) for title, plan in explain_graph(graph, spec, options)]
+            return "\n".join(text + explain_dynamic_contractions(graph, spec, options)) or "no contractions"
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
         # As build_graph does: the convolutions then explained are the NHWC ones it emits.

@@ -225,7 +225,7 @@ def test_explain_shows_the_symbols_the_checks_and_the_kernels() -> None:
     assert "input x: [batch, seq, 32] float32" in text
     assert f"checked at each call: seq <= {POSITIONS}" in text
     assert "one kernel for every size" in text
-    assert "matmul batchxseqx32xf32 (rows batch * seq): 1x ?x32x32 f32, rows known at call time" in text
+    assert "matmul batchxseqx32xf32 (rows batch * seq): 1x ?x32x32, known at call time: rows m = batch*seq" in text
 
 
 # --------------------------------------------------------------------------------------- a real export

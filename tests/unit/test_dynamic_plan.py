@@ -109,11 +109,14 @@ def test_explain_a_graph_with_sizes_known_at_call_time(spec) -> None:  # type: i
         keys = ops.matmul(arg(4, 64), arg(s, 64), transpose_b=True)
         batched = ops.matmul(arg(b, 4, 8), arg(b, 8, 16))
         static = ops.matmul(arg(4, 8), arg(8, 16))
-    graph.outputs = [t.value for t in (rows, keys, batched, static)]
+        flattened = ops.matmul(arg(b, s, 64), arg(64, 32))
+    graph.outputs = [t.value for t in (rows, keys, batched, static, flattened)]
     lines = explain_dynamic_contractions(graph, spec, DEFAULT)
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert ": 1x ?x32x64, known at call time: rows m = b: " in lines[0] and "  rows 1 (planned at 1)" in lines[0]
     assert f": 1x 4x?x64, known at call time: n = s planned at {DYNAMIC_EXTENT}: 1 kernel(s)" in lines[1]
-    assert lines[2].endswith("a batch known at call time: generic lowering")
+    assert "a batch known at call time: one packed kernel looping over the batch" in lines[2]
+    # (b, s, 64) @ (64, 32): the emitter flattens the leading sizes into b*s rows
+    assert "(rows b * s): 1x ?x32x64, known at call time: rows m = b*s: " in lines[3]
     (title, _), = explain_graph(graph, spec, DEFAULT)
     assert title.endswith("matmul 4x16xf32")

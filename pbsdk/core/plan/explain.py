@@ -94,11 +94,17 @@ def explain_dynamic_contractions(graph: Graph, spec: ChipSpec,
         a, out = node.inputs[0], node.out.shape
         m, n = out[-2], out[-1]
         k = a.shape[-2] if node.attrs["transpose_a"] else a.shape[-1]
-        if is_dynamic(out[:-2]):
-            lines.append(f"{title}: a batch known at call time: generic lowering")
+        lead = out[:-2]
+        if is_dynamic(lead) and len(node.inputs[1].shape) == 2 and not node.attrs["transpose_a"]:
+            # (b, s, k) @ (k, n): the emitter flattens the leading sizes into the rows (b*s rows).
+            title += f" (rows {' * '.join(map(str, out[:-1]))})"
+            m, lead = _product(out[:-1]), ()
+        elif is_dynamic(lead):
+            lines.append(f"{title}: a batch known at call time: one packed kernel looping over the batch read at "
+                         "run time where every operand has it, else the generic lowering")
             continue
         batch = 1
-        for d in out[:-2]:
+        for d in lead:
             batch *= d
         sizes = {"n": n, "k": k}
         plan = plan_dynamic_contraction(
@@ -114,6 +120,14 @@ def explain_dynamic_contractions(graph: Graph, spec: ChipSpec,
         lines.append(format_dynamic_plan(title, plan, spec, options,
                                          what=f"{shown}, known at call time: {'; '.join(late)}"))
     return lines
+
+
+def _product(sizes: Any) -> Any:
+    """The product of ``sizes`` (ints and `Dim`s: a `Dim` where any is one)."""
+    total: Any = 1
+    for d in sizes:
+        total = total * d
+    return total
 
 
 def format_dynamic_plan(title: str, plan: DynamicContractionPlan, spec: ChipSpec,
@@ -165,48 +179,3 @@ def format_plan(title: str, plan: ContractionPlan) -> str:
     lines.append("  why:")
     lines += [f"    - {r}" for r in plan.reasons]
     return "\n".join(lines)
-
-
-def explain_symbolic_contractions(graph: Graph, spec: ChipSpec,
-                                  options: Options | Mapping[str, Any] | None = None) -> list[str]:
-    """Per contraction of a graph with sizes known only at run time (`pbsdk.core.dims.Dim`): a static one's
-    plan; a matmul whose only run-time size is its row count (``(b, s, k) @ (k, n)`` flattened to ``b*s``
-    rows, as the emitter does) its size buckets (`pbsdk.core.plan.dynamic`); others, how they run."""
-    from pbsdk.core.dims import is_dynamic
-    from pbsdk.core.plan.dynamic import plan_dynamic_contraction
-
-    texts = []
-    for i, node in enumerate(graph.live_nodes()):
-        if node.op not in ("matmul", "conv2d"):
-            continue
-        title = f"#{i} {node.op} {node.out.type}"
-        if not is_dynamic(node.out.shape) and not any(is_dynamic(v.shape) for v in node.inputs):
-            op = contraction_of(node)
-            assert op is not None
-            texts.append(format_plan(title, plan_contraction(spec, op, options)))
-            continue
-        if node.op != "matmul":
-            texts.append(f"{title}: sizes known at call time: the generic lowering")
-            continue
-        a, b = node.inputs
-        out = node.out.shape
-        k = a.shape[-2] if node.attrs["transpose_a"] else a.shape[-1]
-        flattened = len(b.shape) == 2 and not node.attrs["transpose_a"] and a.shape[:-2] == out[:-2]
-        rows = out[:-1] if flattened else out[-2:-1]
-        lead = () if flattened else out[:-2]
-        batch: Any = 1
-        for d in lead:
-            batch = batch * d
-        n = out[-1]
-        if isinstance(n, int) and isinstance(k, int) and isinstance(batch, int):
-            dyn = plan_dynamic_contraction(spec, n=n, k=k, batch=batch, dtype=a.dtype, options=options)
-            if dyn is not None:
-                title += f" (rows {' * '.join(map(str, rows))})"
-                texts.append(format_dynamic_plan(title, dyn, spec, options))
-                continue
-        how = ("a batch known at run time: the generic lowering" if not isinstance(batch, int) else
-               "a column or reduction count known at run time: the packed kernel planned at 1024 and clamped "
-               "to the actual size")
-        m = " * ".join(map(str, rows))
-        texts.append(f"{title}: {batch}x ({m})x{n}x{k} {a.dtype}, sizes known at call time: {how}")
-    return texts

@@ -47,9 +47,9 @@ def carrier(dtype: Any) -> str | None:
 
 def as_dim(size: Any) -> int | Dim:
     """A JAX size as pbsdk's graph carries it: an int, or, for a symbolic dimension of shape polymorphism
-    (``jax.export.symbolic_shape``), a `Dim` linear form over its dimension variables (``b``, ``2*b + 1``).
-    A size that is not linear in them (``b*c``, ``floordiv(b, 2)``, ``max(b, 1)``) is an `UnsupportedError`:
-    its equation stays with XLA."""
+    (``jax.export.symbolic_shape``), a `Dim` over its dimension variables: a linear form (``b``, ``2*b + 1``)
+    or one with products of them (``b*s``: a reshape flattening two polymorphic axes). Any other size
+    (``floordiv(b, 2)``, ``max(b, 1)``) is an `UnsupportedError`: its equation stays with XLA."""
     if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
         return int(size)
     if not jax_export.is_symbolic_dim(size):
@@ -57,7 +57,7 @@ def as_dim(size: Any) -> int | Dim:
     try:
         form = Dim.parse(str(size))  # jax prints a linear form as "2*b + 1"
     except ValueError:
-        raise UnsupportedError(f"size {size} is not linear in the dimension variables") from None
+        raise UnsupportedError(f"size {size} is not a sum of products of the dimension variables") from None
     return form.const if not form.coeffs else form
 
 

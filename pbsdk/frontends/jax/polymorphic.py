@@ -72,7 +72,7 @@ def symbolic_leaves(spec: Any, args: Sequence[Any], kwargs: Mapping[str, Any], s
 
 def declared_shapes(specs: Sequence[Any]) -> list[tuple[int | str, ...]]:
     """The leaves' shapes as `pbsdk.core.dims` declares them: ints, and each symbolic size as its `Dim`
-    form (``"b"``, ``"2*b + 1"``). A size not linear in the dimension variables, or a variable no leaf
+    form (``"b"``, ``"2*b + 1"``). A size that is no such form (`convert.as_dim`), or a variable no leaf
     has as a whole dimension (only ``2*b``), is an `UnsupportedError`: the call cannot bind it the way the
     kernels read it."""
     shapes: list[tuple[int | str, ...]] = []
