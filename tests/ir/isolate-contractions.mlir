@@ -142,3 +142,90 @@ func.func @residual(%a: tensor<4x8xi8>, %b: tensor<8x16xi8>, %r: tensor<4x16xi8>
   } -> tensor<4x16xf32>
   return %out, %keep : tensor<4x16xf32>, tensor<4x16xf32>
 }
+
+// -----
+
+// An activation that reads the product three times (leaky ReLU as traced: a mask, a scaled copy and a select
+// of the two) goes in whole: the region of elementwise ops meets again in the select, which alone is read
+// outside.
+// CHECK-LABEL: func.func @mm_leaky_relu(
+// CHECK-NOT:     linalg.
+// CHECK:         %[[R:.*]] = call @__pbsdk_contraction0(
+// CHECK-NEXT:    return %[[R]]
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK:         %[[MM:.*]] = linalg.matmul
+// CHECK:         %[[MASK:.*]] = linalg.generic {{.*}} ins(%[[MM]] :
+// CHECK:           arith.cmpf ogt
+// CHECK:         %[[NEG:.*]] = linalg.generic {{.*}} ins(%[[MM]] :
+// CHECK:           arith.mulf
+// CHECK:         %[[SEL:.*]] = linalg.generic {{.*}} ins(%[[MASK]], %[[MM]], %[[NEG]] :
+// CHECK:           arith.select
+// CHECK:         return %[[SEL]]
+// OFF-LABEL: func.func @mm_leaky_relu(
+// OFF-NOT:     call
+#id = affine_map<(d0, d1) -> (d0, d1)>
+func.func @mm_leaky_relu(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4x16xf32>) -> tensor<4x16xf32> {
+  %zero = arith.constant 0.0 : f32
+  %one = arith.constant 1.0 : f32
+  %slope = arith.constant 0.1 : f32
+  %mm = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>) outs(%c : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %e0 = tensor.empty() : tensor<4x16xf32>
+  %mask = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<4x16xf32>) outs(%e0 : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %gt = arith.cmpf ogt, %x, %zero : f32
+    %m = arith.select %gt, %one, %zero : f32
+    linalg.yield %m : f32
+  } -> tensor<4x16xf32>
+  %e1 = tensor.empty() : tensor<4x16xf32>
+  %neg = linalg.generic {indexing_maps = [#id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<4x16xf32>) outs(%e1 : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %s = arith.mulf %x, %slope : f32
+    linalg.yield %s : f32
+  } -> tensor<4x16xf32>
+  %e2 = tensor.empty() : tensor<4x16xf32>
+  %r = linalg.generic {indexing_maps = [#id, #id, #id, #id], iterator_types = ["parallel", "parallel"]}
+      ins(%mask, %mm, %neg : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) outs(%e2 : tensor<4x16xf32>) {
+  ^bb0(%m: f32, %x: f32, %n: f32, %o: f32):
+    %ne = arith.cmpf une, %m, %zero : f32
+    %v = arith.select %ne, %x, %n : f32
+    linalg.yield %v : f32
+  } -> tensor<4x16xf32>
+  return %r : tensor<4x16xf32>
+}
+
+// -----
+
+// The same activation whose mask is also returned: two values leave the region, so it stays outside and
+// only the contraction moves.
+// CHECK-LABEL: func.func @mm_leaky_mask_out(
+// CHECK:         %[[R:.*]] = call @__pbsdk_contraction0(
+// CHECK:         linalg.generic {{.*}} ins(%[[R]] :
+// CHECK-LABEL: func.func private @__pbsdk_contraction0(
+// CHECK-NEXT:    %[[MM:.*]] = linalg.matmul
+// CHECK-NEXT:    return %[[MM]]
+#id2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @mm_leaky_mask_out(%a: tensor<4x8xf32>, %b: tensor<8x16xf32>, %c: tensor<4x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+  %zero = arith.constant 0.0 : f32
+  %slope = arith.constant 0.1 : f32
+  %mm = linalg.matmul ins(%a, %b : tensor<4x8xf32>, tensor<8x16xf32>) outs(%c : tensor<4x16xf32>) -> tensor<4x16xf32>
+  %e0 = tensor.empty() : tensor<4x16xf32>
+  %mask = linalg.generic {indexing_maps = [#id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%mm : tensor<4x16xf32>) outs(%e0 : tensor<4x16xf32>) {
+  ^bb0(%x: f32, %o: f32):
+    %gt = arith.cmpf ogt, %x, %zero : f32
+    %m = arith.uitofp %gt : i1 to f32
+    linalg.yield %m : f32
+  } -> tensor<4x16xf32>
+  %e2 = tensor.empty() : tensor<4x16xf32>
+  %r = linalg.generic {indexing_maps = [#id2, #id2, #id2], iterator_types = ["parallel", "parallel"]}
+      ins(%mask, %mm : tensor<4x16xf32>, tensor<4x16xf32>) outs(%e2 : tensor<4x16xf32>) {
+  ^bb0(%m: f32, %x: f32, %o: f32):
+    %ne = arith.cmpf une, %m, %zero : f32
+    %s = arith.mulf %x, %slope : f32
+    %v = arith.select %ne, %x, %s : f32
+    linalg.yield %v : f32
+  } -> tensor<4x16xf32>
+  return %r, %mask : tensor<4x16xf32>, tensor<4x16xf32>
+}

@@ -18,6 +18,9 @@ the function too (its other operands become arguments). An operand of the epilog
 generics that only the epilogue reads, element for element (a dequantized residual: i8 -> f32, minus the
 zero point, times the scale), moves in with its producers (`_producer`; a reshape between them is pushed
 above the chain first, `_push_collapse`), so the function takes the narrow tensor they started from.
+Where the result is read by several elementwise generics that meet again in one (an activation reading its
+input more than once, traced op by op: leaky ReLU's ``where(x > 0, x, a * x)``, SiLU, GELU, Mish), that whole
+region goes in as the epilogue (`_epilogue_region`), and the chain goes on from the op where it meets.
 Inside, fusion merges the chain into one generic, which ``pack-contractions`` folds into the kernel's final
 store.
 
@@ -29,6 +32,7 @@ The target decides whether either happens (`pbsdk.core.options.TargetOptions.iso
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -102,6 +106,61 @@ def _epilogue_user(value: ir.Value, convert: bool = False) -> ir.Operation | Non
     if len(reads) != 1 or maps[reads[0]] != maps[n_in]:  # the identity map (`_fresh_parallel`)
         return None
     return user
+
+
+def _epilogue_region(value: ir.Value, convert: bool = False) -> list[ir.Operation] | None:
+    """The elementwise ops after ``value`` (read by several of them) that meet again in one op, in program
+    order, that op last: an activation that reads its input more than once (leaky ReLU's ``where(x > 0, x,
+    a * x)``, SiLU's ``x * sigmoid(x)``, GELU, Mish), traced as separate generics. Each is `_elementwise`, of
+    ``value``'s type, reads ``value`` and the others' results only at the identity map, in ``value``'s
+    block; only the last one's result is read by anything else, and the region holds at most
+    `MAX_EPILOGUE` ops. None where ``value`` has one use (`_epilogue_user`'s case) or no such region exists."""
+    if convert or len(list(value.uses)) < 2:
+        return None
+    owner = defining_op(value)
+    region: list[ir.Operation] = []
+
+    def inside(op: ir.Operation) -> bool:
+        return any(op == o for o in region)
+
+    def add_users(v: ir.Value) -> bool:
+        for use in v.uses:
+            user = user_op(use)
+            if inside(user):
+                continue
+            if (len(region) == MAX_EPILOGUE or not _elementwise(user) or user.results[0].type != value.type
+                    or owner is None or user.block != owner.block):
+                return False
+            region.append(user)
+        return True
+
+    if not add_users(value):
+        return None
+    while True:
+        escaping = [o for o in region if any(not inside(user_op(u)) for u in o.results[0].uses)]
+        if not escaping:
+            return None
+        escaping = _in_block_order(escaping)
+        if len(escaping) == 1:
+            break
+        # All but the last escaping op must be read inside the region: take in their users.
+        if not all(add_users(o.results[0]) for o in escaping[:-1]):
+            return None
+    reads = [value, *(o.results[0] for o in region)]
+    for o in region:
+        maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(o.attributes["indexing_maps"])]
+        if any(maps[i] != maps[-1] for i, v in enumerate(list(o.operands)[:-1]) if any(v == r for r in reads)):
+            return None
+    region = _in_block_order(region)
+    return region if region[-1] == escaping[0] else None
+
+
+def _in_block_order(ops: list[ir.Operation]) -> list[ir.Operation]:
+    """``ops`` (of one block) sorted by their position in it."""
+    def before(a: ir.Operation, b: ir.Operation) -> int:
+        return -1 if a.is_before_in_block(b) else 1
+
+    return sorted(ops, key=functools.cmp_to_key(before))
 
 
 # ----------------------------------------------------------------- an epilogue after a reshape of the result
@@ -375,9 +434,13 @@ class IsolateContractions:
                 while len(chain) <= MAX_EPILOGUE + 1 and ctx.options.target.isolate_epilogues():
                     result = chain[-1].results[0]
                     user = _epilogue_user(result, convert) or _collapse_epilogue(result, convert)
-                    if user is None:
+                    if user is not None:
+                        chain.append(user)
+                        continue
+                    region = _epilogue_region(result, convert)
+                    if region is None or len(chain) + len(region) > MAX_EPILOGUE + 2:
                         break
-                    chain.append(user)
+                    chain.extend(region)
                 last = chain[-1]
                 with module.context, op.location:
                     with ir.InsertionPoint(module.body):
