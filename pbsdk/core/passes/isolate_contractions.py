@@ -49,7 +49,7 @@ PREFIX = "__pbsdk_contraction"
 
 
 #: Longest elementwise chain moved in with a contraction (fusion merges it into one op there).
-MAX_EPILOGUE = 12
+MAX_EPILOGUE = 24
 
 
 def _captures(op: ir.Operation) -> list[tuple[ir.Operation, int, ir.Value]]:
