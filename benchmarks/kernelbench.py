@@ -10,8 +10,9 @@ checkout (its ``KernelBench/levelN/*.py``, or ``levelN/`` directly). Each proble
   statistics, Dropout is the identity; KernelBench itself leaves the modules in training mode), seed, build
   the inputs from ``get_inputs()``; everything under ``torch.no_grad()``, ``torch.set_num_threads(--threads)``
   and pbsdk's ``threads`` option alike;
-- eager's time (median of a few calls after a warm-up); above ``--max-eager-ms`` the problem is recorded as
-  skipped with that time;
+- eager's time (the fastest of the warm calls made in 0.1 s, 3 at least: on a shared host the least disturbed
+  one; a first warm call above 1.5x the bound decides alone); above ``--max-eager-ms`` the problem is
+  recorded as skipped with that time;
 - ``torch.compile(model, backend="pbsdk")``: the first call's time, the backend's reports (ops compiled, ops
   left to torch, partitions that failed), and the output against eager's: ``torch.allclose`` with
   ``--atol``/``--rtol`` (KernelBench's 1e-2 both), the largest absolute difference and that difference over
