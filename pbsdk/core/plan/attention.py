@@ -438,11 +438,12 @@ def _plan_keys(spec: ChipSpec, dynamic: Attention, opts: Options, score_bytes: i
                           f"of {PLANNING_KEYS} keys")
     vec = spec.vector
     assert vec is not None
-    per_key = (-(-op.d // lanes) + -(-op.dv // lanes)) * lanes + SOFTMAX_VECTOR_OPS + KEYS_EXTRA_OPS * lanes
+    rows = -(-op.d // lanes) + -(-op.dv // lanes)  # Q's and O's vectors (the registers a work item keeps)
+    per_key = rows * lanes + SOFTMAX_VECTOR_OPS + KEYS_EXTRA_OPS * lanes
     cycles = computed * op.batch * per_key / vec.fma_per_cycle
     estimate = _estimate(spec, op, 1, 1, 1, lanes, 1, computed * lanes * op.batch, threads, compute_cycles=cycles)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms, bound by {estimate.bound}")
-    regs = 4 * lanes * (-(-op.d // lanes) + -(-op.dv // lanes) + 2)
+    regs = 4 * lanes * (rows + 2)
     return AttentionPlan(dynamic, True, tuple(reasons), lanes, 1, lanes, lanes, -(-op.dv // lanes), threads,
                          spec.memory[-1].name, regs, 0, total * op.batch, computed * op.batch, score_bytes, estimate,
                          along="keys")

@@ -449,11 +449,9 @@ def storage_order(meta: Any) -> tuple[int, ...] | None:
 
 
 def _kernel_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
-    """Input ``t`` as the kernel reads it: permuted to its storage order where the kernel takes it so, and C-
-    contiguous (copied only when its strides are not those the kernel was compiled for)."""
-    if perm is not None:
-        t = t.permute(perm)
-    return t if t.is_contiguous() else t.contiguous()
+    """Input ``t`` as the kernel reads it: permuted to its storage order where the kernel takes it so (a view;
+    `Kernel.check_args` copies what is then not C-contiguous, as for any strided input)."""
+    return t if perm is None else t.permute(perm)
 
 
 def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor], *,

@@ -388,8 +388,7 @@ class _Part:
             self.qscale = float_constant(rounded(a.scale * LOG2E), self.f32)
         else:  # the scores are scaled once computed (Q stays exact in its narrow dtype)
             self.vqscale = _splat(vt, rounded(a.scale * LOG2E))
-            self.nzero = arith.constant(self.wide_t, ir.DenseElementsAttr.get_splat(
-                self.wide_t, ir.FloatAttr.get(self.nt, 0.0)))
+            self.nzero = _splat(self.wide_t, 0.0)
         if a.mask is not None:
             self.vmscale = _splat(vt, rounded(a.mask_scale * LOG2E))
             self.vlowest = _splat(vt, F32_LOWEST)
@@ -592,8 +591,7 @@ class _Part:
         if a.mask.row_stride == 0:
             return vector.broadcast(self.vt, _widen(memref.load(m, [mcol])))
         mvt = ir.VectorType.get([a.lanes], element_type(a.mask_dtype))
-        pass_thru = self.vzero if mvt == self.vt else arith.constant(
-            mvt, ir.DenseElementsAttr.get_splat(mvt, ir.FloatAttr.get(mvt.element_type, 0.0)))
+        pass_thru = self.vzero if mvt == self.vt else _splat(mvt, 0.0)
         if a.mask.row_stride == 1:
             return _widen(vector.MaskedLoadOp(mvt, m, [mrow], self.lane_masks[v], pass_thru).result)
         return _widen(vector.GatherOp(mvt, m, [mrow], self.vmidx, self.lane_masks[v], pass_thru).result)
@@ -742,7 +740,7 @@ class _Part:
         a, ix = self.a, self.ix
         c, L = ix.c, a.lanes
         half_t = ir.VectorType.get([L], self.nt)
-        zero = arith.constant(half_t, ir.DenseElementsAttr.get_splat(half_t, ir.FloatAttr.get(self.nt, 0.0)))
+        zero = _splat(half_t, 0.0)
         cols = self.lane_offsets(a.v.col_stride) if a.v.col_stride != 1 else None
         with loop(c(0), self.key_pairs(), c(1)) as hl:
             h = hl.induction_variable
@@ -789,6 +787,14 @@ class _Part:
         self.pv_chunks(alpha, self.key_pairs(), pair)
 
     # ------------------------------------------------------------------------------------ output
+    def reciprocal(self, sums: ir.Value) -> ir.Value:
+        """``1 / sums`` (a vector of softmax sums); under a safe softmax 0 where a sum is 0 (every key of the row
+        masked: torch's safe softmax gives 0 there)."""
+        inv = arith.divf(_splat(self.vt, 1.0), sums)
+        if self.a.safe_softmax:
+            inv = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, sums, self.vzero), self.vzero, inv)
+        return inv
+
     def store_out(self, sums: list[ir.Value]) -> None:
         """O[i0 + i, :] = Ot[:, i] / l[i], rounded to the output's dtype: L x L blocks of Ot (value columns by
         query lanes) scaled, transposed in registers (`transpose_vectors`) and stored a query row at a time,
@@ -796,11 +802,7 @@ class _Part:
         Ot, took 4-9 % more of the kernel's time on Zen 4.)"""
         a, ix = self.a, self.ix
         c, L, br, nvq = ix.c, a.lanes, a.block_q, a.q_vectors
-        one = _splat(self.vt, 1.0)
-        inv = [arith.divf(one, sums[v]) for v in range(nvq)]
-        if a.safe_softmax:  # l = 0: every key of the row masked; torch's safe softmax gives 0 there
-            inv = [arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, sums[v], self.vzero), self.vzero, inv[v])
-                   for v in range(nvq)]
+        inv = [self.reciprocal(sums[v]) for v in range(nvq)]
         out_t = element_type(a.out_dtype)
         row_t = ir.VectorType.get([L], out_t)
 
@@ -852,17 +854,19 @@ class _KeysPart(_Part):
     def buffers(self) -> None:
         pass
 
-    def row(self, buf: ir.Value, at: ir.Value, stride: int | Dim, n: int, dtype: str) -> ir.Value:
-        """``n`` (<= lanes) elements of ``buf`` from ``at`` at ``stride``, as an f32 vector (zeros past ``n``)."""
-        a, L = self.a, self.a.lanes
+    def row(self, buf: ir.Value, at: ir.Value, stride: int | Dim, n: int | ir.Value, dtype: str) -> ir.Value:
+        """``n`` (<= lanes; a static count or an index value) elements of ``buf`` from ``at`` at ``stride``, as an
+        f32 vector (zeros past ``n``; stride 0: the one element broadcast)."""
+        L = self.a.lanes
+        if stride == 0:
+            return vector.broadcast(self.vt, _widen(memref.load(buf, [at])))
         t = ir.VectorType.get([L], element_type(dtype))
-        if stride == 1 and n == L:
+        if stride == 1 and isinstance(n, int) and n == L:
             return _widen(vector.load(t, buf, [at]))
-        zero = arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0)))
-        msk = vector.create_mask(self.mt, [self.ix.c(n)])
+        zero = _splat(t, 0.0)
+        msk = vector.create_mask(self.mt, [self.ix.c(n) if isinstance(n, int) else n])
         if stride == 1:
             return _widen(vector.MaskedLoadOp(t, buf, [at], msk, zero).result)
-        assert a.lanes == L
         return _widen(vector.GatherOp(t, buf, [at], self.lane_offsets(stride), msk, zero).result)
 
     def chunks(self, size: int) -> list[tuple[int, int]]:
@@ -956,24 +960,14 @@ class _KeysPart(_Part):
         a, ix = self.a, self.ix
         assert a.mask is not None
         at = ix.add(self.mrow, self.mul(j0, a.mask.col_stride))
-        if a.mask.col_stride == 0:
-            return vector.broadcast(self.vt, _widen(memref.load(self.flat["M"], [at])))
-        n = ix.min(ix.sub(self.kend, j0), ix.c(a.lanes))
-        t = ir.VectorType.get([a.lanes], element_type(a.mask_dtype))
-        zero = arith.constant(t, ir.DenseElementsAttr.get_splat(t, ir.FloatAttr.get(t.element_type, 0.0)))
-        msk = vector.create_mask(self.mt, [n])
-        if a.mask.col_stride == 1:
-            return _widen(vector.MaskedLoadOp(t, self.flat["M"], [at], msk, zero).result)
-        return _widen(vector.GatherOp(t, self.flat["M"], [at], self.lane_offsets(a.mask.col_stride), msk,
-                                      zero).result)
+        return self.row(self.flat["M"], at, a.mask.col_stride, ix.min(ix.sub(self.kend, j0), ix.c(a.lanes)),
+                        a.mask_dtype)
 
     def store_row(self, at: ir.Value, lsum: ir.Value, outs: list[ir.Value]) -> None:
         """O's row of this query: the accumulators over the sum (0 for a row with every key masked under a safe
         softmax), rounded to the output's dtype."""
         a, ix = self.a, self.ix
-        inv = arith.divf(_splat(self.vt, 1.0), lsum)
-        if a.safe_softmax:
-            inv = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, lsum, self.vzero), self.vzero, inv)
+        inv = self.reciprocal(lsum)
         out_t = element_type(a.out_dtype)
         row_t = ir.VectorType.get([a.lanes], out_t)
         for o, (c0, n) in zip(outs, self.chunks(a.dv)):
