@@ -12,7 +12,7 @@ import pbsdk
 from pbsdk import ops
 from pbsdk.core.plan import Contraction, plan_contraction
 from pbsdk.core.spec import load_spec
-from pbsdk.targets.cpu.pack_contractions import lowers_unit
+from pbsdk.targets.cpu.pack_contractions import lowers_unit, unit_spec
 from pbsdk.testing import assert_close
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -26,6 +26,11 @@ needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"
 #: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks;
 #: few rows and many columns (B packed several panels a pass, split over the threads by columns).
 SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (130, 17, 1100), (96, 160, 4100), (12, 4000, 1000)]
+
+
+#: The options that keep bf16 and i8 on the units in the vector registers (an AMX host's tiles off), for the
+#: tests of those kernels.
+VEC = {"amx": "off"}
 
 
 def _bf16(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -58,7 +63,7 @@ def _packed(fn: pbsdk.JitFunction, *args: np.ndarray) -> str:
 @pytest.mark.parametrize("m, n, k", SHAPES)
 def test_bf16_matmul_on_vdpbf16ps(m: int, n: int, k: int, threads: int) -> None:
     a, b = _bf16((m, k), 0), _bf16((k, n), 1)
-    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False})
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False, **VEC})
     got = fn(a, b)
     assert got.dtype == BF16
     want = (a.astype(np.float64) @ b.astype(np.float64)).astype(BF16)
@@ -70,7 +75,7 @@ def test_bf16_matmul_on_vdpbf16ps(m: int, n: int, k: int, threads: int) -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 def test_bf16_batched_matmul_with_bias_and_gelu(threads: int) -> None:
     a, b, bias = _bf16((3, 40, 70), 2), _bf16((3, 70, 50), 3), _bf16((50,), 4)
-    fn = pbsdk.jit(lambda x, w, c: ops.gelu(x @ w + c), target="cpu", options={"threads": threads, "cache": False})
+    fn = pbsdk.jit(lambda x, w, c: ops.gelu(x @ w + c), target="cpu", options={"threads": threads, "cache": False, **VEC})
     got = fn(a, b, bias)
     acc = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16).astype(np.float32)
     pre = (acc + bias.astype(np.float32)).astype(BF16).astype(np.float64)
@@ -91,7 +96,7 @@ def test_i8_matmul_on_vpdpbusd_is_exact(m: int, n: int, k: int, threads: int) ->
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
     a[0, :] = -128  # the extremes: -128 * -128 summed over k
     b[:, 0] = -128
-    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False})
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False, **VEC})
     got = fn(a, b)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
@@ -109,7 +114,7 @@ def test_i8_requantize_epilogue_is_fused_and_exact() -> None:
         acc = ops.astype(x @ w, "f32")
         return ops.astype(ops.minimum(ops.maximum(ops.round(acc * float(scale)) + 3.0, -128.0), 127.0), "i8")
 
-    fn = pbsdk.jit(requant, target="cpu", options={"threads": 2, "cache": False})
+    fn = pbsdk.jit(requant, target="cpu", options={"threads": 2, "cache": False, **VEC})
     got = fn(a, b)
     acc = (a.astype(np.int32) @ b.astype(np.int32)).astype(np.float32)
     want = np.clip(np.round(acc * scale) + 3, -128, 127).astype(np.int8)
@@ -122,13 +127,14 @@ def test_i8_requantize_epilogue_is_fused_and_exact() -> None:
                                                       ("amd/zen4", "i8", "vpdpbusd"),
                                                       ("intel/xeon-amx", "bf16", "vdpbf16ps")])
 def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> None:
-    """Compiled for a preset's CPU (from whatever host runs the test): the instruction is in the machine code."""
+    """Compiled for a preset's CPU (from whatever host runs the test): the instruction is in the machine code
+    (the AMX preset's tiles off: they are `test_amx_code_for_an_amx_xeon`'s)."""
     from pbsdk.core.compiler import compile_text, resolve
     from pbsdk.targets.cpu import parse_llvm_ir, target_machine
 
     text = _matmul_text(64, 80, 96, dtype)
     chip = load_spec(spec)
-    artifact = compile_text(text, resolve("cpu", chip, {"cache": False}))
+    artifact = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "off"}))
     tm = target_machine(chip)
     asm = tm.emit_assembly(parse_llvm_ir(artifact.payload))
     assert instruction in asm
@@ -170,10 +176,10 @@ def test_i8_constant_weights_are_packed_at_compile_time() -> None:
     assert packed[1, 17, 4 * 18 + 3] == 0 and packed[1, 0, 18 * 4] == 0  # past k, past n: zero
     a = rng.integers(-128, 128, (45, 70), dtype=np.int8)
     for threads in (1, 2):
-        fn = pbsdk.jit(lambda x: x @ b, target="cpu", options={"threads": threads, "cache": False})
+        fn = pbsdk.jit(lambda x: x @ b, target="cpu", options={"threads": threads, "cache": False, **VEC})
         np.testing.assert_array_equal(fn(a), a.astype(np.int32) @ b.astype(np.int32))
         kernel = fn.kernel(fn._signature((a,)))[0]
-        nr = plan_contraction(load_spec("host"), Contraction(45, 50, 70, dtype="i8"), {"threads": threads}).blocking.nr
+        nr = plan_contraction(unit_spec(load_spec("host"), "off")[0], Contraction(45, 50, 70, dtype="i8"), {"threads": threads}).blocking.nr
         # the constant reaches the kernel packed for the planned tile's nr
         assert [c.shape for c in kernel.artifact.constants] == [unit_packed_shape(70, 50, nr, 4)]
 
@@ -226,6 +232,24 @@ def test_amx_kernels_emulated_with_epilogue_and_constant_weights() -> None:
     assert [c.shape for c in kernel.artifact.constants] == [(3, 80, 128)]  # 3 panels of 32 columns, k 300 -> 320
 
 
+def test_amx_packed_b_holds_whole_packing_passes() -> None:
+    """B's packing buffer holds whole packing passes of panels: 640 columns are 20 panels of 32, packed 8 a
+    pass, so the buffer has 24 (it had 20, the last pass wrote past it and an AMX host's heap broke)."""
+    import re
+
+    spec = _with_amx()
+    a, b = np.ones((64, 64), np.int8), np.ones((64, 640), np.int8)
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", spec=spec, options={"threads": 1, "amx": "emulate", "cache": False})
+    plan = plan_contraction(spec, Contraction(64, 640, 64, dtype="i8"), {"threads": 1})
+    blk = plan.blocking
+    assert blk is not None and blk.unit == "tdpbssd" and (blk.nc // blk.nr) % blk.pass_panels
+    allocs = re.findall(r"memref\.alloc\(\) \{alignment = 64 : i64\} : memref<(\d+)x(\d+)x128xi8>", _packed(fn, a, b))
+    assert allocs, "no packed B buffer"
+    want = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels
+    assert all(int(p) == want for p, _ in allocs), (allocs, want)
+    np.testing.assert_array_equal(fn(a, b), a.astype(np.int32) @ b.astype(np.int32))
+
+
 @pytest.mark.parametrize("dtype, instruction", [("bf16", "tdpbf16ps"), ("i8", "tdpbssd")])
 def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
     """With amx="on", the machine code for the AMX preset's CPU (made on any host) holds the tile loads,
@@ -241,8 +265,10 @@ def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
     assert asm.count(instruction) == 4 * steps and asm.count("tileloadd") == 4 * steps
     assert "ldtilecfg" in asm and "tilestored" in asm and "tilerelease" in asm
     assert artifact.metadata["amx"]
-    off = compile_text(text, resolve("cpu", chip, {"cache": False}))  # the default: the dot-product units
+    off = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "off"}))  # the dot-product units
     assert instruction not in target_machine(chip).emit_assembly(parse_llvm_ir(off.payload))
+    auto = compile_text(text, resolve("cpu", chip, {"cache": False}))  # the default, "auto": the tiles
+    assert auto.metadata["amx"] == artifact.metadata["amx"] and auto.payload == artifact.payload
 
 
 @pytest.mark.skipif(not lowers_unit(load_spec("host"), "tdpbf16ps", "on"), reason="this host has no AMX: the AMX kernels are checked by emulation "
@@ -256,13 +282,16 @@ def test_amx_kernels_on_this_hosts_tiles() -> None:
 import numpy as np, ml_dtypes, pbsdk
 BF = np.dtype(ml_dtypes.bfloat16)
 rng = np.random.default_rng(0)
-for m, n, k in ((64, 64, 64), (37, 45, 29), (70, 33, 600)):
+# (64, 640, 64), (64, 768, 1024) on 2 threads: a block of panels that is not whole packing passes (B's
+# buffer once held only nc / nr panels, and the last pass wrote past it)
+for m, n, k, t in ((64, 64, 64, 1), (37, 45, 29, 2), (70, 33, 600, 1), (64, 640, 64, 1), (64, 768, 1024, 2)):
+    opts = {"amx": "on", "cache": False, "threads": t}
     a, b = rng.standard_normal((m, k)).astype(BF), rng.standard_normal((k, n)).astype(BF)
-    y = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"amx": "on", "cache": False})(a, b)
+    y = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=opts)(a, b)
     want = a.astype(np.float64) @ b.astype(np.float64)
     assert np.abs(y.astype(np.float64) - want).max() <= 2 ** -7 * (np.abs(want).max() + 1) + 1e-3 * k, (m, n, k)
     ai, bi = rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
-    yi = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"amx": "on", "cache": False})(ai, bi)
+    yi = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=opts)(ai, bi)
     assert np.array_equal(yi, ai.astype(np.int32) @ bi.astype(np.int32)), (m, n, k)
 print("ok")
 """

@@ -158,8 +158,13 @@ def test_cpu_lowers_units_by_their_registers_features_and_the_amx_option() -> No
     amx = load_spec("intel/xeon-amx")
     features = amx.codegen["features"]
     tile, dot = amx.matrix_units[0], amx.matrix_units[2]
-    assert "AMX kernels are off" in (lowerable(tile, 512, features) or "")  # the default: not yet run on AMX
+    assert "AMX kernels are off" in (lowerable(tile, 512, features, "off") or "")
     assert lowerable(tile, 512, features, "on") is None
+    # the default, "auto": the tiles where the code's features have them (and Linux grants the state on an
+    # AMX host; on another host the code is for another machine)
+    assert lowerable(tile, 512, features) in (None, ("tdpbf16ps: Linux did not grant this process AMX's tile state "
+                                              "(arch_prctl ARCH_REQ_XCOMP_PERM)"))
+    assert "+amx-bf16,+amx-tile" in (lowerable(tile, 512, "+avx512f") or "")
     assert "+amx-bf16,+amx-tile" in (lowerable(tile, 512, "+avx512f", "on") or "")
     assert lowerable(tile, 512, "+avx512f", "emulate") is None  # the arithmetic on host buffers: any machine
     assert lowerable(dot, 512, features) is None

@@ -42,6 +42,7 @@ from pbsdk.targets.cpu.attention_kernel import AttentionKernels
 from pbsdk.targets.cpu.bf16 import WidenBf16
 from pbsdk.targets.cpu.depthwise_kernel import DepthwiseKernels
 from pbsdk.targets.cpu.direct_conv_kernel import DirectConvKernels
+from pbsdk.targets.cpu.hooks import resolve_tiles
 from pbsdk.targets.cpu.llvm_worker import compile_object, illegal_bf16, optimize, target_machine_for
 from pbsdk.targets.cpu.options import CpuOptions
 from pbsdk.targets.cpu.outline import OutlineLoopNests
@@ -549,18 +550,18 @@ class CpuExecutable(Executable):
         forks = artifact.metadata.get("forks", [])
         if forks:
             texts.append(fork_glue(forks, threaded=_openmp_available()))
-        if artifact.metadata.get("amx"):
-            from pbsdk.targets.cpu.tile_kernel import request_amx
-
-            if not request_amx():
-                raise DeviceUnavailableError("the kernel uses AMX tiles and Linux did not grant this process "
-                                             "their state (arch_prctl ARCH_REQ_XCOMP_PERM)")
         self._texts, self._spec = texts, spec
         #: What the compilation did with each contraction (`pack_contractions.CONTRACTIONS`): the compile-time
         #: record the conformance suite reads (a bf16 or i8 case on the spec's unit must have used it).
         self.resources: dict[str, Any] = dict(artifact.metadata.get("resources") or {"contractions": []})
         self._engine, address, _ = jit_cached(texts, spec, artifact.entry,
                                               use_cache=bool(artifact.metadata.get("object_cache", True)))
+        if artifact.metadata.get("amx"):  # checked once the machine code is made, before any call
+            from pbsdk.targets.cpu.tile_kernel import request_amx
+
+            if not request_amx():
+                raise DeviceUnavailableError("the kernel uses AMX tiles and Linux did not grant this process "
+                                             "their state (arch_prctl ARCH_REQ_XCOMP_PERM)")
         self._fn = EntryCall(artifact, address)
 
     @property
@@ -657,8 +658,8 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     """The stages that lower already-scheduled IR (loops, vectors, memrefs) to LLVM IR for the host JIT,
     deciding nothing: the cpu target's last stages, and what another target's host emulation of its own
     schedule runs (nvgpu's `emulate`)."""
-    amx = "{enable-amx=true}" if options.target_as(CpuOptions).amx == "on" else ""
     features = machine(spec)[2]
+    amx = "{enable-amx=true}" if resolve_tiles(options.target_as(CpuOptions).amx, features) == "on" else ""
     expand = expands_bf16(features)  # arith expands bf16 whole; else only its extensions are widened
     math_ops = ",".join(math_expansions(features))
     expand_bf16 = "" if not expand else (

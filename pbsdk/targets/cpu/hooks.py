@@ -22,7 +22,7 @@ from pbsdk.core.hooks import UnitStep
 from pbsdk.core.spec import ChipSpec, MatrixUnit
 
 #: Public functions here that are not hooks (`pbsdk.core.hook_contract.check_hooks`).
-__pbsdk_helpers__ = ("lowerable",)
+__pbsdk_helpers__ = ("lowerable", "resolve_tiles")
 
 #: LLVM intrinsic of each unit in the vector registers, by (unit name, vector width in bits), and the
 #: target features the instruction needs (any one of the sets).
@@ -43,21 +43,37 @@ TILE_UNITS: dict[str, frozenset[str]] = {
 }
 
 
-def lowerable(unit: MatrixUnit, width_bits: int, features: str, tiles: str = "off") -> str | None:
+def resolve_tiles(tiles: str, features: str) -> str:
+    """The cpu option ``amx`` with "auto" decided for machine code of ``features``: "on" where they have
+    AMX's tile features and either this host lacks AMX (the code is for another machine, which asks Linux
+    for the tile state when it loads it) or Linux grants this process the state (`request_amx`); else "off".
+    The other values are returned as they are."""
+    if tiles != "auto":
+        return tiles
+    flags = {f.strip() for f in features.split(",")}
+    if "+amx-tile" not in flags:
+        return "off"
+    from pbsdk.targets.cpu.tile_kernel import host_has_amx, request_amx
+
+    return "on" if not host_has_amx() or request_amx() else "off"
+
+
+def lowerable(unit: MatrixUnit, width_bits: int, features: str, tiles: str = "auto") -> str | None:
     """Why the cpu target cannot lower ``unit`` for machine code with ``features`` (an LLVM feature string)
     and ``width_bits`` vectors, or None when it can. ``tiles`` is the cpu option ``amx``: units with tile
-    registers are lowered only when it is "on" (their instructions; the machine code needs the features) or
-    "emulate" (their arithmetic on host buffers, any machine)."""
+    registers are lowered when it is "on" (their instructions; the machine code needs the features),
+    "auto" (`resolve_tiles`) or "emulate" (their arithmetic on host buffers, any machine)."""
     flags = {f.strip() for f in features.split(",")}
     if unit.registers == "tile":
         need = TILE_UNITS.get(unit.name)
         if need is None:
             return f"{unit.name}: no tile unit of that name is known to the cpu target"
         if tiles == "off":
-            return (f"{unit.name}: AMX kernels are off (cpu option amx=on; they have not yet run on AMX "
-                    "hardware, only compiled for it and emulated)")
-        if tiles == "on" and not need <= flags:
+            return f"{unit.name}: AMX kernels are off (cpu option amx=off)"
+        if tiles in ("on", "auto") and not need <= flags:
             return f"{unit.name}: the code's target features lack {','.join(sorted(need - flags))}"
+        if resolve_tiles(tiles, features) == "off":
+            return f"{unit.name}: Linux did not grant this process AMX's tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
         return None
     if unit.registers != "vector":
         return f"{unit.name}: the cpu target lowers units in registers only (this one keeps memory tiles)"

@@ -21,12 +21,13 @@ from pbsdk.core.options import TargetOptions
 class CpuOptions(TargetOptions):
     """The cpu target's own options (the others are the core's, `pbsdk.core.options.Options`)."""
 
-    #: Matrix units with tile registers (AMX: ``tdpbf16ps``, ``tdpbssd``): "off" leaves them out of the plans
-    #: (the vector-register units serve bf16/i8), "on" lowers their instructions (the spec's code must have
-    #: the AMX features), "emulate" builds the same kernels with the instructions' arithmetic on host buffers
-    #: (any machine: what checks the AMX kernels where there is no AMX). Off by default until they have run
-    #: on AMX hardware: so far they are compiled for it and emulated.
-    amx: Literal["off", "on", "emulate"] = "off"
+    #: Matrix units with tile registers (AMX: ``tdpbf16ps``, ``tdpbssd``): "auto" lowers their instructions
+    #: where the code's target features have AMX and, when this host has AMX itself, Linux grants the
+    #: process the tile state (`pbsdk.targets.cpu.hooks.resolve_tiles`); "on" lowers them whenever the
+    #: features allow, "off" leaves them out of the plans (the vector-register units serve bf16/i8),
+    #: "emulate" builds the same kernels with the instructions' arithmetic on host buffers (any machine: what
+    #: checks the AMX kernels where there is no AMX).
+    amx: Literal["auto", "off", "on", "emulate"] = "auto"
     #: Pack planned matmuls into register-tiled kernels (``pack-contractions``; off, the core stage
     #: ``isolate-contractions`` leaves them in place too).
     pack: bool = True

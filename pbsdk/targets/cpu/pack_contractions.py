@@ -228,7 +228,7 @@ def record_contraction(ctx: Any, op: str, dtype: str, batch: int, m: int, n: int
                                                     "n": n, "k": k, "compute": compute, "unit": unit})
 
 
-def unit_spec(spec: ChipSpec, tiles: str = "off") -> tuple[ChipSpec, list[str]]:
+def unit_spec(spec: ChipSpec, tiles: str = "auto") -> tuple[ChipSpec, list[str]]:
     """``spec`` with only the matrix units the cpu target can lower for its machine code (`hooks.lowerable`;
     ``tiles``: the cpu option ``amx``), and why each other unit was left out."""
     from pbsdk.targets.cpu import machine
@@ -247,7 +247,7 @@ def unit_spec(spec: ChipSpec, tiles: str = "off") -> tuple[ChipSpec, list[str]]:
     return spec.model_copy(update={"matrix_units": keep}), why
 
 
-def lowers_unit(spec: ChipSpec, name: str, tiles: str = "off") -> bool:
+def lowers_unit(spec: ChipSpec, name: str, tiles: str = "auto") -> bool:
     """Whether the cpu target lowers ``spec``'s matrix unit ``name`` (`unit_spec`; ``tiles``: option ``amx``)."""
     return any(u.name == name for u in unit_spec(spec, tiles)[0].matrix_units)
 
@@ -279,7 +279,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
-    tiles = ("amx" if amx == "on" else "emulate") if unit.registers == "tile" else None
+    tiles = ("emulate" if amx == "emulate" else "amx") if unit.registers == "tile" else None
     k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)
     fused = find_epilogue(op) if cpu_options(ctx).fuse_epilogues else None

@@ -193,7 +193,8 @@ class TileKernel(_UnitKernel):
 
     def buffers(self) -> list[ir.Value]:
         blk = self.blk
-        self.Bp = None if self.prepacked else self.alloc([blk.nc // blk.nr, blk.kc // self.u, blk.nr * self.u], self.et)
+        panels = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels  # whole packing passes, as the base's
+        self.Bp = None if self.prepacked else self.alloc([panels, blk.kc // self.u, blk.nr * self.u], self.et)
         self.Ap = self.alloc([blk.mc, blk.kc], self.et)
         self.Cr = None
         self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t)
@@ -254,6 +255,13 @@ class TileKernel(_UnitKernel):
             for h in range(2):
                 t.store(ACC[2 * r + h], self.Tp, [c(r * TILE), c(h * TILE)])
         self.update_c(lead, [], ic, ib, jc, jb, None, first)
+
+
+def host_has_amx() -> bool:
+    """Whether this host's CPU has AMX tiles (as LLVM reads its features: CPUID, and the OS's XSAVE state)."""
+    from pbsdk.targets.cpu import _llvm
+
+    return bool(_llvm().get_host_cpu_features().get("amx-tile", False))
 
 
 _XFEATURE_XTILEDATA, _ARCH_REQ_XCOMP_PERM, _SYS_ARCH_PRCTL = 18, 0x1023, 158
