@@ -190,10 +190,6 @@ class Blocking:
 LONG_K_SHARE = 8
 LONG_K_ROW_TILES = 16
 
-#: Steps of a tile unit (AMX) in one k block: the micro-kernel's k block is straight-line code (MLIR's lowering
-#: does not carry tile registers through loops), so kc is at most this many of the unit's k.
-TILE_STEPS = 16
-
 #: A is read in place (`Blocking.pack_a` False) when a thread's columns fit this many register tiles.
 #: 1x1 conv at 7x7, 2048 -> 512 as given (512x49x2048, B 49 columns: 2 tiles of 32), Zen 4: 1.78 -> 1.4 ms.
 A_IN_PLACE_PANELS = 2
@@ -478,10 +474,6 @@ def _k_block(op: Contraction, unit: ComputeTile, tile: _MicroTile, l1: MemoryLev
         why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B)")
     if unit.instruction is not None:  # whole groups of the unit's depth (the last one zero-padded past k)
         kc = _round_up(kc, unit.k)
-        if unit.instruction[0] > 1 and kc > TILE_STEPS * unit.k:  # a tile unit's k block is unrolled
-            kc = TILE_STEPS * unit.k
-            why.append(f"kc {kc}: {TILE_STEPS} steps of {unit.name}, unrolled (its tiles live in registers only "
-                       "within straight-line code)")
     return kc, why
 
 
@@ -590,7 +582,7 @@ def _unit_steps(unit: ComputeTile, kc: int, pack_a: bool) -> list[str]:
                  f"{'from rows packed a vector at a time' if pack_a else 'from its rows in place'}")]
     if tile_unit:
         return [(f"{unit_name}: each step loads 2 A and 2 B tiles of {unit_k} k (B in 32-bit groups of rows "
-                 f"interleaved) into 2 x 2 accumulator tiles; kc {kc} unrolled in {kc // unit_k} steps")]
+                 f"interleaved) into 2 x 2 accumulator tiles; kc {kc} in {kc // unit_k} steps, a loop carrying them")]
     return []
 
 

@@ -660,6 +660,8 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     schedule runs (nvgpu's `emulate`)."""
     features = machine(spec)[2]
     amx = "{enable-amx=true}" if resolve_tiles(options.target_as(CpuOptions).amx, features) == "on" else ""
+    # Branches carrying AMX tiles (a tile kernel's loop over k) convert with the amx dialect's type conversion.
+    cf_to_llvm = "convert-to-llvm{filter-dialects=cf,amx}" if amx else "convert-cf-to-llvm"
     expand = expands_bf16(features)  # arith expands bf16 whole; else only its extensions are widened
     math_ops = ",".join(math_expansions(features))
     expand_bf16 = "" if not expand else (
@@ -686,7 +688,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
                          f"convert-vector-to-llvm{amx}, "
                          f"expand-strided-metadata, lower-affine, finalize-memref-to-llvm, {expand_bf16}"
                          "convert-arith-to-llvm, "
-                         "convert-cf-to-llvm, convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, "
+                         f"{cf_to_llvm}, convert-func-to-llvm{{use-bare-ptr-memref-call-conv=1}}, "
                          "reconcile-unrealized-casts",
                   description="everything to the LLVM dialect; memrefs become bare pointers"),
             Stage("llvm-ir", fn=_to_llvm_ir, description="LLVM IR text (the artifact)"),

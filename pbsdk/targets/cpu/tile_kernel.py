@@ -6,9 +6,10 @@ The loop nest, the thread split, B's packing and the C update with its epilogue 
 32 bits of k interleaved (the "VNNI" layout AMX's B tile reads: one tile row is a group of 16 columns), A
 packed row-major ``[mc, kc]``, zero past K and clamped past the part's last row (a tile load reads 16
 whole rows). What differs is the micro-kernel: a 32 x 32 register tile is 2 x 2 accumulator tiles; each
-step of k loads 2 tiles of A (16 rows x k) and 2 of B (k x 16 columns) and issues 4 tile products; the k
-block is straight-line code (``TILE_STEPS`` steps at most: MLIR's lowering keeps tiles in registers only
-between branches), and the 4 accumulators go through ``Tp`` to the C update.
+step of k loads 2 tiles of A (16 rows x k) and 2 of B (k x 16 columns) and issues 4 tile products; the
+steps are a loop that carries the 4 accumulators as values (the lowering converts branches with tile
+operands through the ``amx`` dialect's type conversion, so LLVM keeps them in tile registers), and the 4
+accumulators go through ``Tp`` to the C update.
 
 The tile operations (`TileOps`) are built by `AmxTiles` (the ``amx`` dialect: ``amx.tile_load``,
 ``tile_mulf``/``tile_muli``, ``tile_store``, lowered to LLVM's AMX intrinsics with the ``enable-amx``
@@ -48,6 +49,14 @@ class TileOps(Protocol):
 
     def store(self, slot: int, dest: ir.Value, at: list[ir.Value]) -> None: ...
 
+    def carried(self, slots: tuple[int, ...]) -> list[ir.Value]:
+        """The values a loop over k carries for ``slots`` (none where the slots are buffers)."""
+        ...
+
+    def restore(self, slots: tuple[int, ...], values: list[ir.Value]) -> None:
+        """Take ``values`` (a loop's carried values or results, as `carried` gave them) as the slots'."""
+        ...
+
 
 def _tile_type(rows: int, cols: int, t: ir.Type) -> ir.Type:
     """``!amx.tile<rows x cols x t>`` (the bindings have no class for the amx dialect's type)."""
@@ -80,6 +89,12 @@ class AmxTiles:
         name = "amx.tile_mulf" if self.floats else "amx.tile_muli"  # tile_muli: signed x signed (tdpbssd)
         self.values[acc] = ir.Operation.create(name, results=[self.acc_t], operands=[
             self.values[a], self.values[b], self.values[acc]]).result
+
+    def carried(self, slots: tuple[int, ...]) -> list[ir.Value]:
+        return [self.values[s] for s in slots]
+
+    def restore(self, slots: tuple[int, ...], values: list[ir.Value]) -> None:
+        self.values.update(zip(slots, values))
 
     def store(self, slot: int, dest: ir.Value, at: list[ir.Value]) -> None:
         ir.Operation.create("amx.tile_store", results=[], operands=[dest, *at, self.values[slot]],
@@ -124,6 +139,12 @@ class EmulatedTiles:
                 memref.store(v, dst, [arith.addi(dst_at[0], i), arith.addi(dst_at[1], j)])
             _for(self._c(0), self._c(cols), self._c(1), col)
         _for(self._c(0), self._c(rows), self._c(1), row)
+
+    def carried(self, slots: tuple[int, ...]) -> list[ir.Value]:
+        return []
+
+    def restore(self, slots: tuple[int, ...], values: list[ir.Value]) -> None:
+        pass
 
     def zero(self, slot: int) -> None:
         z = arith.constant(self.acc, 0.0 if isinstance(self.acc, ir.FloatType) else 0)
@@ -213,10 +234,12 @@ class TileKernel(_UnitKernel):
         return [b for b in (self.Bp, self.Ap, self.Tp) if b is not None] + emulated
 
     def pack_groups(self, kc: ir.Value) -> ir.Value:
-        return self.c(self.blk.kc // self.u)  # every group of the block: the unrolled steps read them all
+        steps = arith.divui(arith.addi(kc, self.c(self.k_step - 1)), self.c(self.k_step))
+        return arith.muli(steps, self.c(self.k_step // self.u))  # whole steps: the last one reads zeros past K
 
     def pack_a_panel(self, lead: list[ir.Value], ic: ir.Value, pc: ir.Value, ib: ir.Value, groups: ir.Value) -> None:
-        """``Ap[ib*mr + r, :] = A[row, pc : pc + kc]`` (zero past K), a vector of one tile row's k at a time."""
+        """``Ap[ib*mr + r, :groups*u] = A[row, pc : pc + groups*u]`` (zero past K), a vector of one tile row's k
+        at a time."""
         c, blk, K = self.c, self.blk, self.shape.k
         vt = ir.VectorType.get([self.k_step], self.et)
         mt = ir.VectorType.get([self.k_step], ir.IntegerType.get_signless(1))
@@ -232,7 +255,7 @@ class TileKernel(_UnitKernel):
                                       self.zero(vt))
                 vector.store(v, self.Ap, [dest, ch])
 
-            _for(c(0), c(blk.kc), c(self.k_step), chunk)
+            _for(c(0), arith.muli(groups, c(self.u)), c(self.k_step), chunk)
 
         _for(c(0), c(blk.mr), c(1), row)
 
@@ -243,14 +266,21 @@ class TileKernel(_UnitKernel):
         g0 = arith.addi(arith.muli(panel, c(self.b_groups)), arith.divui(pc, c(self.u)) if self.prepacked else c(0))
         for s in ACC:
             t.zero(s)
-        for step in range(blk.kc // self.k_step):
+
+        def step(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
+            t.restore(ACC, accs)
+            kk = arith.muli(i, c(self.k_step))
             for r, slot in enumerate(A_TILES):
-                t.load(slot, self.Ap, [arith.addi(arith.muli(ib, c(blk.mr)), c(r * TILE)), c(step * self.k_step)])
+                t.load(slot, self.Ap, [arith.addi(arith.muli(ib, c(blk.mr)), c(r * TILE)), kk])
             for h, slot in enumerate(B_TILES):
-                t.load(slot, self.Brows, [arith.addi(g0, c(step * self.k_step // self.u)), c(h * TILE * self.u)])
+                t.load(slot, self.Brows, [arith.addi(g0, arith.muli(i, c(self.k_step // self.u))), c(h * TILE * self.u)])
             for r, a in enumerate(A_TILES):
                 for h, b in enumerate(B_TILES):
                     t.mul(ACC[2 * r + h], a, b)
+            return t.carried(ACC)
+
+        steps = arith.divui(arith.addi(kc, c(self.k_step - 1)), c(self.k_step))  # the last one zero-padded
+        t.restore(ACC, for_values(c(0), steps, c(1), t.carried(ACC), step))
         for r in range(2):
             for h in range(2):
                 t.store(ACC[2 * r + h], self.Tp, [c(r * TILE), c(h * TILE)])

@@ -94,7 +94,7 @@ def interleave(rows: list[ir.Value], lanes: int) -> ir.Value:
 
 def unit_packed_shape(k: int, n: int, nr: int, u: int, k_multiple: int = 1) -> tuple[int, int, int]:
     """The shape of B (k x n) packed by `pack_unit_panels`: ``(ceil(n/nr), ceil(k'/u), nr*u)`` with ``k'``
-    k rounded up to ``k_multiple`` (a tile kernel's k block: its unrolled steps read whole blocks)."""
+    k rounded up to ``k_multiple`` (a tile kernel's k block, as the compile-time packing of a weight lays it out)."""
     k = -(-k // k_multiple) * k_multiple
     return (-(-n // nr), -(-k // u), nr * u)
 
