@@ -7,8 +7,10 @@ instruction issues, or what each cache level and main memory deliver. As BLIS co
 probes do, pbsdk measures them with a few tiny loops JIT-compiled by the LLVM it generates code with
 (built with llvmlite's IR builder) and timed best-of-N:
 
-- **clock**: a chain of dependent ``add``/``xor`` pairs (one cycle each on every x86 and Arm core; the
-  pair cannot be folded by LLVM as a chain of adds could) — steps x 2 / seconds;
+- **clock**: a chain of dependent ``add``/``xor`` pairs on registers (one cycle each on every x86 and Arm
+  core; the pair cannot be folded by LLVM as a chain of adds could, and the add's operand is a register:
+  Intel cores since Golden Cove execute an add of a small immediate in the renamer, which made an
+  ``x + 1`` chain run two steps a cycle and the clock read twice the real one) — steps x 2 / seconds;
 - **vector FMA issue rate** per width (512/256/128 bits as the CPU has them): independent chains of
   ``llvm.fma`` on more accumulators than latency x pipes needs — FMAs / (seconds x clock);
 - **matrix-instruction issue rate**: the same with ``vpdpbusd`` / ``vdpbf16ps`` where the CPU has them;
@@ -41,7 +43,7 @@ from typing import Any
 log = logging.getLogger("pbsdk.calibrate")
 
 #: Bumped whenever a probe or `derive` changes meaning: older cached calibrations are then re-measured.
-PROBE_VERSION = 2
+PROBE_VERSION = 3
 #: Dependent steps per loop iteration of the clock probe; each step is an add and an xor (2 cycles).
 CLOCK_UNROLL = 16
 #: Independent accumulator chains of the FMA / matrix-instruction probes: more than latency (4-5 cycles)
@@ -224,14 +226,17 @@ class _Probes:
         finish(b, f, new)
 
     def _clock(self) -> None:
-        """``i64 clock(i64 n, i64 y)``: x = (x + 1) ^ y, `CLOCK_UNROLL` times an iteration."""
+        """``i64 clock(i64 n, i64 y)``: x = (x + y) ^ y', `CLOCK_UNROLL` times an iteration, with y' = y >> 1
+        (registers both: no add of an immediate, which a renamer may execute without a cycle)."""
         ir = self.ir
         i64 = ir.IntType(64)
 
         def body(b: Any, f: Any, vals: list[Any]) -> list[Any]:
             (x,) = vals
+            y = f.args[1]
+            other = b.lshr(y, ir.Constant(i64, 1))
             for _ in range(CLOCK_UNROLL):
-                x = b.xor(b.add(x, ir.Constant(i64, 1)), f.args[1])
+                x = b.xor(b.add(x, y), other)
             return [x]
 
         self._loop("clock", [i64], i64, [(i64, lambda b, f: f.args[1])], body, lambda b, f, v: b.ret(v[0]))
