@@ -4,8 +4,8 @@
 The loop nest, the thread split, B's packing and the C update with its epilogue are the unit kernel's
 (`pbsdk.targets.cpu.unit_kernel`): B packed into panels of ``nr = 32`` columns whose rows are groups of
 32 bits of k interleaved (the "VNNI" layout AMX's B tile reads: one tile row is a group of 16 columns), A
-packed row-major ``[mc, kc]``, zero past K and clamped past the part's last row (a tile load reads 16
-whole rows). What differs is the micro-kernel: a 32 x 32 register tile is 2 x 2 accumulator tiles; each
+packed in tiles (each step's 16 rows x 64 bytes together, `TileKernel.pack_a_panel`), zero past K and
+clamped past the part's last row (a tile load reads 16 whole rows). What differs is the micro-kernel: a 32 x 32 register tile is 2 x 2 accumulator tiles; each
 step of k loads 2 tiles of A (16 rows x k) and 2 of B (k x 16 columns) and issues 4 tile products; the
 steps are a loop that carries the 4 accumulators as values (the lowering converts branches with tile
 operands through the ``amx`` dialect's type conversion, so LLVM keeps them in tile registers), and the 4
@@ -216,7 +216,9 @@ class TileKernel(_UnitKernel):
         blk = self.blk
         panels = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels  # whole packing passes, as the base's
         self.Bp = None if self.prepacked else self.alloc([panels, blk.kc // self.u, blk.nr * self.u], self.et)
-        self.Ap = self.alloc([blk.mc, blk.kc], self.et)
+        # A in tiles: tile row t's step s is rows (t * steps + s) * 16 .. +16 of k_step values, 1 KiB together
+        self.a_steps = -(-blk.kc // self.k_step)
+        self.Ap = self.alloc([blk.mc // TILE * self.a_steps * TILE, self.k_step], self.et)
         self.Cr = None
         self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t)
         self.tiles: AmxTiles | EmulatedTiles
@@ -238,24 +240,27 @@ class TileKernel(_UnitKernel):
         return arith.muli(steps, self.c(self.k_step // self.u))  # whole steps: the last one reads zeros past K
 
     def pack_a_panel(self, lead: list[ir.Value], ic: ir.Value, pc: ir.Value, ib: ir.Value, groups: ir.Value) -> None:
-        """``Ap[ib*mr + r, :groups*u] = A[row, pc : pc + groups*u]`` (zero past K), a vector of one tile row's k
-        at a time."""
+        """Rows ``ib*mr .. +mr`` of the packed A block: row ``R``'s values ``s*k_step .. +k_step`` of ``A[row, pc
+        : pc + groups*u]`` (zero past K) at ``Ap[((R // 16) * steps + s) * 16 + R % 16, :]``: each tile a step
+        loads is 16 rows of 64 bytes together (rows of the block a whole k block apart fell into one l1 set
+        where that is 4 KiB: kc 2048 of bf16)."""
         c, blk, K = self.c, self.blk, self.shape.k
         vt = ir.VectorType.get([self.k_step], self.et)
         mt = ir.VectorType.get([self.k_step], ir.IntegerType.get_signless(1))
 
         def row(r: ir.Value) -> None:
             at = self.min(arith.addi(arith.addi(ic, arith.muli(ib, c(blk.mr))), r), arith.subi(self.m1, c(1)))
-            dest = arith.addi(arith.muli(ib, c(blk.mr)), r)
+            tile_row = arith.addi(arith.muli(ib, c(blk.mr // TILE)), arith.divui(r, c(TILE)))
+            base = arith.addi(arith.muli(tile_row, c(self.a_steps * TILE)), arith.remui(r, c(TILE)))
 
-            def chunk(ch: ir.Value) -> None:
-                kk = arith.addi(pc, ch)
+            def chunk(s: ir.Value) -> None:
+                kk = arith.addi(pc, arith.muli(s, c(self.k_step)))
                 count = self.min(arith.maxsi(arith.subi(c(K), kk), c(0)), c(self.k_step))
                 v = vector.maskedload(vt, self.A, [*lead, at, self.min(kk, c(K - 1))], vector.create_mask(mt, [count]),
                                       self.zero(vt))
-                vector.store(v, self.Ap, [dest, ch])
+                vector.store(v, self.Ap, [arith.addi(base, arith.muli(s, c(TILE))), c(0)])
 
-            _for(c(0), arith.muli(groups, c(self.u)), c(self.k_step), chunk)
+            _for(c(0), arith.divui(arith.muli(groups, c(self.u)), c(self.k_step)), c(1), chunk)
 
         _for(c(0), c(blk.mr), c(1), row)
 
@@ -269,9 +274,9 @@ class TileKernel(_UnitKernel):
 
         def step(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             t.restore(ACC, accs)
-            kk = arith.muli(i, c(self.k_step))
             for r, slot in enumerate(A_TILES):
-                t.load(slot, self.Ap, [arith.addi(arith.muli(ib, c(blk.mr)), c(r * TILE)), kk])
+                tile_row = arith.addi(arith.muli(ib, c(blk.mr // TILE)), c(r))
+                t.load(slot, self.Ap, [arith.muli(arith.addi(arith.muli(tile_row, c(self.a_steps)), i), c(TILE)), c(0)])
             for h, slot in enumerate(B_TILES):
                 t.load(slot, self.Brows, [arith.addi(g0, arith.muli(i, c(self.k_step // self.u))), c(h * TILE * self.u)])
             for r, a in enumerate(A_TILES):
