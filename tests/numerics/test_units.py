@@ -232,6 +232,24 @@ def test_amx_kernels_emulated_with_epilogue_and_constant_weights() -> None:
     assert [c.shape for c in kernel.artifact.constants] == [(3, 80, 128)]  # 3 panels of 32 columns, k 300 -> 320
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_amx_kernels_emulated_keep_c_in_the_accumulators_over_k_blocks(threads: int) -> None:
+    """An i8 product (i32 result, no epilogue) with several k blocks: a tile inside the part loads its
+    accumulators from C after the first block and stores them back (a tile at the edge goes through the
+    masked update), exactly."""
+    spec = _with_amx()
+    m, n, k = 48, 40, 3500
+    plan = plan_contraction(spec, Contraction(m, n, k, dtype="i8"), {"threads": threads})
+    assert plan.blocking is not None and plan.blocking.kc < k  # several k blocks
+    rng = np.random.default_rng(19)
+    a, b = rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", spec=spec, options={"threads": threads, "amx": "emulate",
+                                                                         "cache": False})
+    np.testing.assert_array_equal(fn(a, b), a.astype(np.int32) @ b.astype(np.int32))
+    packed = _packed(fn, a, b)
+    assert "scf.if" in packed and packed.count("memref.load %arg2") >= 1  # C read into the slots
+
+
 def test_amx_packed_b_holds_whole_packing_passes() -> None:
     """B's packing buffer holds whole packing passes of panels: 640 columns are 20 panels of 32, packed 8 a
     pass, so the buffer has 24 (it had 20, the last pass wrote past it and an AMX host's heap broke)."""
@@ -263,10 +281,12 @@ def test_amx_code_for_an_amx_xeon(dtype: str, instruction: str) -> None:
     artifact = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "on"}))
     asm = target_machine(chip).emit_assembly(parse_llvm_ir(artifact.payload))
     # The steps are a loop carrying the 4 accumulators in tile registers (LLVM may unroll it): 4 products and 4
-    # loads a step, and the only tile stores are the accumulators' 4 after the loop (no spills).
+    # loads a step, and the only tile stores are the accumulators' after the loop (no spills).
     products = asm.count(instruction)
     assert products >= 4 and products % 4 == 0 and asm.count("tileloadd") == products
-    assert asm.count("tilestored") == 4 and asm.count("tilezero") == 4
+    # a tile inside the part keeps C in its accumulators (4 stores straight to C); an edge tile goes through
+    # a buffer to the masked C update (4 stores there)
+    assert asm.count("tilestored") == 8 and asm.count("tilezero") == 8
     assert "ldtilecfg" in asm and "tilerelease" in asm
     assert artifact.metadata["amx"]
     off = compile_text(text, resolve("cpu", chip, {"cache": False, "amx": "off"}))  # the dot-product units
@@ -288,7 +308,9 @@ BF = np.dtype(ml_dtypes.bfloat16)
 rng = np.random.default_rng(0)
 # (64, 640, 64), (64, 768, 1024) on 2 threads: a block of panels that is not whole packing passes (B's
 # buffer once held only nc / nr panels, and the last pass wrote past it)
-for m, n, k, t in ((64, 64, 64, 1), (37, 45, 29, 2), (70, 33, 600, 1), (64, 640, 64, 1), (64, 768, 1024, 2)):
+# (48, 40, 3500): several k blocks, C kept in the accumulators of the tiles inside the part
+for m, n, k, t in ((64, 64, 64, 1), (37, 45, 29, 2), (70, 33, 600, 1), (64, 640, 64, 1), (64, 768, 1024, 2),
+                   (48, 40, 3500, 2)):
     opts = {"amx": "on", "cache": False, "threads": t}
     a, b = rng.standard_normal((m, k)).astype(BF), rng.standard_normal((k, n)).astype(BF)
     y = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=opts)(a, b)

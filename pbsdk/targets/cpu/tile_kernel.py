@@ -22,13 +22,15 @@ executable does before its first call.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Protocol
 
 from mlir import ir
 from mlir.dialects import arith, func, memref, vector
 
 from pbsdk.core.ir.builder import for_each as _for
-from pbsdk.core.ir.builder import for_values, reassociation
+from pbsdk.core.ir.builder import for_values, if_values, reassociation
+from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.targets.cpu.unit_kernel import StepFn, UnitEpilogue, UnitShape, _UnitKernel
 
@@ -53,9 +55,19 @@ class TileOps(Protocol):
         """The values a loop over k carries for ``slots`` (none where the slots are buffers)."""
         ...
 
+    def branch(self, cond: ir.Value, then: Callable[[], list[ir.Value]],
+               otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+        """``then`` or ``otherwise`` (each fills the accumulators and returns `carried` of them) by ``cond``;
+        the accumulators' values after it."""
+        ...
+
     def restore(self, slots: tuple[int, ...], values: list[ir.Value]) -> None:
         """Take ``values`` (a loop's carried values or results, as `carried` gave them) as the slots'."""
         ...
+
+
+def _discard(values: list[ir.Value]) -> None:
+    """A branch builder's values dropped (`EmulatedTiles.branch`: the slots are buffers, nothing is carried)."""
 
 
 def _tile_type(rows: int, cols: int, t: ir.Type) -> ir.Type:
@@ -80,8 +92,12 @@ class AmxTiles:
     def zero(self, slot: int) -> None:
         self.values[slot] = ir.Operation.create("amx.tile_zero", results=[self.acc_t]).result
 
+    def branch(self, cond: ir.Value, then: Callable[[], list[ir.Value]],
+               otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+        return if_values(cond, [self.acc_t] * len(ACC), then, otherwise)
+
     def load(self, slot: int, source: ir.Value, at: list[ir.Value]) -> None:
-        t = self.a_t if slot in A_TILES else self.b_t
+        t = self.acc_t if slot in ACC else self.a_t if slot in A_TILES else self.b_t
         self.values[slot] = ir.Operation.create("amx.tile_load", results=[t], operands=[source, *at],
                                                 attributes={"operandSegmentSizes": _segments(1, len(at), 0)}).result
 
@@ -133,14 +149,19 @@ class EmulatedTiles:
 
     def _copy(self, src: ir.Value, src_at: list[ir.Value], dst: ir.Value, dst_at: list[ir.Value],
               rows: int, cols: int) -> None:
-        def row(i: ir.Value) -> None:
+        def row(i: ir.Value) -> None:  # the last two indices walk the tile; any before them are fixed
             def col(j: ir.Value) -> None:
-                v = memref.load(src, [arith.addi(src_at[0], i), arith.addi(src_at[1], j)])
-                memref.store(v, dst, [arith.addi(dst_at[0], i), arith.addi(dst_at[1], j)])
+                v = memref.load(src, [*src_at[:-2], arith.addi(src_at[-2], i), arith.addi(src_at[-1], j)])
+                memref.store(v, dst, [*dst_at[:-2], arith.addi(dst_at[-2], i), arith.addi(dst_at[-1], j)])
             _for(self._c(0), self._c(cols), self._c(1), col)
         _for(self._c(0), self._c(rows), self._c(1), row)
 
     def carried(self, slots: tuple[int, ...]) -> list[ir.Value]:
+        return []
+
+    def branch(self, cond: ir.Value, then: Callable[[], list[ir.Value]],
+               otherwise: Callable[[], list[ir.Value]]) -> list[ir.Value]:
+        _if(cond, lambda: _discard(then()), lambda: _discard(otherwise()))
         return []
 
     def restore(self, slots: tuple[int, ...], values: list[ir.Value]) -> None:
@@ -266,19 +287,77 @@ class TileKernel(_UnitKernel):
 
     def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
                    jb: ir.Value, groups: ir.Value, first: ir.Value | None, kc: ir.Value) -> None:
-        c, blk, t = self.c, self.blk, self.tiles
+        """One 32 x 32 register tile over this k block. Without an epilogue, a tile inside this thread's rows
+        and the block's columns (most of them) keeps C in the accumulators: they start as C's tiles (zero in
+        the first block of a zero-filled C) and are stored back to C; an edge tile, or any tile with an
+        epilogue, starts at zero and goes through ``Tp`` to the masked C update."""
+        c, blk = self.c, self.blk
         panel = arith.addi(arith.divui(jc, c(blk.nr)), jb) if self.prepacked else jb
         g0 = arith.addi(arith.muli(panel, c(self.b_groups)), arith.divui(pc, c(self.u)) if self.prepacked else c(0))
-        for s in ACC:
-            t.zero(s)
+        top = arith.addi(ic, arith.muli(ib, c(blk.mr)))
+
+        def through_tp() -> None:
+            for s in ACC:
+                self.tiles.zero(s)
+            self.steps(ib, g0, kc)
+            for r in range(2):
+                for h in range(2):
+                    self.tiles.store(ACC[2 * r + h], self.Tp, [c(r * TILE), c(h * TILE)])
+            self.update_c(lead, [], ic, ib, jc, jb, None, first)
+
+        if self.epilogue is not None:
+            through_tp()
+            return
+        col = arith.addi(jc, arith.muli(jb, c(blk.nr)))
+        end = self.min(self.n1, arith.addi(jc, c(blk.nc)))
+        inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sle, arith.addi(top, c(blk.mr)), self.m1),
+                            arith.cmpi(arith.CmpIPredicate.sle, arith.addi(col, c(blk.nr)), end))
+        _if(inside, lambda: self.in_c(lead, top, col, ib, g0, first, kc), through_tp)
+
+    def in_c(self, lead: list[ir.Value], top: ir.Value, col: ir.Value, ib: ir.Value, g0: ir.Value,
+             first: ir.Value | None, kc: ir.Value) -> None:
+        """The accumulators loaded from C's tiles at (``top``, ``col``) (zero where this is the first k block
+        of a zero-filled C), stepped through the block, stored back to C."""
+        c, t = self.c, self.tiles
+        at = [[*lead, arith.addi(top, c(r * TILE)), arith.addi(col, c(h * TILE))] for r in range(2) for h in range(2)]
+
+        def zero() -> list[ir.Value]:
+            for s in ACC:
+                t.zero(s)
+            return t.carried(ACC)
+
+        def load() -> list[ir.Value]:
+            for s, where in zip(ACC, at):
+                t.load(s, self.C, where)
+            return t.carried(ACC)
+
+        if self.zero_init and self.shape.k <= self.blk.kc:
+            zero()
+        elif first is None or not self.zero_init:
+            load()
+        else:
+            t.restore(ACC, t.branch(first, zero, load))
+        self.steps(ib, g0, kc)
+        for s, where in zip(ACC, at):
+            t.store(s, self.C, where)
+
+    def steps(self, ib: ir.Value, g0: ir.Value, kc: ir.Value) -> None:
+        """The block's steps of k on the accumulators: a loop carrying them; each step loads 2 tiles of A and 2
+        of B and issues 4 products. (Prefetching the tiles of the step after next into l1 measured 0.95-0.98x
+        for i8 and 0.96-1.08x for bf16 on a Xeon with AMX, 1 and 2 threads: not done.)"""
+        c, blk, t = self.c, self.blk, self.tiles
+        a_rows = [arith.addi(arith.muli(ib, c(blk.mr // TILE)), c(r)) for r in range(2)]  # tile rows of Ap
+        b_step = self.k_step // self.u  # rows of Brows a step
+
+        def a_at(r: int, i: ir.Value) -> ir.Value:
+            return arith.muli(arith.addi(arith.muli(a_rows[r], c(self.a_steps)), i), c(TILE))
 
         def step(i: ir.Value, accs: list[ir.Value]) -> list[ir.Value]:
             t.restore(ACC, accs)
             for r, slot in enumerate(A_TILES):
-                tile_row = arith.addi(arith.muli(ib, c(blk.mr // TILE)), c(r))
-                t.load(slot, self.Ap, [arith.muli(arith.addi(arith.muli(tile_row, c(self.a_steps)), i), c(TILE)), c(0)])
+                t.load(slot, self.Ap, [a_at(r, i), c(0)])
             for h, slot in enumerate(B_TILES):
-                t.load(slot, self.Brows, [arith.addi(g0, arith.muli(i, c(self.k_step // self.u))), c(h * TILE * self.u)])
+                t.load(slot, self.Brows, [arith.addi(g0, arith.muli(i, c(b_step))), c(h * TILE * self.u)])
             for r, a in enumerate(A_TILES):
                 for h, b in enumerate(B_TILES):
                     t.mul(ACC[2 * r + h], a, b)
@@ -286,10 +365,6 @@ class TileKernel(_UnitKernel):
 
         steps = arith.divui(arith.addi(kc, c(self.k_step - 1)), c(self.k_step))  # the last one zero-padded
         t.restore(ACC, for_values(c(0), steps, c(1), t.carried(ACC), step))
-        for r in range(2):
-            for h in range(2):
-                t.store(ACC[2 * r + h], self.Tp, [c(r * TILE), c(h * TILE)])
-        self.update_c(lead, [], ic, ib, jc, jb, None, first)
 
 
 def host_has_amx() -> bool:
