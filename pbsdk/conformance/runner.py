@@ -98,14 +98,18 @@ def check_resources(case: Case, spec: ChipSpec, resources: dict[str, Any] | None
         if cap is not None and used > cap:
             return f"scratchpad '{level}' holds {used} B, more than its capacity {cap} B"
     if case.matrix_unit:
+        # The planner's unit, or another of the spec's units for the dtype: a target may lower a kernel on a
+        # different unit of the chip (the cpu target's fused attention on the vector-register units of a
+        # host whose first bf16 unit is AMX's tiles).
+        accepted = {case.matrix_unit} | {u.name for u in spec.matrix_units if u.operand_dtype == case.dtype}
         ops = resources.get("matrix_unit_ops")
-        if ops is None:  # no run-time counters: the compile-time record must say the unit was used
+        if ops is None:  # no run-time counters: the compile-time record must say a unit was used
             contractions = resources.get("contractions")
             if contractions is None:
                 return "not reported"
-            used = any(c.get("unit") == case.matrix_unit for c in contractions)
+            used = any(c.get("unit") in accepted for c in contractions)
         else:
-            used = ops.get(case.matrix_unit, 0) > 0
+            used = any(ops.get(name, 0) > 0 for name in accepted)
         if not used:
             return (f"contraction in {case.dtype} should have used matrix unit {case.matrix_unit} but the target "
                     f"issued no {case.matrix_unit} ops ({resources.get('matrix_unit_ops') or resources.get('contractions')})")

@@ -177,6 +177,12 @@ class Target(abc.ABC):
     def check_spec(self, spec: ChipSpec) -> None:
         """Raise `TargetError` if this target cannot generate code for ``spec``. Default: accept."""
 
+    def planning_spec(self, spec: ChipSpec, options: Options) -> ChipSpec:
+        """The spec this target's contractions are planned with under ``options``: ``spec`` less what the
+        target cannot, or is told not to, use (the cpu target leaves out the matrix units it does not lower
+        for the spec's machine code and its ``amx`` option). `explain` shows those plans. Default: ``spec``."""
+        return spec
+
     @abc.abstractmethod
     def stages(self, spec: ChipSpec, options: Options) -> Sequence[Stage]:
         """The target's stages, run after the core's. The last one must produce an `Artifact`."""

@@ -88,20 +88,21 @@ class JitFunction:
         from pbsdk.core.plan.explain import explain_conv_routes, explain_dynamic_contractions
 
         graph, _ = trace(self.fn, sig)
+        request = self.request
+        spec, options = request.target.planning_spec(request.spec, request.options), request.options
         if any(is_dynamic(t.shape) for t in sig):  # static contractions' plans, then the dynamic ones' buckets
-            spec, options = self.request.spec, self.request.options
             text = [format_plan(title, plan) for title, plan in explain_graph(graph, spec, options)]
             return "\n".join(text + explain_dynamic_contractions(graph, spec, options)) or "no contractions"
         from pbsdk.core.ir.attention import explain_attention, fused_nodes
 
         # As build_graph does: the convolutions then explained are the NHWC ones it emits.
-        graph, report = layout_graph(graph, self.request.spec, self.request.options)
+        graph, report = layout_graph(graph, request.spec, options)
         layout = f"{report.summary()} (pbsdk.core.ir.layout)" if report.convs_nhwc else ""
-        plans = explain_graph(graph, self.request.spec, self.request.options)
-        inside = fused_nodes(graph, self.request.spec, self.request.options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
+        plans = explain_graph(graph, spec, options)
+        inside = fused_nodes(graph, spec, options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]
-        text += explain_conv_routes(graph, self.request.spec, self.request.options)
-        text += explain_attention(graph, self.request.spec, self.request.options,
+        text += explain_conv_routes(graph, spec, options)
+        text += explain_attention(graph, spec, options,
                                   self.request.target.attention_forms)
         return "\n".join(([layout] if layout else []) + text) or "no contractions"
 

@@ -292,9 +292,10 @@ def test_unsupported_quantized_dtypes_stay_with_torch_and_say_why(caplog: pytest
 @pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI: the cpu target's i8 contractions "
                     "take the generic lowering (tests/numerics/test_units.py checks the code for a VNNI CPU)")
 @pytest.mark.parametrize("model, shape", [(FloatMLP, (32, 64)), (FloatCNN, (8, 3, 12, 12))], ids=["mlp", "cnn"])
-def test_x86_pt2e_models_run_on_the_host_vnni_unit(pt2e: Any, model: type, shape: tuple[int, ...]) -> None:
+def test_x86_pt2e_models_run_on_the_host_int8_unit(pt2e: Any, model: type, shape: tuple[int, ...]) -> None:
     """X86InductorQuantizer's graph (u8 activations, i8 per-channel weights) on the cpu target: every linear
-    and convolution is an i8 contraction on vpdpbusd (the compile-time record says so), no fallback, and the
+    and convolution is an i8 contraction on the host's int8 unit (VNNI's vpdpbusd, or AMX's tdpbssd where
+    the host has it; the compile-time record says so), no fallback, and the
     result is torch's quantized reference within one step of the last layer's output (the same bound as
     on the template target above)."""
     gm = _pt2e_quantized(pt2e, "x86", model, shape)
@@ -308,7 +309,7 @@ def test_x86_pt2e_models_run_on_the_host_vnni_unit(pt2e: Any, model: type, shape
     assert report.fallback_ops == () and report.failed_partitions == 0, report
     planned = [c for k in report.kernels for c in (k.executable.resources or {}).get("contractions", [])]
     layers = sum(n.target in (torch.ops.aten.linear.default, torch.ops.aten.conv2d.default) for n in gm.graph.nodes)
-    on_unit = [c for c in planned if c["unit"] == "vpdpbusd"]
+    on_unit = [c for c in planned if c["unit"] in ("vpdpbusd", "tdpbssd")]
     assert len(on_unit) >= layers and all(c["dtype"] == "i8" for c in on_unit), planned
     last = [n for n in gm.graph.nodes if n.target == torch.ops.aten.linear.default][-1]
     x_dq, w_dq = last.args[0], last.args[1]

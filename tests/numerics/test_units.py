@@ -250,6 +250,16 @@ def test_amx_kernels_emulated_keep_c_in_the_accumulators_over_k_blocks(threads: 
     assert "scf.if" in packed and packed.count("memref.load %arg2") >= 1  # C read into the slots
 
 
+def test_explain_shows_the_unit_the_cpu_target_lowers() -> None:
+    """`explain` plans with the spec as the target lowers it (`Target.planning_spec`): the AMX preset's tile
+    unit where the option allows it, its dot-product unit with amx="off" (the kernel's unit either way)."""
+    a, b = _bf16((256, 512), 21), _bf16((512, 256), 22)
+    for amx, unit, op in (("on", "tdpbf16ps", "amx.tile_mulf"), ("off", "vdpbf16ps", "avx512bf16.dpbf16ps")):
+        fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", spec="intel/xeon-amx", options={"amx": amx, "cache": False})
+        assert f"matrix-unit {unit}" in fn.explain(a, b), (amx, fn.explain(a, b))
+        assert op in _packed(fn, a, b)
+
+
 def test_amx_packed_b_holds_whole_packing_passes() -> None:
     """B's packing buffer holds whole packing passes of panels: 640 columns are 20 panels of 32, packed 8 a
     pass, so the buffer has 24 (it had 20, the last pass wrote past it and an AMX host's heap broke)."""

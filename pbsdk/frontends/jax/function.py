@@ -695,7 +695,8 @@ class JaxFunction:
         from pbsdk.core.plan import explain_graph, format_plan
         from pbsdk.core.plan.explain import explain_conv_routes, explain_dynamic_contractions
 
-        spec, options = self.request.spec, self.request.options
+        options = self.request.options
+        spec = self.request.target.planning_spec(self.request.spec, options)
         forms = self.request.target.attention_forms
         text = []
         graphs = self._graphs(args, kwargs)

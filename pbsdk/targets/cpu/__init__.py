@@ -138,6 +138,16 @@ def expands_bf16(features: str) -> bool:
     return not converts_bf16(features) or bool(flags & llvm_worker.BF16_ARITHMETIC_ILLEGAL)
 
 
+def bf16_expansion(features: str) -> str:
+    """The passes (a pipeline prefix ending in ", ", or "") that compute bf16 in f32 with its conversions
+    expanded in arith, for machine code of ``features`` where `expands_bf16`; they run before
+    ``convert-arith-to-llvm`` (the cpu lowering's, and a host emulation's of another target's schedule)."""
+    if not expands_bf16(features):
+        return ""
+    return ("func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
+            "arith-expand{include-bf16=true}), ")
+
+
 #: The math ops upstream's ``math-expand-ops`` rewrites into arith by default, and the CPU features under
 #: which LLVM lowers one to a single instruction instead (``llvm.roundeven``/``llvm.ceil``: SSE4.1's
 #: ``roundps``, AVX-512's ``vrndscaleps``; ``llvm.fma``: ``vfmadd``). Expanded, ``math.roundeven`` is ~55
@@ -604,6 +614,11 @@ class CpuTarget(Target):
         (`pbsdk.targets.cpu.hooks`) otherwise."""
         return getattr(self.hooks if name in self.implemented_hooks() else _cpu_hooks, name)
 
+    def planning_spec(self, spec: ChipSpec, options: Options) -> ChipSpec:
+        from pbsdk.targets.cpu.pack_contractions import unit_spec
+
+        return unit_spec(spec, options.target_as(CpuOptions).amx)[0]
+
     def check_spec(self, spec: ChipSpec) -> None:
         if spec.kind != "cpu":
             raise TargetError(f"target 'cpu' needs a chip spec of kind 'cpu'; '{spec.name}' is a {spec.kind}")
@@ -664,9 +679,7 @@ def lowering_stages(spec: ChipSpec, options: Options) -> tuple[Stage, ...]:
     cf_to_llvm = "convert-to-llvm{filter-dialects=cf,amx}" if amx else "convert-cf-to-llvm"
     expand = expands_bf16(features)  # arith expands bf16 whole; else only its extensions are widened
     math_ops = ",".join(math_expansions(features))
-    expand_bf16 = "" if not expand else (
-        "func.func(arith-emulate-unsupported-floats{source-types=bf16 target-type=f32}, "
-        "arith-expand{include-bf16=true}), ")
+    expand_bf16 = bf16_expansion(features)
     return (
             Stage("math-approx", fn=MathApprox().apply,
                   description="f32 exp/log/tanh/erf/powf to vectorisable arith polynomials (no libm calls)"),

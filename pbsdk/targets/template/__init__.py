@@ -138,7 +138,7 @@ class TemplateTarget(Target):
                   description="strided memref.copy to linalg.copy (no runtime library needed)"),
             Stage("parallel", passes=hooks["parallel_loop"](spec), description="hook parallel_loop"),
             Stage("lower-loops", passes=hooks["vector_ops"](spec), description="hook vector_ops: the rest to loops"),
-            Stage("lower-llvm", passes=emu.LOWER_LLVM, description="to the LLVM dialect, bare-pointer memrefs"),
+            Stage("lower-llvm", passes=emu.lower_llvm(), description="to the LLVM dialect, bare-pointer memrefs"),
             self._emit_stage(hooks),
         ))
 

@@ -375,9 +375,17 @@ def strip_memory_spaces(module: ir.Module) -> None:
                                    "(hooks.address, hooks.strides), not memrefs in a scratchpad's memory space")
 
 
-LOWER_LLVM = ("func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, expand-strided-metadata, "
-              "lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, convert-arith-to-llvm, convert-cf-to-llvm, "
-              "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, reconcile-unrealized-casts")
+def lower_llvm() -> str:
+    """The passes that take the emulation's module to the LLVM dialect for this host's JIT: bf16 computed in
+    f32 with its conversions expanded where the host's LLVM back end would otherwise get bf16 arithmetic it
+    cannot legalise or conversions it has no instruction for (`pbsdk.targets.cpu.expands_bf16`: AVX512-FP16
+    hosts, e.g. Sapphire Rapids, and hosts without AVX512-BF16)."""
+    from pbsdk.targets.cpu import bf16_expansion, machine
+
+    return ("func.func(math-expand-ops), convert-math-to-llvm, convert-math-to-libm, expand-strided-metadata, "
+            "lower-affine, convert-vector-to-llvm, finalize-memref-to-llvm, "
+            f"{bf16_expansion(machine(None)[2])}convert-arith-to-llvm, convert-cf-to-llvm, "
+            "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}, reconcile-unrealized-casts")
 
 
 def resources(ctx: StageContext) -> dict[str, Any]:

@@ -422,8 +422,17 @@ class _Loops:
                                    [loop.results[0]])
         where = self.indices(out, at)
         old = memref.load(self.operands[out], where)
-        total = vector.reduction(elt, getattr(vector.CombiningKind, kind), acc, acc=old,
-                                 fastmath=attributes.get("fastmath"))
+        if isinstance(elt, ir.BF16Type):
+            # The lanes combined in f32: a host LLVM back end may have no bf16 reduction to give it (AVX512-FP16
+            # hosts abort on one); the lanes' arithmetic itself is the lowering's (bf16 expanded in arith there).
+            f32 = ir.F32Type.get()
+            wide = vector.reduction(f32, getattr(vector.CombiningKind, kind),
+                                    arith.extf(ir.VectorType.get(vtype.shape, f32), acc), acc=arith.extf(f32, old),
+                                    fastmath=attributes.get("fastmath"))
+            total = arith.truncf(elt, wide)
+        else:
+            total = vector.reduction(elt, getattr(vector.CombiningKind, kind), acc, acc=old,
+                                     fastmath=attributes.get("fastmath"))
         memref.store(total, self.operands[out], where)
 
 
