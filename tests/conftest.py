@@ -60,8 +60,9 @@ def pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 @pytest.fixture
 def pack_notes(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """``pack_notes(fn, options, *inputs)``: what the cpu target's ``pack-contractions`` noted while
-    ``pbsdk.jit(fn)`` compiled (fully, cache off) for ``inputs`` (arrays or `TensorType`s)."""
+    """``pack_notes(fn, options, *inputs, spec=None)``: what the cpu target's ``pack-contractions`` noted while
+    ``pbsdk.jit(fn)`` compiled (fully, cache off; for ``spec``, the host's by default) for ``inputs`` (arrays
+    or `TensorType`s)."""
     import pbsdk
     import pbsdk.targets.cpu.pack_contractions as pc
     from pbsdk.core.ir.graph import TensorType
@@ -76,10 +77,10 @@ def pack_notes(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
 
     monkeypatch.setattr(pc.PackContractions, "apply", spy)
 
-    def notes(fn, options, *inputs):  # type: ignore[no-untyped-def]
+    def notes(fn, options, *inputs, spec=None):  # type: ignore[no-untyped-def]
         seen.clear()
         types = tuple(a if isinstance(a, TensorType) else input_type(a, i) for i, a in enumerate(inputs))
-        pbsdk.jit(fn, options={"cache": False, **options}).kernel(types)
+        pbsdk.jit(fn, spec=spec, options={"cache": False, **options}).kernel(types)
         return list(seen)
 
     return notes

@@ -19,11 +19,11 @@ from pbsdk.core.spec import load_spec
 from pbsdk.targets.cpu.pack_contractions import lowers_unit
 from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
-
-#: The implicit GEMM reads the input in place on the units in the vector registers; on an AMX host the tiles
-#: (im2col into the tile kernel: 2.4-7.5x faster for bf16 there) are turned off for these tests.
-VEC = {"amx": "off"}
 from pbsdk.testing.tolerances import Tolerance, tolerance
+
+#: The implicit GEMM on the units in the vector registers, which these tests check: an AMX host's tiles off
+#: (their own implicit GEMM is `test_implicit_conv_on_amx_tiles_emulated`'s).
+VEC = {"amx": "off"}
 
 RNG = np.random.default_rng(11)
 
@@ -213,3 +213,45 @@ def test_i8_few_channels_read_kernel_rows_in_place(case: tuple, pack_notes) -> N
         assert f"kernel rows of {run} values as {-(-run // 4)} groups of 4" in place[0], place
     if not in_place:
         assert any("im2col kept" in t for t in notes), notes
+
+
+# AMX tiles: the tile kernel packs A from the input (a step's 32 bf16 / 64 i8 values from one tap's channels),
+# checked through the instructions' arithmetic on host buffers (any machine) against numpy.
+TILE_CASES = [
+    ("3x3_row_multiple", (1, 14, 28, 32), (64, 3, 3), 1, 1, 1),
+    ("1x1_stride2", (1, 14, 14, 64), (48, 1, 1), 2, 0, 1),
+    ("stride2_dilation2", (2, 11, 13, 64), (40, 3, 3), 2, 1, 2),
+    ("wrap_and_clamp", (2, 8, 8, 128), (128, 3, 3), 1, 1, 1),
+    ("deep_channels", (1, 5, 6, 640), (17, 3, 3), 1, 1, 1),
+]
+
+
+def _amx_spec() -> object:
+    base = load_spec("host")
+    tiles = [u for u in load_spec("intel/xeon-amx").matrix_units if u.registers == "tile"]
+    return base.model_copy(update={"matrix_units": tiles + list(base.matrix_units)})
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", TILE_CASES, ids=lambda c: c[0])
+def test_implicit_conv_on_amx_tiles_emulated(case: tuple, threads: int, pack_notes) -> None:
+    _, (n, h, w_, c), (o, kh, kw), stride, padding, dilation = case
+    spec = _amx_spec()
+    options = {"threads": threads, "amx": "emulate", "cache": False}
+    x, w = (v.astype(BF16) for v in _inputs(case))
+    fn = pbsdk.jit(_conv(case), spec=spec, options=options)
+    y = ref.conv2d(x.astype(np.float32), w.astype(np.float32), stride=stride, padding=padding, dilation=dilation,
+                   layout="NHWC")
+    assert_close(fn(x, w), y.astype(BF16), op="conv2d", dtype="bf16", reduction_size=c * kh * kw, accumulator="f32")
+    notes = pack_notes(_conv(case), options, x, w, spec=spec)
+    assert any("implicit GEMM on tdpbf16ps, tile kernel" in t for t in notes), notes
+    if c % 64:
+        return
+    rng = np.random.default_rng(29)
+    xi = rng.integers(-128, 128, (n, h, w_, c), dtype=np.int8)
+    wi = rng.integers(-128, 128, (kh, kw, c, o), dtype=np.int8)
+    gi = pbsdk.jit(_conv(case), spec=spec, options=options)
+    want = ref.conv2d(xi.astype(np.float64), wi.astype(np.float64), stride=stride, padding=padding,
+                      dilation=dilation, layout="NHWC")
+    np.testing.assert_array_equal(gi(xi, wi), want.astype(np.int64))
+    assert any("implicit GEMM on tdpbssd, tile kernel" in t for t in pack_notes(_conv(case), options, xi, wi, spec=spec))

@@ -329,6 +329,18 @@ for m, n, k, t in ((64, 64, 64, 1), (37, 45, 29, 2), (70, 33, 600, 1), (64, 640,
     ai, bi = rng.integers(-128, 128, (m, k), dtype=np.int8), rng.integers(-128, 128, (k, n), dtype=np.int8)
     yi = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=opts)(ai, bi)
     assert np.array_equal(yi, ai.astype(np.int32) @ bi.astype(np.int32)), (m, n, k)
+# implicit GEMM: the tile kernel packs A from an NHWC input (stride 2, dilation 2, padding 1)
+from pbsdk import ops
+from pbsdk.testing import reference as ref
+conv = lambda x, w: ops.conv2d(x, w, stride=2, padding=1, dilation=2, layout="NHWC")
+xf, wf = rng.standard_normal((2, 11, 13, 64)), rng.standard_normal((3, 3, 64, 40))
+want = ref.conv2d(xf.astype(BF).astype(np.float64), wf.astype(BF).astype(np.float64), stride=2, padding=1,
+                  dilation=2, layout="NHWC")
+y = pbsdk.jit(conv, options={"amx": "on", "cache": False})(xf.astype(BF), wf.astype(BF)).astype(np.float64)
+assert np.abs(y - want).max() <= 2 ** -7 * np.abs(want).max() + 1e-2, np.abs(y - want).max()
+xi, wi = rng.integers(-128, 128, (2, 11, 13, 64), dtype=np.int8), rng.integers(-128, 128, (3, 3, 64, 40), dtype=np.int8)
+want = ref.conv2d(xi.astype(np.float64), wi.astype(np.float64), stride=2, padding=1, dilation=2, layout="NHWC")
+assert np.array_equal(pbsdk.jit(conv, options={"amx": "on", "cache": False})(xi, wi), want.astype(np.int64))
 print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, check=False)

@@ -753,13 +753,19 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     blk = plan_contraction(spec, Contraction(m, n, k_read, 1, dtype, b_prepacked=weights is not None),
                            ctx.options).blocking
     unit = next((x for x in spec.matrix_units if blk is not None and x.name == blk.unit), None)
-    kc = window_k_block(window.k_run, k // window.run, blk.kc) if blk is not None and window is not None else None
-    if blk is None or unit is None or unit.registers != "vector" or window is None or kc is None or kc % u:
-        notes.append(f"{where}: no in-place read on a unit in the vector registers (channels in groups of {u}, or "
-                     "i8 kernel rows of a constant weight; whole runs per k block; no read past the input): "
-                     "im2col kept")
+    tiles = unit is not None and unit.registers == "tile"
+    if tiles:  # the tile kernel packs A from the window: a step's k values within one tap's channels
+        assert blk is not None and unit is not None
+        fits = window is not None and not window.row_runs and window.channels % blk.unit_k == 0
+        kc = blk.kc if fits else None
+    else:
+        kc = window_k_block(window.k_run, k // window.run, blk.kc) if blk is not None and window is not None else None
+    if blk is None or unit is None or window is None or kc is None or kc % u:
+        notes.append(f"{where}: no in-place read (a unit in the vector registers: channels in groups of {u}, or "
+                     "i8 kernel rows of a constant weight; whole runs per k block; no read past the input; a tile "
+                     "unit: channels in whole steps of its k): im2col kept")
         return False
-    blk = dataclasses.replace(blk, kc=kc, pack_a=False)
+    blk = dataclasses.replace(blk, kc=kc, pack_a=tiles)
     runs = (window.run, window.k_run) if window.k_run != window.run else None
     c_unused = fused is not None and fill is not None and kc >= k_read
     with call.location:
@@ -771,11 +777,14 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         else:  # the function's own accumulator: one of the caller's, for the call
             c_value = memref.alloc(c_type, [], [], alignment=64, ip=ir.InsertionPoint(call))
             memref.dealloc(c_value, ip=ir.InsertionPoint.after(call))
-        packing = _unit_packing(b, k, n, blk, runs=runs) if weights is not None else None
+        packing = (_unit_packing(b, k, n, blk, blk.kc if tiles else 1, runs=runs)
+                   if weights is not None else None)
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k_read, 0, a, packing[1] if packing else b, c_type),
                                    blk, unit_step_builder(unit, module, ctx, self.unit_step),
                                    zero_init=fill is not None, epilogue=fused[1] if fused else None,
-                                   prepacked_b=packing is not None, window=window)
+                                   prepacked_b=packing is not None, window=window,
+                                   tiles=(("emulate" if cpu_options(ctx).amx == "emulate" else "amx")
+                                          if tiles else None))
         operands = [found.x, b_value, c_value]
         operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
         new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
@@ -783,9 +792,11 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     found.erase()
     if weights is not None:
         rebind(weights, new.operation, 1, blk.nr, ctx, packing=packing)
+    if tiles and cpu_options(ctx).amx != "emulate":
+        ctx.notes["amx"] = True  # the executable asks Linux for the tile state
     record_contraction(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
-    notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, unit kernel @{name} reads the input in "
-                 f"place (no im2col)"
+    notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, {'tile' if tiles else 'unit'} kernel "
+                 f"@{name} {'packs A from the input' if tiles else 'reads the input in place'} (no im2col)"
                  + (f", kernel rows of {runs[0]} values as {runs[1] // u} groups of {u} (B's rows past each "
                     "row zero)" if runs else "")
                  + f", register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "

@@ -32,6 +32,7 @@ from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values, if_values, reassociation
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.plan.contraction import Blocking
+from pbsdk.targets.cpu.matmul_kernel import Window
 from pbsdk.targets.cpu.unit_kernel import StepFn, UnitEpilogue, UnitShape, _UnitKernel
 
 #: Rows of a tile and accumulator columns of one instruction (AMX: 16 x 16, 64-byte tile rows).
@@ -224,8 +225,9 @@ class TileKernel(_UnitKernel):
     """One thread part of the kernel of a tile unit (see the module docstring)."""
 
     def __init__(self, shape: UnitShape, blk: Blocking, step: StepFn, zero_init: bool,
-                 epilogue: UnitEpilogue | None, prepacked: bool = False, emulate: bool = False) -> None:
-        super().__init__(shape, blk, step, zero_init, epilogue, prepacked)
+                 epilogue: UnitEpilogue | None, prepacked: bool = False, emulate: bool = False,
+                 window: Window | None = None) -> None:
+        super().__init__(shape, blk, step, zero_init, epilogue, prepacked, window)
         self.signed_a = False  # tdpbssd multiplies signed bytes: no offset, no correction
         self.k_step = self.blk.unit_k
         self.emulate = emulate
@@ -264,7 +266,8 @@ class TileKernel(_UnitKernel):
         """Rows ``ib*mr .. +mr`` of the packed A block: row ``R``'s values ``s*k_step .. +k_step`` of ``A[row, pc
         : pc + groups*u]`` (zero past K) at ``Ap[((R // 16) * steps + s) * 16 + R % 16, :]``: each tile a step
         loads is 16 rows of 64 bytes together (rows of the block a whole k block apart fell into one l1 set
-        where that is 4 KiB: kc 2048 of bf16)."""
+        where that is 4 KiB: kc 2048 of bf16). With a window, A is a convolution's NHWC input: a step's values
+        are one tap's channels of the row's pixel (implicit GEMM: no im2col)."""
         c, blk, K = self.c, self.blk, self.shape.k
         vt = ir.VectorType.get([self.k_step], self.et)
         mt = ir.VectorType.get([self.k_step], ir.IntegerType.get_signless(1))
@@ -274,16 +277,32 @@ class TileKernel(_UnitKernel):
             tile_row = arith.addi(arith.muli(ib, c(blk.mr // TILE)), arith.divui(r, c(TILE)))
             base = arith.addi(arith.muli(tile_row, c(self.a_steps * TILE)), arith.remui(r, c(TILE)))
 
+            start = memref.load(self.rows, [at]) if self.window is not None else None  # the pixel's window
+
             def chunk(s: ir.Value) -> None:
                 kk = arith.addi(pc, arith.muli(s, c(self.k_step)))
                 count = self.min(arith.maxsi(arith.subi(c(K), kk), c(0)), c(self.k_step))
-                v = vector.maskedload(vt, self.A, [*lead, at, self.min(kk, c(K - 1))], vector.create_mask(mt, [count]),
-                                      self.zero(vt))
+                mask = vector.create_mask(mt, [count])
+                if start is not None:  # the tap's channels in the input: the step's values lie in one run
+                    flat = arith.addi(start, self.window_offset(self.min(kk, c(K - self.k_step))))
+                    v = vector.maskedload(vt, self.X_flat, [flat], mask, self.zero(vt))
+                else:
+                    v = vector.maskedload(vt, self.A, [*lead, at, self.min(kk, c(K - 1))], mask, self.zero(vt))
                 vector.store(v, self.Ap, [arith.addi(base, arith.muli(s, c(TILE))), c(0)])
 
             _for(c(0), arith.divui(arith.muli(groups, c(self.u)), c(self.k_step)), c(1), chunk)
 
         _for(c(0), c(blk.mr), c(1), row)
+
+    def window_offset(self, kk: ir.Value) -> ir.Value:
+        """Where k value ``kk`` (tap ``(i, j)``'s channel ``ch``: ``kk = (i*kw + j)*C + ch``) lies from a pixel's
+        window start in the flat input: ``i*dh*Wp*C + j*dw*C + ch``."""
+        assert self.window is not None
+        c, g = self.c, self.window.geometry
+        _, _, wp, ch = self.window.x_type.shape
+        tap, within = arith.divui(kk, c(ch)), arith.remui(kk, c(ch))
+        i, j = arith.divui(tap, c(g.kw)), arith.remui(tap, c(g.kw))
+        return arith.addi(arith.addi(arith.muli(i, c(g.dh * wp * ch)), arith.muli(j, c(g.dw * ch))), within)
 
     def micro_tile(self, lead: list[ir.Value], ic: ir.Value, jc: ir.Value, pc: ir.Value, ib: ir.Value,
                    jb: ir.Value, groups: ir.Value, first: ir.Value | None, kc: ir.Value) -> None:

@@ -220,7 +220,12 @@ def check_window(shape: UnitShape, blk: Blocking, prepacked: bool, tile: bool, w
     the end of X."""
     u = OPERANDS[shape.operand][1]
     k_run = window.k_run
-    if shape.batch or tile or blk.pack_a or k_run % u or (blk.kc % k_run and k_run % blk.kc) \
+    if tile:  # the tile kernel packs A from the window, a step's k_step values from one tap's channels
+        if shape.batch or not blk.pack_a or window.row_runs or window.channels % blk.unit_k or shape.k % k_run:
+            raise ValueError(f"tile kernel: a window needs a plain matmul, A packed, and each tap's "
+                             f"{window.channels} channels in whole steps of {blk.unit_k}")
+        return
+    if shape.batch or blk.pack_a or k_run % u or (blk.kc % k_run and k_run % blk.kc) \
             or (k_run != window.run and not prepacked):
         raise ValueError(f"unit kernel: a window needs a plain matmul on vector registers, A read in place, runs "
                          f"of whole {u}-groups (run {window.run}, {k_run} k values) padded only in a B packed "
@@ -279,7 +284,8 @@ def build_unit_kernel(module: ir.Module, name: str, shape: UnitShape, blk: Block
         else:
             from pbsdk.targets.cpu.tile_kernel import TileKernel
 
-            kernel = TileKernel(shape, blk, step, zero_init, epilogue, prepacked_b, emulate=tiles == "emulate")
+            kernel = TileKernel(shape, blk, step, zero_init, epilogue, prepacked_b, emulate=tiles == "emulate",
+                                window=window)
         part = kernel.build(f"{name}_part")
         op = func.FuncOp(name, (list(part.type.inputs)[:-1], []), visibility="private")
         entry = op.add_entry_block()
