@@ -6,7 +6,7 @@
 Cases (M x N x K): bf16 ``a @ b`` at 1024^3, 2048^3 and 512x768x3072, and 512x768x3072 + bias + GELU (torch:
 ``gelu(a @ b + bias)`` in bf16, pbsdk: the same with `pbsdk.ops`); i8 x i8 -> i32 at the same shapes
 (torch: ``torch._int_mm``) and with a requantize epilogue to i8 (torch: ``_int_mm`` then the same
-arithmetic in eager ops). Each thread count runs in its own worker process (``OMP_NUM_THREADS`` and
+arithmetic in eager ops), on torch's own copies of the inputs (aligned as torch allocates). Each thread count runs in its own worker process (``OMP_NUM_THREADS`` and
 ``torch.set_num_threads`` set to it, pbsdk compiled with ``threads=n``). Per round the contenders run in
 interleaved blocks (each block: 3 calls, the minimum kept); the reported time is the median over rounds,
 the noise the spread of the pbsdk/torch ratio over rounds (its 10th-90th percentiles). Results are checked
@@ -60,7 +60,9 @@ def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads
         a = (rng.random((m, k), np.float32) - 0.5).astype(ml_dtypes.bfloat16)
         b = (rng.random((k, n), np.float32) - 0.5).astype(ml_dtypes.bfloat16)
         bias = rng.random(n, np.float32).astype(ml_dtypes.bfloat16)
-        ta, tb, tbias = (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) for v in (a, b, bias))
+        # torch's own (64-byte aligned) copies: oneDNN's bf16 GEMM took 1.9x as long on a numpy buffer 48 bytes
+        # off a line (Xeon with AMX, 1024^3, 1 thread), which is not how a torch user's tensors come
+        ta, tb, tbias = (torch.from_numpy(v.view(np.int16)).view(torch.bfloat16).clone() for v in (a, b, bias))
         if epilogue:
             fn = pbsdk.jit(lambda x, w, c: ops.gelu(x @ w + c), target="cpu", options=opts)
             mine, theirs = (lambda: fn(a, b, bias)), (lambda: torch.nn.functional.gelu(ta @ tb + tbias))
@@ -78,7 +80,7 @@ def _contenders(dtype: str, shape: tuple[int, int, int], epilogue: bool, threads
         return mine, theirs, check
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-    ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+    ta, tb = torch.from_numpy(a).clone(), torch.from_numpy(b).clone()
     scale = 1.0 / (16 * k)
     if epilogue:
         def requant(acc):
