@@ -77,6 +77,13 @@ def test_bf16_arithmetic_for_avx512fp16_is_a_compile_error() -> None:
     assert expands_bf16(load_spec("intel/xeon-avx512").codegen["features"])  # no conversion instruction
     mod = parse_llvm_ir(_BF16_FADD)
     assert "fadd <4 x bfloat>" in (illegal_bf16(mod, features) or "")
+    maxnum = parse_llvm_ir(_BF16_FADD.replace("fadd <4 x bfloat> %a, %b", "tail call <4 x bfloat> @llvm.maxnum.v4bf16("
+                                              "<4 x bfloat> %a, <4 x bfloat> %b)")
+                           + "declare <4 x bfloat> @llvm.maxnum.v4bf16(<4 x bfloat>, <4 x bfloat>)\n")
+    assert "@llvm.maxnum.v4bf16(" in (illegal_bf16(maxnum, features) or "") and "(in @f)" in illegal_bf16(maxnum, features)
+    plain = parse_llvm_ir(_BF16_FADD.replace("fadd <4 x bfloat> %a, %b", "shufflevector <4 x bfloat> %a, <4 x bfloat> %b, "
+                                             "<4 x i32> <i32 0, i32 5, i32 2, i32 7>"))
+    assert illegal_bf16(plain, features) is None  # moving bf16 values is legal
     assert illegal_bf16(mod, load_spec("amd/zen4").codegen["features"]) is None
     with pytest.raises(CompileError, match=r"cannot legalise: .*fadd <4 x bfloat>.*\(in @f\)"):
         jit_in_process(parse_llvm_ir(_BF16_FADD), target_machine(spec), "f", features=features)
