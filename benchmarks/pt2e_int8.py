@@ -5,7 +5,7 @@ Each model goes through torchao's real flow — ``torch.export``, ``prepare_pt2e
 batches, ``convert_pt2e`` — and the converted graph is then compiled by each contender:
 
 - ``pbsdk``: ``torch.compile(gm, backend="pbsdk")`` (the cpu target; its i8 contractions on VNNI's
-  ``vpdpbusd`` where the host has it, the compile report saying how many),
+  ``vpdpbusd`` or AMX's ``tdpbssd`` where the host has them, the compile report saying how many),
 - ``inductor``: ``torch.compile(gm)`` with ``torch._inductor.config.freezing = True`` — PyTorch's documented
   x86 int8 path, which lowers the quantized patterns to oneDNN's int8 convolutions and linears,
 - ``eager``: the converted graph as it is (reference-quantized ops in f32).
@@ -32,6 +32,8 @@ from typing import Any
 from pbsdk.bench import cpu_model
 
 CONTENDERS = ("pbsdk", "inductor", "eager")
+#: The host int8 units the cpu target lowers (VNNI's dot product, AMX's tile product).
+INT8_UNITS = ("vpdpbusd", "tdpbssd")
 
 
 def _pt2e() -> dict[str, Any]:
@@ -147,7 +149,7 @@ def measure(name: str, batch: int, threads: int, rounds: int, block_s: float) ->
             "first_s": first, "relative_error": errors,
             "fallback_ops": sorted({o for r in reports for o in r.fallback_ops}),
             "graphs": len(reports), "ops": [sum(r.compiled_ops for r in reports), sum(r.graph_ops for r in reports)],
-            "i8_contractions_on_unit": sum(c.get("unit") == "vpdpbusd" for c in planned),
+            "i8_contractions_on_unit": sum(c.get("unit") in INT8_UNITS for c in planned),
             "i8_contractions": sum(c.get("dtype") == "i8" for c in planned),
             "latency_ms": {c: 1e3 * statistics.median(v) for c, v in per_round.items()},
             "speedup": {o: {"median": statistics.median(v), "min": min(v), "max": max(v)} for o, v in ratios.items()}}
@@ -155,7 +157,7 @@ def measure(name: str, batch: int, threads: int, rounds: int, block_s: float) ->
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ("| model | batch | threads | latency ms: pbsdk / Inductor / eager | pbsdk vs Inductor (min-max) | "
-            "pbsdk vs eager | i8 contractions on vpdpbusd | fallbacks | rel. error pbsdk / Inductor | "
+            "pbsdk vs eager | i8 contractions on a unit | fallbacks | rel. error pbsdk / Inductor | "
             "first call s: pbsdk / Inductor |\n|---|---|---|---|---|---|---|---|---|---|\n")
     lines = []
     for r in rows:
