@@ -99,11 +99,11 @@ class JitFunction:
         graph, report = layout_graph(graph, request.spec, options)
         layout = f"{report.summary()} (pbsdk.core.ir.layout)" if report.convs_nhwc else ""
         plans = explain_graph(graph, spec, options)
-        inside = fused_nodes(graph, spec, options, self.request.target.attention_forms)  # matmuls a fused kernel replaced
+        inside = fused_nodes(graph, spec, options, request.target.attention_forms)  # matmuls a fused kernel replaced
         text = [format_plan(title, plan) for title, plan in plans if int(title.split()[0][1:]) not in inside]
         text += explain_conv_routes(graph, spec, options)
         text += explain_attention(graph, spec, options,
-                                  self.request.target.attention_forms)
+                                  request.target.attention_forms)
         return "\n".join(([layout] if layout else []) + text) or "no contractions"
 
     def _compile(self, sig: Signature) -> tuple[Artifact, bool]:

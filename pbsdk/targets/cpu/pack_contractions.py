@@ -247,6 +247,15 @@ def unit_spec(spec: ChipSpec, tiles: str = "auto") -> tuple[ChipSpec, list[str]]
     return spec.model_copy(update={"matrix_units": keep}), why
 
 
+def _tile_mode(unit: MatrixUnit, ctx: Any) -> str | None:
+    """How a unit kernel on ``unit`` builds its micro-kernel (`build_unit_kernel`'s ``tiles``): None for a
+    unit in the vector registers; for a tile unit its instructions ("amx"), or their arithmetic on host
+    buffers ("emulate") under the cpu option ``amx="emulate"``."""
+    if unit.registers != "tile":
+        return None
+    return "emulate" if cpu_options(ctx).amx == "emulate" else "amx"
+
+
 def lowers_unit(spec: ChipSpec, name: str, tiles: str = "auto") -> bool:
     """Whether the cpu target lowers ``spec``'s matrix unit ``name`` (`unit_spec`; ``tiles``: option ``amx``)."""
     return any(u.name == name for u in unit_spec(spec, tiles)[0].matrix_units)
@@ -279,7 +288,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
         record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
         return 0
     unit = next(u for u in spec.matrix_units if u.name == blk.unit)
-    tiles = ("emulate" if amx == "emulate" else "amx") if unit.registers == "tile" else None
+    tiles = _tile_mode(unit, ctx)
     k_multiple = blk.kc if tiles else 1
     fill = _zero_fill_before(op)
     fused = find_epilogue(op) if cpu_options(ctx).fuse_epilogues else None
@@ -766,6 +775,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
                      "unit: channels in whole steps of its k): im2col kept")
         return False
     blk = dataclasses.replace(blk, kc=kc, pack_a=tiles)
+    mode = _tile_mode(unit, ctx)
     runs = (window.run, window.k_run) if window.k_run != window.run else None
     c_unused = fused is not None and fill is not None and kc >= k_read
     with call.location:
@@ -782,9 +792,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         kernel = build_unit_kernel(module, name, UnitShape(m, n, k_read, 0, a, packing[1] if packing else b, c_type),
                                    blk, unit_step_builder(unit, module, ctx, self.unit_step),
                                    zero_init=fill is not None, epilogue=fused[1] if fused else None,
-                                   prepacked_b=packing is not None, window=window,
-                                   tiles=(("emulate" if cpu_options(ctx).amx == "emulate" else "amx")
-                                          if tiles else None))
+                                   prepacked_b=packing is not None, window=window, tiles=mode)
         operands = [found.x, b_value, c_value]
         operands += [_at_call(v, callee, call) for v in fused[2]] if fused else []
         new = func.CallOp(kernel, operands, ip=ir.InsertionPoint(call))
@@ -792,7 +800,7 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     found.erase()
     if weights is not None:
         rebind(weights, new.operation, 1, blk.nr, ctx, packing=packing)
-    if tiles and cpu_options(ctx).amx != "emulate":
+    if mode == "amx":
         ctx.notes["amx"] = True  # the executable asks Linux for the tile state
     record_contraction(ctx, "conv2d", dtype, 1, m, n, k, "matrix-unit", unit.name)
     notes.append(f"{where}->{n} {dtype}: implicit GEMM on {unit.name}, {'tile' if tiles else 'unit'} kernel "

@@ -22,6 +22,7 @@ executable does before its first call.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable
 from typing import Protocol
 
@@ -237,8 +238,8 @@ class TileKernel(_UnitKernel):
 
     def buffers(self) -> list[ir.Value]:
         blk = self.blk
-        panels = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels  # whole packing passes, as the base's
-        self.Bp = None if self.prepacked else self.alloc([panels, blk.kc // self.u, blk.nr * self.u], self.et)
+        self.Bp = None if self.prepacked else self.alloc([self.packed_panels(), blk.kc // self.u, blk.nr * self.u],
+                                                         self.et)
         # A in tiles: tile row t's step s is rows (t * steps + s) * 16 .. +16 of k_step values, 1 KiB together
         self.a_steps = -(-blk.kc // self.k_step)
         self.Ap = self.alloc([blk.mc // TILE * self.a_steps * TILE, self.k_step], self.et)
@@ -386,8 +387,10 @@ class TileKernel(_UnitKernel):
         t.restore(ACC, for_values(c(0), steps, c(1), t.carried(ACC), step))
 
 
+@functools.cache
 def host_has_amx() -> bool:
-    """Whether this host's CPU has AMX tiles (as LLVM reads its features: CPUID, and the OS's XSAVE state)."""
+    """Whether this host's CPU has AMX tiles (as LLVM reads its features: CPUID, and the OS's XSAVE state);
+    read once (`resolve_tiles` asks for every unit of every plan)."""
     from pbsdk.targets.cpu import _llvm
 
     return bool(_llvm().get_host_cpu_features().get("amx-tile", False))

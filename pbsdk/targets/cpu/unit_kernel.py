@@ -392,12 +392,18 @@ class _UnitKernel:
         """This part's packed B block ``Bp`` (unless B comes packed), packed A block ``Ap`` (when the plan packs
         A), int8 correction ``Cr`` and epilogue tile ``Tp``; returns those it allocated."""
         blk, groups = self.blk, self.blk.kc // self.u
-        panels = -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels  # whole packing passes
+        panels = self.packed_panels()
         self.Bp = None if self.prepacked else self.alloc([panels, groups, blk.nr * self.u], self.et)
         self.Ap = self.alloc([blk.mc // blk.mr, blk.mr, self.a_row_stride()], self.et) if blk.pack_a else None
         self.Cr = self.alloc([panels, blk.nr], self.acc_t) if self.signed_a else None
         self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t) if self.epilogue is not None else None
         return [b for b in (self.Bp, self.Ap, self.Cr, self.Tp) if b is not None]
+
+    def packed_panels(self) -> int:
+        """Panels of B's packing buffer ``Bp``: a block's ``nc / nr`` rounded up to whole packing passes of
+        ``pass_panels`` (`pack_b_panels` writes whole passes)."""
+        blk = self.blk
+        return -(-blk.nc // blk.nr // blk.pass_panels) * blk.pass_panels
 
     def partition(self, tid: ir.Value) -> tuple[ir.Value, ...]:
         """This thread's [b0, b1) x [m0, m1) x [n0, n1)."""
