@@ -59,14 +59,10 @@ def pipeline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.fixture
-def pack_notes(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    """``pack_notes(fn, options, *inputs, spec=None)``: what the cpu target's ``pack-contractions`` noted while
-    ``pbsdk.jit(fn)`` compiled (fully, cache off; for ``spec``, the host's by default) for ``inputs`` (arrays
-    or `TensorType`s)."""
-    import pbsdk
+def pack_log(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that collects what the cpu target's ``pack-contractions`` notes on every compilation in this
+    test (however it is compiled: `pbsdk.jit`, ``torch.compile``)."""
     import pbsdk.targets.cpu.pack_contractions as pc
-    from pbsdk.core.ir.graph import TensorType
-    from pbsdk.frontends.tracing import input_type
 
     seen: list[str] = []
     real = pc.PackContractions.apply
@@ -76,11 +72,22 @@ def pack_notes(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
         seen.extend(ctx.notes.get(self.name, []))
 
     monkeypatch.setattr(pc.PackContractions, "apply", spy)
+    return seen
+
+
+@pytest.fixture
+def pack_notes(pack_log: list[str]):  # type: ignore[no-untyped-def]
+    """``pack_notes(fn, options, *inputs, spec=None)``: what the cpu target's ``pack-contractions`` noted while
+    ``pbsdk.jit(fn)`` compiled (fully, cache off; for ``spec``, the host's by default) for ``inputs`` (arrays
+    or `TensorType`s)."""
+    import pbsdk
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.tracing import input_type
 
     def notes(fn, options, *inputs, spec=None):  # type: ignore[no-untyped-def]
-        seen.clear()
+        pack_log.clear()
         types = tuple(a if isinstance(a, TensorType) else input_type(a, i) for i, a in enumerate(inputs))
         pbsdk.jit(fn, spec=spec, options={"cache": False, **options}).kernel(types)
-        return list(seen)
+        return list(pack_log)
 
     return notes
