@@ -679,6 +679,9 @@ class ContractionPlan:
     #: `loop_order`'s (``"m@spm"``), those of the outermost software-managed level of that compute
     #: level's scope; empty when nothing runs in parallel there (`split_parallel`).
     parallel: tuple[tuple[str, int], ...] = ()
+    #: The dtype A and B are widened to as they are packed (`widened_dtype`: a bf16 product on a chip
+    #: without bf16 arithmetic runs on its f32 FMAs; the tiles are that product's); None: used as they come.
+    widened_to: str | None = None
 
     def tile(self, level: str) -> LevelTile:
         return next(t for t in self.levels if t.level == level)
@@ -740,6 +743,28 @@ def compute_tile(spec: ChipSpec, op: Contraction,
                 f"({mr * nr_vecs} accumulators of {vec.registers} registers; {why})"))
     return (ComputeTile("scalar", "scalar", 1, 1, 1, op.dtype, op.accumulator, spec.compute[-1].name),
             f"no matrix or vector unit for {op.dtype}: scalar code")
+
+
+#: Narrow float operands a vector unit without their arithmetic computes on after widening them exactly to
+#: the accumulator's type (a bf16 or f16 value is an f32 one with fewer mantissa bits).
+WIDENABLE = {"bf16": "f32", "f16": "f32"}
+
+
+def widened_dtype(spec: ChipSpec, op: Contraction, options: Options | Mapping[str, Any] | None = None) -> str | None:
+    """The dtype a product of narrow float operands is computed in when the spec offers nothing better: no
+    matrix unit the precision policy allows for ``op.dtype``, no ``op.dtype`` arithmetic in the vector
+    unit, but FMAs on the accumulator's dtype and caches to pack into (the register-tile kernels'
+    hierarchy). Widening each operand element once as it is packed costs O(mk + kn) conversions beside
+    the O(mnk) FMAs; converting inside the FMA loop, or computing element by element, costs far more."""
+    wide = WIDENABLE.get(op.dtype)
+    vec = spec.vector
+    if wide is None or op.accumulator != wide or vec is None or not vec.fma or wide not in vec.dtypes \
+            or op.dtype in vec.dtypes or not spec.caches():
+        return None
+    opts = as_options(options)
+    if opts.matrix_units and any(spec.matrix_units_for(dt, op.accumulator) for dt in operand_dtypes(op.dtype, opts)):
+        return None
+    return wide
 
 
 def _unit_register_tile(spec: ChipSpec, op: Contraction, u: MatrixUnit) -> tuple[ComputeTile, str]:
@@ -873,6 +898,14 @@ def plan_contraction(spec: ChipSpec, op: Contraction,
     software-managed level holds its C tile, as a target whose unit steps read and write C in the
     scratchpad needs)."""
     opts = as_options(options)
+    wide = widened_dtype(spec, op, opts) if accumulator_in_registers else None
+    if wide is not None:
+        plan = plan_contraction(spec, dataclasses.replace(op, dtype=wide, acc_dtype=None), opts)
+        why = (f"no matrix unit for {op.dtype} and no {op.dtype} arithmetic in the vector unit: A and B are "
+               f"widened to {wide} as they are packed (both packed), and the {wide} FMAs compute")
+        blk = (dataclasses.replace(plan.blocking, pack_a=True, pack_b=True)
+               if plan.blocking is not None else None)
+        return dataclasses.replace(plan, op=op, blocking=blk, widened_to=wide, reasons=(why, *plan.reasons))
     unit, why_unit = compute_tile(spec, op, opts)
     reasons = [why_unit]
     inner = (unit.m, unit.n, unit.k)

@@ -79,7 +79,14 @@ class MatmulShape:
 
     @property
     def dtype(self) -> ir.Type:
-        return self.a_type.element_type
+        """The type the kernel computes in: C's (A's and B's too, unless they are `widened`)."""
+        return self.c_type.element_type
+
+    @property
+    def widened(self) -> bool:
+        """A and B hold a narrower float than C (bf16 or f16 into f32): each value is widened as it is
+        packed (both are packed; a prepacked B was widened when packed)."""
+        return self.a_type.element_type != self.c_type.element_type
 
     @property
     def dynamic_m(self) -> bool:
@@ -446,14 +453,14 @@ class KernelConfig:
                               or self.prepacked_b):
             raise ValueError(f"{name}: dynamic sizes need A stored [m, k], B [k, n] and C [m, n] in the given "
                              "orientation, B not prepacked, without a window")
+        if shape.widened and (window is not None or shape.dynamic or not self.packs_a
+                              or not (self.packs_b or self.prepacked_b)):
+            raise ValueError(f"{name}: operands of {shape.a_type.element_type} widened to {self.dtype} need static "
+                             "sizes, no window, and A and B packed (B prepacked at compile time counts)")
 
     @property
     def dtype(self) -> ir.Type:
         return self.shape.dtype
-
-    @property
-    def element_bytes(self) -> int:
-        return 8 if str(self.dtype) == "f64" else 4  # the kernels are f32 or f64
 
     @property
     def batched(self) -> bool:
@@ -593,6 +600,16 @@ class _PartBuilder:
                        if cfg.stages_sums else None)
             self.vzero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(t, 0.0)))
 
+    def _load(self, src: ir.Value, indices: list[ir.Value], mask: ir.Value) -> ir.Value:
+        """``L`` values of ``src`` from ``indices`` (masked lanes zero) in the kernel's vector type: an
+        operand of a narrower float is loaded as it is stored and widened (exactly)."""
+        narrow = ir.MemRefType(src.type).element_type
+        if narrow == self.cfg.dtype:
+            return vector.maskedload(self.vt, src, indices, mask, self.vzero)
+        nt = ir.VectorType.get([self.L], narrow)
+        zero = arith.constant(nt, ir.DenseElementsAttr.get_splat(nt, ir.FloatAttr.get(narrow, 0.0)))
+        return arith.extf(self.vt, vector.maskedload(nt, src, indices, mask, zero))
+
     def build(self) -> func.FuncOp:
         c = self.x.const
         with ir.InsertionPoint(self.entry):
@@ -714,7 +731,7 @@ class _PartBuilder:
                 def b_row(kb: ir.Value) -> None:
                     krow = x.add(pc, kb)
                     for v, (col, msk) in enumerate(cols):
-                        val = vector.maskedload(self.vt, self.B, [*lead, krow, col], msk, self.vzero)
+                        val = self._load(self.B, [*lead, krow, col], msk)
                         vector.store(val, Bp, [jb, kb, c(v * L)])
 
                 _for(k0, k1, c(1), b_row)
@@ -741,7 +758,7 @@ class _PartBuilder:
             msk = vector.create_mask(self.mt, [count])
             kcol = x.add(k0, kb)
             for g in range(len(rows) // L):
-                loads = [vector.maskedload(self.vt, src, [*lead, rows[g * L + j], kcol], msk, self.vzero)
+                loads = [self._load(src, [*lead, rows[g * L + j], kcol], msk)
                          for j in range(L)]
                 for s_, val in enumerate(transpose_vectors(loads)):
                     store(kb, s_, g, val)
@@ -749,7 +766,8 @@ class _PartBuilder:
         if offset == dynamic or dynamic in strides:
             _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
             return
-        first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(self.cfg.element_bytes)), c(offset))
+        element_bytes = ir.FloatType(ir.MemRefType(src.type).element_type).width // 8
+        first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(element_bytes)), c(offset))
         if lead:
             first = x.add(first, x.mul(lead[0], c(strides[0])))
         first = x.add(x.add(first, x.mul(rows[0], c(strides[-2]))), k0)
@@ -823,7 +841,7 @@ class _PartBuilder:
                 for g in range(groups):
                     off = x.add(base, c(g * L)) if g else base
                     msk = vector.create_mask(self.mt, [x.min(x.max(x.sub(mc, off), c(0)), c(min(L, mr - g * L)))])
-                    val = vector.maskedload(self.vt, self.A, [*lead, krow, x.add(ic, off)], msk, self.vzero)
+                    val = self._load(self.A, [*lead, krow, x.add(ic, off)], msk)
                     vector.maskedstore(Ap, [ib, ka, c(g * L)], msk, val)
 
             _for(c(0), x.divu(x.add(mc, c(mr - 1)), c(mr)), c(1), a_panel)

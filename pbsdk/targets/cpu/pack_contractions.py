@@ -35,7 +35,7 @@ from pbsdk.core.ir.builder import element_type, if_then
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major, user_op
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
-from pbsdk.core.plan.contraction import Blocking, Contraction, plan_contraction
+from pbsdk.core.plan.contraction import WIDENABLE, Blocking, Contraction, plan_contraction
 from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
@@ -50,6 +50,7 @@ from pbsdk.targets.cpu.matmul_kernel import (
     MatmulShape,
     Window,
     build_matmul_kernel,
+    pack_b_panels,
 )
 from pbsdk.targets.cpu.options import cpu_options
 from pbsdk.targets.cpu.prepack import (
@@ -262,10 +263,11 @@ def lowers_unit(spec: ChipSpec, name: str, tiles: str = "auto") -> bool:
 
 
 def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operation, name: str, ctx: Any,
-                      notes: list[str], calls: dict[str, list[ir.Operation]]) -> int:
+                      notes: list[str], calls: dict[str, list[ir.Operation]]) -> int | None:
     """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
     unit in the vector registers the cpu target lowers; else record why it takes the generic lowering.
-    Returns how many kernels were built (0 or 1)."""
+    Returns how many kernels were built (0 or 1), or None (nothing recorded) where the plan widens the
+    operands for the FMA kernel instead (`widened_dtype`)."""
     a, b, c = (ir.MemRefType(v.type) for v in op.operands)
     dtype, acc = str(a.element_type), str(c.element_type)
     batched = op.name == "linalg.batch_matmul"
@@ -277,6 +279,8 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
                if cpu_options(ctx).prepack_b and not batched and _unit_inner_stride(b) else None)
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
+    if plan.widened_to is not None and plan.widened_to == acc:
+        return None  # no unit: the FMA kernel computes it on widened operands
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
     if acc != UNIT_OPERANDS[dtype][0] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
@@ -331,6 +335,20 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
                  + (f", epilogue of {fused_ops} ops fused "
                     f"(stores {fused[0].out_type.element_type})" if fused else ""))
     return 1
+
+
+def _packed_as(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> ir.MemRefType:
+    """`packed_type` of a constant ``t`` in the element type of ``c``, the kernel's (widened if narrower)."""
+    p = packed_type(t, nr, transposed=transposed)
+    return ir.MemRefType.get(p.shape, c.element_type, loc=ir.Location.unknown(t.context))
+
+
+def _widening(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> Packing:
+    """The compile-time packing of a narrow float constant ``t`` for a kernel computing in ``c``'s type:
+    its values widened (exactly), then `pack_b_panels`."""
+    wide = np.dtype(np.float64 if str(c.element_type) == "f64" else np.float32)
+    return (lambda matrix: pack_b_panels(np.asarray(matrix).astype(wide), nr),
+            _packed_as(t, nr, c, transposed=transposed))
 
 
 def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: int = 1,
@@ -439,9 +457,12 @@ class PackContractions:
                 count += _dynamic_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, dynamic_built)
                 continue
             if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
-                count += _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
-                continue
-            if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS):
+                built = _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
+                if built is not None:
+                    count += built
+                    continue
+            narrow = str(b.element_type) == dtype and WIDENABLE.get(dtype) == str(c.element_type)
+            if not (narrow or (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS)):
                 record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
                              "generic lowering")
@@ -467,10 +488,16 @@ class PackContractions:
             # A constant A is packed at compile time where the product is computed transposed (as B^T).
             a_sources = (_constant_operand(op, 0, calls, len(ctx.constants))
                          if prepack and not sources and not a_feeds else None)
-            plan = plan_contraction(ctx.spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
-                                                          a_prepackable=bool(a_sources), a_layout=a_layout,
-                                                          b_layout=b_layout), ctx.options)
+            # narrow operands are planned on the units the target lowers (as `_unit_contraction` plans them)
+            pspec = unit_spec(ctx.spec, cpu_options(ctx).amx)[0] if narrow else ctx.spec
+            plan = plan_contraction(pspec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
+                                                       a_prepackable=bool(a_sources), a_layout=a_layout,
+                                                       b_layout=b_layout), ctx.options)
             blk = plan.blocking
+            if narrow and plan.widened_to != str(c.element_type):
+                record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
+                notes.append(f"{op.name} {m}x{n}x{k} {dtype}: not widened ({plan.reasons[0]}): generic lowering")
+                continue
             if blk is None:
                 record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
                 notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
@@ -485,13 +512,13 @@ class PackContractions:
                 assert not sources, "a prepacked B is never transposed (orientation)"
                 shape = MatmulShape.transposed(m, n, k, bsz, a_stored, b_stored, c, a_layout, b_layout)
                 if a_sources:  # its B is the given A packed at compile time: panels, not a [n, k] matrix
-                    shape = dataclasses.replace(shape, b_type=packed_type(a, blk.nr, transposed=True),
+                    shape = dataclasses.replace(shape, b_type=_packed_as(a, blk.nr, c, transposed=True),
                                                 b_layout="kn")
                 operands[:2] = operands[1::-1]
             else:
-                shape = MatmulShape(m, n, k, bsz, a_stored, packed_type(b, blk.nr) if sources else b_stored, c,
+                shape = MatmulShape(m, n, k, bsz, a_stored, _packed_as(b, blk.nr, c) if sources else b_stored, c,
                                     a_layout, b_layout)
-            fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
+            fused = _epilogue(op, str(c.element_type)) if cpu_options(ctx).fuse_epilogues else None
             fill = _zero_fill_before(op)
             with op.location:
                 kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
@@ -504,15 +531,19 @@ class PackContractions:
             if fill is not None:
                 fill.erase()
             if sources:
-                _prepack(b_operand, new.operation, sources, blk.nr, ctx)
+                _prepack(b_operand, new.operation, sources, blk.nr, ctx,
+                         packing=_widening(b, blk.nr, c) if narrow else None)
             if a_sources:  # the kernel's B operand (1) is the given A
-                _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True)
+                _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True,
+                         packing=_widening(a, blk.nr, c, transposed=True) if narrow else None)
             for feeds, operand in ((a_feeds, a_operand), (b_feeds, b_operand)):
                 if feeds:
                     _read_source(operand, feeds)
             prefix = f"{bsz}x" if batched else ""
             record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
+                         + (f"A and B widened to {c.element_type} as packed, " if narrow else "")
+                         + 
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
                          + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
