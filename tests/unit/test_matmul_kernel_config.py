@@ -4,6 +4,7 @@ the derived facts (layouts, packed buffers, arguments) follow from the configura
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -67,12 +68,24 @@ def test_a_plain_configuration_is_valid_and_derives_its_layout() -> None:
     cfg = KernelConfig("k_part", _shape(), BLK)
     assert not (cfg.a_km or cfg.b_nk or cfg.c_nm or cfg.batched)
     assert cfg.packs_a and cfg.packs_b and not cfg.stages_sums
-    assert cfg.element_bytes == 4
+    assert str(cfg.dtype) == "f32" and not cfg.shape.widened
     # A stored [m, k] goes through L x L transposes: its panels run a head and a whole block past kc.
     assert cfg.a_packed_type.shape == [2, 16 + 8, 6]
     assert cfg.b_packed_type.shape == [2, 16, 16]
     assert [str(t) for t in cfg.arg_types] == ["memref<37x29xf32>", "memref<29x45xf32>", "memref<37x45xf32>",
                                                "index"]
+
+
+def test_narrow_operands_are_widened_into_packed_buffers_of_cs_type() -> None:
+    bf16 = ir.BF16Type.get()
+    shape = MatmulShape(M, N, K, 0, ir.MemRefType.get([M, K], bf16), ir.MemRefType.get([K, N], bf16), _f32(M, N))
+    cfg = KernelConfig("k_part", shape, BLK)
+    assert shape.widened and str(cfg.dtype) == "f32"
+    assert str(cfg.a_packed_type.element_type) == str(cfg.b_packed_type.element_type) == "f32"
+    with _raises("k_part: operands of bf16 widened to f32 need static sizes, no window, and A and B packed"):
+        KernelConfig("k_part", shape, dataclasses.replace(BLK, pack_a=False))
+    with _raises("k_part: operands of bf16 widened to f32"):
+        KernelConfig("k_part", shape, dataclasses.replace(BLK, pack_b=False))
 
 
 def test_stored_layouts_change_the_packed_buffers() -> None:
@@ -82,10 +95,11 @@ def test_stored_layouts_change_the_packed_buffers() -> None:
     assert cfg.b_packed_type.shape == [2, 16 + 8, 16]
 
 
-def test_f64_has_eight_byte_elements() -> None:
+def test_f64_packs_f64() -> None:
     f64 = ir.F64Type.get()
     shape = MatmulShape(8, 8, 8, 0, *(ir.MemRefType.get([8, 8], f64) for _ in range(3)))
-    assert KernelConfig("k_part", shape, Blocking(mr=4, nv=2, lanes=4, mc=8, nc=8, kc=8)).element_bytes == 8
+    cfg = KernelConfig("k_part", shape, Blocking(mr=4, nv=2, lanes=4, mc=8, nc=8, kc=8))
+    assert str(cfg.a_packed_type.element_type) == str(cfg.b_packed_type.element_type) == "f64"
 
 
 def test_an_epilogue_adds_its_inputs_and_output_and_stages_the_sums() -> None:

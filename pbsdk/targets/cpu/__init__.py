@@ -118,6 +118,20 @@ def machine(spec: ChipSpec | None) -> tuple[str, str, str]:
     return triple, cpu, features
 
 
+def missing_host_flags(spec: ChipSpec | None) -> tuple[str, ...]:
+    """The CPU flags (as /proc/cpuinfo names them) that machine code for ``spec``'s codegen needs and this
+    host lacks: empty where it runs here, or where the host's flags cannot be read (not Linux, or the code
+    is for another architecture, which the JIT refuses by itself)."""
+    from pbsdk.deploy.cpu import required_flags
+    from pbsdk.runtime.model import host_cpu_flags
+
+    triple, _, features = machine(spec)
+    host = host_cpu_flags()
+    if host is None or triple.split("-")[0] != _llvm().get_process_triple().split("-")[0]:
+        return ()
+    return tuple(f for f in required_flags(features) if f not in host)
+
+
 def converts_bf16(features: str) -> bool:
     """Whether machine code for ``features`` rounds f32 to bf16 with an instruction (AVX512-BF16 or
     AVX-NE-CONVERT). Without one, LLVM calls ``__truncsfbf2`` (for a truncation, and for any bf16
@@ -561,6 +575,12 @@ class CpuExecutable(Executable):
         if forks:
             texts.append(fork_glue(forks, threaded=_openmp_available()))
         self._texts, self._spec = texts, spec
+        missing = missing_host_flags(spec)
+        if missing:  # before any code is made: running it would be an illegal instruction, a dead process
+            raise DeviceUnavailableError(
+                f"the kernel is machine code for spec {spec.name!r}, which needs CPU features this host lacks "
+                f"({', '.join(missing)}): compile for spec 'host' to run it here, or export it (pbsdk.export) "
+                "for a machine that has them")
         #: What the compilation did with each contraction (`pack_contractions.CONTRACTIONS`): the compile-time
         #: record the conformance suite reads (a bf16 or i8 case on the spec's unit must have used it).
         self.resources: dict[str, Any] = dict(artifact.metadata.get("resources") or {"contractions": []})
