@@ -61,13 +61,25 @@ def test_batched_and_transposed_operands_are_widened() -> None:
                  accumulator="f32")
 
 
-def test_bias_and_gelu_after_a_widened_product() -> None:
-    a, b, c = _rand((70, 96), 0, BF16), _rand((96, 130), 1, BF16), _rand((130,), 2, BF16)
-    got = pbsdk.jit(lambda x, w, bias: ops.gelu(x @ w + bias), target="cpu", options=NO_UNITS)(a, b, c)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bias_and_gelu_after_a_widened_product_are_fused(threads: int) -> None:
+    """The bf16 epilogue (the product rounded to bf16, a bf16 bias added, GELU, stored in bf16) runs in the
+    kernel on each micro-tile's sums: no pass over an f32 C after it."""
     from pbsdk.testing import reference as ref
 
+    a, b, c = _rand((70, 96), 0, BF16), _rand((96, 130), 1, BF16), _rand((130,), 2, BF16)
+    fn = pbsdk.jit(lambda x, w, bias: ops.gelu(x @ w + bias), target="cpu", options={"threads": threads, **NO_UNITS})
     want = ref.gelu(ref.add(ref.matmul(a, b, dtype=np.float32).astype(BF16), c, dtype=BF16))
-    assert_close(got, want, op="gelu", dtype="bf16", reduction_size=96, accumulator="f32")
+    assert_close(fn(a, b, c), want, op="gelu", dtype="bf16", reduction_size=96, accumulator="f32")
+    packed = _packed(fn, a, b, c)
+    assert "linalg.generic" not in packed and "arith.truncf" in packed, packed
+
+
+def test_a_plain_widened_product_rounds_to_bf16_in_the_kernel() -> None:
+    a, b = _rand((40, 300), 0, BF16), _rand((300, 50), 1, BF16)
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=NO_UNITS)
+    assert_close(fn(a, b), _exact(a, b).astype(BF16), op="matmul", dtype="bf16", reduction_size=300, accumulator="f32")
+    assert "linalg.generic" not in _packed(fn, a, b)
 
 
 @pytest.mark.parametrize("m, k, n", [(128, 768, 300), (1, 70, 50)])

@@ -44,7 +44,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices, call_parts, reassociation, transpose_vectors
+from pbsdk.core.ir.builder import Indices, call_parts, element_type, reassociation, transpose_vectors
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.ir.builder import if_values as _if_values
@@ -180,13 +180,16 @@ class Window:
 class EpilogueOp:
     """One scalar op of the epilogue body: ``result = op(operands)``. Operands name earlier results,
     ``"acc"`` (the contraction's value), ``"in<i>"`` (extra input i) — or, for ``arith.constant``,
-    ``value`` holds the literal. ``predicate`` is cmpf's (`arith.CmpFPredicate`'s value)."""
+    ``value`` holds the literal. ``predicate`` is cmpf's (`arith.CmpFPredicate`'s value). ``dtype``: the
+    result's float type where it is not the accumulator's (a constant of it, the ``arith.truncf`` of a
+    bf16 product's rounding and what follows it, an ``arith.extf`` back)."""
 
     result: str
     op: str
     operands: tuple[str, ...] = ()
     value: float = 0.0
     predicate: int = 0
+    dtype: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,7 +216,7 @@ PACK_B_ROWS = 8
 VECTOR_SAME = {"arith.addf", "arith.subf", "arith.mulf", "arith.divf", "arith.maximumf", "arith.minimumf",
                "arith.maxnumf", "arith.minnumf", "arith.negf", "math.exp", "math.tanh", "math.erf", "math.log",
                "math.sqrt", "math.rsqrt", "math.absf", "math.exp2", "math.log1p", "math.expm1"}
-EPILOGUE_OPS = VECTOR_SAME | {"arith.constant", "arith.cmpf", "arith.select"}
+EPILOGUE_OPS = VECTOR_SAME | {"arith.constant", "arith.cmpf", "arith.select", "arith.truncf", "arith.extf"}
 
 
 def _vector_same(name: str) -> Callable[..., ir.Value]:
@@ -363,20 +366,30 @@ def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead
     """Build the epilogue on one vector of results (``args``: the extra inputs' buffers); returns the
     value to store."""
     vt = ir.VectorType(acc.type)
+    lanes = vt.shape[0]
+
+    def typed(dtype: str) -> ir.VectorType:  # the vector of an op's (or an input's) element type
+        return vt if not dtype else ir.VectorType.get([lanes], element_type(dtype))
+
     env = {"acc": acc}
-    for i, (kind, _) in enumerate(ep.inputs):
+    for i, (kind, t) in enumerate(ep.inputs):
+        it = ir.VectorType.get([lanes], t.element_type)
         if kind in ("full", "col"):
             idx = [*lead, r, col] if kind == "full" else [col]
-            x = vector.load(vt, args[i], idx) if mask is None else \
-                vector.maskedload(vt, args[i], idx, mask, vzero)
+            zero = vzero if it == vt else arith.constant(
+                it, ir.DenseElementsAttr.get_splat(it, ir.FloatAttr.get(t.element_type, 0.0)))
+            x = vector.load(it, args[i], idx) if mask is None else vector.maskedload(it, args[i], idx, mask, zero)
         else:
             s = memref.load(args[i], [r] if kind == "row" else [])
-            x = vector.broadcast(vt, s)
+            x = vector.broadcast(it, s)
         env[f"in{i}"] = x
     for op in ep.body:
         operands = [env[o] for o in op.operands]
         if op.op == "arith.constant":
-            x = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(vt.element_type, op.value)))
+            ct = typed(op.dtype)
+            x = arith.constant(ct, ir.DenseElementsAttr.get_splat(ct, ir.FloatAttr.get(ct.element_type, op.value)))
+        elif op.op in ("arith.truncf", "arith.extf"):
+            x = (arith.truncf if op.op == "arith.truncf" else arith.extf)(typed(op.dtype), *operands)
         elif op.op == "arith.cmpf":
             x = arith.cmpf(arith.CmpFPredicate(op.predicate), *operands)
         elif op.op == "arith.select":

@@ -88,7 +88,8 @@ def _unit_inner_stride(t: ir.MemRefType) -> bool:
 def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, list[ir.Value]] | None:
     """The elementwise ``linalg.generic`` right after ``mm`` that reads its output once at the identity
     map (as `isolate-contractions` leaves it), described as an `Epilogue`; None if there is none or its
-    body has an op the kernel cannot vectorise."""
+    body has an op the kernel cannot vectorise. ``dtype``: the product's (C's); the inputs, the body and the
+    output may be of other float types (a bf16 product's rounding, bias and store: `EpilogueOp.dtype`)."""
     ops_after = [o.operation for o in mm.block.operations]
     at = next(i for i, o in enumerate(ops_after) if o == mm)
     if at + 1 >= len(ops_after):
@@ -106,7 +107,8 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
     out = operands[n_in]
     rank = len(its)
     ident = ir.AffineMap.get_identity(rank, context=c.type.context)
-    if maps[n_in] != ident or out.type != c.type or str(ir.MemRefType(out.type).element_type) != dtype:
+    if maps[n_in] != ident or not _same_layout(ir.MemRefType(out.type), ir.MemRefType(c.type)) \
+            or not _is_float(ir.MemRefType(out.type).element_type):
         return None
     c_reads = [i for i in range(n_in) if operands[i] == c]
     if len(c_reads) != 1 or maps[c_reads[0]] != ident:
@@ -118,7 +120,7 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
         if i == c_reads[0]:
             continue
         t = operands[i].type
-        if not isinstance(t, ir.MemRefType) or str(ir.MemRefType(t).element_type) != dtype:
+        if not isinstance(t, ir.MemRefType) or not _is_float(ir.MemRefType(t).element_type):
             return None
         mt = ir.MemRefType(t)
         strides, _ = mt.get_strides_and_offset()
@@ -157,9 +159,10 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
         owner = owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None)
         if owner is not None and owner.name == "arith.constant":  # hoisted out of the body by canonicalize
             attr = owner.attributes["value"]
-            if isinstance(attr, ir.FloatAttr) and str(attr.type) == dtype:
+            if isinstance(attr, ir.FloatAttr):
                 name = f"k{len(ops)}"
-                ops.append(EpilogueOp(name, "arith.constant", (), value=ir.FloatAttr(attr).value))
+                ops.append(EpilogueOp(name, "arith.constant", (), value=ir.FloatAttr(attr).value,
+                                      dtype=_other(attr.type, dtype)))
                 env.append((v, name))
                 return name
         return None
@@ -174,9 +177,9 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
         rname = f"t{k}"
         if op.name == "arith.constant":
             attr = op.attributes["value"]
-            if not isinstance(attr, ir.FloatAttr) or str(attr.type) != dtype:
+            if not isinstance(attr, ir.FloatAttr):
                 return None
-            ops.append(EpilogueOp(rname, op.name, (), value=ir.FloatAttr(attr).value))
+            ops.append(EpilogueOp(rname, op.name, (), value=ir.FloatAttr(attr).value, dtype=_other(attr.type, dtype)))
         else:
             refs = [ref(v) for v in op.operands]
             if any(r is None for r in refs):
@@ -185,13 +188,41 @@ def _epilogue(mm: ir.Operation, dtype: str) -> tuple[ir.Operation, Epilogue, lis
                 pred = ir.IntegerAttr(op.attributes["predicate"]).value
                 ops.append(EpilogueOp(rname, op.name, tuple(refs), predicate=pred))  # type: ignore[arg-type]
             else:
-                if op.name != "arith.select" and str(op.results[0].type) != dtype:
+                if op.name != "arith.select" and not _is_float(op.results[0].type):
                     return None
-                ops.append(EpilogueOp(rname, op.name, tuple(refs)))  # type: ignore[arg-type]
+                ops.append(EpilogueOp(rname, op.name, tuple(refs),  # type: ignore[arg-type]
+                                      dtype="" if op.name == "arith.select" else _other(op.results[0].type, dtype)))
         env.append((op.results[0], rname))
-    if result is None:
+    if result is None or str(_result_type(result, ops, inputs, dtype)) != str(ir.MemRefType(out.type).element_type):
         return None
     return gen, Epilogue(tuple(inputs), tuple(ops), result, ir.MemRefType(out.type)), extra + [out]
+
+
+def _is_float(t: ir.Type) -> bool:
+    return str(t) in ("f16", "bf16", "f32", "f64")
+
+
+def _other(t: ir.Type, dtype: str) -> str:
+    """`EpilogueOp.dtype` for a result of type ``t`` in an epilogue of a ``dtype`` product."""
+    return "" if str(t) == dtype else str(t)
+
+
+def _same_layout(a: ir.MemRefType, b: ir.MemRefType) -> bool:
+    """Same shape, strides and offset (the element types may differ)."""
+    return list(a.shape) == list(b.shape) and a.get_strides_and_offset() == b.get_strides_and_offset()
+
+
+def _result_type(name: str, ops: list[EpilogueOp], inputs: list[tuple[str, ir.MemRefType]], dtype: str) -> str:
+    """The element type of the epilogue value ``name`` (the accumulator, an input, or a body op's result;
+    a select's is its operands')."""
+    if name.startswith("in"):
+        return str(inputs[int(name[2:])][1].element_type)
+    op = next((o for o in ops if o.result == name), None)
+    if op is None:
+        return dtype
+    if op.op == "arith.select":
+        return _result_type(op.operands[1], ops, inputs, dtype)
+    return op.dtype or dtype
 
 
 def _zero_fill_before(mm: ir.Operation) -> ir.Operation | None:
