@@ -17,7 +17,7 @@ from pbsdk.core.plan.attention import Attention, format_attention_plan, plan_att
 from pbsdk.core.spec import load_spec
 from pbsdk.frontends.jit import trace
 from pbsdk.targets.cpu.pack_contractions import lowers_unit
-from pbsdk.testing import assert_close, tolerance
+from pbsdk.testing import assert_close, cannot_run, tolerance
 from pbsdk.testing import reference as ref
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -199,4 +199,5 @@ def test_a_spec_whose_code_cannot_issue_the_unit_gets_fma_kernels():
     text = str(compile_text(jf.lower(q, k, v), jf.request, stop_after="attention"))
     part = text[text.index("func.func private @__pbsdk_attn0_part"):]
     assert "llvm.call_intrinsic" not in part and "vector.fma" in part and "arith.extf" in part
-    _check(jf(q, k, v), q, k, v, causal=True)
+    if cannot_run(spec) is None:  # the code runs where the host has the rest of Zen 4's AVX-512
+        _check(jf(q, k, v), q, k, v, causal=True)

@@ -4,7 +4,8 @@
 // issues the unit's intrinsic; an elementwise epilogue after the product is folded into the last store.
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec amd/zen4 -p pack-contractions \
 // RUN:   --options threads=1 | filecheck %s
-// On a spec without units (the portable Xeon baseline) the same ops are left for the generic lowering.
+// On a spec without units (the portable Xeon baseline) bf16 runs on the f32 FMA kernel, its operands widened
+// as packed (pack-contractions-widened.mlir), and i8 is left for the generic lowering.
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions \
 // RUN:   --options threads=1 | filecheck %s --check-prefix=NOUNIT
 
@@ -22,8 +23,10 @@
 // CHECK:         vector.maskedstore
 // CHECK-LABEL: func.func private @__pbsdk_mm0(
 // NOUNIT-LABEL: func.func @bf16(
-// NOUNIT:         linalg.matmul
-// NOUNIT-NOT:     __pbsdk_mm
+// NOUNIT:         call @__pbsdk_mm0(
+// NOUNIT-LABEL:  func.func @__pbsdk_mm0_part(
+// NOUNIT:          arith.extf {{.*}} : vector<16xbf16> to vector<16xf32>
+// NOUNIT:          vector.fma
 func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50xf32>) {
   %zero = arith.constant 0.0 : f32
   linalg.fill ins(%zero : f32) outs(%c : memref<40x50xf32>)
@@ -88,8 +91,12 @@ func.func @i8_wide(%a: memref<33x30xi8>, %b: memref<30x200xi8>, %c: memref<33x20
 // CHECK:         arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
 // CHECK:         vector.maskedstore %{{.*}} : memref<40x50xbf16>, vector<16xi1>, vector<16xbf16>
 // NOUNIT-LABEL: func.func @epilogue(
-// NOUNIT:         linalg.matmul
-// NOUNIT:         linalg.generic
+// NOUNIT-NOT:     linalg.generic
+// NOUNIT:         call @__pbsdk_mm0(
+// NOUNIT-LABEL:  func.func @__pbsdk_mm0_part(
+// NOUNIT:          vector.fma
+// NOUNIT:          arith.truncf %{{.*}} : vector<16xf32> to vector<16xbf16>
+// NOUNIT:          vector.maskedstore %{{.*}} : memref<40x50xbf16>, vector<16xi1>, vector<16xbf16>
 func.func @epilogue(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50xf32>,
                     %bias: memref<50xbf16>, %d: memref<40x50xbf16>) {
   %zero = arith.constant 0.0 : f32

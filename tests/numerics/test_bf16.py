@@ -12,7 +12,7 @@ import pytest
 
 import pbsdk
 from pbsdk import ops
-from pbsdk.testing import assert_close, tolerance
+from pbsdk.testing import assert_close, cannot_run, tolerance
 from pbsdk.testing import reference as ref
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -65,7 +65,12 @@ def test_which_machines_convert_bf16() -> None:
 
 # ------------------------------------------------------------------------------------------- kernels
 
-@pytest.mark.parametrize("spec", ["host", "avx512"])
+#: The host and the portable Skylake baseline, whose code runs only where the host has AVX-512 (`cannot_run`).
+SPECS = ["host", pytest.param("avx512", marks=pytest.mark.skipif(cannot_run("avx512") is not None,
+                                                  reason=str(cannot_run("avx512"))))]
+
+
+@pytest.mark.parametrize("spec", SPECS)
 def test_jit_matmul_gelu_in_bf16(spec: str) -> None:
     """On ``avx512`` (no bf16 instructions) LLVM would call ``__truncsfbf2``, which this process lacks:
     the lowering expands bf16 in arith and the JIT provides the helper."""
@@ -79,7 +84,7 @@ def test_jit_matmul_gelu_in_bf16(spec: str) -> None:
     assert f.signatures[0][0].dtype == "bf16"
 
 
-@pytest.mark.parametrize("spec", ["host", "avx512"])
+@pytest.mark.parametrize("spec", SPECS)
 def test_rounding_to_bf16_is_nearest_even_bit_for_bit(spec: str) -> None:
     """f32 -> bf16 on the kernel (expanded arith, or the JIT's ``__truncsfbf2`` that a vectorised max
     needs) matches ml_dtypes bit for bit: ties to even, overflow to inf, NaN kept, subnormals. The one

@@ -16,6 +16,7 @@ from pbsdk.core.errors import PbsdkError, UnsupportedError
 from pbsdk.core.plan import Contraction, plan_contraction
 from pbsdk.core.quant import compute_dtype, plan_requantize, quant_params, quant_storage
 from pbsdk.core.spec import load_spec
+from pbsdk.testing import cannot_run
 from pbsdk.testing import reference as ref
 
 RNG = np.random.default_rng(7)
@@ -66,7 +67,10 @@ def test_the_npu_maps_i8_onto_its_i8_matrix_unit() -> None:
 
 # ------------------------------------------------------------------------------------------- kernels
 
-TARGETS = [("cpu", None), ("cpu", "avx512"), ("template", "npu")]
+#: The host, the portable AVX-512 baseline (its code runs only where the host has AVX-512: skipped elsewhere,
+#: `cannot_run`), the npu's emulation.
+TARGETS = [("cpu", None), pytest.param("cpu", "avx512", marks=pytest.mark.skipif(
+    cannot_run("avx512") is not None, reason=str(cannot_run("avx512")))), ("template", "npu")]
 
 
 @pytest.mark.parametrize("target, spec", TARGETS)

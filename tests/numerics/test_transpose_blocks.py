@@ -9,10 +9,13 @@ import pytest
 
 import pbsdk
 from pbsdk import ops
+from pbsdk.core.spec import load_spec
 from pbsdk.testing import assert_close
 from pbsdk.testing import reference as ref
 
 RNG = np.random.default_rng(5)
+#: The host's vector width: a block is one vector of lanes by as many rows (16 f32 lanes on AVX-512, 8 on AVX2).
+WIDTH = load_spec("host").vector.width_bits  # type: ignore[union-attr]
 
 
 def _notes(fn, options, *args) -> list[str]:  # type: ignore[no-untyped-def]
@@ -45,18 +48,20 @@ def test_transposes_match_numpy_exactly(shape: tuple[int, ...], perm: tuple[int,
     assert np.array_equal(got, x.transpose(perm))
 
 
-def test_f64_blocks_are_eight_lanes() -> None:
+def test_f64_blocks_are_a_vector_of_f64() -> None:
     x = RNG.standard_normal((3, 19, 21)).astype(np.float64)
     fn = lambda a: ops.transpose(a, (0, 2, 1))
     notes = _notes(fn, {"threads": 1}, x)
-    assert any("8x8 register-transposed blocks" in n for n in notes), notes
+    lanes = WIDTH // 64
+    assert any(f"{lanes}x{lanes} register-transposed blocks" in n for n in notes), notes
     assert np.array_equal(pbsdk.jit(fn, options={"threads": 1, "cache": False})(x), x.transpose(0, 2, 1))
 
 
 def test_one_thread_nchw_image_takes_the_blocks_and_the_option_turns_them_off() -> None:
     x = RNG.standard_normal((1, 64, 56, 56)).astype(np.float32)
     fn = lambda a: ops.transpose(a, (0, 2, 3, 1))
-    assert any("16x16 register-transposed blocks" in n for n in _notes(fn, {"threads": 1}, x))
+    lanes = WIDTH // 32
+    assert any(f"{lanes}x{lanes} register-transposed blocks" in n for n in _notes(fn, {"threads": 1}, x))
     off = _notes(fn, {"threads": 1, "transpose_blocks": False}, x)
     assert off == ["disabled by option transpose_blocks=False"]
     got = pbsdk.jit(fn, options={"threads": 1, "transpose_blocks": False, "cache": False})(x)

@@ -90,6 +90,7 @@ def test_constant_weights_are_widened_when_packed_at_compile_time(m: int, k: int
 
     from pbsdk.frontends import torch as pbsdk_torch
 
+    torch._dynamo.reset()  # static shapes: a Linear compiled before would make the batch dynamic
     torch.manual_seed(0)
     lin = torch.nn.Linear(k, n).eval().to(torch.bfloat16)
     x = torch.randn(m, k).to(torch.bfloat16)
