@@ -102,3 +102,25 @@ def test_constant_weights_are_widened_when_packed_at_compile_time(m: int, k: int
     assert any("widened to f32 as packed" in n and "packed at compile time" in n for n in pack_log), pack_log
     assert_close(got.float().numpy().astype(BF16), want.float().numpy().astype(BF16), op="matmul", dtype="bf16",
                  reduction_size=k, accumulator="f32")
+
+
+def test_a_dynamic_row_count_is_widened_too(pack_log: list[str]) -> None:
+    """A bf16 ``nn.Linear`` compiled once for any batch (``dynamic=True``, as decoding steps come): one
+    dynamic-size kernel on widened operands serves every row count."""
+    import torch
+
+    from pbsdk.frontends import torch as pbsdk_torch
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(96, 70).eval().to(torch.bfloat16)
+    compiled = torch.compile(lin, backend="pbsdk", dynamic=True,
+                             options={"target": "cpu", "compile_options": {"matrix_units": False}})
+    pbsdk_torch.clear_reports()
+    with torch.no_grad():
+        for m in (1, 5, 33):
+            x = torch.randn(m, 96).to(torch.bfloat16)
+            assert_close(compiled(x).float().numpy().astype(BF16), lin(x).float().numpy().astype(BF16),
+                         op="matmul", dtype="bf16", reduction_size=96, accumulator="f32")
+    assert sum(len(r.fallback_ops) for r in pbsdk_torch.reports()) == 0
+    assert any("dynamic sizes, packed kernel" in n and "bf16" in n for n in pack_log), pack_log

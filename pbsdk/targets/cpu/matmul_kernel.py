@@ -466,10 +466,9 @@ class KernelConfig:
                               or self.prepacked_b):
             raise ValueError(f"{name}: dynamic sizes need A stored [m, k], B [k, n] and C [m, n] in the given "
                              "orientation, B not prepacked, without a window")
-        if shape.widened and (window is not None or shape.dynamic or not self.packs_a
-                              or not (self.packs_b or self.prepacked_b)):
-            raise ValueError(f"{name}: operands of {shape.a_type.element_type} widened to {self.dtype} need static "
-                             "sizes, no window, and A and B packed (B prepacked at compile time counts)")
+        if shape.widened and (window is not None or not self.packs_a or not (self.packs_b or self.prepacked_b)):
+            raise ValueError(f"{name}: operands of {shape.a_type.element_type} widened to {self.dtype} need no "
+                             "window, and A and B packed (B prepacked at compile time counts)")
 
     @property
     def dtype(self) -> ir.Type:

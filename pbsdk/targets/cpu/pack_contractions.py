@@ -705,7 +705,8 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     lead = 1 if batched else 0
     # a batch known at run time: every operand's (one batch, not broadcast), the kernel loops over C's
     dyn_batch = batched and all(t.shape[0] == dyn for t in (a, b, c))
-    if not (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS) \
+    narrow = str(b.element_type) == dtype and WIDENABLE.get(dtype) == str(c.element_type)
+    if not (narrow or (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS)) \
             or (batched and not dyn_batch and any(t.shape[0] == dyn for t in (a, b, c))) \
             or not all(row_major(t) for t in (a, b, c)):
         record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
@@ -714,7 +715,9 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
         return 0
     bsz = (DYNAMIC if dyn_batch else a.shape[0]) if batched else 0
     m, k, n = c.shape[lead], a.shape[-1], b.shape[-1]
-    plan = plan_dynamic_contraction(ctx.spec, n=n if n != dyn else DYNAMIC_EXTENT,
+    # narrow operands: widened where no unit the target lowers takes them (a unit's plan has no buckets here)
+    pspec = unit_spec(ctx.spec, cpu_options(ctx).amx)[0] if narrow else ctx.spec
+    plan = plan_dynamic_contraction(pspec, n=n if n != dyn else DYNAMIC_EXTENT,
                                     k=k if k != dyn else DYNAMIC_EXTENT,
                                     batch=DYNAMIC_BATCH if dyn_batch else max(bsz, 1), dtype=dtype,
                                     options=ctx.options, m=None if m == dyn else m)
@@ -724,7 +727,7 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
         notes.append(f"{op.name} ?x{n_text}x{k_text}: a size bucket has no packed blocking: generic lowering")
         return 0
     opname = op.name
-    fused = _epilogue(op, dtype) if cpu_options(ctx).fuse_epilogues else None
+    fused = _epilogue(op, str(c.element_type)) if cpu_options(ctx).fuse_epilogues else None
     fill = _zero_fill_before(op)
     operands = list(op.operands) + (fused[2] if fused else [])
     key = (opname, str(a), str(b), str(c), str(fill is not None))
@@ -778,7 +781,8 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
                        "vector-fma")
     notes.append(f"{opname} {('?x' if dyn_batch else f'{bsz}x') if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
                  f"{dtype}: dynamic sizes, packed kernel @{name} over {len(plan.buckets)} size bucket(s) ("
-                 f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else ""))
+                 f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
+                 + (f", A and B widened to {c.element_type} as packed" if narrow else ""))
     return 1
 
 
