@@ -4,8 +4,8 @@
 // issues the unit's intrinsic; an elementwise epilogue after the product is folded into the last store.
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec amd/zen4 -p pack-contractions \
 // RUN:   --options threads=1 | filecheck %s
-// On a spec without units (the portable Xeon baseline) bf16 runs on the f32 FMA kernel, its operands widened
-// as packed (pack-contractions-widened.mlir), and i8 is left for the generic lowering.
+// On a spec without units (the portable Xeon baseline) both run on the f32 FMA kernel, their operands widened
+// as packed (pack-contractions-widened.mlir).
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions \
 // RUN:   --options threads=1 | filecheck %s --check-prefix=NOUNIT
 
@@ -48,7 +48,9 @@ func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50
 // CHECK:         arith.xori %{{.*}}, %{{.*}} : i32
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
 // NOUNIT-LABEL: func.func @i8(
-// NOUNIT:         linalg.matmul
+// NOUNIT:         call @__pbsdk_mm0(
+// NOUNIT-LABEL:  func.func @__pbsdk_mm0_part(
+// NOUNIT:          arith.sitofp {{.*}} : vector<16xi8> to vector<16xf32>
 func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>) {
   %zero = arith.constant 0 : i32
   linalg.fill ins(%zero : i32) outs(%c : memref<33x20xi32>)
@@ -68,7 +70,9 @@ func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>)
 // CHECK-NEXT:    arith.xori %{{.*}}, %{{.*}} : vector<64xi8>
 // CHECK:         llvm.call_intrinsic "llvm.x86.avx512.vpdpbusd.512"({{.*}}) : (vector<16xi32>, vector<64xi8>, vector<64xi8>) -> vector<16xi32>
 // NOUNIT-LABEL: func.func @i8_wide(
-// NOUNIT:         linalg.matmul
+// NOUNIT:         call @__pbsdk_mm0(
+// NOUNIT-LABEL:  func.func @__pbsdk_mm0_part(
+// NOUNIT:          arith.sitofp
 func.func @i8_wide(%a: memref<33x30xi8>, %b: memref<30x200xi8>, %c: memref<33x200xi32>) {
   %zero = arith.constant 0 : i32
   linalg.fill ins(%zero : i32) outs(%c : memref<33x200xi32>)

@@ -124,3 +124,62 @@ def test_a_dynamic_row_count_is_widened_too(pack_log: list[str]) -> None:
                          op="matmul", dtype="bf16", reduction_size=96, accumulator="f32")
     assert sum(len(r.fallback_ops) for r in pbsdk_torch.reports()) == 0
     assert any("dynamic sizes, packed kernel" in n and "bf16" in n for n in pack_log), pack_log
+
+
+# ------------------------------------------------------------------------------------------- i8
+
+I8_SHAPES = [(64, 64, 64), (37, 45, 29), (1, 100, 3), (33, 17, 3000), (12, 700, 1030)]
+
+
+def _i8(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(-128, 128, shape, dtype=np.int8)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("m, n, k", I8_SHAPES)
+def test_i8_matmul_on_widened_operands_is_exact(m: int, n: int, k: int, threads: int) -> None:
+    """i8 x i8 -> i32 without an i8 unit: f32 FMAs on widened operands, k blocks of at most `EXACT_I8_K`
+    (their sums stay within 2^24, where f32 is exact), each added to C as i32. The extreme products
+    (-128 x -128 over every k) check exactness past 2^24 in total."""
+    from pbsdk.core.plan.contraction import EXACT_I8_K
+
+    a, b = _i8((m, k), 0), _i8((k, n), 1)
+    a[0, :], b[:, 0] = -128, -128
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, **NO_UNITS})
+    got = fn(a, b)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+    assert got[0, 0] == k * 128 * 128
+    packed = _packed(fn, a, b)
+    assert "linalg.matmul" not in packed and re.search(r"arith.sitofp %\S+ : vector<\d+xi8> to vector<\d+xf32>", packed)
+    assert re.search(r"arith.fptosi %\S+ : vector<\d+xf32> to vector<\d+xi32>", packed)
+    from pbsdk.core.plan import Contraction, plan_contraction
+    from pbsdk.core.spec import load_spec
+
+    blk = plan_contraction(load_spec("host"), Contraction(m, n, k, dtype="i8"), NO_UNITS).blocking
+    assert blk is not None and blk.kc <= EXACT_I8_K
+
+
+def test_batched_i8_and_a_requantize_after_it() -> None:
+    a, b = _i8((3, 40, 300), 0), _i8((3, 300, 50), 1)
+    got = pbsdk.jit(lambda x, w: x @ w, target="cpu", options=NO_UNITS)(a, b)
+    np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
+    x, w = _i8((33, 200), 2), _i8((200, 70), 3)
+    scale = 1.0 / 3200
+
+    def requant(p, q):  # type: ignore[no-untyped-def]
+        acc = ops.astype(p @ q, "f32")
+        return ops.astype(ops.minimum(ops.maximum(ops.round(acc * scale) + 3.0, -128.0), 127.0), "i8")
+
+    got8 = pbsdk.jit(requant, target="cpu", options=NO_UNITS)(x, w)
+    exact = (x.astype(np.int32) @ w.astype(np.int32)).astype(np.float32)
+    want = np.clip(np.round(exact * np.float32(scale)) + 3, -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(got8, want)
+
+
+def test_constant_i8_weights_are_widened_at_compile_time(pack_log: list[str]) -> None:
+    w = _i8((300, 90), 4)
+    x = _i8((20, 300), 5)
+    got = pbsdk.jit(lambda p: p @ ops._const(w, "i8"), target="cpu", options=NO_UNITS)(x)
+    np.testing.assert_array_equal(got, x.astype(np.int32) @ w.astype(np.int32))
+    assert any("widened to f32 as packed" in n and "packed at compile time" in n for n in pack_log), pack_log

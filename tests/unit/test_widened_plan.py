@@ -21,7 +21,8 @@ ZEN4 = load_spec("amd/zen4")  # vdpbf16ps for bf16; nothing for f16
     (ZEN4, "f16", None, "f32"),
     (ZEN4, "bf16", {"matrix_units": False}, "f32"),  # the unit turned off: the FMAs on widened operands
     (SKYLAKE, "f32", None, None),
-    (SKYLAKE, "i8", None, None),  # integers are not widened to a float
+    (SKYLAKE, "i8", None, "f32"),  # no VNNI unit: i8 on the f32 FMAs, exact k blocks
+    (ZEN4, "i8", None, None),  # vpdpbusd
     (load_spec("example/rvv-edge"), "f16", None, None),  # its vector unit computes f16 itself
     (load_spec("example/npu"), "f16", None, None),  # a matrix unit for it
 ])
@@ -41,8 +42,18 @@ def test_a_widened_plan_is_the_accumulators_product_with_both_operands_packed() 
     assert plan_contraction(SKYLAKE, Contraction(512, 3072, 768, dtype="f32")).widened_to is None
 
 
+def test_a_widened_i8_plan_keeps_its_k_blocks_exact() -> None:
+    from pbsdk.core.plan.contraction import EXACT_I8_K
+
+    assert EXACT_I8_K == 1024  # 1024 products of at most 2^14 each: within 2^24
+    plan = plan_contraction(SKYLAKE, Contraction(512, 512, 4096, dtype="i8"))
+    assert plan.widened_to == "f32" and plan.blocking is not None and plan.blocking.kc <= EXACT_I8_K
+    assert "exactly" in plan.reasons[0]
+
+
 def test_a_scratchpad_lowering_is_not_widened() -> None:
     """Widening is for the register-tile kernels (accumulators in registers): a target whose unit steps
     keep C in a scratchpad plans the product as it comes."""
     plan = plan_contraction(SKYLAKE, Contraction(256, 256, 256, dtype="bf16"), accumulator_in_registers=False)
     assert plan.widened_to is None
+    assert plan_contraction(SKYLAKE, Contraction(256, 256, 256, dtype="bf16"), widen=False).widened_to is None

@@ -283,7 +283,9 @@ def promotion_for(spec: ChipSpec, cop: ContractionOp, *, function: str, options:
     multiple of it) and the plan keeps C out of that level, the level holds C anyway: the inner levels
     and the unit-sized compute steps work on full tiles, which only its zero-padded buffer keeps inside
     C's bounds at the edge."""
-    plan = plan_contraction(spec, cop.contraction(), options, accumulator_in_registers=accumulator_in_registers)
+    # the scratchpad lowering computes the op's dtype itself (its vector tile ops, its units): no widening
+    plan = plan_contraction(spec, cop.contraction(), options, accumulator_in_registers=accumulator_in_registers,
+                            widen=False)
     unit = plan.compute
     inner: tuple[int, int, int] = (unit.m, unit.n, unit.k)
     chosen: list[tuple[str, tuple[int, int, int], bool]] = []

@@ -745,21 +745,26 @@ def compute_tile(spec: ChipSpec, op: Contraction,
             f"no matrix or vector unit for {op.dtype}: scalar code")
 
 
-#: Narrow float operands a vector unit without their arithmetic computes on after widening them exactly to
-#: the accumulator's type (a bf16 or f16 value is an f32 one with fewer mantissa bits).
-WIDENABLE = {"bf16": "f32", "f16": "f32"}
+#: Narrow operands a vector unit without a unit for them computes on after widening them exactly to f32 (a
+#: bf16 or f16 value is an f32 one with fewer mantissa bits; an i8 is an f32 integer).
+WIDENABLE = {"bf16": "f32", "f16": "f32", "i8": "f32"}
+#: The k block of an i8 product on widened operands: each of its f32 sums of i8 x i8 products (at most
+#: 2^14 each) stays within 2^24, where every integer is exact in f32, and is added to C as an i32.
+EXACT_I8_K = (1 << 24) // (1 << 14)
 
 
 def widened_dtype(spec: ChipSpec, op: Contraction, options: Options | Mapping[str, Any] | None = None) -> str | None:
-    """The dtype a product of narrow float operands is computed in when the spec offers nothing better: no
-    matrix unit the precision policy allows for ``op.dtype``, no ``op.dtype`` arithmetic in the vector
-    unit, but FMAs on the accumulator's dtype and caches to pack into (the register-tile kernels'
-    hierarchy). Widening each operand element once as it is packed costs O(mk + kn) conversions beside
-    the O(mnk) FMAs; converting inside the FMA loop, or computing element by element, costs far more."""
+    """The dtype a product of narrow operands is computed in when the spec offers nothing better: no matrix
+    unit the precision policy allows for ``op.dtype``, but f32 FMAs and caches to pack into (the
+    register-tile kernels' hierarchy); for floats, no ``op.dtype`` arithmetic in the vector unit and an f32
+    accumulator; for i8 (i32 accumulator), f32 sums of k blocks of at most `EXACT_I8_K`, each exact.
+    Widening each operand element once as it is packed costs O(mk + kn) conversions beside the O(mnk) FMAs;
+    converting inside the FMA loop, or computing element by element, costs far more."""
     wide = WIDENABLE.get(op.dtype)
     vec = spec.vector
-    if wide is None or op.accumulator != wide or vec is None or not vec.fma or wide not in vec.dtypes \
-            or op.dtype in vec.dtypes or not spec.caches():
+    floats = op.dtype != "i8"
+    if wide is None or vec is None or not vec.fma or wide not in vec.dtypes or not spec.caches() \
+            or op.accumulator != (wide if floats else "i32") or (floats and op.dtype in vec.dtypes):
         return None
     opts = as_options(options)
     if opts.matrix_units and any(spec.matrix_units_for(dt, op.accumulator) for dt in operand_dtypes(op.dtype, opts)):
@@ -891,19 +896,25 @@ def _grow(spec: ChipSpec, op: Contraction, level: MemoryLevel, inner: tuple[int,
 
 def plan_contraction(spec: ChipSpec, op: Contraction,
                      options: Options | Mapping[str, Any] | None = None, *,
-                     accumulator_in_registers: bool = True) -> ContractionPlan:
+                     accumulator_in_registers: bool = True, widen: bool = True) -> ContractionPlan:
     """The full plan for ``op`` on ``spec`` (see the module docstring for the model). ``options``: the
     compilation's `Options` (or a mapping of core option keys, parsed). ``accumulator_in_registers``:
     whether the lowering can keep a level's C tile in its compute level's registers (False: every
     software-managed level holds its C tile, as a target whose unit steps read and write C in the
-    scratchpad needs)."""
+    scratchpad needs). ``widen``: whether narrow operands may be widened for the f32 FMAs
+    (`widened_dtype`; a scratchpad lowering that computes the op's dtype itself passes False)."""
     opts = as_options(options)
-    wide = widened_dtype(spec, op, opts) if accumulator_in_registers else None
+    wide = widened_dtype(spec, op, opts) if accumulator_in_registers and widen else None
     if wide is not None:
         plan = plan_contraction(spec, dataclasses.replace(op, dtype=wide, acc_dtype=None), opts)
         why = (f"no matrix unit for {op.dtype} and no {op.dtype} arithmetic in the vector unit: A and B are "
-               f"widened to {wide} as they are packed (both packed), and the {wide} FMAs compute")
-        blk = (dataclasses.replace(plan.blocking, pack_a=True, pack_b=True)
+               f"widened to {wide} as they are packed (both packed), and the {wide} FMAs compute"
+               if op.dtype != "i8" else
+               f"no matrix unit for i8: A and B are widened to {wide} as they are packed (both packed), and the "
+               f"{wide} FMAs compute k blocks of at most {EXACT_I8_K} exactly (their sums stay within 2^24), "
+               "each added to C as i32")
+        blk = (dataclasses.replace(plan.blocking, pack_a=True, pack_b=True,
+                                   kc=plan.blocking.kc if op.dtype != "i8" else min(plan.blocking.kc, EXACT_I8_K))
                if plan.blocking is not None else None)
         return dataclasses.replace(plan, op=op, blocking=blk, widened_to=wide, reasons=(why, *plan.reasons))
     unit, why_unit = compute_tile(spec, op, opts)

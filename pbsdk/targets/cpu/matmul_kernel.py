@@ -48,7 +48,7 @@ from pbsdk.core.ir.builder import Indices, call_parts, element_type, reassociati
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.ir.builder import if_values as _if_values
-from pbsdk.core.plan.contraction import Blocking
+from pbsdk.core.plan.contraction import EXACT_I8_K, Blocking
 from pbsdk.core.plan.dynamic import edge_row_variants
 from pbsdk.core.plan.window import ConvGeometry
 from pbsdk.core.runtime.kernel import aligned_empty
@@ -79,14 +79,20 @@ class MatmulShape:
 
     @property
     def dtype(self) -> ir.Type:
-        """The type the kernel computes in: C's (A's and B's too, unless they are `widened`)."""
-        return self.c_type.element_type
+        """The type the kernel computes in: C's (A's and B's too, unless they are `widened`); f32 for an
+        integer C (an i8 product on widened operands, its k blocks' exact f32 sums added to C as i32)."""
+        t = self.c_type.element_type
+        return ir.F32Type.get() if isinstance(t, ir.IntegerType) else t
 
     @property
     def widened(self) -> bool:
-        """A and B hold a narrower float than C (bf16 or f16 into f32): each value is widened as it is
-        packed (both are packed; a prepacked B was widened when packed)."""
-        return self.a_type.element_type != self.c_type.element_type
+        """A and B hold a narrower type than the kernel computes in (bf16 or f16 into f32, i8 into f32):
+        each value is widened as it is packed (both are packed; a prepacked B was widened when packed)."""
+        return self.a_type.element_type != self.dtype
+
+    @property
+    def integer_c(self) -> bool:
+        return isinstance(self.c_type.element_type, ir.IntegerType)
 
     @property
     def dynamic_m(self) -> bool:
@@ -469,6 +475,9 @@ class KernelConfig:
         if shape.widened and (window is not None or not self.packs_a or not (self.packs_b or self.prepacked_b)):
             raise ValueError(f"{name}: operands of {shape.a_type.element_type} widened to {self.dtype} need no "
                              "window, and A and B packed (B prepacked at compile time counts)")
+        if shape.integer_c and (not shape.widened or self.epilogue is not None or blk.kc > EXACT_I8_K):
+            raise ValueError(f"{name}: an integer C takes widened i8 operands, no epilogue and k blocks of at most "
+                             f"{EXACT_I8_K} (kc {blk.kc})")
 
     @property
     def dtype(self) -> ir.Type:
@@ -585,6 +594,7 @@ class _PartBuilder:
         self.M, self.N, self.K = shape.m, shape.n, shape.k
         t = cfg.dtype
         self.vt = ir.VectorType.get([self.L], t)
+        self.ct = ir.VectorType.get([self.L], shape.c_type.element_type)  # C's vectors (i32: an i8 product)
         self.mt = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
         self.fn = func.FuncOp(cfg.name, (cfg.arg_types, []))
         self.entry = self.fn.add_entry_block()
@@ -611,6 +621,8 @@ class _PartBuilder:
             self.Tp = (memref.alloc(ir.MemRefType.get([self.mr, self.nr], t), [], [], alignment=64)
                        if cfg.stages_sums else None)
             self.vzero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(t, 0.0)))
+            self.czero = self.vzero if self.ct == self.vt else arith.constant(
+                self.ct, ir.DenseElementsAttr.get_splat(self.ct, ir.IntegerAttr.get(self.ct.element_type, 0)))
 
     def _load(self, src: ir.Value, indices: list[ir.Value], mask: ir.Value) -> ir.Value:
         """``L`` values of ``src`` from ``indices`` (masked lanes zero) in the kernel's vector type: an
@@ -619,8 +631,17 @@ class _PartBuilder:
         if narrow == self.cfg.dtype:
             return vector.maskedload(self.vt, src, indices, mask, self.vzero)
         nt = ir.VectorType.get([self.L], narrow)
+        if isinstance(narrow, ir.IntegerType):  # i8: exact in f32
+            zero = arith.constant(nt, ir.DenseElementsAttr.get_splat(nt, ir.IntegerAttr.get(narrow, 0)))
+            return arith.sitofp(self.vt, vector.maskedload(nt, src, indices, mask, zero))
         zero = arith.constant(nt, ir.DenseElementsAttr.get_splat(nt, ir.FloatAttr.get(narrow, 0.0)))
         return arith.extf(self.vt, vector.maskedload(nt, src, indices, mask, zero))
+
+    def _accumulate(self, old: ir.Value, acc: ir.Value) -> ir.Value:
+        """C's old vector plus the sums ``acc``, in C's type (an integer C: the exact f32 sums as i32)."""
+        if self.ct == self.vt:
+            return arith.addf(old, acc)
+        return arith.addi(old, arith.fptosi(self.ct, acc))
 
     def build(self) -> func.FuncOp:
         c = self.x.const
@@ -778,7 +799,8 @@ class _PartBuilder:
         if offset == dynamic or dynamic in strides:
             _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
             return
-        element_bytes = ir.FloatType(ir.MemRefType(src.type).element_type).width // 8
+        elem = ir.MemRefType(src.type).element_type
+        element_bytes = (ir.IntegerType(elem).width if isinstance(elem, ir.IntegerType) else ir.FloatType(elem).width) // 8
         first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(element_bytes)), c(offset))
         if lead:
             first = x.add(first, x.mul(lead[0], c(strides[0])))
@@ -1035,12 +1057,12 @@ class _PartBuilder:
         """C[r, col:+L] before this k block's sums: zero on the first block with zero_init."""
         def load() -> list[ir.Value]:
             if mask is not None:
-                return [vector.maskedload(self.vt, self.C, [*s.lead, r, col], mask, self.vzero)]
-            return [vector.load(self.vt, self.C, [*s.lead, r, col])]
+                return [vector.maskedload(self.ct, self.C, [*s.lead, r, col], mask, self.czero)]
+            return [vector.load(self.ct, self.C, [*s.lead, r, col])]
 
         if s.first is None:
             return load()[0]
-        return _if_values(s.first, [self.vt], lambda: [self.vzero], load)[0]
+        return _if_values(s.first, [self.ct], lambda: [self.czero], load)[0]
 
     def _store_row(self, s: _Sums, i: int, vmasks: list[ir.Value], fused: bool) -> None:
         """Row i of the micro-tile: C + acc to C, or to the scratch tile when the epilogue follows."""
@@ -1049,7 +1071,7 @@ class _PartBuilder:
         for v in range(self.nv):
             col = x.add(s.col0, c(v * L)) if v else s.col0
             mask = vmasks[v] if vmasks else None
-            new = arith.addf(self._load_c(s, r, col, mask), s.acc[i * self.nv + v])
+            new = self._accumulate(self._load_c(s, r, col, mask), s.acc[i * self.nv + v])
             if fused:  # the epilogue follows, row by row (see `_update`)
                 assert self.Tp is not None
                 vector.store(new, self.Tp, [c(i), c(v * L)])
@@ -1097,7 +1119,7 @@ class _PartBuilder:
     def _store_stored_row(self, s: _Sums, srow: ir.Value, scol: ir.Value, lanes: ir.Value, val: ir.Value,
                           fused: bool) -> None:
         """C[srow, scol:+L] (+)= val on the lanes of the mask, through the epilogue into D when fused."""
-        new = arith.addf(self._load_c(s, srow, scol, lanes), val)
+        new = self._accumulate(self._load_c(s, srow, scol, lanes), val)
         if fused:
             assert self.cfg.epilogue is not None and self.D is not None
             new = _epilogue_values(self.cfg.epilogue, self.E, new, s.lead, srow, scol, lanes, self.vzero)

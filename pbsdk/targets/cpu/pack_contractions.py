@@ -310,7 +310,7 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
                if cpu_options(ctx).prepack_b and not batched and _unit_inner_stride(b) else None)
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
-    if plan.widened_to is not None and plan.widened_to == acc:
+    if plan.widened_to is not None:
         return None  # no unit: the FMA kernel computes it on widened operands
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
@@ -368,16 +368,29 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     return 1
 
 
+def _narrow(a: ir.MemRefType, b: ir.MemRefType, c: ir.MemRefType) -> bool:
+    """A product of narrow operands (bf16 or f16 into f32, i8 into i32) the FMA kernel can compute on widened
+    copies (`widened_dtype` decides whether it does)."""
+    dtype = str(a.element_type)
+    return str(b.element_type) == dtype and dtype in WIDENABLE and \
+        str(c.element_type) == ("i32" if dtype == "i8" else WIDENABLE[dtype])
+
+
+def _compute_type(c: ir.MemRefType) -> ir.Type:
+    """The packed kernel's element type for a C of this type (`MatmulShape.dtype`: f32 for an integer C)."""
+    return ir.F32Type.get(c.context) if isinstance(c.element_type, ir.IntegerType) else c.element_type
+
+
 def _packed_as(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> ir.MemRefType:
-    """`packed_type` of a constant ``t`` in the element type of ``c``, the kernel's (widened if narrower)."""
+    """`packed_type` of a constant ``t`` in the kernel's element type (widened if narrower) for ``c``."""
     p = packed_type(t, nr, transposed=transposed)
-    return ir.MemRefType.get(p.shape, c.element_type, loc=ir.Location.unknown(t.context))
+    return ir.MemRefType.get(p.shape, _compute_type(c), loc=ir.Location.unknown(t.context))
 
 
 def _widening(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> Packing:
-    """The compile-time packing of a narrow float constant ``t`` for a kernel computing in ``c``'s type:
-    its values widened (exactly), then `pack_b_panels`."""
-    wide = np.dtype(np.float64 if str(c.element_type) == "f64" else np.float32)
+    """The compile-time packing of a narrow constant ``t`` for a kernel computing for ``c``: its values
+    widened (exactly), then `pack_b_panels`."""
+    wide = np.dtype(np.float64 if str(_compute_type(c)) == "f64" else np.float32)
     return (lambda matrix: pack_b_panels(np.asarray(matrix).astype(wide), nr),
             _packed_as(t, nr, c, transposed=transposed))
 
@@ -492,7 +505,7 @@ class PackContractions:
                 if built is not None:
                     count += built
                     continue
-            narrow = str(b.element_type) == dtype and WIDENABLE.get(dtype) == str(c.element_type)
+            narrow = _narrow(a, b, c)
             if not (narrow or (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS)):
                 record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
@@ -525,7 +538,7 @@ class PackContractions:
                                                        a_prepackable=bool(a_sources), a_layout=a_layout,
                                                        b_layout=b_layout), ctx.options)
             blk = plan.blocking
-            if narrow and plan.widened_to != str(c.element_type):
+            if narrow and plan.widened_to is None:
                 record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
                 notes.append(f"{op.name} {m}x{n}x{k} {dtype}: not widened ({plan.reasons[0]}): generic lowering")
                 continue
@@ -573,7 +586,7 @@ class PackContractions:
             prefix = f"{bsz}x" if batched else ""
             record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
             notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
-                         + (f"A and B widened to {c.element_type} as packed, " if narrow else "")
+                         + (f"A and B widened to {_compute_type(c)} as packed, " if narrow else "")
                          + 
                          f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                          f"{blk.threads} part(s) along {blk.split}"
@@ -705,7 +718,7 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     lead = 1 if batched else 0
     # a batch known at run time: every operand's (one batch, not broadcast), the kernel loops over C's
     dyn_batch = batched and all(t.shape[0] == dyn for t in (a, b, c))
-    narrow = str(b.element_type) == dtype and WIDENABLE.get(dtype) == str(c.element_type)
+    narrow = _narrow(a, b, c)
     if not (narrow or (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS)) \
             or (batched and not dyn_batch and any(t.shape[0] == dyn for t in (a, b, c))) \
             or not all(row_major(t) for t in (a, b, c)):
@@ -782,7 +795,7 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     notes.append(f"{opname} {('?x' if dyn_batch else f'{bsz}x') if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
                  f"{dtype}: dynamic sizes, packed kernel @{name} over {len(plan.buckets)} size bucket(s) ("
                  f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
-                 + (f", A and B widened to {c.element_type} as packed" if narrow else ""))
+                 + (f", A and B widened to {_compute_type(c)} as packed" if narrow else ""))
     return 1
 
 
