@@ -290,7 +290,8 @@ def test_unsupported_quantized_dtypes_stay_with_torch_and_say_why(caplog: pytest
 
 
 @pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI: the cpu target's i8 contractions "
-                    "take the generic lowering (tests/numerics/test_units.py checks the code for a VNNI CPU)")
+                    "run on the f32 FMAs on widened operands (tests/numerics/test_widened.py; "
+                    "tests/numerics/test_units.py checks the code for a VNNI CPU)")
 @pytest.mark.parametrize("model, shape", [(FloatMLP, (32, 64)), (FloatCNN, (8, 3, 12, 12))], ids=["mlp", "cnn"])
 def test_x86_pt2e_models_run_on_the_host_int8_unit(pt2e: Any, model: type, shape: tuple[int, ...]) -> None:
     """X86InductorQuantizer's graph (u8 activations, i8 per-channel weights) on the cpu target: every linear
