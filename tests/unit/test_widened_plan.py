@@ -57,3 +57,11 @@ def test_a_scratchpad_lowering_is_not_widened() -> None:
     plan = plan_contraction(SKYLAKE, Contraction(256, 256, 256, dtype="bf16"), accumulator_in_registers=False)
     assert plan.widened_to is None
     assert plan_contraction(SKYLAKE, Contraction(256, 256, 256, dtype="bf16"), widen=False).widened_to is None
+
+
+def test_explain_says_the_operands_are_widened() -> None:
+    from pbsdk.core.plan.explain import format_plan
+
+    text = format_plan("matmul", plan_contraction(SKYLAKE, Contraction(64, 64, 64, dtype="bf16")))
+    assert "64x64x64 bf16->f32" in text and "(bf16 operands widened to f32 as they are packed)" in text
+    assert "widened" not in format_plan("matmul", plan_contraction(ZEN4, Contraction(64, 64, 64, dtype="bf16")))

@@ -149,7 +149,8 @@ def format_dynamic_plan(title: str, plan: DynamicContractionPlan, spec: ChipSpec
 def format_plan(title: str, plan: ContractionPlan) -> str:
     op, u = plan.op, plan.compute
     lines = [f"{title}: {op.batch}x {op.m}x{op.n}x{op.k} {op.dtype}->{op.accumulator} ({op.flops / 1e9:.3f} GFLOP)",
-             f"  compute tile   {u.kind} {u.name}: {u.m}x{u.n}x{u.k} on '{u.scope}'"]
+             f"  compute tile   {u.kind} {u.name}: {u.m}x{u.n}x{u.k} on '{u.scope}'"
+             + (f" ({op.dtype} operands widened to {plan.widened_to} as they are packed)" if plan.widened_to else "")]
     for t in plan.levels:
         extra = ", double-buffered" if t.double_buffered else ""
         extra += ", holds C" if t.holds_accumulator else ""
