@@ -31,6 +31,26 @@ from pbsdk.runtime.errors import (
     TargetMismatchError,
 )
 
+#: LLVM's x86 feature names -> the flag Linux lists in /proc/cpuinfo for it (where they differ, or are
+#: the same: only features named here are required of the host; the others cannot be checked there).
+CPUINFO_FLAGS = {
+    "sse": "sse", "sse2": "sse2", "sse3": "pni", "ssse3": "ssse3", "sse4.1": "sse4_1", "sse4.2": "sse4_2",
+    "sse4a": "sse4a", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "bmi": "bmi1", "bmi2": "bmi2",
+    "lzcnt": "abm", "popcnt": "popcnt", "movbe": "movbe", "pclmul": "pclmulqdq", "aes": "aes", "sha": "sha_ni",
+    "adx": "adx", "gfni": "gfni", "vaes": "vaes", "vpclmulqdq": "vpclmulqdq",
+    "avx512f": "avx512f", "avx512dq": "avx512dq", "avx512cd": "avx512cd", "avx512bw": "avx512bw",
+    "avx512vl": "avx512vl", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+    "avx512vbmi2": "avx512_vbmi2", "avx512vnni": "avx512_vnni", "avx512bitalg": "avx512_bitalg",
+    "avx512vpopcntdq": "avx512_vpopcntdq", "avx512bf16": "avx512_bf16", "avx512fp16": "avx512_fp16",
+    "avxvnni": "avx_vnni", "amx-tile": "amx_tile", "amx-bf16": "amx_bf16", "amx-int8": "amx_int8",
+}
+
+
+def required_flags(features: str) -> tuple[str, ...]:
+    """The /proc/cpuinfo flags a host needs to run code generated for LLVM ``features`` ("+avx2,-amx-tile,...")."""
+    on = [f.strip()[1:] for f in features.split(",") if f.strip().startswith("+")]
+    return tuple(sorted({CPUINFO_FLAGS[f] for f in on if f in CPUINFO_FLAGS}))
+
 
 def host_cpu_flags() -> frozenset[str] | None:
     """The CPU flags Linux reports (``/proc/cpuinfo``'s ``flags``); None where they cannot be read."""

@@ -122,8 +122,7 @@ def missing_host_flags(spec: ChipSpec | None) -> tuple[str, ...]:
     """The CPU flags (as /proc/cpuinfo names them) that machine code for ``spec``'s codegen needs and this
     host lacks: empty where it runs here, or where the host's flags cannot be read (not Linux, or the code
     is for another architecture, which the JIT refuses by itself)."""
-    from pbsdk.deploy.cpu import required_flags
-    from pbsdk.runtime.model import host_cpu_flags
+    from pbsdk.runtime.model import host_cpu_flags, required_flags
 
     triple, _, features = machine(spec)
     host = host_cpu_flags()
