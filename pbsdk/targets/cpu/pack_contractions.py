@@ -469,6 +469,98 @@ UnitStepHook = Callable[[UnitStep, ir.Value, ir.Value, ir.Value, ChipSpec], ir.V
 KERNEL_PREFIX = "__pbsdk_mm"
 
 
+def _fma_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, notes: list[str],
+                     calls: dict[str, list[ir.Operation]], narrow: bool) -> int:
+    """Replace the static f32/f64 ``op`` (or a ``narrow`` one: bf16, f16 or i8 operands the plan widens,
+    `widened_dtype`) by a call of the packed FMA kernel ``@name`` (`build_matmul_kernel`): its orientation,
+    operands read from a transpose's source, constants packed at compile time, a fused epilogue; else
+    record why it takes the generic lowering. Returns how many kernels were built (0 or 1)."""
+    a, b, c = (ir.MemRefType(v.type) for v in op.operands)
+    dtype = str(a.element_type)
+    opname = op.name
+    batched = opname == "linalg.batch_matmul"
+    bsz = a.shape[0] if batched else 0
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    # An operand a transpose fills just for this op is read from the transpose's source instead.
+    reads = cpu_options(ctx).transposed_reads
+    a_feeds = transposed_operand(op, 0, calls) if reads else None
+    b_feeds = transposed_operand(op, 1, calls) if reads else None
+    a_layout: Literal["mk", "km"] = "km" if a_feeds else "mk"
+    b_layout: Literal["kn", "nk"] = "nk" if b_feeds else "kn"
+    a_stored = source_type(a_feeds) if a_feeds else a
+    b_stored = source_type(b_feeds) if b_feeds else b
+    prepack = cpu_options(ctx).prepack_b and not batched
+    sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack and not b_feeds else None
+    # A constant A is packed at compile time where the product is computed transposed (as B^T).
+    a_sources = (_constant_operand(op, 0, calls, len(ctx.constants))
+                 if prepack and not sources and not a_feeds else None)
+    # narrow operands are planned on the units the target lowers (as `_unit_contraction` plans them)
+    pspec = unit_spec(ctx.spec, cpu_options(ctx).amx)[0] if narrow else ctx.spec
+    plan = plan_contraction(pspec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
+                                               a_prepackable=bool(a_sources), a_layout=a_layout,
+                                               b_layout=b_layout), ctx.options)
+    blk = plan.blocking
+    if narrow and plan.widened_to is None:
+        record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
+        notes.append(f"{op.name} {m}x{n}x{k} {dtype}: not widened ({plan.reasons[0]}): generic lowering")
+        return 0
+    if blk is None:
+        record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
+        notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
+                     f"({plan.compute.kind}): generic lowering")
+        return 0
+    if not blk.transposed:
+        a_sources = None  # given orientation: A is packed per call as it is
+    operands = list(op.operands)
+    if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
+        assert not sources, "a prepacked B is never transposed (orientation)"
+        shape = MatmulShape.transposed(m, n, k, bsz, a_stored, b_stored, c, a_layout, b_layout)
+        if a_sources:  # its B is the given A packed at compile time: panels, not a [n, k] matrix
+            shape = dataclasses.replace(shape, b_type=_packed_as(a, blk.nr, c, transposed=True),
+                                        b_layout="kn")
+        operands[:2] = operands[1::-1]
+    else:
+        shape = MatmulShape(m, n, k, bsz, a_stored, _packed_as(b, blk.nr, c) if sources else b_stored, c,
+                            a_layout, b_layout)
+    fused = _epilogue(op, str(c.element_type)) if cpu_options(ctx).fuse_epilogues else None
+    fill = _zero_fill_before(op)
+    with op.location:
+        kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
+                                     zero_init=fill is not None, prepacked_b=bool(sources or a_sources))
+        new = func.CallOp(kernel, operands + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
+    a_operand, b_operand = op.operands[0], op.operands[1]
+    if fused:
+        fused[0].erase()
+    op.erase()
+    if fill is not None:
+        fill.erase()
+    if sources:
+        _prepack(b_operand, new.operation, sources, blk.nr, ctx,
+                 packing=_widening(b, blk.nr, c) if narrow else None)
+    if a_sources:  # the kernel's B operand (1) is the given A
+        _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True,
+                 packing=_widening(a, blk.nr, c, transposed=True) if narrow else None)
+    for feeds, operand in ((a_feeds, a_operand), (b_feeds, b_operand)):
+        if feeds:
+            _read_source(operand, feeds)
+    prefix = f"{bsz}x" if batched else ""
+    record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
+    notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
+                 + (f"A and B widened to {_compute_type(c)} as packed, " if narrow else "")
+                 + 
+                 f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
+                 f"{blk.threads} part(s) along {blk.split}"
+                 + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
+                 + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
+                 + ("" if blk.pack_a or blk.transposed else ", A read in place")
+                 + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")
+                 + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else "")
+                 + (f", A read from its transpose's source ({len(a_feeds)} site(s))" if a_feeds else "")
+                 + (f", B read from its transpose's source ({len(b_feeds)} site(s))" if b_feeds else ""))
+    return 1
+
+
 def _kernel_functions(module: ir.Module) -> list[ir.Operation]:
     return [op for op in ops_named(module, "func.func")
             if ir.StringAttr(op.attributes["sym_name"]).value.startswith(KERNEL_PREFIX)]
@@ -514,89 +606,7 @@ class PackContractions:
             if not all(_unit_inner_stride(t) for t in (a, b, c)):
                 notes.append(f"{op.name}: an operand's innermost stride is not 1: generic lowering")
                 continue
-            opname = op.name
-            batched = opname == "linalg.batch_matmul"
-            bsz = a.shape[0] if batched else 0
-            m, k = a.shape[-2:]
-            n = b.shape[-1]
-            # An operand a transpose fills just for this op is read from the transpose's source instead.
-            reads = cpu_options(ctx).transposed_reads
-            a_feeds = transposed_operand(op, 0, calls) if reads else None
-            b_feeds = transposed_operand(op, 1, calls) if reads else None
-            a_layout: Literal["mk", "km"] = "km" if a_feeds else "mk"
-            b_layout: Literal["kn", "nk"] = "nk" if b_feeds else "kn"
-            a_stored = source_type(a_feeds) if a_feeds else a
-            b_stored = source_type(b_feeds) if b_feeds else b
-            prepack = cpu_options(ctx).prepack_b and not batched
-            sources = _constant_operand(op, 1, calls, len(ctx.constants)) if prepack and not b_feeds else None
-            # A constant A is packed at compile time where the product is computed transposed (as B^T).
-            a_sources = (_constant_operand(op, 0, calls, len(ctx.constants))
-                         if prepack and not sources and not a_feeds else None)
-            # narrow operands are planned on the units the target lowers (as `_unit_contraction` plans them)
-            pspec = unit_spec(ctx.spec, cpu_options(ctx).amx)[0] if narrow else ctx.spec
-            plan = plan_contraction(pspec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources),
-                                                       a_prepackable=bool(a_sources), a_layout=a_layout,
-                                                       b_layout=b_layout), ctx.options)
-            blk = plan.blocking
-            if narrow and plan.widened_to is None:
-                record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
-                notes.append(f"{op.name} {m}x{n}x{k} {dtype}: not widened ({plan.reasons[0]}): generic lowering")
-                continue
-            if blk is None:
-                record_contraction(ctx, op.name, dtype, bsz, m, n, k, "generic")
-                notes.append(f"{op.name} {m}x{n}x{k}: plan has no packed blocking "
-                             f"({plan.compute.kind}): generic lowering")
-                continue
-            if not blk.transposed:
-                a_sources = None  # given orientation: A is packed per call as it is
-            name = f"{KERNEL_PREFIX}{count}"
-            count += 1
-            operands = list(op.operands)
-            if blk.transposed:  # C^T = B^T A^T: the kernel's A is B, its B is A (see MatmulShape.transposed)
-                assert not sources, "a prepacked B is never transposed (orientation)"
-                shape = MatmulShape.transposed(m, n, k, bsz, a_stored, b_stored, c, a_layout, b_layout)
-                if a_sources:  # its B is the given A packed at compile time: panels, not a [n, k] matrix
-                    shape = dataclasses.replace(shape, b_type=_packed_as(a, blk.nr, c, transposed=True),
-                                                b_layout="kn")
-                operands[:2] = operands[1::-1]
-            else:
-                shape = MatmulShape(m, n, k, bsz, a_stored, _packed_as(b, blk.nr, c) if sources else b_stored, c,
-                                    a_layout, b_layout)
-            fused = _epilogue(op, str(c.element_type)) if cpu_options(ctx).fuse_epilogues else None
-            fill = _zero_fill_before(op)
-            with op.location:
-                kernel = build_matmul_kernel(module, name, shape, blk, epilogue=fused[1] if fused else None,
-                                             zero_init=fill is not None, prepacked_b=bool(sources or a_sources))
-                new = func.CallOp(kernel, operands + (fused[2] if fused else []), ip=ir.InsertionPoint(op))
-            a_operand, b_operand = op.operands[0], op.operands[1]
-            if fused:
-                fused[0].erase()
-            op.erase()
-            if fill is not None:
-                fill.erase()
-            if sources:
-                _prepack(b_operand, new.operation, sources, blk.nr, ctx,
-                         packing=_widening(b, blk.nr, c) if narrow else None)
-            if a_sources:  # the kernel's B operand (1) is the given A
-                _prepack(a_operand, new.operation, a_sources, blk.nr, ctx, transposed=True,
-                         packing=_widening(a, blk.nr, c, transposed=True) if narrow else None)
-            for feeds, operand in ((a_feeds, a_operand), (b_feeds, b_operand)):
-                if feeds:
-                    _read_source(operand, feeds)
-            prefix = f"{bsz}x" if batched else ""
-            record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
-            notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
-                         + (f"A and B widened to {_compute_type(c)} as packed, " if narrow else "")
-                         + 
-                         f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
-                         f"{blk.threads} part(s) along {blk.split}"
-                         + (", computed transposed (C^T = B^T A^T)" if blk.transposed else "")
-                         + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
-                         + ("" if blk.pack_a or blk.transposed else ", A read in place")
-                         + (f", B packed at compile time ({len(sources)} constant(s))" if sources else "")
-                         + (f", A packed at compile time as B^T ({len(a_sources)} constant(s))" if a_sources else "")
-                         + (f", A read from its transpose's source ({len(a_feeds)} site(s))" if a_feeds else "")
-                         + (f", B read from its transpose's source ({len(b_feeds)} site(s))" if b_feeds else ""))
+            count += _fma_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls, narrow)
         self._merge_kernels(module, notes)
 
     @staticmethod
