@@ -47,8 +47,15 @@ def hot_loop(asm: str, mnemonic: str) -> list[str]:
             blocks.append((label.group(1), []))
         elif blocks and line.startswith("\t") and not line.strip().startswith((".", "#")):
             blocks[-1][1].append(line.strip().split("#")[0].strip())
-    loops = [(sum(i.split()[0] == mnemonic for i in body), body) for name, body in blocks
-             if body and body[-1].split()[0].startswith("j") and body[-1].split()[-1] == name]
+    loops = []
+    for name, body in blocks:
+        # the block branches back to itself: its last instruction, or the one before an unconditional jump out
+        # (`jl .LBB2_22; jmp .LBB2_219`, as LLVM lays out a loop whose exit block comes later)
+        back = [i for i, ins in enumerate(body[-2:], len(body) - 2 if len(body) > 1 else 0)
+                if ins.split()[0].startswith("j") and ins.split()[-1] == name]
+        if back:
+            body = body[:back[-1] + 1]
+            loops.append((sum(i.split()[0] == mnemonic for i in body), body))
     count, body = max(loops, key=lambda lb: lb[0], default=(0, []))
     if count == 0:
         raise ValueError(f"no loop in the assembly holds {mnemonic}")

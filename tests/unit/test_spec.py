@@ -26,7 +26,7 @@ from pbsdk.core.spec import (
 from pbsdk.core.spec import loader as spec_loader
 
 DATA = Path(__file__).parent / "data" / "specs"
-EXPECTED_PRESETS = {"nvidia/a100", "nvidia/h100", "nvidia/h200", "intel/xeon-avx512", "example/npu"}
+EXPECTED_PRESETS = {"nvidia/a100", "nvidia/h100", "nvidia/h200", "intel/xeon-avx512", "example/npu", "amd/zen3"}
 
 
 def _npu_data() -> dict:
