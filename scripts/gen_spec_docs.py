@@ -115,7 +115,9 @@ Specs are loaded by `pbsdk.core.spec.load_spec(source)`, where `source` is
 * a **preset** name or alias: every `chip_specs/**/*.yaml` in the source tree (or
   `<prefix>/share/pbsdk/chip_specs` in an installed wheel) — `nvidia/a100` (`a100`, `sm_80`),
   `nvidia/h100` (`h100`, `sm_90`), `nvidia/h200` (`h200`), `intel/xeon-avx512` (`avx512`, `x86-avx512`),
-  `example/npu` (`npu`); `pbsdk spec list` prints them;
+  `intel/xeon-amx` (`amx`), `amd/zen4` (`zen4`), `amd/zen3` (`zen3`: AVX2 only), `example/npu` (`npu`) and
+  the other examples; `pbsdk spec list` prints them (a cpu preset's code runs only on a host with its CPU
+  features: elsewhere loading it is a `DeviceUnavailableError` naming them);
 * `host`: the machine pbsdk runs on, detected at run time (CPU name and features from LLVM, core count
   from the process's CPU affinity, caches from `/sys/devices/system/cpu/cpu0/cache`);
 * a path to a YAML file;
