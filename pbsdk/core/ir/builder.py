@@ -38,6 +38,18 @@ def element_of(t: ir.Type) -> ir.Type:
     return ir.ShapedType(t).element_type if isinstance(t, ir.ShapedType) else t
 
 
+def element_bits(t: ir.Type) -> int:
+    """The width in bits of a float or integer type (bf16: 16, i8: 8)."""
+    return ir.IntegerType(t).width if isinstance(t, ir.IntegerType) else ir.FloatType(t).width
+
+
+def zero_vector(t: ir.VectorType) -> ir.Value:
+    """``arith.constant dense<0> : t`` for a vector of floats or integers."""
+    et = t.element_type
+    zero = ir.IntegerAttr.get(et, 0) if isinstance(et, ir.IntegerType) else ir.FloatAttr.get(et, 0.0)
+    return arith.constant(t, ir.DenseElementsAttr.get_splat(t, zero))
+
+
 def scalar_constant(value: float, t: ir.Type) -> ir.Value:
     """``arith.constant value : t`` for a float or integer type ``t``."""
     if isinstance(t, ir.IntegerType):

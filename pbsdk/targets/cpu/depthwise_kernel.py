@@ -27,6 +27,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, func, scf, vector
 
+from pbsdk.core.ir.builder import zero_vector
 from pbsdk.core.passes import identity_layout
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
@@ -131,7 +132,7 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DepthwiseGeometry,
     with ir.InsertionPoint(entry):
         xa, wa, oa, part = entry.arguments
         mask = None
-        zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
+        zero = zero_vector(vtype)
         if tile.masked_channels:
             mask = vector.ConstantMaskOp(ir.VectorType.get([tile.lanes], ir.IntegerType.get_signless(1)),
                                          [tile.masked_channels]).result

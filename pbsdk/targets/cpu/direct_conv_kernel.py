@@ -32,7 +32,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, func, memref, scf, vector
 
-from pbsdk.core.ir.builder import call_parts
+from pbsdk.core.ir.builder import call_parts, zero_vector
 from pbsdk.core.passes import defining_op, identity_layout, ops_named
 from pbsdk.core.passes.promote import is_mac
 from pbsdk.core.passes.promote_vector import analyse
@@ -189,7 +189,7 @@ def _build(module: ir.Module, name: str, op: ir.Operation, g: DirectConv, tile: 
     with ir.InsertionPoint(entry):
         xa, wa, oa, part = entry.arguments
         mask = None
-        zero = arith.ConstantOp(vtype, ir.DenseElementsAttr.get_splat(vtype, ir.FloatAttr.get(et, 0.0))).result
+        zero = zero_vector(vtype)
         if tile.masked:
             mask = vector.ConstantMaskOp(ir.VectorType.get([tile.lanes], ir.IntegerType.get_signless(1)),
                                          [tile.masked]).result

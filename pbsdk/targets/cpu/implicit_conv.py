@@ -25,9 +25,9 @@ import dataclasses
 import math
 
 from mlir import ir
-from mlir.dialects import arith, func, memref, vector
+from mlir.dialects import func, memref, vector
 
-from pbsdk.core.ir.builder import Indices, reassociation_groups
+from pbsdk.core.ir.builder import Indices, element_bits, reassociation_groups, zero_vector
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.passes import defining_op, identity_layout, user_op
 from pbsdk.core.plan.window import ConvGeometry, TapCopy, im2col_geometry
@@ -215,14 +215,13 @@ def _row_copies(entry: ir.Block, g: ConvGeometry, x_type: ir.MemRefType, p_type:
     _, _, wp, ch = x_type.shape
     n = x_type.shape[0]
     run, depth = g.kw * ch, g.kh * g.kw * ch
-    width = ir.FloatType(et).width if isinstance(et, ir.FloatType) else ir.IntegerType(et).width
+    width = element_bits(et)
     lanes = max(1, ROW_COPY_BYTES * 8 // width)
     flat = [memref.collapse_shape(ir.MemRefType.get([math.prod(t.shape)], et), v, [list(range(t.rank))])
             for v, t in ((entry.arguments[0], x_type), (entry.arguments[1], p_type))]
     vt = ir.VectorType.get([lanes], et)
     i1 = ir.IntegerType.get_signless(1)
-    zero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, ir.FloatAttr.get(et, 0.0) if isinstance(
-        et, ir.FloatType) else ir.IntegerAttr.get(et, 0)))
+    zero = zero_vector(vt)
 
     def pixel(r: ir.Value) -> None:
         base = window_start(r, g, x_type, c)

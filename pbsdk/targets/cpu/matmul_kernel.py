@@ -44,7 +44,15 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, math, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices, call_parts, element_type, reassociation, transpose_vectors
+from pbsdk.core.ir.builder import (
+    Indices,
+    call_parts,
+    element_bits,
+    element_type,
+    reassociation,
+    transpose_vectors,
+    zero_vector,
+)
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.ir.builder import if_values as _if_values
@@ -52,6 +60,14 @@ from pbsdk.core.plan.contraction import EXACT_I8_K, Blocking
 from pbsdk.core.plan.dynamic import edge_row_variants
 from pbsdk.core.plan.window import ConvGeometry
 from pbsdk.core.runtime.kernel import aligned_empty
+
+
+def kernel_dtype(c_type: ir.MemRefType) -> ir.Type:
+    """The type a packed kernel storing into ``c_type`` computes in: C's (A's and B's too, unless they are
+    widened); f32 for an integer C (an i8 product on widened operands, its k blocks' exact f32 sums added to C
+    as i32)."""
+    t = c_type.element_type
+    return ir.F32Type.get(c_type.context) if isinstance(t, ir.IntegerType) else t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +95,8 @@ class MatmulShape:
 
     @property
     def dtype(self) -> ir.Type:
-        """The type the kernel computes in: C's (A's and B's too, unless they are `widened`); f32 for an
-        integer C (an i8 product on widened operands, its k blocks' exact f32 sums added to C as i32)."""
-        t = self.c_type.element_type
-        return ir.F32Type.get() if isinstance(t, ir.IntegerType) else t
+        """The type the kernel computes in (`kernel_dtype` of C's)."""
+        return kernel_dtype(self.c_type)
 
     @property
     def widened(self) -> bool:
@@ -382,8 +396,7 @@ def _epilogue_values(ep: Epilogue, args: Sequence[ir.Value], acc: ir.Value, lead
         it = ir.VectorType.get([lanes], t.element_type)
         if kind in ("full", "col"):
             idx = [*lead, r, col] if kind == "full" else [col]
-            zero = vzero if it == vt else arith.constant(
-                it, ir.DenseElementsAttr.get_splat(it, ir.FloatAttr.get(t.element_type, 0.0)))
+            zero = vzero if it == vt else zero_vector(it)
             x = vector.load(it, args[i], idx) if mask is None else vector.maskedload(it, args[i], idx, mask, zero)
         else:
             s = memref.load(args[i], [r] if kind == "row" else [])
@@ -620,9 +633,8 @@ class _PartBuilder:
             # The last k block's sums C + acc, one micro-tile, before the epilogue (see `_update`).
             self.Tp = (memref.alloc(ir.MemRefType.get([self.mr, self.nr], t), [], [], alignment=64)
                        if cfg.stages_sums else None)
-            self.vzero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(t, 0.0)))
-            self.czero = self.vzero if self.ct == self.vt else arith.constant(
-                self.ct, ir.DenseElementsAttr.get_splat(self.ct, ir.IntegerAttr.get(self.ct.element_type, 0)))
+            self.vzero = zero_vector(self.vt)
+            self.czero = self.vzero if self.ct == self.vt else zero_vector(self.ct)
 
     def _load(self, src: ir.Value, indices: list[ir.Value], mask: ir.Value) -> ir.Value:
         """``L`` values of ``src`` from ``indices`` (masked lanes zero) in the kernel's vector type: an
@@ -631,11 +643,9 @@ class _PartBuilder:
         if narrow == self.cfg.dtype:
             return vector.maskedload(self.vt, src, indices, mask, self.vzero)
         nt = ir.VectorType.get([self.L], narrow)
-        if isinstance(narrow, ir.IntegerType):  # i8: exact in f32
-            zero = arith.constant(nt, ir.DenseElementsAttr.get_splat(nt, ir.IntegerAttr.get(narrow, 0)))
-            return arith.sitofp(self.vt, vector.maskedload(nt, src, indices, mask, zero))
-        zero = arith.constant(nt, ir.DenseElementsAttr.get_splat(nt, ir.FloatAttr.get(narrow, 0.0)))
-        return arith.extf(self.vt, vector.maskedload(nt, src, indices, mask, zero))
+        stored = vector.maskedload(nt, src, indices, mask, zero_vector(nt))
+        # i8: exact in f32
+        return (arith.sitofp if isinstance(narrow, ir.IntegerType) else arith.extf)(self.vt, stored)
 
     def _accumulate(self, old: ir.Value, acc: ir.Value) -> ir.Value:
         """C's old vector plus the sums ``acc``, in C's type (an integer C: the exact f32 sums as i32)."""
@@ -799,8 +809,7 @@ class _PartBuilder:
         if offset == dynamic or dynamic in strides:
             _for(c(0), kc, c(L), lambda kb: block(kb, x.min(x.sub(kc, kb), c(L))))
             return
-        elem = ir.MemRefType(src.type).element_type
-        element_bytes = (ir.IntegerType(elem).width if isinstance(elem, ir.IntegerType) else ir.FloatType(elem).width) // 8
+        element_bytes = element_bits(ir.MemRefType(src.type).element_type) // 8
         first = x.add(x.divu(memref.extract_aligned_pointer_as_index(src), c(element_bytes)), c(offset))
         if lead:
             first = x.add(first, x.mul(lead[0], c(strides[0])))

@@ -35,7 +35,7 @@ from pbsdk.core.ir.builder import element_type, if_then
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major, user_op
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
-from pbsdk.core.plan.contraction import WIDENABLE, Blocking, Contraction, plan_contraction
+from pbsdk.core.plan.contraction import WIDENABLE, Blocking, Contraction, plan_contraction, widened_dtype
 from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
 from pbsdk.core.spec import ChipSpec, MatrixUnit
@@ -50,6 +50,7 @@ from pbsdk.targets.cpu.matmul_kernel import (
     MatmulShape,
     Window,
     build_matmul_kernel,
+    kernel_dtype,
     pack_b_panels,
 )
 from pbsdk.targets.cpu.options import cpu_options
@@ -294,11 +295,10 @@ def lowers_unit(spec: ChipSpec, name: str, tiles: str = "auto") -> bool:
 
 
 def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operation, name: str, ctx: Any,
-                      notes: list[str], calls: dict[str, list[ir.Operation]]) -> int | None:
+                      notes: list[str], calls: dict[str, list[ir.Operation]]) -> int:
     """Replace the bf16 or i8 ``op`` by a call of a unit kernel (`build_unit_kernel`) where the spec has a
     unit in the vector registers the cpu target lowers; else record why it takes the generic lowering.
-    Returns how many kernels were built (0 or 1), or None (nothing recorded) where the plan widens the
-    operands for the FMA kernel instead (`widened_dtype`)."""
+    Returns how many kernels were built (0 or 1)."""
     a, b, c = (ir.MemRefType(v.type) for v in op.operands)
     dtype, acc = str(a.element_type), str(c.element_type)
     batched = op.name == "linalg.batch_matmul"
@@ -310,8 +310,6 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     sources = (_constant_operand(op, 1, calls, len(ctx.constants))
                if cpu_options(ctx).prepack_b and not batched and _unit_inner_stride(b) else None)
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
-    if plan.widened_to is not None:
-        return None  # no unit: the FMA kernel computes it on widened operands
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
     if acc != UNIT_OPERANDS[dtype][0] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
@@ -368,6 +366,14 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     return 1
 
 
+def _widens(op: ir.Operation, ctx: Any) -> bool:
+    """Whether the planner widens the narrow ``op``'s operands for the FMA kernel (`widened_dtype`) on the
+    units the target lowers: no unit for its dtype there."""
+    dtype = str(ir.MemRefType(op.operands[0].type).element_type)
+    spec = unit_spec(ctx.spec, cpu_options(ctx).amx)[0]
+    return widened_dtype(spec, Contraction(1, 1, 1, dtype=dtype), ctx.options) is not None
+
+
 def _narrow(a: ir.MemRefType, b: ir.MemRefType, c: ir.MemRefType) -> bool:
     """A product of narrow operands (bf16 or f16 into f32, i8 into i32) the FMA kernel can compute on widened
     copies (`widened_dtype` decides whether it does)."""
@@ -376,21 +382,16 @@ def _narrow(a: ir.MemRefType, b: ir.MemRefType, c: ir.MemRefType) -> bool:
         str(c.element_type) == ("i32" if dtype == "i8" else WIDENABLE[dtype])
 
 
-def _compute_type(c: ir.MemRefType) -> ir.Type:
-    """The packed kernel's element type for a C of this type (`MatmulShape.dtype`: f32 for an integer C)."""
-    return ir.F32Type.get(c.context) if isinstance(c.element_type, ir.IntegerType) else c.element_type
-
-
 def _packed_as(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> ir.MemRefType:
     """`packed_type` of a constant ``t`` in the kernel's element type (widened if narrower) for ``c``."""
     p = packed_type(t, nr, transposed=transposed)
-    return ir.MemRefType.get(p.shape, _compute_type(c), loc=ir.Location.unknown(t.context))
+    return ir.MemRefType.get(p.shape, kernel_dtype(c), loc=ir.Location.unknown(t.context))
 
 
 def _widening(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool = False) -> Packing:
     """The compile-time packing of a narrow constant ``t`` for a kernel computing for ``c``: its values
     widened (exactly), then `pack_b_panels`."""
-    wide = np.dtype(np.float64 if str(_compute_type(c)) == "f64" else np.float32)
+    wide = np.dtype(np.float64 if str(kernel_dtype(c)) == "f64" else np.float32)
     return (lambda matrix: pack_b_panels(np.asarray(matrix).astype(wide), nr),
             _packed_as(t, nr, c, transposed=transposed))
 
@@ -547,7 +548,7 @@ def _fma_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: Any, n
     prefix = f"{bsz}x" if batched else ""
     record_contraction(ctx, opname, dtype, bsz, m, n, k, "vector-fma")
     notes.append(f"{opname} {prefix}{m}x{n}x{k} {dtype}: packed kernel @{name}, "
-                 + (f"A and B widened to {_compute_type(c)} as packed, " if narrow else "")
+                 + (f"A and B widened to {kernel_dtype(c)} as packed, " if narrow else "")
                  + 
                  f"register tile {blk.mr}x{blk.nr}, mc/nc/kc {blk.mc}/{blk.nc}/{blk.kc}, "
                  f"{blk.threads} part(s) along {blk.split}"
@@ -592,12 +593,10 @@ class PackContractions:
             if not all(t.has_static_shape for t in (a, b, c)):
                 count += _dynamic_contraction(module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, dynamic_built)
                 continue
-            if dtype in UNIT_OPERANDS and str(b.element_type) == dtype:
-                built = _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
-                if built is not None:
-                    count += built
-                    continue
             narrow = _narrow(a, b, c)
+            if dtype in UNIT_OPERANDS and str(b.element_type) == dtype and not (narrow and _widens(op, ctx)):
+                count += _unit_contraction(self, module, op, f"{KERNEL_PREFIX}{count}", ctx, notes, calls)
+                continue
             if not (narrow or (str(b.element_type) == str(c.element_type) == dtype and dtype in _FLOATS)):
                 record_contraction(ctx, op.name, dtype, 0, 0, 0, 0, "generic")
                 notes.append(f"{op.name}: element types {a.element_type}/{b.element_type}/{c.element_type}: "
@@ -805,7 +804,7 @@ def _dynamic_contraction(module: ir.Module, op: ir.Operation, name: str, ctx: An
     notes.append(f"{opname} {('?x' if dyn_batch else f'{bsz}x') if batched else ''}{m if m != dyn else '?'}x{n_text}x{k_text} "
                  f"{dtype}: dynamic sizes, packed kernel @{name} over {len(plan.buckets)} size bucket(s) ("
                  f"{plan.describe()})" + (f", epilogue of {len(fused[1].body)} ops fused" if fused else "")
-                 + (f", A and B widened to {_compute_type(c)} as packed" if narrow else ""))
+                 + (f", A and B widened to {kernel_dtype(c)} as packed" if narrow else ""))
     return 1
 
 

@@ -35,7 +35,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, memref, vector
 
-from pbsdk.core.ir.builder import Indices, call_parts
+from pbsdk.core.ir.builder import Indices, call_parts, zero_vector
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
@@ -323,9 +323,7 @@ class _UnitKernel:
         return arith.minsi(a, b)
 
     def zero(self, t: ir.Type) -> ir.Value:
-        et = ir.ShapedType(t).element_type
-        attr = ir.FloatAttr.get(et, 0.0) if isinstance(et, ir.FloatType) else ir.IntegerAttr.get(et, 0)
-        return arith.constant(t, ir.DenseElementsAttr.get_splat(t, attr))
+        return zero_vector(ir.VectorType(t))
 
     def broadcast_group(self, group: ir.Value, offset: bool) -> ir.Value:
         """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand; ``offset``:
