@@ -16,6 +16,7 @@ from mlir import ir
 from pbsdk.core.dims import Dim, Shape, is_dynamic
 from pbsdk.core.errors import CompileError, DynamicShapeError, PbsdkError, UnsupportedError
 from pbsdk.core.options import Options
+from pbsdk.core.passes.copy_strided_casts import CopyStridedCasts
 from pbsdk.core.passes.distinct_results import DistinctResults
 from pbsdk.core.passes.dynamic_results import DynamicResults
 from pbsdk.core.passes.forward_outputs import ForwardOutputs
@@ -189,6 +190,8 @@ CORE_STAGES: tuple[Stage, ...] = (
           passes="eliminate-empty-tensors, one-shot-bufferize{bufferize-function-boundaries function-boundary-type-conversion="
                  "identity-layout-map}",
           description="tensors to buffers"),
+    Stage("copy-strided-casts", fn=CopyStridedCasts().apply,
+          description="a strided view cast to the identity layout (a dynamic size) is copied, not reinterpreted"),
     Stage("distinct-results", fn=DistinctResults().apply,
           description="a buffer returned twice gets a copy, so each output is written once"),
     Stage("dynamic-results", fn=DynamicResults().apply,

@@ -189,3 +189,85 @@ def test_symbolic_sizes_as_linear_forms() -> None:
         assert as_dim(2 * a + 3) == 23
         with pytest.raises(UnsupportedError, match="no input gives"):
             as_dim(a + b)
+
+
+def test_a_product_over_the_first_rows_of_a_buffer() -> None:
+    # P @ V where V is the first s (dynamic) rows of each batch of a larger buffer (a static KV cache's keys
+    # so far): the view's batches are 40 rows apart, not s. Bufferization cast it to the contraction's
+    # identity layout, and the kernel read it as s rows apart (copy-strided-casts copies it instead).
+    torch.manual_seed(6)
+    cache = torch.randn(12, 40, 64)
+
+    def fn(p: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(p, (cache * 2.0)[:, : p.shape[1], :])
+
+    compiled = _compiled(fn)
+    with torch.no_grad():
+        for s in (16, 9, 21):
+            p = torch.randn(12, s, s)
+            torch._dynamo.mark_dynamic(p, 1)
+            torch._dynamo.mark_dynamic(p, 2)
+            assert_close(compiled(p, cache).numpy(), fn(p, cache).numpy(), op="bmm", tol=F32)
+    (report,) = pbsdk_torch.reports()
+    assert not report.fallback_ops and report.per_shape_partitions == 0, report
+
+
+def test_rows_written_at_a_dynamic_count_of_positions() -> None:
+    # A prompt of s (dynamic) rows written into a 40-row static cache at its positions (index_copy -> index_put
+    # of s indices): each row a slice at its run-time position (put_slices), one compile for every s.
+    torch.manual_seed(7)
+    cache = torch.randn(2, 3, 40, 8)
+
+    def fn(x: torch.Tensor, cache: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(x.shape[2]) + start
+        return cache.index_copy(2, positions, x)[:, :, : x.shape[2] + 3] * 2.0
+
+    compiled = _compiled(fn)
+    with torch.no_grad():
+        for s, start in ((16, 0), (9, 4), (21, 19)):
+            x = torch.randn(2, 3, s, 8)
+            torch._dynamo.mark_dynamic(x, 2)
+            assert_close(compiled(x, cache, torch.tensor(start)).numpy(), fn(x, cache, torch.tensor(start)).numpy(),
+                         op="index_copy", tol=F32)
+    (report,) = pbsdk_torch.reports()
+    assert not report.fallback_ops and not report.dynamic_ops and report.per_shape_partitions == 0, report
+
+
+def test_a_graph_compiled_per_shape_does_not_write_its_inputs_twice() -> None:
+    # A graph with symbolic sizes that compiles only per shape (here every partition refuses symbols) and
+    # writes an input (a counter, as a cache's length): the per-shape trace runs on fake copies, so the
+    # counter moves once a call, as in eager.
+    import pbsdk.frontends.torch.dynamo_backend as db
+
+    def fn(x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        count.add_(x.shape[0])
+        return torch.relu(x) * 2.0 + count
+
+    compiled = torch.compile(fn, backend=lambda gm, ex: db.PerShape(gm, db.resolve("cpu", None, {"threads": 1}),
+                                                                      db.TorchOptions(), set()))
+    torch._dynamo.reset()
+    got, want = torch.zeros(()), torch.zeros(())
+    with torch.no_grad():
+        for n in (3, 5, 3):
+            x = torch.randn(n, 4)
+            torch._dynamo.mark_dynamic(x, 0)
+            assert_close(compiled(x, got).numpy(), fn(x, want).numpy(), op="relu", tol=F32)
+    assert float(got) == float(want) == 11.0
+
+
+def test_a_zero_dim_integer_input_of_a_kernel_with_symbolic_sizes(caplog: pytest.LogCaptureFixture) -> None:
+    # The int64 scalar (a cache's length) is converted for the kernel, so the call takes the general path,
+    # whose argument check must keep it 0-d (np.ascontiguousarray made it (1,), which the signature refused:
+    # the partition then fell back to torch on its first call).
+    def fn(x: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+        return x * (n + 1) + torch.arange(x.shape[0])[:, None]
+
+    compiled = _compiled(fn)
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="pbsdk"):
+        for rows in (3, 7, 4):
+            x = torch.randn(rows, 8)
+            torch._dynamo.mark_dynamic(x, 0)
+            assert_close(compiled(x, torch.tensor(rows)).numpy(), fn(x, torch.tensor(rows)).numpy(), op="mul", tol=F32)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbsdk")]
+    (report,) = pbsdk_torch.reports()
+    assert not report.failed_partitions and not report.fallback_ops and report.per_shape_partitions == 0, report

@@ -9,7 +9,7 @@
 // RUN: not %pbsdk opt %s --split-input-file -p fuse 2>&1 | filecheck %s --check-prefix=PARSE
 // RUN: not %pbsdk opt %s --split-input-file --target cpu -p llvm-ir 2>&1 | filecheck %s --check-prefix=STAGE
 
-// UNKNOWN: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: input, isolate-contractions, fuse, bufferize, distinct-results, dynamic-results, out-params, forward-outputs, collapse-loops, copies-to-linalg, dedupe-functions, dynamic-expand, dynamic-sizes, expose-rows, fill-borders, fuse-rows, math-approx, plan-workspace, promote{{(, [a-z-]+)*}}) and not an upstream MLIR pass ('nosuch-pass' does not refer to a registered pass or pass pipeline)
+// UNKNOWN: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: input, isolate-contractions, fuse, bufferize, copy-strided-casts, distinct-results, dynamic-results, out-params, forward-outputs, collapse-loops, copies-to-linalg, dedupe-functions, dynamic-expand, dynamic-sizes, expose-rows, fill-borders, fuse-rows, math-approx, plan-workspace, promote{{(, [a-z-]+)*}}) and not an upstream MLIR pass ('nosuch-pass' does not refer to a registered pass or pass pipeline)
 // UNKNOWN-NOT: Traceback
 // TARGET: pbsdk: error: unknown pass 'nosuch-pass': not a pbsdk pass (pbsdk passes: {{.*}}; target 'template' adds: {{.*}}matrix-unit, vector-unit, dma, {{.*}}) and not an upstream MLIR pass
 // PASSOPT: pbsdk: error: pass 'math-approx' has no option 'nope' (options: ops)

@@ -14,8 +14,8 @@ from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.registry import Notes, registry, resolve_pass, split_pipeline
 from pbsdk.core.pipeline import Stage
 
-CORE_STAGE_NAMES = ["input", "isolate-contractions", "fuse", "bufferize", "distinct-results", "dynamic-results",
-                    "out-params", "forward-outputs"]
+CORE_STAGE_NAMES = ["input", "isolate-contractions", "fuse", "bufferize", "copy-strided-casts", "distinct-results",
+                    "dynamic-results", "out-params", "forward-outputs"]
 #: The passes in pbsdk/core/passes/ that are not core stages (at least these; new pass files join them).
 OTHER_PASSES = ["copies-to-linalg", "fuse-rows", "math-approx", "promote"]
 #: Modules of pbsdk/core/passes/ that hold no pass.

@@ -387,8 +387,7 @@ class _Emitter:
         xv, iv, vv = self.value(x), self.value(idx), self.value(values)
         offsets = [dyn if d == axis else 0 for d in range(rank)]
         ones = [1] * rank
-        loop_op = scf.ForOp(arith.constant(index, 0), arith.constant(index, idx.shape[0]), arith.constant(index, 1),
-                            [xv])
+        loop_op = scf.ForOp(arith.constant(index, 0), self.size(idx.shape[0]), arith.constant(index, 1), [xv])
         with ir.InsertionPoint(loop_op.body):
             j, acc = loop_op.induction_variable, loop_op.inner_iter_args[0]
             raw = tensor.ExtractOp(iv, [j]).result

@@ -132,7 +132,8 @@ class Kernel:
                 raise ArgumentError(f"{self.name}: argument {i} has dtype {arg.dtype}, expected {dtype}")
             if not is_dynamic(shape) and tuple(arg.shape) != tuple(shape):
                 raise ArgumentError(f"{self.name}: argument {i} has shape {tuple(arg.shape)}, expected {tuple(shape)}")
-            arrays.append(np.ascontiguousarray(arg))
+            # (np.ascontiguousarray would make a 0-d argument 1-d, which a dynamic signature then refuses.)
+            arrays.append(arg if arg.flags.c_contiguous else np.ascontiguousarray(arg))
         return arrays
 
     def sizes(self, arrays: Sequence[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray | None]:

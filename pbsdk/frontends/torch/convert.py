@@ -1025,11 +1025,15 @@ def _index_put(cx: Context, x: Any, indices: Sequence[Any], values: Any, accumul
         raise UnsupportedError("index_put with a multi-dimensional index")
     shape = x.shape[:d] + idx.shape + x.shape[d + 1:]
     wrapped = ops._wrapped(idx, x.shape[d])
+    static = all(isinstance(n, int) for n in shape) and isinstance(x.shape[d], int)
     if (cx.data_sizes and not accumulate and isinstance(x.shape[d], int)
-            and x.shape[d] * math.prod(shape) > ops.MAX_SCATTER_PAIRS):
-        # Too many (position, index) pairs to compare: each slice written at its run-time position (a KV cache
-        # of 256 positions written at 128 at once, a prompt's).
+            and (not static or x.shape[d] * math.prod(shape) > ops.MAX_SCATTER_PAIRS)):
+        # Too many (position, index) pairs to compare, or a count known only at run time (a prompt's length):
+        # each slice written at its run-time position (a KV cache of 256 positions written at 128 at once).
         return ops.put_slices(x, wrapped, ops.broadcast_to(values, shape), d)
+    if not static:
+        raise UnsupportedError(f"index_put of {idx.shape[0]} indices into {x.shape[d]} positions: sizes known only "
+                               "at run time need a target that compiles run-time offsets")
     spread = ops.broadcast_to(ops.reshape(wrapped, idx.shape + (1,) * (x.ndim - d - 1)), shape)
     return ops.put_along_axis(x, spread, ops.broadcast_to(values, shape), d, reduce="add" if accumulate else None)
 

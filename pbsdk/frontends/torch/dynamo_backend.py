@@ -59,6 +59,7 @@ from pbsdk.frontends.torch.convert import (
     operand,
     value_type,
 )
+from pbsdk.frontends.torch.inplace import INPUT_WRITES, write_in_place
 from pbsdk.frontends.torch.symbolic import (
     as_dim,
     bind_symbols,
@@ -138,6 +139,8 @@ class CompileReport:
     per_shape_partitions: int = 0     # partitions compiled per input shape (their kernels need the sizes)
     errors: tuple[str, ...] = ()      # why a partition, or the whole graph, runs in torch ("Type: message")
     stored_order_inputs: int = 0      # channels-last inputs the kernels read in place, as NHWC (no copy a call)
+    input_writes: int = 0             # writes of graph inputs torch does between the kernels (a static cache's
+                                      # rows written in place, `inplace.write_in_place`; whole-input copy_s)
     kernels: tuple[Any, ...] = dataclasses.field(default=(), repr=False, compare=False)  # the partitions' kernels
 
     def modelled_seconds(self) -> float | None:
@@ -589,6 +592,7 @@ class _Triage:
     fallbacks: list[str] = dataclasses.field(default_factory=list)
     dynamic: list[str] = dataclasses.field(default_factory=list)
     checks: int = 0
+    writes: int = 0
 
 
 def _triage(gm: torch.fx.GraphModule, data_sizes: bool = False) -> _Triage:
@@ -603,6 +607,9 @@ def _triage(gm: torch.fx.GraphModule, data_sizes: bool = False) -> _Triage:
         name = op_name(node.target)
         if name in _HOST_CHECKS or is_size_arithmetic(node):
             t.checks += 1
+            continue
+        if name in INPUT_WRITES:
+            t.writes += 1
             continue
         ok, why = _supported(node, data_sizes)
         if ok:
@@ -684,7 +691,7 @@ def compile_aten(gm: torch.fx.GraphModule, frozen: Mapping[torch.fx.Node, torch.
                                isinstance(getattr(fused, str(n.target), None), PerShapePartition)
                                for n in fused.graph.nodes if n.op == "call_module"),
                            kernels=tuple(_KernelOf(p) for p in kernels), errors=tuple(errors),
-                           stored_order_inputs=stored)
+                           stored_order_inputs=stored, input_writes=t.writes)
     with _reports_lock:
         _reports.append(report)
     log.debug("pbsdk: %s", report)
@@ -772,6 +779,7 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
                  "parameters stay inputs")
 
     def forward_compiler(fx: torch.fx.GraphModule, fake_args: Sequence[Any]) -> Any:
+        writes = write_in_place(fx)
         placeholders = [n for n in fx.graph.nodes if n.op == "placeholder"]
         frozen: dict[torch.fx.Node, torch.Tensor] = {}
         # AOTAutograd keeps the argument order (lifted parameters first) unless it deduplicated or
@@ -780,7 +788,8 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
             isinstance(r, torch.Tensor) and isinstance(f, torch.Tensor) and tuple(r.shape) == tuple(f.shape)
             and r.dtype == f.dtype for r, f in ((real[i], fake_args[i]) for i in frozen_positions))
         if aligned:
-            frozen = {placeholders[i]: real[i] for i in frozen_positions}
+            # An input the graph writes (a static cache marked as a static address) is never a constant.
+            frozen = {placeholders[i]: real[i] for i in frozen_positions if placeholders[i].name not in writes.written}
         elif frozen_positions:
             log.info("pbsdk: AOTAutograd rewrote the inputs; parameters stay kernel inputs")
         if freeze:
@@ -794,7 +803,10 @@ def compile_static(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], requ
     return aot_module_simplified(gm, example_inputs, fw_compiler=forward_compiler,  # type: ignore[arg-type]
                                  bw_compiler=backward_compiler,  # type: ignore[arg-type]
                                  inference_compiler=forward_compiler,  # type: ignore[arg-type]
-                                 decompositions=core_aten_decompositions())  # type: ignore[arg-type]
+                                 decompositions=core_aten_decompositions(),  # type: ignore[arg-type]
+                                 # Input writes stay in the inference graph, where `write_in_place` makes
+                                 # a cache update the row write it is (not a copy of the whole input).
+                                 keep_inference_input_mutations=not training)
 
 
 _MUTATING = {"aten.copy_.default", "aten.set_.source_Tensor", "aten.resize_.default"}
@@ -943,6 +955,18 @@ def _single_partition_call(fused: torch.fx.GraphModule) -> Any | None:
     return run
 
 
+def _specialise(gm: torch.fx.GraphModule, args: Sequence[Any]) -> torch.fx.GraphModule:
+    """``gm`` traced for the concrete ``args``: on fake copies (a real trace runs the graph, and so writes
+    the inputs it mutates, a cache's length, once more before the compiled graph writes them again), with
+    the decompositions AOTAutograd applies next (traced without them, a fused op's result strides, e.g.
+    SDPA's, turn the model's ``reshape`` into a ``view`` that the decomposed op's strides do not allow)."""
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    table = core_aten_decompositions()
+    return make_fx(gm, decomposition_table=table, tracing_mode="fake")(*args)  # type: ignore[arg-type]
+
+
 class PerShape:
     """A graph with symbolic shapes, compiled once per concrete input signature (up to ``max_shapes``)."""
 
@@ -972,7 +996,7 @@ class PerShape:
                     log.info("pbsdk: compiling for shapes %s", [k[0] for k in key if isinstance(k, tuple)])
                     start = time.perf_counter()
                     try:
-                        specialized = torch.fx.experimental.proxy_tensor.make_fx(self.gm)(*args)
+                        specialized = _specialise(self.gm, args)
                         fn = compile_static(specialized, list(args), self.request, self.opts, self.static)
                     except Exception as exc:  # noqa: BLE001 - this shape runs in torch, as any failed graph
                         fn = _runs_in_torch(self.gm, exc, start)
