@@ -167,7 +167,7 @@ def test_a_partition_that_fails_with_symbols_is_compiled_per_shape(monkeypatch: 
     assert symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic
 
 
-def test_symbolic_sizes_as_linear_forms() -> None:
+def test_symbolic_sizes_as_sums_of_products() -> None:
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -181,8 +181,9 @@ def test_symbolic_sizes_as_linear_forms() -> None:
     sa, sb = str(a.node.expr), str(b.node.expr)
     assert as_dim(a) == Dim.parse(sa) and as_dim(2 * a + 3) == Dim.parse(f"2*{sa} + 3")
     assert as_dim(a + b) == Dim.parse(f"{sa} + {sb}") and as_dim(4) == 4
-    with pytest.raises(UnsupportedError, match="not linear"):
-        as_dim(a * b)
+    assert as_dim(a * b) == Dim.parse(f"{sa}*{sb}") and as_dim(3 * a * a + b) == Dim.parse(f"3*{sa}*{sa} + {sb}")
+    with pytest.raises(UnsupportedError, match="not a sum of products"):
+        as_dim(a // 2)
     with concrete_sizes():  # the example values: would the node convert per shape?
         assert as_dim(2 * a + 3) == 13
     with bound_sizes({sa: 10}):  # a call's sizes: the partition converted for them
@@ -271,3 +272,19 @@ def test_a_zero_dim_integer_input_of_a_kernel_with_symbolic_sizes(caplog: pytest
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbsdk")]
     (report,) = pbsdk_torch.reports()
     assert not report.failed_partitions and not report.fallback_ops and report.per_shape_partitions == 0, report
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_batch_and_a_length_both_dynamic_compile_once(name: str) -> None:
+    # Both marked dynamic by Dynamo (new sizes each call): the (b, s, d) activations flattened for the
+    # projections have b*s rows, a product of symbols, which compiles once (it was compiled per shape).
+    model = _decoder(name).model if name == "llama" else _decoder(name).transformer
+    compiled = _compiled(model)
+    with torch.no_grad():
+        for b, s in ((2, 5), (3, 7), (4, 9)):
+            ids = torch.randint(0, 500, (b, s), generator=torch.Generator().manual_seed(b))
+            assert_close(compiled(ids).last_hidden_state.numpy(), model(ids).last_hidden_state.numpy(),
+                         op=name, tol=Tolerance(1e-4, 1e-4))
+    *_, symbolic = pbsdk_torch.reports()
+    assert symbolic.per_shape_partitions == 0 and not symbolic.fallback_ops and not symbolic.dynamic_ops, symbolic
+    assert not symbolic.failed_partitions and symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic

@@ -101,8 +101,8 @@ def concrete_sizes() -> Iterator[None]:
 
 
 def as_dim(size: Any) -> int | Dim:
-    """A size as pbsdk's graph carries it: an int, or a `Dim` linear form over torch's size symbols
-    (``s0``, ``s0 + 1``, ``2*s1``). A size that is not linear in the symbols (``s0*s1``, ``s0 // 2``) is an
+    """A size as pbsdk's graph carries it: an int, or a `Dim` form over torch's size symbols (``s0``,
+    ``s0 + 1``, ``2*s1``, ``s0*s1``: a sum of products of them). Any other size (``s0 // 2``) is an
     `UnsupportedError`: its node stays with torch."""
     if isinstance(size, int):
         return size
@@ -129,11 +129,24 @@ def as_dim(size: Any) -> int | Dim:
             raise UnsupportedError(f"size {expr} is not linear in the size symbols")
         if term.is_number:
             const += int(coeff) * int(term)
-        elif term.is_Symbol:
-            coeffs[str(term)] = coeffs.get(str(term), 0) + int(coeff)
         else:
-            raise UnsupportedError(f"size {expr} is not linear in the size symbols")
+            key = _monomial(term)
+            if key is None:
+                raise UnsupportedError(f"size {expr} is not a sum of products of the size symbols")
+            coeffs[key] = coeffs.get(key, 0) + int(coeff)
     return Dim.of(coeffs, const)
+
+
+def _monomial(term: Any) -> str | None:
+    """A product of size symbols (``s0``, ``s0*s1``, ``s0**2``) as `Dim`'s term key (its factors sorted,
+    joined by ``*``: the rows of a ``(b, s, d)`` tensor flattened are ``b*s``); None for anything else
+    (a floor division, a negative power)."""
+    factors: list[str] = []
+    for base, power in term.as_powers_dict().items():
+        if not base.is_Symbol or not power.is_Integer or int(power) < 1:
+            return None
+        factors += [str(base)] * int(power)
+    return "*".join(sorted(factors)) if factors else None
 
 
 def has_no_elements(val: Any) -> bool:
