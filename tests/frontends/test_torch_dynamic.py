@@ -274,7 +274,7 @@ def test_a_zero_dim_integer_input_of_a_kernel_with_symbolic_sizes(caplog: pytest
     assert not report.failed_partitions and not report.fallback_ops and report.per_shape_partitions == 0, report
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama"])
+@pytest.mark.parametrize("name", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
 def test_a_batch_and_a_length_both_dynamic_compile_once(name: str) -> None:
     # Both marked dynamic by Dynamo (new sizes each call): the (b, s, d) activations flattened for the
     # projections have b*s rows, a product of symbols, which compiles once (it was compiled per shape).
