@@ -121,3 +121,34 @@ def test_a_second_model_of_the_class_compiles_its_prompt_once(caplog: pytest.Log
     assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbsdk")]
     for r in pbsdk_torch.reports():
         assert not r.fallback_ops and not r.failed_partitions, r
+
+
+def _add_then_read(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    w = x[0].t()  # 16 x 6
+    before = (c @ w).sum()
+    c.add_(x[:, :1])
+    return c @ w + before
+
+
+def _write_after_a_copy(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    old = c.clone()
+    c.index_copy_(1, torch.tensor([4]), x[:, :1])
+    return (c - old).sum(1)
+
+
+@pytest.mark.parametrize("fn", [_add_then_read, _write_after_a_copy])
+def test_input_writes_whose_old_value_is_read(fn: Any) -> None:
+    # The old value is read (before the add_, or through a clone): the write is not moved; the copy_ at the
+    # graph's end writes the input, as AOTAutograd's wrapper did.
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    compiled = torch.compile(fn, backend="pbsdk", options={"compile_options": {"threads": 1}})
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for _ in range(2):
+            x, c = torch.randn(3, 6, 16, generator=gen), torch.randn(3, 8, 16, generator=gen)
+            mine = c.clone()
+            torch.testing.assert_close(compiled(x, mine), fn(x, c), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(mine, c)
+    (report,) = pbsdk_torch.reports()
+    assert report.input_writes == 1 and not report.fallback_ops and not report.failed_partitions, report
