@@ -288,3 +288,21 @@ def test_a_batch_and_a_length_both_dynamic_compile_once(name: str) -> None:
     *_, symbolic = pbsdk_torch.reports()
     assert symbolic.per_shape_partitions == 0 and not symbolic.fallback_ops and not symbolic.dynamic_ops, symbolic
     assert not symbolic.failed_partitions and symbolic.compiled_ops + symbolic.host_checks == symbolic.graph_ops, symbolic
+
+
+def test_dynamic_true_with_a_float_attribute_compiles(caplog: pytest.LogCaptureFixture) -> None:
+    # torch.compile(..., dynamic=True) makes dropout's probability a symbolic float; AOTAutograd then asks
+    # Dynamo to trace again with it as a tensor (TensorifyScalarRestartAnalysis). That is Dynamo's to catch:
+    # the backend caught it as a failure and the whole graph ran in torch.
+    torch.manual_seed(8)
+    model = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.1), nn.GELU(), nn.Linear(32, 8)).eval()
+    torch._dynamo.reset()
+    pbsdk_torch.clear_reports()
+    compiled = torch.compile(model, backend="pbsdk", dynamic=True, options={"compile_options": {"threads": 1}})
+    with torch.no_grad(), caplog.at_level(logging.WARNING, logger="pbsdk"):
+        for n in (2, 5, 3):
+            x = torch.randn(n, 16)
+            assert_close(compiled(x).numpy(), model(x).numpy(), op="mlp", tol=F32)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("pbsdk")]
+    reports = pbsdk_torch.reports()
+    assert reports and all(not r.failed_partitions and r.compiled_ops > 0 for r in reports), reports

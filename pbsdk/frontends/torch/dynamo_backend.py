@@ -1033,6 +1033,11 @@ def _check_transformers() -> None:
         log.warning("pbsdk: %s", why)
 
 
+#: Exceptions AOTAutograd raises for Dynamo to catch and trace the frame again (e.g. with ``dynamic=True``, a
+#: float input, dropout's probability, that must become a tensor): never a failure to fall back from.
+_RESTART = torch._dynamo.exc.RestartAnalysis
+
+
 def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             options: Mapping[str, Any] | None = None) -> Any:
     """The Dynamo backend registered as ``"pbsdk"`` (entry point ``torch_dynamo_backends``)."""
@@ -1048,6 +1053,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             return PerShape(gm, request, opts, static)
         try:
             return compile_static(gm, example_inputs, request, opts, static)
+        except _RESTART:
+            raise  # Dynamo's signal to trace again (a float input made a tensor): its to handle, as for Inductor
         except Exception as exc:  # noqa: BLE001 - not traceable with its symbols: per concrete shape, as before
             log.info("pbsdk: the graph did not compile with symbolic sizes (%s); it is compiled per shape",
                      _described(exc))
@@ -1061,6 +1068,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], *,
             if direct is not None:
                 return direct
         return compile_static(gm, example_inputs, request, opts, static)
+    except _RESTART:
+        raise
     except Exception as exc:  # noqa: BLE001 - untraceable (data-dependent ops, ...) or a pbsdk failure
         return _runs_in_torch(gm, exc, start)
 
