@@ -12,7 +12,7 @@ That is exact only where nothing reads the input's old value: the rewrite applie
 users are the functional update and its ``copy_``. Any other ``copy_`` stays where AOTAutograd put it
 (the graph's end, after every read) and torch runs it, as its runtime wrapper would have.
 
-Pure FX: no MLIR, no pbsdk kernels (`tests/frontends/test_torch_inplace.py` checks it on small graphs).
+Pure FX: no MLIR, no pbsdk kernels (`tests/frontends/test_torch_static_cache.py` checks it on small graphs).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ _IN_PLACE_OF = {
 
 #: Ops that write a graph input (the rewritten updates and the remaining ``copy_``s): torch runs them,
 #: between the kernels, in graph order.
-INPUT_WRITES = frozenset({"aten.copy_.default", "aten.index_put_.default", "aten.index_copy_.default"})
+INPUT_WRITES = frozenset({"aten.copy_.default", *(op_name(write) for write in _IN_PLACE_OF.values())})
 
 
 @dataclasses.dataclass(frozen=True)
