@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pbsdk.core.plan import Contraction, plan_contraction
-from pbsdk.core.plan.contraction import LONG_K_SHARE
+from pbsdk.core.plan.contraction import LONG_K_SHARE, _MicroTile, long_k_stream_share
 from pbsdk.core.spec import ChipSpec, load_spec
 
 
@@ -180,8 +180,8 @@ def test_register_tile_balances_fma_and_load_issue() -> None:
 
 
 def test_blocking_follows_the_cache_sizes() -> None:
-    """Few rows (a 10-tile A block): kc fills L1 with the B micro-panel. Many rows: equal k blocks as long
-    as an eighth of L2 holds the micro-panel (fewer passes over C and packs of A)."""
+    """Few rows (a 10-tile A block): kc fills L1 with the B micro-panel (many rows:
+    `test_long_k_blocks_where_l2_feeds_the_b_stream`)."""
     spec = load_spec("avx512")
     few_rows = Contraction(128, 2048, 2048)
     full = plan_contraction(spec, few_rows).blocking
@@ -191,6 +191,13 @@ def test_blocking_follows_the_cache_sizes() -> None:
     half_l1 = plan_contraction(_resize(spec, "l1d", 0.5), few_rows).blocking
     assert half_l1 is not None and half_l1.kc < full.kc
 
+
+
+def test_long_k_blocks_where_l2_feeds_the_b_stream() -> None:
+    """Many rows: equal k blocks as long as an eighth of L2 holds the B micro-panel, where streaming it from
+    there takes at most an eighth of L2's bandwidth (Zen 4's 30x16 tile: 3 %). Where it would take more
+    (Zen 3's 6x16 tile, 34 %; the AVX-512 Xeon's 14x32, 14 %; an L2 of half the bandwidth), kc fills L1."""
+    spec = load_spec("zen4")
     big = plan_contraction(spec, BIG, {"threads": 1}).blocking
     assert big.kc * big.nr * 4 <= spec.memory_level("l2").size_bytes // LONG_K_SHARE
     assert big.kc * big.nr * 4 > spec.memory_level("l1d").size_bytes and BIG.k % big.kc == 0  # equal blocks
@@ -199,6 +206,25 @@ def test_blocking_follows_the_cache_sizes() -> None:
     assert half_l2 is not None and half_l2.kc < big.kc and half_l2.mc <= big.mc
     short_k = plan_contraction(spec, Contraction(25088, 64, 576), {"threads": 1}).blocking
     assert short_k.kc == 576  # a convolution's whole reduction: C updated once
+    for name in ("zen3", "avx512"):
+        other = load_spec(name)
+        plan = plan_contraction(other, BIG, {"threads": 1})
+        assert plan.blocking is not None
+        assert plan.blocking.kc * plan.blocking.nr * 4 <= other.memory_level("l1d").size_bytes, name
+        assert any("of its bandwidth (at most 1/8)" in w for w in plan.reasons), plan.reasons
+    slow_l2 = _with(spec, memory=[lv.model_copy(update={"bandwidth_gbps": lv.bandwidth_gbps / 8})
+                                  if lv.name == "l2" else lv for lv in spec.memory])
+    slow = plan_contraction(slow_l2, BIG, {"threads": 1}).blocking
+    assert slow is not None and slow.kc * slow.nr * 4 <= spec.memory_level("l1d").size_bytes
+
+
+def test_long_k_stream_share_is_the_tiles_b_bytes_over_the_levels_bytes_a_cycle() -> None:
+    spec = load_spec("zen3")  # 6x16 tile: 12 FMAs a k step on 2 pipes, 6 cycles; 64 B of B a step
+    tile = _MicroTile(6, 2, 16, 8, 4.0)
+    l2 = spec.memory_level("l2")
+    share = long_k_stream_share(spec, tile, l2)
+    assert share == pytest.approx(64 / 6 / (l2.bandwidth_gbps / spec.clock_ghz))
+    assert long_k_stream_share(spec.model_copy(update={"clock_ghz": None}), tile, l2) is None
 
 
 def test_blocking_threads_only_when_there_is_work() -> None:

@@ -183,10 +183,14 @@ class Blocking:
         return self.nv * self.lanes
 
 
-#: Long k blocks (see `blocking`): the B micro-panel may take 1/LONG_K_SHARE of the middle cache, when a
-#: thread has at least LONG_K_ROW_TILES register-tile rows. Measured on a Zen 4 core (1 MiB L2), 1 thread,
-#: against kc filling L1: 1024^3 1.04x, 512x768x3072 1.05x, 2048^3 (two blocks of 1024) 1.07x,
-#: 6272x1152x128 1.16x; 128x4096x4096 (10 row tiles) 0.86x with kc 1024, so few rows keep the L1 rule.
+#: Long k blocks (see `_k_block`): the B micro-panel may take 1/LONG_K_SHARE of the middle cache — of its
+#: capacity, and of its bandwidth while the micro-kernel streams it from there (`long_k_stream_share`) — when a
+#: thread has at least LONG_K_ROW_TILES register-tile rows. Measured on a Zen 4 core (1 MiB L2, 64 B a cycle;
+#: the 30x16 tile's B stream takes 3 % of it), 1 thread, against kc filling L1: 1024^3 1.04x, 512x768x3072
+#: 1.05x, 2048^3 (two blocks of 1024) 1.07x, 6272x1152x128 1.16x; 128x4096x4096 (10 row tiles) 0.86x with
+#: kc 1024, so few rows keep the L1 rule. On a Zen 3 core (512 KiB L2, 31 B a cycle; the 6x16 tile's B stream
+#: takes 34 % of it) long blocks lost, kc 1024 against 512 in the same process, 1 thread: 128x4096x4096
+#: 0.89-0.93x, 2048^3 0.97x, 512x768x3072 (kc 768) 0.94x, 1024^3 0.99-1.02x; 2 threads 0.87-0.92x.
 LONG_K_SHARE = 8
 LONG_K_ROW_TILES = 16
 
@@ -384,7 +388,7 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     l1 = caches[0]
     l2 = caches[1] if len(caches) > 1 else l1
     l3 = caches[2] if len(caches) > 2 else l2
-    kc, why_kc = _k_block(op, unit, tile, l1, l2, par.m_part)
+    kc, why_kc = _k_block(spec, op, unit, tile, l1, l2, par.m_part)
     mc, nc, why_mc_nc = _cache_blocks(tile, l2, l3, kc, par)
     pack_b, why_b = _b_packing(op, opts, tile, par.m_part, transposed, b_constant)
     pack_a, why_a = _a_packing(op, unit, opts, tile, l1, par.n_part)
@@ -448,15 +452,32 @@ def _thread_split(spec: ChipSpec, op: Contraction, opts: Options, solo_seconds: 
     return _ThreadSplit(threads, split, m_part, n_part, why)
 
 
-def _k_block(op: Contraction, unit: ComputeTile, tile: _MicroTile, l1: MemoryLevel, l2: MemoryLevel,
-             m_part: int) -> tuple[int, list[str]]:
+def long_k_stream_share(spec: ChipSpec, tile: _MicroTile, level: MemoryLevel) -> float | None:
+    """The share of ``level``'s bandwidth a vector-FMA micro-kernel's B stream takes when its B micro-panel
+    comes from ``level`` instead of the innermost cache: ``nr`` values a k step, each step `issue_cycles` of
+    one ``mr x nv`` tile at the spec's clock. None where the spec gives no clock or no vector unit."""
+    vec = spec.vector
+    if vec is None or not spec.clock_ghz or level.bandwidth_gbps <= 0:
+        return None
+    step = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, tile.lanes, tile.mr, tile.nr, tile.mr, tile.nv)
+    return tile.nr * tile.eb / step / (level.bandwidth_gbps / spec.clock_ghz)
+
+
+def _k_block(spec: ChipSpec, op: Contraction, unit: ComputeTile, tile: _MicroTile, l1: MemoryLevel,
+             l2: MemoryLevel, m_part: int) -> tuple[int, list[str]]:
     """The reduction block ``kc`` for a thread of ``m_part`` rows, and why: the B micro-panel in ``l1``,
-    or long blocks streaming it from ``l2`` where passes over C would cost more."""
+    or long blocks streaming it from ``l2`` where passes over C would cost more and ``l2`` feeds the stream
+    with a small share of its bandwidth (`long_k_stream_share`)."""
     mr, nr, lanes, eb = tile.mr, tile.nr, tile.lanes, tile.eb
     why = []
     l1_kc = min(op.k, max(lanes, int(l1.size_bytes // (nr * eb)) // lanes * lanes))
     l2_kc = max(l1_kc, int(l2.size_bytes // LONG_K_SHARE // (nr * eb)) // lanes * lanes)
-    if unit.instruction is not None and unit.instruction[0] == 1 and l1_kc < op.k <= 2 * l2_kc:
+    share = long_k_stream_share(spec, tile, l2) if unit.instruction is None else None
+    if op.k > l1_kc and m_part >= LONG_K_ROW_TILES * mr and share is not None and share > 1 / LONG_K_SHARE:
+        kc = l1_kc
+        why.append(f"kc {kc}: the {kc}x{nr} B micro-panel fills {l1.name} ({l1.size_bytes} B); not longer: "
+                   f"streamed from {l2.name} it would take {share:.0%} of its bandwidth (at most 1/{LONG_K_SHARE})")
+    elif unit.instruction is not None and unit.instruction[0] == 1 and l1_kc < op.k <= 2 * l2_kc:
         # A unit tile takes k in one block where its B micro-panel fits the long-k share of l2: no pass of
         # f32 partial sums over C between blocks (C may then be elided: the epilogue stores D directly).
         kc = op.k
