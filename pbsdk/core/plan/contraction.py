@@ -189,8 +189,9 @@ class Blocking:
 #: the 30x16 tile's B stream takes 3 % of it), 1 thread, against kc filling L1: 1024^3 1.04x, 512x768x3072
 #: 1.05x, 2048^3 (two blocks of 1024) 1.07x, 6272x1152x128 1.16x; 128x4096x4096 (10 row tiles) 0.86x with
 #: kc 1024, so few rows keep the L1 rule. On a Zen 3 core (512 KiB L2, 31 B a cycle; the 6x16 tile's B stream
-#: takes 34 % of it) long blocks lost, kc 1024 against 512 in the same process, 1 thread: 128x4096x4096
-#: 0.89-0.93x, 2048^3 0.97x, 512x768x3072 (kc 768) 0.94x, 1024^3 0.99-1.02x; 2 threads 0.87-0.92x.
+#: takes 34 % of it), kc 512 (L1) against long blocks (`benchmarks/long_k.py`, same process, clock 3.2 GHz),
+#: 1 thread: 128x4096x4096 1.06x, 512x768x3072 (kc 768) 1.01x, 2048^3 0.99x, 1024^3 0.98x; 2 threads 1.15x,
+#: 0.98x, 1.04x, 1.04x; at a 2.8-3.0 GHz clock (a busier host) 1 thread 1.05-1.12x on all but 1024^3.
 LONG_K_SHARE = 8
 LONG_K_ROW_TILES = 16
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""Long k blocks against k blocks that keep B's micro-panel in the innermost cache, per GEMM shape, with the
+planner's choice: the measurements behind `long_k_stream_share` and `LONG_K_SHARE`
+(`pbsdk.core.plan.contraction`).
+
+    PYTHONPATH=. .venv/bin/python benchmarks/long_k.py --threads 1 --rounds 7
+    PYTHONPATH=. .venv/bin/python benchmarks/long_k.py --shapes 128x4096x4096 --threads 2 --json out.json
+
+Each shape (M x N x K: A is M x K, B K x N) is compiled twice, cache off: with long k blocks wherever the
+row rule allows them (the B micro-panel streamed from the middle cache, whatever share of its bandwidth that
+takes), and with kc filling the innermost cache (the stream share taken as above any bound). numpy (its BLAS
+on as many threads) runs beside them. The three run in interleaved blocks of calls (about 0.3 s each), the
+order rotating each round; a block's figure is its fastest call, the result the median over rounds; the
+spread is the min-max of the per-round ratios. "planner" is which of the two the planner picks by itself on
+the host spec. The CPU model and the clock measured before and after are printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+DEFAULT_SHAPES = ("1024x1024x1024", "2048x2048x2048", "512x3072x768", "128x4096x4096")
+
+
+@contextmanager
+def _stream_share(value: float | None):  # type: ignore[no-untyped-def]
+    """Plans made inside see every B stream's share of the middle cache's bandwidth as ``value`` (None: as
+    computed)."""
+    from pbsdk.core.plan import contraction
+
+    real = contraction.long_k_stream_share
+    if value is not None:
+        contraction.long_k_stream_share = lambda *a, **k: value  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        contraction.long_k_stream_share = real  # type: ignore[assignment]
+
+
+def _clock_ghz() -> float | None:
+    """The core clock now (the calibration's dependent-add probe, best of a few calls)."""
+    try:
+        import ctypes
+
+        import llvmlite.binding as llvm
+
+        from pbsdk.core.spec import calibrate
+
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        probes = calibrate._Probes(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), {}, [128])
+        clock = probes.fn("clock", ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+        t = calibrate._timed(lambda n: clock(n, 0x5A5A) and None, calibrate.CLOCK_UNROLL)
+        return round(2 * t.rate / 1e9, 3)
+    except Exception:  # noqa: BLE001 - a figure for the report, never a failure
+        return None
+
+
+def _block(fn: Callable[[], Any], seconds: float) -> float:
+    fn()
+    best, start = float("inf"), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure(shape: str, threads: int, rounds: int, block_s: float) -> dict[str, Any]:
+    import pbsdk
+    from pbsdk.core.plan.contraction import Contraction, plan_contraction
+    from pbsdk.core.spec import load_spec
+
+    m, n, k = map(int, shape.split("x"))
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    fns: dict[str, Callable[[], Any]] = {}
+    kcs: dict[str, int] = {}
+    for name, share in (("long k", 0.0), ("kc in l1", 1.0)):
+        with _stream_share(share):
+            jf = pbsdk.jit(lambda x, y: x @ y, options={"threads": threads, "cache": False})
+            out = jf(a, b)
+            blk = plan_contraction(load_spec("host"), Contraction(m, n, k), {"threads": threads}).blocking
+        assert blk is not None
+        kcs[name] = blk.kc
+        np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-2 * np.sqrt(k))
+        fns[name] = lambda jf=jf: jf(a, b)
+    fns["numpy"] = lambda: a @ b
+    chosen = plan_contraction(load_spec("host"), Contraction(m, n, k), {"threads": threads}).blocking
+    assert chosen is not None
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_block(fns[name], block_s))
+    ratio = [lg / l1 for lg, l1 in zip(times["long k"], times["kc in l1"])]
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    return {"shape": shape, "threads": threads, "kc": kcs, "ms": {kk: v * 1e3 for kk, v in med.items()},
+            "l1_over_long": statistics.median(ratio), "spread": [min(ratio), max(ratio)],
+            "x_numpy": {kk: med["numpy"] / med[kk] for kk in ("long k", "kc in l1")},
+            "planner": "kc in l1" if chosen.kc == kcs["kc in l1"] else "long k"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="MxNxK")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--block-s", type=float, default=0.3)
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    args = p.parse_args(argv)
+    from threadpoolctl import threadpool_limits
+
+    from pbsdk.core.spec.host import host_spec_data
+
+    data = host_spec_data(calibrate=False)
+    cpu = f"{data.get('description', 'host')} LLVM cpu {data.get('codegen', {}).get('cpu')}"
+    before = _clock_ghz()
+    rows = []
+    with threadpool_limits(args.threads):
+        for shape in args.shapes:
+            rows.append(measure(shape, args.threads, args.rounds, args.block_s))
+            print(f"  {shape} done", file=sys.stderr)
+    after = _clock_ghz()
+    print(f"{cpu}; {args.threads} thread(s); clock {before} GHz before, {after} GHz after; "
+          f"{args.rounds} rounds of {args.block_s} s blocks")
+    print("| M x N x K | kc long / in l1 | long k ms | kc in l1 ms | numpy ms | in l1 / long (speedup) [spread] "
+          "| x numpy long / in l1 | planner |")
+    print("|---|---|--:|--:|--:|---|---|---|")
+    for r in rows:
+        ms = r["ms"]
+        print(f"| {r['shape']} | {r['kc']['long k']} / {r['kc']['kc in l1']} | {ms['long k']:.2f} | "
+              f"{ms['kc in l1']:.2f} | {ms['numpy']:.2f} | {r['l1_over_long']:.3f} [{r['spread'][0]:.2f}–"
+              f"{r['spread'][1]:.2f}] | {r['x_numpy']['long k']:.2f} / {r['x_numpy']['kc in l1']:.2f} | "
+              f"{r['planner']} |")
+    if args.json:
+        args.json.write_text(json.dumps({"cpu": cpu, "threads": args.threads, "clock_ghz": [before, after],
+                                         "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
