@@ -49,25 +49,6 @@ def _stream_share(value: float | None):  # type: ignore[no-untyped-def]
         contraction.long_k_stream_share = real  # type: ignore[assignment]
 
 
-def _clock_ghz() -> float | None:
-    """The core clock now (the calibration's dependent-add probe, best of a few calls)."""
-    try:
-        import ctypes
-
-        import llvmlite.binding as llvm
-
-        from pbsdk.core.spec import calibrate
-
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        probes = calibrate._Probes(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), {}, [128])
-        clock = probes.fn("clock", ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
-        t = calibrate._timed(lambda n: clock(n, 0x5A5A) and None, calibrate.CLOCK_UNROLL)
-        return round(2 * t.rate / 1e9, 3)
-    except Exception:  # noqa: BLE001 - a figure for the report, never a failure
-        return None
-
-
 def _block(fn: Callable[[], Any], seconds: float) -> float:
     fn()
     best, start = float("inf"), time.perf_counter()
@@ -125,17 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
+    from pbsdk.core.spec.calibrate import clock_now
     from pbsdk.core.spec.host import host_spec_data
 
     data = host_spec_data(calibrate=False)
     cpu = f"{data.get('description', 'host')} LLVM cpu {data.get('codegen', {}).get('cpu')}"
-    before = _clock_ghz()
+    before = clock_now()
     rows = []
     with threadpool_limits(args.threads):
         for shape in args.shapes:
             rows.append(measure(shape, args.threads, args.rounds, args.block_s))
             print(f"  {shape} done", file=sys.stderr)
-    after = _clock_ghz()
+    after = clock_now()
     print(f"{cpu}; {args.threads} thread(s); clock {before} GHz before, {after} GHz after; "
           f"{args.rounds} rounds of {args.block_s} s blocks")
     print("| M x N x K | kc long / in l1 | long k ms | kc in l1 ms | numpy ms | in l1 / long (speedup) [spread] "

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from pbsdk.core.errors import PbsdkError
+from pbsdk.core.spec.calibrate import clock_now
 
 SCHEMA = "pbsdk-bench/1"
 CONTENDERS = ("pbsdk", "numpy", "torch", "inductor")
@@ -399,15 +400,33 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
-def _predicted_ms(work: Workload, threads: int) -> float:
-    """The planner's predicted time of the case's program on the host (`pbsdk.core.plan.predict`)."""
+def _predicted_ms(work: Workload, threads: int, clock_ghz: float | None = None) -> float | None:
+    """The planner's predicted time of the case's program on the host (`pbsdk.core.plan.predict`); with
+    ``clock_ghz``, on the host running at that clock (`spec_at_clock`; None where the spec has no clock)."""
     from pbsdk.core.plan.predict import predict_graph
     from pbsdk.core.spec import load_spec
     from pbsdk.frontends.jit import trace
     from pbsdk.frontends.tracing import input_type
 
+    spec = load_spec("host")
+    if clock_ghz is not None:
+        spec = spec_at_clock(spec, clock_ghz)
+        if spec is None:
+            return None
     graph, _ = trace(work.pbsdk, tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
-    return predict_graph(graph, load_spec("host"), {"threads": threads}).seconds * 1e3
+    return predict_graph(graph, spec, {"threads": threads}).seconds * 1e3
+
+
+def spec_at_clock(spec: Any, clock_ghz: float) -> Any:
+    """``spec`` with its cores at ``clock_ghz``: the peak rates and the bandwidth of every per-core level
+    (figures per cycle) scaled from its clock; chip-wide levels as they are. None without a clock."""
+    if not spec.clock_ghz:
+        return None
+    f = clock_ghz / spec.clock_ghz
+    memory = [lv if lv.scope == "device" else lv.model_copy(update={"bandwidth_gbps": lv.bandwidth_gbps * f})
+              for lv in spec.memory]
+    return spec.model_copy(update={"clock_ghz": clock_ghz, "memory": memory,
+                                   "peak_tflops": {k: v * f for k, v in spec.peak_tflops.items()}})
 
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
@@ -437,7 +456,10 @@ def cost_model_check(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for threads in sorted({r["threads"] for r in results}):
         rows = [{"case": r["case"], "predicted_ms": r["predicted_ms"], "measured_ms": r["times_ms"]["pbsdk"],
-                 "ratio": r["times_ms"]["pbsdk"] / r["predicted_ms"]}
+                 "ratio": r["times_ms"]["pbsdk"] / r["predicted_ms"],
+                 "clock_ghz": r.get("clock_ghz"),
+                 "ratio_at_clock": (r["times_ms"]["pbsdk"] / r["predicted_ms_at_clock"]
+                                    if r.get("predicted_ms_at_clock") else None)}
                 for r in results if r["threads"] == threads and r.get("predicted_ms")
                 and r.get("times_ms", {}).get("pbsdk")]
         out[str(threads)] = {"spearman": spearman([r["predicted_ms"] for r in rows],
@@ -452,10 +474,22 @@ def cost_model_table(check: dict[str, Any]) -> str:
         lines.append(f"Cost model at {threads} thread(s): Spearman rank correlation of predicted vs measured "
                      f"pbsdk time over {len(c['cases'])} cases = {'n/a' if rho is None else f'{rho:.3f}'}")
         lines.append("")
-        lines.append("| case | predicted ms | measured ms | measured / predicted |")
-        lines.append("|---|---|---|---|")
+        clocked = any(r.get("ratio_at_clock") for r in c["cases"])
+        lines.append("| case | predicted ms | measured ms | measured / predicted |"
+                     + (" clock during the case, GHz | measured / predicted at that clock |" if clocked else ""))
+        lines.append("|---|---|---|---|" + ("---|---|" if clocked else ""))
         for r in c["cases"]:
-            lines.append(f"| {r['case']} | {r['predicted_ms']:.4g} | {r['measured_ms']:.4g} | {r['ratio']:.2f} |")
+            row = f"| {r['case']} | {r['predicted_ms']:.4g} | {r['measured_ms']:.4g} | {r['ratio']:.2f} |"
+            if clocked:
+                clock = "–".join(f"{g:.2f}" for g in r.get("clock_ghz") or []) or "–"
+                at = f"{r['ratio_at_clock']:.2f}" if r.get("ratio_at_clock") else "–"
+                row += f" {clock} | {at} |"
+            lines.append(row)
+        if clocked:
+            lines.append("")
+            lines.append("The clock is measured before and after each case's rounds (the calibration's probe); the "
+                         "host spec's is the calibrated one. The last column re-predicts at the measured clock "
+                         "(peak rates and per-core bandwidths scaled, chip-wide levels as they are).")
         lines.append("")
     return "\n".join(lines)
 
@@ -522,6 +556,7 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
         warm = best_of(fn, args, 1 if quick else 2)
         repeats[name] = _repeats_for(warm, quick=quick)
     minima: dict[str, list[float]] = {name: [] for name in order}
+    clock_before = None if quick else clock_now()
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -535,6 +570,11 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
         if gc_was_enabled:
             gc.enable()
     times = {name: statistics.median(v) for name, v in minima.items()}
+    clocks = [g for g in (clock_before, None if quick else clock_now()) if g is not None]
+    if clocks:  # the clock the rounds ran at (a shared or boosting host's moves), and the model at it
+        result["clock_ghz"] = clocks
+        if result.get("predicted_ms"):
+            result["predicted_ms_at_clock"] = _predicted_ms(work, threads, statistics.mean(clocks))
     result["times_ms"] = {name: t * 1e3 for name, t in times.items()}
     result["round_minimums_ms"] = {name: [t * 1e3 for t in v] for name, v in minima.items()}
     result["repeats"] = repeats

@@ -70,3 +70,31 @@ def test_selection_by_name_family_and_glob() -> None:
     assert bench.select(["conv1x1*", "matmul_256"]) == ["matmul_256", "conv1x1_56_64to256_nhwc",
                                                          "conv1x1_56_64to256_nchw", "conv1x1_7_2048to512_nchw"]
     assert len(bench.select(None)) == len(bench.CASES)
+
+
+def test_spec_at_clock_scales_per_cycle_figures_only() -> None:
+    from pbsdk.core.spec import load_spec
+
+    spec = load_spec("zen3")
+    slow = bench.spec_at_clock(spec, spec.clock_ghz / 2)
+    assert slow.clock_ghz == spec.clock_ghz / 2
+    assert slow.peak_tflops["f32"] == pytest.approx(spec.peak_tflops["f32"] / 2)
+    for lv, lv2 in zip(spec.memory, slow.memory):
+        half = lv.scope != "device"  # per-core caches deliver bytes a cycle; chip-wide levels keep theirs
+        assert lv2.bandwidth_gbps == pytest.approx(lv.bandwidth_gbps / (2 if half else 1)), lv.name
+    assert bench.spec_at_clock(spec.model_copy(update={"clock_ghz": None}), 3.0) is None
+
+
+def test_cost_model_table_reports_the_clock_the_case_ran_at() -> None:
+    results = [{"case": c, "threads": 1, "predicted_ms": p, "times_ms": {"pbsdk": m}, "clock_ghz": [2.9, 3.0],
+                "predicted_ms_at_clock": p * 1.1} for c, p, m in (("a", 10.0, 12.0), ("b", 20.0, 22.0),
+                                                                  ("c", 5.0, 6.0))]
+    check = bench.cost_model_check(results)
+    rows = {r["case"]: r for r in check["1"]["cases"]}
+    assert rows["a"]["ratio"] == pytest.approx(1.2) and rows["a"]["ratio_at_clock"] == pytest.approx(12 / 11)
+    table = bench.cost_model_table(check)
+    assert "clock during the case, GHz" in table and "| a | 10 | 12 | 1.20 | 2.90–3.00 | 1.09 |" in table
+    # results without a clock (older files, --quick) keep the four columns
+    plain = bench.cost_model_table(bench.cost_model_check([{k: v for k, v in r.items() if "clock" not in k}
+                                                           for r in results]))
+    assert "clock" not in plain and "| a | 10 | 12 | 1.20 |" in plain

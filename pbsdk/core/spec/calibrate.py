@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -408,6 +409,29 @@ def measure(cpu: str, features: str, enabled: dict[str, bool], widths: Sequence[
     reads = {name: _parallel_read(read, threads, nbytes, max(widths))
              for name, threads, nbytes in read_plan(levels, cores)}
     return Timings(clock=clock_t, fma=fma, units=units, reads=reads)
+
+
+@functools.lru_cache(maxsize=1)
+def _clock_probe() -> Callable[[], float]:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    probes = _Probes(llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten(), {}, [128])
+    clock = probes.fn("clock", ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+    _clock_probe.probes = probes  # type: ignore[attr-defined]  # keeps the JIT engine (and clock's code) alive
+    return lambda: 2 * _timed(lambda n: clock(n, 0x5A5A) and None, CLOCK_UNROLL).rate / 1e9
+
+
+def clock_now() -> float | None:
+    """The clock the calling thread's core runs at now, in GHz (the calibration's clock probe, about 10 ms):
+    a shared or boosting host's clock moves with its load, so a benchmark reports it beside its times.
+    None if it cannot be measured."""
+    try:
+        return round(_clock_probe()(), 3)
+    except Exception as exc:  # noqa: BLE001 - a figure for a report, never a failure
+        log.debug("clock probe failed: %s", exc)
+        return None
 
 
 # ----------------------------------------------------------------------------------------------- cache
