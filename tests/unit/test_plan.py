@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from pbsdk.core.plan import Contraction, plan_contraction
-from pbsdk.core.plan.contraction import LONG_K_SHARE, _MicroTile, long_k_stream_share
+from pbsdk.core.plan.contraction import LONG_K_SHARE, _MicroTile, long_k_stream_share, packing_seconds
 from pbsdk.core.spec import ChipSpec, load_spec
 
 
@@ -281,3 +281,23 @@ def test_estimate_is_for_the_threads_the_code_runs_on() -> None:
     two = plan_contraction(host, Contraction(1024, 1024, 1024), {"threads": 2})
     assert one.blocking is not None and one.blocking.threads == 1 and two.blocking.threads == 2
     assert one.estimate.seconds == pytest.approx(2 * two.estimate.seconds, rel=0.05)
+
+
+def test_packing_is_a_phase_of_the_estimate() -> None:
+    """A thread packs B (all its columns, once) and A (its rows, once per nc panel) before the micro-kernels
+    that read them: the estimate adds that time to the roofline's, from the levels the operands come from."""
+    spec = load_spec("zen3")
+    op = Contraction(128, 4096, 4096)  # B: 64 MiB, from main memory
+    plan = plan_contraction(spec, op, {"threads": 1})
+    blk = plan.blocking
+    assert blk is not None and blk.pack_b and blk.threads == 1
+    pack = dict(plan.estimate.terms)["packing"]
+    roofline = max(s for name, s in plan.estimate.terms if name != "packing")
+    assert plan.estimate.seconds == pytest.approx(roofline + pack)
+    dram, kept = spec.memory_level("dram"), spec.memory_level(blk.nc_level)
+    b_bytes = 4096 * 4096 * 4
+    assert pack >= b_bytes / (dram.shared_bandwidth(1) * 1e9) + b_bytes / (kept.bandwidth_gbps * 1e9)
+    # B packed ahead of time: only A's packing remains
+    ahead = plan_contraction(spec, dataclasses.replace(op, b_prepacked=True), {"threads": 1})
+    assert 0 < dict(ahead.estimate.terms).get("packing", 0.0) < pack / 10
+    assert packing_seconds(spec, op, dataclasses.replace(blk, pack_a=False, pack_b=False)) == 0.0

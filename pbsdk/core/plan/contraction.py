@@ -1004,6 +1004,8 @@ def plan_contraction(spec: ChipSpec, op: Contraction,
     # parallel ways, at most the ``threads`` option.
     running = blk.threads if blk is not None else min(ways, opts.threads or ways)
     estimate = _estimate(spec, op, unit, tiles, running)
+    if blk is not None:
+        estimate = _with_packing(spec, op, blk, estimate)
     reasons.append(f"estimate {estimate.seconds * 1e3:.3f} ms on {running} {top.name}(s), bound by {estimate.bound}")
     return ContractionPlan(op, unit, tuple(tiles), tuple(order), par_level, dims, ways, estimate, tuple(reasons),
                            blk, split)
@@ -1029,6 +1031,54 @@ def parallel_split(spec: ChipSpec, op: Contraction, tiles: Sequence[LevelTile | 
                                 unit=top.name)
     return split, why + (f"; {level} buffers per {top.name}, in the parallel loop's body" if split else "")
 
+
+
+def _with_packing(spec: ChipSpec, op: Contraction, blk: Blocking, roofline: Estimate) -> Estimate:
+    """``roofline`` plus the time a thread spends packing its operands (`packing_seconds`), which the
+    blocked loop nest does before the micro-kernels that read them, not beside them."""
+    pack = packing_seconds(spec, op, blk)
+    if not pack:
+        return roofline
+    return Estimate(roofline.seconds + pack, roofline.bound, (*roofline.terms, ("packing", pack)))
+
+
+def _holding(spec: ChipSpec, nbytes: float, threads: int) -> MemoryLevel:
+    """The innermost memory level that holds ``nbytes`` (a core-scoped level: in the ``threads`` cores' copies)."""
+    found = spec.memory[0]
+    for lv in spec.memory[1:]:  # outermost to innermost
+        if nbytes <= lv.size_bytes * (threads if lv.scope != "device" else 1):
+            found = lv
+    return found
+
+
+def _per_thread_gbps(level: MemoryLevel, threads: int) -> float:
+    return level.shared_bandwidth(threads) / threads if level.scope == "device" else level.bandwidth_gbps
+
+
+def packing_seconds(spec: ChipSpec, op: Contraction, blk: Blocking) -> float:
+    """Seconds one thread of ``blk`` spends packing per call: each element of B it packs (all of its columns
+    of B, once, unless B is packed ahead of time) and of A (its rows, once per ``nc`` panel of its columns)
+    read from the level that holds the whole operand and written to the level that keeps the packed copy
+    (``nc_level`` for B, ``mc_level`` for A), at a thread's share of each level's bandwidth. Of the product
+    the blocking is for (the transposed one for a transposed blocking; its B is then the given A, constant
+    where that is prepackable)."""
+    prod = op.transposed() if blk.transposed else op
+    b_ahead = op.a_prepackable if blk.transposed else op.b_prepacked
+    t, eb = blk.threads, _bytes(prod.dtype)
+    batch = -(-prod.batch // t) if blk.split == "batch" else prod.batch
+    m_part = -(-prod.m // t) if blk.split == "m" else prod.m
+    n_part = -(-prod.n // t) if blk.split == "n" else prod.n
+    seconds = 0.0
+    packs = [(prod.k * prod.n * prod.batch * eb, batch * prod.k * n_part * eb, blk.nc_level, blk.pack_b and not b_ahead),
+             (prod.m * prod.k * prod.batch * eb, batch * m_part * prod.k * -(-n_part // blk.nc) * eb, blk.mc_level,
+              blk.pack_a)]
+    for whole, moved, kept, packed in packs:
+        if not packed or not moved:
+            continue
+        source = _holding(spec, whole, t)
+        target = next((lv for lv in spec.memory if lv.name == kept), source)
+        seconds += moved / (_per_thread_gbps(source, t) * 1e9) + moved / (_per_thread_gbps(target, t) * 1e9)
+    return seconds
 
 
 def _estimate(spec: ChipSpec, op: Contraction, unit: ComputeTile, tiles: list[LevelTile], ways: int) -> Estimate:
