@@ -32,6 +32,7 @@ from pbsdk.core.passes.fuse_rows import FuseRows
 from pbsdk.core.passes.math_approx import MathApprox
 from pbsdk.core.passes.plan_workspace import PlanWorkspace
 from pbsdk.core.passes.transpose_blocks import TransposeBlocks
+from pbsdk.core.passes.vectorize_rows import VectorizeRows
 from pbsdk.core.pipeline import Stage, StageContext
 from pbsdk.core.runtime.kernel import aligned_empty
 from pbsdk.core.spec import ChipSpec
@@ -671,6 +672,9 @@ class CpuTarget(Target):
                   description="runs of row-local ops (softmax, layernorm, ...) row by row, rows over the cores"),
             Stage("collapse-loops", fn=CollapseLoops().apply,
                   description="adjacent loops of elementwise ops that every operand walks contiguously as one"),
+            Stage("vectorize-rows", fn=VectorizeRows(enabled=cpu.vectorize_rows).apply,
+                  description="row ops' loops (a softmax's max, sum and maps) as vector loops, reductions "
+                              "carried in registers"),
             Stage("transpose-blocks", fn=TransposeBlocks(enabled=cpu.transpose_blocks).apply,
                   description="copies that transpose their innermost dimension (NCHW <-> NHWC) as L x L "
                               "blocks through the vector registers"),

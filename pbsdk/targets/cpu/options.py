@@ -48,6 +48,9 @@ class CpuOptions(TargetOptions):
     #: Give ``fuse-rows`` rows to split where leading dimensions are 1 (batch 1) and strided copies
     #: (``expose-rows``; only with ``fuse_rows``).
     expose_rows: bool = True
+    #: Run the loops of row ops (a softmax's max and sum, its maps) as vector loops with their reductions in
+    #: registers (``vectorize-rows``).
+    vectorize_rows: bool = True
     #: Fill a padded buffer only around the box a later op overwrites (``fill-borders``).
     fill_borders: bool = True
     #: Move copies that transpose their innermost dimension (NCHW <-> NHWC) as register-transposed blocks

@@ -1,0 +1,357 @@
+"""Pass ``vectorize-rows``: a row op's loop over its last dimension as vector loops, reductions carried in
+registers.
+
+`fuse-rows` leaves each row of a softmax or a layernorm as ``linalg.generic`` ops over one row (every loop
+but the last of extent 1): a max or a sum into a one-value buffer, then maps that read that value. Lowered
+to scalar loops, the reduction loads and stores its buffer every element and the maps reload the row's
+scalar every element (the host compiler cannot prove the buffers apart), so neither is vectorised: on an
+AVX2 host a 4096x4096 softmax ran a scalar ``vmaxss`` chain with a branch per element and a ``vdivss`` per
+element. Here each such op becomes, at the spec's vector width ``L`` for its element type:
+
+- a **map** (the last loop parallel; its outputs rows): the scalars it reads loaded once and broadcast;
+  ``scf.for`` over the row in steps of ``L`` (`UNROLL` vectors a step while they last), the body's arith and
+  math ops rebuilt on vectors, the results stored; the last ``N mod L`` values through a mask;
+- a **reduction** (the last loop a reduction into a one-value output): the body's value before its
+  combining op (``addf``/``mulf`` marked ``reassoc``, or a ``max``/``min``), computed on vectors and combined
+  into `UNROLL` vector accumulators carried in registers (latency x pipes independent chains), the tail's
+  lanes past the row set to the combiner's identity, then one ``vector.reduction`` and the output's old value
+  combined once.
+
+An op qualifies when every operand is either a row (its last dimension walked by the last loop, unit
+stride, every other dimension of size 1) or a scalar (every dimension of size 1, the last loop not read),
+its shapes are static, and its body is single-result arith/math ops with no loop indices. Anything else is
+left to the loop lowering as before. The analysis (`row_plan`) is pure.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from mlir import ir
+from mlir.dialects import arith, memref, scf, vector
+
+from pbsdk.core.passes import map_dims, ops_named
+
+#: Vectors a step of the main loop: independent accumulator chains of a reduction (an add's latency of 3-4
+#: cycles on 2 pipes needs 6-8 for full rate; 4 already quarters the latency-bound time).
+UNROLL = 4
+#: Combining ops of a reduction: (``vector.reduction`` kind, identity, needs ``reassoc``).
+COMBINERS = {"arith.addf": ("add", 0.0, True), "arith.mulf": ("mul", 1.0, True),
+             "arith.maxnumf": ("maxnumf", -math.inf, False), "arith.minnumf": ("minnumf", math.inf, False),
+             "arith.maximumf": ("maximumf", -math.inf, False), "arith.minimumf": ("minimumf", math.inf, False)}
+
+#: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant 0),
+#: its sizes and strides.
+Operand = tuple[tuple[int | None, ...], tuple[int, ...], tuple[int, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RowPlan:
+    """How `vectorize-rows` runs an op: ``n`` values along its last loop, ``reduce`` (else a map), and per
+    operand whether it is a row (else a scalar)."""
+
+    n: int
+    reduce: bool
+    rows: tuple[bool, ...]
+
+
+def row_plan(iterators: Sequence[str], operands: Sequence[Operand], n_inputs: int, lanes: int) -> RowPlan | None:
+    """The `RowPlan` of a structured op (``iterators`` per loop, ``operands`` inputs then outputs), or None when
+    it is no row op (module docstring) or its row is shorter than one vector of ``lanes``."""
+    if not iterators or any(i not in ("parallel", "reduction") for i in iterators):
+        return None
+    last = len(iterators) - 1
+    if any(i != "parallel" for i in iterators[:-1]):
+        return None
+    n = None
+    rows: list[bool] = []
+    for loops, sizes, strides in operands:
+        walks = last in loops
+        for p, (loop, size) in enumerate(zip(loops, sizes)):
+            if loop == last:
+                if p != len(loops) - 1 or strides[p] != 1 or (n is not None and size != n):
+                    return None
+                n = size
+            elif size != 1:
+                return None
+        rows.append(walks)
+    if n is None or n < lanes:
+        return None
+    reduce = iterators[-1] == "reduction"
+    outputs = rows[n_inputs:]
+    if reduce and (len(outputs) != 1 or outputs[0]):
+        return None
+    if not reduce and not all(outputs):
+        return None
+    return RowPlan(n, reduce, tuple(rows))
+
+
+def _operand(value: ir.Value, amap: ir.AffineMap) -> Operand | None:
+    if not isinstance(value.type, ir.MemRefType):
+        return None
+    t = ir.MemRefType(value.type)
+    loops = map_dims(amap)
+    if loops is None or not t.has_static_shape:
+        return None
+    strides, _ = t.get_strides_and_offset()
+    if any(s == ir.ShapedType.get_dynamic_stride_or_offset() for s in strides):
+        return None
+    return tuple(loops), tuple(t.shape), tuple(strides)
+
+
+def _vectorizable(op: ir.Operation) -> bool:
+    return op.name == "linalg.yield" or (op.name.split(".")[0] in ("arith", "math") and len(op.results) == 1
+                                         and not len(op.regions))
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorizeRows:
+    """Rewrite every qualifying ``linalg.generic`` (module docstring) at the spec's vector width."""
+
+    name = "vectorize-rows"
+    #: False: the pass does nothing (the cpu target sets it from its option ``vectorize_rows``).
+    enabled: bool = True
+
+    def apply(self, module: ir.Module, ctx: Any) -> None:
+        vec = ctx.spec.vector
+        if not self.enabled or vec is None:
+            return
+        with module.context, ir.Location.unknown():
+            for op in ops_named(module, "linalg.generic"):
+                _Rewrite.of(op, vec)
+
+
+@dataclasses.dataclass
+class _Rewrite:
+    op: ir.Operation
+    plan: RowPlan
+    lanes: int
+    elem: ir.Type
+    combiner: ir.Operation | None  # a reduction's combining op in the body
+
+    @classmethod
+    def of(cls, op: ir.Operation, vec: Any) -> None:
+        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+        kinds = ["parallel" if "parallel" in i else "reduction" if "reduction" in i else "?" for i in its]
+        maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+        body = op.regions[0].blocks[0]
+        if not all(_vectorizable(o.operation) for o in body.operations):
+            return
+        found = [_operand(v, m) for v, m in zip(op.operands, maps)]
+        if any(f is None for f in found):
+            return
+        elems = {str(ir.MemRefType(v.type).element_type) for v in op.operands}
+        if len(elems) != 1 or (dtype := elems.pop()) not in vec.dtypes or not dtype.startswith("f"):
+            return
+        n_inputs = len(op.operands) - _outputs(op, body)
+        operands = list(op.operands)
+        plan = row_plan(kinds, [f for f in found if f is not None], n_inputs, vec.lanes(dtype))
+        if plan is None or any(not plan.rows[i] and operands[i] in operands[n_inputs:] for i in range(n_inputs)):
+            return  # a scalar it also writes is read once here, not per element
+        combiner = None
+        if plan.reduce:
+            combiner = _combiner(body)
+            if combiner is None:
+                return
+        cls(op, plan, vec.lanes(dtype), ir.MemRefType(op.operands[0].type).element_type, combiner).build()
+
+    # -------------------------------------------------------------------------------------------------
+    def build(self) -> None:
+        op, plan, L = self.op, self.plan, self.lanes
+        self.vt = ir.VectorType.get([L], self.elem)
+        self.mask_t = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
+        body = op.regions[0].blocks[0]
+        self.args = list(body.arguments)
+        self.n_in = len(op.operands) - _outputs(op, body)
+        with ir.InsertionPoint(op):
+            idx = ir.IndexType.get()
+            self.c = lambda v: arith.constant(idx, v)
+            # the scalars the body reads, loaded once and broadcast (an output is read where it is combined)
+            self.scalars = {i: vector.broadcast(self.vt, memref.load(v, [self.c(0)] * ir.MemRefType(v.type).rank))
+                            for i, v in enumerate(list(op.operands)[:self.n_in]) if not plan.rows[i]}
+            full = plan.n // L * L
+            step = L * UNROLL if full >= L * UNROLL else L
+            main = full // step * step
+            if plan.reduce:
+                self._reduce(main, step, full)
+            else:
+                self._map(main, step, full)
+        op.erase()
+
+    def _row_index(self, i: int, at: ir.Value) -> list[ir.Value]:
+        rank = ir.MemRefType(self.op.operands[i].type).rank
+        return [self.c(0)] * (rank - 1) + [at]
+
+    def _load_rows(self, at: ir.Value, mask: ir.Value | None) -> dict[int, ir.Value]:
+        """Every row input's vector at ``at`` (masked: lanes past the row zero); the scalars broadcast."""
+        out: dict[int, ir.Value] = {}
+        for i in range(self.n_in):
+            v = self.op.operands[i]
+            if not self.plan.rows[i]:
+                out[i] = self.scalars[i]
+            elif mask is None:
+                out[i] = vector.load(self.vt, v, self._row_index(i, at))
+            else:
+                zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, 0.0)))
+                out[i] = vector.maskedload(self.vt, v, self._row_index(i, at), mask, zero)
+        return out
+
+    def _body(self, inputs: dict[int, ir.Value], outs: dict[int, ir.Value], stop: ir.Operation | None
+              ) -> list[ir.Value]:
+        """The body rebuilt on vectors (block arguments: ``inputs``, then ``outs`` for outputs read); with
+        ``stop``, the value it combines with the output (its other operand), else the yielded values."""
+        body = self.op.regions[0].blocks[0]
+        env: list[tuple[ir.Value, ir.Value]] = [(a, inputs[i]) for i, a in enumerate(self.args[:self.n_in])]
+        env += [(a, outs[i]) for i, a in enumerate(self.args[self.n_in:]) if i in outs]
+
+        def look(v: ir.Value) -> ir.Value:
+            found = next((w for u, w in env if u == v), None)
+            if found is not None:
+                return found
+            owner = v.owner
+            owner = owner if isinstance(owner, ir.Operation) else owner.operation
+            if owner.name != "arith.constant":
+                raise ValueError(f"row body reads {owner.name} from outside")
+            t = ir.VectorType.get([self.lanes], v.type)
+            splat = arith.constant(t, ir.DenseElementsAttr.get_splat(t, owner.attributes["value"]))
+            env.append((v, splat))
+            return splat
+
+        for inner in body.operations:
+            o = inner.operation
+            if stop is not None and o == stop:
+                out_arg = self.args[self.n_in]
+                return [look(next(v for v in o.operands if v != out_arg))]
+            if o.name == "linalg.yield":
+                return [look(v) for v in o.operands]
+            if o.name == "arith.constant" and not isinstance(o.results[0].type, ir.ShapedType):
+                look(o.results[0])
+                continue
+            t = o.results[0].type
+            vt = ir.VectorType.get([self.lanes], t)
+            attrs = {name: o.attributes[name] for name in o.attributes}
+            made = ir.Operation.create(o.name, results=[vt], operands=[look(v) for v in o.operands],
+                                       attributes=attrs).results[0]
+            env.append((o.results[0], made))
+        raise ValueError("row body without linalg.yield")
+
+    # -------------------------------------------------------------------------------------------------
+    def _map(self, main: int, step: int, full: int) -> None:
+        L = self.lanes
+        reads = self._outputs_read()
+
+        def at(i: ir.Value, mask: ir.Value | None) -> None:
+            outs = {k: self._load_out(k, i, mask) for k in reads}
+            values = self._body(self._load_rows(i, mask), outs, None)
+            for k, val in enumerate(values):
+                dest = self.op.operands[self.n_in + k]
+                if mask is None:
+                    vector.store(val, dest, self._row_index(self.n_in + k, i))
+                else:
+                    vector.maskedstore(dest, self._row_index(self.n_in + k, i), mask, val)
+
+        if main:
+            loop = scf.ForOp(self.c(0), self.c(main), self.c(step))
+            with ir.InsertionPoint(loop.body):
+                for u in range(step // L):
+                    at(arith.addi(loop.induction_variable, self.c(u * L)) if u else loop.induction_variable, None)
+                scf.YieldOp([])
+        if full > main:
+            loop = scf.ForOp(self.c(main), self.c(full), self.c(L))
+            with ir.InsertionPoint(loop.body):
+                at(loop.induction_variable, None)
+                scf.YieldOp([])
+        if self.plan.n > full:
+            at(self.c(full), vector.create_mask(self.mask_t, [self.c(self.plan.n - full)]))
+
+    def _outputs_read(self) -> list[int]:
+        return [k for k, a in enumerate(self.args[self.n_in:]) if len(list(a.uses))]
+
+    def _load_out(self, k: int, at: ir.Value, mask: ir.Value | None) -> ir.Value:
+        dest = self.op.operands[self.n_in + k]
+        idx = self._row_index(self.n_in + k, at)
+        if mask is None:
+            return vector.load(self.vt, dest, idx)
+        zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, 0.0)))
+        return vector.maskedload(self.vt, dest, idx, mask, zero)
+
+    def _reduce(self, main: int, step: int, full: int) -> None:
+        assert self.combiner is not None
+        L, comb = self.lanes, self.combiner
+        kind, identity, _ = COMBINERS[comb.name]
+        ident = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, identity)))
+        attrs = {name: comb.attributes[name] for name in comb.attributes}
+
+        def combine(a: ir.Value, b: ir.Value) -> ir.Value:
+            return ir.Operation.create(comb.name, results=[self.vt], operands=[a, b], attributes=attrs).results[0]
+
+        def term(i: ir.Value, mask: ir.Value | None) -> ir.Value:
+            v = self._body(self._load_rows(i, mask), {}, comb)[0]
+            return v if mask is None else arith.select(mask, v, ident)
+
+        accs = [ident] * (step // L)
+        if main:
+            loop = scf.ForOp(self.c(0), self.c(main), self.c(step), accs)
+            with ir.InsertionPoint(loop.body):
+                k = loop.induction_variable
+                news = [combine(acc, term(arith.addi(k, self.c(u * L)) if u else k, None))
+                        for u, acc in enumerate(loop.inner_iter_args)]
+                scf.YieldOp(news)
+            accs = list(loop.results)
+        acc = accs[0]
+        for other in accs[1:]:
+            acc = combine(acc, other)
+        if full > main:
+            loop = scf.ForOp(self.c(main), self.c(full), self.c(L), [acc])
+            with ir.InsertionPoint(loop.body):
+                scf.YieldOp([combine(loop.inner_iter_args[0], term(loop.induction_variable, None))])
+            acc = loop.results[0]
+        if self.plan.n > full:
+            acc = combine(acc, term(self.c(full), vector.create_mask(self.mask_t, [self.c(self.plan.n - full)])))
+        kind_attr = ir.Attribute.parse(f"#vector.kind<{kind}>")
+        total = vector.reduction(self.elem, kind_attr, acc)
+        out = self.op.operands[self.n_in]
+        zeros = [self.c(0)] * ir.MemRefType(out.type).rank
+        old = memref.load(out, zeros)
+        scalar_attrs = {name: comb.attributes[name] for name in comb.attributes}
+        result = ir.Operation.create(comb.name, results=[self.elem], operands=[total, old],
+                                     attributes=scalar_attrs).results[0]
+        memref.store(result, out, zeros)
+
+
+def _outputs(op: ir.Operation, body: ir.Block) -> int:
+    """The number of outputs (init operands) of a ``linalg.generic`` on buffers: the yield's operand count."""
+    return len(list(body.operations)[-1].operands)
+
+
+def _combiner(body: ir.Block) -> ir.Operation | None:
+    """A reduction body's combining op: it yields ``comb(x, out)`` (either order) of a `COMBINERS` op (marked
+    ``reassoc`` where reordering changes the result), the output read nowhere else and ``x`` not from it."""
+    ops = [o.operation for o in body.operations]
+    yield_op = ops[-1]
+    out_arg = body.arguments[len(body.arguments) - 1]
+    if len(yield_op.operands) != 1 or len(list(out_arg.uses)) != 1:
+        return None
+    owner = yield_op.operands[0].owner
+    comb = owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None)
+    if comb is None or comb.name not in COMBINERS or out_arg not in list(comb.operands):
+        return None
+    if COMBINERS[comb.name][2]:
+        if "reassoc" not in fastmath_flags(comb):
+            return None
+    other = next((v for v in comb.operands if v != out_arg), None)
+    if other is None:  # comb(out, out)
+        return None
+    return comb
+
+
+def fastmath_flags(op: ir.Operation) -> set[str]:
+    """The fast-math flags of an arith op (``#arith.fastmath<reassoc,arcp>``; ``fast`` is all of them)."""
+    if "fastmath" not in op.attributes:
+        return set()
+    text = str(op.attributes["fastmath"])
+    flags = {f.strip() for f in text[text.find("<") + 1:text.rfind(">")].split(",")} - {"none", ""}
+    return {"reassoc", "nnan", "ninf", "nsz", "arcp", "contract", "afn"} if "fast" in flags else flags
