@@ -38,14 +38,15 @@ func.func @mm(%a: memref<64x32xf32>, %b: memref<32x48xf32>, %c: memref<64x48xf32
 // Enough work for both cores: the parts run under an scf.forall (the target decides how it forks).
 // A is packed through 16x16 register transposes: 16 loads along k from the panel's rows (from a cache
 // line boundary on), shuffles, stores of the 14 lanes of a 14-row micro-panel (k rows up to a head and a
-// whole block past kc: 512 + 16).
+// whole block past kc: 384 + 16; kc fills l1d: streaming a longer B micro-panel would take 14 % of l2's
+// bandwidth).
 // CHECK-LABEL: func.func @big(
 // CHECK:         call @__pbsdk_mm0(
 // B is packed 8 of its rows at a time across every 32-column panel (reads along B's rows).
 // CHECK-LABEL: func.func @__pbsdk_mm0_part(
 // CHECK-SAME:      %[[PA:[^:]*]]: memref<512x512xf32>, %[[PB:[^:]*]]: memref<512x512xf32>
-// CHECK:         %[[AP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<19x528x14xf32>
-// CHECK:         %[[BP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16x512x32xf32>
+// CHECK:         %[[AP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<19x400x14xf32>
+// CHECK:         %[[BP:.*]] = memref.alloc() {alignment = 64 : i64} : memref<16x384x32xf32>
 // CHECK:         scf.for %[[K0:.*]] = %c0 to %{{.*}} step %c8 {
 // CHECK:           scf.for %[[JB:.*]] = %c0 to %{{.*}} step %c1 {
 // CHECK:             scf.for %[[KB:.*]] = %[[K0]] to %{{.*}} step %c1 {

@@ -19,8 +19,9 @@ element. Here each such op becomes, at the spec's vector width ``L`` for its ele
 
 An op qualifies when every operand is either a row (its last dimension walked by the last loop, unit
 stride, every other dimension of size 1) or a scalar (every dimension of size 1, the last loop not read),
-its shapes are static, and its body is single-result arith/math ops with no loop indices. Anything else is
-left to the loop lowering as before. The analysis (`row_plan`) is pure.
+its shapes are static, its element type f32 or f64 in the spec's vector unit, and its body single-result
+arith/math ops with no loop indices. Anything else is left to the loop lowering as before. The analysis
+(`row_plan`) is pure.
 """
 
 from __future__ import annotations
@@ -144,8 +145,8 @@ class _Rewrite:
         if any(f is None for f in found):
             return
         elems = {str(ir.MemRefType(v.type).element_type) for v in op.operands}
-        if len(elems) != 1 or (dtype := elems.pop()) not in vec.dtypes or not dtype.startswith("f"):
-            return
+        if len(elems) != 1 or (dtype := elems.pop()) not in vec.dtypes or dtype not in ("f32", "f64"):
+            return  # narrow floats: their vector arithmetic is the back end's to widen (or not legal)
         n_inputs = len(op.operands) - _outputs(op, body)
         operands = list(op.operands)
         plan = row_plan(kinds, [f for f in found if f is not None], n_inputs, vec.lanes(dtype))
@@ -339,9 +340,8 @@ def _combiner(body: ir.Block) -> ir.Operation | None:
     comb = owner if isinstance(owner, ir.Operation) else getattr(owner, "operation", None)
     if comb is None or comb.name not in COMBINERS or out_arg not in list(comb.operands):
         return None
-    if COMBINERS[comb.name][2]:
-        if "reassoc" not in fastmath_flags(comb):
-            return None
+    if COMBINERS[comb.name][2] and "reassoc" not in fastmath_flags(comb):
+        return None
     other = next((v for v in comb.operands if v != out_arg), None)
     if other is None:  # comb(out, out)
         return None
