@@ -58,15 +58,14 @@ func.func @row_div(%y: memref<1x16xf32>, %s: memref<1x1xf32>) {
 
 // -----
 
-// Left alone: a sum without reassoc (reordering it would change the result), a row shorter than a vector, an
-// op over several rows, and a body that reads its loop index.
+// Left alone: a sum without reassoc (reordering it would change the result), a row shorter than a vector,
+// and a body that reads its loop index.
 // CHECK-LABEL: func.func @kept(
-// CHECK-COUNT-4: linalg.generic
+// CHECK-COUNT-3: linalg.generic
 // CHECK-NOT:     vector.
 #row = affine_map<(d0, d1) -> (d0, d1)>
 #acc = affine_map<(d0, d1) -> (d0, 0)>
-func.func @kept(%x: memref<1x100xf32>, %acc: memref<1x1xf32>, %short: memref<1x4xf32>, %many: memref<3x100xf32>,
-                %accs: memref<3x1xf32>) {
+func.func @kept(%x: memref<1x100xf32>, %acc: memref<1x1xf32>, %short: memref<1x4xf32>) {
   linalg.generic {indexing_maps = [#row, #acc], iterator_types = ["parallel", "reduction"]}
       ins(%x : memref<1x100xf32>) outs(%acc : memref<1x1xf32>) {
   ^bb0(%a: f32, %o: f32):
@@ -79,12 +78,6 @@ func.func @kept(%x: memref<1x100xf32>, %acc: memref<1x1xf32>, %short: memref<1x4
     %m = arith.maxnumf %a, %o : f32
     linalg.yield %m : f32
   }
-  linalg.generic {indexing_maps = [#row, #acc], iterator_types = ["parallel", "reduction"]}
-      ins(%many : memref<3x100xf32>) outs(%accs : memref<3x1xf32>) {
-  ^bb0(%a: f32, %o: f32):
-    %m = arith.maxnumf %a, %o : f32
-    linalg.yield %m : f32
-  }
   linalg.generic {indexing_maps = [#row, #row], iterator_types = ["parallel", "parallel"]}
       ins(%x : memref<1x100xf32>) outs(%x : memref<1x100xf32>) {
   ^bb0(%a: f32, %o: f32):
@@ -93,6 +86,59 @@ func.func @kept(%x: memref<1x100xf32>, %acc: memref<1x1xf32>, %short: memref<1x4
     %f = arith.sitofp %c : i32 to f32
     %m = arith.addf %a, %f : f32
     linalg.yield %m : f32
+  }
+  return
+}
+
+// -----
+
+// A row whose length is known at run time (a decode step's keys): the bounds read from the row, the main loop,
+// the vector-at-a-time loop and the masked tail all kept (the tail's count may be 0: an all-false mask).
+// CHECK-LABEL: func.func @row_sum_dynamic(
+// CHECK-SAME:      %[[X:.*]]: memref<1x?xf32, strided<[?, 1], offset: ?>>, %[[ACC:.*]]: memref<1x1xf32>)
+// CHECK:         %[[N:.*]] = memref.dim %[[X]], %{{.*}}
+// CHECK:         arith.divui %[[N]]
+// CHECK:         scf.for {{.*}} iter_args(
+// CHECK:         scf.for {{.*}} iter_args(
+// CHECK:         vector.create_mask
+// CHECK:         vector.maskedload %[[X]]
+// CHECK:         vector.reduction <add>
+// CHECK-NOT:     linalg.generic
+#row = affine_map<(d0, d1) -> (d0, d1)>
+#acc = affine_map<(d0, d1) -> (d0, 0)>
+func.func @row_sum_dynamic(%x: memref<1x?xf32, strided<[?, 1], offset: ?>>, %acc: memref<1x1xf32>) {
+  linalg.generic {indexing_maps = [#row, #acc], iterator_types = ["parallel", "reduction"]}
+      ins(%x : memref<1x?xf32, strided<[?, 1], offset: ?>>) outs(%acc : memref<1x1xf32>) {
+  ^bb0(%a: f32, %o: f32):
+    %m = arith.addf %a, %o fastmath<reassoc> : f32
+    linalg.yield %m : f32
+  }
+  return
+}
+
+// -----
+
+// Rows of a count and a length known at run time (fuse-rows did not split them): a loop over the rows, each
+// row's scalar loaded in it, the row's vector loops inside.
+// CHECK-LABEL: func.func @rows_div_dynamic(
+// CHECK-SAME:      %[[Y:.*]]: memref<?x?xf32>, %[[S:.*]]: memref<?x1xf32>)
+// CHECK:         %[[R:.*]] = memref.dim %[[Y]], %c0
+// CHECK:         scf.for %[[I:.*]] = %{{.*}} to %[[R]] step %{{.*}} {
+// CHECK:           %[[SV:.*]] = memref.load %[[S]][%[[I]], %{{.*}}]
+// CHECK:           vector.broadcast %[[SV]]
+// CHECK:           scf.for
+// CHECK:             vector.load %[[Y]][%[[I]],
+// CHECK:             arith.divf
+// CHECK:           vector.maskedstore %[[Y]][%[[I]],
+// CHECK-NOT:     linalg.generic
+#row = affine_map<(d0, d1) -> (d0, d1)>
+#s = affine_map<(d0, d1) -> (d0, 0)>
+func.func @rows_div_dynamic(%y: memref<?x?xf32>, %s: memref<?x1xf32>) {
+  linalg.generic {indexing_maps = [#row, #s, #row], iterator_types = ["parallel", "parallel"]}
+      ins(%y, %s : memref<?x?xf32>, memref<?x1xf32>) outs(%y : memref<?x?xf32>) {
+  ^bb0(%a: f32, %b: f32, %o: f32):
+    %d = arith.divf %a, %b fastmath<arcp> : f32
+    linalg.yield %d : f32
   }
   return
 }

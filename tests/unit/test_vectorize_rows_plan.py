@@ -16,9 +16,16 @@ def test_a_map_reading_a_scalar() -> None:
     assert row_plan(["parallel", "parallel"], [ROW, ONE, ROW], 2, 8) == RowPlan(100, False, (True, False, True))
 
 
+def test_rows_of_any_count_known_or_not() -> None:
+    many = ((0, 1), (3, 100), (100, 1))  # three rows, each reduced into its own value
+    assert row_plan(["parallel", "reduction"], [many, ((0, None), (3, 1), (1, 1))], 1, 8) == \
+        RowPlan(100, True, (True, False))
+    keys = ((0, 1), (-1, -1), (-1, 1))  # rows and their length known at run time (a decode step's keys)
+    assert row_plan(["parallel", "parallel"], [keys, ((0, None), (-1, 1), (1, 1)), keys], 2, 8) == \
+        RowPlan(-1, False, (True, False, True))
+
+
 def test_not_a_row_op() -> None:
-    many = ((0, 1), (3, 100), (100, 1))  # three rows
-    assert row_plan(["parallel", "reduction"], [many, ((0, None), (3, 1), (1, 1))], 1, 8) is None
     strided = ((0, 1), (1, 100), (200, 2))  # every other value
     assert row_plan(["parallel", "parallel"], [strided, ROW], 1, 8) is None
     short = ((0, 1), (1, 4), (4, 1))

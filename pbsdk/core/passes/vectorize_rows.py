@@ -51,8 +51,8 @@ Operand = tuple[tuple[int | None, ...], tuple[int, ...], tuple[int, ...]]
 
 @dataclasses.dataclass(frozen=True)
 class RowPlan:
-    """How `vectorize-rows` runs an op: ``n`` values along its last loop, ``reduce`` (else a map), and per
-    operand whether it is a row (else a scalar)."""
+    """How `vectorize-rows` runs an op: ``n`` values along its last loop (-1: known at run time), ``reduce``
+    (else a map), and per operand whether it is a row (else a scalar: one value per row of the op)."""
 
     n: int
     reduce: bool
@@ -60,8 +60,9 @@ class RowPlan:
 
 
 def row_plan(iterators: Sequence[str], operands: Sequence[Operand], n_inputs: int, lanes: int) -> RowPlan | None:
-    """The `RowPlan` of a structured op (``iterators`` per loop, ``operands`` inputs then outputs), or None when
-    it is no row op (module docstring) or its row is shorter than one vector of ``lanes``."""
+    """The `RowPlan` of a structured op (``iterators`` per loop, ``operands`` inputs then outputs; a size -1
+    is known at run time), or None when it is no row op (module docstring) or its row is known to be shorter
+    than one vector of ``lanes``."""
     if not iterators or any(i not in ("parallel", "reduction") for i in iterators):
         return None
     last = len(iterators) - 1
@@ -72,14 +73,12 @@ def row_plan(iterators: Sequence[str], operands: Sequence[Operand], n_inputs: in
     for loops, sizes, strides in operands:
         walks = last in loops
         for p, (loop, size) in enumerate(zip(loops, sizes)):
-            if loop == last:
-                if p != len(loops) - 1 or strides[p] != 1 or (n is not None and size != n):
-                    return None
-                n = size
-            elif size != 1:
+            if loop == last and (p != len(loops) - 1 or strides[p] != 1 or (n is not None and size != n)):
                 return None
+            if loop == last:
+                n = size
         rows.append(walks)
-    if n is None or n < lanes:
+    if n is None or 0 <= n < lanes:
         return None
     reduce = iterators[-1] == "reduction"
     outputs = rows[n_inputs:]
@@ -95,12 +94,14 @@ def _operand(value: ir.Value, amap: ir.AffineMap) -> Operand | None:
         return None
     t = ir.MemRefType(value.type)
     loops = map_dims(amap)
-    if loops is None or not t.has_static_shape:
+    dynamic = ir.ShapedType.get_dynamic_size()
+    if loops is None or t.rank == 0:
         return None
     strides, _ = t.get_strides_and_offset()
-    if any(s == ir.ShapedType.get_dynamic_stride_or_offset() for s in strides):
-        return None
-    return tuple(loops), tuple(t.shape), tuple(strides)
+    if strides[-1] == ir.ShapedType.get_dynamic_stride_or_offset():
+        return None  # the other dimensions are indexed as they are (memref.load, vector.load take any strides)
+    sizes = tuple(-1 if d == dynamic else d for d in t.shape)
+    return tuple(loops), sizes, tuple(strides)
 
 
 def _vectorizable(op: ir.Operation) -> bool:
@@ -132,6 +133,8 @@ class _Rewrite:
     lanes: int
     elem: ir.Type
     combiner: ir.Operation | None  # a reduction's combining op in the body
+    loops: list[str] = dataclasses.field(default_factory=list)  # the op's iterator kinds
+    loops_of: list[tuple[int | None, ...]] = dataclasses.field(default_factory=list)  # per operand dimension
 
     @classmethod
     def of(cls, op: ir.Operation, vec: Any) -> None:
@@ -157,7 +160,10 @@ class _Rewrite:
             combiner = _combiner(body)
             if combiner is None:
                 return
-        cls(op, plan, vec.lanes(dtype), ir.MemRefType(op.operands[0].type).element_type, combiner).build()
+        rw = cls(op, plan, vec.lanes(dtype), ir.MemRefType(op.operands[0].type).element_type, combiner)
+        rw.loops = kinds
+        rw.loops_of = [f[0] for f in found if f is not None]
+        rw.build()
 
     # -------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -170,21 +176,52 @@ class _Rewrite:
         with ir.InsertionPoint(op):
             idx = ir.IndexType.get()
             self.c = lambda v: arith.constant(idx, v)
-            # the scalars the body reads, loaded once and broadcast (an output is read where it is combined)
-            self.scalars = {i: vector.broadcast(self.vt, memref.load(v, [self.c(0)] * ir.MemRefType(v.type).rank))
-                            for i, v in enumerate(list(op.operands)[:self.n_in]) if not plan.rows[i]}
-            full = plan.n // L * L
-            step = L * UNROLL if full >= L * UNROLL else L
-            main = full // step * step
-            if plan.reduce:
-                self._reduce(main, step, full)
-            else:
-                self._map(main, step, full)
+            self.ivs: dict[int, ir.Value] = {}
+            self.bounds = _Bounds.of(self, plan.n, L)
+            self._rows(0)
         op.erase()
 
+    def _rows(self, loop: int) -> None:
+        """The op's leading loops from ``loop`` on (a loop of extent 1 is index 0), then one row."""
+        if loop == len(self.loops) - 1:
+            # the scalars the body reads, loaded once a row and broadcast (an output is read where it is combined)
+            self.scalars = {i: vector.broadcast(self.vt, memref.load(v, self._index(i, None)))
+                            for i, v in enumerate(list(self.op.operands)[:self.n_in]) if not self.plan.rows[i]}
+            if self.plan.reduce:
+                self._reduce()
+            else:
+                self._map()
+            return
+        extent = self._extent(loop)
+        if extent is None:
+            self._rows(loop + 1)
+            return
+        nest = scf.ForOp(self.c(0), extent, self.c(1))
+        with ir.InsertionPoint(nest.body):
+            self.ivs[loop] = nest.induction_variable
+            self._rows(loop + 1)
+            scf.YieldOp([])
+
+    def _extent(self, loop: int) -> ir.Value | None:
+        """A leading loop's extent (None: 1), from an operand dimension it indexes."""
+        for v, dims in zip(self.op.operands, self.loops_of):
+            for p, j in enumerate(dims):
+                if j == loop:
+                    size = ir.MemRefType(v.type).shape[p]
+                    if size == 1:
+                        return None
+                    return memref.dim(v, self.c(p)) if size == ir.ShapedType.get_dynamic_size() else self.c(size)
+        return None
+
+    def _index(self, i: int, at: ir.Value | None) -> list[ir.Value]:
+        """Operand ``i``'s indices in the current row: its leading loops' induction variables, 0 for a
+        constant index, ``at`` along the row."""
+        last = len(self.loops) - 1
+        return [at if j == last else self.ivs.get(j, self.c(0)) if j is not None else self.c(0)
+                for j in self.loops_of[i]]  # type: ignore[misc]
+
     def _row_index(self, i: int, at: ir.Value) -> list[ir.Value]:
-        rank = ir.MemRefType(self.op.operands[i].type).rank
-        return [self.c(0)] * (rank - 1) + [at]
+        return self._index(i, at)
 
     def _load_rows(self, at: ir.Value, mask: ir.Value | None) -> dict[int, ir.Value]:
         """Every row input's vector at ``at`` (masked: lanes past the row zero); the scalars broadcast."""
@@ -240,8 +277,8 @@ class _Rewrite:
         raise ValueError("row body without linalg.yield")
 
     # -------------------------------------------------------------------------------------------------
-    def _map(self, main: int, step: int, full: int) -> None:
-        L = self.lanes
+    def _map(self) -> None:
+        L, bd = self.lanes, self.bounds
         reads = self._outputs_read()
 
         def at(i: ir.Value, mask: ir.Value | None) -> None:
@@ -254,19 +291,19 @@ class _Rewrite:
                 else:
                     vector.maskedstore(dest, self._row_index(self.n_in + k, i), mask, val)
 
-        if main:
-            loop = scf.ForOp(self.c(0), self.c(main), self.c(step))
+        if bd.has_main:
+            loop = scf.ForOp(self.c(0), bd.main, self.c(bd.step))
             with ir.InsertionPoint(loop.body):
-                for u in range(step // L):
+                for u in range(bd.step // L):
                     at(arith.addi(loop.induction_variable, self.c(u * L)) if u else loop.induction_variable, None)
                 scf.YieldOp([])
-        if full > main:
-            loop = scf.ForOp(self.c(main), self.c(full), self.c(L))
+        if bd.has_rest:
+            loop = scf.ForOp(bd.main, bd.full, self.c(L))
             with ir.InsertionPoint(loop.body):
                 at(loop.induction_variable, None)
                 scf.YieldOp([])
-        if self.plan.n > full:
-            at(self.c(full), vector.create_mask(self.mask_t, [self.c(self.plan.n - full)]))
+        if bd.has_tail:
+            at(bd.full, vector.create_mask(self.mask_t, [bd.tail]))
 
     def _outputs_read(self) -> list[int]:
         return [k for k, a in enumerate(self.args[self.n_in:]) if len(list(a.uses))]
@@ -279,9 +316,9 @@ class _Rewrite:
         zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, 0.0)))
         return vector.maskedload(self.vt, dest, idx, mask, zero)
 
-    def _reduce(self, main: int, step: int, full: int) -> None:
+    def _reduce(self) -> None:
         assert self.combiner is not None
-        L, comb = self.lanes, self.combiner
+        L, comb, bd = self.lanes, self.combiner, self.bounds
         kind, identity, _ = COMBINERS[comb.name]
         ident = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, identity)))
         attrs = {name: comb.attributes[name] for name in comb.attributes}
@@ -293,9 +330,9 @@ class _Rewrite:
             v = self._body(self._load_rows(i, mask), {}, comb)[0]
             return v if mask is None else arith.select(mask, v, ident)
 
-        accs = [ident] * (step // L)
-        if main:
-            loop = scf.ForOp(self.c(0), self.c(main), self.c(step), accs)
+        accs = [ident] * (bd.step // L)
+        if bd.has_main:
+            loop = scf.ForOp(self.c(0), bd.main, self.c(bd.step), accs)
             with ir.InsertionPoint(loop.body):
                 k = loop.induction_variable
                 news = [combine(acc, term(arith.addi(k, self.c(u * L)) if u else k, None))
@@ -305,22 +342,53 @@ class _Rewrite:
         acc = accs[0]
         for other in accs[1:]:
             acc = combine(acc, other)
-        if full > main:
-            loop = scf.ForOp(self.c(main), self.c(full), self.c(L), [acc])
+        if bd.has_rest:
+            loop = scf.ForOp(bd.main, bd.full, self.c(L), [acc])
             with ir.InsertionPoint(loop.body):
                 scf.YieldOp([combine(loop.inner_iter_args[0], term(loop.induction_variable, None))])
             acc = loop.results[0]
-        if self.plan.n > full:
-            acc = combine(acc, term(self.c(full), vector.create_mask(self.mask_t, [self.c(self.plan.n - full)])))
+        if bd.has_tail:
+            acc = combine(acc, term(bd.full, vector.create_mask(self.mask_t, [bd.tail])))
         kind_attr = ir.Attribute.parse(f"#vector.kind<{kind}>")
         total = vector.reduction(self.elem, kind_attr, acc)
         out = self.op.operands[self.n_in]
-        zeros = [self.c(0)] * ir.MemRefType(out.type).rank
-        old = memref.load(out, zeros)
+        where = self._index(self.n_in, None)
+        old = memref.load(out, where)
         scalar_attrs = {name: comb.attributes[name] for name in comb.attributes}
         result = ir.Operation.create(comb.name, results=[self.elem], operands=[total, old],
                                      attributes=scalar_attrs).results[0]
-        memref.store(result, out, zeros)
+        memref.store(result, out, where)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bounds:
+    """The loops over a row of ``n`` values (index values; ``n`` known at compile time or read from a row
+    operand): ``[0, main)`` in steps of ``step`` (`UNROLL` vectors where the row has that many), ``[main,
+    full)`` a vector at a time, then ``tail`` values (fewer than a vector) through a mask. The ``has_*``
+    flags drop the loops a static row does not need."""
+
+    main: ir.Value
+    full: ir.Value
+    tail: ir.Value
+    step: int
+    has_main: bool
+    has_rest: bool
+    has_tail: bool
+
+    @classmethod
+    def of(cls, rw: _Rewrite, n: int, lanes: int) -> _Bounds:
+        if n >= 0:
+            full = n // lanes * lanes
+            step = lanes * UNROLL if full >= lanes * UNROLL else lanes
+            main = full // step * step
+            return cls(rw.c(main), rw.c(full), rw.c(n - full), step, main > 0, full > main, n > full)
+        first = next(i for i, row in enumerate(rw.plan.rows) if row)
+        value = rw.op.operands[first]
+        n_v = memref.dim(value, rw.c(ir.MemRefType(value.type).rank - 1))
+        step = lanes * UNROLL
+        main = arith.muli(arith.divui(n_v, rw.c(step)), rw.c(step))
+        full = arith.muli(arith.divui(n_v, rw.c(lanes)), rw.c(lanes))
+        return cls(main, full, arith.subi(n_v, full), step, True, True, True)
 
 
 def _outputs(op: ir.Operation, body: ir.Block) -> int:
