@@ -18,10 +18,8 @@ the host spec. The CPU model and the clock measured before and after are printed
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,18 +47,9 @@ def _stream_share(value: float | None):  # type: ignore[no-untyped-def]
         contraction.long_k_stream_share = real  # type: ignore[assignment]
 
 
-def _block(fn: Callable[[], Any], seconds: float) -> float:
-    fn()
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def measure(shape: str, threads: int, rounds: int, block_s: float) -> dict[str, Any]:
     import pbsdk
+    from pbsdk.bench import interleaved_blocks
     from pbsdk.core.plan.contraction import Contraction, plan_contraction
     from pbsdk.core.spec import load_spec
 
@@ -83,11 +72,7 @@ def measure(shape: str, threads: int, rounds: int, block_s: float) -> dict[str, 
     fns["numpy"] = lambda: a @ b
     chosen = plan_contraction(load_spec("host"), Contraction(m, n, k), {"threads": threads}).blocking
     assert chosen is not None
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(_block(fns[name], block_s))
+    times = interleaved_blocks(fns, rounds, block_s)
     ratio = [lg / l1 for lg, l1 in zip(times["long k"], times["kc in l1"])]
     med = {name: statistics.median(ts) for name, ts in times.items()}
     return {"shape": shape, "threads": threads, "kc": kcs, "ms": {kk: v * 1e3 for kk, v in med.items()},
@@ -106,11 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
+    from pbsdk.bench import host_line, save_ab
     from pbsdk.core.spec.calibrate import clock_now
-    from pbsdk.core.spec.host import host_spec_data
 
-    data = host_spec_data(calibrate=False)
-    cpu = f"{data.get('description', 'host')} LLVM cpu {data.get('codegen', {}).get('cpu')}"
     before = clock_now()
     rows = []
     with threadpool_limits(args.threads):
@@ -118,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure(shape, args.threads, args.rounds, args.block_s))
             print(f"  {shape} done", file=sys.stderr)
     after = clock_now()
-    print(f"{cpu}; {args.threads} thread(s); clock {before} GHz before, {after} GHz after; "
-          f"{args.rounds} rounds of {args.block_s} s blocks")
+    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
+    print(header)
     print("| M x N x K | kc long / in l1 | long k ms | kc in l1 ms | numpy ms | in l1 / long (speedup) [spread] "
           "| x numpy long / in l1 | planner |")
     print("|---|---|--:|--:|--:|---|---|---|")
@@ -129,9 +112,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{ms['kc in l1']:.2f} | {ms['numpy']:.2f} | {r['l1_over_long']:.3f} [{r['spread'][0]:.2f}–"
               f"{r['spread'][1]:.2f}] | {r['x_numpy']['long k']:.2f} / {r['x_numpy']['kc in l1']:.2f} | "
               f"{r['planner']} |")
-    if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu, "threads": args.threads, "clock_ghz": [before, after],
-                                         "rows": rows}, indent=1))
+    save_ab(args.json, header, args.threads, [before, after], rows)
     return 0
 
 

@@ -14,10 +14,8 @@ per-round ratios. The CPU, the thread count and the clock before and after are p
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -69,20 +67,11 @@ def _case(name: str, rng: np.random.Generator) -> tuple[Callable[..., Any], Call
     raise SystemExit(f"unknown op {op!r}: softmax, log_softmax, layernorm, rmsnorm")
 
 
-def _block(fn: Callable[[], Any], seconds: float) -> float:
-    fn()
-    best, start = float("inf"), time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def measure(name: str, threads: int, rounds: int, block_s: float) -> dict[str, Any]:
     import torch
 
     import pbsdk
+    from pbsdk.bench import interleaved_blocks
 
     fn, ref, tfn, inputs = _case(name, np.random.default_rng(0))
     expect = ref(*inputs)
@@ -93,11 +82,7 @@ def measure(name: str, threads: int, rounds: int, block_s: float) -> dict[str, A
         fns[label] = lambda jf=jf: jf(*inputs)
     targs = tuple(torch.from_numpy(a) for a in inputs)
     fns["torch"] = lambda: tfn(*targs)
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            times[k].append(_block(fns[k], block_s))
+    times = interleaved_blocks(fns, rounds, block_s)
     ratio = [s / v for s, v in zip(times["scalar loops"], times["vectorized"])]
     med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
     return {"case": name, "threads": threads, "ms": med, "speedup": statistics.median(ratio),
@@ -114,26 +99,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     import torch
 
+    from pbsdk.bench import host_line, save_ab
     from pbsdk.core.spec.calibrate import clock_now
-    from pbsdk.core.spec.host import host_spec_data
 
     torch.set_num_threads(args.threads)
-    data = host_spec_data(calibrate=False)
-    cpu = f"{data.get('description', 'host')} LLVM cpu {data.get('codegen', {}).get('cpu')}"
     before = clock_now()
     rows = [measure(c, args.threads, args.rounds, args.block_s) for c in args.cases]
     after = clock_now()
-    print(f"{cpu}; {args.threads} thread(s); clock {before} GHz before, {after} GHz after; "
-          f"{args.rounds} rounds of {args.block_s} s blocks")
+    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
+    print(header)
     print("| case | vectorized ms | scalar loops ms | torch ms | speedup [spread] | x torch |")
     print("|---|--:|--:|--:|---|--:|")
     for r in rows:
         ms = r["ms"]
         print(f"| {r['case']} | {ms['vectorized']:.3f} | {ms['scalar loops']:.3f} | {ms['torch']:.3f} | "
               f"{r['speedup']:.2f} [{r['spread'][0]:.2f}–{r['spread'][1]:.2f}] | {r['x_torch']:.2f} |")
-    if args.json:
-        args.json.write_text(json.dumps({"cpu": cpu, "threads": args.threads, "clock_ghz": [before, after],
-                                         "rows": rows}, indent=1))
+    save_ab(args.json, header, args.threads, [before, after], rows)
     return 0
 
 

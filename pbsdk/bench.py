@@ -369,6 +369,42 @@ def best_of(fn: Callable[..., Any], args: tuple[Any, ...], repeats: int) -> floa
     return best
 
 
+def interleaved_blocks(fns: dict[str, Callable[[], Any]], rounds: int, block_s: float) -> dict[str, list[float]]:
+    """Per contender, its fastest call in each of ``rounds`` blocks of about ``block_s`` seconds of calls (a
+    warm call first); the contenders' blocks interleaved, their order rotating each round. For same-process
+    A/B scripts (`benchmarks/long_k.py`, `benchmarks/rows_ab.py`)."""
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            fns[k]()
+            best, start = math.inf, time.perf_counter()
+            while time.perf_counter() - start < block_s:
+                t0 = time.perf_counter()
+                fns[k]()
+                best = min(best, time.perf_counter() - t0)
+            times[k].append(best)
+    return times
+
+
+def host_line(threads: int, clocks: Sequence[float | None], rounds: int, block_s: float) -> str:
+    """One line naming the host (its detected description and LLVM CPU), the threads, the clock measured
+    before and after, and the rounds: the header of an A/B script's table."""
+    from pbsdk.core.spec.host import host_spec_data
+
+    data = host_spec_data(calibrate=False)
+    return (f"{data.get('description', 'host')} LLVM cpu {data.get('codegen', {}).get('cpu')}; {threads} thread(s); "
+            f"clock {clocks[0]} GHz before, {clocks[-1]} GHz after; {rounds} rounds of {block_s} s blocks")
+
+
+def save_ab(path: Path | None, header: str, threads: int, clocks: Sequence[float | None],
+            rows: Sequence[dict[str, Any]]) -> None:
+    """Write an A/B script's rows as JSON to ``path`` (nothing when None), with its `host_line` header."""
+    if path is not None:
+        path.write_text(json.dumps({"host": header, "threads": threads, "clock_ghz": list(clocks),
+                                    "rows": list(rows)}, indent=1))
+
+
 def _repeats_for(seconds: float, *, quick: bool, block_s: float = 0.25) -> int:
     """Calls per block: about ``block_s`` of work, at least 3 and at most 30 (1 in quick mode)."""
     if quick:

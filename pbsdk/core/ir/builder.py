@@ -326,3 +326,42 @@ def transpose_vectors(rows: Sequence[ir.Value]) -> list[ir.Value]:
             nxt[j] = vector.shuffle(out[i], out[j], high)
         out = nxt
     return out
+
+
+def body_on_vectors(body: ir.Block, args: Sequence[ir.Value | None], lanes: int, *,
+                    stop: ir.Operation | None = None) -> list[ir.Value]:
+    """Build a ``linalg.generic`` region's ``body`` (single-result arith/math ops) again on vectors of ``lanes``
+    at the insertion point. ``args`` holds a vector per block argument (None: one the rebuilt part does not
+    read); scalar constants the body reads from outside (hoisted by canonicalize) become splats. Returns the
+    yielded vectors, or with ``stop`` (an op of the body) the vectors of its operands other than the block
+    arguments given as None, without building ``stop`` or what follows it."""
+    unset = [a for a, v in zip(body.arguments, args) if v is None]
+    env: list[tuple[ir.Value, ir.Value]] = [(a, v) for a, v in zip(body.arguments, args) if v is not None]
+
+    def look(v: ir.Value) -> ir.Value:
+        found = next((w for u, w in env if u == v), None)
+        if found is not None:
+            return found
+        owner = v.owner
+        owner = owner if isinstance(owner, ir.Operation) else owner.operation
+        if owner.name != "arith.constant":
+            raise ValueError(f"a generic's body reads {owner.name} from outside it")
+        t = ir.VectorType.get([lanes], v.type)
+        splat = arith.constant(t, ir.DenseElementsAttr.get_splat(t, owner.attributes["value"]))
+        env.append((v, splat))
+        return splat
+
+    for inner in body.operations:
+        op = inner.operation
+        if stop is not None and op == stop:
+            return [look(v) for v in op.operands if v not in unset]
+        if op.name == "linalg.yield":
+            return [look(v) for v in op.operands]
+        if op.name == "arith.constant" and not isinstance(op.results[0].type, ir.ShapedType):
+            look(op.results[0])
+            continue
+        attrs = {name: op.attributes[name] for name in op.attributes}
+        made = ir.Operation.create(op.name, results=[ir.VectorType.get([lanes], op.results[0].type)],
+                                   operands=[look(v) for v in op.operands], attributes=attrs).results[0]
+        env.append((op.results[0], made))
+    raise ValueError("a generic's body without linalg.yield")

@@ -1,27 +1,28 @@
-"""Pass ``vectorize-rows``: a row op's loop over its last dimension as vector loops, reductions carried in
+"""Pass ``vectorize-rows``: an op's loop over its rows' last dimension as vector loops, reductions carried in
 registers.
 
-`fuse-rows` leaves each row of a softmax or a layernorm as ``linalg.generic`` ops over one row (every loop
-but the last of extent 1): a max or a sum into a one-value buffer, then maps that read that value. Lowered
-to scalar loops, the reduction loads and stores its buffer every element and the maps reload the row's
-scalar every element (the host compiler cannot prove the buffers apart), so neither is vectorised: on an
-AVX2 host a 4096x4096 softmax ran a scalar ``vmaxss`` chain with a branch per element and a ``vdivss`` per
-element. Here each such op becomes, at the spec's vector width ``L`` for its element type:
+`fuse-rows` leaves each row of a softmax or a layernorm as ``linalg.generic`` ops over one row: a max or a sum
+into a one-value buffer, then maps that read that value. Lowered to scalar loops, the reduction loads and
+stores its buffer every element and the maps reload the row's scalar every element (the host compiler cannot
+prove the buffers apart), so neither is vectorised: on an AVX2 host a 4096x4096 softmax ran a scalar
+``vmaxss`` chain with a branch per element and a ``vdivss`` per element. Rows fuse-rows does not split (their
+sizes known only at run time, or one op on one core) are the same ops over all rows. Here each such op
+becomes, at the spec's vector width ``L`` for its element type, a loop nest over its leading loops (those of
+extent 1 dropped) around one row's vector loops:
 
-- a **map** (the last loop parallel; its outputs rows): the scalars it reads loaded once and broadcast;
+- a **map** (the last loop parallel; its outputs rows): the row's scalars loaded once and broadcast;
   ``scf.for`` over the row in steps of ``L`` (`UNROLL` vectors a step while they last), the body's arith and
   math ops rebuilt on vectors, the results stored; the last ``N mod L`` values through a mask;
-- a **reduction** (the last loop a reduction into a one-value output): the body's value before its
-  combining op (``addf``/``mulf`` marked ``reassoc``, or a ``max``/``min``), computed on vectors and combined
-  into `UNROLL` vector accumulators carried in registers (latency x pipes independent chains), the tail's
-  lanes past the row set to the combiner's identity, then one ``vector.reduction`` and the output's old value
-  combined once.
+- a **reduction** (the last loop a reduction into one value a row): the body's value before its combining op
+  (``addf``/``mulf`` marked ``reassoc``, or a ``max``/``min``), computed on vectors and combined into `UNROLL`
+  vector accumulators carried in registers (latency x pipes independent chains), the tail's lanes past the row
+  set to the combiner's identity, then one ``vector.reduction`` and the output's old value combined once.
 
-An op qualifies when every operand is either a row (its last dimension walked by the last loop, unit
-stride, every other dimension of size 1) or a scalar (every dimension of size 1, the last loop not read),
-its shapes are static, its element type f32 or f64 in the spec's vector unit, and its body single-result
-arith/math ops with no loop indices. Anything else is left to the loop lowering as before. The analysis
-(`row_plan`) is pure.
+An op qualifies when its loops are parallel but the last, every operand is either a row (its last dimension
+walked by the last loop with unit stride) or a scalar (the last loop not read), the rows' length is static or
+read from a row at run time (every bound then computed, the masked tail always kept), its element type is f32
+or f64 in the spec's vector unit, and its body is single-result arith/math ops with no loop indices. Anything
+else is left to the loop lowering as before. The analysis (`row_plan`) is pure.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
+from pbsdk.core.ir.builder import body_on_vectors
 from pbsdk.core.passes import map_dims, ops_named
 
 #: Vectors a step of the main loop: independent accumulator chains of a reduction (an add's latency of 3-4
@@ -241,40 +243,9 @@ class _Rewrite:
               ) -> list[ir.Value]:
         """The body rebuilt on vectors (block arguments: ``inputs``, then ``outs`` for outputs read); with
         ``stop``, the value it combines with the output (its other operand), else the yielded values."""
-        body = self.op.regions[0].blocks[0]
-        env: list[tuple[ir.Value, ir.Value]] = [(a, inputs[i]) for i, a in enumerate(self.args[:self.n_in])]
-        env += [(a, outs[i]) for i, a in enumerate(self.args[self.n_in:]) if i in outs]
-
-        def look(v: ir.Value) -> ir.Value:
-            found = next((w for u, w in env if u == v), None)
-            if found is not None:
-                return found
-            owner = v.owner
-            owner = owner if isinstance(owner, ir.Operation) else owner.operation
-            if owner.name != "arith.constant":
-                raise ValueError(f"row body reads {owner.name} from outside")
-            t = ir.VectorType.get([self.lanes], v.type)
-            splat = arith.constant(t, ir.DenseElementsAttr.get_splat(t, owner.attributes["value"]))
-            env.append((v, splat))
-            return splat
-
-        for inner in body.operations:
-            o = inner.operation
-            if stop is not None and o == stop:
-                out_arg = self.args[self.n_in]
-                return [look(next(v for v in o.operands if v != out_arg))]
-            if o.name == "linalg.yield":
-                return [look(v) for v in o.operands]
-            if o.name == "arith.constant" and not isinstance(o.results[0].type, ir.ShapedType):
-                look(o.results[0])
-                continue
-            t = o.results[0].type
-            vt = ir.VectorType.get([self.lanes], t)
-            attrs = {name: o.attributes[name] for name in o.attributes}
-            made = ir.Operation.create(o.name, results=[vt], operands=[look(v) for v in o.operands],
-                                       attributes=attrs).results[0]
-            env.append((o.results[0], made))
-        raise ValueError("row body without linalg.yield")
+        n_out = len(self.args) - self.n_in
+        args = [inputs[i] for i in range(self.n_in)] + [outs.get(k) for k in range(n_out)]
+        return body_on_vectors(self.op.regions[0].blocks[0], args, self.lanes, stop=stop)
 
     # -------------------------------------------------------------------------------------------------
     def _map(self) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, memref, vector
 
-from pbsdk.core.ir.builder import Indices, call_parts, zero_vector
+from pbsdk.core.ir.builder import Indices, body_on_vectors, call_parts, zero_vector
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
@@ -180,37 +180,8 @@ def _vectorizable(op: ir.Operation) -> bool:
 
 def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Value:
     """Build ``ep``'s body on vectors of ``lanes`` at the insertion point: ``args`` holds a vector per body
-    argument (inputs, C's in place of its argument); returns the yielded vector. Scalar constants the body
-    reads from outside (hoisted by canonicalize) become splats."""
-    body = ep.generic.regions[0].blocks[0]
-    env: list[tuple[ir.Value, ir.Value]] = list(zip(body.arguments, args))
-
-    def vec(t: ir.Type) -> ir.Type:
-        return ir.VectorType.get([lanes], t)
-
-    def look(v: ir.Value) -> ir.Value:
-        found = next((w for u, w in env if u == v), None)
-        if found is not None:
-            return found
-        owner = v.owner
-        owner = owner if isinstance(owner, ir.Operation) else owner.operation
-        assert owner.name == "arith.constant", f"epilogue reads {owner.name} from outside"
-        splat = arith.constant(vec(v.type), ir.DenseElementsAttr.get_splat(vec(v.type), owner.attributes["value"]))
-        env.append((v, splat))
-        return splat
-
-    for inner in body.operations:
-        op = inner.operation
-        if op.name == "linalg.yield":
-            return look(op.operands[0])
-        if op.name == "arith.constant":
-            made = look(op.results[0])
-            continue
-        attrs = {name: op.attributes[name] for name in op.attributes}
-        made = ir.Operation.create(op.name, results=[vec(op.results[0].type)],
-                                   operands=[look(v) for v in op.operands], attributes=attrs).results[0]
-        env.append((op.results[0], made))
-    raise ValueError("epilogue body without linalg.yield")
+    argument (inputs, C's in place of its argument); returns the yielded vector (`body_on_vectors`)."""
+    return body_on_vectors(ep.generic.regions[0].blocks[0], args, lanes)[0]
 
 
 def check_window(shape: UnitShape, blk: Blocking, prepacked: bool, tile: bool, window: Window) -> None:
