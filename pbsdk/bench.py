@@ -436,20 +436,26 @@ def _ms(v: float | None) -> float | None:
     return None if v is None else v * 1e3
 
 
-def _predicted_ms(work: Workload, threads: int, clock_ghz: float | None = None) -> float | None:
-    """The planner's predicted time of the case's program on the host (`pbsdk.core.plan.predict`); with
-    ``clock_ghz``, on the host running at that clock (`spec_at_clock`; None where the spec has no clock)."""
-    from pbsdk.core.plan.predict import predict_graph
-    from pbsdk.core.spec import load_spec
+def _program(work: Workload) -> Any:
+    """The case's program as the planner's graph (traced from its pbsdk function)."""
     from pbsdk.frontends.jit import trace
     from pbsdk.frontends.tracing import input_type
+
+    graph, _ = trace(work.pbsdk, tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
+    return graph
+
+
+def _predicted_ms(graph: Any, threads: int, clock_ghz: float | None = None) -> float | None:
+    """The planner's predicted time of a case's program (`_program`) on the host (`pbsdk.core.plan.predict`);
+    with ``clock_ghz``, on the host running at that clock (`spec_at_clock`; None where the spec has no clock)."""
+    from pbsdk.core.plan.predict import predict_graph
+    from pbsdk.core.spec import load_spec
 
     spec = load_spec("host")
     if clock_ghz is not None:
         spec = spec_at_clock(spec, clock_ghz)
         if spec is None:
             return None
-    graph, _ = trace(work.pbsdk, tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
     return predict_graph(graph, spec, {"threads": threads}).seconds * 1e3
 
 
@@ -550,13 +556,15 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
         log(f"    {name}: {result['errors'][name]}")
 
     # pbsdk: a cold compile (no disk cache) for this thread count, timed apart from the first run.
+    program = None  # the planner's graph of the case, predicted now and again at the clock measured
     if "pbsdk" in contenders:
         try:
             t0 = time.perf_counter()
             jf = pbsdk.jit(work.pbsdk, options={"threads": threads, "cache": False})
             jf.kernel(tuple(input_type(a, i) for i, a in enumerate(work.inputs)))
             result["compile_s"]["pbsdk"] = time.perf_counter() - t0
-            result["predicted_ms"] = _predicted_ms(work, threads)
+            program = _program(work)
+            result["predicted_ms"] = _predicted_ms(program, threads)
             result["checks"]["pbsdk"] = _check(jf(*work.inputs), expect, work)
             fns["pbsdk"] = (jf, work.inputs)
         except Exception as exc:  # noqa: BLE001 - a compile failure is a result, not a crash
@@ -609,8 +617,8 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
     clocks = [g for g in (clock_before, None if quick else clock_now()) if g is not None]
     if clocks:  # the clock the rounds ran at (a shared or boosting host's moves), and the model at it
         result["clock_ghz"] = clocks
-        if result.get("predicted_ms"):
-            result["predicted_ms_at_clock"] = _predicted_ms(work, threads, statistics.mean(clocks))
+        if program is not None and result.get("predicted_ms"):
+            result["predicted_ms_at_clock"] = _predicted_ms(program, threads, statistics.mean(clocks))
     result["times_ms"] = {name: t * 1e3 for name, t in times.items()}
     result["round_minimums_ms"] = {name: [t * 1e3 for t in v] for name, v in minima.items()}
     result["repeats"] = repeats

@@ -328,6 +328,14 @@ def transpose_vectors(rows: Sequence[ir.Value]) -> list[ir.Value]:
     return out
 
 
+def on_vectors(op: ir.Operation) -> bool:
+    """Whether ``op`` (in a ``linalg.generic``'s body) means the same on vectors, so `body_on_vectors` can
+    rebuild it: a one-result arith or math op without regions, or the yield."""
+    if op.name == "linalg.yield":
+        return True
+    return op.name.split(".")[0] in ("arith", "math") and len(op.results) == 1 and not len(op.regions)
+
+
 def body_on_vectors(body: ir.Block, args: Sequence[ir.Value | None], lanes: int, *,
                     stop: ir.Operation | None = None) -> list[ir.Value]:
     """Build a ``linalg.generic`` region's ``body`` (single-result arith/math ops) again on vectors of ``lanes``

@@ -18,6 +18,12 @@ def ops_named(root: ir.Module, name: str) -> list[ir.Operation]:
     return found
 
 
+def iterator_kinds(op: ir.Operation) -> list[str]:
+    """A structured op's iterator types as "parallel", "reduction", or "?" for any other kind."""
+    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
+    return ["parallel" if "parallel" in i else "reduction" if "reduction" in i else "?" for i in its]
+
+
 def identity_layout(t: ir.Type) -> bool:
     """A static-shaped, contiguous row-major buffer with offset 0 (what lowers to a plain memcpy, and what
     can be viewed flat)."""

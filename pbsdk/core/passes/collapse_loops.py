@@ -23,7 +23,7 @@ from mlir import ir
 from mlir.dialects import memref
 
 from pbsdk.core.ir.builder import collapsed_type, reassociation
-from pbsdk.core.passes import map_dims, ops_named
+from pbsdk.core.passes import iterator_kinds, map_dims, ops_named
 
 #: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant
 #: index, i.e. a broadcast dimension of size 1), its sizes and strides.
@@ -92,8 +92,7 @@ class CollapseLoops:
 
     @staticmethod
     def _collapse(op: ir.Operation) -> None:
-        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-        kinds = ["parallel" if "parallel" in i else "reduction" if "reduction" in i else "?" for i in its]
+        kinds = iterator_kinds(op)
         if not kinds or "?" in kinds:
             return
         if any(inner.operation.name == "linalg.index" for inner in op.regions[0].blocks[0].operations):
@@ -104,7 +103,7 @@ class CollapseLoops:
             return
         operands = [f for f in found if f is not None]
         groups = collapsible_groups(kinds, operands)
-        if len(groups) == len(its):
+        if len(groups) == len(kinds):
             return
         loop_group = {j: g for g, members in enumerate(groups) for j in members}
         new_maps: list[ir.Attribute] = []

@@ -43,7 +43,7 @@ from mlir.dialects import affine, linalg, memref, scf
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.ir import attributes
-from pbsdk.core.passes import ops_named
+from pbsdk.core.passes import iterator_kinds, ops_named
 from pbsdk.core.passes.promote import Buffer, bytes_per_level, check_capacity, is_mac, parts_of, with_units
 from pbsdk.core.plan.vector_tiles import (
     Access,
@@ -151,8 +151,7 @@ def analyse(op: ir.Operation) -> VectorOp | None:
     if op.name != "linalg.generic" or any(
             attributes.has(op, a) for a in (attributes.MATRIX_UNIT, attributes.COMPUTE)):
         return None
-    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-    kinds = ["reduction" if "reduction" in i else "parallel" if "parallel" in i else "?" for i in its]
+    kinds = iterator_kinds(op)
     if "?" in kinds or not _body_is_local(op):
         return None
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]

@@ -35,16 +35,17 @@ from typing import Any
 from mlir import ir
 from mlir.dialects import arith, memref, scf, vector
 
-from pbsdk.core.ir.builder import body_on_vectors
-from pbsdk.core.passes import map_dims, ops_named
+from pbsdk.core.ir.builder import body_on_vectors, on_vectors, zero_vector
+from pbsdk.core.passes import iterator_kinds, map_dims, ops_named
 
 #: Vectors a step of the main loop: independent accumulator chains of a reduction (an add's latency of 3-4
 #: cycles on 2 pipes needs 6-8 for full rate; 4 already quarters the latency-bound time).
 UNROLL = 4
-#: Combining ops of a reduction: (``vector.reduction`` kind, identity, needs ``reassoc``).
-COMBINERS = {"arith.addf": ("add", 0.0, True), "arith.mulf": ("mul", 1.0, True),
-             "arith.maxnumf": ("maxnumf", -math.inf, False), "arith.minnumf": ("minnumf", math.inf, False),
-             "arith.maximumf": ("maximumf", -math.inf, False), "arith.minimumf": ("minimumf", math.inf, False)}
+#: Combining ops of a reduction, by op name: (``vector.reduction`` kind, identity, needs ``reassoc``).
+_Kind = vector.CombiningKind
+COMBINERS = {"arith.addf": (_Kind.ADD, 0.0, True), "arith.mulf": (_Kind.MUL, 1.0, True),
+             "arith.maxnumf": (_Kind.MAXNUMF, -math.inf, False), "arith.minnumf": (_Kind.MINNUMF, math.inf, False),
+             "arith.maximumf": (_Kind.MAXIMUMF, -math.inf, False), "arith.minimumf": (_Kind.MINIMUMF, math.inf, False)}
 
 #: One operand as the analysis sees it: per buffer dimension, the loop it is indexed by (None: a constant 0),
 #: its sizes and strides.
@@ -106,11 +107,6 @@ def _operand(value: ir.Value, amap: ir.AffineMap) -> Operand | None:
     return tuple(loops), sizes, tuple(strides)
 
 
-def _vectorizable(op: ir.Operation) -> bool:
-    return op.name == "linalg.yield" or (op.name.split(".")[0] in ("arith", "math") and len(op.results) == 1
-                                         and not len(op.regions))
-
-
 @dataclasses.dataclass(frozen=True)
 class VectorizeRows:
     """Rewrite every qualifying ``linalg.generic`` (module docstring) at the spec's vector width."""
@@ -135,16 +131,14 @@ class _Rewrite:
     lanes: int
     elem: ir.Type
     combiner: ir.Operation | None  # a reduction's combining op in the body
-    loops: list[str] = dataclasses.field(default_factory=list)  # the op's iterator kinds
-    loops_of: list[tuple[int | None, ...]] = dataclasses.field(default_factory=list)  # per operand dimension
+    loops_of: list[tuple[int | None, ...]]  # per operand, per dimension: the loop indexing it (None: 0)
 
     @classmethod
     def of(cls, op: ir.Operation, vec: Any) -> None:
-        its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-        kinds = ["parallel" if "parallel" in i else "reduction" if "reduction" in i else "?" for i in its]
+        kinds = iterator_kinds(op)
         maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
         body = op.regions[0].blocks[0]
-        if not all(_vectorizable(o.operation) for o in body.operations):
+        if not all(on_vectors(o.operation) for o in body.operations):
             return
         found = [_operand(v, m) for v, m in zip(op.operands, maps)]
         if any(f is None for f in found):
@@ -162,10 +156,8 @@ class _Rewrite:
             combiner = _combiner(body)
             if combiner is None:
                 return
-        rw = cls(op, plan, vec.lanes(dtype), ir.MemRefType(op.operands[0].type).element_type, combiner)
-        rw.loops = kinds
-        rw.loops_of = [f[0] for f in found if f is not None]
-        rw.build()
+        cls(op, plan, vec.lanes(dtype), ir.MemRefType(op.operands[0].type).element_type, combiner,
+            [f[0] for f in found if f is not None]).build()
 
     # -------------------------------------------------------------------------------------------------
     def build(self) -> None:
@@ -175,6 +167,7 @@ class _Rewrite:
         body = op.regions[0].blocks[0]
         self.args = list(body.arguments)
         self.n_in = len(op.operands) - _outputs(op, body)
+        self.last = len(ir.ArrayAttr(op.attributes["iterator_types"])) - 1  # the loop along the rows
         with ir.InsertionPoint(op):
             idx = ir.IndexType.get()
             self.c = lambda v: arith.constant(idx, v)
@@ -185,7 +178,7 @@ class _Rewrite:
 
     def _rows(self, loop: int) -> None:
         """The op's leading loops from ``loop`` on (a loop of extent 1 is index 0), then one row."""
-        if loop == len(self.loops) - 1:
+        if loop == self.last:
             # the scalars the body reads, loaded once a row and broadcast (an output is read where it is combined)
             self.scalars = {i: vector.broadcast(self.vt, memref.load(v, self._index(i, None)))
                             for i, v in enumerate(list(self.op.operands)[:self.n_in]) if not self.plan.rows[i]}
@@ -218,12 +211,8 @@ class _Rewrite:
     def _index(self, i: int, at: ir.Value | None) -> list[ir.Value]:
         """Operand ``i``'s indices in the current row: its leading loops' induction variables, 0 for a
         constant index, ``at`` along the row."""
-        last = len(self.loops) - 1
-        return [at if j == last else self.ivs.get(j, self.c(0)) if j is not None else self.c(0)
+        return [at if j == self.last else self.ivs.get(j, self.c(0)) if j is not None else self.c(0)
                 for j in self.loops_of[i]]  # type: ignore[misc]
-
-    def _row_index(self, i: int, at: ir.Value) -> list[ir.Value]:
-        return self._index(i, at)
 
     def _load_rows(self, at: ir.Value, mask: ir.Value | None) -> dict[int, ir.Value]:
         """Every row input's vector at ``at`` (masked: lanes past the row zero); the scalars broadcast."""
@@ -233,10 +222,9 @@ class _Rewrite:
             if not self.plan.rows[i]:
                 out[i] = self.scalars[i]
             elif mask is None:
-                out[i] = vector.load(self.vt, v, self._row_index(i, at))
+                out[i] = vector.load(self.vt, v, self._index(i, at))
             else:
-                zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, 0.0)))
-                out[i] = vector.maskedload(self.vt, v, self._row_index(i, at), mask, zero)
+                out[i] = vector.maskedload(self.vt, v, self._index(i, at), mask, zero_vector(self.vt))
         return out
 
     def _body(self, inputs: dict[int, ir.Value], outs: dict[int, ir.Value], stop: ir.Operation | None
@@ -258,9 +246,9 @@ class _Rewrite:
             for k, val in enumerate(values):
                 dest = self.op.operands[self.n_in + k]
                 if mask is None:
-                    vector.store(val, dest, self._row_index(self.n_in + k, i))
+                    vector.store(val, dest, self._index(self.n_in + k, i))
                 else:
-                    vector.maskedstore(dest, self._row_index(self.n_in + k, i), mask, val)
+                    vector.maskedstore(dest, self._index(self.n_in + k, i), mask, val)
 
         if bd.has_main:
             loop = scf.ForOp(self.c(0), bd.main, self.c(bd.step))
@@ -281,11 +269,10 @@ class _Rewrite:
 
     def _load_out(self, k: int, at: ir.Value, mask: ir.Value | None) -> ir.Value:
         dest = self.op.operands[self.n_in + k]
-        idx = self._row_index(self.n_in + k, at)
+        idx = self._index(self.n_in + k, at)
         if mask is None:
             return vector.load(self.vt, dest, idx)
-        zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, ir.FloatAttr.get(self.elem, 0.0)))
-        return vector.maskedload(self.vt, dest, idx, mask, zero)
+        return vector.maskedload(self.vt, dest, idx, mask, zero_vector(self.vt))
 
     def _reduce(self) -> None:
         assert self.combiner is not None
@@ -320,8 +307,7 @@ class _Rewrite:
             acc = loop.results[0]
         if bd.has_tail:
             acc = combine(acc, term(bd.full, vector.create_mask(self.mask_t, [bd.tail])))
-        kind_attr = ir.Attribute.parse(f"#vector.kind<{kind}>")
-        total = vector.reduction(self.elem, kind_attr, acc)
+        total = vector.reduction(self.elem, kind, acc)
         out = self.op.operands[self.n_in]
         where = self._index(self.n_in, None)
         old = memref.load(out, where)

@@ -1042,11 +1042,11 @@ def _with_packing(spec: ChipSpec, op: Contraction, blk: Blocking, roofline: Esti
     return Estimate(roofline.seconds + pack, roofline.bound, (*roofline.terms, ("packing", pack)))
 
 
-def _holding(spec: ChipSpec, nbytes: float, threads: int) -> MemoryLevel:
-    """The innermost memory level that holds ``nbytes`` (a core-scoped level: in the ``threads`` cores' copies)."""
+def holding_level(spec: ChipSpec, nbytes: float, cores: int) -> MemoryLevel:
+    """The innermost memory level that holds ``nbytes`` (a core-scoped level: in the ``cores`` cores' copies)."""
     found = spec.memory[0]
     for lv in spec.memory[1:]:  # outermost to innermost
-        if nbytes <= lv.size_bytes * (threads if lv.scope != "device" else 1):
+        if nbytes <= lv.size_bytes * (cores if lv.scope != "device" else 1):
             found = lv
     return found
 
@@ -1075,7 +1075,7 @@ def packing_seconds(spec: ChipSpec, op: Contraction, blk: Blocking) -> float:
     for whole, moved, kept, packed in packs:
         if not packed or not moved:
             continue
-        source = _holding(spec, whole, t)
+        source = holding_level(spec, whole, t)
         target = next((lv for lv in spec.memory if lv.name == kept), source)
         seconds += moved / (_per_thread_gbps(source, t) * 1e9) + moved / (_per_thread_gbps(target, t) * 1e9)
     return seconds

@@ -24,7 +24,7 @@ from typing import Any
 
 from pbsdk.core.ir.graph import Graph, Value
 from pbsdk.core.options import Options, as_options
-from pbsdk.core.plan.contraction import plan_contraction
+from pbsdk.core.plan.contraction import holding_level, plan_contraction
 from pbsdk.core.plan.explain import contraction_of
 from pbsdk.core.spec import ChipSpec
 from pbsdk.core.spec.models import dtype_bits
@@ -144,11 +144,7 @@ def _source(v: Value, producer: Mapping[int, Any]) -> Value:
 
 def _loops_seconds(spec: ChipSpec, opts: Options, nbytes: int, element_ops: int) -> float:
     cores = max(1, min(opts.threads or spec.compute[0].count, spec.compute[0].count))
-    level = spec.memory[0]
-    for lv in spec.memory[1:]:  # outermost to innermost: the innermost that holds the working set
-        capacity = lv.size_bytes * (cores if lv.scope != "device" else 1)
-        if nbytes <= capacity:
-            level = lv
+    level = holding_level(spec, nbytes, cores)  # the innermost that holds the working set
     bandwidth = level.shared_bandwidth(cores) if level.scope == "device" else level.bandwidth_gbps * cores
     memory = nbytes / (bandwidth * 1e9)
     # the f32 peak is 2 FLOP per lane per FMA issued: half of it is the rate of element operations

@@ -35,7 +35,7 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, func, memref, vector
 
-from pbsdk.core.ir.builder import Indices, body_on_vectors, call_parts, zero_vector
+from pbsdk.core.ir.builder import Indices, body_on_vectors, call_parts, on_vectors, zero_vector
 from pbsdk.core.ir.builder import for_each as _for
 from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
@@ -155,7 +155,7 @@ def find_epilogue(mm: ir.Operation) -> tuple[UnitEpilogue, list[ir.Value]] | Non
             or ir.MemRefType(out.type).get_strides_and_offset()[0][-1] != 1):
         return None
     body = gen.regions[0].blocks[0]
-    if list(body.arguments[n_in].uses) or not all(_vectorizable(o.operation) for o in body.operations):
+    if list(body.arguments[n_in].uses) or not all(on_vectors(o.operation) for o in body.operations):
         return None
     dims, types, values = [], [], []
     for i in range(n_in):
@@ -169,13 +169,6 @@ def find_epilogue(mm: ir.Operation) -> tuple[UnitEpilogue, list[ir.Value]] | Non
         types.append(ir.MemRefType(t))
         values.append(operands[i])
     return UnitEpilogue(gen, reads[0], tuple(dims), tuple(types), ir.MemRefType(out.type)), values + [out]
-
-
-def _vectorizable(op: ir.Operation) -> bool:
-    """Whether ``op`` (in an epilogue body) means the same on vectors: a one-result arith or math op."""
-    if op.name == "linalg.yield":
-        return True
-    return op.name.split(".")[0] in ("arith", "math") and len(op.results) == 1 and not len(op.regions)
 
 
 def vectorize(ep: UnitEpilogue, args: Sequence[ir.Value], lanes: int) -> ir.Value:
