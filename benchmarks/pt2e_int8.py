@@ -32,8 +32,8 @@ from typing import Any
 from pbsdk.bench import cpu_model
 
 CONTENDERS = ("pbsdk", "inductor", "eager")
-#: The host int8 units the cpu target lowers (VNNI's dot product, AMX's tile product).
-INT8_UNITS = ("vpdpbusd", "tdpbssd")
+#: The host int8 units the cpu target lowers (VNNI's dot product, AMX's tile product, AVX2's vpmaddwd).
+INT8_UNITS = ("vpdpbusd", "tdpbssd", "vpmaddwd")
 
 
 def _pt2e() -> dict[str, Any]:

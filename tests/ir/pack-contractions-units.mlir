@@ -8,6 +8,11 @@
 // as packed (pack-contractions-widened.mlir).
 // RUN: %pbsdk opt %s --split-input-file --target cpu --spec intel/xeon-avx512 -p pack-contractions \
 // RUN:   --options threads=1 | filecheck %s --check-prefix=NOUNIT
+// On AVX2's i8 unit (amd/zen3: vpmaddwd 1x8x2, i8 read as i16) the i8 products widen A and B to i16 as they
+// are packed (A always: a widened broadcast in place would cost an extension per value), and each step is the
+// intrinsic and an add: no offset, no column sums (a signed x signed product).
+// RUN: %pbsdk opt %s --split-input-file --target cpu --spec amd/zen3 -p pack-contractions \
+// RUN:   --options threads=1 | filecheck %s --check-prefix=PAIRS
 
 // CHECK-LABEL: func.func @bf16(
 // CHECK:         call @__pbsdk_mm0(%{{.*}}, %{{.*}}, %{{.*}}) : (memref<40x70xbf16>, memref<70x50xbf16>, memref<40x50xf32>)
@@ -51,6 +56,20 @@ func.func @bf16(%a: memref<40x70xbf16>, %b: memref<70x50xbf16>, %c: memref<40x50
 // NOUNIT:         call @__pbsdk_mm0(
 // NOUNIT-LABEL:  func.func @__pbsdk_mm0_part(
 // NOUNIT:          arith.sitofp {{.*}} : vector<16xi8> to vector<16xf32>
+// PAIRS-LABEL: func.func @i8(
+// PAIRS-LABEL: func.func @__pbsdk_mm0_part(
+// PAIRS-NOT:     arith.xori
+// PAIRS:         memref.alloc() {alignment = 64 : i64} : memref<{{[0-9]+}}x15x{{[0-9]+}}xi16>
+// PAIRS:         memref.alloc() {alignment = 64 : i64} : memref<{{[0-9]+}}x{{[0-9]+}}x{{[0-9]+}}xi16>
+// PAIRS:         arith.extsi {{.*}} : vector<8xi8> to vector<8xi16>
+// PAIRS:         vector.shuffle {{.*}} : vector<8xi16>, vector<8xi16>
+// PAIRS:         arith.extsi {{.*}} : vector<16xi8> to vector<16xi16>
+// PAIRS:         vector.load {{.*}} : memref<{{.*}}xi16>, vector<2xi16>
+// PAIRS-NEXT:    vector.bitcast {{.*}} : vector<2xi16> to vector<1xi32>
+// PAIRS:         %[[P:.*]] = llvm.call_intrinsic "llvm.x86.avx2.pmadd.wd"({{.*}}) : (vector<16xi16>, vector<16xi16>) -> vector<8xi32>
+// PAIRS-NEXT:    arith.addi %{{.*}}, %[[P]] : vector<8xi32>
+// PAIRS-NOT:     arith.xori
+// PAIRS-LABEL: func.func private @__pbsdk_mm0(
 func.func @i8(%a: memref<33x30xi8>, %b: memref<30x20xi8>, %c: memref<33x20xi32>) {
   %zero = arith.constant 0 : i32
   linalg.fill ins(%zero : i32) outs(%c : memref<33x20xi32>)

@@ -136,10 +136,13 @@ def test_bf16_implicit_conv_on_the_unit(case: tuple, threads: int, pack_notes) -
     assert any("implicit GEMM on vdpbf16ps" in n for n in pack_notes(conv, options, x, w, bias))
 
 
-# i8 on VNNI (vpdpbusd): groups of four channels; A's bytes offset by 128 at each broadcast from the input,
-# the accumulators started at -128 x B's column sums: the i32 result is exact.
+# i8 on the host's i8 unit. VNNI's vpdpbusd: groups of four channels; A's bytes offset by 128 at each broadcast
+# from the input, the accumulators started at -128 x B's column sums. AVX2's vpmaddwd: groups of two channels
+# read as i16 from a widened copy of the input. Either way the i32 result is exact.
+I8_UNIT, I8_GROUP = next(((u, g) for u, g in (("vpdpbusd", 4), ("vpmaddwd", 2)) if lowers_unit(load_spec("host"), u)),
+                         ("", 4))
 I8_CASES = [c for c in CASES if c[1][3] % 4 == 0 and c[1][3] >= 16]
-needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI (vpdpbusd)")
+needs_i8_unit = pytest.mark.skipif(not I8_UNIT, reason="this host has no i8 unit (VNNI's vpdpbusd, AVX2's vpmaddwd)")
 
 
 @needs_i8_unit
@@ -157,7 +160,7 @@ def test_i8_implicit_conv_on_the_unit_is_exact(case: tuple, threads: int, pack_n
     want = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride=stride, padding=padding,
                       dilation=dilation, layout="NHWC")
     np.testing.assert_array_equal(got, want.astype(np.int64))
-    assert any("implicit GEMM on vpdpbusd" in n for n in pack_notes(_conv(case), options, x, w))
+    assert any(f"implicit GEMM on {I8_UNIT}" in n for n in pack_notes(_conv(case), options, x, w))
 
 
 @needs_bf16_unit
@@ -207,10 +210,10 @@ def test_i8_few_channels_read_kernel_rows_in_place(case: tuple, pack_notes) -> N
     want = ref.conv2d(x.astype(np.float64), w.astype(np.float64), stride=stride, padding=padding, layout="NHWC")
     np.testing.assert_array_equal(got, want.astype(np.int64))
     notes = pack_notes(conv, {"threads": 1, **VEC}, x)
-    place = [t for t in notes if "implicit GEMM on vpdpbusd" in t]
+    place = [t for t in notes if f"implicit GEMM on {I8_UNIT}" in t]
     assert bool(place) is in_place, notes
-    if in_place and run % 4:
-        assert f"kernel rows of {run} values as {-(-run // 4)} groups of 4" in place[0], place
+    if in_place and run % I8_GROUP:
+        assert f"kernel rows of {run} values as {-(-run // I8_GROUP)} groups of {I8_GROUP}" in place[0], place
     if not in_place:
         assert any("im2col kept" in t for t in notes), notes
 

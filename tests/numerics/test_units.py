@@ -20,8 +20,13 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 needs_bf16_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vdpbf16ps"), reason="this host has no AVX512-BF16 "
                                      "(vdpbf16ps): its machine code is checked by test_code_for_a_cpu_with_units")
-needs_i8_unit = pytest.mark.skipif(not lowers_unit(load_spec("host"), "vpdpbusd"), reason="this host has no VNNI (vpdpbusd): its "
-                                   "machine code is checked by test_code_for_a_cpu_with_units")
+#: The host's i8 unit in the vector registers, its group of k (as packed) and the intrinsic its steps call:
+#: VNNI's vpdpbusd (u8 x i8 quads), else AVX2's / AVX512-BW's vpmaddwd (i8 widened to i16 pairs).
+I8_UNIT, I8_GROUP, I8_INTRINSIC = next(
+    ((u, g, i) for u, g, i in (("vpdpbusd", 4, "vpdpbusd"), ("vpmaddwd", 2, "pmadd")) if lowers_unit(load_spec("host"), u)),
+    ("", 4, ""))
+needs_i8_unit = pytest.mark.skipif(not I8_UNIT, reason="this host has no i8 unit (VNNI's vpdpbusd, AVX2's vpmaddwd): "
+                                   "its machine code is checked by test_code_for_a_cpu_with_units")
 
 #: (M, N, K): whole tiles, edges in every dimension, K not a multiple of the unit's depth, several k blocks;
 #: few rows and many columns (B packed several panels a pass, split over the threads by columns).
@@ -90,7 +95,7 @@ def test_bf16_batched_matmul_with_bias_and_gelu(threads: int) -> None:
 @needs_i8_unit
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("m, n, k", SHAPES)
-def test_i8_matmul_on_vpdpbusd_is_exact(m: int, n: int, k: int, threads: int) -> None:
+def test_i8_matmul_on_the_unit_is_exact(m: int, n: int, k: int, threads: int) -> None:
     rng = np.random.default_rng(5)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (k, n), dtype=np.int8)
@@ -100,7 +105,20 @@ def test_i8_matmul_on_vpdpbusd_is_exact(m: int, n: int, k: int, threads: int) ->
     got = fn(a, b)
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, a.astype(np.int32) @ b.astype(np.int32))
-    assert "vpdpbusd" in _packed(fn, a, b)
+    assert I8_INTRINSIC in _packed(fn, a, b)
+
+
+@needs_i8_unit
+@pytest.mark.parametrize("threads", [1, 2])
+def test_i8_batched_matmul_on_the_unit_is_exact(threads: int) -> None:
+    rng = np.random.default_rng(8)
+    a = rng.integers(-128, 128, (3, 41, 70), dtype=np.int8)
+    b = rng.integers(-128, 128, (3, 70, 37), dtype=np.int8)
+    a[:, 0, :] = -128
+    b[:, :, 0] = -128
+    fn = pbsdk.jit(lambda x, w: x @ w, target="cpu", options={"threads": threads, "cache": False, **VEC})
+    np.testing.assert_array_equal(fn(a, b), a.astype(np.int32) @ b.astype(np.int32))
+    assert I8_INTRINSIC in _packed(fn, a, b)
 
 
 @needs_i8_unit
@@ -120,11 +138,12 @@ def test_i8_requantize_epilogue_is_fused_and_exact() -> None:
     want = np.clip(np.round(acc * scale) + 3, -128, 127).astype(np.int8)
     np.testing.assert_array_equal(got, want)
     packed = _packed(fn, a, b)
-    assert "vpdpbusd" in packed and "linalg.generic" not in packed
+    assert I8_INTRINSIC in packed and "linalg.generic" not in packed
 
 
 @pytest.mark.parametrize("spec, dtype, instruction", [("amd/zen4", "bf16", "vdpbf16ps"),
                                                       ("amd/zen4", "i8", "vpdpbusd"),
+                                                      ("amd/zen3", "i8", "vpmaddwd"),
                                                       ("intel/xeon-amx", "bf16", "vdpbf16ps")])
 def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> None:
     """Compiled for a preset's CPU (from whatever host runs the test): the instruction is in the machine code
@@ -163,8 +182,8 @@ def test_bf16_constant_weights_are_packed_at_compile_time(m: int, k: int, n: int
 
 @needs_i8_unit
 def test_i8_constant_weights_are_packed_at_compile_time() -> None:
-    """An i8 weight packed at compile time: the kernel computes B's column sums (the u8 correction) from the
-    prepacked panels on every k block."""
+    """An i8 weight packed at compile time: for vpdpbusd the kernel computes B's column sums (the u8
+    correction) from the prepacked panels on every k block; for vpmaddwd the panels hold it widened to i16."""
     from pbsdk.targets.cpu.unit_kernel import pack_unit_panels, unit_packed_shape
 
     rng = np.random.default_rng(7)
@@ -180,8 +199,10 @@ def test_i8_constant_weights_are_packed_at_compile_time() -> None:
         np.testing.assert_array_equal(fn(a), a.astype(np.int32) @ b.astype(np.int32))
         kernel = fn.kernel(fn._signature((a,)))[0]
         nr = plan_contraction(unit_spec(load_spec("host"), "off")[0], Contraction(45, 50, 70, dtype="i8"), {"threads": threads}).blocking.nr
-        # the constant reaches the kernel packed for the planned tile's nr
-        assert [c.shape for c in kernel.artifact.constants] == [unit_packed_shape(70, 50, nr, 4)]
+        # the constant reaches the kernel packed for the planned tile's nr, in the type the unit reads
+        (const,) = kernel.artifact.constants
+        assert const.shape == unit_packed_shape(70, 50, nr, I8_GROUP)
+        assert const.dtype == (np.int8 if I8_UNIT == "vpdpbusd" else np.int16)
 
 
 

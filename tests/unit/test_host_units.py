@@ -197,3 +197,75 @@ def test_b_is_packed_several_panels_a_pass() -> None:
     assert i8 is not None and 1 <= i8.pass_panels * i8.nv <= 8
     f32 = plan_contraction(spec, Contraction(256, 4096, 4096), {"threads": 1}).blocking
     assert f32 is not None and f32.pass_panels == 1  # the FMA kernel packs its own way
+
+
+# ------------------------------------------------------------------- vpmaddwd: i8 read as i16 pairs
+
+AVX2 = {"avx2": True, "fma": True}
+
+
+def test_avx2_without_vnni_gives_vpmaddwd_reading_i8_as_i16() -> None:
+    (unit,) = host_units(AVX2, 256, 2)
+    assert (unit["name"], unit["n"], unit["k"], unit["operand_dtype"], unit["register_dtype"],
+            unit["accumulator_dtype"], unit["registers"], unit["broadcast_registers"]) == (
+        "vpmaddwd", 8, 2, "i8", "i16", "i32", "vector", 4)
+    # AVX512-BW without VNNI (a Skylake-X): 16 lanes; any i8 dot product (VNNI, AVX-VNNI, AMX) comes first
+    assert [(u["name"], u["n"]) for u in host_units({"avx512f": True, "avx512bw": True}, 512, 2)] == [("vpmaddwd", 16)]
+    assert [u["name"] for u in host_units({**AVX2, "avxvnni": True}, 256, 2)] == ["vpdpbusd"]
+    assert [u["name"] for u in host_units({**ZEN4, "avx512bw": True}, 512, 2)] == ["vdpbf16ps", "vpdpbusd"]
+    assert host_units({"avx": True}, 256, 2) == []  # AVX without AVX2 has no 256-bit integer multiply
+
+
+def test_zen3_preset_plans_i8_on_vpmaddwd_with_a_packed_a() -> None:
+    spec = load_spec("amd/zen3")
+    plan = plan_contraction(spec, Contraction(3136, 64, 576, dtype="i8"), {"threads": 1})
+    tile, blk = plan.compute, plan.blocking
+    assert (tile.name, tile.instruction, tile.reads) == ("vpmaddwd", (1, 8, 2), "i16")
+    assert blk is not None and (blk.unit, blk.unit_k, blk.lanes) == ("vpmaddwd", 2, 8) and blk.kc % 2 == 0
+    assert tile.m * blk.nv + blk.nv + 4 <= 16  # accumulators, B vectors and the broadcast registers
+    # widened in place each broadcast would extend every value: A is packed whatever its reuse
+    assert blk.pack_a and any("reads A widened to i16" in r for r in plan.reasons)
+    # the B micro-panel is held in l1 as i16: twice the bytes of the stored i8
+    big = plan_contraction(spec, Contraction(64, 64, 4608, dtype="i8"), {"threads": 1}).blocking  # kc in l1
+    assert big is not None and big.kc * big.nr * 2 <= spec.memory_level("l1d").size_bytes < 2 * big.kc * big.nr * 2
+
+
+def test_a_widening_unit_slower_than_widening_to_f32_is_not_used() -> None:
+    """A unit that widens its operands is skipped where its multiply-adds a cycle fall short of the f32 FMAs'
+    the operands could be widened to instead (Zen 3: 2 FMAs of 8 lanes, 16 a cycle; vpmaddwd's 16 products a
+    step tie them at 1 step a cycle): i8 then runs on the f32 FMAs, widened."""
+    from pbsdk.core.plan.contraction import units_for, widened_dtype
+
+    spec = load_spec("amd/zen3")
+    unit = spec.matrix_units[0]
+    slow = spec.model_copy(update={"matrix_units": [unit.model_copy(update={"per_cycle": 0.9})]})
+    tie = spec.model_copy(update={"matrix_units": [unit.model_copy(update={"per_cycle": 1.0})]})
+    assert [u.name for u in units_for(spec, "i8", "i32")] == ["vpmaddwd"]
+    assert [u.name for u in units_for(tie, "i8", "i32")] == ["vpmaddwd"]  # a tie: exact i32, half the bytes
+    assert units_for(slow, "i8", "i32") == []
+    op = Contraction(256, 256, 256, dtype="i8")
+    assert widened_dtype(slow, op) == "f32" and widened_dtype(spec, op) is None
+    assert plan_contraction(slow, op, {"threads": 1}).compute.kind == "vector-fma"
+
+
+@pytest.mark.parametrize("change, field, message", [
+    ({"register_dtype": "i8", "operand_dtype": "i16", "k": 2}, "matrix_units[0].register_dtype", "narrower"),
+    ({"register_dtype": "i32"}, "matrix_units[0].k", "32-bit group"),
+    ({"registers": None, "broadcast_registers": 1}, "matrix_units[0].register_dtype", "registers: vector"),
+])
+def test_register_dtype_is_validated(change: dict, field: str, message: str) -> None:
+    data = load_spec("amd/zen3").model_dump(mode="json")
+    data["matrix_units"][0].update(change)
+    with pytest.raises(SpecError, match=field.replace("[", r"\[").replace("]", r"\]")) as err:
+        validate_data(data, source="zen3-edited")
+    assert message in str(err.value)
+
+
+def test_cpu_lowers_vpmaddwd_with_avx2_or_avx512bw() -> None:
+    from pbsdk.targets.cpu.hooks import lowerable
+
+    unit = load_spec("amd/zen3").matrix_units[0]
+    assert lowerable(unit, 256, "+avx2,+fma") is None
+    assert "+avx2" in (lowerable(unit, 256, "+avx,+fma") or "")
+    assert lowerable(unit, 512, "+avx512f,+avx512bw") is None
+    assert "no 128-bit instruction" in (lowerable(unit, 128, "+avx2") or "")

@@ -23,7 +23,7 @@ _FLOAT_TYPES: dict[str, Callable[[], ir.Type]] = {
 }
 
 
-_INT_BITS = {"i8": 8, "i32": 32, "i64": 64}
+_INT_BITS = {"i8": 8, "i16": 16, "i32": 32, "i64": 64}
 
 
 def element_type(dtype: str) -> ir.Type:

@@ -101,6 +101,9 @@ class ComputeTile:
     #: kept in the vector registers (``MatrixUnit.registers == "vector"``: ``m x n`` above is the register
     #: tile, ``k`` the instruction's depth); None when the tile is one instruction (or not a unit).
     instruction: tuple[int, int, int] | None = None
+    #: The dtype the instructions read A and B in where the operands are widened into it as they are packed
+    #: (`MatrixUnit.register_dtype`: AVX2's ``vpmaddwd`` reads i8 as i16); "" for the operands' own.
+    reads: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -357,13 +360,19 @@ def blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile,
 @dataclasses.dataclass(frozen=True)
 class _MicroTile:
     """The register tile `_blocking` blocks for: ``mr`` rows by ``nv`` vectors of ``lanes`` (``nr``
-    columns), on operands of ``eb`` bytes an element."""
+    columns), on packed operands of ``eb`` bytes an element (``source_eb`` as stored, where packing widens
+    them for the unit)."""
 
     mr: int
     nv: int
     nr: int
     lanes: int
     eb: float
+    source_eb: float = 0.0
+
+    @property
+    def stored_eb(self) -> float:
+        return self.source_eb or self.eb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,7 +393,7 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     given A, packed at compile time)."""
     assert spec.vector is not None
     lanes = spec.vector.lanes(op.accumulator)
-    tile = _MicroTile(unit.m, unit.n // lanes, unit.n, lanes, _bytes(op.dtype))
+    tile = _MicroTile(unit.m, unit.n // lanes, unit.n, lanes, _bytes(unit.reads or op.dtype), _bytes(op.dtype))
     par = _thread_split(spec, op, opts, solo_seconds, tile)
     l1 = caches[0]
     l2 = caches[1] if len(caches) > 1 else l1
@@ -403,7 +412,7 @@ def _blocking(spec: ChipSpec, op: Contraction, unit: ComputeTile, opts: Options,
     why += why_b + why_a + _unit_steps(unit, kc, pack_a)
     passes = 1
     if unit_k > 1 and pack_b and not b_constant:
-        passes, why_pass = _pass_panels(spec, op, tile, l1, nc, par.n_part)
+        passes, why_pass = _pass_panels(spec, op, tile, l1, nc, par.n_part, sums=op.dtype == "i8" and not unit.reads)
         why.append(why_pass)
     return Blocking(tile.mr, tile.nv, lanes, mc, nc, kc, par.threads, par.split, l1.name, l2.name, l3.name, pack_b,
                     prefetch_c=prefetch_c, pack_a=pack_a, transposed=transposed, unit=unit_name,
@@ -577,18 +586,19 @@ PASS_LINES = 4
 DEFAULT_LINE_BYTES = 64
 
 
-def _pass_panels(spec: ChipSpec, op: Contraction, tile: _MicroTile, l1: MemoryLevel, nc: int, n_part: int
-                 ) -> tuple[int, str]:
+def _pass_panels(spec: ChipSpec, op: Contraction, tile: _MicroTile, l1: MemoryLevel, nc: int, n_part: int,
+                 sums: bool = False) -> tuple[int, str]:
     """How many of B's micro-panels a unit kernel packs in one pass down B's rows, and why: enough that each
     row's read is `PASS_LINES` lines of ``l1`` (packed one panel at a time, a B of wide rows has every row, on
     its own page, visited once per panel for an nr-column sliver), at most the columns of a thread's
-    ``nc``-column block (a pass past the block's last panel masks its loads), and for int8 with the column
-    sums of the pass's panels (one accumulator per vector) in at most half the vector registers."""
+    ``nc``-column block (a pass past the block's last panel masks its loads), and with ``sums`` (VNNI's int8
+    correction) the column sums of the pass's panels (one accumulator per vector) in at most half the vector
+    registers."""
     assert spec.vector is not None
     line = l1.line_bytes or DEFAULT_LINE_BYTES
-    row_bytes = tile.nr * tile.eb
+    row_bytes = tile.nr * tile.stored_eb
     panels = min(max(1, int(PASS_LINES * line // row_bytes)), -(-min(nc, n_part) // tile.nr))
-    if op.dtype == "i8":
+    if sums:
         panels = min(panels, max(1, spec.vector.registers // 2 // tile.nv))
     return panels, (f"B packed {panels} micro-panel(s) a pass down its rows ({panels * row_bytes:g} B of each row, "
                     f"{PASS_LINES} lines of {line} B wanted)")
@@ -620,6 +630,12 @@ def _unit_a_packing(unit: ComputeTile, op: Contraction, l1: MemoryLevel, mr: int
         return True, f"A packed: {unit.name} loads tiles of {unit.instruction[0]} rows x {unit.k} from a packed block"
     if opts.pack_a is not None or a_km:
         return None
+    if unit.reads:
+        # Widened in place, each broadcast group would take a load and a sign extension per value before its
+        # broadcast (and more instructions than the unit's); packed, it is one 32-bit broadcast load. Zen 3, 1
+        # thread, i8 on vpmaddwd, packed against in place: 3136x64x576 1.65x, 49x512x4608 1.38x.
+        return True, (f"A packed: {unit.name} reads A widened to {unit.reads}, once as packed rather than at each "
+                      "broadcast")
     # A unit's A operand is a broadcast group of k values, loaded from A's rows as they are or from a packed
     # copy alike: packing pays when the tile's rows evict one another from l1, and for int8 (read as u8, each
     # byte offset by 128) when the offset, once per packed byte, saves more broadcasts' offsets than the
@@ -738,13 +754,29 @@ def scratchpad_capacity(level: MemoryLevel, options: Options | Mapping[str, Any]
     return level.size_bytes
 
 
+def units_for(spec: ChipSpec, dtype: str, accumulator: str) -> list[MatrixUnit]:
+    """The spec's matrix units for ``dtype`` operands into ``accumulator``, in its order, less any that widens
+    its operands (`MatrixUnit.register_dtype`) with fewer multiply-adds a cycle than the f32 FMAs the operands
+    could be widened to instead (`widened_dtype`): a ``vpmaddwd`` step of 16 i8 products at 1.6 a cycle (Zen
+    3) beats 1.98 f32 FMAs of 8; one that shares its ports with its own add (1 a cycle) merely ties them."""
+    vec = spec.vector
+    out = []
+    for u in spec.matrix_units_for(dtype, accumulator):
+        if u.register_dtype is not None and vec is not None and vec.fma and u.per_cycle is not None:
+            fma_macs = vec.fma_per_cycle * vec.lanes("f32")
+            if u.per_cycle * u.m * u.n * u.k < fma_macs:
+                continue
+        out.append(u)
+    return out
+
+
 def compute_tile(spec: ChipSpec, op: Contraction,
                  options: Options | Mapping[str, Any] | None = None) -> tuple[ComputeTile, str]:
     """Step 1: the matrix unit, or a vector register tile, or scalar; with the reason."""
     opts = as_options(options)
     allowed = operand_dtypes(op.dtype, opts)
     if opts.matrix_units:
-        units = [u for dt in allowed for u in spec.matrix_units_for(dt, op.accumulator)]
+        units = [u for dt in allowed for u in units_for(spec, dt, op.accumulator)]
         if units:
             u = units[0]
             if u.registers == "vector" and spec.vector is not None and spec.caches():
@@ -789,7 +821,7 @@ def widened_dtype(spec: ChipSpec, op: Contraction, options: Options | Mapping[st
             or op.accumulator != (wide if floats else "i32") or (floats and op.dtype in vec.dtypes):
         return None
     opts = as_options(options)
-    if opts.matrix_units and any(spec.matrix_units_for(dt, op.accumulator) for dt in operand_dtypes(op.dtype, opts)):
+    if opts.matrix_units and any(units_for(spec, dt, op.accumulator) for dt in operand_dtypes(op.dtype, opts)):
         return None
     return wide
 
@@ -804,7 +836,8 @@ def _unit_register_tile(spec: ChipSpec, op: Contraction, u: MatrixUnit) -> tuple
     staged = u.broadcast_registers
     mr, nv, why = register_tile(vec.registers, u.n, rate, vec.loads_per_cycle, op.m, op.n, broadcasts=staged)
     return (ComputeTile("matrix-unit", u.name, mr, nv * u.n, u.k, u.operand_dtype, u.accumulator_dtype,
-                        spec.compute[0].name, registers=mr * nv + nv + staged, instruction=(u.m, u.n, u.k)),
+                        spec.compute[0].name, registers=mr * nv + nv + staged, instruction=(u.m, u.n, u.k),
+                        reads=u.register_dtype or ""),
             (f"matrix unit {u.name} ({u.m}x{u.n}x{u.k} {u.operand_dtype}->{u.accumulator_dtype}, in the vector "
              f"registers) is the spec's first choice for {op.dtype}: {mr}x{nv * u.n} register tile of its "
              f"instructions ({mr * nv} accumulators"

@@ -13,7 +13,8 @@ probes do, pbsdk measures them with a few tiny loops JIT-compiled by the LLVM it
   ``x + 1`` chain run two steps a cycle and the clock read twice the real one) — steps x 2 / seconds;
 - **vector FMA issue rate** per width (512/256/128 bits as the CPU has them): independent chains of
   ``llvm.fma`` on more accumulators than latency x pipes needs — FMAs / (seconds x clock);
-- **matrix-instruction issue rate**: the same with ``vpdpbusd`` / ``vdpbf16ps`` where the CPU has them;
+- **matrix-instruction issue rate**: the same with ``vpdpbusd`` / ``vdpbf16ps`` where the CPU has them, and
+  with ``vpmaddwd`` + ``vpaddd`` (a step of the i8 unit of a CPU without them) on AVX2 / AVX512-BW;
 - **read bandwidth** of each cache level and of main memory: vector loads summed over a buffer of half the
   level (core-scoped levels on one core; chip-wide ones on every usable core at once, one thread each).
 
@@ -44,7 +45,7 @@ from typing import Any
 log = logging.getLogger("pbsdk.calibrate")
 
 #: Bumped whenever a probe or `derive` changes meaning: older cached calibrations are then re-measured.
-PROBE_VERSION = 3
+PROBE_VERSION = 4
 #: Dependent steps per loop iteration of the clock probe; each step is an add and an xor (2 cycles).
 CLOCK_UNROLL = 16
 #: Independent accumulator chains of the FMA / matrix-instruction probes: more than latency (4-5 cycles)
@@ -186,7 +187,11 @@ class _Probes:
         if enabled.get("avx512bf16") and 512 in self.widths:
             self._dot("vdpbf16ps", "llvm.x86.avx512bf16.dpbf16ps.512", ir.VectorType(ir.FloatType(), 16),
                       ir.VectorType(_bfloat(), 32))
-        self._read(max(self.widths))
+        pairs = {512: ("avx512bw", "llvm.x86.avx512.pmaddw.d.512"), 256: ("avx2", "llvm.x86.avx2.pmadd.wd")}
+        width = max(self.widths)
+        if width in pairs and enabled.get(pairs[width][0]):
+            self._pairs(pairs[width][1], width)
+        self._read(width)
         target = llvm.Target.from_triple(self.module.triple)
         tm = target.create_target_machine(cpu=cpu, features=features, opt=2, codemodel="jitdefault")
         parsed = llvm.parse_assembly(str(self.module))
@@ -277,6 +282,17 @@ class _Probes:
         f = ir.Function(self.module, ir.FunctionType(acc_t, [acc_t, op_t, op_t]), name=intrinsic)
         self._accumulate(name, acc_t, lambda b, acc, x, y: b.call(f, [acc, x, y]), op_t)
         self.units.append(name)
+
+    def _pairs(self, intrinsic: str, width: int) -> None:
+        """``vpmaddwd`` as a unit step: ``acc + pmaddwd(acc as i16 pairs, y)``. The product reads the chain's
+        own accumulator, or LLVM would hoist a product of loop-invariant operands out of the loop and time the
+        adds alone; a step's latency (product and add, 4-5 cycles) x 2 pipes stays under `CHAINS`."""
+        ir = self.ir
+        acc_t, op_t = ir.VectorType(ir.IntType(32), width // 32), ir.VectorType(ir.IntType(16), width // 16)
+        f = ir.Function(self.module, ir.FunctionType(acc_t, [op_t, op_t]), name=intrinsic)
+        self._accumulate("vpmaddwd", acc_t, lambda b, acc, x, y: b.add(acc, b.call(f, [b.bitcast(acc, op_t), y])),
+                         op_t)
+        self.units.append("vpmaddwd")
 
     def _read(self, width: int) -> None:
         """``float read(i64 n, float* buf, i64 vectors)``: n passes summing ``vectors`` vectors of ``buf``,

@@ -185,7 +185,10 @@ def host_units(enabled: dict[str, bool], width: int, fma_per_cycle: int) -> list
     ``width``-bit vectors, best first: AMX tiles (``amx-bf16``, ``amx-int8`` with ``amx-tile``), then the
     dot-product instructions in the vector registers — AVX512-BF16's ``vdpbf16ps`` (pairs of bf16 into f32
     lanes), AVX512-VNNI's or AVX-VNNI's ``vpdpbusd`` (quads of u8 x i8 into i32 lanes; a signed A is
-    offset by 128 and corrected). A dot-product instruction issues on the FMA pipes (``fma_per_cycle``)."""
+    offset by 128 and corrected) — and, where the CPU has no i8 dot product, AVX2's or AVX512-BW's
+    ``vpmaddwd`` (pairs of i16 into i32 lanes, added to the accumulator by a ``vpaddd``: i8 operands widened
+    to i16 as they are packed, signed x signed, exact; twice the multiply-adds of an f32 FMA an instruction).
+    A dot-product instruction issues on the FMA pipes (``fma_per_cycle``) until calibrated."""
     units: list[dict] = []
     if enabled.get("amx-tile"):
         for feature, name, k, operand, acc in (("amx-bf16", "tdpbf16ps", 32, "bf16", "f32"),
@@ -207,6 +210,13 @@ def host_units(enabled: dict[str, bool], width: int, fma_per_cycle: int) -> list
                           "accumulator_dtype": acc, "registers": "vector", "per_cycle": float(fma_per_cycle),
                           **staged,
                           "instruction": f"{name} ({width}-bit: {lanes} {acc} lanes += {k} {operand} products each)"})
+    pairs = enabled.get("avx512bw") if width == 512 else enabled.get("avx2") and width == 256
+    if pairs and not any(u["operand_dtype"] == "i8" for u in units):
+        units.append({"name": "vpmaddwd", "scope": "core", "m": 1, "n": lanes, "k": 2, "operand_dtype": "i8",
+                      "register_dtype": "i16", "accumulator_dtype": "i32", "registers": "vector",
+                      "per_cycle": float(fma_per_cycle), "broadcast_registers": registers // VNNI_BROADCAST_SHARE,
+                      "instruction": f"vpmaddwd + vpaddd ({width}-bit: {lanes} i32 lanes += 2 i8 products each, "
+                                     "read as i16)"})
     return units
 
 

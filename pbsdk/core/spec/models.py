@@ -230,6 +230,13 @@ class MatrixUnit(_Model):
         "and a signed A is offset on the way): the code generator keeps several such broadcasts in flight, "
         "and a tile that leaves it too few spills accumulators inside the k loop.",
     )
+    register_dtype: DType | None = Field(
+        default=None,
+        description="With `registers: vector`: the element type the instruction reads A and B in, where it is "
+        "wider than `operand_dtype` and the operands are widened into it exactly as they are packed (AVX2's "
+        "`vpmaddwd`: i8 values sign-extended to i16 pairs, their products summed pairwise into i32 lanes). "
+        "Unset: `operand_dtype` itself.",
+    )
     per_cycle: float | None = Field(
         default=None, gt=0, le=64,
         description="Instructions one scope instance completes per cycle (throughput, e.g. 1 for a "
@@ -241,6 +248,11 @@ class MatrixUnit(_Model):
     def flops(self) -> int:
         """Floating-point (or integer) operations of one instruction: 2*m*n*k."""
         return 2 * self.m * self.n * self.k
+
+    @property
+    def reads(self) -> str:
+        """The element type the instruction reads its operands in (`register_dtype`, else `operand_dtype`)."""
+        return self.register_dtype or self.operand_dtype
 
 
 class VectorUnit(_Model):
@@ -567,6 +579,15 @@ def _register_unit_problems(spec: ChipSpec, i: int, u: MatrixUnit) -> list[tuple
         out.append((f"{where}.tile_registers", "only a unit with `registers: tile` has tile registers"))
     if u.registers != "vector" and u.broadcast_registers != 1:
         out.append((f"{where}.broadcast_registers", "only a unit with `registers: vector` stages broadcasts in them"))
+    if u.register_dtype is not None:
+        if u.registers != "vector":
+            out.append((f"{where}.register_dtype", "only a unit with `registers: vector` widens its operands into them"))
+        elif dtype_bits(u.register_dtype) < dtype_bits(u.operand_dtype):
+            out.append((f"{where}.register_dtype", (f"{u.register_dtype} is narrower than the operands' "
+                                                   f"{u.operand_dtype}: operands are widened, never narrowed")))
+        elif u.k * dtype_bits(u.register_dtype) != 32:
+            out.append((f"{where}.k", (f"{u.k} values of {u.register_dtype} are not one 32-bit group, what an "
+                                       "accumulator lane of a unit in the vector registers sums")))
     if u.registers == "vector":
         if spec.vector is None:
             out.append((f"{where}.registers", "`vector` needs the chip's vector unit (`vector`)"))

@@ -3,7 +3,8 @@ ops on the host.
 
 ``unit_step`` is one instruction of a matrix unit kept in the vector registers (``MatrixUnit.registers ==
 "vector"``): ``acc + A x B`` on register values, built as the LLVM intrinsic of the instruction through the
-LLVM dialect (``llvm.call_intrinsic``), which the vector and LLVM lowerings carry through unchanged. The
+LLVM dialect (``llvm.call_intrinsic``), which the vector and LLVM lowerings carry through unchanged; for an
+instruction that yields the products alone (AVX2's ``vpmaddwd``), the intrinsic and an ``arith.addi``. The
 micro-kernel of `pbsdk.targets.cpu.unit_kernel` calls it ``mr * nv`` times per group of k.
 
 This module is the cpu target's ``hooks`` (`pbsdk.core.target.Target.hooks`), checked against the contract
@@ -15,7 +16,7 @@ This module is the cpu target's ``hooks`` (`pbsdk.core.target.Target.hooks`), ch
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import llvm
+from mlir.dialects import arith, llvm
 
 from pbsdk.core.errors import CompileError
 from pbsdk.core.hooks import UnitStep
@@ -32,6 +33,12 @@ INTRINSICS: dict[tuple[str, int], tuple[str, tuple[frozenset[str], ...]]] = {
     ("vpdpbusd", 512): ("llvm.x86.avx512.vpdpbusd.512", (frozenset({"+avx512vnni"}),)),
     ("vpdpbusd", 256): ("llvm.x86.avx512.vpdpbusd.256", (frozenset({"+avx512vnni", "+avx512vl"}),
                                                           frozenset({"+avxvnni"}))),
+}
+#: Units in the vector registers whose instruction yields the products alone (not added to an accumulator):
+#: the step is that intrinsic, then an add to the accumulator (``vpmaddwd``: i16 pairs into i32 lanes).
+PRODUCTS: dict[tuple[str, int], tuple[str, tuple[frozenset[str], ...]]] = {
+    ("vpmaddwd", 512): ("llvm.x86.avx512.pmaddw.d.512", (frozenset({"+avx512bw"}),)),
+    ("vpmaddwd", 256): ("llvm.x86.avx2.pmadd.wd", (frozenset({"+avx2"}),)),
 }
 
 
@@ -77,7 +84,7 @@ def lowerable(unit: MatrixUnit, width_bits: int, features: str, tiles: str = "au
         return None
     if unit.registers != "vector":
         return f"{unit.name}: the cpu target lowers units in registers only (this one keeps memory tiles)"
-    found = INTRINSICS.get((unit.name, width_bits))
+    found = INTRINSICS.get((unit.name, width_bits)) or PRODUCTS.get((unit.name, width_bits))
     if found is None:
         return f"{unit.name}: no {width_bits}-bit instruction known to the cpu target"
     if not any(need <= flags for need in found[1]):
@@ -90,6 +97,9 @@ def unit_step(step: UnitStep, acc: ir.Value, a: ir.Value, b: ir.Value, spec: Chi
     """Build one instruction of ``step.unit`` at the insertion point and return the new accumulator."""
     width = ir.VectorType(step.acc_type).shape[0] * ir.VectorType(step.acc_type).element_type.width
     found = INTRINSICS.get((step.unit.name, width))
-    if found is None:
+    if found is not None:
+        return llvm.call_intrinsic(step.acc_type, found[0], [acc, a, b], [], [])
+    products = PRODUCTS.get((step.unit.name, width))
+    if products is None:
         raise CompileError(f"cpu: no {width}-bit instruction for matrix unit {step.unit.name}", op="matmul")
-    return llvm.call_intrinsic(step.acc_type, found[0], [acc, a, b], [], [])
+    return arith.addi(acc, llvm.call_intrinsic(step.acc_type, products[0], [a, b], [], []))

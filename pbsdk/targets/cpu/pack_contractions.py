@@ -35,10 +35,17 @@ from pbsdk.core.ir.builder import element_type, if_then
 from pbsdk.core.passes import defining_op, identity_layout, ops_named, row_major, user_op
 from pbsdk.core.passes.dedupe_functions import merge_identical
 from pbsdk.core.passes.isolate_contractions import PREFIX as CONTRACTION_PREFIX
-from pbsdk.core.plan.contraction import WIDENABLE, Blocking, Contraction, plan_contraction, widened_dtype
+from pbsdk.core.plan.contraction import (
+    WIDENABLE,
+    Blocking,
+    Contraction,
+    plan_contraction,
+    units_for,
+    widened_dtype,
+)
 from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
-from pbsdk.core.spec import ChipSpec, MatrixUnit
+from pbsdk.core.spec import ChipSpec, MatrixUnit, dtype_bits
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
 from pbsdk.targets.cpu.implicit_conv import Im2col, copy_by_rows, find_im2col
@@ -69,6 +76,7 @@ from pbsdk.targets.cpu.unit_kernel import (
     UnitShape,
     build_unit_kernel,
     find_epilogue,
+    group_size,
     pack_unit_panels,
     unit_packed_shape,
 )
@@ -327,14 +335,16 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     fused = find_epilogue(op) if cpu_options(ctx).fuse_epilogues else None
     b_operand = op.operands[1]
     with op.location:
-        packing = _unit_packing(b, k, n, blk, k_multiple) if sources else None
+        reads = _unit_reads(unit)
+        packing = _unit_packing(b, k, n, blk, k_multiple, reads=reads) if sources else None
         step = unit_step_builder(unit, module, ctx, self.unit_step)
         # With the epilogue storing D from one k block that starts at zero, the product's own buffer C is
         # never read or written: the kernel takes a one-element stand-in, and C's allocation goes (a
         # 128 x 50257 f32 product, GPT-2's logits, was 26 MB mapped and faulted in on every call).
         c_unused = fused is not None and fill is not None and blk.kc >= k
         c_type = ir.MemRefType.get([1] * c.rank, c.element_type) if c_unused else c
-        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c_type),
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k, bsz, a, packing[1] if packing else b, c_type,
+                                                           reads),
                                    blk, step, zero_init=fill is not None, epilogue=fused[0] if fused else None,
                                    prepacked_b=packing is not None, tiles=tiles)
         operands = list(op.operands)
@@ -396,18 +406,26 @@ def _widening(t: ir.MemRefType, nr: int, c: ir.MemRefType, *, transposed: bool =
             _packed_as(t, nr, c, transposed=transposed))
 
 
+def _unit_reads(unit: MatrixUnit) -> ir.Type | None:
+    """The wider type ``unit`` reads its operands in (`MatrixUnit.register_dtype`), None for their own."""
+    return element_type(unit.register_dtype) if unit.register_dtype else None
+
+
 def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: int = 1,
-                  runs: tuple[int, int] | None = None) -> Packing:
+                  runs: tuple[int, int] | None = None, reads: ir.Type | None = None) -> Packing:
     """How a constant B (``k`` x ``n``) is packed at compile time for a unit kernel of ``blk``: into the unit's
-    interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block);
+    interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block), its
+    values widened to ``reads`` (an integer type) where the unit reads them so;
     ``runs`` ``(run, k_run)``: first each run of ``run`` rows padded with zero rows to ``k_run`` (`pad_runs`)."""
-    u = UNIT_OPERANDS[str(b.element_type)][1]
+    u = group_size(reads or b.element_type)
     k_read = k if runs is None else padded_k(k, *runs)
-    packed_t = ir.MemRefType.get(list(unit_packed_shape(k_read, n, blk.nr, u, k_multiple)), b.element_type)
+    packed_t = ir.MemRefType.get(list(unit_packed_shape(k_read, n, blk.nr, u, k_multiple)), reads or b.element_type)
+    wide = None if reads is None else np.dtype(f"int{ir.IntegerType(reads).width}")
 
     def pack(matrix: np.ndarray) -> np.ndarray:
         laid = matrix if runs is None else pad_runs(matrix, *runs)
-        return pack_unit_panels(laid, blk.nr, u, blk.lanes, k_multiple)
+        return pack_unit_panels(laid if wide is None else np.asarray(laid).astype(wide), blk.nr, u, blk.lanes,
+                                k_multiple)
 
     return (pack, packed_t)
 
@@ -449,7 +467,7 @@ def unit_step_builder(unit: MatrixUnit, module: ir.Module, ctx: Any, hook: UnitS
     naming it."""
     lanes = unit.n
     acc_t = ir.VectorType.get([lanes], element_type(unit.accumulator_dtype))
-    op_t = ir.VectorType.get([lanes * unit.k], element_type(unit.operand_dtype))
+    op_t = ir.VectorType.get([lanes * unit.k], element_type(unit.reads))
     desc = UnitStep(module=module, unit=unit, acc_type=acc_t, a_type=op_t, b_type=op_t)
 
     def step(acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -837,11 +855,13 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     mm, fill, fused = body
     a, b, c = (ir.MemRefType(v.type) for v in mm.operands)
     dtype = str(a.element_type)
-    acc, u = UNIT_OPERANDS[dtype]
+    acc = UNIT_OPERANDS[dtype][0]
     if str(b.element_type) != dtype or str(c.element_type) != acc:
         notes.append(f"{where}: {a.element_type}/{b.element_type}/{c.element_type} is read by packing: im2col kept")
         return False
     spec, _ = unit_spec(ctx.spec, cpu_options(ctx).amx)
+    first = units_for(spec, dtype, acc)
+    u = 32 // dtype_bits(first[0].reads if first else dtype)  # values of k in a 32-bit group as the unit reads them
     (m, k), n = a.shape, b.shape[-1]
     b_value = _at_call(mm.operands[1], callee, call)  # an argument (`_contraction_body`): the call's operand
     weights = find_constant(b_value, call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None
@@ -875,9 +895,11 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
         else:  # the function's own accumulator: one of the caller's, for the call
             c_value = memref.alloc(c_type, [], [], alignment=64, ip=ir.InsertionPoint(call))
             memref.dealloc(c_value, ip=ir.InsertionPoint.after(call))
-        packing = (_unit_packing(b, k, n, blk, blk.kc if tiles else 1, runs=runs)
+        reads = _unit_reads(unit)
+        packing = (_unit_packing(b, k, n, blk, blk.kc if tiles else 1, runs=runs, reads=reads)
                    if weights is not None else None)
-        kernel = build_unit_kernel(module, name, UnitShape(m, n, k_read, 0, a, packing[1] if packing else b, c_type),
+        kernel = build_unit_kernel(module, name, UnitShape(m, n, k_read, 0, a, packing[1] if packing else b, c_type,
+                                                           reads),
                                    blk, unit_step_builder(unit, module, ctx, self.unit_step),
                                    zero_init=fill is not None, epilogue=fused[1] if fused else None,
                                    prepacked_b=packing is not None, window=window, tiles=mode)

@@ -43,14 +43,19 @@ from pbsdk.core.ir.builder import if_values as _if_values
 from pbsdk.core.plan.contraction import Blocking
 from pbsdk.targets.cpu.matmul_kernel import IndexOps, Window, window_k_loop, window_rows
 
-#: The operand and accumulator element types a unit kernel is built for, by the unit's depth.
+#: The operand element types a unit kernel is built for: their accumulator's, and the unit depth of an
+#: instruction reading them as they are (a 32-bit group); a unit that reads them widened (`UnitShape.unit_type`:
+#: AVX2's ``vpmaddwd`` reads i8 as i16) has the depth of a 32-bit group of the wider type.
 OPERANDS = {"bf16": ("f32", 2), "i8": ("i32", 4)}
 
 
 @dataclasses.dataclass(frozen=True)
 class UnitShape:
     """``C[b, m, n] (+)= A[b, m, k] * B[b, k, n]``: A and B of ``operand`` (bf16 or i8), C of the unit's
-    accumulator (f32 or i32), row-major with unit innermost strides; ``batch`` 0 for rank-2 operands."""
+    accumulator (f32 or i32), row-major with unit innermost strides; ``batch`` 0 for rank-2 operands.
+    ``unit_type``: the wider integer type the unit's instruction reads A and B in (`MatrixUnit.register_dtype`),
+    each value sign-extended into it as it is packed or broadcast; None: the operands' own (a B packed at
+    compile time then comes in that type)."""
 
     m: int
     n: int
@@ -59,13 +64,25 @@ class UnitShape:
     a_type: ir.MemRefType
     b_type: ir.MemRefType
     c_type: ir.MemRefType
+    unit_type: ir.Type | None = None
 
     @property
     def operand(self) -> str:
         return str(self.a_type.element_type)
 
+    @property
+    def reads(self) -> ir.Type:
+        """The element type the unit's instructions read (and packed panels hold)."""
+        return self.unit_type or self.a_type.element_type
+
 
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
+
+
+def group_size(t: ir.Type) -> int:
+    """Values of element type ``t`` in one 32-bit group: the k a unit step in the vector registers consumes,
+    and the rows of B packed panels interleave (`pack_unit_panels`) for every unit."""
+    return 32 // (t.width if isinstance(t, ir.IntegerType) else ir.FloatType(t).width)
 
 
 def group_word(group: ir.Value) -> ir.Value:
@@ -182,7 +199,7 @@ def check_window(shape: UnitShape, blk: Blocking, prepacked: bool, tile: bool, w
     vector registers, A not packed, k runs of whole groups (runs padded to groups only with B packed at
     compile time, its zero rows in place: `pad_runs`), ``kc`` whole runs or dividing one, and no read past
     the end of X."""
-    u = OPERANDS[shape.operand][1]
+    u = group_size(shape.reads)
     k_run = window.k_run
     if tile:  # the tile kernel packs A from the window, a step's k_step values from one tap's channels
         if shape.batch or not blk.pack_a or window.row_runs or window.channels % blk.unit_k or shape.k % k_run:
@@ -205,16 +222,24 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool =
     IR is built)."""
     if shape.operand not in OPERANDS:
         raise ValueError(f"unit kernel: operands of {shape.operand}; supported: {', '.join(OPERANDS)}")
-    acc, u = OPERANDS[shape.operand]
-    if blk.unit_k % u or blk.unit == "":
-        raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a {u}-deep {shape.operand} unit")
+    acc = OPERANDS[shape.operand][0]
+    reads = shape.reads
+    u = group_size(reads)
+    if blk.unit == "" or (not tile and blk.unit_k != u) or blk.unit_k % u:
+        raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a 32-bit group of "
+                         f"{reads} ({shape.operand} operands)")
+    if shape.unit_type is not None and (not isinstance(reads, ir.IntegerType) or shape.operand != "i8" or tile
+                                        or reads.width <= 8):
+        raise ValueError(f"unit kernel: i8 operands widen to a wider integer type in the vector registers, not "
+                         f"{shape.operand} to {reads}")
     want = unit_packed_shape(shape.k, shape.n, blk.nr, u, blk.kc if tile else 1)
     if prepacked and (shape.batch or list(shape.b_type.shape) != list(want)):
         raise ValueError(f"unit kernel: a prepacked B needs a plain matmul and B packed for nr {blk.nr} "
                          f"{want}, got {shape.b_type}")
-    if str(shape.b_type.element_type) != shape.operand or str(shape.c_type.element_type) != acc:
+    b_wanted = reads if prepacked else shape.a_type.element_type
+    if shape.b_type.element_type != b_wanted or str(shape.c_type.element_type) != acc:
         raise ValueError(f"unit kernel: A {shape.a_type}, B {shape.b_type}, C {shape.c_type}: B must be "
-                         f"{shape.operand} and C {acc}")
+                         f"{b_wanted} and C {acc}")
     if blk.transposed or blk.kc % blk.unit_k or blk.mc % blk.mr or blk.nc % blk.nr:
         raise ValueError(f"unit kernel: blocking {blk} is transposed or not in whole groups of {u}")
     if window is not None:
@@ -267,13 +292,16 @@ class _UnitKernel:
                  epilogue: UnitEpilogue | None, prepacked: bool = False, window: Window | None = None) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
         self.prepacked, self.window = prepacked, window
-        self.u, self.L = OPERANDS[shape.operand][1], blk.lanes  # values of k in one 32-bit group
-        self.et = shape.a_type.element_type
+        self.u, self.L = group_size(shape.reads), blk.lanes  # values of k in one 32-bit group
+        self.et = shape.a_type.element_type  # as A and B are stored
+        self.rt = shape.reads  # as the unit reads them (and the packed panels hold them)
         self.acc_t = shape.c_type.element_type
-        self.signed_a = shape.operand == "i8"  # vpdpbusd: A is read as u8, so A + 128 and a correction
+        # vpdpbusd reads A as u8, so A + 128 and a correction; a unit reading i8 widened multiplies signed values
+        self.signed_a = shape.operand == "i8" and self.rt == self.et
         self.i32 = ir.IntegerType.get_signless(32)
-        self.group_t = ir.VectorType.get([self.u], self.et)  # one group of u values of a row of A
-        self.wide_t = ir.VectorType.get([self.L * self.u], self.et)  # one unit operand
+        self.group_t = ir.VectorType.get([self.u], self.et)  # one group of u values of a row of A, stored
+        self.packed_group_t = ir.VectorType.get([self.u], self.rt)  # the same in a packed A block
+        self.wide_t = ir.VectorType.get([self.L * self.u], self.rt)  # one unit operand
         self.row_t = ir.VectorType.get([self.L], self.et)  # L values of one row of B
         self.vacc = ir.VectorType.get([self.L], self.acc_t)
         self.mask_t = ir.VectorType.get([self.L], ir.IntegerType.get_signless(1))
@@ -289,10 +317,18 @@ class _UnitKernel:
     def zero(self, t: ir.Type) -> ir.Value:
         return zero_vector(ir.VectorType(t))
 
+    def widen(self, v: ir.Value) -> ir.Value:
+        """A vector of stored values in the type the unit reads (sign-extended where that is wider)."""
+        vt = ir.VectorType(v.type)
+        if vt.element_type == self.rt:
+            return v
+        return arith.extsi(ir.VectorType.get(vt.shape, self.rt), v)
+
     def broadcast_group(self, group: ir.Value, offset: bool) -> ir.Value:
-        """A group of u values (``vector<u x et>``, 32 bits) in every lane: the unit's A operand; ``offset``:
-        each byte + 128 first (an int8 A read in place; packing does it once for a packed A)."""
-        word = group_word(group)
+        """A group of u values (``vector<u x et>`` as stored, or as packed: 32 bits in the unit's type) in
+        every lane: the unit's A operand; ``offset``: each byte + 128 first (an int8 A read in place for
+        vpdpbusd; packing does it once for a packed A)."""
+        word = group_word(self.widen(group))
         if offset:  # each byte + 128: the u8 vpdpbusd reads
             word = arith.xori(word, arith.constant(self.i32, -0x7F7F7F80))  # 0x80808080
         return broadcast_word(word, self.wide_t)
@@ -335,7 +371,25 @@ class _UnitKernel:
         size = int(np.prod(w.x_type.shape))
         self.X_flat = memref.collapse_shape(ir.MemRefType.get([size], self.et), self.A, [[0, 1, 2, 3]])
         self.rows = window_rows(w, self.ix, m0, self.m1, self.shape.m)
-        return [self.rows]
+        if self.rt == self.et:
+            return [self.rows]
+        self.X_flat = self.widened_input(self.X_flat, size)
+        return [self.rows, self.X_flat]
+
+    def widened_input(self, flat: ir.Value, size: int) -> ir.Value:
+        """A copy of the flat input ``flat`` (``size`` values) in the unit's wider type, made once per call by
+        each part: the window's groups are then broadcast from it as they are (a unit reading i8 as i16 pairs
+        would otherwise extend every value at every broadcast: ResNet-18's 3x3 convolutions 1.4-1.6x slower)."""
+        c, W = self.c, self.wide_t.shape[0]
+        out = self.alloc([size], self.rt)
+        stored_t = ir.VectorType.get([W], self.et)
+        whole = size // W * W
+        _for(c(0), c(whole), c(W), lambda i: vector.store(self.widen(vector.load(stored_t, flat, [i])), out, [i]))
+        if whole < size:
+            msk = vector.create_mask(ir.VectorType.get([W], ir.IntegerType.get_signless(1)), [c(size - whole)])
+            tail = vector.maskedload(stored_t, flat, [c(whole)], msk, self.zero(stored_t))
+            vector.maskedstore(out, [c(whole)], msk, self.widen(tail))
+        return out
 
     def pack_groups(self, kc: ir.Value) -> ir.Value:
         """Groups of k this k block packs and steps through (``kc`` values of k: the last one zero-padded)."""
@@ -355,8 +409,8 @@ class _UnitKernel:
         A), int8 correction ``Cr`` and epilogue tile ``Tp``; returns those it allocated."""
         blk, groups = self.blk, self.blk.kc // self.u
         panels = self.packed_panels()
-        self.Bp = None if self.prepacked else self.alloc([panels, groups, blk.nr * self.u], self.et)
-        self.Ap = self.alloc([blk.mc // blk.mr, blk.mr, self.a_row_stride()], self.et) if blk.pack_a else None
+        self.Bp = None if self.prepacked else self.alloc([panels, groups, blk.nr * self.u], self.rt)
+        self.Ap = self.alloc([blk.mc // blk.mr, blk.mr, self.a_row_stride()], self.rt) if blk.pack_a else None
         self.Cr = self.alloc([panels, blk.nr], self.acc_t) if self.signed_a else None
         self.Tp = self.alloc([blk.mr, blk.nr], self.acc_t) if self.epilogue is not None else None
         return [b for b in (self.Bp, self.Ap, self.Cr, self.Tp) if b is not None]
@@ -453,7 +507,7 @@ class _UnitKernel:
             kk = arith.addi(k0, c(t))
             inside = arith.cmpi(arith.CmpIPredicate.slt, kk, c(K))
             row = vector.maskedload(self.row_t, self.B, [*lead, self.min(kk, c(K - 1)), col[0]], col[1], zrow)
-            rows.append(arith.select(inside, row, zrow))
+            rows.append(self.widen(arith.select(inside, row, zrow)))
         return self.interleave(rows)
 
     def prepacked_sums(self, jc: ir.Value, pc: ir.Value, jb: ir.Value, groups: ir.Value) -> None:
@@ -505,6 +559,7 @@ class _UnitKernel:
         vector (`a_row_stride`), so the tile's rows never share an l1 set however A's rows fell."""
         c, W = self.c, self.wide_t.shape[0]
         K = self.shape.k
+        stored_t = ir.VectorType.get([W], self.et)
         mask_t = ir.VectorType.get([W], ir.IntegerType.get_signless(1))
         chunks = arith.divui(arith.addi(arith.muli(groups, c(self.u)), c(W - 1)), c(W))
         flip = arith.constant(self.wide_t, ir.DenseElementsAttr.get_splat(
@@ -517,8 +572,8 @@ class _UnitKernel:
                 off = arith.muli(j, c(W))
                 kk = arith.addi(pc, off)
                 count = self.min(arith.maxsi(arith.subi(c(K), kk), c(0)), c(W))
-                value = vector.maskedload(self.wide_t, self.A, [*lead, at, kk], vector.create_mask(mask_t, [count]),
-                                          self.zero(self.wide_t))
+                value = self.widen(vector.maskedload(stored_t, self.A, [*lead, at, kk],
+                                                     vector.create_mask(mask_t, [count]), self.zero(stored_t)))
                 if flip is not None:
                     value = arith.xori(value, flip)
                 vector.store(value, self.Ap, [ib, i, off])
@@ -542,7 +597,8 @@ class _UnitKernel:
             bv = self.b_group(jc, pc, jb, g)
             if self.Ap is not None:
                 kk = arith.muli(g, c(u))
-                return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.Ap, [ib, c(i), kk]), False)
+                return self.group_steps(acc, bv, lambda i: vector.load(self.packed_group_t, self.Ap, [ib, c(i), kk]),
+                                        False)
             return self.group_steps(acc, bv, lambda i: self.a_group(lead, rows[i], arith.addi(pc, arith.muli(g, c(u))),
                                                                     tail), True)
 
@@ -583,10 +639,11 @@ class _UnitKernel:
         channels inner, one base address per pixel)."""
         blk, c, u = self.blk, self.c, self.u
         assert self.window is not None
+        group_t = self.packed_group_t  # X_flat holds what the unit reads (`widened_input`)
 
         def step(k: ir.Value, addr: Callable[[int], ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
             bv = self.b_group(jc, pc, jb, arith.divui(k, c(u)))
-            return self.group_steps(acc, bv, lambda i: vector.load(self.group_t, self.X_flat, [addr(i)]), True)
+            return self.group_steps(acc, bv, lambda i: vector.load(group_t, self.X_flat, [addr(i)]), True)
 
         r0 = arith.addi(ic, arith.muli(ib, c(blk.mr)))
         return window_k_loop(self.rows, self.window, self.ix, blk.mr, arith.subi(self.m1, c(1)), r0, pc, kc, init,
