@@ -3,7 +3,7 @@
 A micro-kernel that loses issue rate on a CPU family nobody here has (a spill in the k loop, a load more per
 instruction, a dependency chain) is caught from any host: compile for the family's preset (LLVM targets any
 x86), take the kernel's hot loop — the basic block that branches to itself and holds the most instances
-of the key instruction (``vfmadd231ps``, ``vdpbf16ps``, ``vpdpbusd``) — and ask ``llvm-mca -mcpu=<family>``
+of the key instruction (``vfmadd231ps``, ``vdpbf16ps``, ``vpdpbusd``, ``vpmaddwd``) — and ask ``llvm-mca -mcpu=<family>``
 how many cycles an iteration takes. The loop's rate is compared with what the same model gives for the key
 instruction alone (twelve independent instances): a fraction of the family's peak *as LLVM models it*.
 LLVM's models are not the silicon (its Zen 4 model issues ``vdpbf16ps`` one every three cycles; the
@@ -25,6 +25,9 @@ from pathlib import Path
 _LABEL = re.compile(r"^(\.?[\w$.]+):")
 #: Independent instances of the key instruction in the peak block (more than latency x ports anywhere).
 PEAK_CHAINS = 12
+#: Key instructions that yield products alone: the add that completes each unit step (AVX2's ``vpmaddwd``,
+#: then ``vpaddd`` into the accumulator). Their peak is the step's: both instructions, on the ports they share.
+STEP_ADDS = {"vpmaddwd": "vpaddd"}
 
 
 def llvm_mca() -> str | None:
@@ -98,7 +101,13 @@ class LoopIssue:
 
 def peak_per_cycle(mnemonic: str, register: str, cpu: str) -> float:
     """The model's rate of ``mnemonic`` on ``register``-class operands (``zmm``, ``ymm``), `PEAK_CHAINS`
-    independent accumulators."""
+    independent accumulators (with its add, for an instruction in `STEP_ADDS`)."""
+    add = STEP_ADDS.get(mnemonic)
+    if add is not None:  # products into two temporaries (renamed), each added to its own accumulator
+        block = [line for i in range(PEAK_CHAINS) for line in (
+            f"{mnemonic} %{register}14, %{register}15, %{register}{12 + i % 2}",
+            f"{add} %{register}{12 + i % 2}, %{register}{i}, %{register}{i}")]
+        return PEAK_CHAINS / cycles_per_iteration(block, cpu)
     block = [f"{mnemonic} %{register}14, %{register}15, %{register}{i}" for i in range(PEAK_CHAINS)]
     return PEAK_CHAINS / cycles_per_iteration(block, cpu)
 

