@@ -159,6 +159,21 @@ def test_code_for_a_cpu_with_units(spec: str, dtype: str, instruction: str) -> N
     assert instruction in asm
 
 
+def test_vpmaddwd_code_for_an_avx512_cpu_without_vnni() -> None:
+    """An AVX-512 CPU without VNNI (a Skylake-X: the portable Xeon preset) whose detection lists AVX512-BW's
+    512-bit vpmaddwd: its i8 product is a register tile of zmm vpmaddwd + vpaddd, i8 widened as packed."""
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.core.spec import MatrixUnit
+    from pbsdk.core.spec.host import host_units
+    from pbsdk.targets.cpu import parse_llvm_ir, target_machine
+
+    (unit,) = host_units({"avx512f": True, "avx512bw": True}, 512, 2)
+    chip = load_spec("intel/xeon-avx512").model_copy(update={"matrix_units": [MatrixUnit(**unit)]})
+    artifact = compile_text(_matmul_text(64, 80, 96, "i8"), resolve("cpu", chip, {"cache": False}))
+    asm = target_machine(chip).emit_assembly(parse_llvm_ir(artifact.payload))
+    assert "vpmaddwd" in asm and "%zmm" in asm.split("vpmaddwd", 1)[1].split("\n", 1)[0]
+
+
 @needs_bf16_unit
 @pytest.mark.parametrize("m, k, n", [(128, 768, 300), (1, 70, 50), (33, 1100, 64)])
 def test_bf16_constant_weights_are_packed_at_compile_time(m: int, k: int, n: int) -> None:
