@@ -17,7 +17,6 @@ ratios. The CPU model and the clock measured before and after are printed with t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable
@@ -59,35 +58,20 @@ def measure(shape: str, threads: int, rounds: int, block_s: float) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="MxNxK")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--block-s", type=float, default=0.3)
-    p.add_argument("--json", type=Path, help="also write the rows here")
-    args = p.parse_args(argv)
-    from pbsdk.bench import host_line, save_ab
+    from pbsdk.bench import ab_parser
+
+    args = ab_parser(__doc__, "--shapes", DEFAULT_SHAPES, "MxNxK").parse_args(argv)
+    from pbsdk.bench import ratio_cell, run_ab
     from pbsdk.core.spec import load_spec
-    from pbsdk.core.spec.calibrate import clock_now
 
     if not any(u.operand_dtype == "i8" for u in load_spec("host").matrix_units):
         print("this host has no i8 unit: nothing to compare", file=sys.stderr)
         return 1
-    before = clock_now()
-    rows = []
-    for shape in args.shapes:
-        rows.append(measure(shape, args.threads, args.rounds, args.block_s))
-        print(f"  {shape} done", file=sys.stderr)
-    after = clock_now()
-    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
-    print(header)
-    print("| M x N x K | unit, register tile | unit ms | widened ms | speedup [spread] | GOP/s unit / widened |")
-    print("|---|---|--:|--:|---|---|")
-    for r in rows:
-        ms, g = r["ms"], r["gops"]
-        print(f"| {r['shape']} | {r['unit']} {r['tile']} | {ms['unit']:.2f} | {ms['widened']:.2f} | "
-              f"{r['speedup']:.2f} [{r['spread'][0]:.2f}–{r['spread'][1]:.2f}] | {g['unit']:.0f} / {g['widened']:.0f} |")
-    save_ab(args.json, header, args.threads, [before, after], rows)
+    run_ab(args, args.shapes, measure,
+           ("| M x N x K | unit, register tile | unit ms | widened ms | speedup [spread] | GOP/s unit / widened |",
+            "|---|---|--:|--:|---|---|"),
+           lambda r: (f"| {r['shape']} | {r['unit']} {r['tile']} | {r['ms']['unit']:.2f} | {r['ms']['widened']:.2f} | "
+                      f"{ratio_cell(r)} | {r['gops']['unit']:.0f} / {r['gops']['widened']:.0f} |"))
     return 0
 
 

@@ -17,7 +17,6 @@ the host spec. The CPU model and the clock measured before and after are printed
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable
@@ -82,37 +81,24 @@ def measure(shape: str, threads: int, rounds: int, block_s: float) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", nargs="+", default=list(DEFAULT_SHAPES), help="MxNxK")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--block-s", type=float, default=0.3)
-    p.add_argument("--json", type=Path, help="also write the rows here")
-    args = p.parse_args(argv)
+    from pbsdk.bench import ab_parser
+
+    args = ab_parser(__doc__, "--shapes", DEFAULT_SHAPES, "MxNxK").parse_args(argv)
     from threadpoolctl import threadpool_limits
 
-    from pbsdk.bench import host_line, save_ab
-    from pbsdk.core.spec.calibrate import clock_now
+    from pbsdk.bench import run_ab
 
-    before = clock_now()
-    rows = []
-    with threadpool_limits(args.threads):
-        for shape in args.shapes:
-            rows.append(measure(shape, args.threads, args.rounds, args.block_s))
-            print(f"  {shape} done", file=sys.stderr)
-    after = clock_now()
-    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
-    print(header)
-    print("| M x N x K | kc long / in l1 | long k ms | kc in l1 ms | numpy ms | in l1 / long (speedup) [spread] "
-          "| x numpy long / in l1 | planner |")
-    print("|---|---|--:|--:|--:|---|---|---|")
-    for r in rows:
+    def row(r: dict[str, Any]) -> str:
         ms = r["ms"]
-        print(f"| {r['shape']} | {r['kc']['long k']} / {r['kc']['kc in l1']} | {ms['long k']:.2f} | "
-              f"{ms['kc in l1']:.2f} | {ms['numpy']:.2f} | {r['l1_over_long']:.3f} [{r['spread'][0]:.2f}–"
-              f"{r['spread'][1]:.2f}] | {r['x_numpy']['long k']:.2f} / {r['x_numpy']['kc in l1']:.2f} | "
-              f"{r['planner']} |")
-    save_ab(args.json, header, args.threads, [before, after], rows)
+        return (f"| {r['shape']} | {r['kc']['long k']} / {r['kc']['kc in l1']} | {ms['long k']:.2f} | "
+                f"{ms['kc in l1']:.2f} | {ms['numpy']:.2f} | {r['l1_over_long']:.3f} [{r['spread'][0]:.2f}–"
+                f"{r['spread'][1]:.2f}] | {r['x_numpy']['long k']:.2f} / {r['x_numpy']['kc in l1']:.2f} | "
+                f"{r['planner']} |")
+
+    with threadpool_limits(args.threads):
+        run_ab(args, args.shapes, measure,
+               (("| M x N x K | kc long / in l1 | long k ms | kc in l1 ms | numpy ms | in l1 / long (speedup) [spread] "
+                 "| x numpy long / in l1 | planner |"), "|---|---|--:|--:|--:|---|---|---|"), row)
     return 0
 
 

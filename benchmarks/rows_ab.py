@@ -13,7 +13,6 @@ per-round ratios. The CPU, the thread count and the clock before and after are p
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from collections.abc import Callable
@@ -90,31 +89,18 @@ def measure(name: str, threads: int, rounds: int, block_s: float) -> dict[str, A
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cases", nargs="+", default=list(DEFAULT_CASES), help="op:ROWSxCOLS")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--block-s", type=float, default=0.2)
-    p.add_argument("--json", type=Path, help="also write the rows here")
-    args = p.parse_args(argv)
+    from pbsdk.bench import ab_parser
+
+    args = ab_parser(__doc__, "--cases", DEFAULT_CASES, "op:ROWSxCOLS", block_s=0.2).parse_args(argv)
     import torch
 
-    from pbsdk.bench import host_line, save_ab
-    from pbsdk.core.spec.calibrate import clock_now
+    from pbsdk.bench import ratio_cell, run_ab
 
     torch.set_num_threads(args.threads)
-    before = clock_now()
-    rows = [measure(c, args.threads, args.rounds, args.block_s) for c in args.cases]
-    after = clock_now()
-    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
-    print(header)
-    print("| case | vectorized ms | scalar loops ms | torch ms | speedup [spread] | x torch |")
-    print("|---|--:|--:|--:|---|--:|")
-    for r in rows:
-        ms = r["ms"]
-        print(f"| {r['case']} | {ms['vectorized']:.3f} | {ms['scalar loops']:.3f} | {ms['torch']:.3f} | "
-              f"{r['speedup']:.2f} [{r['spread'][0]:.2f}–{r['spread'][1]:.2f}] | {r['x_torch']:.2f} |")
-    save_ab(args.json, header, args.threads, [before, after], rows)
+    run_ab(args, args.cases, measure,
+           ("| case | vectorized ms | scalar loops ms | torch ms | speedup [spread] | x torch |", "|---|--:|--:|--:|---|--:|"),
+           lambda r: (f"| {r['case']} | {r['ms']['vectorized']:.3f} | {r['ms']['scalar loops']:.3f} | "
+                      f"{r['ms']['torch']:.3f} | {ratio_cell(r)} | {r['x_torch']:.2f} |"))
     return 0
 
 

@@ -397,6 +397,42 @@ def host_line(threads: int, clocks: Sequence[float | None], rounds: int, block_s
             f"clock {clocks[0]} GHz before, {clocks[-1]} GHz after; {rounds} rounds of {block_s} s blocks")
 
 
+def ab_parser(doc: str, flag: str, default: Sequence[str], what: str, block_s: float = 0.3) -> argparse.ArgumentParser:
+    """The command line every same-process A/B script takes: its cases (``flag``, e.g. ``--shapes``, ``what``
+    says their form), ``--threads``, ``--rounds``, ``--block-s`` and ``--json`` (`save_ab`)."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument(flag, nargs="+", default=list(default), help=what)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--block-s", type=float, default=block_s)
+    p.add_argument("--json", type=Path, help="also write the rows here")
+    return p
+
+
+def run_ab(args: argparse.Namespace, cases: Sequence[str], measure: Callable[[str, int, int, float], dict[str, Any]],
+           columns: tuple[str, str], row: Callable[[dict[str, Any]], str]) -> list[dict[str, Any]]:
+    """An A/B script's run (`ab_parser`'s ``args``): ``measure(case, threads, rounds, block_s)`` per case between
+    two clock probes, then the `host_line` header, the markdown table (``columns``: its head and rule lines;
+    ``row`` formats a row) on stdout, and the rows as JSON (`save_ab`)."""
+    from pbsdk.core.spec.calibrate import clock_now
+
+    before = clock_now()
+    rows = []
+    for case in cases:
+        rows.append(measure(case, args.threads, args.rounds, args.block_s))
+        print(f"  {case} done", file=sys.stderr)
+    after = clock_now()
+    header = host_line(args.threads, [before, after], args.rounds, args.block_s)
+    print("\n".join([header, *columns, *(row(r) for r in rows)]))
+    save_ab(args.json, header, args.threads, [before, after], rows)
+    return rows
+
+
+def ratio_cell(row: dict[str, Any]) -> str:
+    """An A/B row's median ratio and its spread over rounds, as a table cell: ``1.39 [1.19–1.46]``."""
+    return f"{row['speedup']:.2f} [{row['spread'][0]:.2f}–{row['spread'][1]:.2f}]"
+
+
 def save_ab(path: Path | None, header: str, threads: int, clocks: Sequence[float | None],
             rows: Sequence[dict[str, Any]]) -> None:
     """Write an A/B script's rows as JSON to ``path`` (nothing when None), with its `host_line` header."""
