@@ -269,3 +269,16 @@ def test_cpu_lowers_vpmaddwd_with_avx2_or_avx512bw() -> None:
     assert "+avx2" in (lowerable(unit, 256, "+avx,+fma") or "")
     assert lowerable(unit, 512, "+avx512f,+avx512bw") is None
     assert "no 128-bit instruction" in (lowerable(unit, 128, "+avx2") or "")
+
+
+def test_widening_unit_estimate_counts_the_broadcasts_beside_the_steps() -> None:
+    """The compute term of a vpmaddwd tile is the steps at the unit's rate, times 1 + 1/(2 nv): a broadcast a
+    row and group beside mr x nv steps of two instructions each. Other tiles keep the steps alone."""
+    spec = load_spec("amd/zen3")
+    op = Contraction(3136, 64, 576, dtype="i8")
+    plan = plan_contraction(spec, op, {"threads": 1})
+    nv = plan.compute.n // 8
+    steps_alone = op.flops / (spec.peak_tflops["i8"] * 1e12 / spec.compute[0].count)
+    assert dict(plan.estimate.terms)["compute"] == pytest.approx(steps_alone * (1 + 1 / (2 * nv)))
+    f32 = plan_contraction(spec, Contraction(3136, 64, 576), {"threads": 1})
+    assert dict(f32.estimate.terms)["compute"] == pytest.approx(op.flops / (spec.peak_tflops["f32"] * 1e12 / 2))
