@@ -107,13 +107,13 @@ def peak_per_cycle(mnemonic: str, register: str, cpu: str, broadcasts: float = 0
     ``vpbroadcastd`` loads per instruction beside them — the mix its register tile issues (a widening unit's
     A is broadcast into a register once a row and group: mr per mr x nv steps)."""
     add = STEP_ADDS.get(mnemonic)
-    if add is not None:  # products into two temporaries (renamed), each added to its own accumulator
+    if add is None:
+        block = [f"{mnemonic} %{register}14, %{register}15, %{register}{i}" for i in range(PEAK_CHAINS)]
+    else:  # products into two temporaries (renamed), each added to its own accumulator
         block = [line for i in range(PEAK_CHAINS) for line in (
             f"{mnemonic} %{register}14, %{register}15, %{register}{12 + i % 2}",
             f"{add} %{register}{12 + i % 2}, %{register}{i}, %{register}{i}")]
         block += [f"vpbroadcastd {4 * j}(%rdi), %{register}15" for j in range(round(PEAK_CHAINS * broadcasts))]
-        return PEAK_CHAINS / cycles_per_iteration(block, cpu)
-    block = [f"{mnemonic} %{register}14, %{register}15, %{register}{i}" for i in range(PEAK_CHAINS)]
     return PEAK_CHAINS / cycles_per_iteration(block, cpu)
 
 

@@ -45,7 +45,7 @@ from pbsdk.core.plan.contraction import (
 )
 from pbsdk.core.plan.dynamic import DYNAMIC_EXTENT, plan_dynamic_contraction
 from pbsdk.core.plan.window import ConvGeometry, pad_runs, padded_k, window_k_block, window_run
-from pbsdk.core.spec import ChipSpec, MatrixUnit, dtype_bits
+from pbsdk.core.spec import ChipSpec, MatrixUnit
 from pbsdk.targets.cpu.hooks import lowerable
 from pbsdk.targets.cpu.hooks import unit_step as default_unit_step
 from pbsdk.targets.cpu.implicit_conv import Im2col, copy_by_rows, find_im2col
@@ -320,8 +320,8 @@ def _unit_contraction(self: PackContractions, module: ir.Module, op: ir.Operatio
     plan = plan_contraction(spec, Contraction(m, n, k, max(bsz, 1), dtype, b_prepacked=bool(sources)), ctx.options)
     blk = plan.blocking
     where = f"{op.name} {f'{bsz}x' if batched else ''}{m}x{n}x{k} {dtype}->{acc}"
-    if acc != UNIT_OPERANDS[dtype][0] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
-        reason = (f"accumulates in {acc}" if acc != UNIT_OPERANDS[dtype][0] else
+    if acc != UNIT_OPERANDS[dtype] or blk is None or not blk.unit or not all(_unit_inner_stride(t) for t in (a, b, c)):
+        reason = (f"accumulates in {acc}" if acc != UNIT_OPERANDS[dtype] else
                   "an operand's innermost stride is not 1" if blk is not None and blk.unit else
                   f"no matrix unit in the vector registers ({plan.compute.kind} {plan.compute.name})"
                   + (f"; {'; '.join(dropped)}" if dropped else ""))
@@ -417,7 +417,7 @@ def _unit_packing(b: ir.MemRefType, k: int, n: int, blk: Blocking, k_multiple: i
     interleaved panels (`pack_unit_panels`), k rounded up to ``k_multiple`` (a tile kernel's k block), its
     values widened to ``reads`` (an integer type) where the unit reads them so;
     ``runs`` ``(run, k_run)``: first each run of ``run`` rows padded with zero rows to ``k_run`` (`pad_runs`)."""
-    u = group_size(reads or b.element_type)
+    u = group_size(str(reads or b.element_type))
     k_read = k if runs is None else padded_k(k, *runs)
     packed_t = ir.MemRefType.get(list(unit_packed_shape(k_read, n, blk.nr, u, k_multiple)), reads or b.element_type)
     wide = None if reads is None else np.dtype(f"int{ir.IntegerType(reads).width}")
@@ -855,13 +855,13 @@ def _unit_window(self: PackContractions, module: ir.Module, ctx: Any, call: ir.O
     mm, fill, fused = body
     a, b, c = (ir.MemRefType(v.type) for v in mm.operands)
     dtype = str(a.element_type)
-    acc = UNIT_OPERANDS[dtype][0]
+    acc = UNIT_OPERANDS[dtype]
     if str(b.element_type) != dtype or str(c.element_type) != acc:
         notes.append(f"{where}: {a.element_type}/{b.element_type}/{c.element_type} is read by packing: im2col kept")
         return False
     spec, _ = unit_spec(ctx.spec, cpu_options(ctx).amx)
     first = units_for(spec, dtype, acc)
-    u = 32 // dtype_bits(first[0].reads if first else dtype)  # values of k in a 32-bit group as the unit reads them
+    u = group_size(first[0].reads if first else dtype)  # values of k in a 32-bit group as the unit reads them
     (m, k), n = a.shape, b.shape[-1]
     b_value = _at_call(mm.operands[1], callee, call)  # an argument (`_contraction_body`): the call's operand
     weights = find_constant(b_value, call, len(ctx.constants)) if cpu_options(ctx).prepack_b else None

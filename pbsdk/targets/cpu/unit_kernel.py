@@ -41,12 +41,12 @@ from pbsdk.core.ir.builder import for_values as _for_values
 from pbsdk.core.ir.builder import if_then as _if
 from pbsdk.core.ir.builder import if_values as _if_values
 from pbsdk.core.plan.contraction import Blocking
+from pbsdk.core.spec import dtype_bits
 from pbsdk.targets.cpu.matmul_kernel import IndexOps, Window, window_k_loop, window_rows
 
-#: The operand element types a unit kernel is built for: their accumulator's, and the unit depth of an
-#: instruction reading them as they are (a 32-bit group); a unit that reads them widened (`UnitShape.unit_type`:
-#: AVX2's ``vpmaddwd`` reads i8 as i16) has the depth of a 32-bit group of the wider type.
-OPERANDS = {"bf16": ("f32", 2), "i8": ("i32", 4)}
+#: The operand element types a unit kernel is built for, and their accumulator's. A step's depth is the
+#: values of the type the unit reads in one 32-bit group (`group_size`).
+OPERANDS = {"bf16": "f32", "i8": "i32"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,10 +79,11 @@ class UnitShape:
 StepFn = Callable[[ir.Value, ir.Value, ir.Value], ir.Value]
 
 
-def group_size(t: ir.Type) -> int:
-    """Values of element type ``t`` in one 32-bit group: the k a unit step in the vector registers consumes,
-    and the rows of B packed panels interleave (`pack_unit_panels`) for every unit."""
-    return 32 // (t.width if isinstance(t, ir.IntegerType) else ir.FloatType(t).width)
+def group_size(dtype: str) -> int:
+    """Values of ``dtype`` (a spec dtype name, or an element type's printed form) in one 32-bit group: the k
+    a unit step in the vector registers consumes, and the rows of B packed panels interleave
+    (`pack_unit_panels`) for every unit."""
+    return 32 // dtype_bits(dtype)
 
 
 def group_word(group: ir.Value) -> ir.Value:
@@ -199,7 +200,7 @@ def check_window(shape: UnitShape, blk: Blocking, prepacked: bool, tile: bool, w
     vector registers, A not packed, k runs of whole groups (runs padded to groups only with B packed at
     compile time, its zero rows in place: `pad_runs`), ``kc`` whole runs or dividing one, and no read past
     the end of X."""
-    u = group_size(shape.reads)
+    u = group_size(str(shape.reads))
     k_run = window.k_run
     if tile:  # the tile kernel packs A from the window, a step's k_step values from one tap's channels
         if shape.batch or not blk.pack_a or window.row_runs or window.channels % blk.unit_k or shape.k % k_run:
@@ -222,9 +223,9 @@ def check(shape: UnitShape, blk: Blocking, prepacked: bool = False, tile: bool =
     IR is built)."""
     if shape.operand not in OPERANDS:
         raise ValueError(f"unit kernel: operands of {shape.operand}; supported: {', '.join(OPERANDS)}")
-    acc = OPERANDS[shape.operand][0]
+    acc = OPERANDS[shape.operand]
     reads = shape.reads
-    u = group_size(reads)
+    u = group_size(str(reads))
     if blk.unit == "" or (not tile and blk.unit_k != u) or blk.unit_k % u:
         raise ValueError(f"unit kernel: blocking for unit {blk.unit!r} k {blk.unit_k}, not a 32-bit group of "
                          f"{reads} ({shape.operand} operands)")
@@ -292,7 +293,7 @@ class _UnitKernel:
                  epilogue: UnitEpilogue | None, prepacked: bool = False, window: Window | None = None) -> None:
         self.shape, self.blk, self.step, self.zero_init, self.epilogue = shape, blk, step, zero_init, epilogue
         self.prepacked, self.window = prepacked, window
-        self.u, self.L = group_size(shape.reads), blk.lanes  # values of k in one 32-bit group
+        self.u, self.L = group_size(str(shape.reads)), blk.lanes  # values of k in one 32-bit group
         self.et = shape.a_type.element_type  # as A and B are stored
         self.rt = shape.reads  # as the unit reads them (and the packed panels hold them)
         self.acc_t = shape.c_type.element_type
