@@ -164,3 +164,34 @@ func.func @strided_weights(%x: memref<1x5x4x1x4xf32>, %w: memref<2x1x4x1x16xf32,
   }
   return
 }
+
+// -----
+
+// An NCHW graph input read where it lies: `fuse` folded the layout transpose the emitter put before the
+// convolution into its input map, (n, g, c, h, w) = (d0, d3, d7, d1 + d5, d2 + d6). The kernel broadcasts
+// one input value at a time, so it reads the input in that order (KernelBench's Conv2d(3, 16, 3)).
+// CHECK-LABEL: func.func @nchw_input(
+// CHECK:         call @__pbsdk_conv0(
+// CHECK-LABEL: func.func @__pbsdk_conv0(
+// CHECK-SAME:      %[[KX:.*]]: memref<2x1x3x8x8xf32>, %[[KW:.*]]: memref<3x3x3x1x16xf32>, %{{.*}}: memref<2x6x6x1x16xf32>
+// CHECK:               scf.for %{{.*}} = {{.*}} iter_args(
+// CHECK:                 scf.for %{{.*}} = {{.*}} iter_args(
+// CHECK:                   scf.for %[[C:.*]] = {{.*}} iter_args(
+// CHECK:                     memref.load %[[KX]][%{{.*}}, %{{.*}}, %[[C]], %{{.*}}, %{{.*}}] : memref<2x1x3x8x8xf32>
+// CHECK-NEXT:                vector.broadcast
+// CHECK-NEXT:                vector.fma
+#x = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d3, d7, d1 + d5, d2 + d6)>
+#w = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d5, d6, d7, d3, d4)>
+#o = affine_map<(d0, d1, d2, d3, d4, d5, d6, d7) -> (d0, d1, d2, d3, d4)>
+func.func @nchw_input(%x: memref<2x1x3x8x8xf32>, %w: memref<3x3x3x1x16xf32>, %o: memref<2x6x6x1x16xf32>) {
+  linalg.generic {indexing_maps = [#x, #w, #o],
+                  iterator_types = ["parallel", "parallel", "parallel", "parallel", "parallel",
+                                    "reduction", "reduction", "reduction"]}
+      ins(%x, %w : memref<2x1x3x8x8xf32>, memref<3x3x3x1x16xf32>) outs(%o : memref<2x6x6x1x16xf32>) {
+  ^bb0(%a: f32, %b: f32, %acc: f32):
+    %m = arith.mulf %a, %b : f32
+    %s = arith.addf %acc, %m : f32
+    linalg.yield %s : f32
+  }
+  return
+}

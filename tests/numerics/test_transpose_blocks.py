@@ -75,3 +75,26 @@ def test_nchw_convolution_between_blocked_transposes(threads: int) -> None:
     fn = lambda a, b: ops.relu(ops.conv2d(a, b, padding=1, layout="NCHW"))
     got = pbsdk.jit(fn, options={"threads": threads, "cache": False})(x, w)
     assert_close(got, ref.relu(ref.conv2d(x, w, padding=1, layout="NCHW")), op="conv2d", reduction_size=24 * 9)
+
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(("channels", "size"), [(16, (20, 21)), (20, (9, 9))])
+def test_nchw_few_channel_convolution_runs_direct_and_writes_nchw_through_blocks(
+        channels: int, size: tuple[int, int], threads: int) -> None:
+    # KernelBench's Conv2d(3, 16, 3) over NCHW images with an activation and a residual: the direct kernel
+    # reads the NCHW input where it lies (the layout transpose folded into its reads); the epilogue is one
+    # map that writes NCHW in register-transposed blocks: the bias a scalar per block row, the residual
+    # (already NCHW) a vector along it; 20 channels and 7x7 pixels leave ragged blocks on both loops.
+    x = RNG.standard_normal((4, 3, *size)).astype(np.float32)
+    w = (RNG.standard_normal((channels, 3, 3, 3)) * 0.3).astype(np.float32)
+    b = RNG.standard_normal((1, channels, 1, 1)).astype(np.float32)
+    r = RNG.standard_normal((4, channels, size[0] - 2, size[1] - 2)).astype(np.float32)
+    fn = lambda a, k, bias, res: ops.add(ops.relu(ops.hardswish(ops.add(ops.conv2d(a, k, layout="NCHW"), bias))),
+                                         res)
+    notes = _notes(fn, {"threads": threads}, x, w, b, r)
+    assert any("register-transposed blocks" in n and "map of 3 input(s)" in n for n in notes), notes
+    got = pbsdk.jit(fn, options={"threads": threads, "cache": False})(x, w, b, r)
+    y = ref.conv2d(x, w, layout="NCHW") + b
+    want = ref.relu(y * np.clip(y + 3, 0, 6) / 6) + r  # hardswish
+    assert_close(got, want, op="conv2d", reduction_size=27)

@@ -86,6 +86,17 @@ def test_geometry_reads_strides_and_dilations() -> None:
     assert g.macs == 2 * 7 * 9 * 4 * 16 * 3 * 5 * 8
 
 
+def test_geometry_takes_the_input_in_any_dimension_order() -> None:
+    # An NCHW graph input whose layout transpose `fuse` folded into the kernel's reads: (n, g, c, h, w).
+    ops = _operands()
+    n, h, w, g, c = ops[0]
+    ops[0] = [n, g, c, h, w]
+    geometry = direct_conv_geometry((2, 30, 30, 1, 16, 3, 3, 3), ITERS, ops)
+    assert geometry == DirectConv(2, 30, 30, 1, 16, 3, 3, 3, x_order="ngchw")
+    ops[0] = [n, g, c, h, h]  # the row twice, no column
+    assert direct_conv_geometry((2, 30, 30, 1, 16, 3, 3, 3), ITERS, ops) is None
+
+
 @pytest.mark.parametrize("change", ["order", "iterators", "weights", "output", "group", "operands"])
 def test_geometry_rejects_other_loop_nests(change: str) -> None:
     extents, iters, ops = (1, 4, 4, 2, 16, 3, 3, 8), ITERS, _operands()

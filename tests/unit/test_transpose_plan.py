@@ -78,3 +78,28 @@ def test_the_butterfly_transposes(lanes: int) -> None:
             both = np.concatenate([before[i], before[j]])
             rows[i], rows[j] = both[low], both[high]
     assert (np.array(rows) == block.T).all()
+
+
+def test_side_inputs_of_a_permuting_map_are_read_by_how_q_walks_them() -> None:
+    # Blocks of loops a = 1 (channels, the source's innermost) x q = 2 (pixels, the output's innermost).
+    from pbsdk.core.passes.transpose_blocks import plan_side_inputs
+
+    bias = ((None, None, 1), (16, 16, 1))       # one value per channel: a scalar per block row
+    residual = ((0, 1, 2), (900 * 16, 900, 1))  # stored like the output: a vector along q
+    twin = ((0, 2, 1), (900 * 16, 16, 1))       # stored like the source: transposed as well
+    constant = ((0,), (1,))                      # not walked by q
+    reads, why = plan_side_inputs([bias, residual, twin, constant], 1, 2)
+    assert reads == ("scalar", "row", "transposed", "scalar") and why == ""
+
+
+def test_side_inputs_that_would_be_gathers_are_refused() -> None:
+    from pbsdk.core.passes.transpose_blocks import plan_side_inputs
+
+    strided_q = ((0, 1, 2), (900 * 16, 900, 2))   # q innermost but stride 2
+    q_outer = ((2, 0, 1), (16, 900 * 16, 1))      # q walks an outer dimension, a the innermost
+    reads, why = plan_side_inputs([strided_q], 1, 2)
+    assert reads is None and "input 1" in why
+    reads, why = plan_side_inputs([((2, 0), (16, 1))], 1, 2)  # q outer, loop 0 innermost: neither a nor q
+    assert reads is None and "neither" in why
+    reads, _ = plan_side_inputs([q_outer], 1, 2)  # q outer, a innermost: transposed like the source
+    assert reads == ("transposed",)

@@ -1,33 +1,43 @@
 """Pass ``transpose-blocks``: a copy that moves its innermost dimension — an NCHW <-> NHWC layout change,
 a ``linalg.transpose`` or a copy ``linalg.generic`` reading through a permutation — as L x L blocks through
-the vector registers.
+the vector registers; likewise an elementwise map that does so (an activation computed channels last and
+written NCHW).
 
 Lowered as loops, such a copy walks one of its two buffers a stride at a time: a load or a store per element
 (an NCHW image of 64 x 56 x 56 to NHWC took 0.076 ms on a Zen 4 core, 1.4 cycles an element). Here the two
 loops involved — ``a``, along which the input is contiguous, and ``q``, along which the output is — are cut
 into L x L blocks (L: the spec's vector lanes for the element type): L vector loads along ``a`` (one per
 ``q`` of the block), `transpose_vectors` (``log2 L`` stages of two-source shuffles), L vector stores along
-``q``. A block at the end of ``a`` or ``q`` loads and stores under lane masks (``q`` indices past the end read
-the last one, their lanes never stored; rows past the end of ``a`` are not stored); the other loops run
+``q``. The whole blocks run in loops without masks; the blocks at a ragged end of ``a`` or ``q`` are built
+once each with their lane counts: masked loads along ``a`` (only the rows inside are stored), masked stores
+along ``q`` (``q`` indices past the end read the last one, their lanes never stored). The other loops run
 around the blocks. Done on buffers after ``fuse-rows`` (which splits the transposes of a batch-1 entry over
 the cores first) and ``collapse-loops`` (which leaves an NCHW image's h, w as one loop of h*w).
 
-`plan_transpose` (pure) decides from the loops each buffer dimension is indexed by and the strides: both
-innermost strides 1, the two innermost loops different, both at least L long. Field ``enabled`` (the cpu
-target's option ``transpose_blocks``).
+A map (an all-parallel ``linalg.generic`` with one output it does not read and a body of one-result arith
+and math ops) is the same blocks around its body: its source — an input indexed by every loop whose
+innermost is not the output's — is transposed as above, and per row of a block the body runs on vectors
+along ``q`` (`body_on_vectors`), its other inputs read by `plan_side_inputs`: transposed as well, a vector
+along ``q``, or one value broadcast (a bias per channel). A direct convolution's NHWC result with its bias
+and activation, written NCHW, was a scalar loop storing one element a stride apart each (on a Zen 3 it took
+more than the convolution itself).
+
+`plan_transpose` and `plan_side_inputs` (pure) decide from the loops each buffer dimension is indexed by and
+the strides: both innermost strides 1, the two innermost loops different, both at least L long. Field
+``enabled`` (the cpu target's option ``transpose_blocks``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from mlir import ir
-from mlir.dialects import arith, scf, vector
+from mlir.dialects import arith, memref, scf, vector
 
-from pbsdk.core.ir.builder import Indices, transpose_vectors
-from pbsdk.core.passes import ops_named
+from pbsdk.core.ir.builder import Indices, body_on_vectors, on_vectors, transpose_vectors
+from pbsdk.core.passes import map_dims, ops_named
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +81,33 @@ def plan_transpose(extents: Sequence[int], in_loops: Sequence[int], out_loops: S
     return TransposePlan(tuple(extents), tuple(in_loops), tuple(out_loops), a, q, lanes), ""
 
 
+#: How a permuting map reads an input other than its source in an L x L block (`plan_side_inputs`):
+#: ``"transposed"`` like the source (L vector loads along ``a``, one per ``q``, then transposed), ``"row"``
+#: a vector load along ``q`` per row of the block, ``"scalar"`` one value per row, broadcast.
+SideRead = Literal["transposed", "row", "scalar"]
+
+
+def plan_side_inputs(inputs: Sequence[tuple[Sequence[int | None], Sequence[int]]], a: int, q: int
+                     ) -> tuple[tuple[SideRead, ...] | None, str]:
+    """How each further input of a permuting elementwise map (per input: the loop each dimension is indexed
+    by, None for a constant 0, and the strides) is read in the blocks of loops ``a`` x ``q``, or None and why
+    not: an input walked by ``q`` must have it innermost with unit stride (a vector along ``q``) or have
+    ``a`` innermost with unit stride (transposed like the source); one not walked by ``q`` is a scalar per
+    row of the block. Anything else would be a gather."""
+    reads: list[SideRead] = []
+    for i, (loops, strides) in enumerate(inputs):
+        inner, unit = (loops[-1], strides[-1] == 1) if loops else (None, False)
+        if q not in loops:
+            reads.append("scalar")
+        elif inner == q and unit and list(loops).count(q) == 1:
+            reads.append("row")
+        elif inner == a and unit and list(loops).count(a) == 1 and list(loops).count(q) == 1:
+            reads.append("transposed")
+        else:
+            return None, f"input {i + 1} is walked by loop {q} but neither it nor loop {a} is its innermost"
+    return tuple(reads), ""
+
+
 def _permutation(amap: ir.AffineMap) -> tuple[int, ...] | None:
     loops = []
     for e in amap.results:
@@ -80,28 +117,56 @@ def _permutation(amap: ir.AffineMap) -> tuple[int, ...] | None:
     return tuple(loops)
 
 
-def _copy_operands(op: ir.Operation) -> tuple[ir.Value, ir.Value, tuple[int, ...], tuple[int, ...]] | None:
-    """(input, output, in_loops, out_loops) of a permuting copy on buffers, or None."""
+@dataclasses.dataclass(frozen=True)
+class _Map:
+    """A permuting copy or elementwise map on buffers: ``inputs`` with the loops indexing each dimension
+    (None: a constant 0), ``inputs[src]`` the source (indexed by every loop, its innermost loop not the
+    output's), one output ``dst`` indexed by ``out_loops`` (a permutation of every loop), and the ``body`` to
+    rebuild on vectors (None: a plain copy of the source)."""
+
+    inputs: tuple[ir.Value, ...]
+    in_loops: tuple[tuple[int | None, ...], ...]
+    src: int
+    dst: ir.Value
+    out_loops: tuple[int, ...]
+    body: ir.Block | None
+
+
+def _permuting_map(op: ir.Operation) -> _Map | None:
+    """The `_Map` of a ``linalg.transpose`` or of an all-parallel ``linalg.generic`` on buffers with one
+    output it does not read, whose body `body_on_vectors` can rebuild and whose first input indexed by every
+    loop is the source; None otherwise."""
     if op.name == "linalg.transpose":
-        src, dst = op.operands[0], op.operands[1]
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         # Output dimension i is loop i and reads input dimension perm[i].
         in_loops = tuple(perm.index(j) for j in range(len(perm)))
-        return src, dst, in_loops, tuple(range(len(perm)))
-    if op.name != "linalg.generic" or len(op.operands) != 2 or op.results:
+        return _Map((op.operands[0],), (in_loops,), 0, op.operands[1], tuple(range(len(perm))), None)
+    if op.name != "linalg.generic" or len(op.operands) < 2 or op.results:
         return None
-    its = [str(a) for a in ir.ArrayAttr(op.attributes["iterator_types"])]
-    if any("parallel" not in i for i in its):
+    if any("parallel" not in str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])):
         return None
-    body = list(op.regions[0].blocks[0].operations)
     block = op.regions[0].blocks[0]
-    if len(body) != 1 or body[0].operation.name != "linalg.yield" or body[0].operation.operands[0] != block.arguments[0]:
+    if list(block.arguments[-1].uses) or not all(on_vectors(o.operation) for o in block.operations):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    reads, writes = _permutation(maps[0]), _permutation(maps[1])
-    if reads is None or writes is None:
+    writes = _permutation(maps[-1])
+    loops = [map_dims(m) for m in maps[:-1]]
+    if writes is None or any(lp is None for lp in loops):
         return None
-    return op.operands[0], op.operands[1], reads, writes
+    full = [i for i, lp in enumerate(loops) if lp is not None and None not in lp
+            and sorted(lp) == list(range(len(writes)))]  # type: ignore[type-var]
+    full.sort(key=lambda i: loops[i][-1] == writes[-1])  # type: ignore[index]  # a transposed one first
+    if not full:
+        return None
+    inputs = tuple(op.operands[i] for i in range(len(loops)))
+    return _Map(inputs, tuple(tuple(lp) for lp in loops if lp is not None), full[0], op.operands[len(loops)],
+                writes, block if len(loops) > 1 or _computes(block) else None)
+
+
+def _computes(block: ir.Block) -> bool:
+    """Whether a generic's body does more than yield its first argument."""
+    body = list(block.operations)
+    return not (len(body) == 1 and body[0].operation.operands[0] == block.arguments[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,92 +185,147 @@ class TransposeBlocks:
         vec = ctx.spec.vector if ctx is not None else None
         with module.context, ir.Location.unknown():
             for op in ops_named(module, "linalg.generic") + ops_named(module, "linalg.transpose"):
-                found = _copy_operands(op)
-                if found is None:
+                m = _permuting_map(op)
+                if m is None or not all(isinstance(v.type, ir.MemRefType) for v in (*m.inputs, m.dst)):
                     continue
-                src, dst, in_loops, out_loops = found
-                if not (isinstance(src.type, ir.MemRefType) and isinstance(dst.type, ir.MemRefType)):
+                planned = _plan(m, vec)
+                if isinstance(planned, str):
+                    if m.body is None or "innermost" not in planned:  # elementwise maps that permute nothing
+                        notes.append(f"{op.name} {m.inputs[m.src].type} -> {m.dst.type}: {planned}; left as is")
                     continue
-                st, dt = ir.MemRefType(src.type), ir.MemRefType(dst.type)
-                dtype = str(st.element_type)
-                if str(dt.element_type) != dtype or not (st.has_static_shape and dt.has_static_shape):
-                    continue
-                if vec is None or dtype not in vec.dtypes:
-                    notes.append(f"{op.name} {st} -> {dt}: no vector unit for {dtype}; left as is")
-                    continue
-                extents = list(dt.shape)
-                for loop, size in zip(out_loops, dt.shape):
-                    extents[loop] = size
-                plan, why = plan_transpose(extents, in_loops, out_loops, st.get_strides_and_offset()[0],
-                                           dt.get_strides_and_offset()[0], vec.lanes(dtype))
-                if plan is None:
-                    notes.append(f"{op.name} {st} -> {dt}: {why}; left as is")
-                    continue
-                notes.append(f"{op.name} {st} -> {dt}: {plan.lanes}x{plan.lanes} register-transposed blocks of "
-                             f"loops {plan.a} x {plan.q}")
+                plan, sides = planned
+                what = "copy" if m.body is None else f"map of {len(m.inputs)} input(s)"
+                notes.append(f"{op.name} {m.inputs[m.src].type} -> {m.dst.type}: {plan.lanes}x{plan.lanes} "
+                             f"register-transposed blocks of loops {plan.a} x {plan.q} ({what})")
                 with ir.InsertionPoint(op):
-                    _build(plan, src, dst, st.element_type)
+                    _Blocks(plan, m, sides, ir.MemRefType(m.dst.type).element_type).build()
                 op.erase()
 
 
-def _build(plan: TransposePlan, src: ir.Value, dst: ir.Value, element: ir.Type) -> None:
-    """The loop nest of `TransposeBlocks` at the insertion point."""
-    L = plan.lanes
-    vt = ir.VectorType.get([L], element)
-    mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
-    c = Indices(ir.InsertionPoint.current.block).c  # constants at the top of the copy's block
+def _plan(m: _Map, vec: Any) -> tuple[TransposePlan, tuple[SideRead, ...]] | str:
+    """The blocks of ``m`` and how its other inputs are read, or why not."""
+    st, dt = ir.MemRefType(m.inputs[m.src].type), ir.MemRefType(m.dst.type)
+    dtype = str(dt.element_type)
+    if any(str(ir.MemRefType(v.type).element_type) != dtype for v in m.inputs):
+        return "element types differ"
+    if not (st.has_static_shape and dt.has_static_shape):
+        return "sizes known at run time"
+    if vec is None or dtype not in vec.dtypes:
+        return f"no vector unit for {dtype}"
+    if m.body is not None and dtype not in ("f32", "f64"):
+        return f"arithmetic on {dtype} (the back end's to widen)"
+    extents = list(dt.shape)
+    for loop, size in zip(m.out_loops, dt.shape):
+        extents[loop] = size
+    source = [j for j in m.in_loops[m.src] if j is not None]  # every loop (`_permuting_map`)
+    plan, why = plan_transpose(extents, source, m.out_loops, st.get_strides_and_offset()[0],
+                               dt.get_strides_and_offset()[0], vec.lanes(dtype))
+    if plan is None:
+        return why
+    others = [(m.in_loops[i], ir.MemRefType(v.type).get_strides_and_offset()[0])
+              for i, v in enumerate(m.inputs) if i != m.src]
+    sides, why = plan_side_inputs(others, plan.a, plan.q)
+    if sides is None:
+        return why
+    return plan, sides
 
-    ext_a, ext_q = plan.extents[plan.a], plan.extents[plan.q]
-    zero_attr = (ir.IntegerAttr.get(element, 0) if isinstance(element, ir.IntegerType)
-                 else ir.FloatAttr.get(element, 0.0))
-    zero = arith.constant(vt, ir.DenseElementsAttr.get_splat(vt, zero_attr))
-    others = [j for j in range(len(plan.extents)) if j not in (plan.a, plan.q)]
 
-    def nest(depth: int, ivs: dict[int, ir.Value]) -> None:
-        if depth < len(others):
-            j = others[depth]
-            loop = scf.ForOp(c(0), c(plan.extents[j]), c(1))
+@dataclasses.dataclass
+class _Blocks:
+    """Builds the loop nest of `TransposeBlocks` at the insertion point: the loops other than ``a`` and ``q``,
+    then per L x L block the source (and any input read like it) loaded along ``a`` and transposed, and per
+    row of the block the body on vectors along ``q``, stored."""
+
+    plan: TransposePlan
+    m: _Map
+    sides: tuple[SideRead, ...]
+    element: ir.Type
+
+    def build(self) -> None:
+        plan, L = self.plan, self.plan.lanes
+        self.vt = ir.VectorType.get([L], self.element)
+        self.mt = ir.VectorType.get([L], ir.IntegerType.get_signless(1))
+        self.c = Indices(ir.InsertionPoint.current.block).c  # constants at the top of the copy's block
+        zero_attr = (ir.IntegerAttr.get(self.element, 0) if isinstance(self.element, ir.IntegerType)
+                     else ir.FloatAttr.get(self.element, 0.0))
+        self.zero = arith.constant(self.vt, ir.DenseElementsAttr.get_splat(self.vt, zero_attr))
+        reads = list(self.sides)
+        reads.insert(self.m.src, "transposed")
+        self.reads: list[SideRead] = reads
+        self._nest([j for j in range(len(plan.extents)) if j not in (plan.a, plan.q)], {})
+
+    def _nest(self, others: list[int], ivs: dict[int, ir.Value]) -> None:
+        """The loops ``others`` around the blocks: whole blocks in loops over ``a`` and ``q``, then the blocks
+        at a ragged end of either, each built once with its static lane count (masks, no clamps or guards
+        in the whole blocks)."""
+        c, plan, L = self.c, self.plan, self.plan.lanes
+        if others:
+            loop = scf.ForOp(c(0), c(plan.extents[others[0]]), c(1))
             with ir.InsertionPoint(loop.body):
-                nest(depth + 1, {**ivs, j: loop.induction_variable})
+                self._nest(others[1:], {**ivs, others[0]: loop.induction_variable})
                 scf.YieldOp([])
             return
-        outer = scf.ForOp(c(0), c(ext_a), c(L))
-        with ir.InsertionPoint(outer.body):
-            inner = scf.ForOp(c(0), c(ext_q), c(L))
-            with ir.InsertionPoint(inner.body):
-                block(ivs, outer.induction_variable, inner.induction_variable)
-                scf.YieldOp([])
-            scf.YieldOp([])
+        ext_a, ext_q = plan.extents[plan.a], plan.extents[plan.q]
 
-    def block(ivs: dict[int, ir.Value], a0: ir.Value, q0: ir.Value) -> None:
-        count_a = arith.minsi(arith.subi(c(ext_a), a0), c(L)) if plan.ragged_a else None
-        count_q = arith.minsi(arith.subi(c(ext_q), q0), c(L)) if plan.ragged_q else None
-        mask_a = vector.create_mask(mt, [count_a]) if count_a is not None else None
-        mask_q = vector.create_mask(mt, [count_q]) if count_q is not None else None
-        rows = []
-        for t in range(L):
-            qt = arith.addi(q0, c(t)) if t else q0
-            if plan.ragged_q:
-                qt = arith.minsi(qt, c(ext_q - 1))  # past the end: the last column again, never stored
-            at = {**ivs, plan.a: a0, plan.q: qt}
-            idx = [at[j] for j in plan.in_loops]
-            rows.append(vector.load(vt, src, idx) if mask_a is None else vector.maskedload(vt, src, idx, mask_a, zero))
-        for s, val in enumerate(transpose_vectors(rows)):
-            at = {**ivs, plan.a: arith.addi(a0, c(s)) if s else a0, plan.q: q0}
-            idx = [at[j] for j in plan.out_loops]
-
-            def store(val: ir.Value = val, idx: list[ir.Value] = idx) -> None:
-                if mask_q is None:
-                    vector.store(val, dst, idx)
-                else:
-                    vector.maskedstore(dst, idx, mask_q, val)
-
-            if count_a is None:
-                store()
-            else:  # rows past the end of a are not stored
-                guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, c(s), count_a))
-                with ir.InsertionPoint(guard.then_block):
-                    store()
+        def columns(a0: ir.Value, rows: int) -> None:
+            if ext_q >= L:
+                inner = scf.ForOp(c(0), c(ext_q - ext_q % L), c(L))
+                with ir.InsertionPoint(inner.body):
+                    self._block(ivs, a0, inner.induction_variable, rows, L)
                     scf.YieldOp([])
+            if ext_q % L:
+                self._block(ivs, a0, c(ext_q - ext_q % L), rows, ext_q % L)
 
-    nest(0, {})
+        outer = scf.ForOp(c(0), c(ext_a - ext_a % L), c(L))
+        with ir.InsertionPoint(outer.body):
+            columns(outer.induction_variable, L)
+            scf.YieldOp([])
+        if ext_a % L:
+            columns(c(ext_a - ext_a % L), ext_a % L)
+
+    def _index(self, loops: Sequence[int | None], at: dict[int, ir.Value]) -> list[ir.Value]:
+        return [at[j] if j is not None else self.c(0) for j in loops]
+
+    def _block(self, ivs: dict[int, ir.Value], a0: ir.Value, q0: ir.Value, rows: int, cols: int) -> None:
+        """The block at (``a0``, ``q0``) of which ``rows`` (along a) and ``cols`` (along q) are inside the
+        buffers: ``cols < L`` only at the end of q, where ``q0`` is a constant."""
+        c, plan, m, L = self.c, self.plan, self.m, self.plan.lanes
+        mask_a = vector.constant_mask(self.mt, [rows]) if rows < L else None
+        mask_q = vector.constant_mask(self.mt, [cols]) if cols < L else None
+        end_q = plan.extents[plan.q] - 1
+        columns: dict[int, list[ir.Value]] = {}  # per input read transposed: its L vectors along q
+        for i, v in enumerate(m.inputs):
+            if self.reads[i] != "transposed":
+                continue
+            loaded = []
+            for t in range(L):
+                # past the end of q: the last column again, never stored
+                qt = (q0 if t == 0 else arith.addi(q0, c(t))) if t < cols else c(end_q)
+                idx = self._index(m.in_loops[i], {**ivs, plan.a: a0, plan.q: qt})
+                loaded.append(vector.load(self.vt, v, idx) if mask_a is None
+                              else vector.maskedload(self.vt, v, idx, mask_a, self.zero))
+            columns[i] = transpose_vectors(loaded)
+        for s in range(rows):  # rows past the end of a are neither read nor stored
+            self._row(columns, s, {**ivs, plan.a: arith.addi(a0, c(s)) if s else a0, plan.q: q0}, mask_q)
+
+    def _row(self, columns: dict[int, list[ir.Value]], s: int, at: dict[int, ir.Value],
+             mask_q: ir.Value | None) -> None:
+        """Row ``s`` of a block (``at``: every loop's index, q at the block's first column): the inputs as
+        vectors along q, the body on them, the store."""
+        m = self.m
+        args: list[ir.Value | None] = []
+        for i, v in enumerate(m.inputs):
+            idx = self._index(m.in_loops[i], at)
+            if self.reads[i] == "transposed":
+                args.append(columns[i][s])
+            elif self.reads[i] == "scalar":
+                args.append(vector.broadcast(self.vt, memref.load(v, idx)))
+            else:
+                args.append(vector.load(self.vt, v, idx) if mask_q is None
+                            else vector.maskedload(self.vt, v, idx, mask_q, self.zero))
+        value = args[m.src] if m.body is None else body_on_vectors(m.body, [*args, None], self.plan.lanes)[0]
+        idx = self._index(m.out_loops, at)
+        if mask_q is None:
+            vector.store(value, m.dst, idx)
+        else:
+            vector.maskedstore(m.dst, idx, mask_q, value)

@@ -36,7 +36,9 @@ DIRECT_MARGIN = 0.9
 class DirectConv:
     """A channels-last convolution as the direct kernel sees it: ``out[n, oh, ow, g, o] += x[n, oh*sh +
     kh*dh, ow*sw + kw*dw, g, c] * w[kh, kw, c, g, o]`` over the (already padded) input, loops (n, oh, ow, g,
-    o, kh, kw, c)."""
+    o, kh, kw, c). ``x_order`` names the input's dimensions in its memory order: ``"nhwgc"`` as the emitter
+    builds it, ``"ngchw"`` where ``fuse`` folded the transpose of an NCHW graph input into the kernel's
+    reads (the kernel broadcasts one input value at a time, so any order reads alike)."""
 
     n: int
     oh: int
@@ -50,6 +52,7 @@ class DirectConv:
     sw: int = 1
     dh: int = 1
     dw: int = 1
+    x_order: str = "nhwgc"
 
     @property
     def macs(self) -> int:
@@ -68,15 +71,35 @@ def direct_conv_geometry(extents: Sequence[int], iterators: Sequence[str],
         return None
     if out != [((0, 1),), ((1, 1),), ((2, 1),), ((3, 1),), ((4, 1),)]:
         return None
-    if len(x) != 5 or x[0] != ((0, 1),) or x[3] != ((3, 1),) or x[4] != ((7, 1),) or len(x[1]) != 2 \
-            or len(x[2]) != 2:
+    order = _input_order(x)
+    if order is None:
         return None
-    (l1, sh), (l5, dh) = x[1]
-    (l2, sw), (l6, dw) = x[2]
+    (l1, sh), (l5, dh) = x[order.index("h")]
+    (l2, sw), (l6, dw) = x[order.index("w")]
     if (l1, l5, l2, l6) != (1, 5, 2, 6):
         return None
     n, oh, ow, g, og, kh, kw, cg = extents
-    return DirectConv(n, oh, ow, g, og, kh, kw, cg, sh, sw, dh, dw)
+    return DirectConv(n, oh, ow, g, og, kh, kw, cg, sh, sw, dh, dw, order)
+
+
+#: The input's index terms by role: the batch, the group, the channel in the group (one loop each); the
+#: row and the column are two terms each (output position and tap).
+_INPUT_ROLES: dict[tuple[tuple[int, int], ...], str] = {((0, 1),): "n", ((3, 1),): "g", ((7, 1),): "c"}
+
+
+def _input_order(x: Sequence[tuple[tuple[int, int], ...]]) -> str | None:
+    """The input's dimension roles in memory order (`DirectConv.x_order`), or None when its five indices
+    are not the batch, row, column, group and channel each once."""
+    if len(x) != 5:
+        return None
+    roles = []
+    for terms in x:
+        if len(terms) == 2:
+            roles.append({1: "h", 2: "w"}.get(terms[0][0], "?"))
+        else:
+            roles.append(_INPUT_ROLES.get(terms, "?"))
+    order = "".join(roles)
+    return order if sorted(order) == sorted("nhwgc") else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,9 @@ groups, few input channels), `pbsdk.core.ir.emit` builds the convolution as one 
 loops (n, oh, ow, g, o, kh, kw, c) over the padded NHWC input viewed as (N, Hp, Wp, G, CG), the weights as
 (KH, KW, CG, G, OG) and the output as (N, OH, OW, G, OG). This stage recognises that op on buffers
 (`pbsdk.core.plan.direct_conv.direct_conv_geometry`, from the loop nest
-`pbsdk.core.passes.promote_vector.analyse` reads) and replaces it by a call of
+`pbsdk.core.passes.promote_vector.analyse` reads; the input in any dimension order — an NCHW graph input
+whose layout transpose ``fuse`` folded into the kernel's reads is read where it lies, a value at a time) and
+replaces it by a call of
 ``@__pbsdk_conv<N>(x, w, out, part)`` that, per output row of its part, per group and per register tile of
 adjacent output pixels (`pbsdk.core.plan.direct_conv.direct_conv_tile`):
 
@@ -107,7 +109,8 @@ class _Kernel:
             acc = list(acc)
             wv = [self.load(w, [kh, kw, c, grp, _index(v * vl)], v) for v in range(nv)]
             for r in range(width):
-                xs = memref.LoadOp(x, [n, ih, _add(iw, r * g.sw), grp, c]).result
+                at = {"n": n, "h": ih, "w": _add(iw, r * g.sw), "g": grp, "c": c}
+                xs = memref.LoadOp(x, [at[d] for d in g.x_order]).result
                 xb = vector.BroadcastOp(self.vtype, xs).result
                 for v in range(nv):
                     acc[r * nv + v] = vector.FMAOp(xb, wv[v], acc[r * nv + v]).result
