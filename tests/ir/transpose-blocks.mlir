@@ -195,3 +195,20 @@ func.func @map_rejects(%a: memref<32x48xf32>, %g: memref<48x32xf32, strided<[1, 
   }
   return
 }
+
+// -----
+
+// A 0-d map (a scalar epilogue, as a log-sum-exp leaves one) permutes nothing.
+// CHECK-LABEL: func.func @scalar_map(
+// CHECK:         linalg.generic
+#s = affine_map<() -> ()>
+func.func @scalar_map(%a: memref<f32>, %b: memref<f32>) {
+  linalg.generic {indexing_maps = [#s, #s, #s], iterator_types = []}
+      ins(%a, %b : memref<f32>, memref<f32>) outs(%a : memref<f32>) {
+  ^bb0(%x: f32, %y: f32, %o: f32):
+    %l = math.log %x : f32
+    %s = arith.addf %l, %y : f32
+    linalg.yield %s : f32
+  }
+  return
+}

@@ -151,7 +151,7 @@ def _permuting_map(op: ir.Operation) -> _Map | None:
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
     writes = _permutation(maps[-1])
     loops = [map_dims(m) for m in maps[:-1]]
-    if writes is None or any(lp is None for lp in loops):
+    if not writes or any(lp is None for lp in loops):  # a 0-d op permutes nothing
         return None
     full = [i for i, lp in enumerate(loops) if lp is not None and None not in lp
             and sorted(lp) == list(range(len(writes)))]  # type: ignore[type-var]
