@@ -53,8 +53,8 @@ class CpuOptions(TargetOptions):
     vectorize_rows: bool = True
     #: Fill a padded buffer only around the box a later op overwrites (``fill-borders``).
     fill_borders: bool = True
-    #: Move copies that transpose their innermost dimension (NCHW <-> NHWC) as register-transposed blocks
-    #: (``transpose-blocks``).
+    #: Move copies and elementwise maps that transpose their innermost dimension (NCHW <-> NHWC) as
+    #: register-transposed blocks (``transpose-blocks``).
     transpose_blocks: bool = True
     #: Place the entry's temporaries in one workspace planned at compile time, which the executable
     #: allocates once, instead of allocating them on every call (``plan-workspace``).
