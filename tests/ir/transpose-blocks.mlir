@@ -212,3 +212,21 @@ func.func @scalar_map(%a: memref<f32>, %b: memref<f32>) {
   }
   return
 }
+
+// -----
+
+// Two outputs (a value and its negation, both written transposed): not a map this pass rebuilds.
+// CHECK-LABEL: func.func @two_outputs(
+// CHECK:         linalg.generic
+// CHECK-NOT:     vector.shuffle
+#a2 = affine_map<(d0, d1) -> (d1, d0)>
+#b2 = affine_map<(d0, d1) -> (d0, d1)>
+func.func @two_outputs(%x: memref<32x48xf32>, %y: memref<48x32xf32>, %z: memref<48x32xf32>) {
+  linalg.generic {indexing_maps = [#a2, #b2, #b2], iterator_types = ["parallel", "parallel"]}
+      ins(%x : memref<32x48xf32>) outs(%y, %z : memref<48x32xf32>, memref<48x32xf32>) {
+  ^bb0(%a: f32, %o: f32, %p: f32):
+    %n = arith.negf %a : f32
+    linalg.yield %a, %n : f32, f32
+  }
+  return
+}

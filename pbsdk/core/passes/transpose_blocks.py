@@ -146,6 +146,8 @@ def _permuting_map(op: ir.Operation) -> _Map | None:
     if any("parallel" not in str(i) for i in ir.ArrayAttr(op.attributes["iterator_types"])):
         return None
     block = op.regions[0].blocks[0]
+    if len(list(block.operations)[-1].operands) != 1:  # the yield: one output
+        return None
     if list(block.arguments[-1].uses) or not all(on_vectors(o.operation) for o in block.operations):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
