@@ -146,6 +146,38 @@ def test_a_channels_last_input_is_read_in_place(monkeypatch: pytest.MonkeyPatch)
     _assert_no_fallback()
 
 
+class _TwoOutputs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 16, 3)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.relu(self.conv(x))
+        return y, y.mean((2, 3))
+
+
+def test_a_channels_last_output_is_returned_channels_last() -> None:
+    # Eager returns a channels-last convolution's result channels last; so does the compiled model: the
+    # kernel writes it NHWC and the caller gets that memory viewed as NCHW (no transpose back, no copy).
+    # The 2-D output beside it stays as it was; a held result survives the next call.
+    torch.manual_seed(4)
+    model = _TwoOutputs().eval().to(memory_format=CL)
+    x = torch.randn(2, 3, 12, 11).to(memory_format=CL)
+    compiled = torch.compile(model, backend="pbsdk")
+    with torch.no_grad():
+        expected, pooled = model(x)
+        first, first_pooled = compiled(x)
+        second, _ = compiled(x * 2)
+        expected_second, _ = model(x * 2)
+    assert expected.is_contiguous(memory_format=CL)
+    assert first.is_contiguous(memory_format=CL) and not first.is_contiguous()
+    assert first_pooled.is_contiguous() and first_pooled.shape == (2, 16)
+    assert_close(first.numpy(), expected.numpy(), op="conv2d", tol=F32)
+    assert_close(first_pooled.numpy(), pooled.numpy(), op="conv2d", tol=F32)
+    assert_close(second.numpy(), expected_second.numpy(), op="conv2d", tol=F32)
+    _assert_no_fallback()
+
+
 def test_storage_order_only_for_channels_last_that_is_not_also_contiguous() -> None:
     cl = torch.empty(2, 3, 5, 5).to(memory_format=CL)
     assert db.storage_order(cl) == (0, 2, 3, 1) and cl.permute(0, 2, 3, 1).is_contiguous()

@@ -188,8 +188,9 @@ class CompiledPartition(torch.nn.Module):
     (``Tensor.numpy()`` shares memory). A channels-last input is too, in its storage order (``stored_order``:
     the kernel takes ``t.permute(0, 2, 3, 1)`` and its graph transposes that to NCHW, which channels last
     across layers absorbs); other strided views are copied to C order.
-    Outputs are numpy arrays wrapped with ``torch.from_numpy`` (no copy), C-contiguous whatever the
-    inputs' layout. Booleans and integers are converted at this boundary (pbsdk carries them as floats).
+    Outputs are numpy arrays wrapped with ``torch.from_numpy`` (no copy), C-contiguous, but for an output
+    Dynamo recorded as channels last: the kernel writes that one NHWC and the caller gets it viewed as the
+    channels-last NCHW tensor eager returns (``output_order``, `user_view`). Booleans and integers are converted at this boundary (pbsdk carries them as floats).
 
     A call that raises (in the kernel's argument checks, a recompilation, or the run) is logged and
     answered by torch running the partition's own graph, ``sub``; the partition stays with torch from
@@ -246,6 +247,7 @@ class CompiledPartition(torch.nn.Module):
         converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
                        for (_, dt), want in zip(self.kernel.artifact.outputs, wants))
         single = self._single
+        views = tuple(self.output_order.items())
         tensor, take = torch.Tensor, pool.take
         # torch.from_numpy itself unless an output is bf16 (which numpy_to_torch reinterprets): no dtype
         # lookup per call.
@@ -275,6 +277,8 @@ class CompiledPartition(torch.nn.Module):
                 outs.append(o)
                 pointers.append(o.data_ptr())
             run_pointers(pointers)
+            for k, perm in views:
+                outs[k] = user_view(outs[k], perm)
             if converts:
                 outs = [_as_dtype(o, want) for o, want in zip(outs, wants)]
             return outs[0] if single else tuple(outs)
@@ -294,6 +298,7 @@ class CompiledPartition(torch.nn.Module):
                        for i, (_, dt) in zip(self._inputs, self.kernel.artifact.inputs))
         made = [getattr(torch, DTYPE_TO_NUMPY[dt]) for _, dt in self.kernel.artifact.outputs]
         wants = self._out_dtypes
+        views = tuple(self.output_order.items())
         tensor = torch.Tensor
 
         def fast(args: Sequence[Any]) -> Any:
@@ -317,14 +322,18 @@ class CompiledPartition(torch.nn.Module):
             pointers.extend(o.data_ptr() for o in outs)
             pointers.append(sizes.ctypes.data)
             run_pointers(pointers)
+            for k, perm in views:
+                outs[k] = user_view(outs[k], perm)
             outs = [o if o.dtype is want else _as_dtype(o, want) for o, want in zip(outs, wants)]
             return outs[0] if single else tuple(outs)
 
         return fast
 
     def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int], dict[int, tuple[int, ...]]]:
-        graph, inputs, orders = lower_partition(self.sub, frozen, data_sizes=self.request.target.dynamic_shapes,
-                                                in_storage_order=True)
+        """The partition compiled with ``frozen`` as constants: the kernel, its inputs' positions and their
+        storage orders (`Lowered`); the outputs' orders are kept in ``self.output_order``."""
+        graph, inputs, orders, self.output_order = lower_partition(
+            self.sub, frozen, data_sizes=self.request.target.dynamic_shapes, in_storage_order=True)
         program = emit_program(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
                                forms=self.request.target.attention_forms)
         del graph  # the constants' arrays live on in the program alone
@@ -379,7 +388,8 @@ class CompiledPartition(torch.nn.Module):
         else:
             outs = self._outputs.take()
             self.kernel.executable.run(arrays + outs)
-        tensors = [_to_torch(o, dt) for o, dt in zip(outs, self._out_dtypes)]
+        tensors = [user_view(_to_torch(o, dt), self.output_order.get(k))
+                   for k, (o, dt) in enumerate(zip(outs, self._out_dtypes))]
         return tensors[0] if self._single else tuple(tensors)
 
 
@@ -432,11 +442,14 @@ CHANNELS_LAST = (0, 2, 3, 1)
 class Lowered(NamedTuple):
     """A partition as a pbsdk graph (`lower_partition`): the graph, the positions of the placeholders that
     remain kernel inputs (in argument order), and for those the kernel takes in their storage order, the
-    permutation whose view of the tensor is C-contiguous (the kernel input is ``t.permute(perm)``)."""
+    permutation whose view of the tensor is C-contiguous (the kernel input is ``t.permute(perm)``); likewise
+    per output (by position) that the kernel writes in its storage order, that permutation (the caller
+    hands back the kernel's array viewed through its inverse, `user_view`)."""
 
     graph: Graph
     inputs: list[int]
     stored_order: dict[int, tuple[int, ...]]
+    output_order: dict[int, tuple[int, ...]]
 
 
 def storage_order(meta: Any) -> tuple[int, ...] | None:
@@ -451,6 +464,14 @@ def storage_order(meta: Any) -> tuple[int, ...] | None:
     return CHANNELS_LAST
 
 
+def user_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
+    """A kernel's output written in storage order ``perm`` (`Lowered.output_order`) as the graph's tensor: a
+    view of the same memory (channels last for ``CHANNELS_LAST``), no copy."""
+    if perm is None:
+        return t
+    return t.permute([perm.index(a) for a in range(len(perm))])
+
+
 def _kernel_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
     """Input ``t`` as the kernel reads it: permuted to its storage order where the kernel takes it so (a view;
     `Kernel.check_args` copies what is then not C-contiguous, as for any strided input)."""
@@ -463,7 +484,9 @@ def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor
     the target compiles sizes known only at run time (`Target.dynamic_shapes`), so ops whose loop bounds are
     data (a grouped matmul's groups) may become such ops (`Context.data_sizes`). ``in_storage_order``: a
     channels-last input is taken in its storage order (`storage_order`) rather than copied to C order per
-    call; the caller then hands the kernel ``t.permute(perm)`` (`Lowered.stored_order`)."""
+    call; the caller then hands the kernel ``t.permute(perm)`` (`Lowered.stored_order`). Likewise a
+    channels-last output (as Dynamo recorded it) is written in its storage order, so the graph does not end
+    in a transpose back to NCHW and the caller returns the layout eager returns (`Lowered.output_order`)."""
     graph = Graph()
     cx = Context(data_sizes=data_sizes)
     env: dict[torch.fx.Node, Any] = {}
@@ -508,8 +531,24 @@ def lower_partition(sub: torch.fx.GraphModule, frozen: Mapping[int, torch.Tensor
             elif node.op == "output":
                 result = node.args[0]
                 outs = [result] if not isinstance(result, (tuple, list)) else list(result)
-                graph.outputs = [env[n].value for n in outs]
-    return Lowered(graph, inputs, orders)
+                graph.outputs, out_orders = _outputs(outs, env, in_storage_order)
+    return Lowered(graph, inputs, orders, out_orders)
+
+
+def _outputs(outs: list[Any], env: Mapping[Any, Any], in_storage_order: bool
+             ) -> tuple[list[Any], dict[int, tuple[int, ...]]]:
+    """The graph's output values, each channels-last one (`storage_order` of its recorded tensor) transposed
+    to its storage order when ``in_storage_order``, and those outputs' permutations by position."""
+    values, orders = [], {}
+    for k, n in enumerate(outs):
+        v = env[n]
+        meta = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        perm = storage_order(meta) if in_storage_order and isinstance(v, Tensor) else None
+        if perm is not None:
+            v = ops.transpose(v, list(perm))
+            orders[k] = perm
+        values.append(v.value)
+    return values, orders
 
 
 def _supported(node: torch.fx.Node, data_sizes: bool = False) -> tuple[bool, str]:
