@@ -190,7 +190,8 @@ class CompiledPartition(torch.nn.Module):
     across layers absorbs); other strided views are copied to C order.
     Outputs are numpy arrays wrapped with ``torch.from_numpy`` (no copy), C-contiguous, but for an output
     Dynamo recorded as channels last: the kernel writes that one NHWC and the caller gets it viewed as the
-    channels-last NCHW tensor eager returns (``output_order``, `user_view`). Booleans and integers are converted at this boundary (pbsdk carries them as floats).
+    channels-last NCHW tensor eager returns (``output_order``, `user_view`). Booleans and integers are
+    converted at this boundary (pbsdk carries them as floats).
 
     A call that raises (in the kernel's argument checks, a recompilation, or the run) is logged and
     answered by torch running the partition's own graph, ``sub``; the partition stays with torch from
