@@ -108,15 +108,6 @@ def plan_side_inputs(inputs: Sequence[tuple[Sequence[int | None], Sequence[int]]
     return tuple(reads), ""
 
 
-def _permutation(amap: ir.AffineMap) -> tuple[int, ...] | None:
-    loops = []
-    for e in amap.results:
-        if not isinstance(e, ir.AffineDimExpr):
-            return None
-        loops.append(e.position)
-    return tuple(loops)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Map:
     """A permuting copy or elementwise map on buffers: ``inputs`` with the loops indexing each dimension
@@ -134,8 +125,9 @@ class _Map:
 
 def _permuting_map(op: ir.Operation) -> _Map | None:
     """The `_Map` of a ``linalg.transpose`` or of an all-parallel ``linalg.generic`` on buffers with one
-    output it does not read, whose body `body_on_vectors` can rebuild and whose first input indexed by every
-    loop is the source; None otherwise."""
+    output it does not read and a body `body_on_vectors` can rebuild; its source is the first input indexed
+    by every loop whose innermost loop is not the output's (else the first indexed by every loop). None
+    otherwise."""
     if op.name == "linalg.transpose":
         perm = list(ir.DenseI64ArrayAttr(op.attributes["permutation"]))
         # Output dimension i is loop i and reads input dimension perm[i].
@@ -151,10 +143,11 @@ def _permuting_map(op: ir.Operation) -> _Map | None:
     if list(block.arguments[-1].uses) or not all(on_vectors(o.operation) for o in block.operations):
         return None
     maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
-    writes = _permutation(maps[-1])
+    out = map_dims(maps[-1])
     loops = [map_dims(m) for m in maps[:-1]]
-    if not writes or any(lp is None for lp in loops):  # a 0-d op permutes nothing
+    if not out or None in out or any(lp is None for lp in loops):  # a 0-d op permutes nothing
         return None
+    writes = tuple(j for j in out if j is not None)
     full = [i for i, lp in enumerate(loops) if lp is not None and None not in lp
             and sorted(lp) == list(range(len(writes)))]  # type: ignore[type-var]
     full.sort(key=lambda i: loops[i][-1] == writes[-1])  # type: ignore[index]  # a transposed one first

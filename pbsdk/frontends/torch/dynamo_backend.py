@@ -216,7 +216,7 @@ class CompiledPartition(torch.nn.Module):
         self._single = not isinstance(result, (tuple, list))
         outs = [result] if self._single else list(result)
         self._out_dtypes = [n.meta["val"].dtype for n in outs]
-        self.kernel, self._inputs, self.stored_order = self._compile(self._frozen)
+        self.kernel, self._inputs, self.stored_order, self.output_order = self._compile(self._frozen)
         self._pointer_path()
 
     def _pointer_path(self) -> None:
@@ -330,10 +330,11 @@ class CompiledPartition(torch.nn.Module):
 
         return fast
 
-    def _compile(self, frozen: Mapping[int, torch.Tensor]) -> tuple[Kernel, list[int], dict[int, tuple[int, ...]]]:
-        """The partition compiled with ``frozen`` as constants: the kernel, its inputs' positions and their
-        storage orders (`Lowered`); the outputs' orders are kept in ``self.output_order``."""
-        graph, inputs, orders, self.output_order = lower_partition(
+    def _compile(self, frozen: Mapping[int, torch.Tensor]
+                 ) -> tuple[Kernel, list[int], dict[int, tuple[int, ...]], dict[int, tuple[int, ...]]]:
+        """The partition compiled with ``frozen`` as constants: the kernel, its inputs' positions, their
+        storage orders and the outputs' (`Lowered`)."""
+        graph, inputs, orders, out_orders = lower_partition(
             self.sub, frozen, data_sizes=self.request.target.dynamic_shapes, in_storage_order=True)
         program = emit_program(graph, func_name=self.name, spec=self.request.spec, options=self.request.options,
                                forms=self.request.target.attention_forms)
@@ -341,7 +342,7 @@ class CompiledPartition(torch.nn.Module):
         self.fused_attention = len(re.findall(r"func\.func private @__pbsdk_attn\d+\(", program.text))
         artifact = compile_text(program.text, self.request, constants=program.constants)
         executable = self.request.target.load(artifact, self.request.spec)
-        return Kernel(artifact, executable, name=self.name), inputs, orders
+        return Kernel(artifact, executable, name=self.name), inputs, orders, out_orders
 
     def _frozen_unchanged(self, args: Sequence[Any]) -> bool:
         for i, t, version in self._checks:
@@ -377,7 +378,7 @@ class CompiledPartition(torch.nn.Module):
                      self.name)
             self._frozen = {i: t for i, t in self._frozen.items() if i not in changed}
             self._checks = tuple((i, t, t._version) for i, t in self._frozen.items())
-            self.kernel, self._inputs, self.stored_order = self._compile(self._frozen)
+            self.kernel, self._inputs, self.stored_order, self.output_order = self._compile(self._frozen)
             self._pointer_path()
             return self.forward(*args)
         arrays = self.kernel.check_args([_to_numpy(_kernel_view(args[i], self.stored_order.get(i)), self._in_dtypes[i])
