@@ -133,6 +133,45 @@ def variants(spec: ChipSpec, vary: Sequence[Vary]) -> list[Variant]:
     return out
 
 
+def run_order(sizes: Sequence[int]) -> list[int]:
+    """The order in which to start the variants of a grid of ``sizes`` (the fields' value counts, the first
+    outermost as in `variants`): every index once, consecutive ones differing in every field where the
+    sizes allow. Variants that differ only in a field that prices the run (a bandwidth, a clock) compile to
+    the same code, which the compile cache then serves to all but the first; started side by side, each
+    would compile it. Started in this order, the variants in flight at once differ in every field, so
+    the ones sharing code run apart and the later ones find it cached. The report's order is the index's.
+
+    The field with the most values, ``f``, turns fastest: position ``r``'s digit for ``f`` is
+    ``r % sizes[f]``, the other fields' digits ``a[j]`` come from ``r // sizes[f]`` in their order, and
+    field ``j`` takes value ``(a[j] + a[f]) % sizes[j]`` (a bijection: ``a[f]`` fixes the rest)."""
+    if any(n < 1 for n in sizes):
+        raise PbsdkError(f"run_order: every field needs at least one value, got sizes {list(sizes)}")
+    if not sizes:
+        return [0]
+    fast = max(range(len(sizes)), key=lambda j: (sizes[j], j))
+    others = [j for j in range(len(sizes)) if j != fast]
+    order = []
+    for r in range(_product(sizes)):
+        turn, rest = r % sizes[fast], r // sizes[fast]
+        values = [0] * len(sizes)
+        values[fast] = turn
+        for j in reversed(others):
+            values[j] = (rest % sizes[j] + turn) % sizes[j]
+            rest //= sizes[j]
+        index = 0
+        for v, n in zip(values, sizes):
+            index = index * n + v
+        order.append(index)
+    return order
+
+
+def _product(sizes: Sequence[int]) -> int:
+    out = 1
+    for n in sizes:
+        out *= n
+    return out
+
+
 # ----------------------------------------------------------------------------------------- programs
 
 def _gpt2_block(batch: int = 1, seq: int = 128, d: int = 256, heads: int = 4, dtype: str = "f16"
@@ -267,8 +306,9 @@ def explore(spec: str | ChipSpec, vary: Sequence[Vary], model: str, *, options: 
             rows[v.index] = {"index": v.index, "values": dict(v.values), "error": v.error}
     t0 = time.perf_counter()
     opts = dict(options) if options else None
-    items = [(v.index, (model, v.spec.model_dump(mode="json", exclude_none=True), opts)) for v in todo
-             if v.spec is not None and v.index not in rows]
+    position = {index: r for r, index in enumerate(run_order([len(x.values) for x in vary]))}
+    items = [(v.index, (model, v.spec.model_dump(mode="json", exclude_none=True), opts))
+             for v in sorted(todo, key=lambda v: position[v.index]) if v.spec is not None and v.index not in rows]
     values = {v.index: dict(v.values) for v in todo}
 
     def report() -> dict[str, Any]:

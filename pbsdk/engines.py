@@ -56,12 +56,15 @@ def _ray(fn: Callable[[Any], Any], items: Sequence[tuple[Hashable, Any]], jobs: 
         raise PbsdkError("--engine ray needs Ray: pip install 'pbsdk[ray]'") from None
     started = not ray.is_initialized()
     if started:
-        # The workers import pbsdk as this process does (an editable or PYTHONPATH install included).
-        env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("PBSDK_", "PYTHONPATH"))}}
         if address:
+            # The cluster's workers import pbsdk as this process does (an editable or PYTHONPATH install
+            # included) and see its settings (the cache's directory and URL).
+            env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("PBSDK_", "PYTHONPATH"))}}
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         else:
-            ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False, runtime_env=env)
+            # A local Ray's workers are children of the raylet this starts, so they inherit this process's
+            # environment as it is; a runtime_env would make Ray start other workers for it (~2 s).
+            ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False)
     try:
         task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(fn)
         pending = {task.remote(args): key for key, args in items}

@@ -57,6 +57,23 @@ def test_rows_stream_in_and_an_interrupted_sweep_resumes(tmp_path: Path, monkeyp
     assert len(ran) == 4 and _untimed(_report(tmp_path / "cut")) == _untimed(whole)
 
 
+def test_variants_start_in_run_order_and_report_in_index_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[float] = []
+
+    def fake(model: str, spec: Any, options: Any = None) -> dict[str, Any]:
+        started.append(spec.memory_level("spm").size_bytes * 10 + spec.clock_ghz)
+        return {"modelled": {"seconds": 1.0}}
+
+    monkeypatch.setattr(dse, "run_variant", fake)
+    vary = [dse.parse_vary("memory.spm.size_bytes=65536,131072,262144"), dse.parse_vary("clock_ghz=1.0,2.0,3.0")]
+    report = dse.explore("npu", vary, "matmul:128,128,256,f16", jobs=1)
+    grid = [65536 * 10 + 1.0, 65536 * 10 + 2.0, 65536 * 10 + 3.0, 131072 * 10 + 1.0, 131072 * 10 + 2.0,
+            131072 * 10 + 3.0, 262144 * 10 + 1.0, 262144 * 10 + 2.0, 262144 * 10 + 3.0]
+    assert started == [grid[i] for i in dse.run_order([3, 3])]
+    assert started[:3] == [65536 * 10 + 1.0, 131072 * 10 + 2.0, 262144 * 10 + 3.0]  # each spm size, each clock
+    assert [row["index"] for row in report["variants"]] == list(range(9))
+
+
 def test_resume_refuses_another_sweeps_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dse", *SWEEP, "--jobs", "1", "--out", str(tmp_path)]) == 0
     other = ["--spec", "npu", "--vary", "clock_ghz=1.0,3.0", "--model", "matmul:128,128,256,f16"]
@@ -76,10 +93,13 @@ ray_only = pytest.mark.ray
 
 
 @ray_only
-def test_a_ray_sweep_reports_what_the_local_one_does(tmp_path: Path) -> None:
+def test_a_ray_sweep_reports_what_the_local_one_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("ray")
-    assert main(["dse", *SWEEP, "--jobs", "1", "--out", str(tmp_path / "local")]) == 0
+    # The local Ray's workers inherit this process's environment: they compile into its cache directory.
+    monkeypatch.setenv("PBSDK_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["dse", *SWEEP, "--jobs", "2", "--engine", "ray", "--out", str(tmp_path / "ray")]) == 0
+    assert list((tmp_path / "cache").glob("*.pbsdk-artifact"))
+    assert main(["dse", *SWEEP, "--jobs", "1", "--out", str(tmp_path / "local")]) == 0
     assert _untimed(_report(tmp_path / "ray")) == _untimed(_report(tmp_path / "local"))
 
 

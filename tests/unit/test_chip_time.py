@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from pydantic import ValidationError
 
 from pbsdk.core.errors import PbsdkError, SpecError
 from pbsdk.core.plan.chip_time import clock_hz, model_time, modelled_time, unit_rate
 from pbsdk.core.spec import load_spec
-from pbsdk.dse import Vary, merge_reports, parse_vary, variants
+from pbsdk.dse import Vary, merge_reports, parse_vary, run_order, variants
 
 NPU = load_spec("example/npu")  # 4 cores at 1 GHz; mxu 32x32x32 bf16 at 16.384 TFLOP/s chip-wide; dram 100 GB/s
 
@@ -172,6 +174,24 @@ def test_variants_are_every_combination_validated():
         (("memory.spm.size_bytes", 262144), ("clock_ghz", 1)), (("memory.spm.size_bytes", 262144), ("clock_ghz", 2))]
     assert [v.spec.memory_level("spm").size_bytes for v in vs] == [131072, 131072, 262144, 262144]
     assert vs[1].spec.clock_ghz == 2
+
+
+@pytest.mark.parametrize("sizes", [(4, 4), (2, 8), (8, 2), (3,), (2, 3, 4), (1, 5), (5, 1, 3)])
+def test_variants_start_so_that_those_in_flight_differ_in_every_field(sizes):
+    order = run_order(sizes)
+    assert sorted(order) == list(range(len(order)))            # every variant once
+    grid = list(itertools.product(*(range(n) for n in sizes)))   # `variants`' order: index -> values
+    # Within a turn of the field with the most values, neighbours differ in every field that has more than
+    # one value (what matters when a field only prices the run: its variants share code, and started side
+    # by side each would compile it).
+    biggest = max(sizes)
+    for r in range(len(order) - 1):
+        if (r + 1) % biggest:
+            a, b = grid[order[r]], grid[order[r + 1]]
+            assert all(x != y for x, y, n in zip(a, b, sizes) if n > 1), (r, a, b)
+    assert run_order([4, 4])[:4] == [0, 5, 10, 15]              # the diagonal first: 4 distinct values each
+    with pytest.raises(PbsdkError, match="at least one value"):
+        run_order([3, 0])
 
 
 def test_a_named_matrix_unit_field_changes_every_form_of_the_unit():
