@@ -19,7 +19,11 @@ checkout (its ``KernelBench/levelN/*.py``, or ``levelN/`` directly). Each proble
   eager's largest magnitude;
 - latency: the contenders in interleaved blocks (each round runs every contender for ``--block-s`` of calls, in
   a rotated order; a round's figure is the block's mean per call), the median over ``--rounds`` rounds, and
-  pbsdk's speed over eager per round: median and min-max.
+  pbsdk's speed over eager per round: median and min-max;
+- ``floor`` (``--contenders eager,pbsdk,floor``): ``torch.compile`` with a backend whose compiled graph costs
+  nothing (it returns the outputs it computed once): Dynamo's own frame, guards and wrappers, the least any
+  backend's call can take through ``torch.compile``. Its speed over eager (``floor_speedup``) below 1 says
+  that no backend can make that problem faster than eager on this host.
 
 The summary counts the problems measured, correct, fully compiled, faster than eager, and the geometric mean
 of the speed-ups (`summarize`). Example (2 threads, the issue's bar):
@@ -47,7 +51,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-CONTENDERS = ("eager", "pbsdk", "inductor")
+CONTENDERS = ("eager", "pbsdk", "inductor", "floor")
 
 
 # ------------------------------------------------------------------------------------------ pure logic
@@ -125,8 +129,10 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
     """The per-problem table and the summary, as markdown."""
     s = summarize(rows)
     inductor = any(r.get("speedup_inductor") for r in rows)
+    floor = any(r.get("floor_speedup") for r in rows)
     head = "| problem | eager ms | pbsdk ms | x eager (min-max) | "
     head += "Inductor ms | pbsdk x Inductor | " if inductor else ""
+    head += "floor ms | floor x eager | " if floor else ""
     head += "first call s | fallbacks | correct (max abs / rel err) |"
     title = (f"KernelBench level {meta.get('level')} ({meta.get('source', meta.get('root'))}), "
              f"{meta.get('threads')} threads, eager <= {meta.get('max_eager_ms')} ms, {meta.get('rounds')} rounds of "
@@ -150,6 +156,9 @@ def markdown(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> str:
         if inductor:
             si = r.get("speedup_inductor")
             cells += [f"{lat['inductor']:.3f}" if "inductor" in lat else "", _spread(si) if si else ""]
+        if floor:
+            sf = r.get("floor_speedup")
+            cells += [f"{lat['floor']:.3f}" if "floor" in lat else "", _spread(sf) if sf else ""]
         fallbacks = ", ".join(r.get("fallback_ops", [])) or ("0" if fully_compiled(r) else "failed partition")
         cells += [f"{r['first_s']:.2f}", fallbacks,
                   f"{'yes' if st == 'ok' else 'NO'} ({r['max_abs_err']:.1e} / {r['max_rel_err']:.1e})"]
@@ -216,7 +225,15 @@ def _compiled(model: Any, contender: str, threads: int) -> Any:
         return torch.compile(model, backend="pbsdk", options={"compile_options": {"threads": threads}})
     if contender == "inductor":
         return torch.compile(model)
+    if contender == "floor":
+        return torch.compile(model, backend=_free_backend)
     return model
+
+
+def _free_backend(gm: Any, example_inputs: Sequence[Any]) -> Any:
+    """A compiled graph that costs nothing: the outputs computed once, returned by every call."""
+    outputs = gm(*example_inputs)
+    return lambda *args: outputs
 
 
 def _pbsdk_reports() -> dict[str, Any]:
@@ -280,6 +297,9 @@ def _latency(fns: dict[str, Any], inputs: Sequence[Any], opts: argparse.Namespac
         if other in per_round:
             ratios = [o / p for o, p in zip(per_round[other], per_round["pbsdk"])]
             out[key] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    if "floor" in per_round:
+        ratios = [e / f for e, f in zip(per_round["eager"], per_round["floor"])]
+        out["floor_speedup"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     return out
 
 
@@ -318,7 +338,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="a regular expression: the problem files whose name it is found in")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--block-s", type=float, default=0.2, help="seconds of calls per contender per round")
-    p.add_argument("--contenders", default="eager,pbsdk", help="comma-separated, of eager,pbsdk,inductor")
+    p.add_argument("--contenders", default="eager,pbsdk", help="comma-separated, of eager,pbsdk,inductor,floor")
     p.add_argument("--atol", type=float, default=1e-2)
     p.add_argument("--rtol", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=42)

@@ -74,3 +74,13 @@ def test_markdown_rows(kb: Any) -> None:
     assert table[0].count("|") == lines[lines.index(table[0]) + 1].count("|")
     assert "| 5_Big | 400.0 (skipped) |" in md and "error: timed out" in md
     assert "| 3_Gemm |" in md and "aten.foo" in md and "NO (" in md
+
+
+def test_markdown_shows_dynamos_floor_when_measured(kb: Any) -> None:
+    row = _row("9_Matmul", 0.8) | {"floor_speedup": {"median": 0.9, "min": 0.85, "max": 0.95}}
+    row["latency_ms"] = row["latency_ms"] | {"floor": 1.1}
+    md = kb.markdown([row], {"level": 2})
+    header = next(ln for ln in md.splitlines() if ln.startswith("| problem"))
+    assert "floor ms | floor x eager" in header
+    assert "| 1.100 | 0.90x (0.85-0.95) |" in md
+    assert "floor" not in kb.markdown(ROWS, {"level": 2})
