@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -151,7 +152,7 @@ def run_order(sizes: Sequence[int]) -> list[int]:
     fast = max(range(len(sizes)), key=lambda j: (sizes[j], j))
     others = [j for j in range(len(sizes)) if j != fast]
     order = []
-    for r in range(_product(sizes)):
+    for r in range(math.prod(sizes)):
         turn, rest = r % sizes[fast], r // sizes[fast]
         values = [0] * len(sizes)
         values[fast] = turn
@@ -163,13 +164,6 @@ def run_order(sizes: Sequence[int]) -> list[int]:
             index = index * n + v
         order.append(index)
     return order
-
-
-def _product(sizes: Sequence[int]) -> int:
-    out = 1
-    for n in sizes:
-        out *= n
-    return out
 
 
 # ----------------------------------------------------------------------------------------- programs
