@@ -248,7 +248,7 @@ class CompiledPartition(torch.nn.Module):
         converts = any(want is not getattr(torch, DTYPE_TO_NUMPY[dt])
                        for (_, dt), want in zip(self.kernel.artifact.outputs, wants))
         single = self._single
-        views = tuple(self.output_order.items())
+        views = tuple((k, _inverse(perm)) for k, perm in self.output_order.items())  # once, not per call
         tensor, take = torch.Tensor, pool.take
         # torch.from_numpy itself unless an output is bf16 (which numpy_to_torch reinterprets): no dtype
         # lookup per call.
@@ -278,8 +278,8 @@ class CompiledPartition(torch.nn.Module):
                 outs.append(o)
                 pointers.append(o.data_ptr())
             run_pointers(pointers)
-            for k, perm in views:
-                outs[k] = user_view(outs[k], perm)
+            for k, back in views:
+                outs[k] = outs[k].permute(back)
             if converts:
                 outs = [_as_dtype(o, want) for o, want in zip(outs, wants)]
             return outs[0] if single else tuple(outs)
@@ -299,7 +299,7 @@ class CompiledPartition(torch.nn.Module):
                        for i, (_, dt) in zip(self._inputs, self.kernel.artifact.inputs))
         made = [getattr(torch, DTYPE_TO_NUMPY[dt]) for _, dt in self.kernel.artifact.outputs]
         wants = self._out_dtypes
-        views = tuple(self.output_order.items())
+        views = tuple((k, _inverse(perm)) for k, perm in self.output_order.items())  # once, not per call
         tensor = torch.Tensor
 
         def fast(args: Sequence[Any]) -> Any:
@@ -323,8 +323,8 @@ class CompiledPartition(torch.nn.Module):
             pointers.extend(o.data_ptr() for o in outs)
             pointers.append(sizes.ctypes.data)
             run_pointers(pointers)
-            for k, perm in views:
-                outs[k] = user_view(outs[k], perm)
+            for k, back in views:
+                outs[k] = outs[k].permute(back)
             outs = [o if o.dtype is want else _as_dtype(o, want) for o, want in zip(outs, wants)]
             return outs[0] if single else tuple(outs)
 
@@ -469,9 +469,12 @@ def storage_order(meta: Any) -> tuple[int, ...] | None:
 def user_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
     """A kernel's output written in storage order ``perm`` (`Lowered.output_order`) as the graph's tensor: a
     view of the same memory (channels last for ``CHANNELS_LAST``), no copy."""
-    if perm is None:
-        return t
-    return t.permute([perm.index(a) for a in range(len(perm))])
+    return t if perm is None else t.permute(_inverse(perm))
+
+
+def _inverse(perm: tuple[int, ...]) -> tuple[int, ...]:
+    """The permutation that undoes ``perm``."""
+    return tuple(perm.index(a) for a in range(len(perm)))
 
 
 def _kernel_view(t: torch.Tensor, perm: tuple[int, ...] | None) -> torch.Tensor:
