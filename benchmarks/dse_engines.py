@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from pbsdk.bench import cpu_model
 
 SPEC = "npu"
 MODEL = "gpt2-block:seq=256,d=768,heads=12"
@@ -62,16 +63,6 @@ def _run(name: str, engine: str, jobs: int, tmp: Path, args: argparse.Namespace,
             "load": os.getloadavg()[0], "progress_shown": "variants" in done.stderr}
 
 
-def _cpu() -> str:
-    """The CPU's model name, CPUID family and model (from /proc/cpuinfo where there is one)."""
-    try:
-        info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().splitlines()[:30] if ":" in line)
-    except OSError:
-        return platform.processor() or platform.machine()
-    info = {k.strip(): v.strip() for k, v in info.items()}
-    return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
@@ -104,7 +95,7 @@ def main() -> None:
                      "same_report": all(x["report"] == reference for x in runs[name]),
                      "progress_shown": all(x["progress_shown"] for x in runs[name]),
                      "load": [x["load"] for x in runs[name]]})
-    meta = {"cpu": _cpu(), "cpu_count": os.cpu_count(), "spec": args.spec,
+    meta = {"cpu": cpu_model(cpuid=True), "cpu_count": os.cpu_count(), "spec": args.spec,
             "model": args.model, "vary": args.vary, "rounds": args.rounds,
             "variants": len(reference["variants"]), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     lines = [f"`pbsdk dse --spec {args.spec} --model {args.model} " + " ".join(f"--vary {v}" for v in args.vary)

@@ -672,15 +672,17 @@ def _run_case(case: Case, threads: int, *, quick: bool, rounds: int, contenders:
 
 # ------------------------------------------------------------------------------------------ machine info
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo), for the reports that must name the CPU beside figures."""
+def cpu_model(*, cpuid: bool = False) -> str:
+    """The CPU's model name (from /proc/cpuinfo), for the reports that must name the CPU beside figures.
+    ``cpuid``: with its CPUID family and model beside it (``AMD EPYC (family 25, model 1)``), where the
+    name alone does not tell the core's generation (a Zen 3 from a Zen 4)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        lines = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0].splitlines()  # the first processor's
     except OSError:
-        pass
-    return platform.processor() or platform.machine()
+        return platform.processor() or platform.machine()
+    info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    name = info.get("model name") or platform.processor() or platform.machine()
+    return f"{name} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})" if cpuid else name
 
 
 def _git_commit() -> str | None:
