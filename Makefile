@@ -36,6 +36,11 @@ docs: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
 
+# The deploy runtime as its own pip distribution (docs/deploy.md): dist/pbsdk_runtime-<version>-py3-none-any.whl.
+.PHONY: runtime-wheel
+runtime-wheel:
+	$(PYTHON) scripts/runtime_wheel.py -o dist
+
 # The deploy runtime's C API (docs/deploy.md): libpbsdk_runtime.so and its header, with the system C compiler.
 RUNTIME_BUILD ?= build/runtime
 CC ?= cc

@@ -36,6 +36,15 @@ def _mlp() -> Any:
 
 
 @pytest.fixture(scope="session")
+def runtime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Python of a fresh virtualenv holding only the ``pbsdk-runtime`` wheel and numpy
+    (`test_isolated.runtime_venv`)."""
+    from test_isolated import runtime_venv
+
+    return runtime_venv(tmp_path_factory.mktemp("runtime-venv") / "venv")
+
+
+@pytest.fixture(scope="session")
 def exported_mlp(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     import pbsdk
 

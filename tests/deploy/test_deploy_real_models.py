@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,19 +25,11 @@ def _jit_outputs(entry, request, inputs):  # type: ignore[no-untyped-def]
 
 
 def _run_isolated(path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:
-    """The file run by the runtime alone (numpy and the runtime's files; `test_isolated`)."""
-    from test_isolated import _SCRIPT, numpy_only, runtime_tree
+    """The file run by the runtime alone: a fresh virtualenv holding the pbsdk-runtime wheel and numpy
+    (`test_isolated`)."""
+    from test_isolated import run_in_venv, runtime_venv
 
-    code, deps = runtime_tree(tmp / "runtime"), numpy_only(tmp / "deps")
-    names = []
-    for i, x in enumerate(inputs):
-        np.save(tmp / f"x{i}.npy", x)
-        names.append(str(tmp / f"x{i}.npy"))
-    (tmp / "run.py").write_text(_SCRIPT)
-    done = subprocess.run([sys.executable, "-I", "-S", str(tmp / "run.py"), str(code), str(deps), str(path),
-                           str(tmp / "out"), *names], check=False, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr
-    return [np.load(p) for p in sorted(tmp.glob("out*.npy"))]
+    return run_in_venv(runtime_venv(tmp / "venv"), path, inputs, tmp)
 
 
 def _exported(name: str, tmp: Path):  # type: ignore[no-untyped-def]

@@ -1,14 +1,17 @@
-"""The runtime without the compiler: a process that holds only numpy and the runtime's own files.
+"""The runtime without the compiler: a fresh virtualenv holding the ``pbsdk-runtime`` wheel and numpy only.
 
-The runtime's files (`RUNTIME_FILES`) are copied to a fresh directory, numpy is linked beside them, and a
-Python started with ``-I -S`` (no site-packages, no PYTHONPATH) loads the exported file from there; a
-meta-path blocker also makes importing MLIR, LLVM, torch, onnx, jax or any compiler module of pbsdk an
-error. Its outputs must equal the JIT's."""
+`runtime_venv` builds the wheel (scripts/runtime_wheel.py, `make runtime-wheel`), creates a virtualenv
+(``python -m venv``, no system site-packages), installs the wheel into it with pip (offline, no
+dependencies resolved) and links this environment's numpy into it (the one dependency; no index to install
+it from here). The script below runs in that environment's Python with ``-I`` (PYTHONPATH and the user's
+site ignored): it checks that the environment holds exactly those two distributions and that MLIR, LLVM,
+torch, onnx, jax, pydantic and the compiler's modules of pbsdk cannot be found, then runs an exported file.
+Its outputs must equal the JIT's."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,67 +21,71 @@ import numpy as np
 import pbsdk
 
 REPO = Path(pbsdk.__file__).resolve().parent.parent
-#: What the runtime distribution consists of (relative to the repository).
-RUNTIME_FILES = ("pbsdk/__init__.py", "pbsdk/core/__init__.py", "pbsdk/core/errors.py", "pbsdk/runtime")
 
-_SCRIPT = r'''
-import importlib.abc, sys
-BLOCKED = ("mlir", "llvmlite", "torch", "onnx", "onnxruntime", "jax", "jaxlib", "pydantic", "yaml", "ml_dtypes",
-           "pbsdk.core.compiler", "pbsdk.core.ir", "pbsdk.core.spec", "pbsdk.frontends", "pbsdk.targets",
-           "pbsdk.deploy", "pbsdk.onnx", "pbsdk.ops")
-
-class Blocker(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
-            raise ImportError("blocked in this test: " + name)
-        return None
-
-sys.meta_path.insert(0, Blocker())
-sys.path[:0] = sys.argv[1:3]
+#: The environment's checks: only numpy and pbsdk-runtime installed, nothing of the compiler to be found.
+CHECKS = r'''
+import importlib.metadata, importlib.util, sys
+ABSENT = ("mlir", "llvmlite", "torch", "onnx", "onnxruntime", "jax", "jaxlib", "pydantic", "yaml", "ml_dtypes",
+          "pbsdk.core.compiler", "pbsdk.core.ir", "pbsdk.core.spec", "pbsdk.frontends", "pbsdk.targets",
+          "pbsdk.deploy", "pbsdk.onnx", "pbsdk.ops")
+dists = sorted(d.metadata["Name"] for d in importlib.metadata.distributions())
+assert dists == ["numpy", "pbsdk-runtime"], dists
+found = [m for m in ABSENT if importlib.util.find_spec(m) is not None]
+assert not found, found
+import pbsdk
+try:
+    pbsdk.jit
+    raise AssertionError("pbsdk.jit without the compiler")
+except ImportError as exc:
+    assert "pip install pbsdk" in str(exc), exc
+'''
+_SCRIPT = CHECKS + r'''
 import numpy as np
 import pbsdk.runtime
-model = pbsdk.runtime.load(sys.argv[3])
-outs = model(*[np.load(p) for p in sys.argv[5:]])
+model = pbsdk.runtime.load(sys.argv[1])
+outs = model(*[np.load(p) for p in sys.argv[3:]])
 outs = outs if isinstance(outs, tuple) else (outs,)
 for i, o in enumerate(outs):
-    np.save(sys.argv[4] + str(i) + ".npy", o)
-leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))
-assert not leaked, leaked
+    np.save(sys.argv[2] + str(i) + ".npy", o)
 print("modules", len(sys.modules))
 '''
 
 
-def runtime_tree(dest: Path) -> Path:
-    """Copy the runtime's files (and nothing else of pbsdk) under ``dest``."""
-    for rel in RUNTIME_FILES:
-        src, dst = REPO / rel, dest / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_dir():
-            shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(src, dst)
-    return dest
+def runtime_venv(dest: Path) -> Path:
+    """A fresh virtualenv at ``dest`` holding the runtime wheel and numpy; its Python."""
+    spec = importlib.util.spec_from_file_location("runtime_wheel", REPO / "scripts" / "runtime_wheel.py")
+    assert spec is not None and spec.loader is not None
+    runtime_wheel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime_wheel)
+    wheel = runtime_wheel.build(dest.parent / "wheel")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-index",
+                    "--no-deps", "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
+    site = Path(subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    ours = Path(np.__file__).resolve().parent.parent
+    for name in ("numpy", "numpy.libs", f"numpy-{np.__version__}.dist-info"):
+        if (ours / name).exists():
+            os.symlink(ours / name, site / name)
+    return python
 
 
-def numpy_only(dest: Path) -> Path:
-    """A directory holding numpy (links to this environment's) and nothing else."""
-    site = Path(np.__file__).resolve().parent.parent
-    dest.mkdir(parents=True, exist_ok=True)
-    for name in ("numpy", "numpy.libs"):
-        if (site / name).exists():
-            os.symlink(site / name, dest / name)
-    return dest
-
-
-def test_runtime_runs_without_the_compiler(exported_mlp, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    code = runtime_tree(tmp_path / "runtime")
-    deps = numpy_only(tmp_path / "deps")
-    np.save(tmp_path / "x.npy", exported_mlp.inputs[0])
-    script = tmp_path / "run.py"
-    script.write_text(_SCRIPT)
-    done = subprocess.run([sys.executable, "-I", "-S", str(script), str(code), str(deps), str(exported_mlp.path),
-                           str(tmp_path / "out"), str(tmp_path / "x.npy")],
-                          check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+def run_in_venv(python: Path, path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:
+    """``path`` run by the runtime in `runtime_venv`'s environment; its outputs."""
+    names = []
+    for i, x in enumerate(inputs):
+        np.save(tmp / f"x{i}.npy", x)
+        names.append(str(tmp / f"x{i}.npy"))
+    (tmp / "run.py").write_text(_SCRIPT)
+    done = subprocess.run([str(python), "-I", str(tmp / "run.py"), str(path), str(tmp / "out"), *names],
+                          check=False, capture_output=True, text=True, cwd=tmp, timeout=600)
     assert done.returncode == 0, done.stderr
-    for i, want in enumerate(exported_mlp.expected):
-        np.testing.assert_array_equal(np.load(tmp_path / f"out{i}.npy"), want)
+    return [np.load(p) for p in sorted(tmp.glob("out*.npy"), key=lambda p: int(p.stem[3:]))]
+
+
+def test_runtime_runs_without_the_compiler(exported_mlp, runtime_python, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    outs = run_in_venv(runtime_python, exported_mlp.path, list(exported_mlp.inputs), tmp_path)
+    assert len(outs) == len(exported_mlp.expected)
+    for got, want in zip(outs, exported_mlp.expected):
+        np.testing.assert_array_equal(got, want)

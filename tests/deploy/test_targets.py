@@ -63,18 +63,12 @@ def test_template_export_from_the_cli(tmp_path: Path) -> None:
     np.testing.assert_array_equal(model(x), pbsdk.onnx.load(str(model_file), target="template")(x))
 
 
-def test_template_export_runs_without_the_compiler(exported_template, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from test_isolated import _SCRIPT, numpy_only, runtime_tree
+def test_template_export_runs_without_the_compiler(exported_template, runtime_python,  # type: ignore[no-untyped-def]
+                                                   tmp_path) -> None:
+    from test_isolated import run_in_venv
 
-    code, deps = runtime_tree(tmp_path / "runtime"), numpy_only(tmp_path / "deps")
-    np.save(tmp_path / "x.npy", exported_template.inputs[0])
-    script = tmp_path / "run.py"
-    script.write_text(_SCRIPT)
-    done = subprocess.run([sys.executable, "-I", "-S", str(script), str(code), str(deps), str(exported_template.path),
-                           str(tmp_path / "out"), str(tmp_path / "x.npy")],
-                          check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120)
-    assert done.returncode == 0, done.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "out0.npy"), exported_template.expected[0])
+    outs = run_in_venv(runtime_python, exported_template.path, list(exported_template.inputs), tmp_path)
+    np.testing.assert_array_equal(outs[0], exported_template.expected[0])
 
 
 _SCAFFOLDED = r'''
@@ -294,25 +288,23 @@ def test_nvgpu_file_damage_and_mismatch(exported_nvgpu, exported_mlp, tmp_path) 
 _ISOLATED_NVGPU = r'''
 import pbsdk.runtime
 try:
-    pbsdk.runtime.load(sys.argv[3])
+    pbsdk.runtime.load(sys.argv[1])
     print("loaded")
 except pbsdk.runtime.DeviceUnavailableError as exc:
     print("refused", exc.reason)
-leaked = sorted(m for m in sys.modules if any(m == b or m.startswith(b + ".") for b in BLOCKED))
-assert not leaked, leaked
 '''
 
 
-def test_nvgpu_path_imports_nothing_of_the_compiler(exported_nvgpu, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """pbsdk.runtime.cuda beside numpy alone (test_isolated's blocker): loading the nvgpu file imports
-    nothing of the compiler, MLIR or ml_dtypes."""
-    from test_isolated import _SCRIPT, numpy_only, runtime_tree
+def test_nvgpu_path_imports_nothing_of_the_compiler(exported_nvgpu, runtime_python,  # type: ignore[no-untyped-def]
+                                                    tmp_path) -> None:
+    """pbsdk.runtime.cuda in the runtime's own environment (`test_isolated`: the pbsdk-runtime wheel and
+    numpy, nothing of the compiler, MLIR or ml_dtypes to be found): an nvgpu file loads where a GPU is and
+    is refused with its reason otherwise."""
+    from test_isolated import CHECKS
 
-    code, deps = runtime_tree(tmp_path / "runtime"), numpy_only(tmp_path / "deps")
-    head = _SCRIPT[:_SCRIPT.index("import numpy as np")]  # the import blocker; sys.path from argv[1:3]
     script = tmp_path / "run.py"
-    script.write_text(head + _ISOLATED_NVGPU)
-    done = subprocess.run([sys.executable, "-I", "-S", str(script), str(code), str(deps), str(exported_nvgpu.path)],
+    script.write_text(CHECKS + _ISOLATED_NVGPU)
+    done = subprocess.run([str(runtime_python), "-I", str(script), str(exported_nvgpu.path)],
                           check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.startswith("loaded" if _gpu_present() else "refused"), done.stdout
