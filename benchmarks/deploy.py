@@ -3,7 +3,8 @@ by the JIT (the cpu target's in-process executable of the very artifact that was
 ``torch.compile(backend="pbsdk")`` for context.
 
 - ``export_s``: pbsdk.export from the module (torch.export, conversion, compilation, the linked library).
-- ``load_s``: ``pbsdk.runtime.load`` in a fresh Python process (numpy + the runtime imported first, not
+- ``load_s``: ``pbsdk.runtime.load`` in a fresh Python process of a virtualenv holding only the
+  ``pbsdk-runtime`` wheel and numpy (`scripts/runtime_wheel.py`; numpy + the runtime imported first, not
   counted), median of 5 processes, with and without the weights' checksums; the file is in the page cache.
 - latency: interleaved rounds (each round runs every contender for a block of calls, rotating the order); a
   contender's figure is the median over rounds of its block mean; the ratio's spread is the min..max of the
@@ -16,16 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
 
 _LOAD = r'''
 import sys, time
@@ -36,12 +37,22 @@ print(time.perf_counter() - t)
 '''
 
 
-def load_seconds(path: Path, verify: bool, runs: int = 5) -> float:
+def runtime_python(workdir: Path) -> Path:
+    """The Python of a fresh virtualenv holding the pbsdk-runtime wheel and numpy (built under ``workdir``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("runtime_wheel", REPO / "scripts" / "runtime_wheel.py")
+    assert spec is not None and spec.loader is not None
+    runtime_wheel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime_wheel)
+    return runtime_wheel.make_venv(workdir / "venv", runtime_wheel.build(workdir / "wheel"))
+
+
+def load_seconds(python: Path, path: Path, verify: bool, runs: int = 5) -> float:
     times = []
     for _ in range(runs):
-        done = subprocess.run([sys.executable, "-c", _LOAD, str(path), "1" if verify else "0"], check=False,
-                              capture_output=True, text=True,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        done = subprocess.run([str(python), "-I", "-c", _LOAD, str(path), "1" if verify else "0"], check=False,
+                              capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"loading {path} in a fresh process failed: {done.stderr[-3000:]}")
         times.append(float(done.stdout.strip().splitlines()[-1]))
@@ -67,7 +78,8 @@ def interleaved(contenders: dict[str, Any], rounds: int, block: int) -> dict[str
     return per
 
 
-def bench(name: str, batch: int, rounds: int, block: int, workdir: Path, threads: int | None) -> dict[str, Any]:
+def bench(name: str, batch: int, rounds: int, block: int, workdir: Path, threads: int | None,
+          python: Path) -> dict[str, Any]:
     import torch
 
     import pbsdk.runtime
@@ -86,7 +98,7 @@ def bench(name: str, batch: int, rounds: int, block: int, workdir: Path, threads
     path = write_artifact(workdir / f"{name}.pbsdk", [entry], request)
     export_s = time.perf_counter() - t0
     x = [np.ascontiguousarray(i.numpy()) for i in inputs]
-    loads = {"load_s": load_seconds(path, True), "load_noverify_s": load_seconds(path, False)}
+    loads = {"load_s": load_seconds(python, path, True), "load_noverify_s": load_seconds(python, path, False)}
     jit = Kernel(entry.artifact, request.target.load(entry.artifact, request.spec), name=name)
     t0 = time.perf_counter()
     runtime = pbsdk.runtime.load(path)
@@ -133,8 +145,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        python = runtime_python(Path(tmp))
         for name in args.models:
-            row = bench(name, args.batch, args.rounds, args.block, Path(args.keep or tmp), args.threads)
+            row = bench(name, args.batch, args.rounds, args.block, Path(args.keep or tmp), args.threads, python)
             row["threads"] = args.threads
             print(json.dumps(row), flush=True)
             rows.append(row)

@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -87,6 +90,25 @@ def build(dest: Path, repo: Path = REPO) -> Path:
             item.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(item, data)
     return wheel
+
+
+def make_venv(dest: Path, wheel: Path) -> Path:
+    """A fresh virtualenv at ``dest`` (no system site-packages) holding ``wheel``, installed by pip offline,
+    and the calling interpreter's numpy, linked into it (the wheel's one dependency; tests and benchmarks run
+    where no package index is); its Python."""
+    import numpy as np
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
+    python = dest / "bin" / "python"
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-index",
+                    "--no-deps", "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
+    site = subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    ours = Path(np.__file__).resolve().parent.parent
+    for name in ("numpy", "numpy.libs", f"numpy-{np.__version__}.dist-info"):
+        if (ours / name).exists():
+            os.symlink(ours / name, Path(site) / name)
+    return python
 
 
 def main() -> None:

@@ -11,9 +11,7 @@ Its outputs must equal the JIT's."""
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,18 +55,7 @@ def runtime_venv(dest: Path) -> Path:
     assert spec is not None and spec.loader is not None
     runtime_wheel = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runtime_wheel)
-    wheel = runtime_wheel.build(dest.parent / "wheel")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
-    python = dest / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-index",
-                    "--no-deps", "--disable-pip-version-check", str(wheel)], check=True, timeout=300)
-    site = Path(subprocess.run([str(python), "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    ours = Path(np.__file__).resolve().parent.parent
-    for name in ("numpy", "numpy.libs", f"numpy-{np.__version__}.dist-info"):
-        if (ours / name).exists():
-            os.symlink(ours / name, site / name)
-    return python
+    return runtime_wheel.make_venv(dest, runtime_wheel.build(dest.parent / "wheel"))
 
 
 def run_in_venv(python: Path, path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:
