@@ -320,13 +320,9 @@ def _child(path: Path, argv: list[str], timeout: float) -> dict[str, Any]:
 
 
 def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return "unknown CPU"
+    from pbsdk.bench import cpu_model
+
+    return f"{cpu_model(cpuid=True)}, {os.cpu_count()} cores"
 
 
 def _parser() -> argparse.ArgumentParser:
