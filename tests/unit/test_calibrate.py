@@ -18,7 +18,8 @@ def _timings(clock_hz: float = 3.5e9) -> cal.Timings:
     return cal.Timings(clock=cal.Timing(steps, 0.01),
                        fma={512: cal.Timing(int(clock_hz * 0.01), 0.01), 256: cal.Timing(int(2 * clock_hz * 0.01), 0.01)},
                        units={"vpdpbusd": cal.Timing(int(clock_hz * 0.01), 0.01)},
-                       reads={"l1d": cal.Timing(int(220e9 * 0.01), 0.01), "dram": cal.Timing(int(27e9 * 0.01), 0.01)})
+                       reads={"l1d": cal.Timing(int(220e9 * 0.01), 0.01), "dram": cal.Timing(int(27e9 * 0.01), 0.01)},
+                       fma_latency=cal.Timing(int(clock_hz / 4 * 0.01), 0.01))  # one FMA every 4 cycles
 
 
 def test_figures_follow_from_the_timings() -> None:
@@ -27,6 +28,9 @@ def test_figures_follow_from_the_timings() -> None:
     assert c.fma_per_cycle == {512: pytest.approx(1.0, abs=1e-3), 256: pytest.approx(2.0, abs=1e-3)}
     assert c.unit_per_cycle == {"vpdpbusd": pytest.approx(1.0, abs=1e-3)}
     assert c.bandwidth_gbps == {"l1d": pytest.approx(220.0, abs=0.1), "dram": pytest.approx(27.0, abs=0.1)}
+    assert c.fma_latency == pytest.approx(4.0, abs=0.01)
+    assert cal.Calibration.from_json(c.to_json()) == c
+    assert cal.derive(cal.Timings(cal.Timing(100, 1.0), {}, {}, {})).fma_latency is None  # not probed
     with pytest.raises(ValueError, match="clock"):
         cal.derive(cal.Timings(cal.Timing(0, 1.0), {}, {}, {}))
 
@@ -103,7 +107,8 @@ def test_off_or_failing_calibration_keeps_the_estimates(host_dir, monkeypatch, c
 
 def test_measured_figures_replace_the_estimates_and_say_so(monkeypatch) -> None:
     c = cal.Calibration(clock_ghz=3.7, fma_per_cycle={512: 0.99, 256: 2.0}, unit_per_cycle={"vpdpbusd": 1.01},
-                        bandwidth_gbps={"l1d": 230.0, "l2": 118.0, "dram": 27.0, "dram@core": 24.0}, seconds=0.5)
+                        bandwidth_gbps={"l1d": 230.0, "l2": 118.0, "dram": 27.0, "dram@core": 24.0}, seconds=0.5,
+                        fma_latency=4.02)
     monkeypatch.setattr(host_mod, "_llvm_host", lambda: ("znver4", "+avx512f", {"avx512f": True, "fma": True,
                                                                                   "avx512vnni": True},
                                                          "x86_64-unknown-linux-gnu"))
@@ -123,6 +128,7 @@ def test_measured_figures_replace_the_estimates_and_say_so(monkeypatch) -> None:
     prov = spec.provenance
     assert prov["clock_ghz"].startswith("measured") and prov["vector.fma_per_cycle"].startswith("measured 0.99")
     assert prov["memory.l2.bandwidth_gbps"] == "measured (one core reading)"
+    assert spec.vector.fma_latency == 4 and prov["vector.fma_latency"].startswith("measured 4.02")
     assert prov["matrix_units.vpdpbusd.per_cycle"] == "measured"
     assert prov["memory.l1d.size_bytes"] in ("sysfs", "default")
 
@@ -133,3 +139,6 @@ def test_without_calibration_the_estimates_are_labelled(monkeypatch) -> None:
     assert not any(v.startswith("measured") for v in spec.provenance.values())
     assert spec.provenance["vector.fma_per_cycle"].startswith("estimate")
     assert spec.provenance["clock_ghz"].startswith("/proc/cpuinfo")
+    if spec.vector is not None and spec.vector.fma:
+        assert spec.vector.fma_latency == host_mod.FMA_LATENCY_ESTIMATE
+        assert spec.provenance["vector.fma_latency"].startswith("estimate")

@@ -179,6 +179,25 @@ def test_register_tile_balances_fma_and_load_issue() -> None:
     assert nv2 == 1
 
 
+def test_register_tile_keeps_enough_accumulators_for_the_fma_latency() -> None:
+    """A k step of a tile cannot take fewer cycles than the FMA latency (each accumulator waits for its
+    previous FMA). 22 rows on 16 AVX2 registers, 2 FMAs a cycle: without the latency the model takes a
+    2x2-vector tile (4 accumulators, no edge); with a 4-cycle latency such a tile issues at half rate, so
+    the tile holds latency x rate = 8 accumulators at least (measured on Zen 3, 1 thread: 22x768x768
+    797 -> 587 us, 22x768x3072 4.8 -> 2.7 ms)."""
+    from pbsdk.core.plan.contraction import issue_cycles, register_tile
+
+    assert register_tile(16, 8, 2, 2, 22, 768) == (2, 2, "100% of FMA issue at this shape")
+    mr, nv, why = register_tile(16, 8, 2, 2, 22, 768, latency=4)
+    assert mr * nv >= 8 and mr * nv + nv + 1 <= 16 and why == "100% of FMA issue at this shape"
+    assert issue_cycles(2, 2, 8, 22, 768, 2, 2, latency=4) == 2 * issue_cycles(2, 2, 8, 22, 768, 2, 2)
+    # Tiles that already hold enough accumulators do not change (the 6x2-vector AVX2 tile of big GEMMs).
+    assert register_tile(16, 8, 2, 2, 1024, 1024, latency=4) == register_tile(16, 8, 2, 2, 1024, 1024)
+    # A single row cannot hold latency x rate accumulators beside its B vectors: the best it can do.
+    mr1, nv1, _ = register_tile(16, 8, 2, 2, 1, 768, latency=4)
+    assert mr1 == 1 and nv1 == 7
+
+
 def test_blocking_follows_the_cache_sizes() -> None:
     """Few rows (a 10-tile A block): kc fills L1 with the B micro-panel (many rows:
     `test_long_k_blocks_where_l2_feeds_the_b_stream`)."""

@@ -259,10 +259,12 @@ def _round_down(v: int, multiple: int) -> int:
     return max(multiple, v // multiple * multiple)
 
 
-def issue_cycles(fma_per_cycle: int, loads_per_cycle: int, lanes: int, m: int, n: int, mr: int, nv: int) -> float:
+def issue_cycles(fma_per_cycle: int, loads_per_cycle: int, lanes: int, m: int, n: int, mr: int, nv: int,
+                 latency: int = 1) -> float:
     """Issue cycles of one k step over an ``m x n`` output in ``mr x nv``-vector register tiles (tiles that
-    overhang the edges cost their full time; see `register_tile`)."""
-    per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle)
+    overhang the edges cost their full time; see `register_tile`). A step takes at least the FMA ``latency``
+    (`VectorUnit.fma_latency`): each accumulator's FMA waits for its previous one."""
+    per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle, latency)
     return -(-m // mr) * -(-n // (nv * lanes)) * per_step
 
 
@@ -298,13 +300,13 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
     if op.b_prepacked:
         return Orientation(False, why="not transposed: B is packed ahead of time in the given orientation")
     lanes = vec.lanes(op.accumulator)
-    fma, loads = vec.fma_per_cycle, vec.loads_per_cycle
-    mr, nv, _ = register_tile(vec.registers, lanes, fma, loads, op.m, op.n)
-    tmr, tnv, _ = register_tile(vec.registers, lanes, fma, loads, op.n, op.m)
+    fma, loads, lat = vec.fma_per_cycle, vec.loads_per_cycle, vec.fma_latency
+    mr, nv, _ = register_tile(vec.registers, lanes, fma, loads, op.m, op.n, latency=lat)
+    tmr, tnv, _ = register_tile(vec.registers, lanes, fma, loads, op.n, op.m, latency=lat)
     given_pack = op.n * TRANSPOSE_PACK_FMAS / fma if op.b_layout == "nk" else 0.0
-    given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv) + given_pack
+    given = issue_cycles(fma, loads, lanes, op.m, op.n, mr, nv, lat) + given_pack
     pack = 0.0 if op.a_prepackable or op.a_layout == "km" else op.m * TRANSPOSE_PACK_FMAS / fma
-    swapped = issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) + pack
+    swapped = issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv, lat) + pack
     a_pack = ("A constant: packed as B^T at compile time" if op.a_prepackable else
               "A stored [k, m]: B^T a plain copy" if op.a_layout == "km" else f"{pack:.0f} of them packing A^T")
     figures = (f"{given:.0f} issue cycles a k step as given ({mr}x{nv * lanes} tiles"
@@ -469,7 +471,8 @@ def long_k_stream_share(spec: ChipSpec, tile: _MicroTile, level: MemoryLevel) ->
     vec = spec.vector
     if vec is None or not spec.clock_ghz or level.bandwidth_gbps <= 0:
         return None
-    step = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, tile.lanes, tile.mr, tile.nr, tile.mr, tile.nv)
+    step = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, tile.lanes, tile.mr, tile.nr, tile.mr, tile.nv,
+                        vec.fma_latency)
     return tile.nr * tile.eb / step / (level.bandwidth_gbps / spec.clock_ghz)
 
 
@@ -789,7 +792,8 @@ def compute_tile(spec: ChipSpec, op: Contraction,
     vec = spec.vector
     if vec is not None and op.accumulator in vec.dtypes and vec.fma:
         lanes = vec.lanes(op.accumulator)
-        mr, nr_vecs, why = register_tile(vec.registers, lanes, vec.fma_per_cycle, vec.loads_per_cycle, op.m, op.n)
+        mr, nr_vecs, why = register_tile(vec.registers, lanes, vec.fma_per_cycle, vec.loads_per_cycle, op.m, op.n,
+                                         latency=vec.fma_latency)
         scope = spec.compute[0].name
         return (ComputeTile("vector-fma", f"fma{vec.width_bits}", mr, nr_vecs * lanes, 1, op.dtype, op.accumulator,
                             scope, registers=mr * nr_vecs + nr_vecs + 1),
@@ -857,12 +861,13 @@ def _unit_tile_registers(spec: ChipSpec, u: MatrixUnit) -> tuple[ComputeTile, st
 
 
 def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycle: int, m: int,
-                  n: int, broadcasts: int = 1) -> tuple[int, int, str]:
+                  n: int, broadcasts: int = 1, latency: int = 1) -> tuple[int, int, str]:
     """The vector register tile (rows ``mr``, columns in vectors ``nv``) with the fewest issue cycles.
 
     One k step of an ``mr x nv`` tile issues ``mr * nv`` FMAs and ``mr + nv`` loads (one broadcast of A
     per row, one vector of B per column), so it takes ``max(mr*nv / fma_per_cycle, (mr+nv) /
-    loads_per_cycle)`` cycles; the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
+    loads_per_cycle, latency)`` cycles (``latency``: `VectorUnit.fma_latency`, the cycles each
+    accumulator waits for its previous FMA — a tile of few accumulators is latency-bound); the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
     tiles, so tiles that overhang the edges cost their full time (conservative: the cpu kernel runs the
     last tile row and column with fewer accumulators, `pbsdk.targets.cpu.matmul_kernel.tile_variants`). ``mr * nv`` accumulators, ``nv`` B
     vectors and ``broadcasts`` registers for A's broadcasts (`MatrixUnit.broadcast_registers`; one for an
@@ -878,7 +883,7 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
         for mr in range(1, registers):
             if mr * nv + nv + broadcasts > registers:
                 break
-            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv)
+            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv, latency)
             options.append((cycles, (mr + nv) / (mr * nv), nv, mr))
     fastest = min(o[0] for o in options)
     order = ((lambda o: (round(o[1], 9), o[2])) if broadcasts > 1 else (lambda o: (o[2], round(o[1], 9))))

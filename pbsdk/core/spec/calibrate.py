@@ -13,6 +13,8 @@ probes do, pbsdk measures them with a few tiny loops JIT-compiled by the LLVM it
   ``x + 1`` chain run two steps a cycle and the clock read twice the real one) — steps x 2 / seconds;
 - **vector FMA issue rate** per width (512/256/128 bits as the CPU has them): independent chains of
   ``llvm.fma`` on more accumulators than latency x pipes needs — FMAs / (seconds x clock);
+- **vector FMA latency** at the widest width: one chain of dependent ``llvm.fma`` — cycles per FMA (what a
+  register tile of few accumulators is bound by: `VectorUnit.fma_latency`);
 - **matrix-instruction issue rate**: the same with ``vpdpbusd`` / ``vdpbf16ps`` where the CPU has them, and
   with ``vpmaddwd`` + ``vpaddd`` (a step of the i8 unit of a CPU without them) on AVX2 / AVX512-BW;
 - **read bandwidth** of each cache level and of main memory: vector loads summed over a buffer of half the
@@ -45,7 +47,7 @@ from typing import Any
 log = logging.getLogger("pbsdk.calibrate")
 
 #: Bumped whenever a probe or `derive` changes meaning: older cached calibrations are then re-measured.
-PROBE_VERSION = 4
+PROBE_VERSION = 5
 #: Dependent steps per loop iteration of the clock probe; each step is an add and an xor (2 cycles).
 CLOCK_UNROLL = 16
 #: Independent accumulator chains of the FMA / matrix-instruction probes: more than latency (4-5 cycles)
@@ -81,24 +83,27 @@ class Timings:
     fma: dict[int, Timing]
     units: dict[str, Timing]
     reads: dict[str, Timing]
+    fma_latency: Timing | None = None  # one dependent chain of FMAs at the widest width
 
 
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """The derived figures: clock in GHz, vector FMAs per cycle by width, matrix instructions per cycle
-    by name, read bandwidth in GB/s by memory level, and how long measuring took."""
+    by name, read bandwidth in GB/s by memory level, cycles from one FMA to the next dependent one, and how
+    long measuring took."""
     clock_ghz: float
     fma_per_cycle: dict[int, float]
     unit_per_cycle: dict[str, float]
     bandwidth_gbps: dict[str, float]
     seconds: float
     load: float = 0.0  # the 1-minute load average when measured (other processes lower shared-level figures)
+    fma_latency: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"version": PROBE_VERSION, "clock_ghz": self.clock_ghz,
                 "fma_per_cycle": {str(k): v for k, v in self.fma_per_cycle.items()},
                 "unit_per_cycle": dict(self.unit_per_cycle), "bandwidth_gbps": dict(self.bandwidth_gbps),
-                "seconds": self.seconds, "load": self.load}
+                "seconds": self.seconds, "load": self.load, "fma_latency": self.fma_latency}
 
     @classmethod
     def from_json(cls, data: Any) -> Calibration:
@@ -110,17 +115,20 @@ class Calibration:
                       fma_per_cycle={int(k): float(v) for k, v in data["fma_per_cycle"].items()},
                       unit_per_cycle={str(k): float(v) for k, v in data["unit_per_cycle"].items()},
                       bandwidth_gbps={str(k): float(v) for k, v in data["bandwidth_gbps"].items()},
-                      seconds=float(data["seconds"]), load=float(data.get("load", 0.0)))
+                      seconds=float(data["seconds"]), load=float(data.get("load", 0.0)),
+                      fma_latency=None if data.get("fma_latency") is None else float(data["fma_latency"]))
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not a calibration: {exc!r}") from exc
-        if not (0.1 <= cal.clock_ghz <= 20) or any(not (0 < v < 64) for v in cal.fma_per_cycle.values()):
+        if not (0.1 <= cal.clock_ghz <= 20) or any(not (0 < v < 64) for v in cal.fma_per_cycle.values()) \
+                or not (cal.fma_latency is None or 0 < cal.fma_latency < 64):
             raise ValueError(f"implausible calibration: {cal}")
         return cal
 
 
 def derive(t: Timings) -> Calibration:
     """Figures from raw timings. The clock: each dependent step is two one-cycle operations. Issue
-    rates: instructions per second over cycles per second. Bandwidths: bytes per second in GB/s."""
+    rates: instructions per second over cycles per second; the FMA latency: cycles per FMA of one
+    dependent chain. Bandwidths: bytes per second in GB/s."""
     hz = 2 * t.clock.rate
     if hz <= 0:
         raise ValueError("the clock probe measured nothing")
@@ -128,7 +136,8 @@ def derive(t: Timings) -> Calibration:
                        fma_per_cycle={w: round(x.rate / hz, 3) for w, x in t.fma.items()},
                        unit_per_cycle={n: round(x.rate / hz, 3) for n, x in t.units.items()},
                        bandwidth_gbps={n: round(x.rate / 1e9, 1) for n, x in t.reads.items()},
-                       seconds=0.0)
+                       seconds=0.0,
+                       fma_latency=round(hz / t.fma_latency.rate, 2) if t.fma_latency and t.fma_latency.rate else None)
 
 
 def issue_rate(measured: float) -> int:
@@ -181,6 +190,7 @@ class _Probes:
         self._clock()
         for w in self.widths:
             self._fma(w)
+        self._fma(max(self.widths), chains=1)
         if enabled.get("avx512vnni") and 512 in self.widths:
             self._dot("vpdpbusd", "llvm.x86.avx512.vpdpbusd.512", ir.VectorType(ir.IntType(32), 16),
                       ir.VectorType(ir.IntType(32), 16))
@@ -247,8 +257,9 @@ class _Probes:
 
         self._loop("clock", [i64], i64, [(i64, lambda b, f: f.args[1])], body, lambda b, f, v: b.ret(v[0]))
 
-    def _accumulate(self, name: str, acc_t: Any, step: Callable[[Any, Any, Any, Any], Any], op_t: Any) -> None:
-        """``void name(i64 n, acc_t* io)``: `CHAINS` accumulators from ``io``, each stepped with two operands
+    def _accumulate(self, name: str, acc_t: Any, step: Callable[[Any, Any, Any, Any], Any], op_t: Any,
+                    chains: int = CHAINS) -> None:
+        """``void name(i64 n, acc_t* io)``: ``chains`` accumulators from ``io``, each stepped with two operands
         read from ``io`` n times; their sum stored back (nothing is dead, nothing constant)."""
         ir = self.ir
         ops: list[Any] = []
@@ -269,13 +280,17 @@ class _Probes:
             b.store(total, f.args[1])
             b.ret_void()
 
-        self._loop(name, [acc_t.as_pointer()], ir.VoidType(), [(acc_t, load)] * CHAINS, body, finish)
+        self._loop(name, [acc_t.as_pointer()], ir.VoidType(), [(acc_t, load)] * chains, body, finish)
 
-    def _fma(self, width: int) -> None:
+    def _fma(self, width: int, chains: int = CHAINS) -> None:
+        """``fma<width>``: `CHAINS` independent chains (the issue rate); with ``chains=1``, ``fma_latency``:
+        one chain, each FMA waiting for the one before (llvm.fma is never reassociated)."""
         ir = self.ir
         vt = ir.VectorType(ir.FloatType(), width // 32)
-        fma = ir.Function(self.module, ir.FunctionType(vt, [vt, vt, vt]), name=f"llvm.fma.v{width // 32}f32")
-        self._accumulate(f"fma{width}", vt, lambda b, acc, x, y: b.call(fma, [acc, x, y]), vt)
+        name = f"llvm.fma.v{width // 32}f32"
+        fma = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(vt, [vt, vt, vt]), name=name)
+        self._accumulate(f"fma{width}" if chains > 1 else "fma_latency", vt,
+                         lambda b, acc, x, y: b.call(fma, [acc, x, y]), vt, chains)
 
     def _dot(self, name: str, intrinsic: str, acc_t: Any, op_t: Any) -> None:
         ir = self.ir
@@ -416,6 +431,8 @@ def measure(cpu: str, features: str, enabled: dict[str, bool], widths: Sequence[
     for w in widths:
         f = probes.fn(f"fma{w}", None, ctypes.c_int64, ctypes.c_void_p)
         fma[w] = _timed(lambda n, f=f: f(n, ptr), CHAINS)  # type: ignore[misc]
+    chain = probes.fn("fma_latency", None, ctypes.c_int64, ctypes.c_void_p)
+    latency = _timed(lambda n: chain(n, ptr), 1)
     units: dict[str, Timing] = {}
     for name in probes.units:
         io[:] = 0  # zero operands: no denormals, no overflow
@@ -424,7 +441,7 @@ def measure(cpu: str, features: str, enabled: dict[str, bool], widths: Sequence[
     read = probes.fn("read", ctypes.c_float, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64)
     reads = {name: _parallel_read(read, threads, nbytes, max(widths))
              for name, threads, nbytes in read_plan(levels, cores)}
-    return Timings(clock=clock_t, fma=fma, units=units, reads=reads)
+    return Timings(clock=clock_t, fma=fma, units=units, reads=reads, fma_latency=latency)
 
 
 @functools.lru_cache(maxsize=1)

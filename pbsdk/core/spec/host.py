@@ -24,6 +24,9 @@ from pbsdk.core.spec.models import ChipSpec
 _SYS_CACHE = Path("/sys/devices/system/cpu/cpu0/cache")
 _PROC_CPUINFO = Path("/proc/cpuinfo")
 _DEFAULT_CLOCK_GHZ = 2.0
+#: Cycles from a vector FMA to the next one on its result, where calibration is off: 4 on the x86 cores of
+#: the last decade (Intel since Skylake, AMD since Zen; Agner Fog's instruction tables); measured otherwise.
+FMA_LATENCY_ESTIMATE = 4
 _KiB, _MiB, _GiB = 1 << 10, 1 << 20, 1 << 30
 #: Used when /sys has no cache description: level -> (type, size per instance, shared chip-wide).
 _DEFAULT_CACHES = [(3, 8 * _MiB, True), (2, 1 * _MiB, False), (1, 32 * _KiB, False)]
@@ -285,7 +288,8 @@ def host_spec_data(*, calibrate: bool = True, force: bool = False) -> dict:
     memory, prov = _memory(_read_caches(), cores, clock, width)
     prov.update({"clock_ghz": f"/proc/cpuinfo ({clock} GHz: nominal, not necessarily the running clock)",
                  "compute.core.count": "sched_getaffinity", "vector.width_bits": "cpuid",
-                 "vector.fma_per_cycle": "estimate (two FMA pipes)", "vector.loads_per_cycle": "estimate"})
+                 "vector.fma_per_cycle": "estimate (two FMA pipes)", "vector.loads_per_cycle": "estimate",
+                 "vector.fma_latency": f"estimate ({FMA_LATENCY_ESTIMATE} cycles: x86 cores since Haswell and Zen)"})
     units = host_units(enabled, width, 2) if x86 else []
     for u in units:
         prov[f"matrix_units.{u['name']}.per_cycle"] = "estimate" if u["registers"] == "vector" else "Intel manual"
@@ -297,7 +301,8 @@ def host_spec_data(*, calibrate: bool = True, force: bool = False) -> dict:
         "memory": memory,
         "matrix_units": units,
         "vector": {"width_bits": width, "dtypes": ["f64", "f32", "i64", "i32", "i16", "i8"], "registers": regs,
-                   "fma": fma, "fma_per_cycle": 2 if fma else 1, "loads_per_cycle": 2},
+                   "fma": fma, "fma_per_cycle": 2 if fma else 1, "loads_per_cycle": 2,
+                   "fma_latency": FMA_LATENCY_ESTIMATE if fma else 1},
         "clock_ghz": clock,
         "codegen": {"triple": triple, "cpu": cpu, "features": features},
         "provenance": prov,
@@ -327,6 +332,9 @@ def _apply_calibration(data: dict, c: cal.Calibration) -> None:
     if width in c.fma_per_cycle:
         vec["fma_per_cycle"] = cal.issue_rate(c.fma_per_cycle[width])
         prov["vector.fma_per_cycle"] = f"measured {c.fma_per_cycle[width]} {width}-bit FMAs a cycle ({rates})"
+    if c.fma_latency is not None and vec["fma"]:
+        vec["fma_latency"] = max(1, round(c.fma_latency))
+        prov["vector.fma_latency"] = f"measured {c.fma_latency} cycles a dependent {width}-bit FMA"
     l1 = next((m for m in data["memory"] if m["name"] == "l1d"), None)
     if l1 is not None and "l1d" in c.bandwidth_gbps:
         per_cycle = c.bandwidth_gbps["l1d"] / c.clock_ghz

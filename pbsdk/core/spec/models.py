@@ -275,6 +275,13 @@ class VectorUnit(_Model):
         default=1, ge=1, le=64,
         description="Vector or broadcast loads from the innermost cache one core can issue per cycle.",
     )
+    fma_latency: int = Field(
+        default=1, ge=1, le=64,
+        description="Cycles from a vector FMA issuing to its result feeding the next FMA on the same accumulator "
+                    "(4 on x86 cores since Haswell and Zen). A register tile's k step cannot take fewer cycles: "
+                    "a tile of fewer than fma_latency x fma_per_cycle accumulators leaves the FMA pipes idle. "
+                    "1: no dependency limit modelled.",
+    )
     stores_per_cycle: int = Field(
         default=1, ge=1, le=64,
         description="Vector stores to the innermost cache one core can issue per cycle (the modelled time of a "

@@ -98,7 +98,7 @@ def micro_kernel(op: VectorTileOp, spec: ChipSpec) -> MicroKernel | None:
     if lanes < 1 or extents[n[0]] % lanes:
         return None
     mr, nv, _ = register_tile(vec.registers, lanes, vec.fma_per_cycle, vec.loads_per_cycle, extents[m[0]],
-                              extents[n[0]])
+                              extents[n[0]], latency=vec.fma_latency)
     nv = min(nv, extents[n[0]] // lanes)
     mr = min(mr, extents[m[0]])
     return MicroKernel(m[0], n[0], reductions[0], tuple(sorted(c - {m[0], n[0]})),
