@@ -196,7 +196,8 @@ matrix units), the usable cores, the caches (size, line, associativity) from sys
 nothing says** (`pbsdk/core/spec/calibrate.py`, once per machine, well under a second): the clock the cores
 run vector code at (a chain of dependent one-cycle `add`/`xor` pairs; `/proc/cpuinfo` gives a nominal or a
 VM's clock), vector FMA issue rate at each width the CPU has (a Zen 4 issues one 512-bit FMA a cycle, a
-Xeon with two 512-bit ports two), `vpdpbusd`/`vdpbf16ps` issue rates, loads per cycle (from the L1's
+Xeon with two 512-bit ports two), the FMA latency (one dependent chain: the accumulators a register tile
+needs), `vpdpbusd`/`vdpbf16ps` issue rates, loads per cycle (from the L1's
 bandwidth) and each memory level's read bandwidth (core-scoped caches on one core, shared levels on every
 core at once). Peaks follow from those. Every figure's origin is in the spec's `provenance`
 (`pbsdk spec show host`); `pbsdk spec calibrate` measures again (say, on a quiet machine). The figures
