@@ -193,9 +193,10 @@ def test_register_tile_keeps_enough_accumulators_for_the_fma_latency() -> None:
     assert issue_cycles(2, 2, 8, 22, 768, 2, 2, latency=4) == 2 * issue_cycles(2, 2, 8, 22, 768, 2, 2)
     # Tiles that already hold enough accumulators do not change (the 6x2-vector AVX2 tile of big GEMMs).
     assert register_tile(16, 8, 2, 2, 1024, 1024, latency=4) == register_tile(16, 8, 2, 2, 1024, 1024)
-    # A single row cannot hold latency x rate accumulators beside its B vectors: the best it can do.
-    mr1, nv1, _ = register_tile(16, 8, 2, 2, 1, 768, latency=4)
-    assert mr1 == 1 and nv1 == 7
+    # A tile as tall as the product streams B past its rows once: its tile does not widen for the latency.
+    for m in (1, 2, 3):
+        assert register_tile(16, 8, 2, 2, m, 768, latency=4) == register_tile(16, 8, 2, 2, m, 768)
+    assert register_tile(16, 8, 2, 2, 1, 64, latency=4)[:2] == (1, 4)  # never a tile of rows it does not have
 
 
 def test_blocking_follows_the_cache_sizes() -> None:

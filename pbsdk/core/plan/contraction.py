@@ -883,7 +883,12 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
         for mr in range(1, registers):
             if mr * nv + nv + broadcasts > registers:
                 break
-            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv, latency)
+            # A tile as tall as the product streams B past its rows once (each B element meets each row
+            # once, B read in place): bound by that stream, not by the FMA latency, which would only widen
+            # it (Zen 3, 2 threads: 2x768x3072 in a 2x4-vector tile instead of 2x2, 0.72x; 1x768x3072 in
+            # 1x7 instead of 1x6, 1 thread, 0.6x).
+            floor = 1 if mr >= m else latency
+            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv, floor)
             options.append((cycles, (mr + nv) / (mr * nv), nv, mr))
     fastest = min(o[0] for o in options)
     order = ((lambda o: (round(o[1], 9), o[2])) if broadcasts > 1 else (lambda o: (o[2], round(o[1], 9))))
