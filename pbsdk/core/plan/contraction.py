@@ -867,8 +867,9 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
     One k step of an ``mr x nv`` tile issues ``mr * nv`` FMAs and ``mr + nv`` loads (one broadcast of A
     per row, one vector of B per column), so it takes ``max(mr*nv / fma_per_cycle, (mr+nv) /
     loads_per_cycle, latency)`` cycles (``latency``: `VectorUnit.fma_latency`, the cycles each
-    accumulator waits for its previous FMA — a tile of few accumulators is latency-bound); the whole ``m x n`` output needs ``ceil(m/mr) * ceil(n/(nv*lanes))``
-    tiles, so tiles that overhang the edges cost their full time (conservative: the cpu kernel runs the
+    accumulator waits for its previous FMA — a tile of few accumulators is latency-bound; not for a tile
+    as tall as the product, which streams B); the whole ``m x n`` output needs
+    ``ceil(m/mr) * ceil(n/(nv*lanes))`` tiles, so tiles that overhang the edges cost their full time (conservative: the cpu kernel runs the
     last tile row and column with fewer accumulators, `pbsdk.targets.cpu.matmul_kernel.tile_variants`). ``mr * nv`` accumulators, ``nv`` B
     vectors and ``broadcasts`` registers for A's broadcasts (`MatrixUnit.broadcast_registers`; one for an
     FMA, which reads its broadcast from memory) must fit the register file. Among tiles within 3 % of the fewest cycles, the
