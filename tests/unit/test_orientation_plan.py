@@ -58,10 +58,11 @@ def test_the_decision_is_the_issue_cycles_against_the_margin(xeon: ChipSpec) -> 
     for _ in range(300):
         m, n = (int(v) for v in rng.integers(1, 600, 2))
         turn = orientation(xeon, Contraction(m, n, 64))
-        mr, nv, _ = register_tile(vec.registers, 16, vec.fma_per_cycle, vec.loads_per_cycle, m, n)
-        tmr, tnv, _ = register_tile(vec.registers, 16, vec.fma_per_cycle, vec.loads_per_cycle, n, m)
-        assert turn.given_cycles == issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, 16, m, n, mr, nv)
-        tiles = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, 16, n, m, tmr, tnv)
+        lat = vec.fma_latency
+        mr, nv, _ = register_tile(vec.registers, 16, vec.fma_per_cycle, vec.loads_per_cycle, m, n, latency=lat)
+        tmr, tnv, _ = register_tile(vec.registers, 16, vec.fma_per_cycle, vec.loads_per_cycle, n, m, latency=lat)
+        assert turn.given_cycles == issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, 16, m, n, mr, nv, lat)
+        tiles = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, 16, n, m, tmr, tnv, lat)
         assert turn.transposed_cycles == pytest.approx(tiles + turn.pack_cycles) and turn.pack_cycles > 0
         assert turn.transposed == (turn.transposed_cycles <= TRANSPOSE_MARGIN * turn.given_cycles)
         assert turn.transposed == turn.why.startswith("computed transposed")

@@ -191,6 +191,7 @@ def test_register_tile_keeps_enough_accumulators_for_the_fma_latency() -> None:
     mr, nv, why = register_tile(16, 8, 2, 2, 22, 768, latency=4)
     assert mr * nv >= 8 and mr * nv + nv + 1 <= 16 and why == "100% of FMA issue at this shape"
     assert issue_cycles(2, 2, 8, 22, 768, 2, 2, latency=4) == 2 * issue_cycles(2, 2, 8, 22, 768, 2, 2)
+    assert issue_cycles(2, 2, 8, 2, 768, 2, 2, latency=4) == issue_cycles(2, 2, 8, 2, 768, 2, 2)  # as tall
     # Tiles that already hold enough accumulators do not change (the 6x2-vector AVX2 tile of big GEMMs).
     assert register_tile(16, 8, 2, 2, 1024, 1024, latency=4) == register_tile(16, 8, 2, 2, 1024, 1024)
     # A tile as tall as the product streams B past its rows once: its tile does not widen for the latency.

@@ -259,12 +259,21 @@ def _round_down(v: int, multiple: int) -> int:
     return max(multiple, v // multiple * multiple)
 
 
+def step_cycles(fma_per_cycle: int, loads_per_cycle: int, mr: int, nv: int, latency: int = 1) -> float:
+    """Issue cycles of one k step of one ``mr x nv``-vector register tile: its FMAs, its loads, and at least
+    the FMA ``latency`` (`VectorUnit.fma_latency`): each accumulator's FMA waits for its previous one."""
+    return max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle, latency)
+
+
 def issue_cycles(fma_per_cycle: int, loads_per_cycle: int, lanes: int, m: int, n: int, mr: int, nv: int,
                  latency: int = 1) -> float:
     """Issue cycles of one k step over an ``m x n`` output in ``mr x nv``-vector register tiles (tiles that
-    overhang the edges cost their full time; see `register_tile`). A step takes at least the FMA ``latency``
-    (`VectorUnit.fma_latency`): each accumulator's FMA waits for its previous one."""
-    per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle, latency)
+    overhang the edges cost their full time; see `register_tile`), each step at least the FMA ``latency``
+    except where the tile is as tall as the product: B then streams past its rows once (each B element meets
+    each row once, read in place), and that stream, not the latency, bounds it (widening such a tile for the
+    latency lost, Zen 3: 2x768x3072 in 2x4 vectors instead of 2x2 at 2 threads 0.72x; 1x768x3072 in 1x7
+    instead of 1x6 at 1 thread 0.6x)."""
+    per_step = step_cycles(fma_per_cycle, loads_per_cycle, mr, nv, latency if mr < m else 1)
     return -(-m // mr) * -(-n // (nv * lanes)) * per_step
 
 
@@ -317,7 +326,7 @@ def orientation(spec: ChipSpec, op: Contraction, options: Options | Mapping[str,
                            f"computed transposed (C^T = B^T A^T), as option transpose_gemm asks: {figures}")
     if swapped <= TRANSPOSE_MARGIN * given:
         reason = (f"its {op.m} rows fill the vector lanes better than its {op.n} columns"
-                  if issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv) < given - given_pack else
+                  if issue_cycles(fma, loads, lanes, op.n, op.m, tmr, tnv, lat) < given - given_pack else
                   "its operands need fewer transposing packs that way")
         return Orientation(True, given, swapped, pack, given_pack, f"computed transposed (C^T = B^T A^T): {reason}: "
                            f"{figures}")
@@ -471,8 +480,7 @@ def long_k_stream_share(spec: ChipSpec, tile: _MicroTile, level: MemoryLevel) ->
     vec = spec.vector
     if vec is None or not spec.clock_ghz or level.bandwidth_gbps <= 0:
         return None
-    step = issue_cycles(vec.fma_per_cycle, vec.loads_per_cycle, tile.lanes, tile.mr, tile.nr, tile.mr, tile.nv,
-                        vec.fma_latency)
+    step = step_cycles(vec.fma_per_cycle, vec.loads_per_cycle, tile.mr, tile.nv, vec.fma_latency)
     return tile.nr * tile.eb / step / (level.bandwidth_gbps / spec.clock_ghz)
 
 
@@ -884,12 +892,7 @@ def register_tile(registers: int, lanes: int, fma_per_cycle: int, loads_per_cycl
         for mr in range(1, registers):
             if mr * nv + nv + broadcasts > registers:
                 break
-            # A tile as tall as the product streams B past its rows once (each B element meets each row
-            # once, B read in place): bound by that stream, not by the FMA latency, which would only widen
-            # it (Zen 3, 2 threads: 2x768x3072 in a 2x4-vector tile instead of 2x2, 0.72x; 1x768x3072 in
-            # 1x7 instead of 1x6, 1 thread, 0.6x).
-            floor = 1 if mr >= m else latency
-            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv, floor)
+            cycles = issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, n, mr, nv, latency)
             options.append((cycles, (mr + nv) / (mr * nv), nv, mr))
     fastest = min(o[0] for o in options)
     order = ((lambda o: (round(o[1], 9), o[2])) if broadcasts > 1 else (lambda o: (o[2], round(o[1], 9))))
