@@ -182,12 +182,11 @@ def contraction_cycles(registers: int, lanes: int, fma_per_cycle: int, loads_per
     x (taps * cg) on the register tile the packed kernels use; its patches copied (`COPY_CYCLES` an element)
     unless one group reads them in place (`window_run`: channel runs long enough), and rearranged group-major
     (another copy) when there are several groups."""
-    from pbsdk.core.plan.contraction import register_tile
+    from pbsdk.core.plan.contraction import issue_cycles, register_tile
 
     m, k = conv.n * conv.oh * conv.ow, conv.kh * conv.kw * conv.cg
     mr, nv, _ = register_tile(registers, lanes, fma_per_cycle, loads_per_cycle, m, conv.og)
-    per_step = max(mr * nv / fma_per_cycle, (mr + nv) / loads_per_cycle)
-    cycles = conv.groups * -(-m // mr) * -(-conv.og // (nv * lanes)) * per_step * k
+    cycles = conv.groups * issue_cycles(fma_per_cycle, loads_per_cycle, lanes, m, conv.og, mr, nv) * k
     in_place = conv.groups == 1 and (conv.kh == conv.kw == 1 and conv.sh == conv.sw == 1
                                      or window_run(conv.cg, conv.kw, conv.dw) is not None)
     if not in_place:

@@ -137,11 +137,10 @@ class ConvLayout:
 
 
 def _tile_cycles(registers: int, lanes: int, fma: int, loads: int, m: int, n: int, k: int) -> float:
-    from pbsdk.core.plan.contraction import register_tile
+    from pbsdk.core.plan.contraction import issue_cycles, register_tile
 
     mr, nv, _ = register_tile(registers, lanes, fma, loads, m, n)
-    per_step = max(mr * nv / fma, (mr + nv) / loads)
-    return float(-(-m // mr) * -(-n // (nv * lanes)) * per_step * k)
+    return float(issue_cycles(fma, loads, lanes, m, n, mr, nv) * k)
 
 
 #: Cycles per element of a copy with a strided side (a layout transpose, a patch copy) in `nchw_conv_layout`.
