@@ -45,7 +45,7 @@ def runtime_python(workdir: Path) -> Path:
     assert spec is not None and spec.loader is not None
     runtime_wheel = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(runtime_wheel)
-    return runtime_wheel.make_venv(workdir / "venv", runtime_wheel.build(workdir / "wheel"))
+    return runtime_wheel.fresh_venv(workdir)
 
 
 def load_seconds(python: Path, path: Path, verify: bool, runs: int = 5) -> float:

@@ -111,6 +111,11 @@ def make_venv(dest: Path, wheel: Path) -> Path:
     return python
 
 
+def fresh_venv(dest: Path) -> Path:
+    """The wheel built under ``dest`` and installed into a fresh virtualenv there (`make_venv`); its Python."""
+    return make_venv(dest / "venv", build(dest / "wheel"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--out", type=Path, default=REPO / "dist", help="directory for the wheel")

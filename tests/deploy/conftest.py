@@ -41,7 +41,7 @@ def runtime_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (`test_isolated.runtime_venv`)."""
     from test_isolated import runtime_venv
 
-    return runtime_venv(tmp_path_factory.mktemp("runtime-venv") / "venv")
+    return runtime_venv(tmp_path_factory.mktemp("runtime-venv"))
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,7 @@ def _run_isolated(path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.nd
     (`test_isolated`)."""
     from test_isolated import run_in_venv, runtime_venv
 
-    return run_in_venv(runtime_venv(tmp / "venv"), path, inputs, tmp)
+    return run_in_venv(runtime_venv(tmp), path, inputs, tmp)
 
 
 def _exported(name: str, tmp: Path):  # type: ignore[no-untyped-def]

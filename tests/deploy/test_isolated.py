@@ -10,9 +10,11 @@ Its outputs must equal the JIT's."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,13 +51,19 @@ print("modules", len(sys.modules))
 '''
 
 
-def runtime_venv(dest: Path) -> Path:
-    """A fresh virtualenv at ``dest`` holding the runtime wheel and numpy; its Python."""
+@functools.cache
+def runtime_wheel() -> Any:
+    """scripts/runtime_wheel.py as a module (a build script, not part of the package)."""
     spec = importlib.util.spec_from_file_location("runtime_wheel", REPO / "scripts" / "runtime_wheel.py")
     assert spec is not None and spec.loader is not None
-    runtime_wheel = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runtime_wheel)
-    return runtime_wheel.make_venv(dest, runtime_wheel.build(dest.parent / "wheel"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def runtime_venv(dest: Path) -> Path:
+    """A fresh virtualenv under ``dest`` holding the runtime wheel and numpy; its Python."""
+    return runtime_wheel().fresh_venv(dest)
 
 
 def run_in_venv(python: Path, path: Path, inputs: list[np.ndarray], tmp: Path) -> list[np.ndarray]:

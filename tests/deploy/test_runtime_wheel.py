@@ -1,30 +1,25 @@
 """The ``pbsdk-runtime`` wheel (scripts/runtime_wheel.py): what it holds, that it is the same bytes each
 build, that its RECORD checks out, and that no module in it imports anything but the standard library,
-numpy, the wheel's own modules and its extras' (ml_dtypes for bf16) (every path, the CUDA one included, not only those a test runs)."""
+numpy, the wheel's own modules and its extras' (ml_dtypes for bf16): every path, the CUDA one included,
+not only those a test runs."""
 
 from __future__ import annotations
 
 import ast
 import base64
 import hashlib
-import importlib.util
 import re
 import sys
 import zipfile
-from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def runtime_wheel():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("runtime_wheel", REPO / "scripts" / "runtime_wheel.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from test_isolated import runtime_wheel as load
+
+    return load()
 
 
 def test_wheel_holds_the_runtime_and_is_reproducible(runtime_wheel, tmp_path) -> None:  # type: ignore[no-untyped-def]
