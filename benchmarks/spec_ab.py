@@ -1,127 +1,77 @@
 #!/usr/bin/env python
-"""One matmul + bias + ReLU per shape, compiled for the host spec and for the host spec with some fields
-changed (`pbsdk dse`'s ``--vary`` syntax), timed in one process: what a planner input is worth on this CPU.
+"""One matmul + bias + ReLU per shape, compiled for the host spec and for the host spec with fields set
+otherwise (``--set FIELD=VALUE``, a field path as for `pbsdk dse --vary`), timed in one process: what a
+planner input is worth on this CPU.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/spec_ab.py --vary vector.fma_latency=1 \\
-        --shapes 1x768x768 22x768x768 22x768x3072 33x768x768 --threads 1 --rounds 7
+    PYTHONPATH=. .venv/bin/python benchmarks/spec_ab.py --set vector.fma_latency=1 \\
+        --shapes 1x768x3072 22x768x768 22x768x3072 33x768x768 --threads 1 --rounds 9
 
-The first variant is the host spec as detected (the baseline); each ``--vary`` value is another. Per round
-every contender runs a block of calls (at least ``--block-s`` seconds; the order rotating), timed with
-``time.thread_time`` at 1 thread (other processes' load does not count) or wall time at more; the figure is
-the median over rounds of each block's mean per call, the ratio variant / baseline with the per-round
-ratios' min-max (> 1: the baseline is faster). Outputs are checked against each other before timing.
+The outputs are checked against each other, then both run in interleaved blocks (`pbsdk.bench.interleaved_blocks`:
+each block's fastest call, the order rotating); the speedup is the changed spec's time over the host spec's,
+median of the per-round ratios with their spread (> 1: the host spec as detected is faster). The weight is an
+argument, so B is packed or streamed per call.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import time
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pbsdk.bench import cpu_model
+DEFAULT_SHAPES = ("22x768x768",)
 
 
-def _timed(fns: dict[str, Callable[[], Any]], rounds: int, block_s: float,
-           clock: Callable[[], float]) -> dict[str, list[float]]:
-    calls = {}
-    for name, fn in fns.items():  # calls per block from a first timing
-        fn()
-        start = clock()
-        fn()
-        calls[name] = max(3, int(block_s / max(clock() - start, 1e-7)))
-    per: dict[str, list[float]] = {k: [] for k in fns}
-    names = list(fns)
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            start = clock()
-            for _ in range(calls[name]):
-                fns[name]()
-            per[name].append((clock() - start) / calls[name])
-    return per
-
-
-def measure(shapes: list[tuple[int, int, int]], vary: list[str], threads: int, rounds: int,
-            block_s: float) -> dict[str, Any]:
-    import pbsdk
-    from pbsdk import ops
+def _specs(sets: list[str]) -> tuple[Any, Any]:
+    """The host spec, and the host spec with ``sets`` (``FIELD=VALUE`` each) applied and validated."""
     from pbsdk.core.spec import load_spec
     from pbsdk.dse import parse_vary, variants
 
     host = load_spec("host")
-    specs = {"host": host}
-    for v in variants(host, [parse_vary(text) for text in vary]) if vary else []:
-        if v.spec is None:
-            raise SystemExit(f"--vary {v.values}: {v.error}")
-        specs[", ".join(f"{f}={x}" for f, x in v.values)] = v.spec
-    clock = time.thread_time if threads == 1 else time.perf_counter
+    (changed,) = variants(host, [parse_vary(text) for text in sets])
+    if changed.spec is None:
+        raise SystemExit(f"--set {' '.join(sets)}: {changed.error}")
+    return host, changed.spec
+
+
+def measure(shape: str, threads: int, rounds: int, block_s: float, sets: list[str]) -> dict[str, Any]:
+    import pbsdk
+    from pbsdk import ops
+    from pbsdk.bench import interleaved_blocks
+
+    m, n, k = (int(d) for d in shape.lower().split("x"))
     rng = np.random.default_rng(0)
-    rows = []
-    for m, n, k in shapes:
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        w = rng.standard_normal((k, n)).astype(np.float32) / np.sqrt(k)
-        b = rng.standard_normal(n).astype(np.float32)
-        fns = {}
-        outs = {}
-        for label, spec in specs.items():
-            f = pbsdk.jit(lambda x, w_, b_: ops.relu(x @ w_ + b_), target="cpu", spec=spec,
-                          options={"threads": threads})
-            outs[label] = f(a, w, b)
-            fns[label] = lambda f=f, a=a, w=w, b=b: f(a, w, b)
-        for label, out in outs.items():
-            np.testing.assert_allclose(out, outs["host"], rtol=1e-4, atol=1e-4, err_msg=label)
-        per = _timed(fns, rounds, block_s, clock)
-        row: dict[str, Any] = {"shape": [m, n, k], "us": {k_: 1e6 * statistics.median(v) for k_, v in per.items()}}
-        for label in specs:
-            if label != "host":
-                ratios = [x / y for x, y in zip(per[label], per["host"])]
-                row.setdefault("ratio", {})[label] = [statistics.median(ratios), min(ratios), max(ratios)]
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    return {"cpu": cpu_model(cpuid=True), "threads": threads, "rounds": rounds, "vary": vary,
-            "clock": "thread_time" if threads == 1 else "wall", "rows": rows}
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    fns: dict[str, Callable[[], Any]] = {}
+    outs = {}
+    for label, spec in zip(("host", "changed"), _specs(sets)):
+        f = pbsdk.jit(lambda x, w_, b_: ops.relu(x @ w_ + b_), target="cpu", spec=spec, options={"threads": threads})
+        outs[label] = f(a, w, b)
+        fns[label] = lambda f=f: f(a, w, b)
+    np.testing.assert_allclose(outs["changed"], outs["host"], rtol=1e-4, atol=1e-4)
+    times = interleaved_blocks(fns, rounds, block_s)
+    ratio = [c / h for c, h in zip(times["changed"], times["host"])]
+    return {"case": shape, "set": sets, "threads": threads,
+            "us": {k_: statistics.median(v) * 1e6 for k_, v in times.items()},
+            "speedup": statistics.median(ratio), "spread": [min(ratio), max(ratio)]}
 
 
-def markdown(result: dict[str, Any]) -> str:
-    labels = [k for k in result["rows"][0]["us"] if k != "host"] if result["rows"] else []
-    head = ("| m x n x k | host us | " + " | ".join(f"{lab} us | {lab} / host (min-max)" for lab in labels)
-            + " |\n|---|---|" + "---|---|" * len(labels) + "\n")
-    lines = []
-    for r in result["rows"]:
-        cells = [f"{r['us']['host']:.1f}"]
-        for lab in labels:
-            med, lo, hi = r["ratio"][lab]
-            cells += [f"{r['us'][lab]:.1f}", f"{med:.3f} ({lo:.3f}-{hi:.3f})"]
-        lines.append(f"| {'x'.join(map(str, r['shape']))} | " + " | ".join(cells) + " |")
-    return (f"CPU: {result['cpu']}; {result['threads']} thread(s), {result['clock']} per call, median of "
-            f"{result['rounds']} interleaved rounds.\n\n" + head + "\n".join(lines) + "\n")
+def main(argv: list[str] | None = None) -> int:
+    from pbsdk.bench import ab_parser, ratio_cell, run_ab
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vary", nargs="*", default=[], help="FIELD=V1,V2,... as for pbsdk dse")
-    parser.add_argument("--shapes", nargs="+", default=["22x768x768"], help="MxNxK")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--block-s", type=float, default=0.1)
-    parser.add_argument("--json")
-    parser.add_argument("--md")
-    args = parser.parse_args()
-    shapes = [tuple(int(d) for d in s.lower().split("x")) for s in args.shapes]
-    result = measure(shapes, args.vary, args.threads, args.rounds, args.block_s)  # type: ignore[arg-type]
-    text = markdown(result)
-    print(text)
-    if args.json:
-        from pathlib import Path
-        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
-    if args.md:
-        from pathlib import Path
-        Path(args.md).write_text(text)
+    parser = ab_parser(__doc__, "--shapes", DEFAULT_SHAPES, "MxNxK", block_s=0.2)
+    parser.add_argument("--set", nargs="+", required=True, dest="sets", help="FIELD=VALUE: the changed spec")
+    args = parser.parse_args(argv)
+    changed = ", ".join(args.sets)
+    run_ab(args, args.shapes, lambda case, t, r, b: measure(case, t, r, b, args.sets),
+           (f"| m x n x k | host µs | {changed} µs | speedup [spread] |", "|---|--:|--:|---|"),
+           lambda r: f"| {r['case']} | {r['us']['host']:.1f} | {r['us']['changed']:.1f} | {ratio_cell(r)} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
