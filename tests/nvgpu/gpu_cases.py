@@ -120,4 +120,7 @@ ELEMENTWISE: tuple[tuple[str, Callable[..., Any], int], ...] = tuple(
         ("astype", lambda x: ops.astype(x, "float16"), 1), ("broadcast_to", lambda x: ops.broadcast_to(x, (2, 15, 20)), 1),
         ("max", lambda x: ops.max(x, axis=0), 1), ("min", lambda x: ops.min(x, axis=1), 1),
         ("mean", lambda x: ops.mean(x, axis=-1, keepdims=True), 1), ("log_softmax", lambda x: ops.log_softmax(x), 1),
+        # A flip reads n - 1 - d: upstream linalg tiling asserts on that map (it used to abort the process).
+        ("flip", lambda x: ops.flip(x, (0, 1)), 1), ("strided_slice", lambda x: ops.slice(x, 1, 1, None, 3), 1),
+        ("interleave", lambda a, b: ops.interleave([a, b], (1,), (2,)), 2),
     ))

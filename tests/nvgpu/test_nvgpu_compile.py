@@ -271,3 +271,24 @@ def test_index_width_follows_the_largest_buffer() -> None:
 
     assert index_bits(module(2**31 - 1)) == 32
     assert index_bits(module(2**31)) == 64
+
+
+def test_a_transposed_convolution_with_weights_as_inputs_compiles() -> None:
+    """Its phases' sub-kernels are flips of the weight (no constant to fold them into): the flips run on one
+    thread (upstream tiling cannot take their maps), the phases are interleaved into the output."""
+    import numpy as np
+
+    from pbsdk import ops
+    from pbsdk.core.compiler import compile_text, resolve
+    from pbsdk.core.ir.emit import emit_graph
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.jit import trace
+
+    graph, _ = trace(lambda x, w: ops.conv_transpose(x, w, stride=2, padding=1, output_padding=1, layout="NHWC"),
+                     (TensorType((1, 5, 5, 8), "f32"), TensorType((8, 4, 3, 3), "f32")))
+    assert [n.op for n in graph.live_nodes()].count("interleave") == 1
+    request = resolve("nvgpu", "nvidia/h100", {"cache": False, "ptxas": False})
+    art = compile_text(emit_graph(graph), request)
+    header, blobs = read(art.payload)
+    assert header["launches"] and b".entry" in blobs["ptx"]
+    assert np.prod(header["buffers"][len(art.inputs)]["shape"]) == 10 * 10 * 4

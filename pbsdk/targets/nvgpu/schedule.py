@@ -89,6 +89,22 @@ def loop_extents(op: ir.Operation) -> tuple[list[int], list[str]]:
     return [int(e) for e in extents if e is not None], iterators
 
 
+def _negative_multiplier(expr: ir.AffineExpr) -> bool:
+    if isinstance(expr, ir.AffineMulExpr) and isinstance(expr.rhs, ir.AffineConstantExpr) and expr.rhs.value <= 0:
+        return True
+    return isinstance(expr, ir.AffineBinaryExpr) and (_negative_multiplier(expr.lhs) or _negative_multiplier(expr.rhs))
+
+
+def tileable(op: ir.Operation) -> bool:
+    """Whether upstream linalg tiling takes ``op``: not when an indexing map multiplies a loop index by a
+    non-positive constant (a flip reads ``n - 1 - d``), on which its tile check asserts — an abort of the
+    process, not an error. Such an op runs on one thread instead."""
+    if "indexing_maps" not in op.attributes:
+        return True
+    maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    return not any(_negative_multiplier(e) for m in maps for e in m.results)
+
+
 def _tile_loops(module: ir.Module, mappings: list[tuple[int, LoopMapping]]) -> None:
     """One transform script: block tiles then one point per thread, for every tagged op."""
     if not mappings:
@@ -520,7 +536,7 @@ class _Mapper:
     def to_threads(self, op: ir.Operation, tag: int) -> None:
         """Tag ``op`` to be tiled over the block's threads (`mapping.thread_split`); an op without a
         parallel loop to share runs on one thread."""
-        split = list(thread_split(*_loop_dims(op), self.threads))
+        split = list(thread_split(*_loop_dims(op), self.threads)) if tileable(op) else []
         if not any(split):
             with ir.InsertionPoint(op), op.location:
                 one = forall([1], linear_mapping("thread", 1))
@@ -622,8 +638,9 @@ class Schedule:
                                   units=spec.compute[0].count, warp=warp)
                 records.append({"op": "linalg.generic", "kind": "loops", "iterators": iterators,
                                 "mapping": dataclasses.asdict(lm)})
-                if not lm.dims:
+                if not lm.dims or not tileable(op):
                     attrs.set_unit(op, attrs.SINGLE_THREAD)
+                    records[-1]["single_thread"] = "untileable map (a flip)" if lm.dims else "no parallel loop"
                     continue
                 attrs.set_i64(op, attrs.KERNEL, tag)
                 tagged.append((tag, lm))
