@@ -85,6 +85,7 @@ __all__ = [
     "hardswish",
     "hardtanh",
     "instance_norm",
+    "interleave",
     "isfinite",
     "isinf",
     "isnan",
@@ -165,11 +166,13 @@ def _group(name: str) -> Iterator[None]:
 #: Layout ops folded into a new constant when their operand is one (a frozen weight's transpose would
 #: otherwise be recomputed on every call).
 _FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": lambda v, a: v.reshape(a["shape"]),
-             "flip": lambda v, a: np.flip(v, a["axes"])}
+             "flip": lambda v, a: np.flip(v, a["axes"]),
+             "slice": lambda v, a: v[tuple(builtins.slice(s, s + (n - 1) * k + 1, k)
+                                           for s, k, n in zip(a["starts"], a["steps"], a["shape"]))]}
 
 
 def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
-    if op not in _FOLDABLE or len(inputs) != 1:
+    if op not in _FOLDABLE or len(inputs) != 1 or builtins.any(isinstance(d, Dim) for d in shape):
         return None
     src = _const_value(graph, inputs[0])
     if src is None or src.shape != inputs[0].shape:
@@ -1076,9 +1079,10 @@ def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_
 def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: bool) -> Tensor:
     """A transposed convolution by output phases (`pbsdk.core.plan.conv_transpose`): ``kt`` is its weight
     as a convolution's (O, C/groups, *K); per combination of the axes' phases a stride-1 convolution of the
-    input (cropped where a phase's padding is negative) by those taps, then the phases interleaved axis by
-    axis (a phase axis of size 1 concatenated next to each spatial axis, merged by a reshape: no
-    transposes) and the result cropped to the output's size."""
+    input (cropped where a phase's padding is negative, padded where positive: each phase's window is then
+    read in place by an implicit GEMM) by those taps, then each phase written once into its strided
+    positions of the output (`interleave`; the last phases one short where the output is cropped). With a
+    frozen weight the phases' sub-kernels are constants (slices, flips and transposes of a constant fold)."""
     from pbsdk.core.plan.conv_transpose import phase_combinations
 
     nsp = len(plan.axes)
@@ -1116,27 +1120,13 @@ def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: 
         else:
             y = conv(xin, wk, padding=tuple(pad_pairs), groups=groups)
         phases[key] = y
-    # Interleave, last axis first: for each axis, the phases along it stacked next to it and merged.
-    for i in reversed(range(nsp)):
-        ax = first + i
-        stride = plan.axes[i].stride
-        merged: dict[tuple[int, ...], Tensor] = {}
-        for key in sorted({k[:i] for k in phases}):
-            parts = [phases[key + (ph,)] for ph in range(stride)]
-            if stride > 1:
-                shape = parts[0].shape
-                parts = [reshape(p, shape[:ax + 1] + (1,) + shape[ax + 1:]) for p in parts]
-                stacked = concatenate(parts, axis=ax + 1)
-                part = reshape(stacked, shape[:ax] + (shape[ax] * stride,) + shape[ax + 1:])
-            else:
-                part = parts[0]
-            merged[key] = part
-        phases = merged
-    (out,) = phases.values()
+    # One strided write of each phase into the output (the last phases one short where it is cropped).
+    order = itertools.product(*(range(a.stride) for a in plan.axes))
+    shape = list(phases[(0,) * nsp].shape)
     for i, a in enumerate(plan.axes):
-        if a.count * a.stride != a.out:
-            out = slice(out, first + i, 0, a.out)
-    return out
+        shape[first + i] = a.out
+    return interleave([phases[key] for key in order], tuple(range(first, first + nsp)),
+                      tuple(a.stride for a in plan.axes), tuple(shape))
 
 
 # ---------------------------------------------------------------------------------------------- pooling
@@ -1465,6 +1455,38 @@ def concatenate(xs: Sequence[Any], axis: int = 0) -> Tensor:
         return ts[0]
     shape = ts[0].shape[:ax] + (builtins.sum(t.shape[ax] for t in ts),) + ts[0].shape[ax + 1:]
     return _add("concat", [t.value for t in ts], shape, ts[0].dtype, axis=ax)
+
+
+def interleave(parts: Sequence[Any], axes: Sequence[int], strides: Sequence[int],
+               shape: Sequence[int] | None = None) -> Tensor:
+    """Parts of one shape woven along ``axes``: along axis ``axes[i]`` output position ``strides[i]*j + p`` is
+    element ``j`` of a part whose phase there is ``p``; the ``prod(strides)`` parts come in row-major order of
+    their phases (the last axis's phase fastest). The result has each of ``axes`` ``strides[i]`` times the
+    parts' size, or ``shape`` where given (no smaller than that size less one stride, so every phase keeps
+    a position: the output of a transposed convolution, whose last phases may be one short). Each part is
+    written once into its strided positions (no stacking and reshaping: one copy, a view where the part's
+    producer can write there)."""
+    ts = _operands(*parts)
+    rank = ts[0].ndim if ts else 0
+    _norm_axes("interleave", axes, rank)  # in range, none repeated
+    ax = tuple(int(a) % rank for a in axes)  # in the given order: the parts' phases are row-major in it
+    strides = tuple(int(s) for s in strides)
+    if not ts or len(ax) != len(strides) or len(set(ax)) != len(ax) or builtins.any(s < 1 for s in strides):
+        raise PbsdkError(f"interleave: {len(ts)} part(s) along axes {tuple(axes)} with strides {strides}")
+    if len(ts) != math.prod(strides) or builtins.any(t.shape != ts[0].shape or t.dtype != ts[0].dtype for t in ts):
+        raise PbsdkError(f"interleave: needs {math.prod(strides)} parts of one shape and dtype, got "
+                         f"{', '.join(f'{t.shape} {t.dtype}' for t in ts)}")
+    base = ts[0].shape
+    if builtins.any(isinstance(base[a], Dim) for a in ax):
+        raise PbsdkError(f"interleave: a size known at run time along an interleaved axis ({base})")
+    full = tuple(d * strides[ax.index(i)] if i in ax else d for i, d in enumerate(base))
+    out = full if shape is None else tuple(shape)
+    if len(out) != len(full) or builtins.any(
+            (o != f) if i not in ax else not (f - strides[ax.index(i)] < o <= f) for i, (o, f) in enumerate(zip(out, full))):
+        raise PbsdkError(f"interleave: shape {out} does not fit parts of shape {base} with strides {strides}")
+    if len(ts) == 1:
+        return ts[0]  # every stride 1: the part itself
+    return _add("interleave", [t.value for t in ts], out, ts[0].dtype, axes=tuple(ax), strides=strides)
 
 
 def flip(x: Any, axis: Any = None) -> Tensor:

@@ -35,7 +35,7 @@ QUANT_DTYPES = {"i8": (-128, 127), "u8": (0, 255)}
 INT_ACCUMULATOR = {"i8": "i32", "i32": "i32"}
 #: Ops integer tensors support (anything else: dequantize, or astype to a float, first).
 INT_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "add", "sub", "mul", "maximum", "minimum",
-                     "transpose", "reshape", "broadcast", "slice", "concat", "flip"})
+                     "transpose", "reshape", "broadcast", "slice", "concat", "flip", "interleave"})
 
 
 def is_int(dtype: str) -> bool:

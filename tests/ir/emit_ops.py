@@ -128,3 +128,14 @@ show("layout", lambda a: ops.reshape(ops.transpose(a, (1, 0, 2)), (4, -1)), (3, 
 # CHECK: linalg.transpose ins(%arg0 : tensor<3x4x5xf32>) outs(%{{.*}} : tensor<4x3x5xf32>) permutation = [1, 0, 2]
 # CHECK: tensor.collapse_shape {{.*}} {{\[\[}}0, 1, 2]] : tensor<4x3x5xf32> into tensor<60xf32>
 # CHECK: tensor.expand_shape {{.*}} {{\[\[}}0, 1]] output_shape [4, 15] : tensor<60xf32> into tensor<4x15xf32>
+
+# An interleave writes each part once into its strided positions of one destination; a part whose last
+# positions fall past the cropped output is sliced first, and a part with none is not written.
+show("interleave", lambda a, b, c: ops.interleave([a, b, c], (1,), (3,), (2, 5)), (2, 2), (2, 2), (2, 2))
+# (positions 0, 3 | 1, 4 | 2: the third part is one short)
+# CHECK-LABEL: ----- interleave
+# CHECK: %[[D:.*]] = tensor.empty() : tensor<2x5xf32>
+# CHECK: %[[D0:.*]] = tensor.insert_slice %arg0 into %[[D]][0, 0] [2, 2] [1, 3] : tensor<2x2xf32> into tensor<2x5xf32>
+# CHECK: %[[D1:.*]] = tensor.insert_slice %arg1 into %[[D0]][0, 1] [2, 2] [1, 3] : tensor<2x2xf32> into tensor<2x5xf32>
+# CHECK: %[[C:.*]] = tensor.extract_slice %arg2[0, 0] [2, 1] [1, 1] : tensor<2x2xf32> to tensor<2x1xf32>
+# CHECK: tensor.insert_slice %[[C]] into %[[D1]][0, 2] [2, 1] [1, 3] : tensor<2x1xf32> into tensor<2x5xf32>

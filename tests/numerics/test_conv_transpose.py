@@ -95,3 +95,61 @@ def test_grouped_phases_run_on_the_direct_kernel() -> None:
     text = str(compile_text(f.lower(x, w), f.request, stop_after="direct-conv"))
     assert text.count("call @__pbsdk_conv") == 4, text[-3000:]
     assert '"reduction", "reduction", "reduction"' not in text
+
+
+def test_phases_are_woven_in_one_write_each_from_folded_weights() -> None:
+    """The graph of a strided transposed convolution: its phases written into the output by one
+    `interleave` (no stacking concatenations, no reshapes of the output), and, with a constant weight,
+    every phase's sub-kernel a constant (no slice, flip or transpose of the weight left to run a call)."""
+    from pbsdk.core.ir.graph import Graph, TensorType
+    from pbsdk.frontends.tracing import Tensor, tracing
+
+    x, w, kw = _case(CASES[0])
+    graph = Graph()
+    with tracing(graph):
+        xin = Tensor(graph.add("input", [], TensorType(x.shape, "f32")), graph)
+        graph.outputs = [ops.conv_transpose(xin, w, **kw).value]
+    live = [n.op for n in graph.live_nodes()]
+    assert live.count("interleave") == 1 and "concat" not in live
+    assert live.count("conv2d") == 4
+    weights = {n.inputs[1].id for n in graph.live_nodes() if n.op == "conv2d"}
+    assert all(n.op == "const" for n in graph.live_nodes() if n.out.id in weights)
+
+
+# parts shape, axes, strides, output shape
+WEAVES = [
+    ((2, 3, 4), (1,), (2,), None),
+    ((2, 3, 4), (1, 2), (2, 3), (2, 5, 11)),     # both axes cropped: the last phases one short
+    ((1, 2, 2, 3), (2, 1), (3, 2), (1, 4, 5, 3)),  # axes not in order: phases row-major in the given order
+    ((3, 1), (1,), (3,), (3, 1)),                  # phases with no position in the output
+]
+
+
+@pytest.mark.parametrize("weave", WEAVES, ids=lambda w: f"{w[0]}x{w[2]}")
+def test_interleave_matches_numpy(weave: tuple) -> None:
+    shape, axes, strides, out = weave
+    parts = [RNG.standard_normal(shape).astype(np.float32) for _ in range(int(np.prod(strides)))]
+    full = list(shape)
+    for a, s in zip(axes, strides):
+        full[a] *= s
+    want = np.zeros(full, np.float32)
+    for q, part in enumerate(parts):
+        index = [slice(None)] * len(shape)
+        for a, s, p in zip(axes, strides, np.unravel_index(q, strides)):
+            index[a] = slice(int(p), None, s)
+        want[tuple(index)] = part
+    want = want[tuple(slice(0, o) for o in (out or full))]
+    got = pbsdk.jit(lambda *ps: ops.interleave(ps, axes, strides, out), options={"cache": False})(*parts)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("shape", "axes", "strides", "out", "match"), [
+    ((2, 3), (1,), (2,), (2, 4), "does not fit"),        # cropped by a whole stride
+    ((2, 3), (1,), (3,), None, "needs 3 parts"),
+    ((2, 3), (1, 1), (2, 2), None, "repeated axis"),
+    ((2, 3), (1,), (0,), None, "strides"),
+])
+def test_interleave_rejects(shape, axes, strides, out, match) -> None:
+    parts = [np.zeros(shape, np.float32)] * 2
+    with pytest.raises(pbsdk.PbsdkError, match=match):
+        pbsdk.jit(lambda *ps: ops.interleave(ps, axes, strides, out), options={"cache": False})(*parts)

@@ -175,3 +175,36 @@ def test_a_transpose_of_a_conv_kept_nchw_stays() -> None:
     g = _trace(permuted, (2, 8, 12, 12))
     new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: False)
     assert new is g and report.convs_kept == 1
+
+
+def test_ops_on_a_channels_last_input_run_as_it_lies() -> None:
+    # No convolution at all: a channels-last input viewed as NCHW, an elementwise op, the result wanted back
+    # channels last (as the torch frontend returns it). The op runs on the input itself: no transpose left.
+    g = _trace(lambda x: ops.transpose(ops.mul(ops.transpose(x, (0, 3, 1, 2)), 2.0), (0, 2, 3, 1)), (1, 6, 6, 8))
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
+    assert report.transposes == 0 and report.convs_nhwc == 0
+    assert _ops(new)["transpose"] == 0
+    mul = next(n for n in new.live_nodes() if n.op == "mul")
+    assert mul.inputs[0] is g.inputs[0] and new.outputs == [mul.out]
+
+
+def test_without_a_conv_a_rewrite_that_adds_transposes_is_not_kept() -> None:
+    # The channels-last input meets an NCHW one: computing the add in NHWC would transpose the other operand
+    # and the result back (two transposes for one): the graph stays as it was.
+    g = _trace(lambda x, y: ops.add(ops.transpose(x, (0, 3, 1, 2)), y), (1, 6, 6, 8), (1, 8, 6, 6))
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
+    assert new is g and report.transposes == 0
+
+
+def test_an_interleave_runs_on_twins() -> None:
+    # A transposed convolution's phases (NCHW convolutions sent to NHWC) are woven into the output on their
+    # twins: its spatial axes and strides move to NHWC's positions, and no transpose sits between.
+    w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    g = _trace(lambda x: ops.relu(ops.conv_transpose(ops.transpose(x, (0, 3, 1, 2)), w, stride=2, padding=1,
+                                                     output_padding=1)), (1, 5, 5, 8))
+    assert _ops(g)["interleave"] == 1 and _ops(g)["concat"] == 0
+    new, report = channels_last(g, lambda node, input_nhwc, output_nhwc: True)
+    weave = next(n for n in new.live_nodes() if n.op == "interleave")
+    assert weave.attrs["axes"] == (1, 2) and weave.attrs["strides"] == (2, 2)
+    assert weave.out.shape == (1, 10, 10, 4)
+    assert report.convs_nhwc == 4 and report.transposes == 1  # the result, back to NCHW for the graph's output

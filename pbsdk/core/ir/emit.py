@@ -938,6 +938,30 @@ class _Emitter:
             offset = offset + v.shape[axis]
         self.values[node.out.id] = dest
 
+    def op_interleave(self, node: Node) -> None:
+        # Each part inserted into one destination at its phases with the strides (a strided insert_slice:
+        # after bufferization a copy into a strided view, or none where the part's producer writes there);
+        # a part whose last positions fall past a cropped output is sliced to the positions it has.
+        axes, strides = node.attrs["axes"], node.attrs["strides"]
+        out_t = node.out.type
+        dest = self.empty(out_t)
+        for q, v in enumerate(node.inputs):
+            phase = dict(zip(axes, np.unravel_index(q, strides)))
+            step = dict(zip(axes, strides))
+            counts = [-(-(o - int(phase[i])) // step[i]) if i in phase else d
+                      for i, (o, d) in enumerate(zip(out_t.shape, v.shape))]
+            if any(counts[i] < 1 for i in axes):
+                continue  # a phase with no position in the cropped output
+            src = self.value(v)
+            sizes, static = self.mixed(counts)
+            if any(counts[i] != v.shape[i] for i in axes):
+                src = tensor.ExtractSliceOp(tensor_type(tuple(counts), v.dtype), src, [], sizes, [],
+                                            [0] * out_t.rank, static, [1] * out_t.rank).result
+            offsets = [int(phase.get(i, 0)) for i in range(out_t.rank)]
+            steps = [int(step.get(i, 1)) for i in range(out_t.rank)]
+            dest = tensor.InsertSliceOp(src, dest, [], sizes, [], offsets, static, steps).result
+        self.values[node.out.id] = dest
+
     def op_take(self, node: Node) -> None:
         # Loops over the output; the index operand is read elementwise, clipped to [0, n-1] in floating
         # point (maxnumf turns NaN into 0), converted, and used to extract from the table.
@@ -1145,7 +1169,7 @@ def _method(op: str) -> str:
     if op.startswith("reduce_"):
         return "reduce"
     if op in ("const", "cast", "broadcast", "matmul", "conv2d", "transpose", "reshape", "slice", "concat", "take",
-              "take_along", "flip", "size", "iota", "grouped_matmul", "put_slices"):
+              "take_along", "flip", "size", "iota", "grouped_matmul", "put_slices", "interleave"):
         return op
     return "elementwise"
 

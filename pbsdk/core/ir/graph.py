@@ -38,8 +38,10 @@ REDUCE_OPS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod"}
 OTHER_OPS = frozenset({"input", "const", "cast", "matmul", "conv2d", "transpose", "reshape", "broadcast"})
 #: Comparisons produce 0/1 masks in their operands' dtype; "select" is where(mask, a, b).
 COMPARE_OPS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
-#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal.
-MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip"})
+#: Data movement: strided slices, concatenation, gathers (clipped indices carried as floats), reversal, and
+#: "interleave" (parts of one shape woven along ``axes`` with ``strides``: output position ``s*j + p`` of an
+#: axis is element ``j`` of the part whose phase is ``p`` there; parts in row-major order of their phases).
+MOVE_OPS = frozenset({"select", "slice", "concat", "take", "take_along", "flip", "interleave"})
 #: Values of sizes known only at run time (`pbsdk.core.dims.Dim`): "size" (a 0-d tensor, attribute ``dim``)
 #: and "iota" (0 .. n-1 along its one dimension), computed from the kernel's inputs' sizes.
 SIZE_OPS = frozenset({"size", "iota"})

@@ -9,8 +9,9 @@ add) computes the same in either layout. `channels_last` rewrites the graph so t
   weights (O, C, KH, KW) -> (KH, KW, C, O): a new constant when they are one, else a transpose) whose
   result is the NHWC *twin* of the NCHW value it replaces;
 - an op whose operands have twins computes its own twin: elementwise ops (operands of the full shape
-  through their twins, per-channel and other broadcast operands reshaped or transposed to match), slices
-  and concatenations (their axes permuted: the padding and window taps of a pooling), reductions whose
+  through their twins, per-channel and other broadcast operands reshaped or transposed to match), slices,
+  concatenations and interleaves (their axes permuted: the padding and window taps of a pooling, the
+  output phases of a transposed convolution), reductions whose
   kept axes keep their order (a global average pool gives the NCHW result itself), and reshapes that only
   drop unit dimensions (``(N, C, 1, 1) -> (N, C)``, the same bytes in both layouts);
 - any other op that reads a value which exists only as a twin gets an NCHW copy (``transpose``) made just
@@ -159,7 +160,7 @@ class _Rewriter:
                 need = user.attrs["layout"] != "NCHW" or user.inputs[0] is not v
             elif op == "transpose":
                 need = tuple(user.attrs["perm"]) != TO_NHWC  # to NHWC: the twin itself
-            elif op in _ELEMENTWISE or op in ("broadcast", "slice", "concat"):
+            elif op in _ELEMENTWISE or op in ("broadcast", "slice", "concat", "interleave"):
                 need = out.type.rank != 4 or self.needs_nchw(out)
             elif op.startswith("reduce_"):
                 kept = [a for a in range(4) if a not in user.attrs["axes"]]
@@ -209,6 +210,13 @@ class _Rewriter:
             t = TensorType(_permuted(out.shape, TO_NHWC), out.dtype)
             self.twin[out.id] = self.add(op, inputs, t, {"axis": _NHWC_AXIS[node.attrs["axis"]]}, node.group)
             return True
+        if op == "interleave" and out.type.rank == 4:
+            # Its axes permuted, their strides with them (the parts' order is row-major in the axes' order).
+            inputs = tuple(self.nhwc(v) for v in node.inputs)
+            t = TensorType(_permuted(out.shape, TO_NHWC), out.dtype)
+            attrs = {"axes": tuple(_NHWC_AXIS[a] for a in node.attrs["axes"]), "strides": node.attrs["strides"]}
+            self.twin[out.id] = self.add(op, inputs, t, attrs, node.group)
+            return True
         if op.startswith("reduce_") and x.type.rank == 4:
             axes = tuple(node.attrs["axes"])
             kept = [a for a in range(4) if a not in axes]
@@ -256,13 +264,22 @@ class _Rewriter:
         return True
 
 
+def _transposes(graph: Graph) -> int:
+    return sum(n.op == "transpose" for n in graph.live_nodes())
+
+
 def channels_last(graph: Graph, decide: Decide) -> tuple[Graph, LayoutReport]:
     """``graph`` with the convolutions ``decide`` picks, and what lies between them, in NHWC (module
-    docstring), and a report; the graph itself when it has no NCHW convolution."""
-    if not any(n.op == "conv2d" and n.attrs.get("layout") == "NCHW" for n in graph.nodes):
+    docstring), and a report; the graph itself when it has no NCHW convolution and no value viewed from
+    NHWC to NCHW (a channels-last input). Without a convolution sent to NHWC the new graph is kept only
+    when it has fewer transposes: ops on channels-last inputs computed on them as they lie."""
+    to_nchw = any(n.op == "transpose" and n.out.type.rank == 4 and tuple(n.attrs["perm"]) == TO_NCHW
+                  for n in graph.nodes)
+    if not to_nchw and not any(n.op == "conv2d" and n.attrs.get("layout") == "NCHW" for n in graph.nodes):
         return graph, LayoutReport(0, 0, 0)
     r = _Rewriter(graph, decide)
     new = r.run()
-    if not r.sent:
+    before, after = _transposes(graph), _transposes(new)
+    if not r.sent and after >= before:
         return graph, LayoutReport(0, r.kept, 0)
-    return new, LayoutReport(r.sent, r.kept, sum(n.op == "transpose" for n in new.live_nodes()))
+    return new, LayoutReport(r.sent, r.kept, after)
