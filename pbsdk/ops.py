@@ -1076,6 +1076,51 @@ def conv_transpose(x: Any, w: Any, *, stride: Any = 1, padding: Any = 0, output_
         return _conv_transpose_phases(t, kt, plan, g, nhwc)
 
 
+#: A phase computes at most this many outputs it does not need along an axis to read the input padded once
+#: for every phase (`_SharedPadding`) rather than padded for itself (a copy of the input per phase).
+SHARED_PAD_EXTRA = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class _SharedPadding:
+    """The input of a transposed convolution's phases padded once, by the most any phase needs before and
+    after each spatial axis: a phase that needs padding convolves the whole of it (its window starts at 0,
+    so the implicit GEMM reads it in place) and keeps its outputs' window of the result."""
+
+    padded: Tensor
+    before: tuple[int, ...]
+    extent: tuple[int, ...]  # the padded spatial sizes
+
+    def starts(self, combo: Sequence[Any], counts: Sequence[int]) -> tuple[int, ...] | None:
+        """Where the phase's outputs start in its convolution of the padded input, or None where it needs
+        no padding (it reads the input itself) or would compute more than `SHARED_PAD_EXTRA` outputs it
+        does not need along an axis."""
+        if builtins.all(ph.pad_before <= 0 and ph.pad_after <= 0 for ph in combo):
+            return None
+        starts = tuple(b - ph.pad_before for b, ph in zip(self.before, combo))
+        extra = [e - len(ph.taps) + 1 - c for e, ph, c in zip(self.extent, combo, counts)]
+        return starts if builtins.all(0 <= x <= SHARED_PAD_EXTRA for x in extra) else None
+
+
+def _shared_padding(t: Tensor, plan: Any, first: int) -> _SharedPadding | None:
+    before = tuple(builtins.max([0] + [ph.pad_before for ph in a.phases if ph.taps]) for a in plan.axes)
+    after = tuple(builtins.max([0] + [ph.pad_after for ph in a.phases if ph.taps]) for a in plan.axes)
+    if not builtins.any(before + after):
+        return None
+    widths = [(0, 0)] * t.ndim
+    for i, (b, a) in enumerate(zip(before, after)):
+        widths[first + i] = (b, a)
+    padded = pad(t, widths)
+    return _SharedPadding(padded, before, tuple(padded.shape[first:first + len(plan.axes)]))
+
+
+def _conv_nd(x: Tensor, w: Tensor, padding: tuple[tuple[int, int], ...], groups: int, nhwc: bool) -> Tensor:
+    if x.ndim == 4:
+        return conv2d(x, w, padding=padding or 0, groups=groups, layout="NHWC" if nhwc else "NCHW")
+    conv = conv1d if x.ndim == 3 else conv3d
+    return conv(x, w, padding=padding or 0, groups=groups)
+
+
 def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: bool) -> Tensor:
     """A transposed convolution by output phases (`pbsdk.core.plan.conv_transpose`): ``kt`` is its weight
     as a convolution's (O, C/groups, *K); per combination of the axes' phases a stride-1 convolution of the
@@ -1092,8 +1137,8 @@ def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: 
     if nhwc:
         kt = transpose(kt, (2, 3, 1, 0))  # (KH, KW, C/groups, O), as conv2d takes it in NHWC
     k_first = 0 if nhwc else 2
-    conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
     counts = tuple(a.count for a in plan.axes)
+    shared = _shared_padding(t, plan, first)
     phases: dict[tuple[int, ...], Tensor] = {}
     for combo in phase_combinations(plan):
         key = tuple(ph.phase for ph in combo)
@@ -1101,24 +1146,28 @@ def _conv_transpose_phases(t: Tensor, kt: Tensor, plan: Any, groups: int, nhwc: 
         if builtins.any(not ph.taps for ph in combo):
             phases[key] = broadcast_to(_const(0.0, t.dtype), out_shape)
             continue
-        xin, wk = t, kt
-        pad_pairs = []
+        wk = kt
         for i, ph in enumerate(combo):
-            ax, kax = first + i, k_first + i
-            lo, hi = ph.pad_before, ph.pad_after
-            if lo < 0 or hi < 0:
-                xin = slice(xin, ax, builtins.max(-lo, 0), xin.shape[ax] - builtins.max(-hi, 0))
-            pad_pairs.append((builtins.max(lo, 0), builtins.max(hi, 0)))
             # The phase's taps in correlation order: an arithmetic run (step -stride), so a strided slice
             # read backwards: ascending from the smallest, then flipped.
             taps = sorted(ph.taps)
-            wk = slice(wk, kax, taps[0], taps[-1] + 1, plan.axes[i].stride)
+            wk = slice(wk, k_first + i, taps[0], taps[-1] + 1, plan.axes[i].stride)
             if len(taps) > 1:
-                wk = flip(wk, kax)
-        if nsp == 2:
-            y = conv2d(xin, wk, padding=tuple(pad_pairs), groups=groups, layout="NHWC" if nhwc else "NCHW")
+                wk = flip(wk, k_first + i)
+        starts = shared.starts(combo, counts) if shared is not None else None
+        if shared is not None and starts is not None:
+            # The whole padded input, read in place; the phase's outputs are a window of the result.
+            y = _conv_nd(shared.padded, wk, (), groups, nhwc)
+            for i, start in enumerate(starts):
+                y = slice(y, first + i, start, start + counts[i])
         else:
-            y = conv(xin, wk, padding=tuple(pad_pairs), groups=groups)
+            xin, pad_pairs = t, []
+            for i, ph in enumerate(combo):
+                lo, hi = ph.pad_before, ph.pad_after
+                if lo < 0 or hi < 0:
+                    xin = slice(xin, first + i, builtins.max(-lo, 0), xin.shape[first + i] - builtins.max(-hi, 0))
+                pad_pairs.append((builtins.max(lo, 0), builtins.max(hi, 0)))
+            y = _conv_nd(xin, wk, tuple(pad_pairs), groups, nhwc)
         phases[key] = y
     # One strided write of each phase into the output (the last phases one short where it is cropped).
     order = itertools.product(*(range(a.stride) for a in plan.axes))

@@ -98,9 +98,10 @@ def test_grouped_phases_run_on_the_direct_kernel() -> None:
 
 
 def test_phases_are_woven_in_one_write_each_from_folded_weights() -> None:
-    """The graph of a strided transposed convolution: its phases written into the output by one
-    `interleave` (no stacking concatenations, no reshapes of the output), and, with a constant weight,
-    every phase's sub-kernel a constant (no slice, flip or transpose of the weight left to run a call)."""
+    """The graph of a strided transposed convolution: the input padded once for every phase (one
+    concatenation per padded axis), its phases written into the output by one `interleave` (no stacking
+    concatenations, no reshapes of the output), and, with a constant weight, every phase's sub-kernel a
+    constant (no slice, flip or transpose of the weight left to run a call)."""
     from pbsdk.core.ir.graph import Graph, TensorType
     from pbsdk.frontends.tracing import Tensor, tracing
 
@@ -110,7 +111,7 @@ def test_phases_are_woven_in_one_write_each_from_folded_weights() -> None:
         xin = Tensor(graph.add("input", [], TensorType(x.shape, "f32")), graph)
         graph.outputs = [ops.conv_transpose(xin, w, **kw).value]
     live = [n.op for n in graph.live_nodes()]
-    assert live.count("interleave") == 1 and "concat" not in live
+    assert live.count("interleave") == 1 and live.count("concat") == 2 and "reshape" not in live
     assert live.count("conv2d") == 4
     weights = {n.inputs[1].id for n in graph.live_nodes() if n.op == "conv2d"}
     assert all(n.op == "const" for n in graph.live_nodes() if n.out.id in weights)
