@@ -5,7 +5,8 @@ engine, so callers stream results into their reports the same way:
 
 - ``local``: ``jobs`` worker processes (``jobs <= 1``: in this process, in order);
 - ``ray`` (``pip install pbsdk[ray]``): one Ray task per item on the cluster at ``address``, or on a local
-  Ray started for the run with ``jobs`` CPUs (and stopped after). A task whose worker dies (killed, out of
+  Ray started for the run with ``jobs`` CPUs (and stopped after; while it starts, a process forked from
+  this one runs the first item, so the seconds Ray takes to start are not idle). A task whose worker dies (killed, out of
   memory, a crashed node) is run again by Ray, up to `RAY_RETRIES` times, so no item is lost; an exception
   ``fn`` raises is not retried (it is the item's result to report, and ``fn`` is expected to return it).
 
@@ -55,26 +56,49 @@ def _ray(fn: Callable[[Any], Any], items: Sequence[tuple[Hashable, Any]], jobs: 
     except ImportError:
         raise PbsdkError("--engine ray needs Ray: pip install 'pbsdk[ray]'") from None
     started = not ray.is_initialized()
-    if started:
-        if address:
+    items = list(items)
+    # A local Ray takes seconds to start (GCS, raylet, workers: 4-6 s on 2 cores). When there are more items
+    # than its workers, the first one runs meanwhile in a process forked from this one before Ray starts
+    # (so it forks no Ray threads and imports nothing again), and Ray gets the rest.
+    head = [items.pop(0)] if started and not address and len(items) > max(1, jobs) else []
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=_fork()) if head else None
+    early = {pool.submit(fn, args): key for key, args in head} if pool is not None else {}
+    try:
+        if started and address:
             # The cluster's workers import pbsdk as this process does (an editable or PYTHONPATH install
             # included) and see its settings (the cache's directory and URL).
             env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("PBSDK_", "PYTHONPATH"))}}
             ray.init(address=address, runtime_env=env, log_to_driver=False)
-        else:
+        elif started:
             # A local Ray's workers are children of the raylet this starts, so they inherit this process's
             # environment as it is; a runtime_env would make Ray start other workers for it (~2 s).
             ray.init(num_cpus=max(1, jobs), include_dashboard=False, log_to_driver=False)
-    try:
         task = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(fn)
         pending = {task.remote(args): key for key, args in items}
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            key = pending.pop(done[0])
-            yield key, ray.get(done[0])
+        while pending or early:
+            for fut in [f for f in early if f.done()]:
+                key = early.pop(fut)
+                try:
+                    yield key, fut.result()
+                except concurrent.futures.process.BrokenProcessPool:  # the process died: Ray runs it again
+                    pending[task.remote(dict(head)[key])] = key
+            if pending:
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=0.05 if early else None)
+                for ref in done:
+                    yield pending.pop(ref), ray.get(ref)
+            elif early:
+                concurrent.futures.wait(list(early), return_when=concurrent.futures.FIRST_COMPLETED)
     finally:
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
         if started:
             ray.shutdown()
+
+
+def _fork() -> Any:
+    import multiprocessing
+
+    return multiprocessing.get_context("fork")
 
 
 __all__ = ["ENGINES", "RAY_RETRIES", "run_unordered"]

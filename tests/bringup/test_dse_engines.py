@@ -148,3 +148,35 @@ def test_conformance_on_ray_counts_what_the_local_run_counts(tmp_path: Path) -> 
     local, ray = (json.loads((tmp_path / f).read_text()) for f in ("local.json", "ray.json"))
     assert local["summary"] == ray["summary"] and local["summary"]["pass"] > 0
     assert [c["name"] for c in local["cases"]] == [c["name"] for c in ray["cases"]]
+
+
+#: A shell command printing the parent of the process that runs it (`subprocess.getoutput`, a plain function
+#: of the standard library, travels to Ray's workers by reference).
+PARENT = "awk '{print $4}' /proc/$PPID/stat"
+
+
+@ray_only
+def test_while_a_local_ray_starts_a_forked_process_runs_the_first_item() -> None:
+    pytest.importorskip("ray")
+    import subprocess
+
+    from pbsdk.engines import run_unordered
+
+    # The first item's process is a child of this one (forked before Ray starts); every other item's is a
+    # worker of Ray's raylet.
+    me = str(os.getpid())
+    parents = dict(run_unordered(subprocess.getoutput, [(i, PARENT) for i in range(5)], engine="ray", jobs=2))
+    assert sorted(parents) == list(range(5))
+    assert parents[0] == me and all(p != me for k, p in parents.items() if k != 0)
+
+
+@ray_only
+def test_an_item_whose_forked_process_dies_runs_again_on_ray() -> None:
+    pytest.importorskip("ray")
+    import subprocess
+
+    from pbsdk.engines import run_unordered
+
+    dies_here = f'[ "$({PARENT})" = {os.getpid()} ] && kill -9 $PPID; echo ran on ray'
+    items = [(0, dies_here), (1, "echo 1"), (2, "echo 2")]
+    assert dict(run_unordered(subprocess.getoutput, items, engine="ray", jobs=2)) == {0: "ran on ray", 1: "1", 2: "2"}
