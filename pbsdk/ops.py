@@ -172,7 +172,8 @@ _FOLDABLE = {"transpose": lambda v, a: np.transpose(v, a["perm"]), "reshape": la
 
 
 def _folded(graph: Any, op: str, inputs: Sequence[Value], shape: tuple[int, ...], attrs: Mapping[str, Any]) -> Any:
-    if op not in _FOLDABLE or len(inputs) != 1 or builtins.any(isinstance(d, Dim) for d in shape):
+    sizes = (*shape, *attrs.get("starts", ()))  # a size or a slice's start known only at run time: no fold
+    if op not in _FOLDABLE or len(inputs) != 1 or builtins.any(isinstance(d, Dim) for d in sizes):
         return None
     src = _const_value(graph, inputs[0])
     if src is None or src.shape != inputs[0].shape:
@@ -1511,10 +1512,9 @@ def interleave(parts: Sequence[Any], axes: Sequence[int], strides: Sequence[int]
     """Parts of one shape woven along ``axes``: along axis ``axes[i]`` output position ``strides[i]*j + p`` is
     element ``j`` of a part whose phase there is ``p``; the ``prod(strides)`` parts come in row-major order of
     their phases (the last axis's phase fastest). The result has each of ``axes`` ``strides[i]`` times the
-    parts' size, or ``shape`` where given (no smaller than that size less one stride, so every phase keeps
-    a position: the output of a transposed convolution, whose last phases may be one short). Each part is
-    written once into its strided positions (no stacking and reshaping: one copy, a view where the part's
-    producer can write there)."""
+    parts' size, or ``shape`` where given: larger than that size less one stride (the output of a
+    transposed convolution, whose last phases may be one short; a phase past the end is not written).
+    Each part is written once into its strided positions (no stacking and reshaping: one copy)."""
     ts = _operands(*parts)
     rank = ts[0].ndim if ts else 0
     _norm_axes("interleave", axes, rank)  # in range, none repeated
