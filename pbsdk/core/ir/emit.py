@@ -940,8 +940,8 @@ class _Emitter:
 
     def op_interleave(self, node: Node) -> None:
         # Each part inserted into one destination at its phases with the strides (a strided insert_slice:
-        # after bufferization a copy into a strided view, or none where the part's producer writes there);
-        # a part whose last positions fall past a cropped output is sliced to the positions it has.
+        # after bufferization a copy into a strided view of the destination); a part whose last positions
+        # fall past a cropped output is sliced to the positions it has.
         axes, strides = node.attrs["axes"], node.attrs["strides"]
         out_t = node.out.type
         dest = self.empty(out_t)
