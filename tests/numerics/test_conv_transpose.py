@@ -22,7 +22,14 @@ CASES = [
     ("4x4_s2_p1", (2, 8, 5, 6), (4, 4, 4), 1, 2, 1, 0, 1, "phases"),
     ("grouped_s2", (1, 12, 6, 6), (2, 3, 3), 3, 2, 1, 1, 1, "phases"),
     ("rect_s23_crop", (1, 4, 6, 7), (3, 5, 2), 1, (2, 3), (2, 0), (1, 2), 1, "phases"),
-    ("kernel_below_stride", (1, 4, 5, 5), (4, 1, 2), 1, 3, 0, 0, 1, "phases"),
+    ("kernel_below_stride", (1, 4, 5, 5), (4, 1, 2), 1, 3, 0, 0, 1, "matmul"),
+    ("unet_k2s2", (2, 8, 5, 6), (4, 2, 2), 1, 2, 0, 0, 1, "matmul"),
+    ("from_1x1", (2, 6, 1, 1), (4, 4, 4), 1, 1, 0, 0, 1, "matmul"),
+    ("from_1x1_padded", (1, 6, 1, 1), (3, 4, 4), 1, 2, 1, 1, 1, "matmul"),
+    ("gaps_cropped", (1, 4, 3, 4), (3, 2, 2), 1, 3, 1, 1, 1, "matmul"),
+    ("grouped_k2s2", (1, 8, 3, 3), (2, 2, 2), 2, 2, 0, 0, 1, "phases"),
+    ("1d_k3s3", (2, 5, 7), (3, 3), 1, 3, 0, 2, 1, "matmul"),
+    ("3d_k2s2", (1, 4, 2, 3, 3), (2, 2, 2, 2), 1, 2, 0, 0, 1, "matmul"),
     ("dilated", (1, 4, 6, 6), (4, 3, 3), 1, 2, 1, 1, 2, "zeros"),
     ("stride1", (1, 4, 6, 6), (4, 3, 3), 1, 1, 1, 0, 1, "zeros"),
     ("1d_s2", (2, 6, 11), (5, 3), 1, 2, 1, 1, 1, "phases"),
@@ -58,7 +65,7 @@ def test_route(case: tuple) -> None:
     x, w, kw = _case(case)
     dims = x.ndim - 2
     plan = plan_conv_transpose(x.shape[2:], w.shape[2:], _axes(kw["stride"], dims), _axes(kw["padding"], dims),
-                               _axes(kw["output_padding"], dims), _axes(kw["dilation"], dims))
+                               _axes(kw["output_padding"], dims), _axes(kw["dilation"], dims), kw["groups"])
     assert plan.route == case[-1], plan.reason
 
 

@@ -47,10 +47,12 @@ class AxisPlan:
 @dataclasses.dataclass(frozen=True)
 class ConvTransposePlan:
     """How a transposed convolution runs: ``"phases"`` (one stride-1 convolution per combination of the
-    axes' phases, interleaved) or ``"zeros"`` (one stride-1 convolution of the zero-filled input), with the
-    multiply-adds (per input channel and output channel of a group) that decided it."""
+    axes' phases, interleaved), ``"zeros"`` (one stride-1 convolution of the zero-filled input) or
+    ``"matmul"`` (no two taps meet an output: one product of the input's pixels by the whole kernel, each
+    result placed at its output), with the multiply-adds (per input channel and output channel of a group)
+    that decided it."""
 
-    route: Literal["phases", "zeros"]
+    route: Literal["phases", "zeros", "matmul"]
     axes: tuple[AxisPlan, ...]
     phase_macs: int
     zeros_macs: int
@@ -84,17 +86,27 @@ def axis_plan(size: int, kernel: int, stride: int, padding: int, output_padding:
 
 def plan_conv_transpose(sizes: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
                         padding: Sequence[int], output_padding: Sequence[int],
-                        dilation: Sequence[int]) -> ConvTransposePlan:
-    """Decide how a transposed convolution of input ``sizes`` (spatial) runs (module docstring): by phases
-    when every dilation is 1 and some stride is above 1 — the phases' multiply-adds are the useful ones,
-    the zero-filled input's ``prod(stride)`` times more — else (a dilated kernel, or stride 1, where there
-    is one phase: the convolution itself) with zeros inserted (none for stride 1)."""
+                        dilation: Sequence[int], groups: int = 1) -> ConvTransposePlan:
+    """Decide how a transposed convolution of input ``sizes`` (spatial) runs (module docstring): as one
+    product when no two taps meet an output (ungrouped, every dilation 1, and along every axis an input of
+    one element or a stride of at least the kernel: a U-Net's 2x2 stride-2 upsampling, a generator's first
+    layer from a 1x1 input) — the input's pixels times the whole kernel, each product written once; by
+    phases when every dilation is 1 and some stride is above 1 — the phases' multiply-adds are the useful
+    ones, the zero-filled input's ``prod(stride)`` times more — else (a dilated kernel, or stride 1, where
+    there is one phase: the convolution itself) with zeros inserted (none for stride 1)."""
     dims = len(sizes)
     if not all(len(v) == dims for v in (kernel, stride, padding, output_padding, dilation)):
         raise ValueError("plan_conv_transpose: one kernel size, stride, padding, output padding and dilation per axis")
     outs = [output_size(n, k, s, p, e, d) for n, k, s, p, e, d in zip(sizes, kernel, stride, padding,
                                                                        output_padding, dilation)]
     zeros_macs = math.prod(outs) * math.prod(kernel)
+    if groups == 1 and all(d == 1 for d in dilation) and all(n == 1 or s >= k for n, s, k in zip(sizes, stride, kernel)):
+        macs = math.prod(sizes) * math.prod(kernel)
+        return ConvTransposePlan("matmul", (), macs, zeros_macs,
+                                 f"transposed conv {'x'.join(map(str, kernel))} stride {tuple(stride)} of a "
+                                 f"{'x'.join(map(str, sizes))} input: no two taps meet an output, one product "
+                                 f"of the pixels by the whole kernel ({macs} vs {zeros_macs} multiply-adds a "
+                                 "channel pair with zeros inserted)")
     if any(d != 1 for d in dilation) or all(s == 1 for s in stride):
         why = "a dilated kernel" if any(d != 1 for d in dilation) else "stride 1: one phase"
         return ConvTransposePlan("zeros", (), zeros_macs, zeros_macs,
