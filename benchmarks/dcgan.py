@@ -3,43 +3,78 @@ three 4x4 stride-2 ones, BatchNorm, ReLU, tanh), batch 1 and 8, default and chan
 ``torch.compile(backend="pbsdk")`` against Inductor and eager: wall time per call, the best of 10 calls a
 round, 7 interleaved rounds, median; the ratio's range over rounds in brackets; max error against eager.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/dcgan.py [THREADS]
+    PYTHONPATH=. .venv/bin/python benchmarks/dcgan.py [--threads N]
 """
-import sys, time, statistics, torch, torch.nn as nn
-import pbsdk
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
 from pbsdk.bench import cpu_model
-th = int(sys.argv[1]) if len(sys.argv) > 1 else 1
-torch.set_num_threads(th)
-torch.manual_seed(0)
-def G():
+
+
+def generator() -> Any:
+    from torch import nn
+
     return nn.Sequential(
         nn.ConvTranspose2d(100, 256, 4, 1, 0, bias=False), nn.BatchNorm2d(256), nn.ReLU(True),
         nn.ConvTranspose2d(256, 128, 4, 2, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(True),
         nn.ConvTranspose2d(128, 64, 4, 2, 1, bias=False), nn.BatchNorm2d(64), nn.ReLU(True),
         nn.ConvTranspose2d(64, 3, 4, 2, 1, bias=False), nn.Tanh()).eval()
-clock = time.perf_counter
-def best(fn, n):
-    b = 1e9
-    for _ in range(n):
-        t = clock(); fn(); b = min(b, clock() - t)
-    return b
-print(cpu_model(), f"{th} thread(s)")
-for batch in (1, 8):
-    for cl in (False, True):
-        m = G()
-        x = torch.randn(batch, 100, 1, 1)
-        if cl:
-            m = m.to(memory_format=torch.channels_last); x = x.contiguous(memory_format=torch.channels_last)
-        with torch.inference_mode():
-            p = torch.compile(m, backend="pbsdk", dynamic=False, options={"compile_options": {"threads": th}})
-            i = torch.compile(m, dynamic=False)
-            ref = m(x)
-            errp = float((p(x) - ref).abs().max()); erri = float((i(x) - ref).abs().max())
-            time.sleep(5)
-            r = {"pbsdk": [], "inductor": [], "eager": []}
-            for _ in range(7):
-                for k, f in (("pbsdk", p), ("inductor", i), ("eager", m)):
-                    r[k].append(best(lambda f=f: f(x), 10))
-            med = {k: statistics.median(v) * 1e3 for k, v in r.items()}
-            ratios = sorted(a / b for a, b in zip(r["inductor"], r["pbsdk"]))
-            print(f"batch {batch} {'channels_last' if cl else 'default'}: pbsdk {med['pbsdk']:.3f} ms, Inductor {med['inductor']:.3f}, eager {med['eager']:.3f}; x Inductor {statistics.median(ratios):.2f} [{ratios[0]:.2f}-{ratios[-1]:.2f}]; err {errp:.1e} (inductor {erri:.1e})", flush=True)
+
+
+def _best(fn: Callable[[], Any], calls: int) -> float:
+    best = float("inf")
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def row(torch: Any, batch: int, channels_last: bool, threads: int, rounds: int) -> str:
+    torch.manual_seed(0)
+    model, x = generator(), torch.randn(batch, 100, 1, 1)
+    if channels_last:
+        model, x = model.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        contenders = {"pbsdk": torch.compile(model, backend="pbsdk", dynamic=False,
+                                             options={"compile_options": {"threads": threads}}),
+                      "inductor": torch.compile(model, dynamic=False), "eager": model}
+        want = model(x)
+        err = float((contenders["pbsdk"](x) - want).abs().max())
+        contenders["inductor"](x)
+        time.sleep(5)  # Inductor's compile workers settle
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        for _ in range(rounds):
+            for name, fn in contenders.items():
+                times[name].append(_best(lambda fn=fn: fn(x), 10))
+    med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    ratios = sorted(a / b for a, b in zip(times["inductor"], times["pbsdk"]))
+    return (f"| {batch} | {'channels last' if channels_last else 'default'} | {med['pbsdk']:.3f} | "
+            f"{med['inductor']:.3f} | {med['eager']:.3f} | {statistics.median(ratios):.2f} "
+            f"[{ratios[0]:.2f}-{ratios[-1]:.2f}] | {err:.1e} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(f"{cpu_model()}, {args.threads} thread(s)")
+    print("| batch | layout | pbsdk ms | Inductor ms | eager ms | x Inductor [range] | max err |")
+    print("|---|---|---|---|---|---|---|")
+    for batch in (1, 8):
+        for channels_last in (False, True):
+            print(row(torch, batch, channels_last, args.threads, args.rounds), flush=True)
+
+
+if __name__ == "__main__":
+    main()
