@@ -81,3 +81,16 @@ def test_dilated_or_unit_stride_kernels_insert_zeros() -> None:
     assert unit.route == "zeros" and "one phase" in unit.reason
     with pytest.raises(ValueError, match="per axis"):
         plan_conv_transpose((6, 6), (3,), (2, 2), (1, 1), (1, 1), (1, 1))
+
+
+def test_taps_that_never_meet_are_one_product() -> None:
+    # A U-Net's 2x2 stride-2 upsampling and a generator's first layer (a 1x1 input) place every tap's product
+    # at its own output: one matmul, the useful multiply-adds only.
+    unet = plan_conv_transpose((28, 28), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1))
+    assert unet.route == "matmul" and unet.phase_macs == 28 * 28 * 4 and "no two taps meet" in unet.reason
+    first = plan_conv_transpose((1, 1), (4, 4), (1, 1), (0, 0), (0, 0), (1, 1))
+    assert first.route == "matmul" and first.phase_macs == 16 < first.zeros_macs
+    # Overlapping taps, a dilated kernel or groups keep their routes.
+    assert plan_conv_transpose((28, 28), (3, 3), (2, 2), (1, 1), (1, 1), (1, 1)).route == "phases"
+    assert plan_conv_transpose((5, 5), (2, 2), (2, 2), (0, 0), (0, 0), (2, 2)).route == "zeros"
+    assert plan_conv_transpose((5, 5), (2, 2), (2, 2), (0, 0), (0, 0), (1, 1), groups=2).route == "phases"
