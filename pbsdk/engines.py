@@ -16,6 +16,7 @@ engine, so callers stream results into their reports the same way:
 from __future__ import annotations
 
 import concurrent.futures
+import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
@@ -61,7 +62,8 @@ def _ray(fn: Callable[[Any], Any], items: Sequence[tuple[Hashable, Any]], jobs: 
     # than its workers, the first one runs meanwhile in a process forked from this one before Ray starts
     # (so it forks no Ray threads and imports nothing again), and Ray gets the rest.
     head = [items.pop(0)] if started and not address and len(items) > max(1, jobs) else []
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=_fork()) if head else None
+    fork = multiprocessing.get_context("fork")
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=fork) if head else None
     early = {pool.submit(fn, args): key for key, args in head} if pool is not None else {}
     try:
         if started and address:
@@ -93,12 +95,6 @@ def _ray(fn: Callable[[Any], Any], items: Sequence[tuple[Hashable, Any]], jobs: 
             pool.shutdown(wait=False, cancel_futures=True)
         if started:
             ray.shutdown()
-
-
-def _fork() -> Any:
-    import multiprocessing
-
-    return multiprocessing.get_context("fork")
 
 
 __all__ = ["ENGINES", "RAY_RETRIES", "run_unordered"]

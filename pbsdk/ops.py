@@ -1554,7 +1554,7 @@ def interleave(parts: Sequence[Any], axes: Sequence[int], strides: Sequence[int]
     _norm_axes("interleave", axes, rank)  # in range, none repeated
     ax = tuple(int(a) % rank for a in axes)  # in the given order: the parts' phases are row-major in it
     strides = tuple(int(s) for s in strides)
-    if not ts or len(ax) != len(strides) or len(set(ax)) != len(ax) or builtins.any(s < 1 for s in strides):
+    if not ts or len(ax) != len(strides) or builtins.any(s < 1 for s in strides):
         raise PbsdkError(f"interleave: {len(ts)} part(s) along axes {tuple(axes)} with strides {strides}")
     if len(ts) != math.prod(strides) or builtins.any(t.shape != ts[0].shape or t.dtype != ts[0].dtype for t in ts):
         raise PbsdkError(f"interleave: needs {math.prod(strides)} parts of one shape and dtype, got "

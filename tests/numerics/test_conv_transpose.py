@@ -109,14 +109,11 @@ def test_phases_are_woven_in_one_write_each_from_folded_weights() -> None:
     concatenation per padded axis), its phases written into the output by one `interleave` (no stacking
     concatenations, no reshapes of the output), and, with a constant weight, every phase's sub-kernel a
     constant (no slice, flip or transpose of the weight left to run a call)."""
-    from pbsdk.core.ir.graph import Graph, TensorType
-    from pbsdk.frontends.tracing import Tensor, tracing
+    from pbsdk.core.ir.graph import TensorType
+    from pbsdk.frontends.jit import trace
 
     x, w, kw = _case(CASES[0])
-    graph = Graph()
-    with tracing(graph):
-        xin = Tensor(graph.add("input", [], TensorType(x.shape, "f32")), graph)
-        graph.outputs = [ops.conv_transpose(xin, w, **kw).value]
+    graph, _ = trace(lambda a: ops.conv_transpose(a, w, **kw), (TensorType(x.shape, "f32"),))
     live = [n.op for n in graph.live_nodes()]
     assert live.count("interleave") == 1 and live.count("concat") == 2 and "reshape" not in live
     assert live.count("conv2d") == 4

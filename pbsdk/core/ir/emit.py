@@ -945,9 +945,10 @@ class _Emitter:
         axes, strides = node.attrs["axes"], node.attrs["strides"]
         out_t = node.out.type
         dest = self.empty(out_t)
+        step = dict(zip(axes, strides))
+        steps = [int(step.get(i, 1)) for i in range(out_t.rank)]
         for q, v in enumerate(node.inputs):
             phase = dict(zip(axes, np.unravel_index(q, strides)))
-            step = dict(zip(axes, strides))
             counts = [-(-(o - int(phase[i])) // step[i]) if i in phase else d
                       for i, (o, d) in enumerate(zip(out_t.shape, v.shape))]
             if any(counts[i] < 1 for i in axes):
@@ -958,7 +959,6 @@ class _Emitter:
                 src = tensor.ExtractSliceOp(tensor_type(tuple(counts), v.dtype), src, [], sizes, [],
                                             [0] * out_t.rank, static, [1] * out_t.rank).result
             offsets = [int(phase.get(i, 0)) for i in range(out_t.rank)]
-            steps = [int(step.get(i, 1)) for i in range(out_t.rank)]
             dest = tensor.InsertSliceOp(src, dest, [], sizes, [], offsets, static, steps).result
         self.values[node.out.id] = dest
 
